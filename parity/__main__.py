@@ -1,0 +1,3 @@
+from parity.cli import _entry
+
+_entry()

@@ -1,0 +1,237 @@
+"""Dated run directories with manifest.json provenance; every write is atomic.
+
+Layout: <root>/<YYYYMMDD_HHMMSS>_<slug>/manifest.json (+ step outputs).
+Status moves running -> complete | failed | interrupted; a run whose post-gate
+failed additionally carries valid=false.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import getpass
+import json
+import os
+import re
+import socket
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Mapping
+
+from parity import __version__
+
+SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.I)
+REDACTED = "<redacted>"
+STATUSES = ("running", "complete", "failed", "interrupted")
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: Path, obj: Any) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False, default=_json_default) + "\n")
+
+
+def _json_default(o):
+    import dataclasses
+
+    if dataclasses.is_dataclass(o):
+        return dataclasses.asdict(o)
+    if isinstance(o, Path):
+        return str(o)
+    if isinstance(o, (set, tuple)):
+        return list(o)
+    if hasattr(o, "item"):  # numpy scalars
+        return o.item()
+    raise TypeError(f"not JSON serializable: {type(o).__name__}")
+
+
+def redact_env(env: Mapping[str, str]) -> dict[str, str]:
+    return {k: (REDACTED if SECRET_NAME.search(k) else v) for k, v in sorted(env.items())}
+
+
+def slugify(text: str, maxlen: int = 48) -> str:
+    slug = re.sub(r"[^a-zA-Z0-9]+", "-", text).strip("-").lower()
+    return slug[:maxlen].strip("-") or "run"
+
+
+def now_iso() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def git_sha(cwd: Path | None = None) -> str | None:
+    """The parity checkout's HEAD, read from .git without running git."""
+    here = Path(cwd or Path(__file__).resolve().parent.parent)
+    head = here / ".git" / "HEAD"
+    try:
+        ref = head.read_text().strip()
+        if ref.startswith("ref: "):
+            ref_path = here / ".git" / ref[5:]
+            if ref_path.exists():
+                return ref_path.read_text().strip()
+            packed = here / ".git" / "packed-refs"
+            for line in packed.read_text().splitlines() if packed.exists() else []:
+                if line.endswith(ref[5:]):
+                    return line.split()[0]
+            return None
+        return ref
+    except OSError:
+        return None
+
+
+class RunDir:
+    """One run's directory and its manifest."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.manifest_path = self.path / "manifest.json"
+
+    # --- creation -------------------------------------------------------
+    @classmethod
+    def create(
+        cls,
+        root: Path,
+        slug: str,
+        *,
+        argv: list[str] | None = None,
+        config: Any = None,
+        kind: str = "",
+        host: str = "local",
+        env: Mapping[str, str] | None = None,
+    ) -> "RunDir":
+        root = Path(root).expanduser()
+        stamp = _dt.datetime.now().strftime("%Y%m%d_%H%M%S")
+        base = f"{stamp}_{slugify(slug)}"
+        path = root / base
+        n = 1
+        while True:
+            try:
+                path.mkdir(parents=True, exist_ok=False)
+                break
+            except FileExistsError:
+                n += 1
+                path = root / f"{base}-{n}"
+        rd = cls(path)
+        rd._write_manifest(
+            {
+                "run_id": path.name,
+                "kind": kind,
+                "status": "running",
+                "valid": True,
+                "parity_version": __version__,
+                "parity_git_sha": git_sha(),
+                "argv": list(argv if argv is not None else sys.argv),
+                "cwd": os.getcwd(),
+                "host": host,
+                "user": _user(),
+                "hostname": socket.gethostname(),
+                "pid": os.getpid(),
+                "started": now_iso(),
+                "ended": None,
+                "config": _plain(config),
+                "env": redact_env(env if env is not None else os.environ),
+                "steps": {},
+            }
+        )
+        return rd
+
+    @classmethod
+    def open(cls, path: Path) -> "RunDir":
+        from parity.errors import UsageError
+
+        rd = cls(Path(path).expanduser())
+        if not rd.manifest_path.is_file():
+            raise UsageError(f"{path}: not a parity run directory (no manifest.json)")
+        return rd
+
+    # --- manifest -------------------------------------------------------
+    @property
+    def run_id(self) -> str:
+        return self.path.name
+
+    def manifest(self) -> dict:
+        return json.loads(self.manifest_path.read_text())
+
+    def _write_manifest(self, data: dict) -> None:
+        atomic_write_json(self.manifest_path, data)
+
+    def update(self, **fields) -> dict:
+        data = self.manifest()
+        data.update(fields)
+        self._write_manifest(data)
+        return data
+
+    def finish(self, status: str, error: str | None = None) -> None:
+        assert status in STATUSES, status
+        fields: dict[str, Any] = {"status": status, "ended": now_iso()}
+        if error:
+            fields["error"] = error
+        self.update(**fields)
+
+    def mark_invalid(self, reason: str) -> None:
+        data = self.manifest()
+        data["valid"] = False
+        data.setdefault("invalid_reasons", []).append(reason)
+        self._write_manifest(data)
+
+    def record_step(self, name: str, status: str, **info) -> None:
+        data = self.manifest()
+        entry = data["steps"].get(name, {})
+        entry.update({"status": status, "at": now_iso(), **info})
+        data["steps"][name] = entry
+        self._write_manifest(data)
+
+    def step_status(self, name: str) -> str | None:
+        return self.manifest().get("steps", {}).get(name, {}).get("status")
+
+    # --- files ------------------------------------------------------------
+    def file(self, name: str) -> Path:
+        p = self.path / name
+        p.parent.mkdir(parents=True, exist_ok=True)
+        return p
+
+    def write_text(self, name: str, text: str) -> Path:
+        p = self.file(name)
+        atomic_write_text(p, text)
+        return p
+
+    def write_json(self, name: str, obj: Any) -> Path:
+        p = self.file(name)
+        atomic_write_json(p, obj)
+        return p
+
+    def read_json(self, name: str) -> Any:
+        return json.loads((self.path / name).read_text())
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:  # no passwd entry in some containers
+        return str(os.getuid())
+
+
+def _plain(obj: Any) -> Any:
+    """Config dataclasses -> plain JSON data."""
+    if obj is None:
+        return None
+    return json.loads(json.dumps(obj, default=_json_default))

@@ -1,0 +1,118 @@
+"""parity CLI: thin typer app.  Commands live in parity/commands/*.py and only
+parse, call one function, render.  Heavy modules are imported inside commands."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from typing import Optional
+
+import typer
+
+from parity import __version__
+
+COMMAND_MODULES = [
+    "config_cmd",
+    "doctor",
+    "models",
+    "build",
+    "lock",
+    "hw",
+    "gate",
+    "snapshot",
+    "profile",
+    "report",
+    "campaign",
+]
+
+app = typer.Typer(
+    name="parity",
+    help="Gated, reproducible performance parity: paged llama.cpp vs vLLM on a shared GPU.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+class State:
+    artifacts: str = os.environ.get("PARITY_ARTIFACTS", "runs")
+    host: Optional[str] = None
+    verbose: int = 0
+
+
+state = State()
+
+
+def _version(value: bool):
+    if value:
+        print(f"parity {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    artifacts: str = typer.Option(state.artifacts, "--artifacts", metavar="DIR", help="Where run directories go (env PARITY_ARTIFACTS)."),
+    host: Optional[str] = typer.Option(None, "--host", metavar="NAME", help="Run on a remote host from the profile or ~/.ssh/config."),
+    verbose: int = typer.Option(0, "-v", "--verbose", count=True, help="More output (-vv for commands)."),
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+):
+    state.artifacts = artifacts
+    state.host = None if host in (None, "", "local", "localhost") else host
+    state.verbose = verbose
+
+
+for _name in COMMAND_MODULES:
+    __import__(f"parity.commands.{_name}", fromlist=["register"]).register(app)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from parity.errors import EXIT_INTERRUPTED, EXIT_USAGE, ParityError
+
+    def _term(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, _term)
+    signal.signal(signal.SIGHUP, _term)
+    cmd = typer.main.get_command(app)
+    try:
+        rv = cmd.main(args=argv, prog_name="parity", standalone_mode=False)
+        return rv if isinstance(rv, int) else 0
+    except ParityError as e:
+        _one_line(str(e))
+        return e.exit_code
+    except KeyboardInterrupt:
+        from parity.runners.local import stop_all
+
+        stop_all()
+        _one_line("interrupted")
+        return EXIT_INTERRUPTED
+    except typer.Exit as e:
+        return e.exit_code
+    except Exception as e:  # click usage errors and the like
+        from click.exceptions import Abort, ClickException, Exit
+
+        if isinstance(e, Exit):
+            return e.exit_code
+        if isinstance(e, Abort):
+            return EXIT_INTERRUPTED
+        if isinstance(e, ClickException):
+            if os.environ.get("PARITY_DEBUG"):
+                raise
+            _one_line(e.format_message() if hasattr(e, "format_message") else str(e))
+            return EXIT_USAGE if e.exit_code == 2 else e.exit_code
+        if os.environ.get("PARITY_DEBUG"):
+            raise
+        _one_line(f"internal error: {type(e).__name__}: {e} (set PARITY_DEBUG=1 for the traceback)")
+        return 1
+
+
+def _one_line(msg: str) -> None:
+    msg = " ".join(str(msg).split())
+    sys.stderr.write(f"parity: error: {msg}\n")
+
+
+def _entry() -> None:  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,54 @@
+"""Options and helpers shared by every command (import-light: typer only)."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+PROFILE_HELP = "Profile: an embedded name (smoke, gb10-qwen36) or a YAML file."
+
+ProfileOpt = typer.Option(None, "--profile", "-p", metavar="FILE|NAME", help=PROFILE_HELP)
+JsonOpt = typer.Option(False, "--json", help="Print one JSON document on stdout; human output goes to stderr.")
+
+DEFAULT_PROFILE = "smoke"
+
+
+def make_context(profile: Optional[str], json_mode: bool, default_profile: str | None = None, *, allow_remote: bool = False):
+    """Load the profile, pick the runner for --host, build the Context."""
+    from pathlib import Path
+
+    from parity.cli import state
+    from parity.config import load_profile
+    from parity.context import Context
+    from parity.runners import get_runner
+    from parity.ui import Output
+
+    prof = load_profile(profile or default_profile or DEFAULT_PROFILE)
+    if state.host and not allow_remote:
+        from parity.remote import refuse_or_delegate
+
+        refuse_or_delegate(state.host, prof)
+    out = Output(json_mode, state.verbose)
+    runner = get_runner(None)
+    return Context(profile=prof, runner=runner, out=out, artifacts_root=Path(state.artifacts), host=state.host)
+
+
+def parse_int_list(value: Optional[str], name: str) -> Optional[list[int]]:
+    from parity.errors import UsageError
+
+    if value is None:
+        return None
+    try:
+        vals = [int(v) for v in value.split(",") if v.strip()]
+    except ValueError:
+        raise UsageError(f"{name}: expected comma-separated integers, got {value!r}") from None
+    if not vals or any(v <= 0 for v in vals):
+        raise UsageError(f"{name}: expected positive integers, got {value!r}")
+    return vals
+
+
+def parse_str_list(value: Optional[str]) -> Optional[list[str]]:
+    if value is None:
+        return None
+    return [v.strip() for v in value.split(",") if v.strip()]

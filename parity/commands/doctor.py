@@ -1,0 +1,9 @@
+"""parity doctor commands (see register)."""
+
+from __future__ import annotations
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    pass

@@ -1,0 +1,566 @@
+"""Typed configuration (dataclasses) loaded from YAML, with embedded profiles.
+
+A profile is one YAML file.  `--profile NAME` picks an embedded profile from
+parity/defaults/NAME.yaml; `--profile FILE` loads a file, which may say
+`extends: NAME` to start from an embedded one (deep merge, lists replaced).
+Every problem is a ConfigError naming file, key and problem.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from parity.errors import ConfigError
+
+DEFAULTS_DIR = Path(__file__).resolve().parent / "defaults"
+PARITY_ROOT = Path(__file__).resolve().parent.parent
+MD5_RE = re.compile(r"^[0-9a-f]{32}$")
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("PARITY_CACHE") or Path.home() / ".cache" / "parity").expanduser()
+
+
+def expand_path(value: str | None) -> str | None:
+    """~, ${PARITY_ROOT}, ${PARITY_CACHE} and other ${ENV} references."""
+    if value is None:
+        return None
+    value = value.replace("${PARITY_ROOT}", str(PARITY_ROOT)).replace("${PARITY_CACHE}", str(cache_dir()))
+    return os.path.expanduser(os.path.expandvars(value))
+
+
+# --------------------------------------------------------------------------- sections
+
+
+@dataclass
+class HostConfig:
+    hostname: str = ""
+    user: str | None = None
+    port: int = 22
+    identity_file: str | None = None
+    known_hosts: str | None = None  # default: ~/.ssh/known_hosts
+    host_key_policy: Literal["reject", "accept-new"] = "reject"
+    workdir: str = "~/parity-remote"  # where parity keeps its checkout/venv/runs remotely
+    python: str = "python3"
+    parity: str | None = None  # remote parity executable; None = bootstrap a venv in workdir
+    connect_timeout_s: float = 10.0
+    command_timeout_s: float | None = None
+    keepalive_s: float = 15.0
+    lock_dir: str | None = None  # remote lock dir; default: the profile's lock.dir
+
+
+@dataclass
+class CanonicalMd5:
+    md5: str
+    path: str = "paged"  # paged | nonpaged (a path is an engine's env set)
+    form: Literal["chat", "no-cnv"] = "chat"
+    n_predict: int = 48
+    validated: str = ""  # provenance: how this md5 was accepted (KL check, date, artifact)
+    transcript: str | None = None  # stored reference output, to show the first divergence
+
+
+@dataclass
+class SynthSpec:
+    arch: str = "llama"
+    dtype: Literal["f32", "f16"] = "f32"
+    seed: int = 0
+    layers: int = 2
+    embd: int = 64
+    heads: int = 4
+    kv_heads: int = 2
+    ff: int = 128
+    ctx: int = 512
+    experts: int = 0
+    experts_used: int = 0
+    noise: float = 0.0  # perturbation scale on top of `seed` weights (KL variants)
+    perturb_seed: int = 0
+
+
+@dataclass
+class ModelConfig:
+    path: str = ""
+    arch: str = ""
+    description: str = ""
+    synth: SynthSpec | None = None  # synthesized at `path` when missing
+    vllm_path: str | None = None  # the same model for vLLM (safetensors dir)
+    served_name: str | None = None
+    canonical: list[CanonicalMd5] = field(default_factory=list)
+
+
+@dataclass
+class SourceConfig:
+    kind: Literal["git", "path", "archive", "pypi-sdist", "localai"] = "path"
+    url: str | None = None
+    pin: str | None = None
+    path: str | None = None
+    sha256: str | None = None
+    package: str | None = None  # pypi-sdist: "name==version"
+    subdir: str | None = None  # pypi-sdist/archive: where llama.cpp sits inside
+
+
+@dataclass
+class EngineConfig:
+    kind: Literal["llama", "vllm"] = "llama"
+    description: str = ""
+    # llama.cpp builds
+    source: str | None = None  # a name under `sources`
+    series: str | None = None  # directory of NNNN-*.patch files; "auto" = the localai source's patches/paged; None = stock
+    expected_tree: str | None = None  # mirror invariant: git tree after the series
+    cuda_archs: str | None = None  # "121", "121a", "90;121a"; None = CPU build
+    cmake_flags: list[str] = field(default_factory=list)
+    targets: list[str] = field(
+        default_factory=lambda: [
+            "llama-server",
+            "llama-completion",
+            "llama-batched-bench",
+            "llama-perplexity",
+            "test-backend-ops",
+        ]
+    )
+    bin_dir: str | None = None  # use prebuilt binaries instead of building
+    env: dict[str, str] = field(default_factory=dict)  # always set for this engine
+    paths: dict[str, dict[str, str]] = field(default_factory=dict)  # path name -> extra env
+    default_path: str | None = None
+    server_args: list[str] = field(default_factory=list)
+    ready_timeout_s: float = 120.0
+    ready_probe_timeout_s: float = 5.0
+    stop_grace_s: float = 15.0
+    # vLLM
+    vllm_bin: str = "vllm"
+    gpu_memory_utilization: float = 0.85
+    max_model_len: int = 4096
+    max_num_seqs: int = 256
+    tensor_parallel_size: int = 1
+    extra_args: list[str] = field(default_factory=list)
+
+
+@dataclass
+class KLConfig:
+    reference: str | None = None  # model name whose logits are the base (e.g. the f16 model)
+    baseline: str | None = None  # model/engine whose KLD bounds the candidate
+    candidate: str | None = None
+    text: str | None = None  # text file for llama-perplexity; None = built-in text
+    ctx: int = 128
+    chunks: int = 4
+    max_kld: float | None = None  # absolute bound when no baseline is measured
+    kld_slack: float = 0.0  # candidate may exceed baseline by this much
+    ppl_band_pct: float = 5.0  # |PPL(candidate)/PPL(baseline) - 1| * 100 bound
+    timeout_s: float = 1800.0
+
+
+@dataclass
+class GatesConfig:
+    prompt: str = "The capital of France is"
+    n_predict: int = 48
+    seed: int = 1
+    form: Literal["chat", "no-cnv"] = "chat"
+    completion_args: list[str] = field(default_factory=lambda: ["-ngl", "99", "-fa", "on", "--temp", "0"])
+    timeout_s: float = 600.0
+    models: list[str] = field(default_factory=list)  # models gated pre/post by default
+    engine: str | None = None  # engine whose binaries run the gates
+    paths: list[str] = field(default_factory=list)  # paths gated by default
+    ops: list[str] = field(default_factory=list)
+    op_backend: str = "CUDA0"
+    op_retries: int = 1
+    op_timeout_s: float = 1800.0
+    kl: KLConfig = field(default_factory=KLConfig)
+    kl_in_prepost: bool = False
+
+
+@dataclass
+class BenchConfig:
+    npp: list[int] = field(default_factory=lambda: [512, 2048])
+    ntg: list[int] = field(default_factory=lambda: [4])
+    npl: list[int] = field(default_factory=lambda: [32])
+    ctx: int = 131072
+    batch: int = 2048
+    ubatch: int = 512
+    extra_args: list[str] = field(default_factory=lambda: ["-ngl", "99", "-fa", "on"])
+    timeout_s: float = 3600.0
+
+
+@dataclass
+class ServingConfig:
+    model: str = ""
+    engines: list[str] = field(default_factory=list)
+    reference_engine: str | None = None  # ratios are engine / reference
+    npl: list[int] = field(default_factory=lambda: [8, 32, 128])
+    ptok: int = 128
+    gen: int = 64
+    parallel: int = 128
+    ctx: int = 131072
+    batch: int = 2048
+    ubatch: int = 512
+    repeat: int = 1
+    order: Literal["abab", "aabb"] = "abab"
+    port: int = 8090
+    request_timeout_s: float = 600.0
+    server_args: list[str] = field(default_factory=lambda: ["-ngl", "99", "-fa", "on"])
+    bench: BenchConfig = field(default_factory=BenchConfig)
+
+
+@dataclass
+class LockConfig:
+    dir: str = "~/gpu_bench_lock"
+    poll_s: float = 30.0
+    timeout_s: float = 7200.0
+    stale_age_s: float = 12 * 3600.0
+    idle_checks: int = 2
+    require_idle_gpu: bool = True
+    docker_filter: str | None = None  # container name substring that means "busy"; None = any container
+    docker_no_daemon: Literal["idle", "busy"] = "idle"
+    nvidia_smi_missing: Literal["idle", "busy"] = "idle"
+
+
+@dataclass
+class BucketRule:
+    name: str
+    pattern: str
+
+
+@dataclass
+class ProfilingConfig:
+    nsys: str = "nsys"
+    trace: str = "cuda,nvtx"
+    ntg: list[int] = field(default_factory=lambda: [64, 16])
+    npl: int = 128
+    npp: int = 128
+    extra_args: list[str] = field(default_factory=list)
+    buckets: list[BucketRule] = field(default_factory=list)  # empty = the shipped default table
+    top_unmatched: int = 10
+
+
+@dataclass
+class StatsConfig:
+    min_delta_pct: float = 2.0
+    noise_k: float = 3.0
+    require_consistent_direction: bool = True
+    metrics: list[str] = field(default_factory=lambda: ["decode_agg_tps", "agg_tps", "prefill_tps", "ttft_p50_ms"])
+
+
+@dataclass
+class ReportsConfig:
+    dir: str = "reports"
+
+
+@dataclass
+class PolicyConfig:
+    # env names refused in benchmark contexts, with the reason shown in the refusal
+    forbidden_bench_env: dict[str, str] = field(
+        default_factory=lambda: {
+            "LLAMA_MAX_BATCH_TOKENS": "changes the prefill budget; parity benches run the compiled-in scheduler default",
+            "GDN_TC": "overrides the compiled-in GDN M5 default (GDN_TC=5); benches must use production defaults",
+            "GDN_CHUNK_MIN": "overrides the compiled-in GDN chunk minimum (64); benches must use production defaults",
+            "LLAMA_PAGED_DECODE_STABLE": "opt-in S3 scheduling regressed real serving; parity benches keep it off",
+        }
+    )
+
+
+@dataclass
+class Profile:
+    name: str = ""
+    description: str = ""
+    hardware_class: str | None = None  # expected class; runs on another class are flagged
+    hosts: dict[str, HostConfig] = field(default_factory=dict)
+    sources: dict[str, SourceConfig] = field(default_factory=dict)
+    models: dict[str, ModelConfig] = field(default_factory=dict)
+    engines: dict[str, EngineConfig] = field(default_factory=dict)
+    gates: GatesConfig = field(default_factory=GatesConfig)
+    serving: ServingConfig = field(default_factory=ServingConfig)
+    lock: LockConfig = field(default_factory=LockConfig)
+    profiling: ProfilingConfig = field(default_factory=ProfilingConfig)
+    stats: StatsConfig = field(default_factory=StatsConfig)
+    reports: ReportsConfig = field(default_factory=ReportsConfig)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    source_file: str = ""  # where it was loaded from (not a YAML key)
+
+    # ---- lookups with clear errors ------------------------------------------------
+    def model(self, name: str) -> ModelConfig:
+        if name not in self.models:
+            raise ConfigError(self.source_file, f"models.{name}", f"no such model (known: {', '.join(self.models) or 'none'})")
+        return self.models[name]
+
+    def engine(self, name: str) -> EngineConfig:
+        if name not in self.engines:
+            raise ConfigError(self.source_file, f"engines.{name}", f"no such engine (known: {', '.join(self.engines) or 'none'})")
+        return self.engines[name]
+
+    def host(self, name: str) -> HostConfig | None:
+        return self.hosts.get(name)
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def available_profiles() -> list[str]:
+    return sorted(p.stem for p in DEFAULTS_DIR.glob("*.yaml"))
+
+
+def _read_yaml(path: Path, label: str) -> dict:
+    import yaml
+
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ConfigError(label, "", "file not found") from None
+    except IsADirectoryError:
+        raise ConfigError(label, "", "is a directory, not a YAML file") from None
+    except OSError as e:
+        raise ConfigError(label, "", f"cannot read: {e.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(label, where, f"YAML syntax error: {problem}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(label, "", f"top level must be a mapping, got {type(data).__name__}")
+    return data
+
+
+def _deep_merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _deep_merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def resolve_profile_path(name_or_path: str) -> tuple[Path, str]:
+    """(path, label) for an embedded name or a file path."""
+    p = Path(name_or_path).expanduser()
+    if p.suffix in (".yaml", ".yml") or os.sep in name_or_path or p.exists():
+        return p, str(name_or_path)
+    embedded = DEFAULTS_DIR / f"{name_or_path}.yaml"
+    if embedded.exists():
+        return embedded, f"profile {name_or_path}"
+    raise ConfigError(
+        f"profile {name_or_path}", "", f"no such embedded profile or file (embedded: {', '.join(available_profiles())})"
+    )
+
+
+def load_raw(name_or_path: str, _seen: tuple = ()) -> tuple[dict, str]:
+    path, label = resolve_profile_path(name_or_path)
+    data = _read_yaml(path, label)
+    parent = data.pop("extends", None)
+    if parent is not None:
+        if not isinstance(parent, str):
+            raise ConfigError(label, "extends", "must be a profile name or file")
+        if parent in _seen:
+            raise ConfigError(label, "extends", f"cycle through {parent}")
+        base, _ = load_raw(parent, _seen + (name_or_path,))
+        data = _deep_merge(base, data)
+    return data, label
+
+
+def load_profile(name_or_path: str) -> Profile:
+    data, label = load_raw(name_or_path)
+    data.setdefault("name", Path(label).stem if not label.startswith("profile ") else label[8:])
+    prof = from_dict(Profile, data, label)
+    prof.source_file = label
+    _expand_paths(prof)
+    validate(prof, label)
+    return prof
+
+
+def _expand_paths(p: Profile) -> None:
+    for m in p.models.values():
+        m.path = expand_path(m.path) or ""
+        m.vllm_path = expand_path(m.vllm_path)
+    for e in p.engines.values():
+        if e.series not in (None, "auto"):
+            e.series = expand_path(e.series)
+        e.bin_dir = expand_path(e.bin_dir)
+    for s in p.sources.values():
+        s.path = expand_path(s.path)
+    p.lock.dir = expand_path(p.lock.dir) or p.lock.dir
+    if p.gates.kl.text:
+        p.gates.kl.text = expand_path(p.gates.kl.text)
+
+
+def profile_from_dict(data: dict, label: str = "<dict>") -> Profile:
+    prof = from_dict(Profile, data, label)
+    prof.source_file = label
+    _expand_paths(prof)
+    validate(prof, label)
+    return prof
+
+
+def validate(p: Profile, label: str) -> None:
+    """Cross-references and value checks that types alone cannot express."""
+    for mname, m in p.models.items():
+        for i, c in enumerate(m.canonical):
+            key = f"models.{mname}.canonical[{i}].md5"
+            if not MD5_RE.match(c.md5):
+                raise ConfigError(label, key, f"not an md5 (32 lowercase hex digits): {c.md5!r}")
+            if c.md5 == "d41d8cd98f00b204e9800998ecf8427e":
+                raise ConfigError(label, key, "is the md5 of empty output and can never be canonical")
+        if not m.path and m.synth is None:
+            raise ConfigError(label, f"models.{mname}.path", "missing (give a GGUF path or a synth: spec)")
+    for ename, e in p.engines.items():
+        if e.source is not None and e.source not in p.sources:
+            raise ConfigError(label, f"engines.{ename}.source", f"unknown source {e.source!r} (known: {', '.join(p.sources) or 'none'})")
+        if e.kind == "llama" and e.source is None and e.bin_dir is None:
+            raise ConfigError(label, f"engines.{ename}", "a llama engine needs a source (to build) or a bin_dir (prebuilt)")
+        if e.default_path is not None and e.paths and e.default_path not in e.paths:
+            raise ConfigError(label, f"engines.{ename}.default_path", f"{e.default_path!r} is not one of its paths ({', '.join(e.paths)})")
+        if e.cuda_archs is not None and not re.fullmatch(r"\s*[0-9]{2,3}[a-z]?(-real|-virtual)?(\s*;\s*[0-9]{2,3}[a-z]?(-real|-virtual)?)*\s*", e.cuda_archs):
+            raise ConfigError(label, f"engines.{ename}.cuda_archs", f"not a CUDA architecture list like '121' or '90;121a': {e.cuda_archs!r}")
+        if e.kind == "vllm" and not 0 < e.gpu_memory_utilization <= 1:
+            raise ConfigError(label, f"engines.{ename}.gpu_memory_utilization", "must be in (0, 1]")
+    for sname, s in p.sources.items():
+        need = {"git": ("url", "pin"), "path": ("path",), "archive": ("path", "sha256"), "pypi-sdist": ("package", "sha256"), "localai": ("path",)}[s.kind]
+        for attr in need:
+            if not getattr(s, attr):
+                raise ConfigError(label, f"sources.{sname}.{attr}", f"required for a {s.kind} source")
+    s = p.serving
+    for key in ("model",):
+        if s.model and s.model not in p.models:
+            raise ConfigError(label, f"serving.{key}", f"unknown model {s.model!r}")
+    for e in s.engines:
+        if e not in p.engines:
+            raise ConfigError(label, "serving.engines", f"unknown engine {e!r} (known: {', '.join(p.engines)})")
+    if s.reference_engine and s.reference_engine not in p.engines:
+        raise ConfigError(label, "serving.reference_engine", f"unknown engine {s.reference_engine!r}")
+    for key in ("npl",):
+        vals = getattr(s, key)
+        if not vals or any(v <= 0 for v in vals):
+            raise ConfigError(label, f"serving.{key}", "must be a non-empty list of positive integers")
+    for key in ("ptok", "gen", "parallel", "ctx", "repeat"):
+        if getattr(s, key) <= 0:
+            raise ConfigError(label, f"serving.{key}", "must be positive")
+    for m in p.gates.models:
+        if m not in p.models:
+            raise ConfigError(label, "gates.models", f"unknown model {m!r}")
+    if p.gates.engine and p.gates.engine not in p.engines:
+        raise ConfigError(label, "gates.engine", f"unknown engine {p.gates.engine!r}")
+    for i, b in enumerate(p.profiling.buckets):
+        try:
+            re.compile(b.pattern)
+        except re.error as err:
+            raise ConfigError(label, f"profiling.buckets[{i}].pattern", f"bad regex: {err}") from None
+    if p.lock.idle_checks < 1:
+        raise ConfigError(label, "lock.idle_checks", "must be at least 1")
+
+
+# --------------------------------------------------------------------------- dataclass decoding
+
+
+def _type_name(tp) -> str:
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return " | ".join(repr(a) for a in typing.get_args(tp))
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in typing.get_args(tp))
+    if origin is list:
+        return f"list of {_type_name(typing.get_args(tp)[0])}"
+    if origin is dict:
+        return f"mapping of {_type_name(typing.get_args(tp)[1])}"
+    if tp is type(None):
+        return "null"
+    if dataclasses.is_dataclass(tp):
+        return "mapping"
+    return getattr(tp, "__name__", str(tp))
+
+
+def _decode(tp, value, label: str, key: str):
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for a in args:
+            if a is type(None):
+                continue
+            try:
+                return _decode(a, value, label, key)
+            except ConfigError as e:
+                errors.append(e)
+        raise errors[0] if len(errors) == 1 else ConfigError(label, key, f"expected {_type_name(tp)}, got {_describe(value)}")
+    if origin is Literal:
+        if value not in typing.get_args(tp):
+            raise ConfigError(label, key, f"must be one of {_type_name(tp)}, got {value!r}")
+        return value
+    if origin is list:
+        if not isinstance(value, list):
+            raise ConfigError(label, key, f"expected {_type_name(tp)}, got {_describe(value)}")
+        (item,) = typing.get_args(tp)
+        return [_decode(item, v, label, f"{key}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(label, key, f"expected {_type_name(tp)}, got {_describe(value)}")
+        _, vt = typing.get_args(tp)
+        return {str(k): _decode(vt, v, label, f"{key}.{k}") for k, v in value.items()}
+    if dataclasses.is_dataclass(tp):
+        return from_dict(tp, value, label, key)
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(label, key, f"expected a number, got {_describe(value)}")
+        return float(value)
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(label, key, f"expected an integer, got {_describe(value)}")
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(label, key, f"expected true or false, got {_describe(value)}")
+        return value
+    if tp is str:
+        if isinstance(value, bool) or value is None or isinstance(value, (list, dict)):
+            raise ConfigError(label, key, f"expected a string, got {_describe(value)}")
+        return str(value)  # numbers like 121 are fine as strings
+    if tp is Any:
+        return value
+    raise ConfigError(label, key, f"unsupported type {tp}")
+
+
+def _describe(value) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"boolean {value}"
+    if isinstance(value, (int, float)):
+        return f"number {value}"
+    if isinstance(value, str):
+        return f"string {value!r}" if len(value) < 40 else "a string"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "a mapping"
+    return type(value).__name__
+
+
+def from_dict(cls, data, label: str, prefix: str = ""):
+    if not isinstance(data, dict):
+        raise ConfigError(label, prefix, f"expected a mapping, got {_describe(data)}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for k, v in data.items():
+        key = f"{prefix}.{k}" if prefix else str(k)
+        if k not in fields or k == "source_file":
+            close = [n for n in fields if n.startswith(str(k)[:3])]
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise ConfigError(label, key, f"unknown key{hint}")
+        kwargs[k] = _decode(hints[k], v, label, key)
+    for name, f in fields.items():
+        if name not in kwargs and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise ConfigError(label, f"{prefix}.{name}" if prefix else name, "required key is missing")
+    return cls(**kwargs)
+
+
+def to_dict(obj) -> dict:
+    return dataclasses.asdict(obj)

@@ -1,0 +1,69 @@
+"""The context every command and campaign step works in: profile, runner,
+output, run directory.  `run_session` turns a block of work into a run dir
+whose manifest ends complete / failed / interrupted, and stops every child
+process on the way out."""
+
+from __future__ import annotations
+
+import sys
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from parity.artifacts import RunDir
+from parity.config import Profile
+from parity.errors import ParityError
+from parity.ui import Output
+
+
+@dataclass
+class Context:
+    profile: Profile
+    runner: Any  # parity.runners.base.Runner
+    out: Output
+    artifacts_root: Path
+    host: str | None = None
+    run: RunDir | None = None
+    vars: dict[str, Any] = field(default_factory=dict)
+    run_id: str | None = None  # owner id for the GPU lock; defaults to the run dir name
+    cleanup: ExitStack = field(default_factory=ExitStack)  # closed when the session ends (lock release...)
+
+    def require_run(self) -> RunDir:
+        if self.run is None:
+            raise RuntimeError("this operation needs a run directory")
+        return self.run
+
+
+@contextmanager
+def run_session(ctx: Context, kind: str, slug: str, argv: list[str] | None = None) -> Iterator[RunDir]:
+    """Create a run dir on ctx, mark its end state whatever happens."""
+    rd = RunDir.create(ctx.artifacts_root, slug, argv=argv if argv is not None else sys.argv, config=ctx.profile, kind=kind, host=ctx.host or "local")
+    ctx.run = rd
+    ctx.run_id = ctx.run_id or rd.run_id
+    ctx.out.debug(f"run dir: {rd.path}")
+    with run_session_existing(ctx, rd):
+        yield rd
+
+
+@contextmanager
+def run_session_existing(ctx: Context, rd: RunDir) -> Iterator[RunDir]:
+    from parity.runners.local import stop_all
+
+    try:
+        with ctx.cleanup:
+            yield rd
+    except KeyboardInterrupt:
+        stop_all()
+        rd.finish("interrupted", "interrupted by signal")
+        raise
+    except ParityError as e:
+        stop_all()
+        rd.finish("failed", str(e))
+        raise
+    except BaseException as e:
+        stop_all()
+        rd.finish("failed", f"{type(e).__name__}: {e}")
+        raise
+    else:
+        rd.finish("complete")

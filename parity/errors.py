@@ -1,0 +1,44 @@
+"""Error types and the exit codes they map to (documented in README: Exit codes)."""
+
+EXIT_OK = 0
+EXIT_FAILED = 1  # a step failed for a reason not covered below
+EXIT_USAGE = 2  # bad input: config, arguments, unreachable host, missing file
+EXIT_GATE = 3  # a correctness gate is red
+EXIT_INFRA = 4  # infrastructure: build failed, server never ready, lock timeout
+EXIT_REGRESSION = 5  # performance regression beyond the noise rule
+EXIT_INTERRUPTED = 130
+
+
+class ParityError(Exception):
+    """Base error: printed as one line, never as a traceback."""
+
+    exit_code = EXIT_FAILED
+
+
+class UsageError(ParityError):
+    """Bad input from the user: config, flags, paths, hosts."""
+
+    exit_code = EXIT_USAGE
+
+
+class ConfigError(UsageError):
+    def __init__(self, source: str, key: str, problem: str):
+        self.source, self.key, self.problem = source, key, problem
+        where = f"{source}: {key}" if key else source
+        super().__init__(f"{where}: {problem}")
+
+
+class GateFailed(ParityError):
+    exit_code = EXIT_GATE
+
+
+class InfraError(ParityError):
+    exit_code = EXIT_INFRA
+
+
+class RegressionDetected(ParityError):
+    exit_code = EXIT_REGRESSION
+
+
+class Interrupted(ParityError):
+    exit_code = EXIT_INTERRUPTED

@@ -1,0 +1,83 @@
+"""Human output (rich, lazily imported) vs machine output (--json on stdout)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, Callable
+
+
+class Output:
+    """In --json mode stdout carries exactly one JSON document and all human
+    output goes to stderr; otherwise human output goes to stdout."""
+
+    def __init__(self, json_mode: bool = False, verbose: int = 0):
+        self.json_mode = json_mode
+        self.verbose = verbose
+        self._console = None
+        self._err = None
+
+    @property
+    def console(self):
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(stderr=self.json_mode, highlight=False, soft_wrap=True)
+        return self._console
+
+    @property
+    def err(self):
+        if self._err is None:
+            from rich.console import Console
+
+            self._err = Console(stderr=True, highlight=False, soft_wrap=True)
+        return self._err
+
+    def info(self, msg: str) -> None:
+        self.err.print(msg, markup=False) if self.json_mode else self.console.print(msg, markup=False)
+
+    def debug(self, msg: str) -> None:
+        if self.verbose:
+            self.err.print(msg, markup=False, style="dim")
+
+    def warn(self, msg: str) -> None:
+        self.err.print(f"warning: {msg}", markup=False, style="yellow")
+
+    def emit(self, data: Any, human: Callable[[], None] | None = None) -> None:
+        """The command's result: JSON on stdout in --json mode, else human()."""
+        if self.json_mode:
+            from parity.artifacts import _json_default
+
+            sys.stdout.write(json.dumps(data, indent=2, default=_json_default) + "\n")
+            sys.stdout.flush()
+        elif human is not None:
+            human()
+        else:
+            from parity.artifacts import _json_default
+
+            self.console.print_json(json.dumps(data, default=_json_default))
+
+    def table(self, title: str | None, columns: list[str], rows: list[list[Any]]):
+        from rich.table import Table
+
+        t = Table(title=title, title_justify="left")
+        for c in columns:
+            t.add_column(c)
+        for r in rows:
+            t.add_row(*["" if v is None else str(v) for v in r])
+        (self.err if self.json_mode else self.console).print(t)
+
+    def progress(self, transient: bool = True):
+        """A rich Progress on stderr (never pollutes --json stdout)."""
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        return Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.fields[status]}"),
+            console=self.err,
+            transient=transient,
+        )
