@@ -1,0 +1,66 @@
+"""Logic behind `parity build` (kept out of the import path of --help)."""
+
+from __future__ import annotations
+
+import sys
+
+from parity.errors import UsageError
+
+
+def run(engines, defines, check_series, print_cmake, force, jobs, detach, status, profile, json_mode) -> int:
+    from parity.commands.common import make_context
+    from parity.engine import build as b
+
+    ctx = make_context(profile, json_mode)
+    out = ctx.out
+    if status:
+        rows = b.detached_status()
+        out.emit(rows, lambda: out.table("detached builds", ["started", "pid", "state", "last line", "log"], [[r["started"], r["pid"], r["state"], r["last_line"], r["log"]] for r in rows]) if rows else out.info("no detached builds"))
+        return 0
+    names = engines or b.llama_engines(ctx.profile)
+    if not names:
+        raise UsageError(f"profile {ctx.profile.name} has no llama engine to build")
+    for n in names:
+        ctx.profile.engine(n)
+    flags = []
+    for d in defines:
+        if "=" not in d:
+            raise UsageError(f"-D {d}: expected VAR=VALUE")
+        flags.append(f"-D{d}")
+    if detach:
+        argv = [a for a in sys.argv[1:] if a != "--detach"]
+        doc = b.start_detached(argv, ctx.runner)
+        out.emit(doc, lambda: out.info(f"build running in the background (pid {doc['pid']}); log: {doc['log']}; `parity build --status` to poll"))
+        return 0
+    if print_cmake:
+        plans = []
+        for n in names:
+            p = b.plan(ctx.profile, n, flags, jobs)
+            plans.append({"engine": n, "key": p.key, "dir": str(p.dir), "series_dir": p.series_dir, "patches": p.series, "configure": p.configure, "build": p.build, "cached": (p.dir / b.OK_MARKER).exists()})
+
+        def human():
+            import shlex
+
+            for pl in plans:
+                out.info(f"# {pl['engine']} (key {pl['key']}, {'cached' if pl['cached'] else 'not built'})")
+                out.info(" ".join(shlex.quote(a) for a in pl["configure"]))
+                out.info(" ".join(shlex.quote(a) for a in pl["build"]))
+
+        out.emit(plans, human)
+        return 0
+    if check_series:
+        results = [b.check_series(ctx.profile, n, ctx.runner, out) for n in names]
+
+        def human():
+            for r in results:
+                mirror = {None: "no expected tree", True: "matches expected tree", False: "MISMATCH"}[r["mirror_ok"]]
+                out.info(f"{r['engine']}: {len(r['patches'])} patches applied; tree {r['tree_before'][:12]} -> {r['tree_after'][:12]} ({mirror})")
+
+        out.emit(results, human)
+        return 0
+    results = []
+    for n in names:
+        r = b.ensure_built(ctx.profile, n, ctx.runner, out, force=force, extra_flags=flags, jobs=jobs)
+        results.append({"engine": n, "key": r.key, "bin_dir": str(r.bin_dir), "cached": r.cached, "wall_s": r.provenance.get("wall_s"), "tree_after": r.provenance.get("tree_after")})
+    out.emit(results, lambda: [out.info(f"{r['engine']}: {'cached' if r['cached'] else 'built'} -> {r['bin_dir']}") for r in results])
+    return 0

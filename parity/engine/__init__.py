@@ -1,0 +1,1 @@
+"""Engine builds: source (pin), patch series, CMake build, cache, provenance."""

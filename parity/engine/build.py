@@ -1,0 +1,325 @@
+"""Build an engine (source + series + CMake) into the cache, once per key.
+
+Cache: <cache>/builds/<key>/{src,build,build.json,build.log,BUILD_OK}.  The
+key hashes the source identity, the series content, the cmake args, the
+targets and the compiler versions, so a rebuild with nothing changed is a
+lookup.  Builds happen in place (binaries carry an rpath to their libs) and
+BUILD_OK is written last: a failed or interrupted build is never "good".
+"""
+
+from __future__ import annotations
+
+import fcntl
+import functools
+import hashlib
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from parity.config import EngineConfig, Profile, cache_dir
+from parity.engine import cmake, patches
+from parity.engine import source as srcmod
+from parity.errors import ConfigError, InfraError, UsageError
+
+OK_MARKER = "BUILD_OK"
+
+
+@dataclass
+class BuildPlan:
+    engine: str
+    key: str
+    source: srcmod.Source
+    series_dir: str | None
+    series: list[dict]
+    configure: list[str]
+    build: list[str]
+    targets: list[str]
+    toolchain: dict
+    dir: Path = field(default_factory=Path)
+
+
+@dataclass
+class BuildResult:
+    engine: str
+    key: str
+    bin_dir: Path
+    build_dir: Path
+    provenance: dict
+    cached: bool
+
+
+@functools.lru_cache(maxsize=None)
+def _version(tool: str) -> str | None:
+    from parity.runners.local import LocalRunner
+
+    r = LocalRunner()
+    if not r.which(tool):
+        return None
+    res = r.run([tool, "--version"], timeout=30)
+    lines = [ln for ln in (res.stdout + res.stderr).splitlines() if ln.strip()]
+    return lines[-1].strip() if tool == "nvcc" and lines else (lines[0].strip() if lines else None)
+
+
+def toolchain(cuda: bool) -> dict:
+    tc = {"cmake": _version("cmake"), "ninja": _version("ninja"), "gcc": _version("gcc"), "g++": _version("g++")}
+    if cuda:
+        tc["nvcc"] = _version("nvcc")
+    return tc
+
+
+def _series_dir(e: EngineConfig, src: srcmod.Source) -> str | None:
+    if e.series == "auto":
+        if not src.series_dir:
+            raise UsageError("series: auto needs a localai source (series from its patches/paged/)")
+        return src.series_dir
+    return e.series
+
+
+def plan(profile: Profile, engine: str, extra_flags: list[str] | None = None, jobs: int | None = None) -> BuildPlan:
+    e = profile.engine(engine)
+    if e.kind != "llama":
+        raise UsageError(f"engine {engine} is a {e.kind} engine: nothing to build")
+    if not e.source:
+        raise UsageError(f"engine {engine} has no source to build (it uses prebuilt binaries from {e.bin_dir})")
+    src = srcmod.describe(e.source, profile.sources[e.source])
+    series_dir = _series_dir(e, src)
+    series = patches.series_digest(series_dir)
+    patches.check_expected_tree(e.expected_tree, f"{profile.source_file}: engines.{engine}")
+    flags = [*e.cmake_flags, *(extra_flags or [])]
+    tc = toolchain(bool(e.cuda_archs))
+    key_doc = {"source": src.identity, "series": series, "flags": flags, "archs": e.cuda_archs, "targets": e.targets, "toolchain": tc, "v": 1}
+    key = hashlib.sha256(json.dumps(key_doc, sort_keys=True).encode()).hexdigest()[:20]
+    d = cache_dir() / "builds" / key
+    return BuildPlan(
+        engine,
+        key,
+        src,
+        series_dir,
+        series,
+        cmake.configure_argv(str(d / "src"), str(d / "build"), e.cuda_archs, flags),
+        cmake.build_argv(str(d / "build"), e.targets, jobs),
+        list(e.targets),
+        tc,
+        d,
+    )
+
+
+def _cached(p: BuildPlan) -> BuildResult | None:
+    if (p.dir / OK_MARKER).exists() and (p.dir / "build.json").exists():
+        prov = json.loads((p.dir / "build.json").read_text())
+        return BuildResult(p.engine, p.key, p.dir / "build" / "bin", p.dir / "build", prov, True)
+    return None
+
+
+def ensure_built(profile: Profile, engine: str, runner, out, force: bool = False, extra_flags: list[str] | None = None, jobs: int | None = None) -> BuildResult:
+    p = plan(profile, engine, extra_flags, jobs)
+    if not force and (hit := _cached(p)):
+        return hit
+    p.dir.parent.mkdir(parents=True, exist_ok=True)
+    with open(p.dir.parent / f"{p.key}.lock", "w") as lockf:
+        if not force:
+            try:
+                fcntl.flock(lockf, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                out.info(f"waiting for another build of {engine} ({p.key}) to finish")
+                fcntl.flock(lockf, fcntl.LOCK_EX)
+            if hit := _cached(p):
+                return hit
+        else:
+            fcntl.flock(lockf, fcntl.LOCK_EX)
+        return _build(profile, p, runner, out)
+
+
+def _build(profile: Profile, p: BuildPlan, runner, out) -> BuildResult:
+    e = profile.engine(p.engine)
+    t0 = time.monotonic()
+    shutil.rmtree(p.dir, ignore_errors=True)
+    p.dir.mkdir(parents=True)
+    pristine = srcmod.materialize(e.source, profile.sources[e.source], runner, out)
+    out.info(f"building {p.engine} ({p.key}): copying source from {pristine}")
+    shutil.copytree(pristine, p.dir / "src", symlinks=True, ignore=shutil.ignore_patterns(".git", ".complete", "build"))
+    series = patches.apply_series(runner, str(p.dir / "src"), p.series_dir, e.expected_tree, out)
+    log_path = p.dir / "build.log"
+    with open(log_path, "w") as log:
+        log.write("$ " + " ".join(p.configure) + "\n")
+        res = runner.run(p.configure, timeout=1800, on_line=lambda s, ln: log.write(ln + "\n"))
+        if not res.ok:
+            raise InfraError(f"cmake configure of {p.engine} failed (log: {log_path}): {res.tail(3)}")
+        log.write("$ " + " ".join(p.build) + "\n")
+        _compile(p, runner, out, log, log_path)
+    bin_dir = p.dir / "build" / "bin"
+    binaries = {}
+    for t in p.targets:
+        exe = bin_dir / t
+        if not exe.is_file():
+            raise InfraError(f"build of {p.engine} produced no {t} in {bin_dir}")
+        binaries[t] = patches.sha256(exe)
+    prov = {
+        "engine": p.engine,
+        "key": p.key,
+        "source": p.source.info,
+        "series_dir": p.series_dir,
+        "patches": series.patches,
+        "tree_before": series.tree_before,
+        "tree_after": series.tree_after,
+        "expected_tree": e.expected_tree,
+        "cuda_archs": e.cuda_archs,
+        "cmake_configure": p.configure,
+        "cmake_build": p.build,
+        "toolchain": p.toolchain,
+        "binaries": binaries,
+        "bin_dir": str(bin_dir),
+        "wall_s": round(time.monotonic() - t0, 1),
+        "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    from parity.artifacts import atomic_write_json, atomic_write_text
+
+    atomic_write_json(p.dir / "build.json", prov)
+    atomic_write_text(p.dir / OK_MARKER, p.key + "\n")
+    out.info(f"built {p.engine} in {prov['wall_s']} s -> {bin_dir}")
+    return BuildResult(p.engine, p.key, bin_dir, p.dir / "build", prov, False)
+
+
+def _compile(p: BuildPlan, runner, out, log, log_path) -> None:
+    with out.progress(transient=True) as prog:
+        task = prog.add_task(f"build {p.engine}", total=None, status="")
+
+        def on_line(stream, line):
+            log.write(line + "\n")
+            nm = cmake.parse_progress(line)
+            if nm:
+                prog.update(task, completed=nm[0], total=nm[1], status=line.split("] ", 1)[-1][-50:])
+
+        res = runner.run(p.build, timeout=4 * 3600, on_line=on_line)
+    if not res.ok:
+        raise InfraError(f"build of {p.engine} failed (log: {log_path}): {res.tail(4)}")
+
+
+def tool_path(profile: Profile, engine: str, tool: str, runner, out) -> str:
+    """A tool binary of an engine: prebuilt bin_dir first, else the cached build."""
+    e = profile.engine(engine)
+    if e.bin_dir:
+        path = Path(e.bin_dir) / tool
+    else:
+        path = ensure_built(profile, engine, runner, out).bin_dir / tool
+    if not path.is_file():
+        raise UsageError(f"engine {engine}: {tool} not found at {path}")
+    return str(path)
+
+
+def llama_engines(profile: Profile) -> list[str]:
+    return [n for n, e in profile.engines.items() if e.kind == "llama" and e.source]
+
+
+def check_series(profile: Profile, engine: str, runner, out) -> dict:
+    """Apply the series on a scratch copy of the pin and check the mirror invariant."""
+    import tempfile
+
+    e = profile.engine(engine)
+    p = plan(profile, engine)
+    pristine = srcmod.materialize(e.source, profile.sources[e.source], runner, out)
+    with tempfile.TemporaryDirectory(prefix="parity-series-") as tmp:
+        work = Path(tmp) / "src"
+        shutil.copytree(pristine, work, symlinks=True, ignore=shutil.ignore_patterns(".git", ".complete", "build"))
+        res = patches.apply_series(runner, str(work), p.series_dir, e.expected_tree, out)
+    return {
+        "engine": engine,
+        "series_dir": p.series_dir,
+        "patches": res.patches,
+        "tree_before": res.tree_before,
+        "tree_after": res.tree_after,
+        "expected_tree": e.expected_tree,
+        "mirror_ok": res.mirror_ok,
+    }
+
+
+def write_builds_json(ctx, engines: list[str]) -> dict:
+    """builds.json in the run dir: provenance of every engine this run used."""
+    data = {}
+    for name in engines:
+        e = ctx.profile.engine(name)
+        if e.kind != "llama":
+            continue
+        if e.bin_dir:
+            data[name] = {"engine": name, "prebuilt": e.bin_dir}
+        else:
+            data[name] = ensure_built(ctx.profile, name, ctx.runner, ctx.out).provenance
+    if ctx.run:
+        ctx.run.write_json("builds.json", data)
+    return data
+
+
+def campaign_step(ctx, options: dict) -> dict:
+    """kind: build -- options {engines: [names]} (default: every buildable engine)."""
+    names = options.get("engines") or llama_engines(ctx.profile)
+    if not isinstance(names, list):
+        raise ConfigError("campaign", "with.engines", "must be a list of engine names")
+    result = {}
+    for n in names:
+        r = ensure_built(ctx.profile, n, ctx.runner, ctx.out, force=bool(options.get("force")))
+        result[n] = {"key": r.key, "bin_dir": str(r.bin_dir), "cached": r.cached, "tree_after": r.provenance.get("tree_after")}
+    write_builds_json(ctx, names)
+    return result
+
+
+# ----------------------------------------------------------------- detached builds
+
+
+def detach_dir() -> Path:
+    d = cache_dir() / "builds" / "detached"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def start_detached(argv: list[str], runner) -> dict:
+    """Run `parity build ...` (without --detach) in the background with a log and a done marker."""
+    import sys
+
+    stamp = time.strftime("%Y%m%d_%H%M%S")
+    log = detach_dir() / f"{stamp}.log"
+    state = detach_dir() / f"{stamp}.json"
+    script = (
+        f"{_q(sys.executable)} -m parity {' '.join(_q(a) for a in argv)}; rc=$?; "
+        f"echo $rc > {_q(str(state.with_suffix('.done')))}"
+    )
+    proc = runner.spawn(["sh", "-c", script], log_path=str(log))
+    doc = {"pid": proc.pid, "argv": argv, "log": str(log), "started": stamp}
+    state.write_text(json.dumps(doc))
+    return doc
+
+
+def _q(s: str) -> str:
+    import shlex
+
+    return shlex.quote(s)
+
+
+def detached_status() -> list[dict]:
+    from parity.engine.cmake import parse_progress
+
+    rows = []
+    for st in sorted(detach_dir().glob("*.json")):
+        doc = json.loads(st.read_text())
+        done = st.with_suffix(".done")
+        if done.exists():
+            rc = int(done.read_text().strip() or 1)
+            doc["state"] = "done" if rc == 0 else f"failed (exit {rc})"
+        else:
+            try:
+                os.kill(doc["pid"], 0)
+                doc["state"] = "running"
+            except ProcessLookupError:
+                doc["state"] = "died"
+        last = ""
+        try:
+            for ln in Path(doc["log"]).read_text(errors="replace").splitlines():
+                if parse_progress(ln) or ln.strip():
+                    last = ln.strip()
+        except OSError:
+            pass
+        doc["last_line"] = last[-120:]
+        rows.append(doc)
+    return rows

@@ -1,0 +1,42 @@
+"""The CMake/ninja tool: configure + build commands, and ninja progress parsing."""
+
+from __future__ import annotations
+
+import os
+import re
+
+BASE_FLAGS = [
+    "-G",
+    "Ninja",
+    "-DCMAKE_BUILD_TYPE=Release",
+    "-DLLAMA_CURL=OFF",
+    "-DLLAMA_BUILD_EXAMPLES=OFF",
+    "-DLLAMA_BUILD_APP=OFF",
+    "-DLLAMA_BUILD_TESTS=ON",
+    "-DLLAMA_BUILD_SERVER=ON",
+]
+
+_PROGRESS = re.compile(r"^\[(\d+)/(\d+)\]")
+
+
+def cuda_flags(archs: str | None) -> list[str]:
+    """CPU when archs is None; else the CUDA backend for those architectures
+    (121 -> sm_121; 121a -> arch=compute_121a,code=[compute_121a,sm_121a])."""
+    if not archs:
+        return ["-DGGML_CUDA=OFF"]
+    archs = ";".join(a.strip() for a in archs.split(";") if a.strip())
+    return ["-DGGML_CUDA=ON", f"-DCMAKE_CUDA_ARCHITECTURES={archs}"]
+
+
+def configure_argv(src: str, build: str, archs: str | None, extra: list[str]) -> list[str]:
+    return ["cmake", "-S", src, "-B", build, *BASE_FLAGS, *cuda_flags(archs), *extra]
+
+
+def build_argv(build: str, targets: list[str], jobs: int | None = None) -> list[str]:
+    return ["cmake", "--build", build, "-j", str(jobs or os.cpu_count() or 2), "--target", *targets]
+
+
+def parse_progress(line: str) -> tuple[int, int] | None:
+    """ninja's '[n/m] Building ...' -> (n, m)."""
+    m = _PROGRESS.match(line.strip())
+    return (int(m.group(1)), int(m.group(2))) if m else None

@@ -1,0 +1,50 @@
+"""The git tool: strict patch application and tree hashes (through a Runner)."""
+
+from __future__ import annotations
+
+import re
+
+from parity.errors import InfraError
+
+_ID = ["-c", "user.name=parity", "-c", "user.email=parity@localhost", "-c", "core.autocrlf=false", "-c", "core.fileMode=true"]
+
+
+def git(runner, args: list[str], cwd: str, timeout: float = 600):
+    return runner.run(["git", *_ID, *args], cwd=cwd, timeout=timeout, env={"GIT_CONFIG_NOSYSTEM": "1", "LC_ALL": "C"})
+
+
+def tree_hash(runner, workdir: str) -> str:
+    """git tree hash of a directory's content (initialises a repo when needed)."""
+    if not runner.exists(f"{workdir}/.git"):
+        _ok(git(runner, ["init", "-q"], workdir), "git init")
+    _ok(git(runner, ["add", "-A", "-f", "."], workdir, timeout=1800), "git add")
+    return _ok(git(runner, ["write-tree"], workdir), "git write-tree").stdout.strip()
+
+
+def _ok(res, what: str):
+    if not res.ok:
+        raise InfraError(f"{what} failed: {res.tail(3)}")
+    return res
+
+
+_FAILED = re.compile(r"error: patch failed: (?P<file>\S+):(?P<line>\d+)")
+_NOAPPLY = re.compile(r"error: (?P<file>\S+): patch does not apply")
+_MISSING = re.compile(r"error: (?P<file>\S+): No such file or directory")
+
+
+def parse_apply_error(stderr: str) -> dict:
+    """The file and hunk line `git apply` stopped at."""
+    out: dict = {"message": stderr.strip().splitlines()[0] if stderr.strip() else "git apply failed"}
+    m = _FAILED.search(stderr)
+    if m:
+        out.update(file=m["file"], line=int(m["line"]))
+    else:
+        m = _NOAPPLY.search(stderr) or _MISSING.search(stderr)
+        if m:
+            out["file"] = m["file"]
+    return out
+
+
+def apply_patch(runner, workdir: str, patch: str):
+    """Strict git apply: no fuzz, whitespace must match.  Returns the CommandResult."""
+    return git(runner, ["apply", "--whitespace=nowarn", "-p1", patch], workdir)

@@ -1,0 +1,1 @@
+"""Model files: synthesized tiny GGUFs and profile model lookup."""
