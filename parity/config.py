@@ -166,6 +166,9 @@ class GatesConfig:
     models: list[str] = field(default_factory=list)  # models gated pre/post by default
     engine: str | None = None  # engine whose binaries run the gates
     paths: list[str] = field(default_factory=list)  # paths gated by default
+    # no canonical md5 for a model: this engine's build, run in the same session, defines it
+    reference_engine: str | None = None
+    reference_path: str | None = None
     ops: list[str] = field(default_factory=list)
     op_backend: str = "CUDA0"
     op_retries: int = 1
@@ -444,8 +447,14 @@ def validate(p: Profile, label: str) -> None:
     for m in p.gates.models:
         if m not in p.models:
             raise ConfigError(label, "gates.models", f"unknown model {m!r}")
-    if p.gates.engine and p.gates.engine not in p.engines:
-        raise ConfigError(label, "gates.engine", f"unknown engine {p.gates.engine!r}")
+    for key in ("engine", "reference_engine"):
+        val = getattr(p.gates, key)
+        if val and val not in p.engines:
+            raise ConfigError(label, f"gates.{key}", f"unknown engine {val!r}")
+    for key in ("reference", "baseline", "candidate"):
+        val = getattr(p.gates.kl, key)
+        if val and val not in p.models:
+            raise ConfigError(label, f"gates.kl.{key}", f"unknown model {val!r}")
     for i, b in enumerate(p.profiling.buckets):
         try:
             re.compile(b.pattern)

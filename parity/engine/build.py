@@ -143,7 +143,7 @@ def _build(profile: Profile, p: BuildPlan, runner, out) -> BuildResult:
     shutil.copytree(pristine, p.dir / "src", symlinks=True, ignore=shutil.ignore_patterns(".git", ".complete", "build"))
     series = patches.apply_series(runner, str(p.dir / "src"), p.series_dir, e.expected_tree, out)
     log_path = p.dir / "build.log"
-    with open(log_path, "w") as log:
+    with open(log_path, "w", buffering=1) as log:
         log.write("$ " + " ".join(p.configure) + "\n")
         res = runner.run(p.configure, timeout=1800, on_line=lambda s, ln: log.write(ln + "\n"))
         if not res.ok:

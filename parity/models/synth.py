@@ -101,7 +101,7 @@ def _tensors(spec: SynthSpec, n_vocab: int):
             (p + "ffn_up.weight", w(spec.ff, spec.embd)),
             (p + "ffn_down.weight", w(spec.embd, spec.ff)),
         ]
-    out += [("output_norm.weight", norm(spec.embd)), ("output.weight", w(n_vocab, spec.embd, 4.0 / np.sqrt(spec.embd)))]
+    out += [("output_norm.weight", norm(spec.embd)), ("output.weight", w(n_vocab, spec.embd, 1.5 / np.sqrt(spec.embd)))]
     return out
 
 

@@ -1,0 +1,46 @@
+"""The llama-completion tool: greedy runs for the md5 gate."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+EMPTY_MD5 = "d41d8cd98f00b204e9800998ecf8427e"
+
+
+@dataclass
+class CompletionRun:
+    argv: list[str]
+    env: dict
+    rc: int | None
+    timed_out: bool
+    stdout: bytes
+    stderr: str
+    seconds: float
+    retried: dict | None = None
+
+    @property
+    def md5(self) -> str:
+        return hashlib.md5(self.stdout).hexdigest()
+
+
+def greedy_argv(binary: str, model: str, prompt: str, n_predict: int, seed: int, form: str, extra: list[str]) -> list[str]:
+    argv = [binary, "-m", model, *extra, "-p", prompt, "-n", str(n_predict), "--seed", str(seed)]
+    if form == "no-cnv":
+        argv.append("-no-cnv")
+    return argv
+
+
+def run_greedy(runner, argv: list[str], env: dict, timeout: float) -> CompletionRun:
+    """stdin is /dev/null (conversation mode would wait on a terminal otherwise)."""
+    res = runner.run(argv, env=env, timeout=timeout)
+    return CompletionRun(argv, dict(env), res.rc, res.timed_out, res.stdout.encode("utf-8", "surrogateescape"), res.stderr, res.duration_s)
+
+
+def first_divergence(got: bytes, ref: bytes, context: int = 24) -> str:
+    """Where two transcripts first differ, as a short readable excerpt."""
+    n = next((i for i, (a, b) in enumerate(zip(got, ref)) if a != b), min(len(got), len(ref)))
+    if n == len(got) == len(ref):
+        return "identical"
+    lo = max(0, n - context)
+    return f"first difference at byte {n}: got {got[lo:n + context]!r} vs reference {ref[lo:n + context]!r}"

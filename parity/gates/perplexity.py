@@ -1,0 +1,54 @@
+"""The llama-perplexity tool: KL-divergence runs and their parsing."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+_NUM = r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|-?inf)"
+_PM = rf"{_NUM}\s*(?:±|\+/-)\s*{_NUM}"
+_PATTERNS = {
+    "ppl_q": rf"^Mean PPL\(Q\)\s*:\s*{_PM}",
+    "ppl_base": rf"^Mean PPL\(base\)\s*:\s*{_PM}",
+    "ln_ppl_ratio": rf"^Mean ln\(PPL\(Q\)/PPL\(base\)\)\s*:\s*{_PM}",
+    "ppl_ratio": rf"^Mean PPL\(Q\)/PPL\(base\)\s*:\s*{_PM}",
+    "kld": rf"^Mean\s+KLD:\s*{_PM}",
+    "same_top_p": rf"^Same top p:\s*{_PM}\s*%",
+}
+_FINAL = re.compile(rf"Final estimate: PPL = {_NUM} \+/- {_NUM}")
+
+
+@dataclass
+class Stat:
+    value: float
+    err: float
+
+
+def _f(s: str) -> float:
+    return float(s.replace("inf", "inf"))
+
+
+def parse(text: str) -> dict[str, Stat]:
+    """Statistics a --kl-divergence run prints (or PPL of a base run)."""
+    out: dict[str, Stat] = {}
+    for key, pat in _PATTERNS.items():
+        m = re.search(pat, text, re.M)
+        if m:
+            out[key] = Stat(_f(m.group(1)), _f(m.group(2)))
+    m = _FINAL.search(text)
+    if m and "ppl_q" not in out:
+        out["ppl"] = Stat(_f(m.group(1)), _f(m.group(2)))
+    return out
+
+
+def is_finite(stats: dict[str, Stat], key: str) -> bool:
+    return key in stats and math.isfinite(stats[key].value)
+
+
+def base_argv(binary: str, model: str, text: str, ctx: int, chunks: int, logits: str, extra: list[str]) -> list[str]:
+    return [binary, "-m", model, "-f", text, "-c", str(ctx), "--chunks", str(chunks), "--kl-divergence-base", logits, *extra]
+
+
+def kl_argv(binary: str, model: str, logits: str, ctx: int, chunks: int, extra: list[str]) -> list[str]:
+    return [binary, "-m", model, "-c", str(ctx), "--chunks", str(chunks), "--kl-divergence-base", logits, "--kl-divergence", *extra]
