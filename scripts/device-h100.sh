@@ -14,7 +14,7 @@ export PYTHONPATH=/tmp/site:$PWD
 P="python3 -m parity --artifacts $OUT/runs"
 PROF=campaigns/profiles/h100-device.yaml
 stage=${1:?stage: build|gates|sweep}
-t() { local s=$(date +%s.%N); "$@"; local rc=$?; echo "[time] $(echo "$(date +%s.%N) - $s" | bc) s rc=$rc: $*" | tee -a "$OUT/timings.txt"; return $rc; }
+t() { local s=$(date +%s%N); "$@"; local rc=$?; echo "[time] $(( ($(date +%s%N) - s) / 1000000 )) ms rc=$rc: $*" | tee -a "$OUT/timings.txt"; return $rc; }
 case $stage in
 build)
   t $P hw -p $PROF | tee "$OUT/hw.txt"
@@ -40,9 +40,10 @@ build)
 gates)
   t $P build -p $PROF -e stock -j 16 2>&1 | tail -2
   t $P gate -p $PROF --json > "$OUT/gate.json"; tail -c 300 "$OUT/gate.json"
+  t $P snapshot -p $PROF 2>&1 | tail -24
   ;;
 sweep)
-  t $P snapshot -p $PROF --no-gates 2>&1 | tail -14
+  t $P snapshot -p $PROF --repeat 3 --no-gates 2>&1 | tail -14
   t $P bench -p $PROF -e paged 2>&1 | tail -12
   ;;
 esac
