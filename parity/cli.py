@@ -69,35 +69,44 @@ for _name in COMMAND_MODULES:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from parity.errors import EXIT_INTERRUPTED, EXIT_USAGE, ParityError
+    from parity.errors import EXIT_USAGE, ParityError
+
+    signals: list[int] = []
 
     def _term(signum, frame):
-        raise KeyboardInterrupt(f"signal {signum}")
+        # the first signal interrupts; later ones must not break the (bounded) cleanup
+        signals.append(signum)
+        if len(signals) == 1:
+            raise KeyboardInterrupt(f"signal {signum}")
 
-    signal.signal(signal.SIGTERM, _term)
-    signal.signal(signal.SIGHUP, _term)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _term)
     cmd = typer.main.get_command(app)
     try:
         rv = cmd.main(args=argv, prog_name="parity", standalone_mode=False)
+        if signals:  # typer turns KeyboardInterrupt into a plain return of 130
+            return _interrupted()
         return rv if isinstance(rv, int) else 0
     except ParityError as e:
+        if signals:  # a failure caused by the interruption itself
+            return _interrupted()
         _one_line(str(e))
         return e.exit_code
     except KeyboardInterrupt:
-        from parity.runners.local import stop_all
-
-        stop_all()
-        _one_line("interrupted")
-        return EXIT_INTERRUPTED
+        return _interrupted()
     except typer.Exit as e:
-        return e.exit_code
+        return _interrupted() if signals else e.exit_code
     except Exception as e:  # click usage errors and the like
-        from click.exceptions import Abort, ClickException, Exit
+        try:  # newer typer vendors click: its parser raises typer._click exceptions
+            from typer._click.exceptions import ClickException
+        except ImportError:
+            from click.exceptions import ClickException
 
-        if isinstance(e, Exit):
-            return e.exit_code
-        if isinstance(e, Abort):
-            return EXIT_INTERRUPTED
+        if isinstance(e, typer.Abort):  # click turns KeyboardInterrupt into Abort
+            return _interrupted()
+        if isinstance(e, ClickException) and type(e).__name__ == "NoArgsIsHelpError":
+            sys.stderr.write(e.format_message() + "\n")  # the help text, as click does
+            return EXIT_USAGE
         if isinstance(e, ClickException):
             if os.environ.get("PARITY_DEBUG"):
                 raise
@@ -107,6 +116,15 @@ def main(argv: list[str] | None = None) -> int:
             raise
         _one_line(f"internal error: {type(e).__name__}: {e} (set PARITY_DEBUG=1 for the traceback)")
         return 1
+
+
+def _interrupted() -> int:
+    from parity.errors import EXIT_INTERRUPTED
+    from parity.runners.local import stop_all
+
+    stop_all()
+    _one_line("interrupted")
+    return EXIT_INTERRUPTED
 
 
 def _one_line(msg: str) -> None:

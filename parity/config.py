@@ -103,6 +103,7 @@ class SourceConfig:
     sha256: str | None = None
     package: str | None = None  # pypi-sdist: "name==version"
     subdir: str | None = None  # pypi-sdist/archive: where llama.cpp sits inside
+    checkout: str | None = None  # git/localai: an existing upstream clone holding the pin (instead of cloning url)
 
 
 @dataclass
@@ -145,6 +146,7 @@ class EngineConfig:
 class KLConfig:
     reference: str | None = None  # model name whose logits are the base (e.g. the f16 model)
     baseline: str | None = None  # model/engine whose KLD bounds the candidate
+    baseline_path: str | None = None  # path the baseline runs on (seeds: nonpaged); None = the gated path
     candidate: str | None = None
     text: str | None = None  # text file for llama-perplexity; None = built-in text
     ctx: int = 128
@@ -152,6 +154,7 @@ class KLConfig:
     max_kld: float | None = None  # absolute bound when no baseline is measured
     kld_slack: float = 0.0  # candidate may exceed baseline by this much
     ppl_band_pct: float = 5.0  # |PPL(candidate)/PPL(baseline) - 1| * 100 bound
+    retries: int = 3  # reruns when llama-perplexity exits 0 without its statistics (its logger loses the tail at exit)
     timeout_s: float = 1800.0
 
 
@@ -163,6 +166,7 @@ class GatesConfig:
     form: Literal["chat", "no-cnv"] = "chat"
     completion_args: list[str] = field(default_factory=lambda: ["-ngl", "99", "-fa", "on", "--temp", "0"])
     timeout_s: float = 600.0
+    completion_retries: int = 3  # reruns while llama-completion's stdout is incomplete (its logger loses the tail at exit)
     models: list[str] = field(default_factory=list)  # models gated pre/post by default
     engine: str | None = None  # engine whose binaries run the gates
     paths: list[str] = field(default_factory=list)  # paths gated by default
@@ -202,7 +206,7 @@ class ServingConfig:
     batch: int = 2048
     ubatch: int = 512
     repeat: int = 1
-    order: Literal["abab", "aabb"] = "abab"
+    order: Literal["abab", "abba", "aabb"] = "abab"  # engine order across repeats (see runners.snapshot.run_order)
     port: int = 8090
     request_timeout_s: float = 600.0
     server_args: list[str] = field(default_factory=lambda: ["-ngl", "99", "-fa", "on"])
@@ -216,8 +220,9 @@ class LockConfig:
     timeout_s: float = 7200.0
     stale_age_s: float = 12 * 3600.0
     idle_checks: int = 2
-    require_idle_gpu: bool = True
-    docker_filter: str | None = None  # container name substring that means "busy"; None = any container
+    require_idle_gpu: bool = True  # false: GPU compute processes are reported but do not block
+    preflight: bool = True  # false: lock only, no nvidia-smi/docker idle checks (lock tests)
+    docker_filter: str | None = None  # container name/image substring that means "busy"; None = any container
     docker_no_daemon: Literal["idle", "busy"] = "idle"
     nvidia_smi_missing: Literal["idle", "busy"] = "idle"
 
@@ -225,7 +230,8 @@ class LockConfig:
 @dataclass
 class BucketRule:
     name: str
-    pattern: str
+    pattern: str  # regex searched in the demangled kernel name; first matching rule wins
+    group: str | None = None  # macro bucket (GDN, MoE/FFN-GEMM, ...); None = the name
 
 
 @dataclass
@@ -236,8 +242,10 @@ class ProfilingConfig:
     npl: int = 128
     npp: int = 128
     extra_args: list[str] = field(default_factory=list)
-    buckets: list[BucketRule] = field(default_factory=list)  # empty = the shipped default table
+    buckets: list[BucketRule] = field(default_factory=list)  # empty = the shipped default table (parity/defaults/buckets.yaml)
     top_unmatched: int = 10
+    decode_after_nvtx: str | None = None  # regex: analyze only kernels after the last matching NVTX range
+    timeout_s: float = 3600.0  # one capture (nsys + workload)
 
 
 @dataclass
@@ -246,6 +254,7 @@ class StatsConfig:
     noise_k: float = 3.0
     require_consistent_direction: bool = True
     metrics: list[str] = field(default_factory=lambda: ["decode_agg_tps", "agg_tps", "prefill_tps", "ttft_p50_ms"])
+    confidence: float = 0.95  # rank-based CI shown beside each A/B delta (informative, not part of the rule)
 
 
 @dataclass
@@ -388,6 +397,7 @@ def _expand_paths(p: Profile) -> None:
         e.bin_dir = expand_path(e.bin_dir)
     for s in p.sources.values():
         s.path = expand_path(s.path)
+        s.checkout = expand_path(s.checkout)
     p.lock.dir = expand_path(p.lock.dir) or p.lock.dir
     if p.gates.kl.text:
         p.gates.kl.text = expand_path(p.gates.kl.text)
@@ -462,6 +472,16 @@ def validate(p: Profile, label: str) -> None:
             raise ConfigError(label, f"profiling.buckets[{i}].pattern", f"bad regex: {err}") from None
     if p.lock.idle_checks < 1:
         raise ConfigError(label, "lock.idle_checks", "must be at least 1")
+    for key in ("min_delta_pct", "noise_k"):
+        if getattr(p.stats, key) < 0:
+            raise ConfigError(label, f"stats.{key}", "must not be negative")
+    if not 0 < p.stats.confidence < 1:
+        raise ConfigError(label, "stats.confidence", "must be between 0 and 1 (e.g. 0.95)")
+    if not p.stats.metrics:
+        raise ConfigError(label, "stats.metrics", "must name at least one metric")
+    for key in ("poll_s", "timeout_s", "stale_age_s"):
+        if getattr(p.lock, key) <= 0:
+            raise ConfigError(label, f"lock.{key}", "must be a positive number of seconds")
 
 
 # --------------------------------------------------------------------------- dataclass decoding
@@ -561,7 +581,9 @@ def from_dict(cls, data, label: str, prefix: str = ""):
     for k, v in data.items():
         key = f"{prefix}.{k}" if prefix else str(k)
         if k not in fields or k == "source_file":
-            close = [n for n in fields if n.startswith(str(k)[:3])]
+            import difflib
+
+            close = difflib.get_close_matches(str(k), [n for n in fields if n != "source_file"], n=1)
             hint = f" (did you mean {close[0]}?)" if close else ""
             raise ConfigError(label, key, f"unknown key{hint}")
         kwargs[k] = _decode(hints[k], v, label, key)

@@ -5,6 +5,7 @@ process on the way out."""
 
 from __future__ import annotations
 
+import os
 import sys
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -50,6 +51,9 @@ def run_session(ctx: Context, kind: str, slug: str, argv: list[str] | None = Non
 def run_session_existing(ctx: Context, rd: RunDir) -> Iterator[RunDir]:
     from parity.runners.local import stop_all
 
+    announce = os.environ.pop("PARITY_RUN_DIR_FILE", None)  # set by a delegating `parity --host` (parity.remote); first session only
+    if announce:
+        Path(announce).write_text(str(rd.path.resolve()) + "\n")
     try:
         with ctx.cleanup:
             yield rd

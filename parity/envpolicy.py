@@ -9,11 +9,18 @@ from parity.config import PolicyConfig
 from parity.errors import UsageError
 
 
-def check_bench_env(env: Mapping[str, str], policy: PolicyConfig, allow: Iterable[str] = (), context: str = "benchmark", inherit: bool = True) -> None:
-    """Refuse a forbidden knob set in the engine env or inherited from the shell."""
+def check_bench_env(
+    env: Mapping[str, str], policy: PolicyConfig, allow: Iterable[str] = (), context: str = "benchmark", inherit: bool = True
+) -> None:
+    """Refuse a forbidden knob set in the engine env (from the profile) or inherited
+    from the shell (os.environ, unless inherit=False); `allow` names are let through.
+    A name in `allow` that is not a forbidden knob is a typo and refused too."""
     allow = set(allow)
-    sources = [("profile", env)] + ([("environment", os.environ)] if inherit else [])
+    forbidden = policy.forbidden_bench_env
+    for name in sorted(allow - set(forbidden)):
+        raise UsageError(f"--allow-env {name}: not a forbidden bench knob (forbidden: {', '.join(sorted(forbidden)) or 'none'})")
+    sources = [("the profile's engine env", env)] + ([("the inherited environment", os.environ)] if inherit else [])
     for where, e in sources:
-        for name, reason in policy.forbidden_bench_env.items():
+        for name, reason in forbidden.items():
             if name in e and name not in allow:
-                raise UsageError(f"{name} is not allowed in {context} runs ({where} sets it): {reason} (pass --allow-env {name} to override)")
+                raise UsageError(f"{name} is not allowed in {context} runs: {reason} ({where} sets {name}={e[name]}; pass --allow-env {name} to override)")

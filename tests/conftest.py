@@ -59,3 +59,77 @@ def engine_bins(smoke_profile) -> dict[str, Path]:
 
     out = Output(json_mode=True)
     return {name: Path(ensure_built(smoke_profile, name, LocalRunner(), out).bin_dir) for name in ("paged", "stock")}
+
+
+# --------------------------------------------------------------------------- real sshd (remote runs)
+
+
+@pytest.fixture(scope="session")
+def sshd_server(tmp_path_factory):
+    """A real OpenSSH server on 127.0.0.1 (tests/sshd.py); CI installs openssh-server."""
+    import shutil
+
+    if not Path("/usr/sbin/sshd").exists() or not shutil.which("ssh-keygen"):
+        if os.environ.get("CI"):
+            pytest.fail("openssh-server is required (apt-get install -y openssh-server)")
+        pytest.skip("no /usr/sbin/sshd here")
+    import sshd as _sshd
+
+    server = _sshd.start_sshd(tmp_path_factory.mktemp("sshd"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def ssh_profile(sshd_server, tmp_path_factory) -> Path:
+    """A profile (extends smoke) whose hosts reach sshd_server: local-ssh (good),
+    local-ssh-b (same server, own workdir), and one broken entry per bad input."""
+    import yaml
+    from sshd import free_port
+
+    base = tmp_path_factory.mktemp("ssh-remote")
+    empty_known = base / "known_hosts_empty"
+    empty_known.write_text("")
+    s = sshd_server
+    hosts = {
+        "local-ssh": s.host_entry(base / "work-a"),
+        "local-ssh-b": s.host_entry(base / "work-b"),
+        "closed-port": s.host_entry(base / "work-x", port=free_port()),
+        "wrong-key": s.host_entry(base / "work-x", identity_file=str(s.wrong_key)),
+        "unknown-key": s.host_entry(base / "work-x", known_hosts=str(empty_known)),
+        "accept-new": s.host_entry(base / "work-a", known_hosts=str(base / "known_hosts_new"), host_key_policy="accept-new"),
+        "no-parity": s.host_entry(base / "work-x", parity=str(base / "does-not-exist" / "parity")),
+    }
+    path = base / "profile.yaml"
+    path.write_text(yaml.safe_dump({"extends": "smoke", "name": "smoke-ssh", "hosts": hosts}))
+    return path
+
+
+@pytest.fixture
+def mini_build(tmp_path, monkeypatch):
+    """Factory for a profile whose llama engines build tests/data/build/mini-llama (a real
+    tiny CMake project with llama.cpp's option and target names) in seconds, into a
+    private PARITY_CACHE.  make(engines=None, series=None) -> profile YAML path;
+    default engines: paged (tests/data/build/mini-series) and stock."""
+    import shutil
+
+    import yaml
+
+    monkeypatch.setenv("PARITY_CACHE", str(tmp_path / "cache"))
+    src = tmp_path / "mini-src"
+    shutil.copytree(DATA / "build" / "mini-llama", src)
+
+    def make(engines: dict | None = None, series: str | Path | None = None) -> Path:
+        targets = ["llama-completion", "test-backend-ops"]
+        if engines is None:
+            engines = {
+                "paged": {"source": "mini", "series": str(series or DATA / "build" / "mini-series"), "targets": targets},
+                "stock": {"source": "mini", "targets": targets},
+            }
+        doc = {"name": "mini", "sources": {"mini": {"kind": "path", "path": str(src)}}, "engines": engines}
+        path = tmp_path / "mini-profile.yaml"
+        path.write_text(yaml.safe_dump(doc))
+        return path
+
+    make.src = src
+    return make

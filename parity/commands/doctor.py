@@ -1,9 +1,28 @@
-"""parity doctor commands (see register)."""
+"""parity doctor"""
 
 from __future__ import annotations
 
+from typing import Optional
+
 import typer
+
+from parity.commands.common import JsonOpt, ProfileOpt
 
 
 def register(app: typer.Typer) -> None:
-    pass
+    @app.command("doctor")
+    def doctor(profile: Optional[str] = ProfileOpt, json: bool = JsonOpt):
+        """What this machine has for each capability (ok / missing / degraded) and what that means."""
+        from parity.commands.common import make_context
+        from parity.doctor import report, run_checks
+
+        ctx = make_context(profile, json)
+        checks = run_checks(ctx.runner, ctx.profile)
+        data = report(checks)
+
+        def human():
+            ctx.out.table("parity doctor", ["capability", "status", "found", "consequence"], [[c.name, c.status, c.found, c.consequence] for c in checks])
+            s = data["summary"]
+            ctx.out.info(f"{s['ok']} ok, {s['degraded']} degraded, {s['missing']} missing")
+
+        ctx.out.emit(data, human)

@@ -1,1 +1,48 @@
 """Model files: synthesized tiny GGUFs and profile model lookup."""
+
+from __future__ import annotations
+
+from parity.config import Profile, SynthSpec
+from parity.errors import UsageError
+
+
+def spec_from_options(**options) -> SynthSpec:
+    """A SynthSpec from CLI options; None keeps the dataclass default."""
+    given = {k: v for k, v in options.items() if v is not None}
+    dtype = given.get("dtype")
+    if dtype is not None and dtype not in ("f32", "f16"):
+        raise UsageError(f"--dtype {dtype!r}: expected f32 or f16")
+    spec = SynthSpec(**given)
+    from parity.models.synth import check_spec
+
+    check_spec(spec)
+    return spec
+
+
+def model_rows(profile: Profile) -> list[dict]:
+    """One row per profile model: exists / missing / stale (synth spec changed)."""
+    from pathlib import Path
+
+    from parity.models.synth import is_current
+
+    rows = []
+    for name, m in profile.models.items():
+        p = Path(m.path) if m.path else None
+        exists = bool(p and p.is_file())
+        if m.synth is None:
+            status, source = ("present" if exists else "missing"), "file"
+        else:
+            status = "missing (synthesized on first use)" if not exists else ("present" if is_current(p, m.synth) else "stale (re-synthesized on use)")
+            source = _describe(m.synth)
+        rows.append({"name": name, "path": m.path, "exists": exists, "status": status, "bytes": p.stat().st_size if exists else None, "source": source})
+    return rows
+
+
+def _describe(spec: SynthSpec) -> str:
+    d = SynthSpec()
+    text = f"synth {spec.dtype} seed {spec.seed}"
+    if (spec.layers, spec.embd) != (d.layers, d.embd):
+        text += f" {spec.layers}x{spec.embd}"
+    if spec.noise:
+        text += f" noise {spec.noise:g}"
+    return text

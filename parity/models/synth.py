@@ -53,7 +53,7 @@ def vocab() -> tuple[list[str], list[int], list[str]]:
     return tokens, types, merges
 
 
-def _check(spec: SynthSpec) -> None:
+def check_spec(spec: SynthSpec) -> None:
     if spec.arch != "llama":
         raise UsageError(f"synth: arch {spec.arch!r} is not supported (supported: llama)")
     for name in ("layers", "embd", "heads", "kv_heads", "ff", "ctx"):
@@ -67,6 +67,10 @@ def _check(spec: SynthSpec) -> None:
         raise UsageError("synth: head size (embd / heads) must be even for RoPE")
     if spec.noise < 0:
         raise UsageError("synth: --noise must be >= 0")
+    if spec.experts or spec.experts_used:
+        raise UsageError("synth: experts are not supported for arch llama (leave experts/experts_used at 0)")
+    if spec.perturb_seed < 0 or spec.seed < 0:
+        raise UsageError("synth: --seed and --perturb-seed must be >= 0")
 
 
 def _tensors(spec: SynthSpec, n_vocab: int):
@@ -109,7 +113,7 @@ def synth_gguf(out_path: str | Path, spec: SynthSpec) -> str:
     """Write the model atomically; return its sha256."""
     import gguf
 
-    _check(spec)
+    check_spec(spec)
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     tokens, types, merges = vocab()
@@ -165,27 +169,38 @@ def _sidecar(path: Path) -> Path:
 def ensure_model(profile: Profile, name: str) -> str:
     """Path of a profile model; synthesized when it has a synth spec and the file
     is missing or was made from another spec."""
-    if name not in profile.models:
-        known = ", ".join(profile.models) or "none"
-        raise ConfigError(profile.source_file, f"models.{name}", f"no such model (known: {known})")
-    m = profile.models[name]
+    m = profile.model(name)
     path = Path(m.path)
     if m.synth is None:
         if not path.is_file():
             raise UsageError(f"model {name}: file not found: {path}")
         return str(path)
-    want = asdict(m.synth)
-    side = _sidecar(path)
+    if is_current(path, m.synth):
+        return str(path)
+    write_model(path, m.synth, label=f"model {name}: ")
+    return str(path)
+
+
+def is_current(path: Path, spec: SynthSpec) -> bool:
+    """The file exists and its sidecar says it was made from this spec (and has its size)."""
     try:
-        if path.is_file() and json.loads(side.read_text()).get("spec") == want:
-            return str(path)
-    except (OSError, ValueError):
-        pass
-    digest = synth_gguf(path, m.synth)
+        side = json.loads(_sidecar(path).read_text())
+        return side.get("spec") == asdict(spec) and side.get("bytes", path.stat().st_size) == path.stat().st_size
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def write_model(path: str | Path, spec: SynthSpec, label: str = "") -> str:
+    """Synthesize to path and write the `<path>.synth.json` sidecar; returns the sha256."""
     from parity.artifacts import atomic_write_json
 
-    atomic_write_json(side, {"spec": want, "sha256": digest})
-    return str(path)
+    path = Path(path)
+    try:
+        digest = synth_gguf(path, spec)
+        atomic_write_json(_sidecar(path), {"spec": asdict(spec), "sha256": digest, "bytes": path.stat().st_size})
+    except OSError as e:
+        raise UsageError(f"{label}cannot write {path}: {e.strerror or e}") from None
+    return digest
 
 
 def campaign_step(ctx, options: dict) -> dict:

@@ -1,0 +1,60 @@
+"""Wall time of `parity --help`: median of N runs of the console script next to
+sys.executable, and of `python -m parity --help`.  Target: < 200 ms.
+
+    python benchmarks/cli_startup.py [--runs 10] [--json]
+
+Over target?  `python -X importtime -m parity --help 2>&1 | sort -t'|' -k2 -n | tail`
+shows what startup imports; make it lazy (import inside the command function).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+TARGET_MS = 200.0
+
+
+def measure(argv: list[str], runs: int) -> list[float]:
+    from parity.runners.local import LocalRunner
+
+    runner = LocalRunner()
+    runner.run(argv, timeout=60)  # warm the page cache and .pyc files
+    times = []
+    for _ in range(runs):
+        res = runner.run(argv, timeout=60)
+        if res.rc != 0:
+            raise SystemExit(f"{' '.join(argv)} exited {res.rc}: {res.tail(3)}")
+        times.append(res.duration_s * 1000)
+    return times
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=10)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    script = Path(sys.executable).with_name("parity")
+    cases = {"python -m parity --help": [sys.executable, "-m", "parity", "--help"]}
+    if script.exists():
+        cases = {f"{script} --help": [str(script), "--help"], **cases}
+    else:
+        print(f"note: no console script at {script}; measuring python -m parity only", file=sys.stderr)
+    results = []
+    for label, argv in cases.items():
+        t = measure(argv, args.runs)
+        results.append({"command": label, "runs": args.runs, "median_ms": round(statistics.median(t), 1), "min_ms": round(min(t), 1), "max_ms": round(max(t), 1)})
+    if args.json:
+        print(json.dumps({"target_ms": TARGET_MS, "results": results}, indent=2))
+    else:
+        for r in results:
+            verdict = "ok" if r["median_ms"] < TARGET_MS else f"OVER {TARGET_MS:.0f} ms"
+            print(f"{r['median_ms']:7.1f} ms median ({r['min_ms']:.1f}-{r['max_ms']:.1f}, {r['runs']} runs)  {r['command']}  [{verdict}]")
+    return 0 if all(r["median_ms"] < TARGET_MS for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,103 @@
+"""Typed profile loading: embedded profiles, extends, and one clear error per problem."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from parity.config import PolicyConfig, available_profiles, cache_dir, load_profile
+from parity.errors import ConfigError
+
+
+def write(tmp_path, text: str, name: str = "p.yaml") -> str:
+    p = tmp_path / name
+    p.write_text(textwrap.dedent(text))
+    return str(p)
+
+
+@pytest.mark.parametrize("name", ["smoke", "gb10-qwen36"])
+def test_embedded_profiles_load(name):
+    assert name in available_profiles()
+    prof = load_profile(name)
+    assert prof.name == name and prof.source_file == f"profile {name}"
+    assert prof.engines and prof.models
+    assert sorted(prof.policy.forbidden_bench_env) == sorted(PolicyConfig().forbidden_bench_env)
+
+
+def test_smoke_models_are_synthesized_under_the_cache(monkeypatch, tmp_path):
+    monkeypatch.setenv("PARITY_CACHE", str(tmp_path / "cache"))
+    prof = load_profile("smoke")
+    tiny = prof.model("tiny")
+    assert tiny.path == str(tmp_path / "cache" / "models" / "tiny-llama-f16.gguf")
+    assert tiny.synth is not None and tiny.synth.dtype == "f16"
+    assert prof.model("tiny-perturbed").synth.noise == 0.01
+    assert cache_dir() == tmp_path / "cache"
+
+
+def test_extends_deep_merges_and_replaces_lists(tmp_path):
+    prof = load_profile(write(tmp_path, """
+        extends: smoke
+        serving: {npl: [2], ptok: 16}
+        engines:
+          stock: {ready_timeout_s: 5}
+    """))
+    assert prof.serving.npl == [2] and prof.serving.ptok == 16
+    assert prof.serving.gen == load_profile("smoke").serving.gen  # untouched keys survive
+    assert prof.engine("stock").ready_timeout_s == 5.0 and prof.engine("stock").source == "sdist"
+    assert prof.name == "smoke"  # name comes along with the rest of the parent
+
+
+@pytest.mark.parametrize(
+    "text, key, problem",
+    [
+        ("extends: smoke\nserving: {nlp: [1]}\n", "serving.nlp", "unknown key (did you mean npl?)"),
+        ("extends: smoke\nserving: {npl: 4}\n", "serving.npl", "expected list of int, got number 4"),
+        ("extends: smoke\nserving: {repeat: true}\n", "serving.repeat", "expected an integer, got boolean True"),
+        ("extends: smoke\nserving: {order: abc}\n", "serving.order", "must be one of 'abab' | 'abba' | 'aabb'"),
+        ("extends: smoke\nlock: {poll_s: soon}\n", "lock.poll_s", "expected a number"),
+        ("extends: smoke\nmodels:\n  x: {path: a.gguf, canonical: [{path: paged}]}\n", "models.x.canonical[0].md5", "required key is missing"),
+        ("extends: smoke\nmodels:\n  x: {arch: llama}\n", "models.x.path", "missing (give a GGUF path or a synth: spec)"),
+        ("extends: smoke\nserving: {engines: [paged, vllm]}\n", "serving.engines", "unknown engine 'vllm'"),
+        ("extends: smoke\nengines:\n  paged: {cuda_archs: '90;sm_121'}\n", "engines.paged.cuda_archs", "not a CUDA architecture list"),
+        ("extends: smoke\nengines:\n  x: {kind: llama}\n", "engines.x", "needs a source"),
+        ("extends: smoke\nprofiling: {buckets: [{name: a, pattern: '(unclosed'}]}\n", "profiling.buckets[0].pattern", "bad regex"),
+        ("extends: smoke\nlock: {idle_checks: 0}\n", "lock.idle_checks", "must be at least 1"),
+        ("extends: smoke\ngates: {models: [nope]}\n", "gates.models", "unknown model 'nope'"),
+        ("extends: 7\n", "extends", "must be a profile name or file"),
+        ("- a list\n", "", "top level must be a mapping"),
+    ],
+)
+def test_config_errors_name_file_key_and_problem(tmp_path, text, key, problem):
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as e:
+        load_profile(path)
+    assert e.value.source == path
+    assert e.value.key == key
+    assert problem in e.value.problem
+    assert "\n" not in str(e.value)
+
+
+def test_yaml_syntax_error_names_the_line(tmp_path):
+    path = write(tmp_path, "extends: smoke\nserving:\n  npl: [1, 2\n")
+    with pytest.raises(ConfigError, match=r"line \d+: YAML syntax error"):
+        load_profile(path)
+
+
+def test_valid_cuda_arch_lists_are_accepted(tmp_path):
+    for archs in ("90", "121a", "90;121a", "90-real;121a-virtual"):
+        prof = load_profile(write(tmp_path, f"extends: smoke\nengines:\n  paged: {{cuda_archs: '{archs}'}}\n"))
+        assert prof.engine("paged").cuda_archs == archs
+
+
+def test_numbers_are_fine_as_strings(tmp_path):
+    prof = load_profile(write(tmp_path, "extends: smoke\nengines:\n  paged: {cuda_archs: 121}\n"))
+    assert prof.engine("paged").cuda_archs == "121"
+
+
+def test_unknown_model_and_engine_lookups():
+    prof = load_profile("smoke")
+    with pytest.raises(ConfigError, match=r"models.nope: no such model \(known: tiny, small"):
+        prof.model("nope")
+    with pytest.raises(ConfigError, match=r"engines.nope: no such engine \(known: paged, stock\)"):
+        prof.engine("nope")
