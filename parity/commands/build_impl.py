@@ -2,9 +2,25 @@
 
 from __future__ import annotations
 
-import sys
+import os
 
 from parity.errors import UsageError
+
+
+def detached_args(engines, defines, force, jobs, profile) -> list[str]:
+    """The same build, as `parity` arguments for the background process."""
+    args = ["build"]
+    if profile:
+        args += ["--profile", os.path.abspath(profile) if os.path.exists(profile) else profile]
+    for n in engines or []:
+        args += ["--engine", n]
+    for d in defines:
+        args += ["-D", d]
+    if force:
+        args.append("--force")
+    if jobs:
+        args += ["-j", str(jobs)]
+    return args
 
 
 def run(engines, defines, check_series, print_cmake, force, jobs, detach, status, profile, json_mode) -> int:
@@ -14,8 +30,10 @@ def run(engines, defines, check_series, print_cmake, force, jobs, detach, status
     ctx = make_context(profile, json_mode)
     out = ctx.out
     if status:
-        rows = b.detached_status()
-        out.emit(rows, lambda: out.table("detached builds", ["started", "pid", "state", "last line", "log"], [[r["started"], r["pid"], r["state"], r["last_line"], r["log"]] for r in rows]) if rows else out.info("no detached builds"))
+        from parity.engine import detach as bg
+
+        rows = bg.detached_status()
+        out.emit(rows, lambda: out.table("detached builds", ["id", "pid", "state", "progress", "last line", "log"], [[r.get("id", r["started"]), r["pid"], r["state"], r["progress"], r["last_line"], r["log"]] for r in rows]) if rows else out.info("no detached builds"))
         return 0
     names = engines or b.llama_engines(ctx.profile)
     if not names:
@@ -28,8 +46,9 @@ def run(engines, defines, check_series, print_cmake, force, jobs, detach, status
             raise UsageError(f"-D {d}: expected VAR=VALUE")
         flags.append(f"-D{d}")
     if detach:
-        argv = [a for a in sys.argv[1:] if a != "--detach"]
-        doc = b.start_detached(argv, ctx.runner)
+        from parity.engine import detach as bg
+
+        doc = bg.start_detached(detached_args(engines, defines, force, jobs, profile), ctx.runner)
         out.emit(doc, lambda: out.info(f"build running in the background (pid {doc['pid']}); log: {doc['log']}; `parity build --status` to poll"))
         return 0
     if print_cmake:

@@ -13,7 +13,6 @@ import fcntl
 import functools
 import hashlib
 import json
-import os
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -140,14 +139,19 @@ def _build(profile: Profile, p: BuildPlan, runner, out) -> BuildResult:
     p.dir.mkdir(parents=True)
     pristine = srcmod.materialize(e.source, profile.sources[e.source], runner, out)
     out.info(f"building {p.engine} ({p.key}): copying source from {pristine}")
-    shutil.copytree(pristine, p.dir / "src", symlinks=True, ignore=shutil.ignore_patterns(".git", ".complete", "build"))
+    srcmod.copy_tree(pristine, p.dir / "src")
     series = patches.apply_series(runner, str(p.dir / "src"), p.series_dir, e.expected_tree, out)
+    # the scratch repo only served the tree hash; without it llama.cpp's build-info does not run git on it
+    shutil.rmtree(p.dir / "src" / ".git", ignore_errors=True)
     log_path = p.dir / "build.log"
     with open(log_path, "w", buffering=1) as log:
         log.write("$ " + " ".join(p.configure) + "\n")
         res = runner.run(p.configure, timeout=1800, on_line=lambda s, ln: log.write(ln + "\n"))
         if not res.ok:
             raise InfraError(f"cmake configure of {p.engine} failed (log: {log_path}): {res.tail(3)}")
+        unused = cmake.parse_unused_variables(res.stdout + "\n" + res.stderr)
+        if unused:
+            out.warn(f"{p.engine}: this source does not use the CMake variable(s) {', '.join(unused)} (a typo or a renamed option?)")
         log.write("$ " + " ".join(p.build) + "\n")
         _compile(p, runner, out, log, log_path)
     bin_dir = p.dir / "build" / "bin"
@@ -157,6 +161,8 @@ def _build(profile: Profile, p: BuildPlan, runner, out) -> BuildResult:
         if not exe.is_file():
             raise InfraError(f"build of {p.engine} produced no {t} in {bin_dir}")
         binaries[t] = patches.sha256(exe)
+    # the series may only touch a shared library (common, llama, ggml): hash those too
+    libraries = {f.name: patches.sha256(f) for f in sorted(bin_dir.glob("lib*.so*")) if f.is_file() and not f.is_symlink()}
     prov = {
         "engine": p.engine,
         "key": p.key,
@@ -169,8 +175,10 @@ def _build(profile: Profile, p: BuildPlan, runner, out) -> BuildResult:
         "cuda_archs": e.cuda_archs,
         "cmake_configure": p.configure,
         "cmake_build": p.build,
-        "toolchain": p.toolchain,
+        "cmake_unused": unused,
+        "toolchain": {**toolchain(True), **p.toolchain},
         "binaries": binaries,
+        "libraries": libraries,
         "bin_dir": str(bin_dir),
         "wall_s": round(time.monotonic() - t0, 1),
         "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -223,7 +231,7 @@ def check_series(profile: Profile, engine: str, runner, out) -> dict:
     pristine = srcmod.materialize(e.source, profile.sources[e.source], runner, out)
     with tempfile.TemporaryDirectory(prefix="parity-series-") as tmp:
         work = Path(tmp) / "src"
-        shutil.copytree(pristine, work, symlinks=True, ignore=shutil.ignore_patterns(".git", ".complete", "build"))
+        srcmod.copy_tree(pristine, work)
         res = patches.apply_series(runner, str(work), p.series_dir, e.expected_tree, out)
     return {
         "engine": engine,
@@ -248,6 +256,10 @@ def write_builds_json(ctx, engines: list[str]) -> dict:
         else:
             data[name] = ensure_built(ctx.profile, name, ctx.runner, ctx.out).provenance
     if ctx.run:
+        try:
+            data = {**(ctx.run.read_json("builds.json") or {}), **data}
+        except (OSError, ValueError):
+            pass
         ctx.run.write_json("builds.json", data)
     return data
 
@@ -263,63 +275,3 @@ def campaign_step(ctx, options: dict) -> dict:
         result[n] = {"key": r.key, "bin_dir": str(r.bin_dir), "cached": r.cached, "tree_after": r.provenance.get("tree_after")}
     write_builds_json(ctx, names)
     return result
-
-
-# ----------------------------------------------------------------- detached builds
-
-
-def detach_dir() -> Path:
-    d = cache_dir() / "builds" / "detached"
-    d.mkdir(parents=True, exist_ok=True)
-    return d
-
-
-def start_detached(argv: list[str], runner) -> dict:
-    """Run `parity build ...` (without --detach) in the background with a log and a done marker."""
-    import sys
-
-    stamp = time.strftime("%Y%m%d_%H%M%S")
-    log = detach_dir() / f"{stamp}.log"
-    state = detach_dir() / f"{stamp}.json"
-    script = (
-        f"{_q(sys.executable)} -m parity {' '.join(_q(a) for a in argv)}; rc=$?; "
-        f"echo $rc > {_q(str(state.with_suffix('.done')))}"
-    )
-    proc = runner.spawn(["sh", "-c", script], log_path=str(log))
-    doc = {"pid": proc.pid, "argv": argv, "log": str(log), "started": stamp}
-    state.write_text(json.dumps(doc))
-    return doc
-
-
-def _q(s: str) -> str:
-    import shlex
-
-    return shlex.quote(s)
-
-
-def detached_status() -> list[dict]:
-    from parity.engine.cmake import parse_progress
-
-    rows = []
-    for st in sorted(detach_dir().glob("*.json")):
-        doc = json.loads(st.read_text())
-        done = st.with_suffix(".done")
-        if done.exists():
-            rc = int(done.read_text().strip() or 1)
-            doc["state"] = "done" if rc == 0 else f"failed (exit {rc})"
-        else:
-            try:
-                os.kill(doc["pid"], 0)
-                doc["state"] = "running"
-            except ProcessLookupError:
-                doc["state"] = "died"
-        last = ""
-        try:
-            for ln in Path(doc["log"]).read_text(errors="replace").splitlines():
-                if parse_progress(ln) or ln.strip():
-                    last = ln.strip()
-        except OSError:
-            pass
-        doc["last_line"] = last[-120:]
-        rows.append(doc)
-    return rows

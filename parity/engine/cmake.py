@@ -36,6 +36,25 @@ def build_argv(build: str, targets: list[str], jobs: int | None = None) -> list[
     return ["cmake", "--build", build, "-j", str(jobs or os.cpu_count() or 2), "--target", *targets]
 
 
+def parse_unused_variables(configure_output: str) -> list[str]:
+    """Names under CMake's 'Manually-specified variables were not used by the project'
+    warning: a -D flag this source does not know (a typo, or an option renamed upstream)."""
+    lines = configure_output.splitlines()
+    for i, ln in enumerate(lines):
+        if "Manually-specified variables were not used by the project" in ln:
+            names = []
+            for nxt in lines[i + 1 :]:
+                if not nxt.strip():
+                    if names:
+                        break
+                    continue
+                if not nxt.startswith("    ") or nxt.startswith("--"):
+                    break
+                names.append(nxt.strip())
+            return names
+    return []
+
+
 def parse_progress(line: str) -> tuple[int, int] | None:
     """ninja's '[n/m] Building ...' -> (n, m)."""
     m = _PROGRESS.match(line.strip())

@@ -30,16 +30,17 @@ def _ok(res, what: str):
 _FAILED = re.compile(r"error: patch failed: (?P<file>\S+):(?P<line>\d+)")
 _NOAPPLY = re.compile(r"error: (?P<file>\S+): patch does not apply")
 _MISSING = re.compile(r"error: (?P<file>\S+): No such file or directory")
+_EXISTS = re.compile(r"error: (?P<file>\S+): already exists in working directory")
 
 
 def parse_apply_error(stderr: str) -> dict:
-    """The file and hunk line `git apply` stopped at."""
+    """The file and hunk start line `git apply` stopped at (plus its first message line)."""
     out: dict = {"message": stderr.strip().splitlines()[0] if stderr.strip() else "git apply failed"}
     m = _FAILED.search(stderr)
     if m:
         out.update(file=m["file"], line=int(m["line"]))
     else:
-        m = _NOAPPLY.search(stderr) or _MISSING.search(stderr)
+        m = _NOAPPLY.search(stderr) or _MISSING.search(stderr) or _EXISTS.search(stderr)
         if m:
             out["file"] = m["file"]
     return out

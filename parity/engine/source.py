@@ -3,6 +3,8 @@ localai (a LocalAI backend dir: pin from its Makefile, series from patches/paged
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import re
 import shutil
@@ -24,6 +26,24 @@ class Source:
     identity: str  # cheap, stable identity for the cache key
     info: dict  # provenance for build.json
     series_dir: str | None = None  # localai: patches/paged
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    """Serialize materialization of one source (paged and stock share it)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+
+
+def localai_pin(name: str, cfg: SourceConfig) -> str:
+    """The Makefile pin; a `pin` in the profile must agree with it (a silent bump would
+    shift the tree out from under the series)."""
+    pin = read_localai_pin(cfg.path)
+    if cfg.pin and not (pin.startswith(cfg.pin) or cfg.pin.startswith(pin)):
+        raise UsageError(f"source {name}: Makefile LLAMA_VERSION {pin} differs from the profile's pin {cfg.pin}")
+    return pin
 
 
 def read_localai_pin(backend_dir: str) -> str:
@@ -65,18 +85,20 @@ def describe(name: str, cfg: SourceConfig) -> Source:
     if cfg.kind == "archive":
         return Source(cfg.kind, f"archive:{cfg.sha256}:{cfg.subdir}", {"kind": cfg.kind, "path": cfg.path, "sha256": cfg.sha256, "subdir": cfg.subdir})
     if cfg.kind == "git":
-        return Source(cfg.kind, f"git:{cfg.pin}", {"kind": cfg.kind, "url": cfg.url, "pin": cfg.pin})
+        return Source(cfg.kind, f"git:{cfg.pin}", {"kind": cfg.kind, "url": cfg.url, "checkout": cfg.checkout, "pin": cfg.pin})
     if cfg.kind == "localai":
-        pin = read_localai_pin(cfg.path)
+        pin = localai_pin(name, cfg)
         series = str(Path(cfg.path) / "patches" / "paged")
-        return Source(cfg.kind, f"git:{pin}", {"kind": cfg.kind, "backend_dir": cfg.path, "url": cfg.url, "pin": pin}, series)
+        info = {"kind": cfg.kind, "backend_dir": cfg.path, "url": cfg.url, "checkout": cfg.checkout, "pin": pin}
+        return Source(cfg.kind, f"git:{pin}", info, series)
     # path: fingerprint of the tree's files (names, sizes, mtimes) -- cheap and catches edits
     root = Path(cfg.path)
     if not root.is_dir():
         raise UsageError(f"source {name}: path not found: {root}")
     h = hashlib.sha256()
+    skip = set(copy_ignore(root)(str(root), [p.name for p in root.iterdir()]))
     for p in sorted(root.rglob("*")):
-        if ".git" in p.parts or "build" in p.relative_to(root).parts[:1]:
+        if p.relative_to(root).parts[0] in skip:
             continue
         try:
             st = p.stat()
@@ -86,59 +108,107 @@ def describe(name: str, cfg: SourceConfig) -> Source:
     return Source(cfg.kind, f"path:{root}:{h.hexdigest()[:16]}", {"kind": cfg.kind, "path": str(root)})
 
 
+def copy_ignore(root: Path):
+    """shutil.copytree ignore: the top level's .git, our .complete marker, and CMake build
+    dirs (a dir holding CMakeCache.txt) -- never a source file, whatever its name."""
+    root = Path(root)
+
+    def ignore(d, names):
+        if Path(d) != root:
+            return []
+        return [n for n in names if n in (".git", ".complete") or (root / n / "CMakeCache.txt").exists()]
+
+    return ignore
+
+
+def copy_tree(src: Path, dest: Path) -> None:
+    shutil.copytree(src, dest, symlinks=True, ignore=copy_ignore(src))
+
+
 def materialize(name: str, cfg: SourceConfig, runner, out=None) -> Path:
     """A pristine, read-only-by-convention source tree on this machine."""
-    root = cache_dir() / "sources"
     if cfg.kind == "path":
+        if not Path(cfg.path).is_dir():
+            raise UsageError(f"source {name}: path not found: {cfg.path}")
         return Path(cfg.path)
+    root = cache_dir() / "sources"
     if cfg.kind in ("pypi-sdist", "archive"):
         dest = root / cfg.sha256
-        if not (dest / ".complete").exists():
-            if cfg.kind == "archive":
-                archive = Path(expand_path(cfg.path))
-                if not archive.is_file():
-                    raise UsageError(f"source {name}: archive not found: {archive}")
-            else:
-                archive = _download_sdist(cfg, runner, root / "downloads", out)
-            got = _sha256(archive)
-            if got != cfg.sha256:
-                raise UsageError(f"source {name}: sha256 mismatch for {archive.name}: got {got}, expected {cfg.sha256}")
-            shutil.rmtree(dest, ignore_errors=True)
-            _extract(archive, dest)
-            (dest / ".complete").write_text(got + "\n")
-        tree = dest
-        if cfg.subdir:
-            tops = [p for p in dest.iterdir() if p.is_dir()]
-            cand = [dest / cfg.subdir] + [t / cfg.subdir for t in tops]
-            tree = next((c for c in cand if c.is_dir()), None)
-            if tree is None:
-                raise UsageError(f"source {name}: subdir {cfg.subdir!r} not found in the archive")
-        return tree
-    # git / localai: a bare-ish clone cache, then an exported tree of the pin
-    pin = cfg.pin if cfg.kind == "git" else read_localai_pin(cfg.path)
+        with _locked(root / f"{cfg.sha256}.lock"):
+            if not (dest / ".complete").exists():
+                _unpack_checked(name, cfg, runner, root, dest, out)
+        return _subdir(name, cfg, dest)
+    pin = cfg.pin if cfg.kind == "git" else localai_pin(name, cfg)
     dest = root / f"git-{pin}"
-    if (dest / ".complete").exists():
+    with _locked(root / f"git-{pin}.lock"):
+        if not (dest / ".complete").exists():
+            _export_pin(name, cfg, pin, runner, root, dest, out)
+    return dest
+
+
+def _unpack_checked(name, cfg, runner, root: Path, dest: Path, out) -> None:
+    if cfg.kind == "archive":
+        archive = Path(expand_path(cfg.path))
+        if not archive.is_file():
+            raise UsageError(f"source {name}: archive not found: {archive}")
+    else:
+        archive = _download_sdist(cfg, runner, root / "downloads", out)
+    got = _sha256(archive)
+    if got != cfg.sha256:
+        raise UsageError(f"source {name}: sha256 mismatch for {archive.name}: got {got}, expected {cfg.sha256}")
+    shutil.rmtree(dest, ignore_errors=True)
+    _extract(archive, dest)
+    (dest / ".complete").write_text(got + "\n")
+
+
+def _subdir(name, cfg, dest: Path) -> Path:
+    if not cfg.subdir:
         return dest
-    if not cfg.url:
-        raise UsageError(f"source {name}: a url is needed to fetch llama.cpp at {pin}")
-    clone = root / "clones" / hashlib.sha256(cfg.url.encode()).hexdigest()[:16]
-    if not (clone / "HEAD").exists() and not (clone / ".git").exists():
-        clone.parent.mkdir(parents=True, exist_ok=True)
-        res = runner.run(["git", "clone", "--quiet", "--no-checkout", cfg.url, str(clone)], timeout=3600)
-        if not res.ok:
-            raise InfraError(f"source {name}: git clone {cfg.url} failed: {res.tail(2)}")
-    have = runner.run(["git", "-C", str(clone), "cat-file", "-e", f"{pin}^{{commit}}"])
+    tops = [p for p in dest.iterdir() if p.is_dir()]
+    cand = [dest / cfg.subdir] + [t / cfg.subdir for t in tops]
+    tree = next((c for c in cand if c.is_dir()), None)
+    if tree is None:
+        raise UsageError(f"source {name}: subdir {cfg.subdir!r} not found in the archive")
+    return tree
+
+
+def _export_pin(name, cfg, pin: str, runner, root: Path, dest: Path, out) -> None:
+    """Export the pin's files from a clone (ours, or the user's `checkout`) without
+    touching that clone's index or work tree (a throwaway GIT_INDEX_FILE)."""
+    if cfg.checkout:
+        repo = Path(cfg.checkout)
+        if not (repo / ".git").exists() and not (repo / "HEAD").exists():
+            raise UsageError(f"source {name}: checkout {repo} is not a git repository")
+    else:
+        if not cfg.url:
+            raise UsageError(f"source {name}: a url or a checkout is needed to fetch llama.cpp at {pin}")
+        repo = root / "clones" / hashlib.sha256(cfg.url.encode()).hexdigest()[:16]
+        if not (repo / "HEAD").exists():
+            repo.parent.mkdir(parents=True, exist_ok=True)
+            if out:
+                out.info(f"cloning {cfg.url}")
+            res = runner.run(["git", "clone", "--quiet", "--bare", cfg.url, str(repo)], timeout=3600)
+            if not res.ok:
+                raise InfraError(f"source {name}: git clone {cfg.url} failed: {res.tail(2)}")
+    have = runner.run(["git", "-C", str(repo), "cat-file", "-e", f"{pin}^{{commit}}"])
     if not have.ok:
-        res = runner.run(["git", "-C", str(clone), "fetch", "--quiet", "origin", pin], timeout=3600)
+        if cfg.checkout:
+            raise UsageError(f"source {name}: pin {pin} is not in checkout {repo} (git fetch it there)")
+        res = runner.run(["git", "-C", str(repo), "fetch", "--quiet", "origin", pin], timeout=3600)
         if not res.ok:
             raise InfraError(f"source {name}: pin {pin} not found in {cfg.url}: {res.tail(2)}")
     shutil.rmtree(dest, ignore_errors=True)
     dest.mkdir(parents=True)
-    res = runner.run(["git", "-C", str(clone), "--work-tree", str(dest), "checkout", pin, "--", "."], timeout=1800)
+    index = root / f"git-{pin}.index"
+    res = runner.run(
+        ["git", "-C", str(repo), "--work-tree", str(dest), "checkout", pin, "--", "."],
+        env={"GIT_INDEX_FILE": str(index)},
+        timeout=1800,
+    )
+    index.unlink(missing_ok=True)
     if not res.ok:
         raise InfraError(f"source {name}: checkout of {pin} failed: {res.tail(2)}")
     (dest / ".complete").write_text(pin + "\n")
-    return dest
 
 
 def _download_sdist(cfg: SourceConfig, runner, dl: Path, out=None) -> Path:

@@ -1,0 +1,2 @@
+#pragma once
+void common_init(void);

@@ -1,0 +1,145 @@
+"""Patch series: ordering, strict git apply, failure naming, tree hashes and the
+mirror invariant (series tree == the fork branch's tree), with real git."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from parity.engine import git as gitmod
+from parity.engine import patches
+from parity.errors import GateFailed, InfraError, UsageError
+from parity.runners.local import LocalRunner
+
+DATA = Path(__file__).resolve().parent.parent / "data" / "build"
+SERIES = DATA / "mini-series"
+GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+
+
+def _git(cwd, *args) -> str:
+    return subprocess.run([*GIT, *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
+
+
+@pytest.fixture
+def work(tmp_path) -> Path:
+    d = tmp_path / "src"
+    shutil.copytree(DATA / "mini-llama", d)
+    return d
+
+
+def test_list_series_numeric_order_gaps_and_other_files(tmp_path):
+    for name in ("10-ten.patch", "9-nine.patch", "0003-three.patch", "README.md", "series.txt"):
+        (tmp_path / name).write_text("")
+    assert [p.name for p in patches.list_series(tmp_path)] == ["0003-three.patch", "9-nine.patch", "10-ten.patch"]
+
+
+@pytest.mark.parametrize("names, msg", [(["fix.patch"], "NNNN-title"), (["0001-a.patch", "1-b.patch"], "0001 used twice")])
+def test_list_series_refuses_bad_names(tmp_path, names, msg):
+    for n in names:
+        (tmp_path / n).write_text("")
+    with pytest.raises(UsageError, match=msg):
+        patches.list_series(tmp_path)
+
+
+def test_list_series_missing_dir(tmp_path):
+    with pytest.raises(UsageError, match="not a directory"):
+        patches.list_series(tmp_path / "nope")
+
+
+@pytest.mark.parametrize(
+    "sample, file, line, message",
+    [
+        ("bad-context", "common/common.cpp", 2, "error: patch failed: common/common.cpp:2"),
+        ("missing-file", "tools/absent.cpp", None, "error: tools/absent.cpp: No such file or directory"),
+        ("already-exists", "exists.txt", None, "error: exists.txt: already exists in working directory"),
+        ("corrupt", None, None, "error: corrupt patch at line 7"),
+    ],
+)
+def test_parse_apply_error_real_git_output(sample, file, line, message):
+    got = gitmod.parse_apply_error((DATA / f"git-apply-{sample}.txt").read_text())
+    assert got.get("file") == file
+    assert got.get("line") == line
+    assert got["message"] == message
+
+
+def test_tree_hash_equals_git_commit_tree(work, tmp_path):
+    """Our tree hash of an exported tree is the tree git records for that content."""
+    repo = tmp_path / "repo"
+    shutil.copytree(work, repo)
+    _git(repo, "init", "-q")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "base")
+    assert gitmod.tree_hash(LocalRunner(), str(work)) == _git(repo, "rev-parse", "HEAD^{tree}")
+
+
+def test_series_matches_fork_branch_mirror_invariant(work, tmp_path):
+    """Seeds' invariant: strict-apply the series on the pin == `git am` of the same
+    format-patch files on a branch (the fork)."""
+    fork = tmp_path / "fork"
+    shutil.copytree(work, fork)
+    _git(fork, "init", "-q")
+    _git(fork, "add", "-A")
+    _git(fork, "commit", "-qm", "pin")
+    base_tree = _git(fork, "rev-parse", "HEAD^{tree}")
+    _git(fork, "am", "-q", *sorted(str(p) for p in SERIES.glob("*.patch")))
+    fork_tree = _git(fork, "rev-parse", "HEAD^{tree}")
+
+    res = patches.apply_series(LocalRunner(), str(work), str(SERIES), fork_tree)
+    assert res.tree_before == base_tree
+    assert res.tree_after == fork_tree != base_tree
+    assert res.mirror_ok is True
+    assert [p["name"] for p in res.patches] == ["0001-mini-env-gated-series-banner.patch", "0003-mini-series-id-string-in-the-library.patch"]
+    assert "PARITY_DEMO_BANNER" in (work / "common" / "common.c").read_text()
+
+
+def test_expected_tree_mismatch_is_gate_failure(work):
+    with pytest.raises(GateFailed, match="mirror invariant"):
+        patches.apply_series(LocalRunner(), str(work), str(SERIES), "0" * 40)
+
+
+def test_no_series_keeps_the_tree(work):
+    res = patches.apply_series(LocalRunner(), str(work), None, None)
+    assert res.tree_after == res.tree_before and res.patches == [] and res.mirror_ok is None
+
+
+def _broken_series(tmp_path) -> Path:
+    """0001 applies; 0002 expects context that is not there; 0005 is never tried."""
+    d = tmp_path / "broken"
+    d.mkdir()
+    shutil.copy(SERIES / "0001-mini-env-gated-series-banner.patch", d)
+    good = (SERIES / "0003-mini-series-id-string-in-the-library.patch").read_text()
+    (d / "0002-drifted.patch").write_text(good.replace('#include "common.h"\n', '#include "common_old.h"\n', 1))
+    shutil.copy(SERIES / "0003-mini-series-id-string-in-the-library.patch", d / "0005-never-tried.patch")
+    return d
+
+
+def test_broken_patch_names_patch_and_hunk_and_stops(work, tmp_path):
+    with pytest.raises(InfraError) as ei:
+        patches.apply_series(LocalRunner(), str(work), str(_broken_series(tmp_path)), None)
+    msg = str(ei.value)
+    assert "0002-drifted.patch" in msg and "common/common.c:" in msg
+    assert "0005" not in msg
+    text = (work / "common" / "common.c").read_text()
+    assert "PARITY_DEMO_BANNER" in text and "mini_series_id" not in text  # stopped at the first failure
+
+
+def test_strict_apply_refuses_fuzz(work, tmp_path):
+    """A hunk whose context differs in one line does not apply (patch(1) would fuzz it)."""
+    (work / "common" / "common.c").write_text((work / "common" / "common.c").read_text().replace("_IOLBF", "_IOFBF"))
+    with pytest.raises(InfraError, match="0001-mini-env-gated-series-banner.patch"):
+        patches.apply_series(LocalRunner(), str(work), str(SERIES), None)
+
+
+def test_series_digest_and_expected_tree_format():
+    dig = patches.series_digest(str(SERIES))
+    assert [d["name"][:4] for d in dig] == ["0001", "0003"]
+    assert all(len(d["sha256"]) == 64 for d in dig)
+    assert patches.series_digest(None) == []
+    patches.check_expected_tree("a" * 40, "x")
+    from parity.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="40-hex"):
+        patches.check_expected_tree("dedb118", "x")
