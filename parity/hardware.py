@@ -1,77 +1,152 @@
-"""GPU inventory and hardware_class, written to hardware.txt before any server starts."""
+"""GPU inventory and hardware_class, written to hardware.txt/json before any server starts
+(seed 000_* Phase 24: GB10/workstation Blackwell numbers are not datacenter-Blackwell evidence)."""
 
 from __future__ import annotations
 
-import os
-import platform
-
 from parity import nvidia_smi
 
-CLASSES = [
-    (12, "gb10_or_workstation_blackwell"),
-    (10, "datacenter_blackwell"),
-    (9, "hopper"),
-]
+# compute-capability major -> class; 8.x and 7.x split on the minor below
+_MAJOR = {12: "gb10_or_workstation_blackwell", 11: "thor_blackwell", 10: "datacenter_blackwell", 9: "hopper"}
+_MINOR = {(8, 9): "ada", (8, 0): "ampere", (8, 6): "ampere", (8, 7): "ampere", (7, 5): "turing", (7, 0): "volta", (7, 2): "volta"}
 
 
 def classify(compute_cap: str | None) -> str:
+    """hardware_class for one GPU's compute capability ("12.1", "9.0"); cpu_only for None."""
     if not compute_cap:
         return "cpu_only"
     try:
-        major, minor = (int(x) for x in compute_cap.split(".")[:2])
+        major, minor = (int(x) for x in compute_cap.strip().split(".")[:2])
     except ValueError:
-        return "unknown"
-    for m, name in CLASSES:
-        if major == m:
-            return name
-    if major == 8:
-        return "ada" if minor == 9 else "ampere"
-    if major == 7:
-        return "turing" if minor == 5 else "volta"
-    return f"sm_{major}{minor}"
+        return "unknown_gpu"
+    if major in _MAJOR:
+        return _MAJOR[major]
+    return _MINOR.get((major, minor), f"unknown_sm_{major}{minor}")
 
 
-def _cpu(runner) -> dict:
-    name = platform.processor() or platform.machine()
+def parse_lscpu(text: str) -> dict:
+    """model / cpus / arch / vendor from `lscpu` (heterogeneous ARM lists one Model name per cluster)."""
+    models, info = [], {}
+    for line in text.splitlines():
+        key, sep, val = line.partition(":")
+        if not sep:
+            continue
+        key, val = key.strip(), val.strip()
+        if key == "Model name" and val not in models:
+            models.append(val)
+        elif key in ("CPU(s)", "Architecture", "Vendor ID") and key not in info:
+            info[key] = val
+    cpus = info.get("CPU(s)", "")
+    return {
+        "model": " + ".join(models) or None,
+        "cpus": int(cpus) if cpus.isdigit() else None,
+        "arch": info.get("Architecture"),
+        "vendor": info.get("Vendor ID"),
+    }
+
+
+def parse_cpuinfo(text: str) -> dict:
+    models, n = [], 0
+    for line in text.splitlines():
+        key, _, val = line.partition(":")
+        key = key.strip()
+        if key == "processor":
+            n += 1
+        elif key == "model name" and val.strip() not in models:
+            models.append(val.strip())
+    return {"model": " + ".join(models) or None, "cpus": n or None, "arch": None, "vendor": None}
+
+
+def parse_meminfo_mib(text: str) -> int | None:
+    for line in text.splitlines():
+        if line.startswith("MemTotal:"):
+            parts = line.split()
+            if len(parts) >= 2 and parts[1].isdigit():
+                return int(parts[1]) // 1024
+    return None
+
+
+def cpu_info(runner) -> dict:
+    res = runner.run(["lscpu"], timeout=30) if runner.which("lscpu") else None
+    if res is not None and res.ok:
+        info = parse_lscpu(res.stdout)
+        if info["model"]:
+            return {**info, "source": "lscpu"}
     try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                name = line.split(":", 1)[1].strip()
-                break
+        return {**parse_cpuinfo(runner.read_text("/proc/cpuinfo")), "source": "/proc/cpuinfo"}
     except OSError:
-        pass
-    return {"model": name, "cores": os.cpu_count(), "arch": platform.machine()}
+        return {"model": None, "cpus": None, "arch": None, "vendor": None, "source": "unavailable"}
+
+
+def _hostname(runner) -> str:
+    if runner.host == "local":
+        import socket
+
+        return socket.gethostname()
+    res = runner.run(["uname", "-n"], timeout=30)
+    return res.stdout.strip() if res.ok else runner.host
+
+
+def _memory_words(mib: int | None) -> str:
+    return "unified (nvidia-smi reports [N/A])" if mib is None else f"{mib} MiB"
 
 
 def inventory(runner) -> dict:
-    gpus, cuda, note = nvidia_smi.inventory(runner)
-    cls = classify(gpus[0].compute_cap) if gpus else "cpu_only"
+    gpus, cuda, source = nvidia_smi.inventory(runner)
+    classes = sorted({classify(g.compute_cap) if g.compute_cap else "unknown_gpu" for g in gpus})
+    if not gpus:
+        hw_class = "cpu_only"
+    elif len(classes) == 1:
+        hw_class = classes[0]
+    else:
+        hw_class = "mixed:" + "+".join(classes)
+    try:
+        sys_mib = parse_meminfo_mib(runner.read_text("/proc/meminfo"))
+    except OSError:
+        sys_mib = None
     return {
-        "hardware_class": cls,
+        "hardware_class": hw_class,
+        "host": _hostname(runner),
         "gpus": [
-            {"name": g.name, "driver": g.driver, "compute_cap": g.compute_cap, "memory_mib": g.memory_mib, "memory": "unified (nvidia-smi reports [N/A])" if g.memory_mib is None else f"{g.memory_mib} MiB"}
-            for g in gpus
+            {
+                "index": i,
+                "name": g.name,
+                "driver": g.driver,
+                "compute_cap": g.compute_cap,
+                "memory_mib": g.memory_mib,
+                "unified_memory": g.memory_mib is None,
+                "memory": _memory_words(g.memory_mib),
+                "hardware_class": classify(g.compute_cap) if g.compute_cap else "unknown_gpu",
+            }
+            for i, g in enumerate(gpus)
         ],
+        "driver": gpus[0].driver if gpus else None,
         "cuda_version": cuda,
-        "cpu": _cpu(runner),
-        "host": platform.node(),
-        "source": note,
+        "cpu": cpu_info(runner),
+        "system_memory_mib": sys_mib,
+        "source": source,
     }
 
 
 def render(info: dict) -> str:
-    lines = [f"hardware_class: {info['hardware_class']}", f"host: {info['host']}"]
-    for i, g in enumerate(info["gpus"]):
-        lines.append(f"gpu{i}: {g['name']} | driver {g['driver']} | cc {g['compute_cap'] or 'n/a'} | memory {g['memory']}")
+    """hardware.txt: `key=value` lines (the seeds' harness greps `hardware_class=`)."""
+    lines = [f"hardware_class={info['hardware_class']}", f"host={info['host']}"]
+    for g in info["gpus"]:
+        cc = g["compute_cap"] or "not reported"
+        lines.append(f"gpu{g['index']}={g['name']}, driver {g['driver']}, compute capability {cc}, memory {g['memory']}")
     if not info["gpus"]:
-        lines.append(f"gpu: none ({info['source']})")
-    lines.append(f"cuda: {info['cuda_version'] or 'n/a'}")
+        lines.append(f"gpu=none ({info['source']})")
+    lines.append(f"driver={info['driver'] or 'n/a'}")
+    lines.append(f"cuda_version={info['cuda_version'] or 'n/a'}")
     c = info["cpu"]
-    lines.append(f"cpu: {c['model']} x{c['cores']} ({c['arch']})")
+    lines.append(f"cpu={c['model'] or 'unknown'} x{c['cpus'] or '?'} ({c['arch'] or '?'}, via {c['source']})")
+    mem = info["system_memory_mib"]
+    lines.append(f"system_memory={f'{mem} MiB' if mem else 'unknown'}")
     return "\n".join(lines) + "\n"
 
 
 def write_hardware(ctx) -> dict:
+    """Inventory -> hardware.txt + hardware.json in ctx.run (when there is one); warns on a class
+    other than the profile's hardware_class.  Call before any server starts."""
     info = inventory(ctx.runner)
     if ctx.run is not None:
         ctx.run.write_text("hardware.txt", render(info))

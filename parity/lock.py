@@ -1,14 +1,24 @@
 """The shared-GPU owner-file lock (~/gpu_bench_lock), compatible with the users' scripts.
 
-Conventions on disk:
-- `<dir>/owner` holds "<who> <epoch> [pid=N] [host=H] [run=ID]"; "FREE ..." or no
-  owner file means free.  Release writes "FREE released-by-<who> <epoch>" and keeps the dir.
+On disk (seed 000_* section 3.1):
+- `<dir>/owner` holds "<who> <epoch> [pid=N] [host=H] [run=ID]": the users' scripts
+  parse the first two fields.  "FREE ..." or no owner file means free.  Release writes
+  "FREE released-by-<who> <epoch>" and keeps the dir.  A stale `<dir>/release` is
+  cleared on acquire.
 - legacy: an EMPTY `<dir>` is an mkdir/rmdir mutex held by an old harness.
-- a stale `<dir>/release` file is cleared on acquire.
-Atomicity among parity processes: every read-check-write of the owner file
-happens under flock on `<dir>.parity-mutex` (beside the dir, so the legacy
-"empty dir" test and `rmdir` keep working), and the owner file is replaced
-with an atomic rename.
+
+Atomicity.  Among parity processes every read-check-write runs under flock on
+`.<dir name>.parity-mutex` beside the dir (inside it would make the legacy "empty
+dir" test and `rmdir` fail).  The other tools poll for FREE and then write the owner
+non-atomically, so parity never overwrites what it did not read: right before it
+renames its temp file over `owner` it re-checks the owner's inode/mtime/size and
+content, and re-reads after the rename (a writer that lands after us wins, and we
+do not hold).  A dir that does not exist is created with a plain mkdir, which is
+atomic against the legacy harnesses' mkdir.
+
+Stale holders: a pid that is dead on this host is reclaimed automatically; an
+owner from another host, or older than lock.stale_age_s, only with --break-stale;
+a live pid on this host never.
 """
 
 from __future__ import annotations
@@ -16,14 +26,24 @@ from __future__ import annotations
 import fcntl
 import getpass
 import os
+import signal
 import socket
+import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from parity.config import LockConfig
 from parity.errors import InfraError, UsageError
+from parity.preflight import preflight  # noqa: F401  (public: parity.lock.preflight)
+
+ENV_HELD = "PARITY_GPU_LOCK"  # "<dir>\t<owner record>" inherited by the children of a holder
+AUTO, BREAK = "auto", "break-stale"
+
+
+def hostname() -> str:
+    return socket.gethostname()
 
 
 def whoami() -> str:
@@ -31,7 +51,19 @@ def whoami() -> str:
         user = getpass.getuser()
     except Exception:
         user = str(os.getuid())
-    return f"{user}@{socket.gethostname()}"
+    return f"{user}@{hostname()}"
+
+
+def fmt_age(s: float) -> str:
+    s = int(max(0, s))
+    if s < 120:
+        return f"{s}s"
+    if s < 7200:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+
+
+# --------------------------------------------------------------------------- parsing
 
 
 @dataclass
@@ -41,46 +73,14 @@ class Owner:
     pid: int | None = None
     host: str | None = None
     run: str | None = None
-    raw: str = ""
-
-
-@dataclass
-class LockState:
-    state: str  # free | held | legacy
-    owner: Owner | None = None
-    raw: str = ""
-    stale: str | None = None  # why the holder is stale, or None
-
-    def describe(self, now: float | None = None) -> str:
-        now = now or time.time()
-        if self.state == "free":
-            return f"free ({self.raw.strip() or 'no owner file'})"
-        if self.state == "legacy":
-            return "held by a legacy harness (empty lock directory: mkdir/rmdir convention)"
-        o = self.owner
-        age = f"{_age(now - o.since)} ago" if o and o.since else "unknown time"
-        who = o.who if o else "?"
-        extra = ", ".join(x for x in (f"pid {o.pid}" if o and o.pid else "", f"run {o.run}" if o and o.run else "") if x)
-        s = f"held by {who} since {age}" + (f" ({extra})" if extra else "")
-        return s + (f"; STALE: {self.stale}" if self.stale else "")
-
-
-def _age(s: float) -> str:
-    s = int(max(0, s))
-    if s < 120:
-        return f"{s}s"
-    if s < 7200:
-        return f"{s // 60}m"
-    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
 
 
 def parse_owner(text: str) -> Owner | None:
-    """None for FREE/empty; else the owner (first two fields are the users' "<who> <epoch>")."""
-    text = text.strip()
-    if not text or text.startswith("FREE"):
-        return None
+    """None for FREE/empty; else the owner (the first two fields are the users' "<who> <epoch>")."""
     parts = text.split()
-    o = Owner(parts[0], None, raw=text)
+    if not parts or parts[0].startswith("FREE"):
+        return None
+    o = Owner(parts[0], None)
     if len(parts) > 1:
         try:
             o.since = float(parts[1])
@@ -90,160 +90,397 @@ def parse_owner(text: str) -> Owner | None:
         k, _, v = p.partition("=")
         if k == "pid" and v.isdigit():
             o.pid = int(v)
-        elif k == "host":
+        elif k == "host" and v:
             o.host = v
-        elif k == "run":
+        elif k == "run" and v:
             o.run = v
     if o.host is None and "@" in o.who:
-        o.host = o.who.split("@", 1)[1]
+        o.host = o.who.rsplit("@", 1)[1]
     return o
 
 
-def _pid_alive(pid: int) -> bool:
+def parse_free(text: str) -> tuple[str | None, float | None]:
+    """("mudler", 1767300000.0) from "FREE released-by-mudler 1767300000"; (None, None) otherwise."""
+    parts = text.split()
+    if not parts or not parts[0].startswith("FREE"):
+        return None, None
+    who = next((p[len("released-by-") :] for p in parts if p.startswith("released-by-")), None)
+    when = next((float(p) for p in reversed(parts) if p.isdigit()), None)
+    return who, when
+
+
+def pid_alive(pid: int) -> bool:
+    """True for a live process on this host (a zombie counts as dead)."""
     try:
         os.kill(pid, 0)
-        return True
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+@dataclass
+class LockState:
+    state: str  # free | held | legacy
+    owner: Owner | None = None
+    raw: str = ""
+    note: str = ""  # free: why; held: staleness / foreign-host remark
+    reclaim: str | None = None  # AUTO (dead pid here) | BREAK (only with --break-stale) | None
+    since: float | None = None  # held: owner epoch; legacy: dir mtime; free: release epoch
+    stamp: tuple | None = None  # owner file (inode, mtime_ns, size) when read
+
+    def age_s(self, now: float | None = None) -> float | None:
+        return None if self.since is None else (now or time.time()) - self.since
+
+    def describe(self, now: float | None = None) -> str:
+        age = self.age_s(now)
+        if self.state == "legacy":
+            held = f" for {fmt_age(age)}" if age is not None else ""
+            return f"held by a legacy harness{held} (empty lock directory: mkdir/rmdir convention; its holder releases with rmdir)"
+        if self.state == "free":
+            by, _ = parse_free(self.raw)
+            if by:
+                return f"free (released by {by}" + (f" {fmt_age(age)} ago)" if age is not None else ")")
+            return f"free ({self.note or 'no owner'})"
+        o = self.owner
+        extra = ", ".join(x for x in (f"pid {o.pid}" if o.pid else "no pid", f"run {o.run}" if o.run else "") if x)
+        held = f"for {fmt_age(age)}" if age is not None else "since an unknown time"
+        s = f"held by {o.who} {held} ({extra})"
+        if self.note:
+            s += f"; {self.note}"
+        if self.reclaim == AUTO:
+            s += " -> reclaimable now"
+        elif self.reclaim == BREAK:
+            s += " -> reclaimable with --break-stale"
+        return s
+
+    def to_dict(self) -> dict:
+        return {
+            "state": self.state,
+            "legacy": self.state == "legacy",
+            "owner": asdict(self.owner) if self.owner else None,
+            "raw": self.raw.strip() or None,
+            "age_s": None if self.since is None else round(self.age_s(), 1),
+            "note": self.note or None,
+            "reclaim": self.reclaim,
+            "description": self.describe(),
+        }
+
+
+def judge(o: Owner, cfg: LockConfig, here: str, now: float) -> tuple[str, str | None]:
+    """(note, reclaim) for a held owner record."""
+    age = None if o.since is None else now - o.since
+    old = age is not None and age > cfg.stale_age_s
+    if o.pid and o.host == here:
+        if not pid_alive(o.pid):
+            return f"STALE: pid {o.pid} is dead on this host", AUTO
+        return "", None  # a live holder is never stolen
+    if o.host and o.host != here:
+        note = f"owner from another host ({o.host}): its pid cannot be checked from here"
+        return (note + f"; older than lock.stale_age_s ({fmt_age(cfg.stale_age_s)})" if old else note), BREAK
+    if old:
+        return f"STALE: older than lock.stale_age_s ({fmt_age(cfg.stale_age_s)})", BREAK
+    return "", None
+
+
+def _stamp(path: Path) -> tuple | None:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+# --------------------------------------------------------------------------- signals
+
+
+@contextmanager
+def deferred_signals():
+    """Hold SIGINT/SIGTERM/SIGHUP for the duration of a lock-file mutation, then deliver them.
+    Python runs handlers in the main thread only, so replacing them is enough."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending: list[int] = []
+    old = {}
+    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        h = signal.getsignal(s)
+        if h in (signal.SIG_IGN, None):
+            continue
+        old[s] = h
+        signal.signal(s, lambda signum, frame: pending.append(signum))
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+        for s in pending:
+            h = old[s]
+            if callable(h):
+                h(s, None)
+            else:
+                signal.raise_signal(s)
+
+
+@contextmanager
+def sigterm_as_interrupt():
+    """SIGTERM raises KeyboardInterrupt while a lock is held (parity.cli.main already does this)."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+
+    def _term(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, _term)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+# --------------------------------------------------------------------------- the lock
 
 
 class GpuLock:
     def __init__(self, cfg: LockConfig, lock_dir: str | None = None, run_id: str | None = None, who: str | None = None):
         self.cfg = cfg
-        self.dir = Path(os.path.expanduser(lock_dir or cfg.dir))
+        self.dir = Path(os.path.expanduser(lock_dir or cfg.dir)).absolute()
         self.owner_file = self.dir / "owner"
-        self.mutex = self.dir.with_name(self.dir.name + ".parity-mutex")
-        self.run_id = run_id
+        self.mutex = self.dir.parent / f".{self.dir.name}.parity-mutex"
+        self.run_id = " ".join(run_id.split()).replace(" ", "_") if run_id else None
         self.who = who or whoami()
-        self.held = False
+        if not self.who or any(c.isspace() for c in self.who) or self.who.startswith("FREE"):
+            raise UsageError(f"lock owner {self.who!r}: must be one word that does not start with FREE")
+        self.held = False  # we wrote the current owner record and must release it
+        self.inherited = False  # a parent process holds it for us (ENV_HELD)
         self.record = ""
 
+    # ---- reading
+    def read(self) -> LockState:
+        try:
+            entries = os.listdir(self.dir)
+        except FileNotFoundError:
+            return LockState("free", note="no lock directory")
+        except NotADirectoryError:
+            raise UsageError(f"lock dir {self.dir} is not a directory") from None
+        stamp = _stamp(self.owner_file)  # before reading: a change after this is caught by the re-check
+        try:
+            raw = self.owner_file.read_text(errors="replace")
+        except FileNotFoundError:
+            if not entries:
+                return LockState("legacy", since=self.dir.stat().st_mtime)
+            return LockState("free", note="no owner file")
+        owner = parse_owner(raw)
+        if owner is None:
+            _, when = parse_free(raw)
+            return LockState("free", raw=raw, note="" if raw.strip() else "empty owner file", since=when, stamp=stamp)
+        note, reclaim = judge(owner, self.cfg, hostname(), time.time())
+        return LockState("held", owner, raw, note, reclaim, owner.since, stamp)
+
+    def acquirable(self, st: LockState, break_stale: bool = False) -> bool:
+        if st.state == "free":
+            return True
+        if st.state == "held":
+            return st.reclaim == AUTO or (break_stale and st.reclaim == BREAK)
+        return False
+
+    def is_mine(self, st: LockState) -> bool:
+        return bool(self.record) and st.state == "held" and st.raw.strip() == self.record
+
+    # ---- mutation (flock among parity processes + compare-before-rename against the rest)
     @contextmanager
     def _guard(self):
         self.mutex.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.mutex, "a") as f:
-            fcntl.flock(f, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(f, fcntl.LOCK_UN)
-
-    def read(self) -> LockState:
-        if not self.dir.exists():
-            return LockState("free", raw="no lock directory")
+        fd = os.open(self.mutex, os.O_RDWR | os.O_CREAT, 0o666)
         try:
-            raw = self.owner_file.read_text()
-        except FileNotFoundError:
-            if not any(self.dir.iterdir()):
-                return LockState("legacy")
-            return LockState("free", raw="no owner file")
-        owner = parse_owner(raw)
-        if owner is None:
-            return LockState("free", raw=raw)
-        st = LockState("held", owner, raw)
-        here = socket.gethostname()
-        if owner.pid and owner.host == here and not _pid_alive(owner.pid):
-            st.stale = f"pid {owner.pid} is dead on this host"
-        elif owner.host and owner.host != here:
-            st.stale = None  # cannot judge another host's pid; only age applies
-        if not st.stale and owner.since and time.time() - owner.since > self.cfg.stale_age_s:
-            st.stale = f"older than lock.stale_age_s ({_age(self.cfg.stale_age_s)})"
-        return st
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # closing drops the flock
 
-    def _reclaimable(self, st: LockState, break_stale: bool) -> bool:
-        if st.state != "held" or not st.stale:
-            return False
-        o = st.owner
-        same_host_dead = o and o.pid and o.host == socket.gethostname() and "dead" in st.stale
-        return bool(same_host_dead or break_stale)
+    def _replace_owner(self, text: str, seen: LockState) -> bool:
+        """Write owner := text unless it changed since `seen` was read; True when text is what is there now."""
+        tmp = self.dir / f".owner.parity-{os.getpid()}-{threading.get_ident()}"
+        try:
+            with open(tmp, "w") as f:
+                f.write(text)
+            if _stamp(self.owner_file) != seen.stamp or _read(self.owner_file) != (seen.raw if seen.stamp else None):
+                return False
+            os.replace(tmp, self.owner_file)
+        finally:
+            try:
+                tmp.unlink()
+            except FileNotFoundError:
+                pass
+        return _read(self.owner_file) == text
+
+    def record_for(self, pid: int | None) -> str:
+        fields = [self.who, str(int(time.time()))]
+        if pid:
+            fields.append(f"pid={pid}")
+            if self.who.rsplit("@", 1)[-1] != hostname() or "@" not in self.who:
+                fields.append(f"host={hostname()}")
+        if self.run_id:
+            fields.append(f"run={self.run_id}")
+        return " ".join(fields)
 
     def try_acquire(self, break_stale: bool = False, pid: int | None = -1) -> tuple[bool, LockState]:
-        """One atomic attempt.  pid=-1: this process; None: no pid (standalone owner)."""
-        with self._guard():
+        """One atomic attempt.  pid=-1: this process; None: no pid (a standalone owner that
+        outlives this process until `release` or the stale-age rule)."""
+        with deferred_signals(), self._guard():
             st = self.read()
-            if st.state == "held" and self.run_id and st.owner and st.owner.run == self.run_id:
-                self.held = True  # re-entrant for the same run
-                return True, st
-            if st.state == "legacy" or (st.state == "held" and not self._reclaimable(st, break_stale)):
+            if not self.acquirable(st, break_stale):
                 return False, st
-            self.dir.mkdir(parents=True, exist_ok=True)
+            if st.note == "no lock directory":
+                try:
+                    os.mkdir(self.dir)  # atomic against the legacy harnesses' mkdir
+                except FileExistsError:
+                    return False, self.read()
+            record = self.record_for(os.getpid() if pid == -1 else pid)
+            if not self._replace_owner(record + "\n", st):
+                return False, self.read()
+            self.record, self.held = record, True
             try:
                 (self.dir / "release").unlink()
             except FileNotFoundError:
                 pass
-            pid = os.getpid() if pid == -1 else pid
-            fields = [self.who, str(int(time.time())), f"pid={pid}" if pid else "pid=-", f"host={socket.gethostname()}"]
-            if self.run_id:
-                fields.append(f"run={self.run_id}")
-            self.record = " ".join(fields)
-            from parity.artifacts import atomic_write_text
-
-            atomic_write_text(self.owner_file, self.record + "\n")
-            self.held = True
             return True, st
 
-    def release(self, force: bool = False) -> bool:
-        with self._guard():
+    def release(self) -> bool:
+        """Write FREE if the owner is still our record; True when we released it."""
+        if not self.held:
+            return False
+        with deferred_signals(), self._guard():
             st = self.read()
-            mine = st.owner is not None and (st.owner.raw.strip() == self.record.strip() or (self.run_id and st.owner.run == self.run_id))
-            if st.state != "held" or not (mine or force):
-                self.held = False
-                return False
-            from parity.artifacts import atomic_write_text
-
-            atomic_write_text(self.owner_file, f"FREE released-by-{self.who} {int(time.time())}\n")
             self.held = False
+            if not self.is_mine(st):
+                return False  # broken by someone (--break-stale / --force): not ours to free
+            return self._replace_owner(f"FREE released-by-{self.who} {int(time.time())}\n", st)
+
+    def release_other(self, st: LockState) -> bool:
+        """Free a record we did not write (CLI `release`), only if it is still exactly `st`."""
+        with deferred_signals(), self._guard():
+            now = self.read()
+            if now.state != "held" or now.raw != st.raw:
+                return False
+            return self._replace_owner(f"FREE released-by-{self.who} {int(time.time())}\n", now)
+
+    def adopt_inherited(self) -> bool:
+        """True when a parent process holds this lock for us (ENV_HELD names this dir and the current owner)."""
+        value = os.environ.get(ENV_HELD, "")
+        d, _, rec = value.partition("\t")
+        if not rec or Path(d) != self.dir:
+            return False
+        st = self.read()
+        if st.state == "held" and st.raw.strip() == rec and st.reclaim != AUTO:
+            self.record, self.inherited = rec, True
             return True
+        return False
+
+    def env_value(self) -> str:
+        return f"{self.dir}\t{self.record}"
 
 
-def preflight(runner, cfg: LockConfig) -> dict:
-    """GPU idle + docker idle, each judged by policy when the tool cannot answer."""
-    from parity import docker_cli, nvidia_smi
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(errors="replace")
+    except FileNotFoundError:
+        return None
 
-    apps, src = nvidia_smi.compute_apps(runner)
-    if apps is None:
-        gpu_idle, gpu_note = cfg.nvidia_smi_missing == "idle", f"{src}: counted as {cfg.nvidia_smi_missing} (lock.nvidia_smi_missing)"
+
+# --------------------------------------------------------------------------- waiting
+
+
+def _status_line(st: LockState, pf: dict | None, streak: int, need: int, full: bool = False) -> str:
+    """The progress line (short) or the timeout message (full)."""
+    if full:
+        lock = st.describe()
+    elif st.state == "held":
+        lock = f"held by {st.owner.who} {fmt_age(st.age_s() or 0)}" + {AUTO: " (dead: reclaimable)", BREAK: " (--break-stale)", None: ""}[st.reclaim]
     else:
-        gpu_idle, gpu_note = not apps, f"{len(apps)} compute process(es) via {src}" + (f": {', '.join(str(a['pid']) for a in apps)}" if apps else "")
-    d = docker_cli.running(runner)
-    if d.state == "ok":
-        busy = [c for c in d.containers if cfg.docker_filter is None or cfg.docker_filter in c]
-        docker_idle, docker_note = not busy, (f"running: {', '.join(busy)}" if busy else f"no matching containers ({len(d.containers)} running)")
-    elif d.state == "no-cli":
-        docker_idle, docker_note = True, "docker not installed"
+        lock = {"legacy": "legacy mkdir lock held", "free": "lock free"}[st.state]
+    if pf is None:
+        idle = "gpu not checked while the lock is taken"
+    elif full:
+        idle = f"gpu: {pf['gpu']}; docker: {pf['docker']}"
     else:
-        docker_idle = cfg.docker_no_daemon == "idle"
-        docker_note = f"{d.note}: counted as {cfg.docker_no_daemon} (lock.docker_no_daemon)"
-    return {"idle": (gpu_idle or not cfg.require_idle_gpu) and docker_idle, "gpu_idle": gpu_idle, "gpu": gpu_note, "docker_idle": docker_idle, "docker": docker_note}
+        idle = f"gpu {'idle' if pf['gpu_idle'] else 'busy'}, docker {'idle' if pf['docker_idle'] else 'busy'}"
+    return f"{lock} | {idle} | free+idle {streak}/{need}"
 
 
-def wait_and_acquire(lock: GpuLock, runner, out, timeout: float | None = None, break_stale: bool = False, check_idle: bool = True, pid: int | None = -1) -> dict:
-    """Poll until the lock is free AND the GPU idle for idle_checks consecutive checks, then take it."""
+def wait_and_acquire(
+    lock: GpuLock,
+    runner,
+    out,
+    timeout: float | None = None,
+    break_stale: bool = False,
+    check_idle: bool = True,
+    pid: int | None = -1,
+    acquire: bool = True,
+) -> dict:
+    """Poll until the lock is free AND the GPU idle for lock.idle_checks consecutive checks,
+    then take it (acquire=False: just return).  Timeout -> InfraError.  Returns the last check."""
     cfg = lock.cfg
-    timeout = cfg.timeout_s if timeout is None else timeout
-    deadline = time.monotonic() + timeout
-    streak, last = 0, {}
-    with out.progress() as prog:
-        task = prog.add_task("waiting for the GPU lock", total=None, status="")
+    timeout = cfg.timeout_s if timeout is None else float(timeout)
+    start = time.monotonic()
+    streak, prog, task = 0, None, None
+    try:
         while True:
             st = lock.read()
-            free = st.state == "free" or lock._reclaimable(st, break_stale) or (st.owner is not None and lock.run_id and st.owner.run == lock.run_id)
-            pf = preflight(runner, cfg) if check_idle else {"idle": True}
-            last = {"lock": st.describe(), **pf}
-            streak = streak + 1 if free and pf["idle"] else 0
-            prog.update(task, status=f"{st.describe()[:60]} | gpu {'idle' if pf.get('gpu_idle', True) else 'busy'} | ok {streak}/{cfg.idle_checks}")
+            free = lock.acquirable(st, break_stale)
+            pf = preflight(runner, cfg) if free and check_idle else None
+            streak = streak + 1 if free and (pf is None or pf["idle"]) else 0
+            last = {"lock": st.describe(), "lock_state": st.state, **({k: v for k, v in pf.items() if k != "detail"} if pf else {})}
             if streak >= cfg.idle_checks:
-                ok, st2 = lock.try_acquire(break_stale, pid)
+                if not acquire:
+                    return last
+                ok, seen = lock.try_acquire(break_stale, pid)
                 if ok:
-                    if st2.stale:
-                        out.warn(f"reclaimed a stale lock: {st2.describe()}")
+                    if seen.state == "held":
+                        out.warn(f"reclaimed {lock.dir}: was {seen.describe()}")
                     return last
                 streak = 0
-            if time.monotonic() >= deadline:
-                raise InfraError(f"GPU lock not acquired within {timeout:.0f} s: {last.get('lock')}; gpu: {last.get('gpu', '?')}; docker: {last.get('docker', '?')}")
-            time.sleep(cfg.poll_s)
+            elapsed = time.monotonic() - start
+            if elapsed >= timeout:
+                raise InfraError(f"GPU lock {lock.dir} not {'acquired' if acquire else 'free and idle'} within {fmt_age(timeout)}: {_status_line(st, pf, streak, cfg.idle_checks, full=True)}")
+            if prog is None and elapsed >= 1.0:  # quiet when the lock comes at once
+                prog = out.progress()
+                prog.start()
+                out.info(f"waiting for the GPU lock {lock.dir} (free + idle for {cfg.idle_checks} checks, {fmt_age(cfg.poll_s)} apart; timeout {fmt_age(timeout)})")
+                task = prog.add_task("GPU lock (s)", total=max(1, int(timeout)), status="")
+            if prog is not None:
+                prog.update(task, completed=int(elapsed), status=_status_line(st, pf, streak, cfg.idle_checks))
+            time.sleep(max(0.0, min(cfg.poll_s, timeout - elapsed)))
+    finally:
+        if prog is not None:
+            prog.stop()
+
+
+@contextmanager
+def holding(lock: GpuLock, runner, out, timeout: float | None = None, break_stale: bool = False, check_idle: bool = True):
+    """Wait, take the lock, yield the preflight info; release on any exit (error, SIGINT, SIGTERM)."""
+    if lock.adopt_inherited():
+        yield {"inherited": True, "lock": f"held by the parent process: {lock.record}"}
+        return
+    old_env = os.environ.get(ENV_HELD)
+    with sigterm_as_interrupt():
+        try:
+            info = wait_and_acquire(lock, runner, out, timeout, break_stale, check_idle)
+            os.environ[ENV_HELD] = lock.env_value()
+            yield info
+        finally:
+            if lock.held:
+                out.info("GPU lock released" if lock.release() else f"GPU lock {lock.dir} was taken over by someone else: left as it is")
+            if old_env is None:
+                os.environ.pop(ENV_HELD, None)
+            else:
+                os.environ[ENV_HELD] = old_env
 
 
 @contextmanager
@@ -252,25 +489,24 @@ def held_lock(ctx, timeout: float | None = None, break_stale: bool = False):
     if ctx.vars.get("_gpu_lock") is not None:
         yield ctx.vars["_gpu_lock"]
         return
-    host = ctx.profile.host(ctx.host) if ctx.host else None
-    lock = GpuLock(ctx.profile.lock, host.lock_dir if host and host.lock_dir else None, ctx.run_id)
-    info = wait_and_acquire(lock, ctx.runner, ctx.out, timeout, break_stale)
-    ctx.vars["_gpu_lock"] = lock
-    if ctx.run:
-        ctx.run.write_json("lock.json", {"owner": lock.record, "dir": str(lock.dir), "preflight": info})
-    ctx.out.info(f"GPU lock taken: {lock.record}")
-    try:
-        yield lock
-    finally:
-        lock.release()
-        ctx.vars.pop("_gpu_lock", None)
-        ctx.out.info("GPU lock released")
+    if getattr(ctx.runner, "host", "local") != "local":
+        raise UsageError("the GPU lock is taken by the parity that runs on the GPU host (use --host to delegate), not through a remote runner")
+    lock = GpuLock(ctx.profile.lock, run_id=ctx.run_id)
+    with holding(lock, ctx.runner, ctx.out, timeout, break_stale) as info:
+        ctx.vars["_gpu_lock"] = lock
+        try:
+            if ctx.run is not None:
+                ctx.run.write_json("lock.json", {"owner": lock.record, "dir": str(lock.dir), "inherited": lock.inherited, "preflight": info})
+            ctx.out.info(f"GPU lock {'inherited' if lock.inherited else 'taken'}: {lock.record}")
+            yield lock
+        finally:
+            ctx.vars.pop("_gpu_lock", None)
 
 
 def campaign_step(ctx, options: dict) -> dict:
     """kind: lock -- take the GPU lock for the rest of the campaign (released when it ends)."""
     bad = set(options) - {"timeout_s", "break_stale"}
     if bad:
-        raise UsageError(f"lock step: unknown option {sorted(bad)[0]}")
+        raise UsageError(f"lock step: unknown option {sorted(bad)[0]} (known: timeout_s, break_stale)")
     lock = ctx.cleanup.enter_context(held_lock(ctx, options.get("timeout_s"), bool(options.get("break_stale"))))
-    return {"owner": lock.record, "dir": str(lock.dir)}
+    return {"owner": lock.record, "dir": str(lock.dir), "inherited": lock.inherited}

@@ -1,14 +1,23 @@
-"""The nvidia-smi tool (and NVML when importable): GPUs and compute processes."""
+"""The nvidia-smi tool (and NVML when importable, local only): GPUs and compute processes.
+
+Pure parse_*() over captured text (samples in tests/data/hw/) plus thin runner calls.
+GB10 (unified memory) reports memory.* as "[N/A]": memory_mib is then None.
+"""
 
 from __future__ import annotations
 
 import os
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 QUERY_GPU = ["nvidia-smi", "--query-gpu=name,driver_version,compute_cap,memory.total", "--format=csv,noheader"]
+# drivers older than 510 do not know compute_cap: the query fails as a whole, so retry without it
+QUERY_GPU_OLD = ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"]
 QUERY_APPS = ["nvidia-smi", "--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader"]
 _CUDA = re.compile(r"CUDA Version:\s*([0-9.]+)")
+_MIB = re.compile(r"^\s*(\d+)\s*(MiB)?\s*$")
+_NA = ("[N/A]", "N/A", "[Not Supported]", "Not Supported", "")
 
 
 @dataclass
@@ -20,20 +29,28 @@ class Gpu:
 
 
 def _na(v: str) -> bool:
-    return v.strip() in ("[N/A]", "N/A", "[Not Supported]", "")
+    return v.strip() in _NA
 
 
-def parse_query_gpu(text: str) -> list[Gpu]:
+def _mib(v: str) -> int | None:
+    m = _MIB.match(v)
+    return int(m.group(1)) if m and not _na(v) else None
+
+
+def parse_query_gpu(text: str, fields: tuple[str, ...] = ("name", "driver_version", "compute_cap", "memory.total")) -> list[Gpu]:
+    """Rows of `--query-gpu=<fields> --format=csv[,noheader]` (a header line is skipped)."""
     gpus = []
     for line in text.splitlines():
-        if not line.strip() or line.startswith("name,"):
+        if not line.strip() or line.startswith("name,") or line.startswith("name, "):
             continue
         parts = [p.strip() for p in line.split(",")]
-        if len(parts) < 4:
-            continue
-        name, driver, cc, mem = parts[:4]
-        mem_mib = None if _na(mem) else int(re.sub(r"[^0-9]", "", mem) or 0)
-        gpus.append(Gpu(name, driver, None if _na(cc) else cc, mem_mib))
+        if len(parts) < len(fields):
+            continue  # an error line ("Field ... is not a valid field to query.")
+        extra = len(parts) - len(fields)  # only the name (first field) can hold a comma
+        parts = [", ".join(parts[: extra + 1])] + parts[extra + 1 :]
+        row = dict(zip(fields, parts))
+        cc = row.get("compute_cap", "")
+        gpus.append(Gpu(row["name"], row["driver_version"], None if _na(cc) else cc, _mib(row.get("memory.total", ""))))
     return gpus
 
 
@@ -43,16 +60,25 @@ def parse_cuda_version(banner: str) -> str | None:
 
 
 def parse_compute_apps(text: str) -> list[dict]:
+    """Rows of `--query-compute-apps=pid[,process_name,used_memory] --format=csv,noheader`.
+    An idle GPU prints nothing; lines that do not start with a pid are ignored."""
     apps = []
     for line in text.splitlines():
         parts = [p.strip() for p in line.split(",")]
-        if parts and parts[0].isdigit():
-            apps.append({"pid": int(parts[0]), "name": parts[1] if len(parts) > 1 else "", "memory": parts[2] if len(parts) > 2 else ""})
+        if not parts or not parts[0].isdigit():
+            continue
+        apps.append(
+            {
+                "pid": int(parts[0]),
+                "name": parts[1] if len(parts) > 1 else "",
+                "memory_mib": _mib(parts[2]) if len(parts) > 2 else None,
+            }
+        )
     return apps
 
 
-def nvml_compute_apps() -> list[dict] | None:
-    """Compute processes via NVML; None when NVML is unavailable."""
+def _nvml():
+    """The pynvml module after nvmlInit, or None (not installed, no driver, PARITY_NO_NVML set)."""
     if os.environ.get("PARITY_NO_NVML"):
         return None
     try:
@@ -63,22 +89,58 @@ def nvml_compute_apps() -> list[dict] | None:
         pynvml.nvmlInit()
     except Exception:
         return None
+    return pynvml
+
+
+def _comm(pid: int) -> str:
+    """Process name for an NVML pid (NVML gives none); empty when it is not visible from here."""
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def nvml_compute_apps() -> list[dict] | None:
+    """Compute processes via NVML; None when NVML is unavailable."""
+    nv = _nvml()
+    if nv is None:
+        return None
     try:
         apps = []
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h):
-                apps.append({"pid": p.pid, "name": "", "memory": str(getattr(p, "usedGpuMemory", "") or "")})
+        for i in range(nv.nvmlDeviceGetCount()):
+            h = nv.nvmlDeviceGetHandleByIndex(i)
+            for p in nv.nvmlDeviceGetComputeRunningProcesses(h):
+                mem = getattr(p, "usedGpuMemory", None)
+                apps.append({"pid": int(p.pid), "name": _comm(int(p.pid)), "memory_mib": mem // (1 << 20) if isinstance(mem, int) else None})
         return apps
+    except Exception:
+        return None
     finally:
         try:
-            pynvml.nvmlShutdown()
+            nv.nvmlShutdown()
+        except Exception:
+            pass
+
+
+def nvml_cuda_version() -> str | None:
+    """CUDA driver version via NVML (13000 -> "13.0"); None when unavailable."""
+    nv = _nvml()
+    if nv is None:
+        return None
+    try:
+        v = int(nv.nvmlSystemGetCudaDriverVersion())
+        return f"{v // 1000}.{(v % 1000) // 10}"
+    except Exception:
+        return None
+    finally:
+        try:
+            nv.nvmlShutdown()
         except Exception:
             pass
 
 
 def compute_apps(runner) -> tuple[list[dict] | None, str]:
-    """(apps, source).  apps is None when neither NVML nor nvidia-smi answered."""
+    """(apps, source).  apps is None when neither NVML nor nvidia-smi answered; source says why."""
     apps = nvml_compute_apps() if runner.host == "local" else None
     if apps is not None:
         return apps, "nvml"
@@ -86,16 +148,24 @@ def compute_apps(runner) -> tuple[list[dict] | None, str]:
         return None, "nvidia-smi not found"
     res = runner.run(QUERY_APPS, timeout=30)
     if not res.ok:
-        return None, f"nvidia-smi failed (exit {res.rc}): {res.tail(1)}"
+        return None, f"nvidia-smi failed (exit {res.rc}): {res.tail(1).strip() or 'no output'}"
     return parse_compute_apps(res.stdout), "nvidia-smi"
 
 
 def inventory(runner) -> tuple[list[Gpu], str | None, str]:
-    """(gpus, cuda_version, note)."""
+    """(gpus, cuda_version, note).  No nvidia-smi or a failing one -> ([], None, why)."""
     if not runner.which("nvidia-smi"):
         return [], None, "nvidia-smi not found"
     res = runner.run(QUERY_GPU, timeout=30)
+    fields: tuple[str, ...] = ("name", "driver_version", "compute_cap", "memory.total")
+    if not res.ok and "compute_cap" in res.tail(3):
+        res = runner.run(QUERY_GPU_OLD, timeout=30)
+        fields = ("name", "driver_version", "memory.total")
     if not res.ok:
-        return [], None, f"nvidia-smi failed (exit {res.rc}): {res.tail(1)}"
+        return [], None, f"nvidia-smi failed (exit {res.rc}): {res.tail(1).strip() or 'no output'}"
+    gpus = parse_query_gpu(res.stdout, fields)
     banner = runner.run(["nvidia-smi"], timeout=30)
-    return parse_query_gpu(res.stdout), parse_cuda_version(banner.stdout), "nvidia-smi"
+    cuda = parse_cuda_version(banner.stdout) if banner.ok else None
+    if cuda is None and runner.host == "local":
+        cuda = nvml_cuda_version()
+    return gpus, cuda, "nvidia-smi"

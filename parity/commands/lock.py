@@ -25,7 +25,7 @@ def register(app: typer.Typer) -> None:
 
     @lk.command("acquire")
     def acquire(
-        owner: Optional[str] = typer.Option(None, "--owner", metavar="WHO", help="Owner name (default user@host). The record has no pid, so it outlives this process: only `release` or the stale-age rule ends it."),
+        owner: Optional[str] = typer.Option(None, "--owner", metavar="WHO", help="Owner name (default user@host). Without --pid the record has no pid, so it outlives this process: only `parity lock release` (or --break-stale past lock.stale_age_s) ends it."),
         pid: Optional[int] = typer.Option(None, "--pid", help="Tie the lock to this pid instead (reclaimed automatically once it dies)."),
         break_stale: bool = typer.Option(False, "--break-stale", help="Reclaim a stale holder from another host or past lock.stale_age_s."),
         no_wait: bool = typer.Option(False, "--no-wait", help="Fail at once if the lock is taken."),
@@ -41,8 +41,8 @@ def register(app: typer.Typer) -> None:
 
     @lk.command("release")
     def release(
-        owner: Optional[str] = typer.Option(None, "--owner", metavar="WHO", help="Release only if WHO holds it."),
-        force: bool = typer.Option(False, "--force", help="Release whoever holds it."),
+        owner: Optional[str] = typer.Option(None, "--owner", metavar="WHO", help="Release when WHO holds it (default: you, user@host)."),
+        force: bool = typer.Option(False, "--force", help="Release whoever holds it, even a live process."),
         lock_dir: Optional[str] = LockDirOpt,
         profile: Optional[str] = ProfileOpt,
         json: bool = JsonOpt,
@@ -53,16 +53,22 @@ def register(app: typer.Typer) -> None:
         raise typer.Exit(impl(owner, force, lock_dir, profile, json))
 
     @lk.command("wait")
-    def wait(lock_dir: Optional[str] = LockDirOpt, timeout: Optional[float] = TimeoutOpt, profile: Optional[str] = ProfileOpt, json: bool = JsonOpt):
-        """Wait until the lock is free and the GPU idle (2 consecutive checks); take nothing."""
+    def wait(
+        lock_dir: Optional[str] = LockDirOpt,
+        timeout: Optional[float] = TimeoutOpt,
+        break_stale: bool = typer.Option(False, "--break-stale", help="Count a stale holder from another host or past lock.stale_age_s as free."),
+        profile: Optional[str] = ProfileOpt,
+        json: bool = JsonOpt,
+    ):
+        """Wait until the lock is free and the GPU idle (lock.idle_checks consecutive checks); take nothing."""
         from parity.lock_cli import wait as impl
 
-        raise typer.Exit(impl(lock_dir, timeout, profile, json))
+        raise typer.Exit(impl(lock_dir, timeout, break_stale, profile, json))
 
     @lk.command("run", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
     def run(
         cmd: List[str] = typer.Argument(..., metavar="-- CMD ...", help="Command to run while holding the lock."),
-        break_stale: bool = typer.Option(False, "--break-stale"),
+        break_stale: bool = typer.Option(False, "--break-stale", help="Reclaim a stale holder from another host or past lock.stale_age_s."),
         lock_dir: Optional[str] = LockDirOpt,
         timeout: Optional[float] = TimeoutOpt,
         profile: Optional[str] = ProfileOpt,

@@ -1,0 +1,120 @@
+"""16 real processes fight over one lock dir; a shared counter and an enter/exit log prove
+that no two holders ever overlap.  Through the library (30 cycles each) and through
+`parity lock run` (fewer cycles: each one is a parity process start)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parent.parent
+REPO = TESTS.parent
+FAKES = TESTS / "fakes" / "bin"
+PROCS = 16
+
+LIB_WORKER = r"""
+import os, sys, time
+from parity.config import load_profile
+from parity.lock import GpuLock, holding
+from parity.runners.local import LocalRunner
+from parity.ui import Output
+profile, lock_dir, work, cycles = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+prof = load_profile(profile)
+out = Output(json_mode=True)
+def rd(p):
+    with open(p) as f: return f.read()
+def wr(p, s):
+    with open(p, "w") as f: f.write(s)
+log = os.open(os.path.join(work, "log"), os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+for i in range(cycles):
+    tag = f"{os.getpid()}-{i}"
+    lock = GpuLock(prof.lock, lock_dir, run_id=tag)
+    with holding(lock, LocalRunner(), out, timeout=300):
+        os.write(log, f"enter {tag}\n".encode())
+        if f"run={tag}" not in rd(os.path.join(lock_dir, "owner")): os.write(log, f"WRONG-OWNER {tag}\n".encode())
+        if rd(os.path.join(work, "inside")) != "0": os.write(log, f"OVERLAP {tag}\n".encode())
+        wr(os.path.join(work, "inside"), "1")
+        n = int(rd(os.path.join(work, "count")))
+        time.sleep(0.001)
+        wr(os.path.join(work, "count"), str(n + 1))
+        if rd(os.path.join(work, "inside")) != "1": os.write(log, f"OVERLAP {tag}\n".encode())
+        wr(os.path.join(work, "inside"), "0")
+        os.write(log, f"exit {tag}\n".encode())
+"""
+
+# the same critical section in sh, run by `parity lock run`
+SH_SECTION = r"""
+tag="$1-$$"; w="$2"
+echo "enter $tag" >> "$w/log"
+[ "$(cat "$w/inside")" = 0 ] || echo "OVERLAP $tag" >> "$w/log"
+echo 1 > "$w/inside"
+n=$(cat "$w/count"); sleep 0.005; echo $((n + 1)) > "$w/count"
+[ "$(cat "$w/inside")" = 1 ] || echo "OVERLAP $tag" >> "$w/log"
+echo 0 > "$w/inside"
+echo "exit $tag" >> "$w/log"
+"""
+
+
+def _prepare(tmp_path: Path) -> tuple[Path, Path]:
+    work, lock_dir = tmp_path / "work", tmp_path / "gpu_bench_lock"
+    work.mkdir()
+    (work / "inside").write_text("0")
+    (work / "count").write_text("0")
+    return work, lock_dir
+
+
+def _check(work: Path, lock_dir: Path, expected: int) -> None:
+    lines = (work / "log").read_text().splitlines()
+    bad = [ln for ln in lines if not ln.startswith(("enter ", "exit "))]
+    assert not bad, bad[:5]
+    assert len(lines) == 2 * expected
+    for enter, exit_ in zip(lines[0::2], lines[1::2]):  # strictly alternating, same holder
+        assert enter.startswith("enter ") and exit_ == "exit " + enter[len("enter ") :], (enter, exit_)
+    assert int((work / "count").read_text()) == expected  # no lost update
+    assert (lock_dir / "owner").read_text().startswith("FREE released-by-")
+    assert sorted(p.name for p in lock_dir.iterdir()) == ["owner"]  # no temp files left
+
+
+def _env(**extra) -> dict:
+    env = dict(os.environ, PATH=f"{FAKES}{os.pathsep}{os.environ['PATH']}", PARITY_NO_NVML="1", **extra)
+    env.pop("PARITY_GPU_LOCK", None)
+    return env
+
+
+def test_sixteen_library_processes(tmp_path):
+    cycles = 30
+    work, lock_dir = _prepare(tmp_path)
+    profile = str(TESTS / "data" / "lock" / "fast-nopreflight.yaml")
+    t0 = time.monotonic()
+    procs = [
+        subprocess.Popen([sys.executable, "-c", LIB_WORKER, profile, str(lock_dir), str(work), str(cycles)], cwd=REPO, env=_env(), stderr=subprocess.PIPE, text=True)
+        for _ in range(PROCS)
+    ]
+    errs = [p.communicate(timeout=600)[1] for p in procs]
+    took = time.monotonic() - t0
+    assert all(p.returncode == 0 for p in procs), [e[-500:] for e in errs if e]
+    _check(work, lock_dir, PROCS * cycles)
+    print(f"\nlock contention (library): {PROCS} processes x {cycles} cycles = {PROCS * cycles} holds in {took:.2f} s ({1000 * took / (PROCS * cycles):.1f} ms per hold, poll 0.01 s, 2 idle checks)")
+
+
+def test_sixteen_parity_lock_run_processes(tmp_path):
+    cycles = 3
+    work, lock_dir = _prepare(tmp_path)
+    profile = str(TESTS / "data" / "lock" / "fast.yaml")  # full preflight with the fake tools (idle)
+    loop = (
+        f'for i in $(seq {cycles}); do "{sys.executable}" -m parity lock run --profile "{profile}" --lock-dir "{lock_dir}" --timeout 300 '
+        f'-- sh -c \'{SH_SECTION}\' section "w$$" "{work}" || exit 1; done'
+    )
+    t0 = time.monotonic()
+    procs = [
+        subprocess.Popen(["sh", "-c", loop], cwd=REPO, env=_env(FAKE_NVIDIA_SMI="h100-idle", FAKE_DOCKER="none"), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        for _ in range(PROCS)
+    ]
+    errs = [p.communicate(timeout=600)[1] for p in procs]
+    took = time.monotonic() - t0
+    assert all(p.returncode == 0 for p in procs), [e[-800:] for e in errs if e]
+    _check(work, lock_dir, PROCS * cycles)
+    print(f"\nlock contention (parity lock run): {PROCS} processes x {cycles} cycles = {PROCS * cycles} holds in {took:.2f} s (idle preflight via fake nvidia-smi + docker)")
