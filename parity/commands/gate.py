@@ -20,11 +20,12 @@ def register(app: typer.Typer) -> None:
         engine: Optional[str] = typer.Option(None, "--engine", "-e", metavar="NAME", help="Engine whose build runs the gates."),
         expect: Optional[str] = typer.Option(None, "--expect", metavar="MD5", help="Expected md5 (instead of the registry)."),
         form: Optional[str] = typer.Option(None, "--form", metavar="chat|no-cnv", help="Prompt form for the md5 gate."),
-        record: bool = typer.Option(False, "--record", help="Record the observed md5 as canonical (needs a green --kl)."),
+        record: bool = typer.Option(False, "--record", help="Record the observed md5 as canonical (needs a green --kl for that model and path)."),
+        registry: Optional[str] = typer.Option(None, "--registry", metavar="FILE", help="User registry of canonical md5s, merged over the profile's (env PARITY_REGISTRY; default ~/.config/parity/registry.yaml)."),
         profile: Optional[str] = ProfileOpt,
         json: bool = JsonOpt,
     ):
         """Correctness gates: greedy md5 per path, op-oracle, KL band."""
         from parity.gates.cli_impl import run
 
-        raise typer.Exit(run(model, path, ops, backend, kl, engine, expect, form, record, profile, json))
+        raise typer.Exit(run(model, path, ops, backend, kl, engine, expect, form, record, registry, profile, json))

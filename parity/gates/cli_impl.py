@@ -2,24 +2,66 @@
 
 from __future__ import annotations
 
-from parity.errors import EXIT_GATE, UsageError
+from pathlib import Path
+
+from parity.errors import EXIT_GATE, GateFailed, UsageError
 
 
-def run(model, path, ops, backend, kl, engine, expect, form, record, profile, json_mode) -> int:
-    from parity.commands.common import make_context, parse_str_list
-    from parity.config import MD5_RE, CanonicalMd5
-    from parity.context import run_session
-    from parity.gates import registry
-    from parity.gates.prepost import GateSpec, run_gate_set, write_summary
+def _validate(ctx, model, path, engine, expect, form, ops) -> None:
+    from parity.config import MD5_RE
+    from parity.gates.completion import EMPTY_MD5
 
-    if expect and not MD5_RE.match(expect):
-        raise UsageError(f"--expect {expect!r}: not an md5 (32 lowercase hex digits)")
+    if expect and (not MD5_RE.match(expect) or expect == EMPTY_MD5):
+        raise UsageError(f"--expect {expect!r}: not the md5 of a non-empty output (32 lowercase hex digits)")
     if form and form not in ("chat", "no-cnv"):
         raise UsageError(f"--form {form!r}: expected chat or no-cnv")
+    if model and model not in ctx.profile.models and not Path(model).expanduser().is_file():
+        raise UsageError(f"--model {model!r}: neither a model of profile {ctx.profile.name} ({', '.join(ctx.profile.models)}) nor a file")
+    eng = engine or ctx.profile.gates.engine
+    if eng:
+        e = ctx.profile.engine(eng)
+        if path and path != "all" and e.paths and path not in e.paths:
+            raise UsageError(f"--path {path!r}: engine {eng} has paths {', '.join(e.paths)} (or all)")
+    if ops is not None and not ops:
+        raise UsageError("--ops: give OP,OP,... or none")
+
+
+def _record(ctx, result: dict, form: str, registry_file: str | None) -> list[str]:
+    """Record each produced md5 whose (model, path) has a green KL check; refuse otherwise."""
+    from parity.config import CanonicalMd5
+    from parity.gates import registry
+
+    md5s = [c for c in result["checks"] if c["kind"] == "md5" and (c["status"] in ("pass", "fail") or c["data"].get("no_expectation"))]
+    if not md5s:
+        raise UsageError("--record: no md5 was produced to record (every md5 check errored)")
+    written = []
+    for c in md5s:
+        kl = next((k for k in result["checks"] if k["kind"] == "kl" and k["status"] == "pass" and k["path"] == c["path"] and k["model"] == c["model"]), None)
+        g = ctx.profile.gates
+        validated = f"{kl['detail']} (parity gate --record, run {ctx.run.run_id})" if kl else ""
+        entry = CanonicalMd5(c["got"], c["path"] or "default", form, g.n_predict, validated)
+        transcript = (ctx.run.path / c["data"]["transcript"]).read_bytes() if c["data"].get("transcript") else None
+        if kl is None:
+            raise GateFailed(
+                f"refusing to record {c['got']} for {c['model']}/{c['path']}: no green KL check with candidate {c['model']} on path {c['path']} "
+                f"(run with --kl; gates.kl.candidate must be {c['model']})"
+            )
+        written.append(str(registry.record(c["model"], entry, True, transcript, registry_file)))
+    return written
+
+
+def run(model, path, ops, backend, kl, engine, expect, form, record, registry_file, profile, json_mode) -> int:
+    from parity.commands.common import make_context, parse_str_list
+    from parity.context import run_session
+    from parity.gates.prepost import GateSpec, run_gate_set, write_summary
+
     ctx = make_context(profile, json_mode)
     op_list = parse_str_list(ops)
+    _validate(ctx, model, path, engine, expect, form, op_list)
     if op_list == ["none"]:
         op_list = []
+    if registry_file:
+        ctx.vars["registry"] = registry_file
     spec = GateSpec.from_profile(
         ctx.profile,
         models=[model] if model else None,
@@ -31,24 +73,36 @@ def run(model, path, ops, backend, kl, engine, expect, form, record, profile, js
         form=form,
         backend=backend,
     )
-    if spec.engine:
-        ctx.profile.engine(spec.engine)
-    with run_session(ctx, "gate", f"gate-{model or 'default'}"):
+    with run_session(ctx, "gate", f"gate-{Path(model).stem if model else 'default'}"):
         result = run_gate_set(ctx, spec, "gate")
         write_summary(ctx, {"gate": result})
-        recorded = None
+        recorded, record_error = [], None
         if record:
-            md5s = [c for c in result["checks"] if c["kind"] == "md5" and c["got"] not in ("-", None)]
-            kl_green = any(c["kind"] == "kl" and c["status"] == "pass" for c in result["checks"])
-            if not md5s:
-                raise UsageError("--record: no md5 was produced to record")
-            c = md5s[0]
-            klc = next((x for x in result["checks"] if x["kind"] == "kl"), None)
-            entry = CanonicalMd5(c["got"], c["path"] or "default", form or ctx.profile.gates.form, ctx.profile.gates.n_predict, f"{klc['detail'] if klc else 'no KL'} (parity gate --record, run {ctx.run.run_id})")
-            recorded = str(registry.record(c["model"], entry, kl_green))
-        doc = {"run_dir": str(ctx.run.path), "status": result["status"], "checks": result["checks"], "recorded": recorded}
-        ctx.out.emit(doc, lambda: ctx.out.info(f"gates {result['status'].upper()} -> {ctx.run.path}" + (f"; recorded in {recorded}" if recorded else "")))
-        if result["status"] == "fail":
-            ctx.run.mark_invalid("gate failed")
+            try:
+                recorded = _record(ctx, result, form or ctx.profile.gates.form, registry_file)
+            except GateFailed as e:
+                record_error = str(e)
+        # a recorded proposal settles the md5 checks that had no expectation yet
+        unsettled = [c["check"] for c in result["checks"] if c["status"] in ("fail", "error") and not (recorded and c["data"].get("no_expectation"))]
+        green = not unsettled and result["status"] != "not-run" and not record_error
+        doc = {
+            "run_dir": str(ctx.run.path),
+            "status": result["status"],
+            "green": green,
+            "checks": result["checks"],
+            "recorded": recorded,
+            "record_error": record_error,
+        }
+
+        def human():
+            ctx.out.info(f"gates {'GREEN' if green else 'RED'} ({result['status']}) -> {ctx.run.path}")
+            for r in recorded:
+                ctx.out.info(f"recorded canonical md5 in {r}")
+            if record_error:
+                ctx.out.info(f"not recorded: {record_error}")
+
+        ctx.out.emit(doc, human)
+        if not green:
+            ctx.run.mark_invalid(f"gate not green: {', '.join(unsettled) or record_error or result['status']}")
             return EXIT_GATE
     return 0

@@ -17,11 +17,23 @@ class CompletionRun:
     stdout: bytes
     stderr: str
     seconds: float
-    retried: dict | None = None
+    attempts: list[dict] | None = None  # earlier incomplete attempts, when retried
+
+    @property
+    def ok(self) -> bool:
+        return self.rc == 0 and not self.timed_out
 
     @property
     def md5(self) -> str:
         return hashlib.md5(self.stdout).hexdigest()
+
+
+def is_complete(stdout: bytes) -> bool:
+    """llama-completion ends every run with LOG("\\n\\n"), but its async logger is
+    never flushed at exit (the singleton is leaked on purpose), so the tail -- or
+    everything -- can be lost: 9 of 40 tiny-model runs here lost some.  A
+    transcript without the final blank line is incomplete."""
+    return stdout.endswith(b"\n\n")
 
 
 def greedy_argv(binary: str, model: str, prompt: str, n_predict: int, seed: int, form: str, extra: list[str]) -> list[str]:

@@ -6,7 +6,8 @@ import math
 import re
 from dataclasses import dataclass
 
-_NUM = r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|-?inf)"
+# printf("%f") prints nan/-nan/inf/-inf for non-finite values: parse them, never skip them
+_NUM = r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf)(?:inity)?)"
 _PM = rf"{_NUM}\s*(?:±|\+/-)\s*{_NUM}"
 _PATTERNS = {
     "ppl_q": rf"^Mean PPL\(Q\)\s*:\s*{_PM}",
@@ -26,14 +27,14 @@ class Stat:
 
 
 def _f(s: str) -> float:
-    return float(s.replace("inf", "inf"))
+    return float(s.replace("-nan", "nan"))
 
 
 def parse(text: str) -> dict[str, Stat]:
     """Statistics a --kl-divergence run prints (or PPL of a base run)."""
     out: dict[str, Stat] = {}
     for key, pat in _PATTERNS.items():
-        m = re.search(pat, text, re.M)
+        m = re.search(pat, text, re.M | re.I)
         if m:
             out[key] = Stat(_f(m.group(1)), _f(m.group(2)))
     m = _FINAL.search(text)

@@ -26,6 +26,7 @@ class GateSpec:
     expect: str | None = None
     form: str | None = None
     backend: str | None = None
+    engines: list[str] = field(default_factory=list)  # md5 on several builds (default: [engine])
 
     @classmethod
     def from_profile(cls, profile, **over) -> "GateSpec":
@@ -37,37 +38,56 @@ class GateSpec:
         return spec
 
 
-def run_gate_set(ctx, spec: GateSpec, phase: str = "gate") -> dict:
-    checks: list[Check] = []
-    engine = spec.engine or ctx.profile.gates.engine
+def _paths(ctx, spec: GateSpec, engine: str | None) -> list[str | None]:
     e = ctx.profile.engine(engine) if engine else None
     paths = spec.paths or ([e.default_path] if e and e.default_path else [None])
-    if "all" in paths and e:
-        paths = list(e.paths) or [None]
+    if "all" in paths:
+        paths = list(e.paths) if e and e.paths else [None]
+    return paths
+
+
+def _engine_paths(ctx, engine: str, wanted: list[str]) -> list[str | None]:
+    """The requested paths this engine has; else its default path (stock has no paged path)."""
+    e = ctx.profile.engine(engine)
+    if "all" in wanted:
+        return list(e.paths) or [e.default_path]
+    return [p for p in wanted if p in e.paths] or [e.default_path]
+
+
+def run_gate_set(ctx, spec: GateSpec, phase: str = "gate") -> dict:
+    """Run md5 (models x paths), op-oracle (ops) and KL (per path) checks."""
+    from parity.errors import UsageError
+
+    checks: list[Check] = []
+    engine = spec.engine or ctx.profile.gates.engine
+    paths = _paths(ctx, spec, engine)
+    if not spec.models and not spec.ops and not spec.kl:
+        raise UsageError(f"{phase} gates: nothing to check (no models, ops or kl in the profile's gates section or the options)")
     tag = f"{phase}/" if phase else ""
-    total = len(spec.models) * len(paths) + len(spec.ops) + (1 if spec.kl else 0)
-    done = 0
+    md5_runs = sum(len(paths if eng == engine else _engine_paths(ctx, eng, spec.paths)) for eng in spec.engines or [engine])
+    total = len(spec.models) * md5_runs + len(spec.ops) + (len(paths) if spec.kl else 0)
     with ctx.out.progress() as prog:
         task = prog.add_task(f"{phase} gates", total=total, status="")
-        for m in spec.models:
-            for p in paths:
-                prog.update(task, status=f"md5 {m}/{p}")
-                checks.append(md5_gate(ctx, m, p, engine, spec.expect, spec.form, tag))
-                done += 1
-                prog.update(task, completed=done)
+
+        def step(label, fn, *args):
+            prog.update(task, status=label)
+            checks.append(fn(*args))
+            prog.advance(task)
+
+        for eng in spec.engines or [engine]:
+            eng_paths = paths if eng == engine else _engine_paths(ctx, eng, spec.paths)
+            for m in spec.models:
+                for p in eng_paths:
+                    step(f"md5 {m}/{p} {eng or ''}", md5_gate, ctx, m, p, eng, spec.expect, spec.form, tag)
         for op in spec.ops:
-            prog.update(task, status=f"op {op}")
-            checks.append(op_gate(ctx, op, spec.backend, engine, tag))
-            done += 1
-            prog.update(task, completed=done)
+            step(f"op {op}", op_gate, ctx, op, spec.backend, engine, tag)
         if spec.kl:
-            prog.update(task, status="kl")
-            checks.append(kl_gate(ctx, engine=engine, tag=tag))
-            prog.update(task, completed=done + 1)
+            for p in paths:
+                step(f"kl {p}", lambda p=p: kl_gate(ctx, engine=engine, path=p, tag=tag))
     status = overall(checks)
     for c in checks:
         mark = {"pass": "ok  ", "fail": "FAIL", "error": "ERR ", "not-run": "skip"}[c.status]
-        ctx.out.info(f"  [{mark}] {phase} {c.check}: expected {c.expected}, got {c.got}{' - ' + c.detail if c.detail and c.status != PASS else ''}")
+        ctx.out.info(f"  [{mark}] {phase} {c.check}: expected {c.expected}, got {c.got}" + (f" -- {c.detail}" if c.detail else ""))
     return {"phase": phase, "status": status, "checks": [c.to_dict() for c in checks]}
 
 
@@ -79,7 +99,7 @@ def write_summary(ctx, sets: dict[str, dict]) -> None:
     for phase, s in sets.items():
         for c in s["checks"]:
             rows.append("\t".join(str(x).replace("\t", " ") for x in (phase, c["check"], c["expected"], c["got"], c["status"])))
-    status = PASS if sets and all(s["status"] in (PASS, "not-run") for s in sets.values()) else FAIL
+    status = PASS if sets and all(s["status"] == PASS for s in sets.values()) else FAIL
     ctx.run.write_text("gate_summary.tsv", "\n".join(rows) + "\n")
     ctx.run.write_json("gates.json", {**sets, "status": status})
 
@@ -97,11 +117,11 @@ def run_phase(ctx, phase: str, spec: GateSpec | None = None) -> dict:
     sets = _sets(ctx)
     sets[phase] = result
     write_summary(ctx, sets)
-    if result["status"] == FAIL:
+    if result["status"] != PASS:  # red, or nothing ran at all: neither is green
         if phase == "post" and ctx.run:
-            ctx.run.mark_invalid("post-gate failed")
-        failed = [c["check"] for c in result["checks"] if c["status"] in ("fail", "error")]
-        raise GateFailed(f"{phase}-gate red: {', '.join(failed)}")
+            ctx.run.mark_invalid(f"post-gate {result['status']}")
+        failed = [f"{c['check']} ({c['status']}: {c['detail'][:80]})" for c in result["checks"] if c["status"] in ("fail", "error")]
+        raise GateFailed(f"{phase}-gate {'red' if failed else 'not green (no check ran)'}: {', '.join(failed) or 'every check was not-run'}")
     return result
 
 
@@ -126,12 +146,24 @@ def gated(ctx, spec: GateSpec | None = None, enabled: bool = True):
 
 
 def campaign_step(ctx, options: dict) -> dict:
-    """kind: gate -- options {phase: pre|post|<name>, models, paths, ops, kl, engine}."""
-    allowed = {"phase", "models", "paths", "ops", "kl", "engine", "expect", "form", "backend"}
-    bad = set(options) - allowed
+    """kind: gate -- options {phase: pre|post|<name>, models, paths, ops, kl, engine, engines, expect, form, backend}."""
+    lists, scalars = {"models", "paths", "ops", "engines"}, {"engine", "expect", "form", "backend", "phase"}
+    bad = set(options) - lists - scalars - {"kl"}
     if bad:
-        raise ConfigError("campaign", f"with.{sorted(bad)[0]}", f"unknown gate option (known: {', '.join(sorted(allowed))})")
-    phase = str(options.pop("phase", "gate"))
+        known = ", ".join(sorted(lists | scalars | {"kl"}))
+        raise ConfigError("campaign", f"with.{sorted(bad)[0]}", f"unknown gate option (known: {known})")
+    for k in lists & set(options):
+        v = options[k]
+        if isinstance(v, str):
+            options[k] = [x.strip() for x in v.split(",") if x.strip()]
+        elif not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+            raise ConfigError("campaign", f"with.{k}", "expected a list of names")
+    for k in scalars & set(options):
+        if not isinstance(options[k], str):
+            raise ConfigError("campaign", f"with.{k}", "expected a string")
+    if "kl" in options and not isinstance(options["kl"], bool):
+        raise ConfigError("campaign", "with.kl", "expected true or false")
+    phase = options.pop("phase", "gate")
     spec = GateSpec.from_profile(ctx.profile, **options)
     result = run_phase(ctx, phase, spec)
     return {"phase": phase, "status": result["status"], "checks": [{k: c[k] for k in ("check", "expected", "got", "status")} for c in result["checks"]]}

@@ -13,7 +13,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_ANSI = re.compile(r"\x1b?\[[0-9;]*m")  # captures that lost the ESC byte keep the rest
+# a backend log line (stderr) that may land mid-line after "  OP(params): " in a 2>&1 capture
+_LOG = re.compile(r"(?:ggml_[a-z0-9_]+|llama_[a-z0-9_]+): [^\n]*$")
+_STATUS_ONLY = re.compile(r"^\s*(OK|FAIL)\s*$")
 _CASE = re.compile(r"^\s+(?P<op>[A-Z][A-Z0-9_]*)\((?P<params>.*)\):\s*(?P<rest>.*)$")
 _TESTS = re.compile(r"^\s+(\d+)/(\d+) tests passed")
 _BACKENDS = re.compile(r"^(\d+)/(\d+) backends passed")
@@ -44,8 +47,15 @@ def parse(text: str) -> OpsRun:
     backends: list[BackendResult] = []
     summary = None
     cur: BackendResult | None = None
+    pending: str | None = None  # a case whose status was pushed to a later line by a log line
     for raw in text.splitlines():
         line = _ANSI.sub("", raw).rstrip()
+        if cur is not None and pending and (m := _STATUS_ONLY.match(line)):
+            _add_case(cur, pending, m.group(1))
+            pending = None
+            continue
+        if _LOG.match(line):
+            continue
         if m := _BACKEND.match(line):
             cur = BackendResult(m.group(3))
             backends.append(cur)
@@ -60,15 +70,23 @@ def parse(text: str) -> OpsRun:
         elif m := _TESTS.match(line):
             cur.passed, cur.total = int(m.group(1)), int(m.group(2))
         elif m := _CASE.match(line):
-            rest = m.group("rest")
+            rest = _LOG.sub("", m.group("rest")).strip()
             case = f"{m.group('op')}({m.group('params')})"
-            if rest.startswith("not supported"):
-                cur.unsupported += 1
-            elif rest.endswith("FAIL") or " FAIL" in rest:
-                cur.failing.append(f"{case}: {rest}")
-            elif rest.endswith("OK"):
-                cur.ok_cases += 1
+            if rest:
+                _add_case(cur, case, rest)
+                pending = None
+            else:
+                pending = case
     return OpsRun(backends, summary)
+
+
+def _add_case(cur: BackendResult, case: str, rest: str) -> None:
+    if rest.startswith("not supported"):
+        cur.unsupported += 1
+    elif rest.endswith("FAIL") or " FAIL" in rest:
+        cur.failing.append(f"{case}: {rest}")
+    elif rest.endswith("OK"):
+        cur.ok_cases += 1
 
 
 def argv(binary: str, op: str, backend: str) -> list[str]:

@@ -1,0 +1,85 @@
+"""Helpers every gate kind shares: a path's env, model lookup, tool paths,
+saving outputs into the run dir, and memoised file hashes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from parity.config import cache_dir
+from parity.errors import UsageError
+
+
+def path_env(ctx, engine: str, path: str | None) -> dict[str, str]:
+    """engine.env + engine.paths[path] (the default path when None)."""
+    e = ctx.profile.engine(engine)
+    path = path or e.default_path
+    env = dict(e.env)
+    if path is not None:
+        if e.paths and path not in e.paths:
+            raise UsageError(f"engine {engine} has no path {path!r} (paths: {', '.join(e.paths)})")
+        env.update(e.paths.get(path, {}))
+    return env
+
+
+def resolve_model(ctx, model: str) -> tuple[str, str]:
+    """(label, file) for a profile model name or a GGUF path."""
+    if model in ctx.profile.models:
+        from parity.models.synth import ensure_model
+
+        return model, ensure_model(ctx.profile, model)
+    p = Path(model).expanduser()
+    if p.is_file():
+        return p.stem, str(p)
+    known = ", ".join(ctx.profile.models) or "none"
+    raise UsageError(f"model {model!r}: neither a model of profile {ctx.profile.name} ({known}) nor a file")
+
+
+def tool(ctx, engine: str, name: str) -> str:
+    from parity.engine.build import tool_path
+
+    return tool_path(ctx.profile, engine, name, ctx.runner, ctx.out)
+
+
+def gate_engine(ctx, engine: str | None) -> str:
+    engine = engine or ctx.profile.gates.engine or next(iter(ctx.profile.engines), None)
+    if engine is None:
+        raise UsageError(f"profile {ctx.profile.name} has no engines to run gates with")
+    ctx.profile.engine(engine)
+    return engine
+
+
+def save(ctx, name: str, data: bytes | str) -> str | None:
+    """Write into the run dir (when there is one); returns the relative name."""
+    if ctx.run is None:
+        return None
+    p = ctx.run.file(name)
+    p.write_bytes(data if isinstance(data, bytes) else data.encode("utf-8", "surrogateescape"))
+    return str(p.relative_to(ctx.run.path))
+
+
+def sha256_file(path: str) -> str:
+    """sha256 of a file, memoised by (path, size, mtime): reference models can be tens of GB."""
+    st = os.stat(path)
+    key = f"{os.path.abspath(path)}:{st.st_size}:{st.st_mtime_ns}"
+    index_file = cache_dir() / "kl" / "sha-index.json"
+    try:
+        index = json.loads(index_file.read_text())
+    except (OSError, ValueError):
+        index = {}
+    if key in index:
+        return index[key]
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    index[key] = h.hexdigest()
+    from parity.artifacts import atomic_write_json
+
+    try:
+        atomic_write_json(index_file, index)
+    except OSError:
+        pass  # a read-only cache only costs a re-hash
+    return index[key]

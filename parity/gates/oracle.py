@@ -1,0 +1,41 @@
+"""The op-oracle gate: `test-backend-ops -o OP -b BACKEND`, one automatic retry
+(gates.op_retries) that is recorded, both attempts kept in the artifact."""
+
+from __future__ import annotations
+
+from parity.errors import ParityError
+from parity.gates import test_backend_ops as tbo
+from parity.gates.checks import ERROR, NOT_RUN, PASS, Check
+from parity.gates.common import gate_engine, save, tool
+
+
+def op_gate(ctx, op: str, backend: str | None = None, engine: str | None = None, tag: str = "") -> Check:
+    g = ctx.profile.gates
+    backend = backend or g.op_backend
+    name = f"op {op} [{backend}]"
+    try:
+        engine = gate_engine(ctx, engine)
+        binary = tool(ctx, engine, "test-backend-ops")
+    except ParityError as e:
+        return Check(name, "op", "all", "-", ERROR, str(e))
+    attempts = []
+    for attempt in range(1, 2 + max(0, g.op_retries)):
+        res = ctx.runner.run(tbo.argv(binary, op, backend), env=ctx.profile.engine(engine).env, timeout=g.op_timeout_s)
+        output = save(ctx, f"gates/{tag}op-{op}-{backend}-{attempt}.txt", res.stdout + res.stderr)
+        if res.timed_out:
+            status, got, detail = ERROR, "-", f"timed out after {g.op_timeout_s:g} s"
+        elif res.rc in (126, 127) and not res.stdout:
+            status, got, detail = ERROR, "-", f"cannot run {binary}: {res.stderr.strip()}"
+        else:
+            status, got, detail = tbo.verdict(tbo.parse(res.stdout + "\n" + res.stderr), backend, res.rc)
+        attempts.append({"attempt": attempt, "status": status, "got": got, "detail": detail, "rc": res.rc, "seconds": round(res.duration_s, 2), "output": output})
+        if status in (PASS, NOT_RUN):
+            break
+    final = attempts[-1]
+    detail = final["detail"]
+    if len(attempts) > 1:
+        verdict = "passed on retry" if final["status"] == PASS else f"{final['status']} on every attempt"
+        detail = f"{verdict} (attempt 1: {attempts[0]['got']} {attempts[0]['status']}: {attempts[0]['detail']})" + (f"; {detail}" if detail else "")
+    total = final["got"].split("/")[1] if "/" in final["got"] else None
+    expected = f"{total}/{total}" if total else "all"
+    return Check(name, "op", expected, final["got"], final["status"], detail, attempts=attempts, data={"engine": engine, "backend": backend, "op": op})

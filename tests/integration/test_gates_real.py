@@ -1,0 +1,158 @@
+"""Gates against real llama.cpp binaries (the smoke engines, built and cached
+through parity) and real synthesized models."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import yaml
+from gate_helpers import make_ctx, write_profile
+
+from parity.gates.checks import ERROR, FAIL, NOT_RUN, PASS
+from parity.gates.kl import kl_gate
+from parity.gates.oracle import op_gate
+
+pytestmark = pytest.mark.slow
+
+# the smoke profile without a same-session reference: md5s come from the registry
+NO_REFERENCE = """extends: smoke
+gates:
+  reference_engine: null
+  kl: {reference: tiny-f32, baseline: tiny-noisy, candidate: tiny}
+"""
+
+
+@pytest.fixture
+def built(engine_bins, tiny_model):
+    return engine_bins
+
+
+def gate(parity_cli, tmp_path, *args):
+    res = parity_cli("--artifacts", str(tmp_path / "runs"), "gate", *args, "--json")
+    doc = json.loads(res.stdout) if res.stdout.strip() else None
+    return res, doc
+
+
+def test_gate_json_is_one_object_with_every_check(built, parity_cli, tmp_path):
+    res, doc = gate(parity_cli, tmp_path, "--model", "tiny")
+    assert res.returncode == 0, res.stderr
+    assert doc["status"] == PASS and doc["green"] is True
+    assert [c["check"] for c in doc["checks"]] == ["md5 tiny/paged", "op RMS_NORM [CPU]", "op SOFT_MAX [CPU]"]
+    for c in doc["checks"]:
+        assert {"check", "kind", "model", "path", "expected", "got", "status", "detail"} <= set(c)
+    md5 = doc["checks"][0]
+    assert md5["expected"] == md5["got"] and len(md5["got"]) == 32
+    assert "stock build" in md5["detail"] and "same session" in md5["data"]["expected_provenance"]
+    assert md5["data"]["env"]["LLAMA_KV_PAGED"] == "1"
+    run_dir = tmp_path / "runs" / doc["run_dir"].split("/")[-1]
+    assert (run_dir / md5["data"]["transcript"]).read_bytes().startswith(b"The capital of France is")
+    tsv = (run_dir / "gate_summary.tsv").read_text().splitlines()
+    assert tsv[0] == "phase\tcheck\texpected\tgot\tstatus" and len(tsv) == 4
+
+
+def test_gate_bad_model_is_usage_error(parity_cli, tmp_path):
+    res = parity_cli("--artifacts", str(tmp_path / "runs"), "gate", "--model", str(tmp_path / "missing.gguf"))
+    assert res.returncode == 2 and res.stderr.startswith("parity: error:") and "Traceback" not in res.stderr
+
+
+def test_md5_recorded_canonical_passes_and_changes_fail(built, parity_cli, tmp_path, smoke_profile):
+    from parity.models.synth import ensure_model
+
+    prof = write_profile(tmp_path / "p.yaml", NO_REFERENCE)
+    reg = tmp_path / "registry.yaml"
+    common = ("--model", "tiny", "--ops", "none", "--registry", str(reg), "-p", str(prof))
+
+    # no expectation anywhere: an error, never a pass
+    res, doc = gate(parity_cli, tmp_path, *common)
+    assert res.returncode == 3 and doc["checks"][0]["status"] == ERROR and "no canonical md5" in doc["checks"][0]["detail"]
+
+    # --record without --kl is refused and writes nothing
+    res, doc = gate(parity_cli, tmp_path, *common, "--record")
+    assert res.returncode == 3 and "refusing" in doc["record_error"] and not reg.exists()
+
+    # --record with a KL check outside its band is refused too
+    tight = write_profile(tmp_path / "tight.yaml", f"extends: {prof}\ngates:\n  kl: {{max_kld: 1.0e-12}}\n")
+    res, doc = gate(parity_cli, tmp_path, *common[:-2], "-p", str(tight), "--kl", "--record")
+    assert res.returncode == 3 and [c["status"] for c in doc["checks"]] == [ERROR, FAIL] and not reg.exists()
+
+    # a green KL check for that model and path: recorded with provenance and transcript
+    res, doc = gate(parity_cli, tmp_path, *common, "--kl", "--record")
+    assert res.returncode == 0, res.stderr
+    kl = doc["checks"][1]
+    assert kl["status"] == PASS and 0 < float(kl["got"].split()[1]) < 0.01
+    entry = yaml.safe_load(reg.read_text())["models"]["tiny"][0]
+    observed = doc["checks"][0]["got"]
+    assert entry["md5"] == observed and entry["path"] == "paged" and entry["form"] == "no-cnv"
+    assert entry["validated"].startswith("KL-validated against tiny-f32: KLD")
+    assert (reg.parent / entry["transcript"]).read_bytes().startswith(b"The capital of France is")
+
+    # the recorded canonical md5 now gates the tiny model
+    res, doc = gate(parity_cli, tmp_path, *common)
+    assert res.returncode == 0 and doc["checks"][0]["status"] == PASS and doc["checks"][0]["expected"] == observed
+    assert doc["checks"][0]["detail"].startswith("KL-validated")
+
+    # a sampling flag changes: red, with the first diverging bytes from the stored transcript
+    temp = write_profile(tmp_path / "temp.yaml", f'extends: {prof}\ngates:\n  completion_args: [-ngl, "99", -fa, "on", --temp, "1.0", -t, "1", --no-warmup]\n')
+    res, doc = gate(parity_cli, tmp_path, *common[:-2], "-p", str(temp))
+    c = doc["checks"][0]
+    assert res.returncode == 3 and c["status"] == FAIL and c["got"] != observed and "first difference at byte" in c["detail"]
+
+    # the model changes (5% weight noise under the same name): red
+    noisy = ensure_model(smoke_profile, "tiny-noisy")
+    other = write_profile(tmp_path / "other.yaml", f"extends: {prof}\nmodels:\n  tiny: {{path: {noisy}, synth: null}}\n")
+    res, doc = gate(parity_cli, tmp_path, *common[:-2], "-p", str(other))
+    assert res.returncode == 3 and doc["checks"][0]["status"] == FAIL
+
+
+def test_chat_and_no_cnv_forms_differ(built, tmp_path):
+    from parity.gates.md5 import md5_gate
+
+    ctx = make_ctx(tmp_path)
+    chat = md5_gate(ctx, "tiny", "paged", form="chat")
+    plain = md5_gate(ctx, "tiny", "paged", form="no-cnv")
+    assert chat.status == plain.status == PASS
+    assert chat.got != plain.got and "-no-cnv" not in chat.data["argv"] and plain.data["argv"][-1] == "-no-cnv"
+
+
+def test_kl_real_divergence_and_band(built, tmp_path, monkeypatch):
+    from parity.gates import common, kl
+
+    monkeypatch.setattr(kl, "cache_dir", lambda: tmp_path / "cache")
+    monkeypatch.setattr(common, "cache_dir", lambda: tmp_path / "cache")
+    ctx = make_ctx(tmp_path)
+    ok = kl_gate(ctx)  # smoke: tiny-perturbed (1% noise) vs tiny, bounded by tiny-noisy (5% noise)
+    assert ok.status == PASS, ok.detail
+    cand, base = ok.data["candidate"]["stats"]["kld"][0], ok.data["baseline"]["stats"]["kld"][0]
+    assert 0 < cand < base
+    assert ok.data["candidate"]["stats"]["ppl_q"][0] > 1 and 0 < ok.data["candidate"]["stats"]["same_top_p"][0] <= 100
+    logits = tmp_path / "cache" / "kl"
+    (cached,) = logits.glob("*.kld")
+    mtime = cached.stat().st_mtime_ns
+
+    swapped = kl_gate(ctx, candidate="tiny-noisy", baseline="tiny-perturbed")
+    assert swapped.status == FAIL and "> baseline" in swapped.detail
+    assert cached.stat().st_mtime_ns == mtime  # reference logits reused from the cache
+
+    ctx.profile.gates.kl.max_kld = cand / 2
+    absolute = kl_gate(ctx)
+    assert absolute.status == FAIL and "max_kld" in absolute.detail
+
+
+def test_op_oracle_real_cpu(built, tmp_path):
+    ctx = make_ctx(tmp_path)
+    seconds = {}
+    for op in ("RMS_NORM", "SCALE"):
+        t0 = time.monotonic()
+        c = op_gate(ctx, op, "CPU")
+        seconds[op] = time.monotonic() - t0
+        n = int(c.got.split("/")[1])
+        assert c.status == PASS and n > 0 and c.got == f"{n}/{n}" == c.expected
+        assert len(c.attempts) == 1
+        assert (ctx.run.path / c.attempts[0]["output"]).read_text().count("OK") >= n
+    print("test-backend-ops -b CPU seconds:", {k: round(v, 2) for k, v in seconds.items()})
+    unknown = op_gate(ctx, "NOT_AN_OP", "CPU")
+    assert unknown.status == NOT_RUN and unknown.got == "0/0"
+    absent = op_gate(ctx, "RMS_NORM", "CUDA0")  # a CPU-only build skips the backend
+    assert absent.status == NOT_RUN
