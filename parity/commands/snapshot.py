@@ -19,7 +19,8 @@ def register(app: typer.Typer) -> None:
         ctx_len: Optional[int] = typer.Option(None, "--ctx", help="llama-server -c."),
         engines: Optional[str] = typer.Option(None, "--engines", metavar="A,B", help="Engines in session order (default: serving.engines)."),
         model: Optional[str] = typer.Option(None, "--model", "-m", help="Model name (default: serving.model)."),
-        repeat: Optional[int] = typer.Option(None, "--repeat", help="Repeats (ABAB order); >1 gives the noise floor."),
+        repeat: Optional[int] = typer.Option(None, "--repeat", help="Repeats; >1 gives the noise floor (medians, ratios of medians)."),
+        order: Optional[str] = typer.Option(None, "--order", help="Engine order across repeats: abab, abba or aabb (default: serving.order)."),
         no_gates: bool = typer.Option(False, "--no-gates", help="Skip pre/post gates (the run is marked ungated)."),
         allow_env: Optional[List[str]] = typer.Option(None, "--allow-env", metavar="NAME", help="Allow a forbidden bench env knob."),
         dry_run: bool = typer.Option(False, "--dry-run", help="Print every resolved command, env and the preflight; start nothing."),
@@ -29,7 +30,7 @@ def register(app: typer.Typer) -> None:
         """Same-session serving sweep: every engine over every N, gated, locked."""
         from parity.runners.snapshot_cli import snapshot as impl
 
-        raise typer.Exit(impl(npl, ptok, gen, parallel, ctx_len, engines, model, repeat, no_gates, allow_env or [], dry_run, profile, json))
+        raise typer.Exit(impl(npl, ptok, gen, parallel, ctx_len, engines, model, repeat, no_gates, allow_env or [], dry_run, profile, json, order))
 
     @app.command("bench")
     def bench(

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import re
 
-from parity.errors import InfraError
+from parity.errors import ConfigError, InfraError, UsageError
 
 COLS = ["pp", "tg", "b", "n_kv", "t_pp", "s_pp", "t_tg", "s_tg", "t", "s"]
 _HEADER = re.compile(r"^\|\s*PP\s*\|\s*TG\s*\|\s*B\s*\|\s*N_KV\s*\|")
-_FAIL = ("failed to find a memory slot", "llama_decode() failed", "failed to decode", "error:")
+_FAIL = ("failed to find a memory slot", "llama_decode() failed", "failed to decode", "failed to add token", "GGML_ASSERT", "error:")
 
 
 def parse(text: str) -> list[dict]:
@@ -37,6 +37,56 @@ def failure(text: str) -> str | None:
     return None
 
 
+def parse_header(text: str) -> dict:
+    """The `llama_batched_bench: n_kv_max = 16384, n_batch = ...` line -> {name: int}."""
+    m = re.search(r"llama_batched_bench: (n_kv_max = .*)", text)
+    return {k: int(v) for k, v in re.findall(r"(\w+) = (-?\d+)", m.group(1))} if m else {}
+
+
+def missing_rows(rows: list[dict], npp, ntg, npl, header: dict | None = None) -> tuple[list[str], list[str]]:
+    """(skipped, lost): PP/TG/B rows absent from the table.  `skipped` ones need
+    more KV than n_kv_max (the tool skips them silently); `lost` ones fit, so the
+    tool ran them but the line never reached stdout (llama.cpp's async logger can
+    drop the tail of stdout at exit)."""
+    have = {(r["pp"], r["tg"], r["b"]) for r in rows}
+    kv_max = (header or {}).get("n_kv_max")
+    skipped, lost = [], []
+    for pp in npp:
+        for tg in ntg:
+            for b in npl:
+                if (pp, tg, b) in have:
+                    continue
+                need = b * (pp + tg)
+                (skipped if kv_max is not None and need > kv_max else lost).append(f"PP={pp} TG={tg} B={b}" + (f" (N_KV {need} > n_kv_max {kv_max})" if kv_max is not None and need > kv_max else ""))
+    return skipped, lost
+
+
+def check(res, rows: list[dict], npp, ntg, npl, timeout_s: float) -> None:
+    """A partial table is a failure, not a result."""
+    text = res.stdout + "\n" + res.stderr
+    skipped, lost = missing_rows(rows, npp, ntg, npl, parse_header(res.stdout))
+    why = failure(text)
+    if res.timed_out or res.rc != 0 or why or skipped or lost:
+        expected = len(npp) * len(ntg) * len(npl)
+        if why:
+            detail = why
+        elif res.timed_out:
+            detail = f"timed out after {timeout_s:.0f} s"
+        elif res.rc != 0:
+            detail = f"exit {res.rc}: {res.tail(2)}"
+        elif skipped:
+            detail = f"skipped {', '.join(skipped)}: raise -c (serving.bench.ctx)"
+        else:
+            detail = f"rows {', '.join(lost)} missing from the output although they fit (the tool's log tail was lost at exit)"
+        raise PartialTable(f"llama-batched-bench failed ({len(rows)}/{expected} table rows; a partial table is not a result): {detail}", lost_only=bool(lost) and not (skipped or why or res.rc or res.timed_out))
+
+
+class PartialTable(InfraError):
+    def __init__(self, msg: str, lost_only: bool = False):
+        super().__init__(msg)
+        self.lost_only = lost_only  # only output was lost: worth one retry
+
+
 def argv(binary: str, model: str, npp, ntg, npl, b) -> list[str]:
     j = lambda xs: ",".join(str(x) for x in xs)  # noqa: E731
     return [binary, "-m", model, "-c", str(b.ctx), "-b", str(b.batch), "-ub", str(b.ubatch), *b.extra_args, "-npp", j(npp), "-ntg", j(ntg), "-npl", j(npl)]
@@ -53,33 +103,42 @@ def run_bench(ctx, engine=None, model=None, npp=None, ntg=None, npl=None, allow_
     b = s.bench
     engine = engine or next((e for e in s.engines if ctx.profile.engine(e).kind == "llama"), None)
     if not engine:
-        raise InfraError("no llama engine to bench")
+        raise UsageError("no llama engine to bench (serving.engines or --engine)")
+    if ctx.profile.engine(engine).kind != "llama":
+        raise UsageError(f"engine {engine} is {ctx.profile.engine(engine).kind}: llama-batched-bench needs a llama engine")
     env = path_env(ctx, engine, None)
     check_bench_env(env, ctx.profile.policy, allow_env)
     model_file = resolve_model(ctx, model or s.model)[1]
     npp, ntg, npl = npp or b.npp, ntg or b.ntg, npl or b.npl
     cmd = argv(tool_path(ctx.profile, engine, "llama-batched-bench", ctx.runner, ctx.out), model_file, npp, ntg, npl, b)
-    if ctx.run:
-        write_hardware(ctx)
-        write_builds_json(ctx, [engine])
     with held_lock(ctx):
-        res = ctx.runner.run(cmd, env=env, timeout=b.timeout_s)
-    text = res.stdout + "\n" + res.stderr
-    if ctx.run:
-        ctx.run.write_text(f"bench-{engine}.log", text)
-    rows = parse(res.stdout)
-    expected = len(npp) * len(ntg) * len(npl)
-    why = failure(text)
-    if res.timed_out or res.rc != 0 or why or len(rows) != expected:
-        detail = why or (f"timed out after {b.timeout_s:.0f} s" if res.timed_out else f"exit {res.rc}")
-        raise InfraError(f"llama-batched-bench failed ({len(rows)}/{expected} table rows; a partial table is not a result): {detail}")
-    doc = {"engine": engine, "model": model or s.model, "command": cmd, "env": env, "rows": rows}
+        if ctx.run:
+            write_hardware(ctx)
+            write_builds_json(ctx, [engine])
+        retried = None
+        for attempt in (0, 1):
+            res = ctx.runner.run(cmd, env=env, timeout=b.timeout_s)
+            if ctx.run:
+                ctx.run.write_text(f"bench-{engine}{'-retry' if attempt else ''}.log", res.stdout + "\n" + res.stderr)
+            rows = parse(res.stdout)
+            try:
+                check(res, rows, npp, ntg, npl, b.timeout_s)
+                break
+            except PartialTable as e:
+                if attempt or not e.lost_only:
+                    raise
+                retried = str(e)
+                ctx.out.warn(f"{e}; running it once more")
+    doc = {"kind": "bench", "engine": engine, "model": model or s.model, "command": cmd, "env": env, "rows": rows, "header": parse_header(res.stdout), "retried": retried}
     if ctx.run:
         ctx.run.write_json("bench.json", doc)
     return doc
 
 
 def campaign_step(ctx, options: dict) -> dict:
-    """kind: bench -- options {engine, model, npp, ntg, npl}."""
+    """kind: bench -- options {engine, model, npp, ntg, npl, allow_env}."""
+    bad = set(options) - {"engine", "model", "npp", "ntg", "npl", "allow_env"}
+    if bad:
+        raise ConfigError("campaign", f"with.{sorted(bad)[0]}", "unknown bench option (known: allow_env, engine, model, npl, npp, ntg)")
     doc = run_bench(ctx, options.get("engine"), options.get("model"), options.get("npp"), options.get("ntg"), options.get("npl"), options.get("allow_env", ()))
     return {"engine": doc["engine"], "rows": doc["rows"]}

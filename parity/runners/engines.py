@@ -1,16 +1,21 @@
 """Engine adapters: how to start, reach and name a serving engine.
 
-Registered by name in ADAPTERS (engine.kind in the profile).  Lifecycle is
-written once in parity.runners.server."""
+An adapter turns (profile engine, model, port, serving shape) into a Launch:
+argv, env overrides, names to unset, readiness URL, served model name, the
+/tokenize dialect and the metrics endpoint to scrape.  Adapters register by
+name (engine.kind) in ADAPTERS; the lifecycle (port check, spawn, ready, stop)
+is written once in parity.runners.server."""
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from parity.errors import UsageError
+from parity.errors import ConfigError, UsageError
 
-# parity's own knobs that must never leak into `vllm serve`'s environment (Phase 49)
+# parity's own knobs: the old harness exported these, and `vllm serve` warns
+# about every unknown VLLM_* variable it inherits (Phase 49).  They are unset in
+# the child; real vLLM runtime variables (VLLM_LOGGING_LEVEL, ...) pass through.
 VLLM_HARNESS_VARS = (
     "VLLM_MODEL",
     "VLLM_BIN",
@@ -26,33 +31,49 @@ VLLM_HARNESS_VARS = (
 @dataclass
 class Launch:
     argv: list[str]
-    env: dict[str, str]
-    unset: list[str]
+    env: dict[str, str]  # overrides on top of the inherited environment
+    unset: list[str]  # inherited names removed from the child's environment
     ready_path: str
     served_name: str
-    tokenize: str  # /tokenize dialect for the load generator
+    tokenize: str  # /tokenize dialect for the load generator ("llama" | "vllm")
+    models_path: str | None = None  # GET it once ready: the served name must be listed
+    metrics_path: str | None = None  # scraped after each N (Prometheus text)
+    engine: str = ""
+    kind: str = ""
+    notes: list[str] = field(default_factory=list)
+
+
+def _llama_binary(ctx, engine: str, dry: bool) -> str:
+    from parity.engine import build
+
+    if dry and not ctx.profile.engine(engine).bin_dir:
+        hit = build._cached(build.plan(ctx.profile, engine))  # a dry run builds nothing
+        return str(hit.bin_dir / "llama-server") if hit else f"<llama-server of {engine}: built on the first real run>"
+    return build.tool_path(ctx.profile, engine, "llama-server", ctx.runner, ctx.out)
 
 
 class LlamaServer:
     kind = "llama"
 
-    def launch(self, ctx, engine: str, model_file: str, port: int, s, path: str | None = None) -> Launch:
-        from parity.engine.build import tool_path
+    def launch(self, ctx, engine: str, model_file: str, port: int, s, path: str | None = None, dry: bool = False, model: str | None = None) -> Launch:
         from parity.gates.run import path_env
 
         e = ctx.profile.engine(engine)
-        binary = tool_path(ctx.profile, engine, "llama-server", ctx.runner, ctx.out)
-        argv = [binary, "-m", model_file, "-c", str(s.ctx), "--parallel", str(s.parallel), "-b", str(s.batch), "-ub", str(s.ubatch)]
+        argv = [_llama_binary(ctx, engine, dry), "-m", model_file, "-c", str(s.ctx), "--parallel", str(s.parallel), "-b", str(s.batch), "-ub", str(s.ubatch)]
         argv += [*s.server_args, *e.server_args, "--host", "127.0.0.1", "--port", str(port), "--no-webui"]
-        return Launch(argv, path_env(ctx, engine, path), [], "/health", os.path.basename(model_file), "llama")
+        return Launch(argv, path_env(ctx, engine, path), [], "/health", os.path.basename(model_file), "llama", engine=engine, kind=self.kind)
 
 
 class VllmServer:
     kind = "vllm"
 
-    def launch(self, ctx, engine: str, model_file: str, port: int, s, path: str | None = None) -> Launch:
+    def launch(self, ctx, engine: str, model_file: str, port: int, s, path: str | None = None, dry: bool = False, model: str | None = None) -> Launch:
         e = ctx.profile.engine(engine)
-        name = served_name(ctx, engine)
+        leaked = sorted(set(e.env) & set(VLLM_HARNESS_VARS))
+        if leaked:
+            key = leaked[0][len("VLLM_"):].lower()
+            raise ConfigError(ctx.profile.source_file, f"engines.{engine}.env.{leaked[0]}", f"a parity setting, not a vLLM variable: set engines.{engine}.{key} instead")
+        name = served_name(ctx, engine, model)
         argv = [
             os.path.expanduser(e.vllm_bin),
             "serve",
@@ -73,31 +94,37 @@ class VllmServer:
             str(port),
             *e.extra_args,
         ]
-        return Launch(argv, dict(e.env), list(VLLM_HARNESS_VARS), "/health", name, "vllm")
+        return Launch(argv, dict(e.env), list(VLLM_HARNESS_VARS), "/health", name, "vllm", "/v1/models", "/metrics", engine=engine, kind=self.kind)
 
 
 ADAPTERS = {"llama": LlamaServer(), "vllm": VllmServer()}
 
 
+def register(kind: str, adapter_obj) -> None:
+    ADAPTERS[kind] = adapter_obj
+
+
 def adapter(ctx, engine: str):
     kind = ctx.profile.engine(engine).kind
     if kind not in ADAPTERS:
-        raise UsageError(f"engine {engine}: no adapter for kind {kind!r}")
+        raise UsageError(f"engine {engine}: no adapter for kind {kind!r} (known: {', '.join(ADAPTERS)})")
     return ADAPTERS[kind]
 
 
-def served_name(ctx, engine: str) -> str:
-    m = ctx.profile.models.get(ctx.profile.serving.model)
-    return (m.served_name if m and m.served_name else ctx.profile.serving.model) or engine
+def served_name(ctx, engine: str, model: str | None = None) -> str:
+    model = model or ctx.profile.serving.model
+    m = ctx.profile.models.get(model)
+    return (m.served_name if m and m.served_name else model) or engine
 
 
 def model_for(ctx, engine: str, model: str) -> str:
-    """The model file/dir this engine serves: vLLM takes models.X.vllm_path."""
-    from parity.gates.run import resolve_model
-
+    """The model file/dir this engine serves: vLLM takes models.X.vllm_path (else the path as given)."""
     e = ctx.profile.engine(engine)
     if e.kind == "vllm":
         m = ctx.profile.models.get(model)
-        if m and m.vllm_path:
-            return m.vllm_path
+        if m is None:
+            return os.path.expanduser(model)
+        return os.path.expanduser(m.vllm_path or m.path)
+    from parity.gates.run import resolve_model
+
     return resolve_model(ctx, model)[1]

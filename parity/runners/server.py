@@ -1,9 +1,11 @@
-"""Server lifecycle, written once for every adapter: port check, spawn into the
-run dir's log, bounded readiness, bounded stop of the whole process group."""
+"""Server lifecycle, written once for every adapter: port check (naming who
+holds it), spawn into the run dir's log, bounded readiness (per-probe timeout,
+overall budget, early-exit detection), bounded stop of the whole process group."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import time
 from contextlib import contextmanager
@@ -22,43 +24,126 @@ def port_free(port: int, host: str = "127.0.0.1") -> bool:
             return False
 
 
-def _tail(path: str | None, n: int = 15) -> str:
+def parse_proc_net_tcp(text: str, port: int) -> list[int]:
+    """Socket inodes LISTENing on `port` in a /proc/net/tcp{,6} table."""
+    inodes = []
+    for line in text.splitlines()[1:]:
+        f = line.split()
+        if len(f) < 10:
+            continue
+        local, state = f[1], f[3]
+        if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port:
+            inodes.append(int(f[9]))
+    return inodes
+
+
+def port_holder(port: int) -> str | None:
+    """'pid 123 (llama-server -m ...)' for the process listening on port, when /proc tells."""
+    inodes: set[int] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                inodes.update(parse_proc_net_tcp(f.read(), port))
+        except OSError:
+            continue
+    if not inodes:
+        return None
+    targets = {f"socket:[{i}]" for i in inodes}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{fd}") in targets:
+                    with open(f"/proc/{pid}/cmdline", "rb") as f:
+                        cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+                    return f"pid {pid} ({cmd[:120].strip()})"
+            except OSError:
+                continue
+    return "a process this user cannot inspect"
+
+
+def check_port(port: int) -> None:
+    if not port_free(port):
+        who = port_holder(port)
+        raise InfraError(f"port {port} on 127.0.0.1 is already in use{' by ' + who if who else ''}: stop it or set serving.port")
+
+
+def log_tail(path: str | None, n: int = 15) -> str:
     if not path:
         return ""
     try:
-        return "\n".join(open(path, errors="replace").read().splitlines()[-n:])
+        with open(path, errors="replace") as f:
+            return "\n".join(f.read().splitlines()[-n:])
     except OSError:
         return ""
 
 
-def wait_ready(proc, port: int, launch: Launch, budget_s: float, probe_timeout_s: float, poll_s: float = 0.5) -> float:
+def _probe(port: int, path: str, timeout: float) -> tuple[int, object]:
     from parity.runners.http import request_json
 
+    return asyncio.run(request_json("127.0.0.1", port, "GET", path, None, timeout))
+
+
+def wait_ready(proc, port: int, launch: Launch, budget_s: float, probe_timeout_s: float, poll_s: float = 0.5) -> float:
+    """Probe launch.ready_path until HTTP 200 (then check the served model is
+    listed), at most budget_s; the server exiting first is an InfraError."""
     t0 = time.monotonic()
-    last = "no answer yet"
-    while time.monotonic() - t0 < budget_s:
+    attempts, last = 0, "no answer yet"
+    while True:
         rc = proc.poll()
         if rc is not None:
-            raise InfraError(f"server exited with code {rc} before becoming ready; log tail:\n{_tail(proc.log_path)}")
+            raise InfraError(f"{launch.engine or 'server'} exited with code {rc} before becoming ready; log tail:\n{log_tail(proc.log_path)}")
+        if time.monotonic() - t0 >= budget_s:
+            break
+        attempts += 1
         try:
-            status, body = asyncio.run(request_json("127.0.0.1", port, "GET", launch.ready_path, None, probe_timeout_s))
+            status, body = _probe(port, launch.ready_path, probe_timeout_s)
             if status == 200:
+                _check_models(port, launch, probe_timeout_s, proc)
                 return time.monotonic() - t0
             last = f"HTTP {status} {str(body)[:80]}"
         except (OSError, asyncio.TimeoutError, ValueError) as e:
             last = type(e).__name__
-        time.sleep(poll_s)
-    raise InfraError(f"server not ready within {budget_s:.0f} s on port {port} (last probe: {last}); log tail:\n{_tail(proc.log_path)}")
+        time.sleep(min(poll_s, max(0.0, budget_s - (time.monotonic() - t0))))
+    raise InfraError(
+        f"{launch.engine or 'server'} not ready within {budget_s:g} s on port {port} ({attempts} probes, last: {last}); "
+        f"raise engines.{launch.engine or 'X'}.ready_timeout_s if it needs longer; log tail:\n{log_tail(proc.log_path)}"
+    )
+
+
+def _check_models(port: int, launch: Launch, timeout: float, proc) -> None:
+    if not launch.models_path:
+        return
+    status, body = _probe(port, launch.models_path, timeout)
+    ids = [m.get("id") for m in body.get("data", [])] if status == 200 and isinstance(body, dict) else []
+    if launch.served_name not in ids:
+        raise InfraError(f"{launch.engine} is up but does not serve {launch.served_name!r} (GET {launch.models_path}: HTTP {status}, models {ids}); log tail:\n{log_tail(proc.log_path)}")
+
+
+def scrape(port: int, path: str | None, timeout: float = 10.0) -> str | None:
+    """The server's metrics text (None when it has no such endpoint or fails)."""
+    if not path:
+        return None
+    from parity.runners.http import request_text
+
+    try:
+        status, text = asyncio.run(request_text("127.0.0.1", port, path, timeout))
+    except (OSError, asyncio.TimeoutError, ValueError):
+        return None
+    return text if status == 200 else None
 
 
 @contextmanager
 def serving(ctx, launch: Launch, port: int, log_path: str, budget_s: float, probe_timeout_s: float, grace_s: float):
-    if not port_free(port):
-        raise InfraError(f"port {port} is already in use on 127.0.0.1: stop whatever holds it or set serving.port")
+    """Start the server, wait until ready, yield (process, ready_seconds), always stop it."""
+    check_port(port)
     proc = ctx.runner.spawn(launch.argv, env=launch.env, unset=launch.unset, log_path=log_path)
     try:
         ready_s = wait_ready(proc, port, launch, budget_s, probe_timeout_s)
-        ctx.out.debug(f"server ready in {ready_s:.1f} s (pid {proc.pid})")
+        ctx.out.debug(f"{launch.engine} ready in {ready_s:.1f} s (pid {proc.pid})")
         yield proc, ready_s
     finally:
         proc.stop(grace_s)

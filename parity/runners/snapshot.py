@@ -28,38 +28,55 @@ def make_plan(ctx, npl=None, engines=None, model=None, repeat=None, **shape) -> 
     shape = {("ctx" if k == "ctx_len" else k): v for k, v in shape.items()}
     s = ctx.profile.serving
     over = {k: v for k, v in shape.items() if v is not None}
+    if over.get("order", "abab") not in ("abab", "abba", "aabb"):
+        raise UsageError(f"--order must be abab, abba or aabb, got {over['order']!r}")
     if npl:
         over["npl"] = npl
     s = replace(s, **over)
     engines = engines or s.engines
     if not engines:
         raise UsageError(f"profile {ctx.profile.name}: no serving engines (serving.engines or --engines)")
+    if len(set(engines)) != len(engines):
+        raise UsageError(f"--engines: an engine is listed twice ({', '.join(engines)}); use --repeat for repeats")
     for e in engines:
         ctx.profile.engine(e)
+    if s.parallel < max(s.npl) and any(ctx.profile.engine(e).kind == "llama" for e in engines):
+        raise UsageError(f"N={max(s.npl)} exceeds --parallel {s.parallel}: llama-server would queue requests; raise --parallel")
     model = model or s.model
     if not model:
         raise UsageError("no model to serve (serving.model or --model)")
     repeat = repeat or s.repeat
-    ref = s.reference_engine if s.reference_engine in engines else None
-    order = []
+    ref = s.reference_engine if s.reference_engine in engines else (engines[-1] if len(engines) > 1 else None)
+    return SnapshotPlan(model, list(engines), ref, list(s.npl), repeat, s, run_order(list(engines), repeat, s.order))
+
+
+def run_order(engines: list[str], repeat: int, order: str) -> list[tuple[int, str]]:
+    """abab: A B A B (every repeat in engine order); abba: A B B A (alternating, cancels
+    linear drift); aabb: every repeat of A, then of B."""
+    if order == "aabb":
+        return [(r, e) for e in engines for r in range(repeat)]
+    out = []
     for r in range(repeat):
-        seq = engines if (s.order == "aabb" or r % 2 == 0) else list(reversed(engines))
-        order += [(r, e) for e in seq]
-    return SnapshotPlan(model, list(engines), ref, list(s.npl), repeat, s, order)
+        seq = list(reversed(engines)) if order == "abba" and r % 2 else engines
+        out += [(r, e) for e in seq]
+    return out
 
 
 def _check_env(ctx, plan: SnapshotPlan, allow_env) -> None:
     from parity.envpolicy import check_bench_env
 
+    from parity.gates.run import path_env
+
     for e in plan.engines:
-        check_bench_env(ctx.profile.engine(e).env, ctx.profile.policy, allow_env, context=f"benchmark (engine {e})")
-        for penv in ctx.profile.engine(e).paths.values():
-            check_bench_env(penv, ctx.profile.policy, allow_env, context=f"benchmark (engine {e})")
+        env = path_env(ctx, e, None) if ctx.profile.engine(e).kind == "llama" else dict(ctx.profile.engine(e).env)
+        check_bench_env(env, ctx.profile.policy, allow_env, context=f"benchmark (engine {e})")
 
 
 def dry_run(ctx, plan: SnapshotPlan) -> dict:
     from parity.lock import preflight
+    from parity.metrics import definitions
     from parity.runners.engines import adapter, model_for
+    from parity.runners.server import port_free
 
     commands = []
     for e in plan.engines:
@@ -68,8 +85,10 @@ def dry_run(ctx, plan: SnapshotPlan) -> dict:
         except UsageError as err:
             mf = f"<{err}>"
         try:
-            la = adapter(ctx, e).launch(ctx, e, mf, plan.shape.port, plan.shape)
-            commands.append({"engine": e, "argv": la.argv, "env": la.env, "unset": la.unset, "ready": la.ready_path})
+            la = adapter(ctx, e).launch(ctx, e, mf, plan.shape.port, plan.shape, dry=True, model=plan.model)
+            eng = ctx.profile.engine(e)
+            commands.append({"engine": e, "argv": la.argv, "env": la.env, "unset": la.unset, "ready": f"http://127.0.0.1:{plan.shape.port}{la.ready_path}",
+                             "served_name": la.served_name, "ready_timeout_s": eng.ready_timeout_s, "ready_probe_timeout_s": eng.ready_probe_timeout_s})  # fmt: skip
         except UsageError as err:
             commands.append({"engine": e, "error": str(err)})
     return {
@@ -82,41 +101,51 @@ def dry_run(ctx, plan: SnapshotPlan) -> dict:
         "commands": commands,
         "preflight": preflight(ctx.runner, ctx.profile.lock),
         "lock_dir": ctx.profile.lock.dir,
+        "port_free": port_free(plan.shape.port),
+        "metrics": definitions(ROW_KEYS),
     }
 
 
 def _sweep_engine(ctx, plan, engine, rep, prog, task) -> list[dict]:
+    from parity.metrics import compute
     from parity.runners import loadgen
     from parity.runners.engines import adapter, model_for
-    from parity.runners.server import serving
+    from parity.runners.server import scrape, serving
 
     s = plan.shape
     e = ctx.profile.engine(engine)
     mf = model_for(ctx, engine, plan.model)
-    la = adapter(ctx, engine).launch(ctx, engine, mf, s.port, s)
+    la = adapter(ctx, engine).launch(ctx, engine, mf, s.port, s, model=plan.model)
     log = str(ctx.run.file(f"servers/{engine}-r{rep}.log"))
-    ctx.run.write_json(f"servers/{engine}-r{rep}.json", {"argv": la.argv, "env": la.env, "unset": la.unset})
+    ctx.run.write_json(f"servers/{engine}-r{rep}.json", {"argv": la.argv, "env": la.env, "unset": la.unset, "served_name": la.served_name})
     rows = []
+    prog.update(task, status=f"{engine} r{rep}: starting server (budget {e.ready_timeout_s:g} s)")
     with serving(ctx, la, s.port, log, e.ready_timeout_s, e.ready_probe_timeout_s, e.stop_grace_s) as (proc, ready_s):
         target = loadgen.Target("127.0.0.1", s.port, la.served_name, la.tokenize)
         for n in plan.npl:
-            prog.update(task, status=f"{engine} r{rep} N={n}")
-            recs = loadgen.drive(target, n, s.ptok, s.gen, s.request_timeout_s, lambda done, tot: prog.update(task, status=f"{engine} r{rep} N={n} tokens {done}/{tot}"))
-            from parity.metrics import compute
+            label = f"{engine} r{rep} N={n}"
+            prog.update(task, status=f"{label}: building prompts")
 
+            def show(p, label=label, n=n):
+                prog.update(task, status=f"{label}: {p.done}/{n} requests, {p.tokens} tokens, {p.tps():.1f} tok/s")
+
+            recs = loadgen.drive(target, n, s.ptok, s.gen, s.request_timeout_s, show)
             row = {"engine": engine, "n": n, "repeat": rep, **compute(recs), "server_ready_s": round(ready_s, 2)}
-            bad = [r for r in recs if not r.valid]
             ctx.run.write_json(f"requests/{engine}-r{rep}-n{n}.json", [r.__dict__ for r in recs])
+            text = scrape(s.port, la.metrics_path)
+            if text is not None:
+                ctx.run.write_text(f"servers/{engine}-r{rep}-n{n}.metrics.txt", text)
+            bad = [r for r in recs if not r.valid]
             if bad:
                 why = bad[0].error or f"completion_tokens {bad[0].completion_tokens} != {s.gen}"
-                ctx.out.warn(f"{engine} N={n}: {len(bad)}/{n} requests invalid (first: {why}); they are not averaged in")
+                ctx.out.warn(f"{label}: {len(bad)}/{n} requests invalid (first: {why}); they are not averaged in")
             if row["valid_requests"] == 0:
-                raise InfraError(f"{engine} N={n}: no valid request (first error: {bad[0].error if bad else '?'}); server log: {log}")
+                raise InfraError(f"{label}: no valid request (first problem: {why}); server log: {log}")
             rows.append(row)
             prog.advance(task)
-            ctx.out.info(f"  {engine:>8} r{rep} N={n:<4} decode_agg {row['decode_agg_tps']:.1f} tok/s  agg {row['agg_tps']:.1f}  prefill {row['prefill_tps']:.1f}  ttft p50 {row['ttft_p50_ms']:.1f} ms  ({row['valid_requests']}/{n} valid)")
+            ctx.out.info(f"  {engine:>8} r{rep} N={n:<4} decode_agg {row['decode_agg_tps']} tok/s  agg {row['agg_tps']}  prefill {row['prefill_tps']}  ttft p50 {row['ttft_p50_ms']} ms  ({row['valid_requests']}/{n} valid)")
             if proc.poll() is not None:
-                raise InfraError(f"{engine} server died during N={n}; log: {log}")
+                raise InfraError(f"{engine} server exited during N={n}; log: {log}")
     return rows
 
 
@@ -150,22 +179,29 @@ def ratios(med: list[dict], reference: str | None) -> list[dict]:
 
 
 def write_summary(ctx, plan: SnapshotPlan, rows: list[dict]) -> dict:
+    from parity.metrics import definitions
+
     med = medians(rows)
+    rat = ratios(med, plan.reference)
     doc = {
         "kind": "snapshot",
         "model": plan.model,
         "engines": plan.engines,
         "reference_engine": plan.reference,
         "shape": {"ptok": plan.shape.ptok, "gen": plan.shape.gen, "parallel": plan.shape.parallel, "ctx": plan.shape.ctx, "npl": plan.npl, "repeat": plan.repeat},
+        "order": [f"r{r}:{e}" for r, e in plan.order],
         "rows": rows,
         "medians": med,
-        "ratios": ratios(med, plan.reference),
+        "ratios": rat,
+        "metrics": definitions(ROW_KEYS),
     }
     ctx.run.write_json("summary.json", doc)
-    cols = ["engine", "n", "repeat", *ROW_KEYS, "requests", "valid_requests", "short_requests"]
-    lines = ["\t".join(cols)] + ["\t".join(str(r.get(c, "")) for c in cols) for r in rows]
-    for m in med:
-        lines.append("\t".join(str(m.get(c, "median" if c == "repeat" else "")) for c in cols))
+    cols = ["kind", "engine", "n", "repeat", "reference", *ROW_KEYS, "requests", "valid_requests", "short_requests"]
+    lines = ["\t".join(cols)]
+    for kind, items in (("row", rows), ("median", med), ("ratio", rat)):
+        for r in items:
+            r = {"kind": kind, **r, **({"repeat": "median"} if kind == "median" else {})}
+            lines.append("\t".join("" if r.get(c) is None else str(r.get(c)) for c in cols))
     ctx.run.write_text("summary.tsv", "\n".join(lines) + "\n")
     return doc
 
@@ -177,21 +213,27 @@ def run_snapshot(ctx, plan: SnapshotPlan, gates: bool = True, allow_env=()) -> d
     from parity.lock import held_lock
 
     _check_env(ctx, plan, allow_env)
-    write_hardware(ctx)  # before any server starts (Phase 24)
-    write_builds_json(ctx, plan.engines)
-    rows: list[dict] = []
-    with held_lock(ctx), gated(ctx, enabled=gates):
-        with ctx.out.progress(transient=False) as prog:
-            task = prog.add_task("snapshot", total=len(plan.order) * len(plan.npl), status="")
-            for rep, engine in plan.order:
-                rows += _sweep_engine(ctx, plan, engine, rep, prog, task)
-                write_summary(ctx, plan, rows)  # partial results survive a later failure
+    with held_lock(ctx):
+        write_hardware(ctx)  # before any server starts (Phase 24)
+        write_builds_json(ctx, [e for e in plan.engines if ctx.profile.engine(e).kind == "llama"])
+        with gated(ctx, enabled=gates):
+            rows = _sweep_all(ctx, plan)
     return write_summary(ctx, plan, rows)
 
 
+def _sweep_all(ctx, plan: SnapshotPlan) -> list[dict]:
+    rows: list[dict] = []
+    with ctx.out.progress(transient=False) as prog:
+        task = prog.add_task("snapshot", total=len(plan.order) * len(plan.npl), status="")
+        for rep, engine in plan.order:
+            rows += _sweep_engine(ctx, plan, engine, rep, prog, task)
+            write_summary(ctx, plan, rows)  # partial results survive a later failure
+    return rows
+
+
 def campaign_step(ctx, options: dict) -> dict:
-    """kind: snapshot -- options {npl, engines, model, repeat, ptok, gen, parallel, ctx, gates}."""
-    allowed = {"npl", "engines", "model", "repeat", "ptok", "gen", "parallel", "ctx", "gates", "allow_env"}
+    """kind: snapshot -- options {npl, engines, model, repeat, ptok, gen, parallel, ctx, order, gates, allow_env}."""
+    allowed = {"npl", "engines", "model", "repeat", "ptok", "gen", "parallel", "ctx", "order", "gates", "allow_env"}
     bad = set(options) - allowed
     if bad:
         raise ConfigError("campaign", f"with.{sorted(bad)[0]}", f"unknown snapshot option (known: {', '.join(sorted(allowed))})")

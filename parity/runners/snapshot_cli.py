@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 
-def snapshot(npl, ptok, gen, parallel, ctx_len, engines, model, repeat, no_gates, allow_env, dry_run, profile, json_mode) -> int:
+def snapshot(npl, ptok, gen, parallel, ctx_len, engines, model, repeat, no_gates, allow_env, dry_run, profile, json_mode, order=None) -> int:
     from parity.commands.common import make_context, parse_int_list, parse_str_list
     from parity.context import run_session
     from parity.runners.snapshot import dry_run as do_dry_run
@@ -19,7 +19,7 @@ def snapshot(npl, ptok, gen, parallel, ctx_len, engines, model, repeat, no_gates
             from parity.errors import UsageError
 
             raise UsageError(f"{name} must be positive")
-    plan = make_plan(ctx, parse_int_list(npl, "--npl"), parse_str_list(engines), model, repeat, ptok=ptok, gen=gen, parallel=parallel, ctx_len=ctx_len)
+    plan = make_plan(ctx, parse_int_list(npl, "--npl"), parse_str_list(engines), model, repeat, ptok=ptok, gen=gen, parallel=parallel, ctx_len=ctx_len, order=order)
     if dry_run:
         from parity.runners.snapshot import _check_env
 
@@ -36,9 +36,10 @@ def snapshot(npl, ptok, gen, parallel, ctx_len, engines, model, repeat, no_gates
                     continue
                 env = " ".join(f"{k}={shlex.quote(v)}" for k, v in c["env"].items())
                 unset = " ".join(f"-u {u}" for u in c["unset"])
-                ctx.out.info(f"# {c['engine']}\nenv {unset} {env} {' '.join(shlex.quote(a) for a in c['argv'])}")
+                ctx.out.info(f"# {c['engine']} (served as {c['served_name']}; ready: {c['ready']} within {c['ready_timeout_s']:g} s, probes {c['ready_probe_timeout_s']:g} s)")
+                ctx.out.info(f"env {unset} {env} {' '.join(shlex.quote(a) for a in c['argv'])}".replace("env  ", "env "))
             pf = doc["preflight"]
-            ctx.out.info(f"preflight: lock {doc['lock_dir']}; gpu: {pf['gpu']}; docker: {pf['docker']}")
+            ctx.out.info(f"preflight: lock {doc['lock_dir']}; gpu: {pf['gpu']}; docker: {pf['docker']}; port {doc['shape']['port']} {'free' if doc['port_free'] else 'IN USE'}")
 
         ctx.out.emit(doc, human)
         return 0
@@ -51,7 +52,10 @@ def snapshot(npl, ptok, gen, parallel, ctx_len, engines, model, repeat, no_gates
             rows = [[m["engine"], m["n"], m["repeats"], m["decode_agg_tps"], m["agg_tps"], m["prefill_tps"], m["ttft_p50_ms"]] for m in doc["medians"]]
             ctx.out.table("medians", ["engine", "N", "repeats", "decode_agg t/s", "agg t/s", "prefill t/s", "TTFT p50 ms"], rows)
             for r in doc["ratios"]:
-                ctx.out.info(f"{r['engine']}/{r['reference']} N={r['n']}: decode_agg {r['decode_agg_tps']}, agg {r['agg_tps']}, prefill {r['prefill_tps']}, TTFT {r['ttft_p50_ms']}")
+                ctx.out.info(f"{r['engine']}/{r['reference']} N={r['n']}: decode_agg {r['decode_agg_tps']}, agg {r['agg_tps']}, prefill {r['prefill_tps']}, TTFT p50 {r['ttft_p50_ms']}")
+            from parity.metrics import render_definitions
+
+            ctx.out.info(render_definitions(["decode_agg_tps", "agg_tps", "prefill_tps", "ttft_p50_ms"]))
             ctx.out.info(f"-> {ctx.run.path}")
 
         ctx.out.emit({"run_dir": str(ctx.run.path), **doc}, human)

@@ -1,0 +1,189 @@
+"""Same-session serving sweeps for real: two llama-server builds (paged demo
+series vs stock) on the tiny model, pre/post gates, summary files; an
+interrupted sweep; paged vs the fake `vllm` executable."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+FAKE_BIN = REPO / "tests" / "fakes" / "bin"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def servers_on(port: int) -> list[int]:
+    """pids whose command line serves on this port (llama-server or the fake vllm)."""
+    out = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"--port" in cmd and str(port).encode() in cmd and any(b"llama-server" in c or c.endswith(b"/vllm") for c in cmd):
+            out.append(int(pid))
+    return out
+
+
+@pytest.fixture
+def profile_file(tmp_path, engine_bins, tiny_model):
+    def make(**serving) -> tuple[Path, int]:
+        port = free_port()
+        (tmp_path / "hf").mkdir(exist_ok=True)
+        shape = {"port": port, "npl": [1, 4], "ptok": 32, "gen": 16, "parallel": 4, "ctx": 1024, "model": "tiny", **serving}
+        p = tmp_path / "profile.yaml"
+        p.write_text(
+            "extends: smoke\n"
+            f"lock: {{dir: {tmp_path}/lock, poll_s: 0.5, timeout_s: 60}}\n"
+            f"serving: {json.dumps(shape)}\n"
+            f"models: {{tiny: {{vllm_path: {tmp_path}/hf, served_name: tiny-hf}}}}\n"
+            f"engines: {{vllm: {{kind: vllm, vllm_bin: {FAKE_BIN}/vllm, ready_timeout_s: 30, max_model_len: 1024, env: {{VLLM_LOGGING_LEVEL: INFO}}}}}}\n"
+        )
+        return p, port
+
+    return make
+
+
+def lock_free(lock_dir: Path) -> bool:
+    owner = lock_dir / "owner"
+    return not owner.exists() or owner.read_text().startswith("FREE")
+
+
+def read_tsv(path: Path) -> list[dict]:
+    return list(csv.DictReader(path.open(), delimiter="\t"))
+
+
+def test_gated_sweep_paged_vs_stock(parity_cli, profile_file, tmp_path):
+    prof, port = profile_file()
+    r = parity_cli("--artifacts", str(tmp_path / "runs"), "snapshot", "--profile", str(prof), "--engines", "paged,stock", "--json", timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    doc = json.loads(r.stdout)
+    run = Path(doc["run_dir"])
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["status"] == "complete" and manifest["valid"] is True
+    gates = json.loads((run / "gates.json").read_text())
+    assert gates["pre"]["status"] == "pass" and gates["post"]["status"] == "pass"
+    assert (run / "hardware.txt").is_file() and (run / "gate_summary.tsv").is_file()
+
+    rows = read_tsv(run / "summary.tsv")
+    data = [x for x in rows if x["kind"] == "row"]
+    assert [(x["engine"], x["n"]) for x in data] == [("paged", "1"), ("paged", "4"), ("stock", "1"), ("stock", "4")]
+    for x in data:
+        assert x["requests"] == x["valid_requests"] == x["n"] and x["short_requests"] == "0"
+        wall, agg, dec, pre = (float(x[k]) for k in ("wall_s", "agg_tps", "decode_agg_tps", "prefill_tps"))
+        assert 0 < wall < 60 and 0 < agg < 1e6 and 0 < dec < 1e6 and 0 < pre < 1e7
+        assert agg == pytest.approx(int(x["n"]) * 16 / wall, rel=0.01 + 1e-4 / wall)  # every token counted (wall_s is rounded to 0.1 ms)
+        assert 0 < float(x["ttft_p50_ms"]) <= float(x["ttft_p99_ms"]) < wall * 1000
+    ratios = [x for x in rows if x["kind"] == "ratio"]
+    assert [(x["engine"], x["reference"], x["n"]) for x in ratios] == [("paged", "stock", "1"), ("paged", "stock", "4")]
+    for x in ratios:
+        med = {m["engine"]: m for m in doc["medians"] if str(m["n"]) == x["n"]}
+        assert float(x["decode_agg_tps"]) == pytest.approx(med["paged"]["decode_agg_tps"] / med["stock"]["decode_agg_tps"], rel=1e-3)
+
+    # every request's completion_tokens was checked against GEN, and recorded
+    for eng in ("paged", "stock"):
+        for n in (1, 4):
+            reqs = json.loads((run / f"requests/{eng}-r0-n{n}.json").read_text())
+            assert len(reqs) == n and all(q["completion_tokens"] == 16 == q["expected_tokens"] and q["error"] is None for q in reqs)
+            assert all(q["prompt_tokens"] == 32 for q in reqs)
+    assert "LLAMA_KV_PAGED" in json.loads((run / "servers/paged-r0.json").read_text())["env"]
+    assert "main: server is listening" in (run / "servers/stock-r0.log").read_text() or (run / "servers/stock-r0.log").stat().st_size > 0
+    assert servers_on(port) == []
+    assert lock_free(tmp_path / "lock")
+
+
+def test_sigint_mid_sweep_stops_every_server(profile_file, tmp_path):
+    # long enough generation that the interrupt lands while requests stream
+    prof, port = profile_file(npl=[4], gen=3000, ctx=16384, parallel=4, model="small")
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    p = subprocess.Popen([sys.executable, "-m", "parity", "--artifacts", str(tmp_path / "runs"), "snapshot", "--profile", str(prof), "--engines", "paged,stock", "--no-gates"],
+                         cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not list((tmp_path / "runs").glob("*/servers/paged-r0.log")):
+            time.sleep(0.2)
+        log = next((tmp_path / "runs").glob("*/servers/paged-r0.log"))
+        while time.monotonic() < deadline and "launch_slot_" not in log.read_text(errors="replace"):
+            time.sleep(0.1)  # the N=4 batch is being served
+        assert servers_on(port), "the paged server should be up"
+        time.sleep(0.3)
+        p.send_signal(signal.SIGINT)
+        out, _ = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 130, out[-2000:]
+    assert servers_on(port) == []
+    run = next((tmp_path / "runs").glob("*snapshot*"))
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["status"] == "interrupted"
+    assert not (run / "requests/paged-r0-n4.json").exists()  # interrupted mid-batch, not after it
+    assert lock_free(tmp_path / "lock")
+
+
+def test_paged_vs_fake_vllm_full_snapshot(parity_cli, profile_file, tmp_path):
+    prof, port = profile_file(npl=[2])
+    env = {"VLLM_MODEL": "old-harness-value", "FAKE_VLLM_RECORD": str(tmp_path / "vllm-record.json")}
+    r = parity_cli("--artifacts", str(tmp_path / "runs"), "snapshot", "--profile", str(prof), "--engines", "paged,vllm", "--no-gates", "--repeat", "2", "--order", "abba", "--json", env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    doc = json.loads(r.stdout)
+    run = Path(doc["run_dir"])
+    assert doc["reference_engine"] == "vllm" and doc["order"] == ["r0:paged", "r0:vllm", "r1:vllm", "r1:paged"]
+    assert [(m["engine"], m["n"], m["repeats"]) for m in doc["medians"]] == [("paged", 2, 2), ("vllm", 2, 2)]
+    (ratio,) = doc["ratios"]
+    assert ratio["engine"] == "paged" and ratio["reference"] == "vllm" and ratio["decode_agg_tps"] > 0
+    assert all(row["valid_requests"] == 2 for row in doc["rows"])
+    launched = json.loads((run / "servers/vllm-r0.json").read_text())
+    assert launched["argv"][1:3] == ["serve", str(tmp_path / "hf")] and "--served-model-name" in launched["argv"]
+    assert json.loads((tmp_path / "vllm-record.json").read_text())["env"] == {"VLLM_LOGGING_LEVEL": "INFO"}
+    assert "vllm:generation_tokens_total" in (run / "servers/vllm-r0-n2.metrics.txt").read_text()
+    assert json.loads((run / "manifest.json").read_text())["valid"] is False  # --no-gates: ungated numbers are marked
+    assert servers_on(port) == []
+
+
+def test_dry_run_starts_nothing_and_shows_every_command(parity_cli, profile_file, tmp_path):
+    prof, port = profile_file()
+    r = parity_cli("--artifacts", str(tmp_path / "runs"), "snapshot", "--profile", str(prof), "--engines", "paged,vllm", "--dry-run", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    paged, vllm = doc["commands"]
+    assert paged["argv"][0].endswith("llama-server") and paged["env"]["LLAMA_KV_PAGED"] == "1"
+    assert vllm["argv"][:2] == [f"{FAKE_BIN}/vllm", "serve"] and "VLLM_MODEL" in vllm["unset"]
+    assert doc["port_free"] is True and "gpu" in doc["preflight"] and doc["metrics"]
+    assert not (tmp_path / "runs").exists() and servers_on(port) == []
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--engines", "paged,paged"], "listed twice"),
+        (["--engines", "nope"], "no such engine"),
+        (["--npl", "8"], "exceeds --parallel"),
+        (["--order", "zig"], "--order must be"),
+    ],
+)
+def test_bad_input_is_a_one_line_usage_error(parity_cli, profile_file, args, message):
+    prof, _ = profile_file()
+    r = parity_cli("snapshot", "--profile", str(prof), "--dry-run", *args)
+    assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr
+
+
+def test_forbidden_bench_env_is_refused_before_anything_starts(parity_cli, profile_file, tmp_path):
+    prof, port = profile_file()
+    r = parity_cli("--artifacts", str(tmp_path / "runs"), "snapshot", "--profile", str(prof), "--engines", "paged,stock", env={"GDN_TC": "3"})
+    assert r.returncode == 2 and "GDN_TC" in r.stderr and servers_on(port) == []

@@ -1,0 +1,161 @@
+"""Engine adapters (exact argv/env) and the server lifecycle, run for real
+against the fake `vllm` executable (tests/fakes/bin/vllm)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from pathlib import Path
+
+import pytest
+
+from parity.config import load_profile
+from parity.context import Context
+from parity.errors import ConfigError, InfraError
+from parity.runners.engines import VLLM_HARNESS_VARS, Launch, adapter, model_for
+from parity.runners.local import LocalRunner
+from parity.runners.server import check_port, parse_proc_net_tcp, serving
+from parity.ui import Output
+
+FAKE_VLLM = Path(__file__).resolve().parent.parent / "fakes" / "bin" / "vllm"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def make_ctx(tmp_path, extra: str = "") -> Context:
+    (tmp_path / "weights").mkdir(exist_ok=True)
+    (tmp_path / "bin").mkdir(exist_ok=True)
+    (tmp_path / "bin" / "llama-server").write_text("")
+    prof = tmp_path / "p.yaml"
+    prof.write_text(
+        f"""extends: smoke
+models:
+  small: {{vllm_path: {tmp_path}/weights, served_name: small-served}}
+engines:
+  vllm:
+    kind: vllm
+    vllm_bin: {FAKE_VLLM}
+    gpu_memory_utilization: 0.5
+    max_model_len: 2048
+    max_num_seqs: 64
+    tensor_parallel_size: 1
+    extra_args: [--enforce-eager]
+    env: {{VLLM_LOGGING_LEVEL: DEBUG}}
+    ready_timeout_s: 20
+    ready_probe_timeout_s: 2
+  prebuilt: {{kind: llama, bin_dir: {tmp_path}/bin, env: {{A: "1"}}, paths: {{fast: {{B: "2"}}}}, default_path: fast}}
+{extra}"""
+    )
+    return Context(profile=load_profile(str(prof)), runner=LocalRunner(), out=Output(json_mode=True), artifacts_root=tmp_path / "runs")
+
+
+def test_vllm_launch_exact_argv_and_env(tmp_path):
+    ctx = make_ctx(tmp_path)
+    s = ctx.profile.serving
+    la = adapter(ctx, "vllm").launch(ctx, "vllm", model_for(ctx, "vllm", "small"), 8123, s)
+    assert la.argv == [
+        str(FAKE_VLLM), "serve", f"{tmp_path}/weights",
+        "--gpu-memory-utilization", "0.5", "--max-model-len", "2048", "--max-num-seqs", "64", "--tensor-parallel-size", "1",
+        "--served-model-name", "small-served", "--host", "127.0.0.1", "--port", "8123", "--enforce-eager",
+    ]  # fmt: skip
+    assert la.env == {"VLLM_LOGGING_LEVEL": "DEBUG"}
+    assert set(la.unset) == set(VLLM_HARNESS_VARS) and "VLLM_LOGGING_LEVEL" not in la.unset
+    assert (la.ready_path, la.models_path, la.metrics_path, la.tokenize, la.served_name) == ("/health", "/v1/models", "/metrics", "vllm", "small-served")
+
+
+def test_harness_knob_in_vllm_env_is_refused(tmp_path):
+    ctx = make_ctx(tmp_path)
+    ctx.profile.engines["vllm"].env["VLLM_MAX_NUM_SEQS"] = "8"
+    with pytest.raises(ConfigError, match="engines.vllm.env.VLLM_MAX_NUM_SEQS: a parity setting.*engines.vllm.max_num_seqs"):
+        adapter(ctx, "vllm").launch(ctx, "vllm", "/m", 1, ctx.profile.serving)
+
+
+def test_llama_launch_exact_argv_and_path_env(tmp_path):
+    ctx = make_ctx(tmp_path)
+    s = ctx.profile.serving
+    la = adapter(ctx, "prebuilt").launch(ctx, "prebuilt", "/models/m.gguf", 8124, s)
+    assert la.argv == [
+        f"{tmp_path}/bin/llama-server", "-m", "/models/m.gguf", "-c", str(s.ctx), "--parallel", str(s.parallel), "-b", str(s.batch), "-ub", str(s.ubatch),
+        *s.server_args, "--host", "127.0.0.1", "--port", "8124", "--no-webui",
+    ]  # fmt: skip
+    assert la.env == {"A": "1", "B": "2"} and la.unset == [] and la.served_name == "m.gguf" and la.models_path is None
+
+
+def test_vllm_lifecycle_scrubs_harness_env_and_stops_the_group(tmp_path, monkeypatch):
+    ctx = make_ctx(tmp_path)
+    port = free_port()
+    monkeypatch.setenv("VLLM_MODEL", "leaked-from-an-old-harness")
+    monkeypatch.setenv("VLLM_EXTRA_ARGS", "--bogus")
+    monkeypatch.setenv("FAKE_VLLM_RECORD", str(tmp_path / "record.json"))
+    monkeypatch.setenv("FAKE_VLLM_STARTUP_S", "1")  # not listening for a second, like a model load
+    la = adapter(ctx, "vllm").launch(ctx, "vllm", model_for(ctx, "vllm", "small"), port, ctx.profile.serving)
+    log = tmp_path / "vllm.log"
+    with serving(ctx, la, port, str(log), 20, 2, 5) as (proc, ready_s):
+        assert ready_s >= 0.9
+        with pytest.raises(InfraError, match=f"port {port} on 127.0.0.1 is already in use by pid {proc.pid} "):
+            check_port(port)
+    assert proc.poll() is not None
+    check_port(port)  # free again
+    rec = json.loads((tmp_path / "record.json").read_text())
+    assert rec["env"] == {"VLLM_LOGGING_LEVEL": "DEBUG"}  # harness knobs gone, the user's runtime variable kept
+    text = log.read_text()
+    assert "Unknown vLLM environment variable" not in text and "Application startup complete" in text
+
+
+def test_early_exit_during_readiness_is_infra_error_with_log_tail(tmp_path, monkeypatch):
+    ctx = make_ctx(tmp_path)
+    monkeypatch.setenv("FAKE_VLLM_CRASH", "1")
+    port = free_port()
+    la = adapter(ctx, "vllm").launch(ctx, "vllm", model_for(ctx, "vllm", "small"), port, ctx.profile.serving)
+    with pytest.raises(InfraError, match=r"(?s)vllm exited with code 1 before becoming ready; log tail:.*no kernel image is available"):
+        with serving(ctx, la, port, str(tmp_path / "crash.log"), 20, 2, 5):
+            pass
+
+
+def test_not_ready_within_budget_is_a_clean_error_and_the_server_is_stopped(tmp_path, monkeypatch):
+    ctx = make_ctx(tmp_path)
+    monkeypatch.setenv("FAKE_VLLM_STARTUP_S", "60")
+    port = free_port()
+    la = adapter(ctx, "vllm").launch(ctx, "vllm", model_for(ctx, "vllm", "small"), port, ctx.profile.serving)
+    spawned = []
+    real_spawn = ctx.runner.spawn
+    ctx.runner.spawn = lambda *a, **k: spawned.append(real_spawn(*a, **k)) or spawned[-1]
+    with pytest.raises(InfraError, match=r"(?s)vllm not ready within 1.5 s on port \d+ \(\d+ probes, last: ConnectionRefusedError\); raise engines.vllm.ready_timeout_s.*log tail:.*non-default args"):
+        with serving(ctx, la, port, str(tmp_path / "slow.log"), 1.5, 0.5, 2):
+            pass
+    assert spawned[0].poll() is not None  # stopped, not left loading
+
+
+def test_wrong_served_name_is_caught_at_readiness(tmp_path):
+    ctx = make_ctx(tmp_path)
+    port = free_port()
+    la = adapter(ctx, "vllm").launch(ctx, "vllm", model_for(ctx, "vllm", "small"), port, ctx.profile.serving)
+    la = Launch(la.argv, la.env, la.unset, la.ready_path, "some-other-name", la.tokenize, la.models_path, engine="vllm")
+    with pytest.raises(InfraError, match=r"does not serve 'some-other-name' .*models \['small-served'\]"):
+        with serving(ctx, la, port, str(tmp_path / "n.log"), 20, 2, 5):
+            pass
+
+
+def test_parse_proc_net_tcp_finds_listeners_only():
+    table = (
+        "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+        "   0: 0100007F:46A2 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 123456 1 0000000000000000 100 0 0 10 0\n"
+        "   1: 0100007F:46A2 0100007F:C350 01 00000000:00000000 00:00000000 00000000     0        0 777 1 0000000000000000 20 4 30 10 -1\n"
+    )
+    assert parse_proc_net_tcp(table, 0x46A2) == [123456]
+    assert parse_proc_net_tcp(table, 80) == []
+
+
+def test_vllm_model_path_missing_makes_fake_exit_like_vllm(tmp_path):
+    ctx = make_ctx(tmp_path)
+    port = free_port()
+    la = adapter(ctx, "vllm").launch(ctx, "vllm", str(tmp_path / "nope"), port, ctx.profile.serving)
+    with pytest.raises(InfraError, match="exited with code 1"):
+        with serving(ctx, la, port, str(tmp_path / "m.log"), 20, 2, 5):
+            pass
+    assert os.path.exists(tmp_path / "m.log")

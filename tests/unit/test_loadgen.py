@@ -1,0 +1,196 @@
+"""HTTP/SSE parsing on captured llama-server bytes, and the load generator
+against the fake vLLM server (tests/fakes/bin/vllm, a real process)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from parity.runners.http import BodyDecoder, Connection, HttpError, SSEParser, parse_head
+from parity.runners.loadgen import Target, build_prompts, drive, run_requests
+
+DATA = Path(__file__).resolve().parent.parent / "data" / "serving"
+FAKE_VLLM = Path(__file__).resolve().parent.parent / "fakes" / "bin" / "vllm"
+
+
+def split_response(raw: bytes):
+    i = raw.find(b"\r\n\r\n")
+    status, headers = parse_head(raw[:i])
+    return status, headers, raw[i + 4 :]
+
+
+def decode_events(headers, body: bytes, step: int) -> tuple[list[bytes], BodyDecoder]:
+    dec, sse, events = BodyDecoder(headers), SSEParser(), []
+    for k in range(0, len(body), step):
+        events += sse.feed(dec.feed(body[k : k + step]))
+    return events + sse.close(), dec
+
+
+@pytest.mark.parametrize("step", [1, 2, 5, 64, 1 << 20])
+def test_chunked_sse_stream_of_llama_server_in_any_split(step):
+    status, headers, body = split_response((DATA / "llama-server-stream.raw").read_bytes())
+    assert status == 200 and headers["transfer-encoding"] == "chunked"
+    events, dec = decode_events(headers, body, step)
+    assert dec.done and dec.leftover == b""
+    assert events[-1] == b"[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    texts = [c["choices"][0]["text"] for c in chunks]
+    final = chunks[-1]
+    assert final["usage"]["completion_tokens"] == 16 and final["usage"]["prompt_tokens"] == 16
+    assert final["choices"][0]["finish_reason"] == "length" and "timings" in final
+    assert all(t for t in texts[:-1]) and len(chunks) == 17  # 16 token chunks (one may hold back UTF-8) + final
+
+
+def test_fast_path_gives_the_same_events_as_the_general_parsers():
+    from parity.runners.http import simple_sse_chunks
+
+    _, headers, body = split_response((DATA / "llama-server-stream.raw").read_bytes())
+    general, _ = decode_events(headers, body, 1 << 20)
+    fast, used = simple_sse_chunks(body)
+    assert fast == general and body[used:] == b"0\r\n\r\n"  # stops at the terminal chunk
+    assert simple_sse_chunks(body[:100]) == ([], 0)  # a partial chunk is left to the general path
+    assert simple_sse_chunks(b"11\r\ndata: a\ndata: b\n\n\r\n")[1] == 0  # a multi-line event too
+
+
+def test_content_length_error_body_and_health():
+    status, headers, body = split_response((DATA / "llama-server-error.raw").read_bytes())
+    dec = BodyDecoder(headers)
+    out = dec.feed(body)
+    assert status == 400 and dec.done
+    assert json.loads(out)["error"]["type"] == "exceed_context_size_error"
+    status, headers, body = split_response((DATA / "llama-server-health.raw").read_bytes())
+    assert status == 200 and json.loads(BodyDecoder(headers).feed(body)) == {"status": "ok"}
+
+
+def test_tokenize_capture_matches_the_loadgen_dialect():
+    _, headers, body = split_response((DATA / "llama-server-tokenize.raw").read_bytes())
+    toks = json.loads(BodyDecoder(headers).feed(body))["tokens"]
+    assert toks and all(isinstance(t, int) for t in toks)
+
+
+def test_sse_parser_spec_corners():
+    p = SSEParser()
+    got = p.feed(b": comment\r\nevent: x\r\ndata: a\r\ndata: b\r\n\r\nda")
+    got += p.feed(b"ta: c\n\n\n\ndata:d\n\n")
+    got += p.feed(b"data: tail-without-blank-line")
+    got += p.close()
+    assert got == [b"a\nb", b"c", b"d", b"tail-without-blank-line"]
+
+
+def test_chunked_decoder_rejects_garbage_and_reports_leftover():
+    dec = BodyDecoder({"transfer-encoding": "chunked"})
+    with pytest.raises(HttpError, match="bad chunk size"):
+        dec.feed(b"zz\r\nhello\r\n")
+    dec = BodyDecoder({"transfer-encoding": "chunked"})
+    assert dec.feed(b"5;ext=1\r\nhello\r\n0\r\nX-Trailer: 1\r\n\r\nHTTP/1.1") == b"hello"
+    assert dec.done and dec.leftover == b"HTTP/1.1"
+    with pytest.raises(HttpError):
+        parse_head(b"garbage")
+
+
+# --------------------------------------------------------------------------- against the fake vLLM
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def fake_vllm(tmp_path):
+    procs = []
+
+    def start(served="m", max_model_len=4096, **env):
+        port = free_port()
+        full = {**os.environ, **{k: str(v) for k, v in env.items()}}
+        log = open(tmp_path / f"vllm-{port}.log", "wb")
+        p = subprocess.Popen([sys.executable, str(FAKE_VLLM), "serve", str(tmp_path), "--port", str(port), "--served-model-name", served, "--host", "127.0.0.1",
+                              "--max-model-len", str(max_model_len)], env=full, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+        procs.append(p)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), 0.2).close()
+                return Target("127.0.0.1", port, served, "vllm")
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError("fake vllm did not start")
+
+    yield start
+    for p in procs:
+        p.terminate()
+        p.wait(5)
+
+
+def test_drive_against_fake_vllm_records_every_token(fake_vllm):
+    t = fake_vllm(FAKE_VLLM_ITL_MS="1")
+    recs = drive(t, 4, 24, 8, 30)
+    assert len(recs) == 4 and all(r.valid for r in recs)
+    for r in recs:
+        assert r.completion_tokens == 8 and len(r.arrivals) == 8
+        assert r.prompt_tokens == 24 == r.sent_prompt_tokens  # exactly PTOK tokens, as the server counted them
+        assert r.send < r.first <= r.arrivals[-1]
+        assert all(b >= a for a, b in zip(r.arrivals, r.arrivals[1:]))
+        assert r.response_id.startswith("cmpl-")
+
+
+def test_prompts_start_with_distinct_nonces_and_have_exact_length(fake_vllm):
+    t = fake_vllm()
+    prompts = asyncio.run(build_prompts(t, 16, 10))
+    assert all(len(p) == 10 for p in prompts)
+    assert len({tuple(p[:5]) for p in prompts}) == 16  # prefix caching cannot share a first block
+
+
+def test_short_response_is_flagged_not_valid(fake_vllm):
+    from parity.metrics import compute
+
+    t = fake_vllm(FAKE_VLLM_SHORT="2")
+    recs = drive(t, 3, 8, 6, 30)
+    assert all(r.completion_tokens == 4 and r.short and not r.valid for r in recs)
+    row = compute(recs)
+    assert row["short_requests"] == 3 and row["valid_requests"] == 0 and row["agg_tps"] is None
+
+
+def test_http_errors_become_request_errors(fake_vllm):
+    t = fake_vllm()
+    wrong = Target(t.host, t.port, "not-served", "vllm")
+    (rec,) = asyncio.run(run_requests(wrong, [[5, 6, 7]], 4, 1, 10))
+    assert not rec.valid and rec.error.startswith("HTTP 404") and "does not exist" in rec.error
+    (rec,) = asyncio.run(run_requests(t, [list(range(3, 50))], 5000, 1, 10))  # over max_model_len
+    assert rec.error.startswith("HTTP 400") and "maximum context length" in rec.error
+
+
+def test_keep_alive_reuses_one_connection(fake_vllm):
+    t = fake_vllm()
+
+    async def go():
+        conn = Connection(t.host, t.port)
+        try:
+            for _ in range(5):
+                status, body = await conn.request("POST", "/tokenize", {"model": "m", "prompt": "ab"})
+                assert status == 200 and body["tokens"] == [ord("a") + 3, ord("b") + 3]
+            events = []
+            status, _ = await conn.stream("/v1/completions", json.dumps({"model": "m", "prompt": [1], "max_tokens": 3, "stream": True}).encode(), lambda t, d: events.append(d))
+            assert status == 200 and events[-1] == b"[DONE]" and len(events) == 4  # no usage chunk unless asked
+            status, _ = await conn.request("GET", "/health")
+            assert status == 200
+            return conn.opened
+        finally:
+            conn.close()
+
+    assert asyncio.run(go()) == 1
+
+
+def test_request_timeout_is_a_clean_request_error(fake_vllm):
+    t = fake_vllm(FAKE_VLLM_TTFT_MS="3000")
+    (rec,) = asyncio.run(run_requests(t, [[5, 6]], 2, 1, 0.5))
+    assert rec.error == "timed out after 0.5 s" and not rec.valid
