@@ -1,0 +1,261 @@
+"""Graph-node nsys captures of a workload, one per ntg, then bucket analysis.
+
+Decode runs as replayed CUDA graphs: a profile without --cuda-graph-trace=node
+collapses each replay into one opaque launch (seed 000 section 3.4), so a
+capture without it is refused unless --allow-collapsed asks for one, and then
+the manifest and analysis.json say collapsed=true.
+
+bench: nsys wraps llama-batched-bench -npp NPP -ntg NTG -npl NPL, once per ntg.
+serve: nsys wraps the engine's server while the load generator sends NPL
+requests of NPP prompt tokens and NTG generated tokens; the report is written
+when the server is stopped.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+
+from parity.errors import InfraError, UsageError
+
+WORKLOADS = ("bench", "serve")
+REFUSAL = (
+    "refusing to profile decode without --cuda-graph-trace=node: each CUDA-graph replay would collapse into one opaque launch "
+    "and every per-kernel attribution would be wrong (seed 000 section 3.4); pass --graph-node "
+    "(or --allow-collapsed for a comparison capture that is marked collapsed)"
+)
+
+
+@dataclass
+class Capture:
+    label: str
+    engine: str
+    ntg: int
+    out_base: str  # nsys -o: the report is out_base + ".nsys-rep"
+    argv: list[str]  # the full nsys command
+    workload_argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    unset: list[str] = field(default_factory=list)
+    server: object = None  # serve: the engine's Launch (ready path, served name, tokenize dialect)
+
+
+@dataclass
+class ProfilePlan:
+    engine: str
+    workload: str
+    model: str
+    ntgs: list[int]
+    npl: int
+    npp: int
+    graph_node: bool
+    collapsed: bool
+    captures: list[Capture]
+    nsys: str
+
+
+def check_graph_node(graph_node: bool | None, allow_collapsed: bool) -> bool:
+    """True when the capture is collapsed (allowed); raises the one-line refusal otherwise."""
+    if graph_node:
+        return False
+    if allow_collapsed:
+        return True
+    raise UsageError(REFUSAL)
+
+
+def make_plan(ctx, *, engine=None, workload="bench", ntgs=None, npl=None, npp=None, model=None, graph_node=None, allow_collapsed=False, out_dir="<run>/profile", dry=False) -> ProfilePlan:
+    from parity.gates.run import path_env, resolve_model
+    from parity.profiles import nsys as nsysmod
+
+    collapsed = check_graph_node(graph_node, allow_collapsed)
+    if workload not in WORKLOADS:
+        raise UsageError(f"--workload {workload!r}: expected one of {', '.join(WORKLOADS)}")
+    prof = ctx.profile
+    p = prof.profiling
+    engine = engine or _default_engine(ctx, workload)
+    e = prof.engine(engine)
+    if workload == "bench" and e.kind != "llama":
+        raise UsageError(f"engine {engine} is {e.kind}: the bench workload runs llama-batched-bench; profile {e.kind} with --workload serve")
+    ntgs = list(ntgs or p.ntg)
+    if len(set(ntgs)) != len(ntgs):
+        raise UsageError(f"--ntg {ntgs}: values must differ")
+    npl, npp = npl or p.npl, npp or p.npp
+    model = model or prof.serving.model
+    if not model:
+        raise UsageError("no model to profile (serving.model or --model)")
+    nsys_bin = _nsys_binary(ctx, dry)
+    captures = []
+    for ntg in ntgs:
+        label = f"{engine}-{workload}-ntg{ntg}{'-collapsed' if collapsed else ''}"
+        out_base = os.path.join(out_dir, label)
+        if workload == "bench":
+            model_file = resolve_model(ctx, model)[1]
+            wl = _bench_argv(ctx, engine, model_file, npp, ntg, npl, dry)
+            env, unset, server = path_env(ctx, engine, None), [], None
+        else:
+            server = _serve_launch(ctx, engine, model, npl)
+            wl, env, unset = server.argv, server.env, server.unset
+        argv = nsysmod.profile_argv(nsys_bin, out_base, wl, graph_node=not collapsed, trace=p.trace, extra=p.extra_args, fork=(e.kind == "vllm"))
+        captures.append(Capture(label, engine, ntg, out_base, argv, wl, env, unset, server))
+    return ProfilePlan(engine, workload, model, ntgs, npl, npp, not collapsed, collapsed, captures, nsys_bin)
+
+
+def _default_engine(ctx, workload: str) -> str:
+    s = ctx.profile.serving
+    for name in s.engines or list(ctx.profile.engines):
+        if workload == "serve" or ctx.profile.engine(name).kind == "llama":
+            return name
+    raise UsageError(f"profile {ctx.profile.name}: no engine to profile (--engine)")
+
+
+def _nsys_binary(ctx, dry: bool) -> str:
+    name = ctx.profile.profiling.nsys
+    found = ctx.runner.which(name) if "/" not in name else (name if os.path.isfile(name) else None)
+    if found:
+        return found
+    if dry:
+        return name
+    raise UsageError(f"nsys ({name}) not found on {ctx.runner.host}: install Nsight Systems or set profiling.nsys to its path")
+
+
+def _bench_argv(ctx, engine: str, model_file: str, npp: int, ntg: int, npl: int, dry: bool) -> list[str]:
+    from parity.engine.build import tool_path
+    from parity.runners.batched_bench import argv
+
+    b = ctx.profile.serving.bench
+    if dry and not ctx.profile.engine(engine).bin_dir:
+        binary = _cached_tool(ctx, engine, "llama-batched-bench")
+    else:
+        binary = tool_path(ctx.profile, engine, "llama-batched-bench", ctx.runner, ctx.out)
+    return argv(binary, model_file, [npp], [ntg], [npl], b)
+
+
+def _cached_tool(ctx, engine: str, tool: str) -> str:
+    """The tool's path when the engine is already built; a placeholder otherwise (dry runs build nothing)."""
+    from parity.engine import build
+
+    hit = build._cached(build.plan(ctx.profile, engine))
+    return str(hit.bin_dir / tool) if hit else f"<{tool} of {engine}: built on the first real run>"
+
+
+def _serve_launch(ctx, engine: str, model: str, npl: int):
+    from parity.runners.engines import adapter, model_for
+
+    s = _serve_shape(ctx, npl)
+    # like snapshot --dry-run, the server command needs the engine's binary (a first dry run builds it)
+    return adapter(ctx, engine).launch(ctx, engine, model_for(ctx, engine, model), s.port, s)
+
+
+def _serve_shape(ctx, npl: int):
+    s = ctx.profile.serving
+    return replace(s, parallel=max(s.parallel, npl))
+
+
+def dry_run(ctx, plan: ProfilePlan) -> dict:
+    import shlex
+
+    return {
+        "engine": plan.engine,
+        "workload": plan.workload,
+        "model": plan.model,
+        "ntg": plan.ntgs,
+        "npl": plan.npl,
+        "npp": plan.npp,
+        "graph_node": plan.graph_node,
+        "collapsed": plan.collapsed,
+        "commands": [{"label": c.label, "ntg": c.ntg, "argv": c.argv, "env": c.env, "unset": c.unset, "shell": " ".join(shlex.quote(a) for a in c.argv)} for c in plan.captures],
+        "export": f"{plan.nsys} export --type sqlite --output OUT.sqlite --force-overwrite true OUT.nsys-rep",
+        "lock_dir": ctx.profile.lock.dir,
+    }
+
+
+def run_profile(ctx, plan: ProfilePlan, allow_env=()) -> dict:
+    """Capture every ntg under the GPU lock, export, bucket, difference; write profile/*."""
+    from parity.envpolicy import check_bench_env
+    from parity.hardware import write_hardware
+    from parity.lock import held_lock
+    from parity.profiles.analysis import auto_differences, build_doc, write_outputs
+    from parity.profiles.buckets import table_for
+
+    rd = ctx.require_run()
+    for c in plan.captures:
+        check_bench_env(c.env, ctx.profile.policy, allow_env, context=f"profile (engine {c.engine})")
+    rd.update(collapsed=plan.collapsed, profile={"graph_node": plan.graph_node, "collapsed": plan.collapsed, "workload": plan.workload, "engine": plan.engine, "commands": [c.argv for c in plan.captures]})
+    write_hardware(ctx)
+    if ctx.profile.engine(plan.engine).kind == "llama":
+        from parity.engine.build import write_builds_json
+
+        write_builds_json(ctx, [plan.engine])
+    table = table_for(ctx.profile.profiling)
+    captures = []
+    with held_lock(ctx):
+        for c in plan.captures:
+            ctx.out.info(f"[profile] {c.label}: {' '.join(c.argv[:4])} ... ({plan.workload}, ntg {c.ntg}, npl {plan.npl})")
+            rows = _capture_bench(ctx, c, plan) if plan.workload == "bench" else _capture_serve(ctx, c, plan)
+            rep = c.out_base + ".nsys-rep"
+            if not os.path.isfile(rep):
+                raise InfraError(f"nsys wrote no report at {rep} (log: {c.out_base}.log)")
+            from parity.profiles.analysis import analyze_file
+
+            cap = analyze_file(rep, table, label=c.label, engine=c.engine, ntg=c.ntg, npl=plan.npl, top_unmatched=ctx.profile.profiling.top_unmatched,
+                               after_nvtx=ctx.profile.profiling.decode_after_nvtx, runner=ctx.runner, nsys=plan.nsys, collapsed=plan.collapsed)  # fmt: skip
+            cap["command"] = c.argv
+            cap["workload_rows"] = rows
+            captures.append(cap)
+    diffs = auto_differences(captures)
+    doc = build_doc(captures, diff=(diffs[0] if len(diffs) == 1 else diffs or None), bucket_table=table.source)
+    files = write_outputs(rd.path / "profile", doc)
+    return {**doc, "files": files}
+
+
+def _capture_bench(ctx, c: Capture, plan: ProfilePlan) -> list[dict]:
+    """Run nsys around llama-batched-bench; returns the bench table rows (maybe empty, see below)."""
+    from parity.runners import batched_bench
+
+    os.makedirs(os.path.dirname(c.out_base), exist_ok=True)
+    res = ctx.runner.run(c.argv, env=c.env, unset=c.unset, timeout=ctx.profile.profiling.timeout_s)
+    text = res.stdout + "\n" + res.stderr
+    with open(c.out_base + ".log", "w") as f:
+        f.write(text)
+    rows = batched_bench.parse(res.stdout)
+    why = batched_bench.failure(text)
+    if res.timed_out or res.rc != 0 or why or len(rows) > 1:
+        detail = why or (f"timed out after {ctx.profile.profiling.timeout_s:.0f} s" if res.timed_out else f"exit {res.rc}")
+        raise InfraError(f"profiled llama-batched-bench failed ({len(rows)} table rows): {detail}; log {c.out_base}.log: {res.tail(3)}")
+    if not rows:
+        # llama.cpp's common_log singleton is leaked on purpose (upstream issue 22142): its worker
+        # thread can die at exit before printing the last lines.  A failed decode exits non-zero,
+        # so exit 0 without the row is a lost log line, not a failed workload: the profile stands.
+        ctx.out.warn(f"{c.label}: llama-batched-bench exited 0 but its table row was lost at exit (llama.cpp common_log); the capture is kept")
+    return rows
+
+
+def _capture_serve(ctx, c: Capture, plan: ProfilePlan) -> list[dict]:
+    from parity.runners.engines import Launch
+    from parity.runners.loadgen import Target, drive
+    from parity.runners.server import serving
+
+    e = ctx.profile.engine(c.engine)
+    s = _serve_shape(ctx, plan.npl)
+    base = c.server
+    la = Launch(c.argv, c.env, c.unset, base.ready_path, base.served_name, base.tokenize)
+    os.makedirs(os.path.dirname(c.out_base), exist_ok=True)
+    # nsys writes the report after the server stops: give it time before SIGKILL
+    with serving(ctx, la, s.port, c.out_base + ".log", e.ready_timeout_s * 2, e.ready_probe_timeout_s, e.stop_grace_s + 120):
+        recs = drive(Target("127.0.0.1", s.port, base.served_name, base.tokenize), plan.npl, plan.npp, c.ntg, s.request_timeout_s)
+    bad = [r for r in recs if not r.valid]
+    if bad:
+        raise InfraError(f"{len(bad)}/{len(recs)} requests failed under the profiler: {bad[0].error or 'wrong completion token count'}")
+    return [{"requests": len(recs), "completion_tokens": sum(r.completion_tokens for r in recs)}]
+
+
+def campaign_step(ctx, options: dict) -> dict:
+    """kind: profile -- options {engine, workload, ntg: [64, 16], npl, npp, model, graph_node: true, allow_collapsed, allow_env}."""
+    known = {"engine", "workload", "ntg", "npl", "npp", "model", "graph_node", "allow_collapsed", "allow_env"}
+    bad = set(options) - known
+    if bad:
+        raise UsageError(f"profile step: unknown option {sorted(bad)[0]} (known: {', '.join(sorted(known))})")
+    out_dir = str(ctx.require_run().path / "profile")
+    plan = make_plan(ctx, engine=options.get("engine"), workload=options.get("workload", "bench"), ntgs=options.get("ntg"), npl=options.get("npl"), npp=options.get("npp"),
+                     model=options.get("model"), graph_node=options.get("graph_node", True), allow_collapsed=bool(options.get("allow_collapsed")), out_dir=out_dir)  # fmt: skip
+    doc = run_profile(ctx, plan, options.get("allow_env", ()))
+    return {"collapsed": doc["collapsed"], "files": doc["files"], "captures": [{"label": c["label"], "total_ms": c["total_ms"], "kernels": c["kernels"]} for c in doc["captures"]]}

@@ -1,0 +1,93 @@
+"""parity profile CLI: the graph-node refusal, the exact nsys command in --dry-run, analyze."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from parity.profiles.synthetic import Kernel, write_export
+
+GDN = "void gated_delta_net_cuda<128, false, true>(float const*)"
+
+
+@pytest.fixture
+def prof(tmp_path):
+    p = tmp_path / "prof.yaml"
+    p.write_text(f"extends: smoke\nlock: {{dir: {tmp_path / 'lock'}}}\nprofiling: {{ntg: [64, 16], npl: 4, npp: 32}}\n")
+    return str(p)
+
+
+@pytest.mark.parametrize("args", [["profile"], ["profile", "--no-graph-node"], ["profile", "--no-graph-node", "--dry-run"], ["profile", "--workload", "serve"]])
+def test_refuses_without_graph_node(parity_cli, args):
+    r = parity_cli(*args)
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "refusing to profile decode without --cuda-graph-trace=node" in lines[0]
+    assert r.stdout == ""
+
+
+def test_dry_run_shows_exact_nsys_command(parity_cli, prof, tmp_path):
+    r = parity_cli("profile", "--graph-node", "--dry-run", "--json", "-p", prof, "--model", "tiny", "--npl", "2", env={"PATH": "/usr/bin:/bin", "PARITY_ARTIFACTS": str(tmp_path / "runs")})
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["graph_node"] is True and doc["collapsed"] is False and [c["ntg"] for c in doc["commands"]] == [64, 16]
+    argv = doc["commands"][0]["argv"]
+    assert argv[:8] == ["nsys", "profile", "--cuda-graph-trace=node", "--trace=cuda,nvtx", "-o", "<run>/profile/paged-bench-ntg64", "--force-overwrite", "true"]
+    bench = argv[8:]
+    assert Path(bench[0]).name.startswith("llama-batched-bench") or "llama-batched-bench" in bench[0]
+    assert bench[bench.index("-ntg") + 1] == "64" and bench[bench.index("-npl") + 1] == "2" and bench[bench.index("-npp") + 1] == "32"
+    assert doc["commands"][0]["env"]["LLAMA_KV_PAGED"] == "1"
+    assert not (tmp_path / "runs").exists()  # a dry run creates nothing
+
+
+def test_allow_collapsed_dry_run_is_marked(parity_cli, prof):
+    r = parity_cli("profile", "--allow-collapsed", "--dry-run", "--json", "-p", prof, "--model", "tiny", "--ntg", "8,4")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["collapsed"] is True and all("--cuda-graph-trace=node" not in c["argv"] for c in doc["commands"])
+    assert doc["commands"][0]["label"].endswith("-collapsed")
+
+
+def test_bench_workload_needs_a_llama_engine(parity_cli, tmp_path):
+    p = tmp_path / "v.yaml"
+    p.write_text("extends: smoke\nengines: {vllm: {kind: vllm, vllm_bin: /nonexistent/vllm}}\n")
+    r = parity_cli("profile", "--graph-node", "--dry-run", "-p", str(p), "--engine", "vllm")
+    assert r.returncode == 2 and "--workload serve" in r.stderr
+
+
+def _cap(path, ntg, npl_gdn_ns=2_000):
+    ks, t = [], 0
+    for _ in range(ntg):
+        ks.append(Kernel(GDN, t, t + npl_gdn_ns, 1, 1))
+        t += npl_gdn_ns + 100
+    return str(write_export(path, ks))
+
+
+def test_analyze_diff_and_compare(parity_cli, prof, tmp_path):
+    long, short = _cap(tmp_path / "paged-ntg64.sqlite", 64), _cap(tmp_path / "paged-ntg16.sqlite", 16)
+    other = _cap(tmp_path / "vllm-ntg64.sqlite", 64, 1_000)
+    r = parity_cli("profile", "analyze", long, "--compare", other, "--diff", long, short, "--npl", "4", "--json", "-p", prof, env={"PARITY_ARTIFACTS": str(tmp_path / "runs")})
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    d = doc["difference"]
+    assert (d["ntg_long"], d["ntg_short"]) == (64, 16)  # read from the file names
+    assert d["total"]["us_per_token"] == pytest.approx(48 * 2.0 / (48 * 4))
+    assert doc["comparison"]["buckets"][0]["ratio"] == pytest.approx(0.5)
+    run = Path(doc["run_dir"])
+    assert (run / "profile" / "analysis.json").is_file() and (run / "profile" / "buckets.tsv").is_file() and (run / "profile" / "comparison.tsv").is_file()
+    assert json.loads((run / "manifest.json").read_text())["status"] == "complete"
+
+
+def test_analyze_nsys_rep_without_nsys_is_one_line(parity_cli, tmp_path):
+    rep = tmp_path / "old.nsys-rep"
+    rep.write_bytes(b"\0\1binary report")
+    r = parity_cli("profile", "analyze", str(rep), env={"PATH": "/usr/bin:/bin", "PARITY_ARTIFACTS": str(tmp_path / "runs")})
+    assert r.returncode == 2
+    assert len(r.stderr.strip().splitlines()) == 1 and "nsys" in r.stderr and "not on PATH" in r.stderr
+
+
+def test_analyze_missing_file(parity_cli, tmp_path):
+    r = parity_cli("profile", "analyze", str(tmp_path / "nope.sqlite"), env={"PARITY_ARTIFACTS": str(tmp_path / "runs")})
+    assert r.returncode == 2 and "no such file" in r.stderr and not (tmp_path / "runs").exists()
