@@ -1,0 +1,1 @@
+"""Reports: A/B compare, dated phase reports (markdown + plots) and the ledger."""

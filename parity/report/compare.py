@@ -1,0 +1,90 @@
+"""A vs B: per engine x N x metric, medians, delta, noise threshold and verdict.
+A is the control, B the candidate.  Runs whose gates are not green, or that ran
+on another hardware class, are refused unless forced (the output says so)."""
+
+from __future__ import annotations
+
+from parity import stats
+from parity.errors import UsageError
+from parity.report.rundata import RunData, gate_problems, load_run, values_by_cell
+
+
+def metric_direction(name: str) -> str:
+    """'higher' or 'lower' is better, from parity.metrics when it declares it."""
+    try:
+        from parity.metrics import METRICS
+
+        if name in METRICS:
+            return METRICS[name].better
+    except ImportError:
+        pass
+    return "lower" if name.endswith(("_ms", "_s")) else "higher"
+
+
+def refusal_reasons(a: RunData, b: RunData, *, current: RunData | None = None) -> list[str]:
+    reasons = []
+    for label, rd in (("A", a), ("B", b)):
+        for p in gate_problems(rd, current=rd is current):
+            reasons.append(f"{label} {rd.run_id}: {p}")
+    ha, hb = a.hardware_class, b.hardware_class
+    if ha is None or hb is None:
+        missing = [lbl for lbl, h in (("A", ha), ("B", hb)) if h is None]
+        reasons.append(f"no hardware.json hardware_class in {' and '.join(missing)} (cannot check the class)")
+    elif ha != hb:
+        reasons.append(f"hardware_class differs: A {ha}, B {hb}")
+    return reasons
+
+
+def _floor_cell(floor: RunData | None, metric: str, engine: str, n: int):
+    if floor is None:
+        return None
+    cells = values_by_cell(floor, metric)
+    if (engine, n) in cells:
+        return list(cells[(engine, n)].values())
+    same_n = [k for k in cells if k[1] == n]
+    if len({k[0] for k in same_n}) == 1:  # a one-binary floor run applies to every engine
+        return list(cells[same_n[0]].values())
+    return None
+
+
+def compare_runs(a: RunData, b: RunData, metrics: list[str], rule: stats.Rule, *, force: bool = False, floor: RunData | None = None, current: RunData | None = None) -> dict:
+    reasons = refusal_reasons(a, b, current=current)
+    if reasons and not force:
+        raise UsageError("refusing to compare: " + "; ".join(reasons) + " (--force compares anyway and marks the output)")
+    known = {k for r in a.rows() + b.rows() for k, v in r.items() if isinstance(v, (int, float)) and k not in ("n", "repeat")}
+    unknown = [m for m in metrics if m not in known]
+    if unknown:
+        raise UsageError(f"--metric {unknown[0]}: not in the runs' summary rows (known: {', '.join(sorted(known))})")
+    rows, unmatched = [], set()
+    for metric in metrics:
+        better = metric_direction(metric)
+        ca, cb = values_by_cell(a, metric), values_by_cell(b, metric)
+        unmatched |= set(ca) ^ set(cb)
+        for engine, n in sorted(set(ca) & set(cb), key=lambda k: (k[0], k[1])):
+            r = stats.compare_samples(ca[(engine, n)], cb[(engine, n)], rule, better, _floor_cell(floor, metric, engine, n))
+            rows.append({"engine": engine, "n": n, "metric": metric, **r.to_dict()})
+    if not rows:
+        raise UsageError(f"nothing to compare: runs {a.run_id} and {b.run_id} share no engine x N cell")
+    counts = {v: sum(1 for r in rows if r["verdict"] == v) for v in stats.VERDICTS}
+    return {
+        "a": str(a.path),
+        "b": str(b.path),
+        "a_run": a.run_id,
+        "b_run": b.run_id,
+        "hardware_class": {"a": a.hardware_class, "b": b.hardware_class},
+        "noise_floor_run": str(floor.path) if floor else None,
+        "forced": bool(reasons),
+        "force_reasons": reasons,
+        "rule": {**rule.__dict__, "text": rule.text()},
+        "metrics": metrics,
+        "rows": rows,
+        "unmatched": [f"{e} N={n}" for e, n in sorted(unmatched)],
+        "counts": counts,
+        "verdict": stats.overall(r["verdict"] for r in rows),
+    }
+
+
+def run_compare(profile, run_a: str, run_b: str, metrics: list[str] | None, force: bool, noise_floor: str | None) -> dict:
+    a, b = load_run(run_a), load_run(run_b)
+    floor = load_run(noise_floor) if noise_floor else None
+    return compare_runs(a, b, metrics or list(profile.stats.metrics), stats.Rule.from_config(profile.stats), force=force, floor=floor)

@@ -1,0 +1,116 @@
+"""reports/BENCHMARK.md + BENCHMARK.csv: one row per report, append-only.
+
+Each report has a sidecar JSON (<stem>.json) holding its ledger row, so the
+ledger can be rebuilt from the reports alone (`parity report --rebuild-ledger`);
+a report without a sidecar is read from its markdown front matter."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from pathlib import Path
+
+from parity.artifacts import atomic_write_text
+
+COLUMNS = ["date", "phase", "title", "verdict", "key_ratios", "report", "artifact"]
+MD_HEADER = "# Benchmark ledger\n\nOne row per phase report (append-only; `parity report --rebuild-ledger` regenerates it).\n\n"
+REPORT_NAME = re.compile(r"^\d{4}-\d{2}-\d{2}-phase(\d+)-.*\.md$")
+
+
+def _md_cell(v) -> str:
+    return str(v if v is not None else "").replace("|", "\\|").replace("\n", " ")
+
+
+def md_row(row: dict) -> str:
+    cells = [_md_cell(row.get(c)) for c in COLUMNS]
+    cells[5] = f"[{cells[5]}]({cells[5]})" if cells[5] else ""
+    return "| " + " | ".join(cells) + " |"
+
+
+def _md_table_head() -> str:
+    return "| " + " | ".join(COLUMNS) + " |\n|" + "---|" * len(COLUMNS) + "\n"
+
+
+def _csv_line(row: dict) -> str:
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerow([row.get(c, "") for c in COLUMNS])
+    return buf.getvalue()
+
+
+def read_rows(out_dir: Path) -> list[dict]:
+    p = Path(out_dir) / "BENCHMARK.csv"
+    if not p.is_file():
+        return []
+    return list(csv.DictReader(io.StringIO(p.read_text())))
+
+
+def next_phase(out_dir: Path) -> int:
+    """One more than the highest phase in the ledger or among the reports."""
+    seen = []
+    for r in read_rows(out_dir):
+        try:
+            seen.append(int(r.get("phase") or 0))
+        except ValueError:
+            pass
+    for f in Path(out_dir).glob("*.md"):
+        m = REPORT_NAME.match(f.name)
+        if m:
+            seen.append(int(m.group(1)))
+    return max(seen, default=0) + 1
+
+
+def append(out_dir: Path, row: dict) -> None:
+    out_dir = Path(out_dir)
+    csv_p, md_p = out_dir / "BENCHMARK.csv", out_dir / "BENCHMARK.md"
+    old_csv = csv_p.read_text() if csv_p.is_file() else ",".join(COLUMNS) + "\n"
+    old_md = md_p.read_text() if md_p.is_file() else MD_HEADER + _md_table_head()
+    atomic_write_text(csv_p, old_csv + _csv_line(row))
+    atomic_write_text(md_p, old_md.rstrip("\n") + "\n" + md_row(row) + "\n")
+
+
+def front_matter(text: str) -> dict:
+    """The `---` JSON-valued front matter a report starts with (key: json-value)."""
+    if not text.startswith("---\n"):
+        return {}
+    end = text.find("\n---", 4)
+    if end < 0:
+        return {}
+    out = {}
+    for line in text[4:end].splitlines():
+        key, sep, val = line.partition(":")
+        if not sep:
+            continue
+        try:
+            out[key.strip()] = json.loads(val.strip())
+        except ValueError:
+            out[key.strip()] = val.strip()
+    return out
+
+
+def rebuild(out_dir: Path) -> list[dict]:
+    """Regenerate both ledger files from the reports' sidecars/front matter."""
+    out_dir = Path(out_dir)
+    rows = []
+    for md in sorted(out_dir.glob("*.md")):
+        if not REPORT_NAME.match(md.name):
+            continue
+        side = md.with_suffix(".json")
+        data = None
+        if side.is_file():
+            try:
+                data = json.loads(side.read_text()).get("ledger")
+            except ValueError:
+                data = None
+        if not data:
+            data = front_matter(md.read_text())
+            data.setdefault("artifact", data.get("run", ""))
+        if not data.get("phase"):
+            continue
+        data.setdefault("report", md.name)
+        rows.append({c: data.get(c, "") for c in COLUMNS})
+    rows.sort(key=lambda r: (int(r["phase"] or 0), str(r["date"]), r["report"]))
+    atomic_write_text(out_dir / "BENCHMARK.csv", ",".join(COLUMNS) + "\n" + "".join(_csv_line(r) for r in rows))
+    atomic_write_text(out_dir / "BENCHMARK.md", MD_HEADER + _md_table_head() + "".join(md_row(r) + "\n" for r in rows))
+    return rows

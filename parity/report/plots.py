@@ -1,0 +1,139 @@
+"""Report plots (matplotlib, Agg backend, imported only when a plot is drawn).
+Each function takes plain data, writes one PNG and returns its path (or None
+when there is nothing to draw)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+DPI = 90
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _log2_n_axis(ax, ns) -> None:
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sorted(set(ns)))
+    ax.set_xticklabels([str(n) for n in sorted(set(ns))])
+    ax.minorticks_off()
+
+
+def _save(fig, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=DPI)  # fixed margins: tight_layout costs an extra draw per figure
+    _plt().close(fig)
+    return path
+
+
+def throughput_vs_n(medians: list[dict], spreads: dict, path: Path, metric: str = "decode_agg_tps") -> Path | None:
+    """metric (median, min..max whiskers over repeats) vs N per engine, log-x."""
+    series: dict[str, list] = {}
+    for m in medians:
+        if isinstance(m.get(metric), (int, float)):
+            series.setdefault(m["engine"], []).append((m["n"], m[metric]))
+    if not series:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    fig.subplots_adjust(left=0.14, right=0.97, top=0.9, bottom=0.14)
+    for eng, pts in sorted(series.items()):
+        pts.sort()
+        xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+        lo = [max(0.0, y - spreads.get((eng, x), (y, y))[0]) for x, y in pts]
+        hi = [max(0.0, spreads.get((eng, x), (y, y))[1] - y) for x, y in pts]
+        ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, label=eng)
+    _log2_n_axis(ax, [p[0] for pts in series.values() for p in pts])
+    ax.set_xlabel("N (concurrent requests)")
+    ax.set_ylabel(f"{metric} (tok/s)")
+    ax.set_title(f"{metric} vs N (median, min..max over repeats)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    return _save(fig, path)
+
+
+def ratio_vs_n(ratios: list[dict], metrics: list[str], path: Path) -> Path | None:
+    """engine/reference ratio vs N, one line per engine x metric, parity at 1.0."""
+    lines: dict[str, list] = {}
+    ref = None
+    for r in ratios:
+        ref = r.get("reference", ref)
+        for k in metrics:
+            if isinstance(r.get(k), (int, float)):
+                lines.setdefault(f"{r['engine']} {k}", []).append((r["n"], r[k]))
+    if not lines:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    fig.subplots_adjust(left=0.12, right=0.97, top=0.9, bottom=0.14)
+    for label, pts in sorted(lines.items()):
+        pts.sort()
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
+    ax.axhline(1.0, color="grey", linestyle="--", linewidth=1)
+    _log2_n_axis(ax, [p[0] for pts in lines.values() for p in pts])
+    ax.set_xlabel("N (concurrent requests)")
+    ax.set_ylabel(f"ratio vs {ref}")
+    ax.set_title(f"engine / {ref} (1.0 = parity)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize="small")
+    return _save(fig, path)
+
+
+def bucket_bars(captures: list[dict], path: Path, top: int = 12) -> Path | None:
+    """Share of kernel time per bucket, grouped bars per capture."""
+    caps = [c for c in captures if c.get("buckets")]
+    if not caps:
+        return None
+    totals: dict[str, float] = {}
+    for c in caps:
+        for b in c["buckets"]:
+            totals[b["bucket"]] = totals.get(b["bucket"], 0.0) + float(b.get("share") or 0)
+    names = sorted(totals, key=lambda k: -totals[k])[:top]
+    plt = _plt()
+    height = 0.35 * len(names) + 1.2
+    fig, ax = plt.subplots(figsize=(6.5, height))
+    fig.subplots_adjust(left=0.25, right=0.97, top=1 - 0.35 / height, bottom=0.5 / height)
+    h = 0.8 / len(caps)
+    for i, c in enumerate(caps):
+        share = {b["bucket"]: float(b.get("share") or 0) * 100 for b in c["buckets"]}
+        ys = [j + i * h for j in range(len(names))]
+        ax.barh(ys, [share.get(n, 0.0) for n in names], height=h, label=c.get("label") or c.get("engine") or f"capture {i}")
+    ax.set_yticks([j + h * (len(caps) - 1) / 2 for j in range(len(names))])
+    ax.set_yticklabels(names)
+    ax.invert_yaxis()
+    ax.set_xlabel("share of kernel time (%)")
+    ax.set_title("kernel buckets")
+    ax.legend(fontsize="small")
+    return _save(fig, path)
+
+
+def ab_deltas(rows: list[dict], path: Path) -> Path | None:
+    """Delta % (B vs A) per engine x N, one panel per metric, with the noise
+    threshold shaded: bars inside the band are noise whatever their size."""
+    rows = [r for r in rows if isinstance(r.get("delta_pct"), (int, float))]
+    if not rows:
+        return None
+    metrics = list(dict.fromkeys(r["metric"] for r in rows))
+    plt = _plt()
+    fig, axes = plt.subplots(len(metrics), 1, figsize=(7, 2.3 * len(metrics) + 0.4), squeeze=False)
+    fig.subplots_adjust(left=0.1, right=0.98, top=1 - 0.3 / (2.3 * len(metrics) + 0.4), bottom=0.6 / (2.3 * len(metrics) + 0.4), hspace=0.75)
+    colors = {"improved": "tab:green", "regressed": "tab:red", "within noise": "tab:grey"}
+    for ax, metric in zip(axes[:, 0], metrics):
+        rs = [r for r in rows if r["metric"] == metric]
+        xs = list(range(len(rs)))
+        thr = [r["threshold_pct"] for r in rs]
+        ax.bar(xs, [2 * t for t in thr], bottom=[-t for t in thr], width=0.9, color="tab:orange", alpha=0.2, linewidth=0, zorder=0)
+        ax.bar(xs, [r["delta_pct"] for r in rs], width=0.6, color=[colors.get(r["verdict"], "tab:blue") for r in rs], zorder=2)
+        ax.axhline(0, color="black", linewidth=0.8)
+        ax.set_xticks(xs)
+        ax.set_xticklabels([f"{r['engine']}\nN={r['n']}" for r in rs], fontsize="x-small")
+        better = rs[0].get("better", "higher")
+        ax.set_ylabel("delta %")
+        ax.set_title(f"{metric} B vs A ({better} is better; band = noise threshold)", fontsize="small")
+    return _save(fig, path)

@@ -1,0 +1,181 @@
+"""Render a dated phase report (markdown + PNGs + sidecar JSON) from one run dir,
+optionally A/B against a control run, and append it to the ledger.
+
+Layout in the output dir:
+  YYYY-MM-DD-phaseNNN-<slug>.md     the report (JSON-valued front matter)
+  YYYY-MM-DD-phaseNNN-<slug>.json   sidecar: ledger row + the data the report shows
+  YYYY-MM-DD-phaseNNN-<slug>/*.png  plots, linked from the report
+  BENCHMARK.md / BENCHMARK.csv      the ledger
+Inside a campaign the report goes to <run dir>/reports/ unless the step says
+out_dir (a path, or "profile" for the profile's reports.dir)."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from parity import stats
+from parity.artifacts import atomic_write_json, atomic_write_text, slugify
+from parity.errors import ConfigError, UsageError
+from parity.report import ledger
+from parity.report.rundata import RunData, gate_problems, load_run, values_by_cell
+from parity.report.sections import (RESULT_METRICS, ab_table, buckets_section, definitions, fmt, gates_section, hardware_section, key_ratios,
+                                    noise_section, provenance_section, ratio_section, reproduce, results_section)
+
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+USER_VERDICTS = ("keep", "reject", "default-off")
+RATIO_PLOT_METRICS = ["decode_agg_tps", "agg_tps", "prefill_tps"]
+
+
+@dataclass
+class ReportRequest:
+    run: str
+    out_dir: str
+    phase: int | None = None
+    title: str | None = None
+    verdict: str | None = None
+    compare: str | None = None  # the control run (A); `run` is the candidate (B)
+    noise_floor: str | None = None
+    metrics: list[str] | None = None
+    force: bool = False
+    plots: bool = True
+    current: bool = False  # the run is the campaign's own, still running
+    date: str | None = None
+
+
+def decide(user: str | None, problems: list[str], ab: dict | None, rule: stats.Rule) -> tuple[str, str]:
+    """(verdict, the rule that produced it)."""
+    if problems:
+        if user in ("keep", "default-off"):
+            raise UsageError(f"--verdict {user}: the run's gates are not green ({'; '.join(problems)}); only reject is allowed")
+        return (user or "invalid"), "gates not green: " + "; ".join(problems) + " -- its numbers do not count"
+    if user:
+        basis = f" (A/B: {ab['counts']['improved']} improved, {ab['counts']['regressed']} regressed, {ab['counts']['within noise']} within noise)" if ab else ""
+        return user, f"set by the author (--verdict {user}){basis}"
+    if ab is None:
+        return "measurement-only", "no A/B control given (--compare): a measurement, not a claim"
+    c = ab["counts"]
+    tail = f"{c['improved']} improved, {c['regressed']} regressed, {c['within noise']} within noise under: {rule.text()}"
+    if c["regressed"]:
+        return "reject", f"a metric regressed beyond noise ({tail})"
+    if c["improved"]:
+        return "keep", f"improved beyond noise with no regression ({tail})"
+    return "default-off", f"nothing beat the noise threshold: keep only default-off, not a speedup claim ({tail})"
+
+
+# ----------------------------------------------------------------- plots
+
+
+def draw_plots(rd: RunData, ab: dict | None, asset_dir: Path, rel: str) -> tuple[list[dict], str | None]:
+    try:
+        from parity.report import plots
+    except ImportError as e:  # pragma: no cover - matplotlib is a dependency
+        return [], f"plots unavailable ({e})"
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError as e:
+        return [], f"plots unavailable (matplotlib: {e})"
+    out = []
+    summary = rd.summary or {}
+    spreads = {k: (min(v.values()), max(v.values())) for k, v in values_by_cell(rd, "decode_agg_tps").items() if v}
+    jobs = [
+        ("decode t/s vs N per engine", "decode_tps_vs_n.png", lambda p: plots.throughput_vs_n(summary.get("medians") or [], spreads, p)),
+        (f"ratio vs {summary.get('reference_engine')} by N", "ratio_vs_n.png", lambda p: plots.ratio_vs_n(summary.get("ratios") or [], RATIO_PLOT_METRICS, p)),
+        ("kernel buckets", "buckets.png", lambda p: plots.bucket_bars((rd.analysis or {}).get("captures") or [], p)),
+        ("A/B deltas with noise bands", "ab_deltas.png", lambda p: plots.ab_deltas(ab["rows"], p) if ab else None),
+    ]
+    for title, name, fn in jobs:
+        path = fn(asset_dir / name)
+        if path is not None:
+            out.append({"title": title, "file": f"{rel}/{name}", "path": str(path)})
+    return out, None
+
+
+# ----------------------------------------------------------------- render
+
+
+def _env():
+    import jinja2
+
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, undefined=jinja2.StrictUndefined, autoescape=False)
+    env.filters["fmt"] = fmt
+    env.filters["tojson_line"] = lambda v: json.dumps(v)
+    env.filters["cell"] = lambda v: str("-" if v is None or v == "" else v).replace("|", "\\|").replace("\n", " ")
+    return env
+
+
+def default_title(rd: RunData) -> str:
+    s = rd.summary or {}
+    engines = " vs ".join(s.get("engines") or []) or "run"
+    return f"{rd.manifest.get('kind') or 'run'} {s.get('model') or ''} {engines}".replace("  ", " ").strip()
+
+
+def render_report(profile, req: ReportRequest) -> dict:
+    if req.verdict is not None and req.verdict not in USER_VERDICTS:
+        raise UsageError(f"--verdict {req.verdict}: must be one of {', '.join(USER_VERDICTS)}")
+    if req.phase is not None and req.phase <= 0:
+        raise UsageError("--phase must be a positive integer")
+    rd = load_run(req.run, need_summary=False)  # a gates-only run still gets a report
+    if req.compare and not rd.summary:
+        raise UsageError(f"{req.run}: no summary.json to compare (not a snapshot run, or it failed before any result)")
+    rule = stats.Rule.from_config(profile.stats)
+    metrics = req.metrics or list(profile.stats.metrics)
+    ab = None
+    if req.compare:
+        from parity.report.compare import compare_runs
+
+        control = load_run(req.compare)
+        floor = load_run(req.noise_floor) if req.noise_floor else None
+        ab = compare_runs(control, rd, metrics, rule, force=req.force, floor=floor, current=rd if req.current else None)
+    out_dir = Path(req.out_dir).expanduser()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    phase = req.phase or ledger.next_phase(out_dir)
+    title = req.title or default_title(rd)
+    date = req.date or _dt.date.today().isoformat()
+    stem = f"{date}-phase{phase:03d}-{slugify(title)}"
+    md_path = out_dir / f"{stem}.md"
+    if md_path.exists():
+        raise UsageError(f"{md_path} already exists (the ledger is append-only): pick another --phase or --title")
+    problems = gate_problems(rd, current=req.current)
+    verdict, verdict_rule = decide(req.verdict, problems, ab, rule)
+    figs, plot_note = draw_plots(rd, ab, out_dir / stem, stem) if req.plots else ([], "plots disabled")
+    defs, defs_note = definitions(list(dict.fromkeys(RESULT_METRICS + metrics)), rd.summary)
+    row = {"date": date, "phase": phase, "title": title, "verdict": verdict, "key_ratios": key_ratios(rd), "report": md_path.name, "artifact": str(rd.path)}
+    res = results_section(rd)
+    prov, gates = provenance_section(rd), gates_section(rd, problems)
+    ctx = {
+        "front": {"phase": phase, "date": date, "title": title, "verdict": verdict, "run": str(rd.path), "compare": ab["a"] if ab else None, "key_ratios": row["key_ratios"], "forced": bool(ab and ab["forced"])},
+        "phase": phase, "date": date, "title": title, "verdict": verdict, "verdict_rule": verdict_rule, "rule": rule.text(),
+        "run": rd, "manifest": rd.manifest, "hardware": hardware_section(rd), "provenance": prov, "provenance_rows": [[p[k] for k in ("engine", "source", "series", "tree", "flags", "cuda_archs", "key")] for p in prov],
+        "gates": gates, "gate_rows": [[g.get(k) for k in ("phase", "check", "expected", "got", "status")] for g in gates["rows"]], "results": res, "noise": noise_section(rd, metrics), "ratios": ratio_section(rd),
+        "buckets": buckets_section(rd), "ab": ab, "ab_rows": ab_table(ab) if ab else [], "plots": figs, "plot_note": plot_note,
+        "definitions": defs, "definitions_note": defs_note, "reproduce": reproduce(rd), "notes": rd.notes,
+    }
+    text = _env().get_template("report.md.j2").render(**ctx)
+    atomic_write_text(md_path, text)
+    side = {"ledger": row, "verdict_rule": verdict_rule, "gate_problems": problems, "compare": ab, "plots": [f["file"] for f in figs], "results": res}
+    atomic_write_json(out_dir / f"{stem}.json", side)
+    ledger.append(out_dir, row)
+    return {"report": str(md_path), "sidecar": str(out_dir / f"{stem}.json"), "ledger": str(out_dir / "BENCHMARK.md"), "phase": phase, "verdict": verdict, "verdict_rule": verdict_rule, "plots": [f["path"] for f in figs], "forced": bool(ab and ab["forced"])}
+
+
+def campaign_step(ctx, options: dict) -> dict:
+    """kind: report -- renders the campaign's own run.  Options {title, phase,
+    verdict, compare, noise_floor, metrics, out_dir, plots, force}; out_dir
+    defaults to <run>/reports ("profile" = the profile's reports.dir)."""
+    allowed = {"title", "phase", "verdict", "compare", "noise_floor", "metrics", "out_dir", "plots", "force"}
+    bad = set(options) - allowed
+    if bad:
+        raise ConfigError("campaign", f"with.{sorted(bad)[0]}", f"unknown report option (known: {', '.join(sorted(allowed))})")
+    rd = ctx.require_run()
+    out_dir = options.get("out_dir") or str(rd.path / "reports")
+    if out_dir == "profile":
+        out_dir = ctx.profile.reports.dir
+    req = ReportRequest(run=str(rd.path), out_dir=out_dir, phase=options.get("phase"), title=options.get("title"), verdict=options.get("verdict"),
+                        compare=options.get("compare"), noise_floor=options.get("noise_floor"), metrics=options.get("metrics"),
+                        force=bool(options.get("force", False)), plots=bool(options.get("plots", True)), current=True)
+    result = render_report(ctx.profile, req)
+    ctx.out.info(f"report: {result['report']} (phase {result['phase']}, verdict {result['verdict']})")
+    return result

@@ -1,0 +1,176 @@
+"""The report's sections as plain data (rows of cells, already formatted),
+read from a RunData; the template only lays them out."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+from parity import stats
+from parity.report.rundata import RunData, values_by_cell
+
+RESULT_METRICS = ["decode_agg_tps", "agg_tps", "prefill_tps", "ttft_p50_ms", "tpot_ms", "wall_s"]
+
+
+def fmt(v, digits: int = 4) -> str:
+    if v is None or v == "":
+        return "-"
+    if isinstance(v, bool):
+        return str(v).lower()
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        if v != v:
+            return "nan"
+        a = abs(v)
+        if a >= 1000:
+            return f"{v:.1f}"
+        if a >= 1:
+            return f"{v:.2f}"
+        return f"{v:.{digits}g}" if v else "0"
+    return str(v)
+
+
+def pct(v) -> str:
+    return "-" if v is None else f"{v:+.2f}%"
+
+
+def hardware_section(rd: RunData) -> dict | None:
+    h = rd.hardware
+    if not h:
+        return None
+    gpus = [f"{g.get('name')} (driver {g.get('driver')}, cc {g.get('compute_cap') or 'n/a'}, {g.get('memory')})" for g in h.get("gpus") or []]
+    cpu = h.get("cpu") or {}
+    return {
+        "class": h.get("hardware_class"),
+        "gpus": gpus or [f"none ({h.get('source') or 'no GPU'})"],
+        "cuda": h.get("cuda_version") or "n/a",
+        "cpu": f"{cpu.get('model')} x{cpu.get('cores')} ({cpu.get('arch')})" if cpu else "-",
+        "host": h.get("host") or rd.manifest.get("hostname"),
+    }
+
+
+def _flags(argv: list[str]) -> list[str]:
+    return [a for a in argv or [] if a.startswith("-D")]
+
+
+def provenance_section(rd: RunData) -> list[dict]:
+    out = []
+    sources = ((rd.manifest.get("config") or {}).get("sources")) or {}
+    engines_cfg = ((rd.manifest.get("config") or {}).get("engines")) or {}
+    for name, b in sorted((rd.builds or {}).items()):
+        src = b.get("source") or sources.get((engines_cfg.get(name) or {}).get("source") or "", {}) or {}
+        pin = src.get("pin") or src.get("package") or src.get("path") or src.get("url") or "-"
+        if src.get("sha256"):
+            pin = f"{pin} (sha256 {src['sha256'][:12]})"
+        patches = b.get("patches") or []
+        tree = b.get("tree_after")
+        exp = b.get("expected_tree")
+        series = "none (stock)" if not b.get("series_dir") else f"{Path(b['series_dir']).name}: {len(patches)} patches"
+        out.append({
+            "engine": name,
+            "source": f"{src.get('kind', '-')}: {pin}" if src else ("prebuilt" if b.get("prebuilt") else "-"),
+            "series": series,
+            "tree": (tree[:12] if tree else "-") + (f" (expected {exp[:12]}, {'match' if exp == tree else 'MISMATCH'})" if exp else ""),
+            "flags": " ".join(_flags(b.get("cmake_configure") or [])) or "-",
+            "cuda_archs": b.get("cuda_archs") or "cpu",
+            "bin": b.get("bin_dir") or b.get("prebuilt") or "-",
+            "key": b.get("key") or "-",
+        })
+    return out
+
+
+def gates_section(rd: RunData, problems: list[str]) -> dict:
+    rows = []
+    if isinstance(rd.gates, dict):
+        for phase, s in rd.gates.items():
+            if isinstance(s, dict):
+                rows += [{"phase": phase, **{k: c.get(k) for k in ("check", "expected", "got", "status")}} for c in s.get("checks") or []]
+    elif rd.gate_rows:
+        rows = rd.gate_rows
+    status = rd.gates.get("status") if isinstance(rd.gates, dict) else ("ungated" if not rd.gate_rows else "unknown")
+    return {"rows": rows, "status": status, "problems": problems}
+
+
+def results_section(rd: RunData) -> dict:
+    med = (rd.summary or {}).get("medians") or []
+    metrics = [m for m in RESULT_METRICS if any(isinstance(r.get(m), (int, float)) for r in med)]
+    rows = [[r.get("engine"), r.get("n"), r.get("repeats")] + [fmt(r.get(m)) for m in metrics] for r in med]
+    return {"metrics": metrics, "rows": rows, "shape": (rd.summary or {}).get("shape") or {}, "model": (rd.summary or {}).get("model")}
+
+
+def noise_section(rd: RunData, metrics: list[str]) -> list[list]:
+    rows = []
+    for m in metrics:
+        for (eng, n), vals in sorted(values_by_cell(rd, m).items()):
+            s = stats.describe(vals.values())
+            rows.append([eng, n, m, s.n, fmt(s.median), fmt(s.stdev), "-" if s.cv_pct is None else f"{s.cv_pct:.2f}%", f"{fmt(s.min)}..{fmt(s.max)}"])
+    return rows
+
+
+def ratio_section(rd: RunData) -> dict:
+    ratios = (rd.summary or {}).get("ratios") or []
+    keys = [k for k in ("decode_agg_tps", "agg_tps", "prefill_tps", "ttft_p50_ms") if any(k in r for r in ratios)]
+    return {"reference": (rd.summary or {}).get("reference_engine"), "cols": keys, "rows": [[r["engine"], r["n"]] + [fmt(r.get(k)) for k in keys] for r in ratios]}
+
+
+def key_ratios(rd: RunData) -> str:
+    ratios = (rd.summary or {}).get("ratios") or []
+    if not ratios:
+        return ""
+    top = max(r["n"] for r in ratios)
+    return "; ".join(f"{r['engine']}/{r['reference']} decode {fmt(r.get('decode_agg_tps'))}x agg {fmt(r.get('agg_tps'))}x @N={top}" for r in ratios if r["n"] == top)
+
+
+def buckets_section(rd: RunData) -> dict | None:
+    """profile/analysis.json (parity.profiles): bucket table per capture, and the
+    difference method (one dict or a list of them, one per engine)."""
+    a = rd.analysis
+    if not isinstance(a, dict):
+        return None
+    caps = []
+    for c in a.get("captures") or []:
+        rows = [[b.get("bucket"), fmt(b.get("total_ms")), f"{float(b.get('share') or 0) * 100:.2f}%", b.get("instances", "-"), fmt(b.get("ms_per_launch"))] for b in c.get("buckets") or []]
+        unmatched = [f"{u.get('name')} ({fmt(u.get('total_ms'))} ms)" if isinstance(u, dict) else str(u) for u in c.get("unmatched_top") or []]
+        caps.append({"label": c.get("label") or "-", "engine": c.get("engine") or "-", "ntg": c.get("ntg", "-"), "total_ms": fmt(c.get("total_ms")), "rows": rows, "unmatched": unmatched,
+                     "warning": c.get("warning")})
+    diffs = a.get("difference") or []
+    diffs = diffs if isinstance(diffs, list) else [diffs]
+    dcols = ["bucket", "delta_ms", "delta_launches", "ms_per_step", "us_per_token", "ms_per_launch_delta"]
+    out_diffs = [{"title": f"{d.get('long')} - {d.get('short')} ({d.get('engine') or '-'}, {d.get('steps')} steps x npl {d.get('npl')})", "formula": d.get("formula") or "",
+                  "rows": [[fmt(r.get(k)) if k != "bucket" else r.get(k) for k in dcols] for r in ([d["total"]] if d.get("total") else []) + list(d.get("buckets") or [])]}
+                 for d in diffs if isinstance(d, dict)]
+    return {"captures": caps, "differences": out_diffs, "dcols": dcols, "collapsed": bool(a.get("collapsed")), "note": a.get("note")}
+
+
+def definitions(names: list[str], summary: dict | None = None) -> tuple[list[list], str | None]:
+    """From parity.metrics (each metric declared once); else the definitions the
+    run recorded in summary.json; else a note."""
+    try:
+        from parity.metrics import METRICS
+
+        table = {n: (m.unit, m.better, m.formula) for n, m in METRICS.items()}
+        note = None
+    except ImportError as e:
+        recorded = [m for m in (summary or {}).get("metrics") or [] if isinstance(m, dict) and "name" in m]
+        table = {m["name"]: (m.get("unit", "-"), m.get("better", "-"), m.get("formula", "-")) for m in recorded}
+        note = f"metric definitions unavailable (parity.metrics: {e})"
+    rows = [[n, *table[n]] for n in names if n in table]
+    return rows, (None if rows else note or "no definitions for these metrics")
+
+
+def reproduce(rd: RunData) -> dict:
+    m = rd.manifest
+    argv = list(m.get("argv") or [])
+    if argv and (Path(argv[0]).name == "parity" or argv[0].endswith("parity/__main__.py")):
+        argv[0] = "parity"
+    return {"cwd": m.get("cwd") or ".", "command": shlex.join(argv) if argv else "-", "git": m.get("parity_git_sha") or "-", "version": m.get("parity_version") or "-"}
+
+
+def ab_table(ab: dict) -> list[list]:
+    return [
+        [r["engine"], r["n"], r["metric"], r["better"], fmt(r["a_median"]), fmt(r["b_median"]), f"{r['a_repeats']}/{r['b_repeats']}", pct(r["delta_pct"]), f"{r['threshold_pct']:.2f}%",
+         "-" if r["ci_pct"] is None else f"[{r['ci_pct'][0]:+.2f}, {r['ci_pct'][1]:+.2f}]%", {True: "yes", False: "no", None: "-"}[r["consistent"]], r["verdict"]]
+        for r in ab["rows"]
+    ]

@@ -1,0 +1,45 @@
+"""A phase report rendered from a real, gated smoke snapshot (real llama-server,
+real gates), then compared with itself: green gates are accepted and a run
+cannot beat its own noise."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+SECTIONS = ["Summary", "Hardware", "Provenance", "Gates (pre / post)", "Results (medians over repeats)", "Ratios vs the reference engine (stock)",
+            "A/B comparison", "Profile buckets", "Plots", "Verdict", "Metric definitions", "Reproduce"]
+
+
+@pytest.mark.slow
+def test_report_from_a_real_smoke_snapshot(engine_bins, tiny_model, tmp_path, parity_cli):
+    arts = tmp_path / "runs"
+    snap = parity_cli("--artifacts", str(arts), "snapshot", "--model", "tiny", "--npl", "1,2", "--ptok", "16", "--gen", "8", "--repeat", "2", "--json", timeout=900)
+    assert snap.returncode == 0, snap.stderr[-3000:]
+    run = Path(json.loads(snap.stdout)["run_dir"])
+    for name in ("manifest.json", "hardware.json", "gates.json", "gate_summary.tsv", "summary.json", "builds.json"):
+        assert (run / name).is_file(), name
+
+    out = tmp_path / "reports"
+    rep = parity_cli("report", str(run), "--out-dir", str(out), "--title", "real smoke", "--json")
+    assert rep.returncode == 0, rep.stderr
+    doc = json.loads(rep.stdout)
+    md = Path(doc["report"])
+    text = md.read_text()
+    assert re.findall(r"^## (.+)$", text, re.M) == SECTIONS
+    assert doc["verdict"] == "measurement-only" and doc["phase"] == 1
+    assert "| pre | md5 tiny/paged |" in text and "| post | op RMS_NORM [CPU] |" in text
+    assert re.search(r"^\| paged \| 2 \| 2 \| \d", text, re.M)  # medians over 2 repeats
+    pngs = [p for p in map(Path, doc["plots"])]
+    assert {p.name for p in pngs} == {"decode_tps_vs_n.png", "ratio_vs_n.png"}
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        p = md.parent / target
+        assert p.is_file() and p.stat().st_size > 0, target
+    assert (out / "BENCHMARK.md").read_text().count("real smoke") == 1
+
+    same = parity_cli("compare", str(run), str(run), "--json", "--fail-on-regression")
+    assert same.returncode == 0, same.stderr
+    cmp = json.loads(same.stdout)
+    assert not cmp["forced"] and cmp["counts"]["improved"] == cmp["counts"]["regressed"] == 0
+    assert {r["delta_pct"] for r in cmp["rows"]} == {0.0}

@@ -1,0 +1,217 @@
+"""Phase reports and the ledger, rendered from fixture run dirs (tests/data/report)."""
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from parity.config import load_profile
+from parity.errors import UsageError
+from parity.report import ledger
+from parity.report.render import ReportRequest, render_report
+
+DATA = Path(__file__).resolve().parent.parent / "data" / "report"
+SECTIONS = ["Summary", "Hardware", "Provenance", "Gates (pre / post)", "Results (medians over repeats)", "Ratios vs the reference engine (stock)",
+            "A/B comparison", "Profile buckets", "Plots", "Verdict", "Metric definitions", "Reproduce"]
+
+
+@pytest.fixture(scope="module")
+def profile():
+    return load_profile("smoke")
+
+
+def render(profile, out, run="candidate", **kw):
+    kw.setdefault("date", "2026-11-22")
+    kw.setdefault("plots", False)  # plots cost ~0.3 s each; the tests that check them ask
+    return render_report(profile, ReportRequest(run=str(kw.pop("run_path", DATA / run)), out_dir=str(out), **kw))
+
+
+def headings(text):
+    return re.findall(r"^## (.+)$", text, re.M)
+
+
+def check_links(md: Path) -> list[Path]:
+    """Every markdown link/image target resolves to a non-empty file."""
+    targets = re.findall(r"\]\(([^)\s]+)\)", md.read_text())
+    paths = [md.parent / t for t in targets if not t.startswith("http")]
+    for p in paths:
+        assert p.is_file() and p.stat().st_size > 0, p
+    return paths
+
+
+def test_full_report_has_every_section_plots_and_links(profile, tmp_path):
+    res = render(profile, tmp_path, compare=str(DATA / "control"), title="demo series decode", plots=True)
+    md = Path(res["report"])
+    assert md.name == "2026-11-22-phase001-demo-series-decode.md"
+    text = md.read_text()
+    assert headings(text) == SECTIONS
+    assert "_not available" not in text and "_not run" not in text  # every section has data
+    pngs = [p for p in check_links(md) if p.suffix == ".png"]
+    assert {p.name for p in pngs} == {"decode_tps_vs_n.png", "ratio_vs_n.png", "buckets.png", "ab_deltas.png"}
+    assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
+    # the verdict and the rule that produced it
+    assert res["verdict"] == "keep" and "4 improved, 0 regressed" in res["verdict_rule"]
+    assert "max(2%, 3 x same-binary stdev" in text
+    # content from each artifact
+    assert "cpu_only" in text  # hardware.json
+    assert "llama-cpp-python==0.3.36" in text and "36834a14b57a" in text and "-DGGML_NATIVE=OFF" in text  # builds.json
+    assert "| post | md5 tiny/paged | 69f17b7697043c45ce716214145a96a1 |" in text  # gates.json
+    assert "| paged | 4 | 5 |" in text  # medians with repeats
+    assert "| paged | 4 | decode_agg_tps | higher |" in text and "improved" in text  # A/B rows
+    assert "| gdn_core | 1250.0 | 41.67% | 600 | 2.08 |" in text  # profile/analysis.json, per capture
+    assert "### Difference method: paged ntg64 - paged ntg16 (paged, 48 steps x npl 4)" in text
+    assert "| total | 2250.0 | 6900 | 46.88 | 11718.8 | 0.3261 |" in text
+    assert "| ttft_p50_ms | ms | lower | median of" in text  # parity.metrics definitions
+    assert "parity --artifacts runs snapshot -p smoke --model tiny --npl 1,4 --repeat 5" in text  # manifest argv
+
+
+def test_front_matter_sidecar_and_ledger(profile, tmp_path):
+    res = render(profile, tmp_path, compare=str(DATA / "control"), title="A/B one")
+    md = Path(res["report"])
+    fm = ledger.front_matter(md.read_text())
+    assert fm["phase"] == 1 and fm["verdict"] == "keep" and fm["run"] == str(DATA / "candidate")
+    assert fm["key_ratios"].startswith("paged/stock decode 0.")
+    side = json.loads(md.with_suffix(".json").read_text())
+    assert side["ledger"]["report"] == md.name and side["compare"]["counts"]["improved"] == 4
+    rows = ledger.read_rows(tmp_path)
+    assert [(r["phase"], r["title"], r["verdict"]) for r in rows] == [("1", "A/B one", "keep")]
+    assert f"[{md.name}]({md.name})" in (tmp_path / "BENCHMARK.md").read_text()
+
+
+def test_phase_auto_increments_and_reports_are_append_only(profile, tmp_path):
+    assert render(profile, tmp_path, title="first")["phase"] == 1
+    assert render(profile, tmp_path, title="second")["phase"] == 2
+    assert render(profile, tmp_path, title="jump", phase=7)["phase"] == 7
+    assert render(profile, tmp_path, title="after jump")["phase"] == 8
+    with pytest.raises(UsageError, match="already exists"):
+        render(profile, tmp_path, title="jump", phase=7)
+    assert [r["phase"] for r in ledger.read_rows(tmp_path)] == ["1", "2", "7", "8"]
+
+
+def test_rebuild_ledger_from_sidecars_and_front_matter(profile, tmp_path, parity_cli):
+    render(profile, tmp_path, title="one", compare=str(DATA / "control"))
+    second = Path(render(profile, tmp_path, title="two")["report"])
+    before = (tmp_path / "BENCHMARK.csv").read_text()
+    second.with_suffix(".json").unlink()  # the front matter still carries the row
+    (tmp_path / "BENCHMARK.csv").unlink()
+    (tmp_path / "BENCHMARK.md").write_text("garbage\n")
+    r = parity_cli("report", "--rebuild-ledger", "--out-dir", str(tmp_path), "--json")
+    assert r.returncode == 0, r.stderr
+    assert len(json.loads(r.stdout)["rows"]) == 2
+    assert (tmp_path / "BENCHMARK.csv").read_text() == before
+    assert "garbage" not in (tmp_path / "BENCHMARK.md").read_text()
+
+
+def test_measurement_only_without_control_and_missing_sections_say_so(profile, tmp_path):
+    res = render(profile, tmp_path, run="control", plots=True)
+    text = Path(res["report"]).read_text()
+    assert res["verdict"] == "measurement-only"
+    assert headings(text) == SECTIONS  # every section, even without data
+    assert "_not run: no --compare control given._" in text
+    assert "_not available: no profile/analysis.json in the run._" in text
+    assert {Path(p).name for p in res["plots"]} == {"decode_tps_vs_n.png", "ratio_vs_n.png"}
+    check_links(Path(res["report"]))
+
+
+def test_red_gates_make_the_report_invalid_and_refuse_keep(profile, tmp_path):
+    run = tmp_path / "red"
+    shutil.copytree(DATA / "candidate", run)
+    g = json.loads((run / "gates.json").read_text())
+    g["post"]["status"] = "fail"
+    g["post"]["checks"][0]["status"] = "fail"
+    g["status"] = "fail"
+    (run / "gates.json").write_text(json.dumps(g))
+    out = tmp_path / "reports"
+    res = render(profile, out, run_path=run)
+    assert res["verdict"] == "invalid" and "post-gate red: md5 tiny/paged" in res["verdict_rule"]
+    with pytest.raises(UsageError, match="only reject is allowed"):
+        render(profile, out, run_path=run, verdict="keep", title="x")
+    assert render(profile, out, run_path=run, verdict="reject", title="y")["verdict"] == "reject"
+    # as the candidate of an A/B it is refused unless forced, and the forced report says so
+    with pytest.raises(UsageError, match="refusing to compare"):
+        render(profile, out, run_path=run, compare=str(DATA / "control"), title="z")
+    forced = render(profile, out, run_path=run, compare=str(DATA / "control"), title="z", force=True)
+    text = Path(forced["report"]).read_text()
+    assert forced["forced"] and "FORCED comparison" in text and 'forced: true' in text
+
+
+def test_author_verdict_and_bad_options(profile, tmp_path, parity_cli):
+    res = render(profile, tmp_path, compare=str(DATA / "control"), verdict="default-off")
+    assert res["verdict"] == "default-off" and "set by the author" in res["verdict_rule"] and "4 improved" in res["verdict_rule"]
+    r = parity_cli("report", str(DATA / "candidate"), "--verdict", "ship-it", "--out-dir", str(tmp_path))
+    assert r.returncode == 2 and "keep, reject, default-off" in r.stderr
+    r = parity_cli("report", "--out-dir", str(tmp_path))
+    assert r.returncode == 2 and "RUN" in r.stderr
+
+
+def test_regression_gives_reject(profile, tmp_path):
+    res = render(profile, tmp_path, run="control", compare=str(DATA / "candidate"))
+    assert res["verdict"] == "reject" and "regressed beyond noise" in res["verdict_rule"]
+
+
+def test_no_plots(profile, tmp_path):
+    res = render(profile, tmp_path)
+    assert res["plots"] == [] and "_plots disabled_" in Path(res["report"]).read_text()
+    assert not any(p.is_dir() for p in tmp_path.iterdir())
+
+
+def test_campaign_step_writes_into_the_run_dir(tmp_path):
+    from parity.artifacts import RunDir
+    from parity.context import Context
+    from parity.report.render import campaign_step
+    from parity.runners.local import LocalRunner
+    from parity.ui import Output
+
+    run = tmp_path / "run"
+    shutil.copytree(DATA / "candidate", run)
+    m = json.loads((run / "manifest.json").read_text())
+    m["status"] = "running"  # the campaign is still going when its report step runs
+    (run / "manifest.json").write_text(json.dumps(m))
+    ctx = Context(profile=load_profile("smoke"), runner=LocalRunner(), out=Output(json_mode=True), artifacts_root=tmp_path, run=RunDir(run))
+    res = campaign_step(ctx, {"title": "smoke campaign", "compare": str(DATA / "control"), "plots": False})
+    assert Path(res["report"]).parent == run / "reports" and res["verdict"] == "keep"
+    assert (run / "reports" / "BENCHMARK.md").is_file()
+    from parity.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="unknown report option"):
+        campaign_step(ctx, {"colour": "blue"})
+
+
+def test_gates_only_run_still_gets_every_section(profile, tmp_path):
+    run = tmp_path / "gates-only"
+    shutil.copytree(DATA / "control", run)
+    (run / "summary.json").unlink()
+    (run / "hardware.json").unlink()
+    res = render(profile, tmp_path / "out", run_path=run, title="gates only", plots=True)
+    text = Path(res["report"]).read_text()
+    assert headings(text) == SECTIONS[:5] + ["Ratios vs the reference engine (none)"] + SECTIONS[6:]
+    assert "no summary.json in the run" in text and "no hardware.json" in text
+    assert res["verdict"] == "measurement-only" and res["plots"] == []
+    with pytest.raises(UsageError, match="no summary.json to compare"):
+        render(profile, tmp_path / "out", run_path=run, title="x", compare=str(DATA / "control"))
+
+
+def test_definitions_degrade_without_parity_metrics(monkeypatch):
+    import sys
+
+    from parity.report.sections import definitions
+
+    rows, note = definitions(["ttft_p50_ms"])
+    assert rows[0][:3] == ["ttft_p50_ms", "ms", "lower"] and note is None
+    monkeypatch.setitem(sys.modules, "parity.metrics", None)  # import now raises ImportError
+    recorded = {"metrics": [{"name": "ttft_p50_ms", "unit": "ms", "better": "lower", "formula": "median of (first token - send)"}]}
+    assert definitions(["ttft_p50_ms"], recorded) == ([["ttft_p50_ms", "ms", "lower", "median of (first token - send)"]], None)
+    rows, note = definitions(["ttft_p50_ms"], {})
+    assert rows == [] and note.startswith("metric definitions unavailable (parity.metrics")
+
+
+def test_collapsed_profile_is_flagged(profile, tmp_path):
+    run = tmp_path / "collapsed"
+    shutil.copytree(DATA / "candidate", run)
+    a = json.loads((run / "profile" / "analysis.json").read_text())
+    a.update(collapsed=True, note="COLLAPSED: captured without --cuda-graph-trace=node")
+    (run / "profile" / "analysis.json").write_text(json.dumps(a))
+    text = Path(render(profile, tmp_path / "out", run_path=run)["report"]).read_text()
+    assert "**COLLAPSED: captured without --cuda-graph-trace=node**" in text
