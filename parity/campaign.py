@@ -1,16 +1,27 @@
 """Campaigns: an ordered list of named steps of registered kinds, run in one
 run directory.  Step kinds register by name in STEP_KINDS ("module:function",
 imported only when used).  A step function takes (ctx, options) and returns a
-JSON-able result; it raises a ParityError to fail.
+JSON-able result; it raises a ParityError to fail (its exit code is the
+campaign's: gate 3, infra 4, regression 5, other 1).
 
 YAML:
   name: smoke
   profile: smoke                  # default profile (overridden by --profile)
-  vars: {model: tiny}             # ${model} in step options
+  vars: {model: tiny}             # ${model} in step options; --var K=V overrides;
+                                  # ${PARITY_ROOT} and ${PARITY_CACHE} are built in
+  hosts: [gb10-a, gb10-b]         # optional fan-out: the whole campaign runs on each host
+  parallel_hosts: false           # true: hosts run at the same time (one thread each)
   steps:
     - {name: build, kind: build, with: {engines: [paged, stock]}}
-    - {name: post-gates, kind: gate, with: {phase: post}, always_run: true}
-  on_failure per step: stop (default) | continue | always-run (= always_run + stop)
+    - {name: post-gates, kind: gate, with: {phase: post}, on_failure: always-run}
+
+on_failure per step:
+  stop (default)  a failure skips the later steps (except always-run ones)
+  continue        a failure is recorded and the later steps still run
+  always-run      this step runs even after an earlier failure (post-gates, reports)
+Whatever the policy, a campaign with a failed step exits non-zero with the
+first failure's exit code.  On --resume, steps already complete in the run dir
+are skipped, except kinds in RERUN_ON_RESUME (the lock lives in the process).
 """
 
 from __future__ import annotations
@@ -36,6 +47,10 @@ STEP_KINDS: dict[str, str] = {
     "shell": "parity.campaign:shell_step",
 }
 
+# kinds whose effect dies with the process (a held lock): run again on --resume
+RERUN_ON_RESUME = {"lock"}
+_BUILTIN_VARS = ("PARITY_ROOT", "PARITY_CACHE")
+
 
 def register_step(kind: str, target: str) -> None:
     STEP_KINDS[kind] = target
@@ -57,7 +72,7 @@ class Step:
     name: str
     kind: str
     options: dict[str, Any] = field(default_factory=dict)
-    on_failure: str = "stop"
+    on_failure: str = "stop"  # stop | continue
     always_run: bool = False
 
 
@@ -68,6 +83,9 @@ class Campaign:
     profile: str | None = None
     vars: dict[str, Any] = field(default_factory=dict)
     source: str = ""
+    hosts: list[str] = field(default_factory=list)
+    parallel_hosts: bool = False
+    sha256: str = ""
 
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -95,27 +113,52 @@ def substitute(value: Any, variables: dict[str, Any], label: str, key: str) -> A
     return value
 
 
+def builtin_vars() -> dict[str, str]:
+    from parity.config import PARITY_ROOT, cache_dir
+
+    return {"PARITY_ROOT": str(PARITY_ROOT), "PARITY_CACHE": str(cache_dir())}
+
+
 def load_campaign(path: str, extra_vars: dict[str, str] | None = None) -> Campaign:
+    import hashlib
+
     import yaml
 
     p = Path(path).expanduser()
     label = str(path)
     try:
-        data = yaml.safe_load(p.read_text())
+        text = p.read_text()
     except FileNotFoundError:
         raise ConfigError(label, "", "campaign file not found") from None
+    except OSError as e:
+        raise ConfigError(label, "", f"cannot read: {e.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         raise ConfigError(label, f"line {mark.line + 1}" if mark else "", f"YAML syntax error: {getattr(e, 'problem', e)}") from None
     if not isinstance(data, dict):
         raise ConfigError(label, "", "a campaign must be a mapping with steps:")
-    unknown = set(data) - {"name", "profile", "vars", "steps", "description", "hosts"}
+    unknown = set(data) - {"name", "profile", "vars", "steps", "description", "hosts", "parallel_hosts"}
     if unknown:
         raise ConfigError(label, sorted(unknown)[0], "unknown key")
-    variables = dict(data.get("vars") or {})
+    variables = data.get("vars") or {}
     if not isinstance(variables, dict):
         raise ConfigError(label, "vars", "must be a mapping")
-    variables.update(extra_vars or {})
+    variables = {**builtin_vars(), **variables, **(extra_vars or {})}
+    hosts = data.get("hosts") or []
+    if not isinstance(hosts, list) or not all(isinstance(h, str) and h.strip() for h in hosts):
+        raise ConfigError(label, "hosts", "must be a list of host names (profile hosts or ~/.ssh/config)")
+    if len(set(hosts)) != len(hosts):
+        raise ConfigError(label, "hosts", "a host is listed twice")
+    if any(h in ("local", "localhost") for h in hosts):
+        raise ConfigError(label, "hosts", "list remote host names only (run locally without hosts:)")
+    parallel = data.get("parallel_hosts", False)
+    if not isinstance(parallel, bool):
+        raise ConfigError(label, "parallel_hosts", "expected true or false")
+    profile = data.get("profile")
+    if profile is not None and not isinstance(profile, str):
+        raise ConfigError(label, "profile", "must be a profile name or file")
     raw_steps = data.get("steps")
     if not isinstance(raw_steps, list) or not raw_steps:
         raise ConfigError(label, "steps", "must be a non-empty list")
@@ -133,19 +176,27 @@ def load_campaign(path: str, extra_vars: dict[str, str] | None = None) -> Campai
         if kind not in STEP_KINDS:
             raise ConfigError(label, f"{key}.kind", f"unknown step kind {kind!r} (known: {', '.join(sorted(STEP_KINDS))})")
         name = str(s.get("name") or kind)
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
+            raise ConfigError(label, f"{key}.name", f"{name!r}: use letters, digits, '-', '_', '.' (it names files in the run dir)")
         if name in seen:
             raise ConfigError(label, f"{key}.name", f"duplicate step name {name!r}")
         seen.add(name)
         on_failure = s.get("on_failure", "stop")
         if on_failure not in ("stop", "continue", "always-run"):
             raise ConfigError(label, f"{key}.on_failure", f"must be stop, continue or always-run, got {on_failure!r}")
+        if not isinstance(s.get("always_run", False), bool):
+            raise ConfigError(label, f"{key}.always_run", "expected true or false")
         always = bool(s.get("always_run", False)) or on_failure == "always-run"
         opts = s.get("with") or {}
         if not isinstance(opts, dict):
             raise ConfigError(label, f"{key}.with", "must be a mapping of step options")
         opts = substitute(opts, variables, label, f"{key}.with")
         steps.append(Step(name, kind, opts, "stop" if on_failure == "always-run" else on_failure, always))
-    return Campaign(str(data.get("name") or p.stem), steps, data.get("profile"), variables, label)
+    user_vars = {k: v for k, v in variables.items() if k not in _BUILTIN_VARS}
+    return Campaign(
+        str(data.get("name") or p.stem), steps, profile, user_vars, label, list(hosts), parallel,
+        hashlib.sha256(text.encode()).hexdigest(),
+    )
 
 
 def plan(c: Campaign, only: list[str] | None = None) -> list[Step]:
@@ -158,25 +209,57 @@ def plan(c: Campaign, only: list[str] | None = None) -> list[Step]:
     return [s for s in c.steps if s.name in only]
 
 
+def will_skip(step: Step, rd) -> bool:
+    """On resume: a step already complete in rd is skipped (a lock is always retaken)."""
+    return step.kind not in RERUN_ON_RESUME and rd.step_status(step.name) == "complete"
+
+
+def check_resumable(c: Campaign, rd) -> None:
+    """Refuse to resume another campaign's run dir, or one whose process still runs."""
+    import os
+    import socket
+
+    m = rd.manifest()
+    camp = m.get("campaign") or {}
+    if m.get("kind") != "campaign" or camp.get("name") != c.name:
+        raise UsageError(f"--resume {rd.path}: not a run of campaign {c.name!r} (it is {camp.get('name') or m.get('kind')!r})")
+    if m.get("status") == "running" and m.get("hostname") == socket.gethostname() and m.get("pid"):
+        try:
+            os.kill(int(m["pid"]), 0)
+            alive = int(m["pid"]) != os.getpid()
+        except (ProcessLookupError, ValueError):
+            alive = False
+        except PermissionError:
+            alive = True
+        if alive:
+            raise UsageError(f"--resume {rd.path}: still running (pid {m['pid']}); stop it first")
+
+
 def run_campaign(ctx, c: Campaign, steps: list[Step], *, resume: bool = False) -> dict:
     """Run steps in ctx.run (already created or reopened).  Returns a summary;
-    raises the first failure's error after always-run steps have run."""
+    raises the first failure's error after the remaining (always-run or
+    continue) steps have run."""
+    import os
+
     rd = ctx.require_run()
+    rd.update(campaign={"name": c.name, "file": c.source, "sha256": c.sha256, "vars": c.vars}, pid=os.getpid())
     results: dict[str, Any] = {}
     first_error: ParityError | None = None
+    stopped = False
     failed: list[str] = []
     for step in steps:
-        if resume and rd.step_status(step.name) == "complete":
+        if resume and will_skip(step, rd):
             ctx.out.info(f"[skip] {step.name} ({step.kind}): complete in {rd.path.name}")
             results[step.name] = {"status": "skipped-complete"}
             continue
-        if first_error is not None and not step.always_run:
+        if stopped and not step.always_run:
             rd.record_step(step.name, "skipped", kind=step.kind, reason="an earlier step failed")
             results[step.name] = {"status": "skipped"}
             continue
         fn = step_function(step.kind, c.source)
         ctx.out.info(f"[step] {step.name} ({step.kind})")
         rd.record_step(step.name, "running", kind=step.kind, options=step.options)
+        ctx.vars["_step"] = step.name
         t0 = time.monotonic()
         try:
             result = fn(ctx, dict(step.options)) or {}
@@ -186,33 +269,121 @@ def run_campaign(ctx, c: Campaign, steps: list[Step], *, resume: bool = False) -
         except ParityError as e:
             rd.record_step(step.name, "failed", error=str(e), exit_code=e.exit_code, seconds=round(time.monotonic() - t0, 3))
             ctx.out.info(f"[fail] {step.name}: {e}")
-            results[step.name] = {"status": "failed", "error": str(e)}
+            results[step.name] = {"status": "failed", "error": str(e), "exit_code": e.exit_code}
             failed.append(step.name)
-            if step.on_failure == "continue":
-                continue
-            if first_error is None:
-                first_error = e
+            first_error = first_error or e
+            stopped = stopped or step.on_failure == "stop"
             continue
+        finally:
+            ctx.vars.pop("_step", None)
         rd.write_json(f"steps/{step.name}.json", result)
         rd.record_step(step.name, "complete", seconds=round(time.monotonic() - t0, 3))
         results[step.name] = {"status": "complete", **({"result": result} if isinstance(result, dict) and len(str(result)) < 2000 else {})}
-    summary = {"campaign": c.name, "run_dir": str(rd.path), "steps": results, "failed": failed}
+    summary = {"campaign": c.name, "run_dir": str(rd.path), "steps": results, "failed": failed,
+               "exit_code": first_error.exit_code if first_error else 0}
     rd.write_json("campaign.json", summary)
     if first_error is not None:
+        first_error.campaign_summary = summary  # --json still prints it
         raise first_error
     return summary
 
 
 def shell_step(ctx, options: dict) -> dict:
-    """kind: shell - run a command (argv list) through the context's runner."""
+    """kind: shell -- options {argv: [cmd, arg, ...], timeout_s, env: {K: V}, cwd, log}.
+    Runs through the context's runner; output goes to steps/<log or step name>.log."""
+    bad = set(options) - {"argv", "timeout_s", "env", "cwd", "log"}
+    if bad:
+        raise ConfigError("campaign", f"with.{sorted(bad)[0]}", "unknown shell option (known: argv, cwd, env, log, timeout_s)")
     argv = options.get("argv")
     if not isinstance(argv, list) or not argv:
         raise ConfigError("campaign", "with.argv", "shell steps need argv: [cmd, arg, ...]")
-    res = ctx.runner.run([str(a) for a in argv], timeout=options.get("timeout_s"), env=options.get("env"))
+    env = options.get("env") or {}
+    if not isinstance(env, dict):
+        raise ConfigError("campaign", "with.env", "must be a mapping NAME: value")
+    res = ctx.runner.run([str(a) for a in argv], timeout=options.get("timeout_s"), env={str(k): str(v) for k, v in env.items()}, cwd=options.get("cwd"))
+    log = options.get("log") or ctx.vars.get("_step") or "shell"
     if ctx.run:
-        ctx.run.write_text(f"steps/{options.get('log', 'shell')}.log", res.stdout + res.stderr)
+        ctx.run.write_text(f"steps/{log}.log", res.stdout + res.stderr)
     if not res.ok:
-        from parity.errors import ParityError as _PE
-
-        raise _PE(f"{argv[0]} exited {res.rc}{' (timeout)' if res.timed_out else ''}: {res.tail(3)}")
+        raise ParityError(f"{argv[0]} exited {res.rc}{' (timeout)' if res.timed_out else ''}: {res.tail(3)}")
     return {"rc": res.rc, "seconds": round(res.duration_s, 3)}
+
+
+# --------------------------------------------------------------------------- hosts fan-out
+
+
+def run_fanout(ctx, c: Campaign, argv: list[str]) -> dict:
+    """Run this same command on each of c.hosts (delegated, one remote run dir
+    each) and collect them under ctx.run/hosts/<host>/<run_id>/.  hosts.json lists
+    {host, exit_code, run_dir (relative), status, hardware_class} per host."""
+    import threading
+
+    from parity.remote import delegate
+    from parity.runners import ssh
+
+    rd = ctx.require_run()
+    rd.update(campaign={"name": c.name, "file": c.source, "sha256": c.sha256, "vars": c.vars, "hosts": c.hosts})
+    rows: dict[str, dict] = {}
+
+    def one(host: str) -> None:
+        rd.record_step(host, "running", kind="host")
+        prefix = f"[{host}] "
+        try:
+            res = delegate(host, ctx.profile, argv, rd.path / "hosts" / host, echo_stdout=not ctx.out.json_mode, prefix=prefix)
+        except ParityError as e:
+            ctx.out.info(f"{prefix}error: {e}")
+            rows[host] = {"host": host, "exit_code": e.exit_code, "error": str(e), "run_dir": None, "status": "failed"}
+            rd.record_step(host, "failed", exit_code=e.exit_code, error=str(e))
+            return
+        rel = str(Path(res.local_run_dir).relative_to(rd.path)) if res.local_run_dir else None
+        m = _manifest(res.local_run_dir)
+        rows[host] = {"host": host, "exit_code": res.rc, "run_dir": rel, "status": m.get("status"),
+                      "hardware_class": _hardware_class(res.local_run_dir), "hostname": m.get("hostname")}
+        rd.record_step(host, "complete" if res.rc == 0 else "failed", exit_code=res.rc, run_dir=rel)
+
+    try:
+        if c.parallel_hosts:
+            threads = [threading.Thread(target=one, args=(h,), daemon=True) for h in c.hosts]
+            for t in threads:
+                t.start()
+            for t in threads:
+                while t.is_alive():
+                    t.join(0.2)
+        else:
+            for h in c.hosts:
+                one(h)
+    except KeyboardInterrupt:
+        ssh.abort_event.set()  # each remote run stops its group, its run dir is still pulled
+        for t in threading.enumerate():
+            if t is not threading.current_thread() and t.daemon and t.is_alive():
+                t.join(60)
+        raise
+    table = [rows.get(h, {"host": h, "exit_code": None, "status": "not-run"}) for h in c.hosts]
+    rd.write_json("hosts.json", table)
+    summary = {"campaign": c.name, "run_dir": str(rd.path), "hosts": table}
+    rd.write_json("campaign.json", summary)
+    bad = [r for r in table if r.get("exit_code") != 0]
+    if bad:
+        err = ParityError(f"campaign {c.name}: failed on {', '.join(r['host'] for r in bad)} (exit {bad[0]['exit_code']}); see {rd.path}/hosts.json")
+        err.exit_code = bad[0]["exit_code"] or 1
+        err.campaign_summary = summary
+        raise err
+    return summary
+
+
+def _manifest(run_dir: str | None) -> dict:
+    import json
+
+    try:
+        return json.loads((Path(run_dir) / "manifest.json").read_text()) if run_dir else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _hardware_class(run_dir: str | None) -> str | None:
+    import json
+
+    try:
+        return json.loads((Path(run_dir) / "hardware.json").read_text()).get("hardware_class") if run_dir else None
+    except (OSError, ValueError, AttributeError):
+        return None

@@ -1,0 +1,164 @@
+"""`parity --host NAME ...` against a real sshd: the command runs remotely (parity
+bootstrapped into a venv from this checkout), streams, and its run dir comes back."""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+
+
+def parity(*args, timeout=300, **kw):
+    return subprocess.run([sys.executable, "-m", "parity", *args], capture_output=True, text=True, cwd=REPO,
+                          stdin=subprocess.DEVNULL, timeout=timeout, **kw)
+
+
+def pids(pattern: str) -> list[str]:
+    return subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout.split()
+
+
+def wait_until(pred, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while not pred() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return pred()
+
+
+def small_campaign(tmp_path: Path, extra: str = "", name: str = "small") -> Path:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(
+        f"name: {name}\n"
+        "vars: {msg: \"it's a $(test); ok\"}\n"
+        f"{extra}"
+        "steps:\n"
+        "  - {name: synth, kind: synth, with: {models: [tiny]}}\n"
+        "  - {name: say, kind: shell, with: {argv: [sh, -c, 'printf \"%s\" \"$1\"; hostname', sh, \"${msg}\"]}}\n"
+    )
+    return path
+
+
+def test_campaign_runs_remotely_and_the_run_dir_comes_back(ssh_profile, tmp_path):
+    camp = small_campaign(tmp_path)
+    arts = tmp_path / "runs"
+    r = parity("--artifacts", str(arts), "--host", "local-ssh", "campaign", "run", str(camp), "--profile", str(ssh_profile), "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)  # exactly one JSON document: the remote parity's
+    (local,) = list(arts.iterdir())
+    assert doc["run_dir"].endswith(local.name) and doc["run_dir"] != str(local)  # it ran in the remote workdir
+    m = json.loads((local / "manifest.json").read_text())
+    assert m["status"] == "complete" and set(m["steps"]) == {"synth", "say"}
+    assert m["remote"]["host"] == "local-ssh" and m["remote"]["exit_code"] == 0
+    assert "--host" not in m["argv"]
+    assert (local / "steps" / "say.log").read_text().startswith("it's a $(test); ok")
+    assert json.loads((local / "steps" / "synth.json").read_text())["tiny"]["sha256"]
+    remote_files = sorted(str(p.relative_to(m["remote"]["path"])) for p in Path(m["remote"]["path"]).rglob("*"))
+    local_files = sorted(str(p.relative_to(local)) for p in local.rglob("*"))
+    assert local_files == remote_files  # complete copy (the server is this machine)
+
+
+def test_remote_exit_code_and_error_line_pass_through(ssh_profile, tmp_path):
+    camp = tmp_path / "fails.yaml"
+    camp.write_text("name: fails\nsteps:\n  - {name: boom, kind: shell, with: {argv: [sh, -c, 'echo bad >&2; exit 9']}}\n")
+    arts = tmp_path / "runs"
+    r = parity("--artifacts", str(arts), "--host", "local-ssh", "campaign", "run", str(camp), "--profile", str(ssh_profile))
+    assert r.returncode == 1
+    assert "parity: error: sh exited 9: bad" in r.stderr
+    (local,) = list(arts.iterdir())
+    assert json.loads((local / "manifest.json").read_text())["status"] == "failed"
+
+
+@pytest.mark.parametrize(
+    "host, words",
+    [
+        ("closed-port", "connection refused"),
+        ("wrong-key", "authentication refused"),
+        ("unknown-key", "unknown host key"),
+        ("no-parity", "remote parity"),
+    ],
+)
+def test_bad_hosts_exit_2_with_one_line(ssh_profile, tmp_path, host, words):
+    camp = small_campaign(tmp_path)
+    r = parity("--artifacts", str(tmp_path / "runs"), "--host", host, "campaign", "run", str(camp), "--profile", str(ssh_profile))
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("parity: error: ") and words in lines[0]
+    assert "Traceback" not in r.stderr
+
+
+def _start_sleeper(ssh_profile, tmp_path, m):
+    camp = tmp_path / "sleeper.yaml"
+    camp.write_text(f"name: sleeper\nsteps:\n  - {{name: nap, kind: shell, with: {{argv: [sleep, '{m}']}}}}\n")
+    arts = tmp_path / "runs"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "parity", "--artifacts", str(arts), "--host", "local-ssh", "campaign", "run", str(camp), "--profile", str(ssh_profile)],
+        cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    assert wait_until(lambda: pids(f"^sleep {m}"), 60), proc.communicate(timeout=5)
+    return proc, arts
+
+
+def test_sigkill_of_local_parity_leaves_no_remote_process(ssh_profile, tmp_path):
+    m = f"{random.randint(100, 999)}.{random.randint(1000, 9999)}"
+    proc, _ = _start_sleeper(ssh_profile, tmp_path, m)
+    import hashlib
+
+    uploaded = hashlib.sha256((tmp_path / "sleeper.yaml").read_bytes()).hexdigest()[:12]
+    assert pids(uploaded)  # the remote parity names the uploaded campaign file
+    proc.send_signal(signal.SIGKILL)  # the connection drops without a goodbye
+    proc.communicate(timeout=10)
+    assert wait_until(lambda: not pids(m), 30), pids(m)  # its shell step and the wrappers
+    assert wait_until(lambda: not pids(uploaded), 30), pids(uploaded)  # the remote parity itself
+
+
+def test_sigint_stops_remote_run_and_pulls_interrupted_run_dir(ssh_profile, tmp_path):
+    m = f"{random.randint(100, 999)}.{random.randint(1000, 9999)}"
+    proc, arts = _start_sleeper(ssh_profile, tmp_path, m)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert not pids(m)
+    (local,) = list(arts.iterdir())
+    man = json.loads((local / "manifest.json").read_text())
+    assert man["status"] == "interrupted" and man["steps"]["nap"]["status"] == "interrupted"
+
+
+def test_hosts_fan_out_collects_run_dirs_under_one_parent(ssh_profile, tmp_path):
+    camp = small_campaign(tmp_path, "hosts: [local-ssh, local-ssh-b]\nparallel_hosts: true\n", name="fan")
+    arts = tmp_path / "runs"
+    r = parity("--artifacts", str(arts), "campaign", "run", str(camp), "--profile", str(ssh_profile), "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    (parent,) = list(arts.iterdir())
+    assert doc["run_dir"] == str(parent)
+    table = json.loads((parent / "hosts.json").read_text())
+    assert [row["host"] for row in table] == ["local-ssh", "local-ssh-b"]
+    for row in table:
+        assert row["exit_code"] == 0 and row["status"] == "complete"
+        sub = parent / row["run_dir"]
+        assert sub.parent == parent / "hosts" / row["host"]
+        assert json.loads((sub / "manifest.json").read_text())["remote"]["host"] == row["host"]
+        assert (sub / "steps" / "say.log").exists()
+    assert json.loads((parent / "manifest.json").read_text())["status"] == "complete"
+
+
+@pytest.mark.slow
+def test_smoke_campaign_over_ssh(ssh_profile, tmp_path, engine_bins, tiny_model):
+    """campaigns/smoke.yaml through --host: the remote reuses ~/.cache/parity (same machine)."""
+    arts = tmp_path / "runs"
+    r = parity("--artifacts", str(arts), "--host", "local-ssh", "campaign", "run", "campaigns/smoke.yaml",
+               "--profile", str(ssh_profile), "--json", timeout=1800)
+    assert r.returncode == 0, r.stderr[-3000:]
+    (local,) = list(arts.iterdir())
+    m = json.loads((local / "manifest.json").read_text())
+    assert m["status"] == "complete" and m["remote"]["exit_code"] == 0
+    for step in json.loads(r.stdout)["steps"]:
+        assert m["steps"][step]["status"] == "complete"
+        assert (local / "steps" / f"{step}.json").is_file()

@@ -1,0 +1,58 @@
+"""Pure parts of remote runs: host resolution, remote argv, the remote shell text."""
+
+from __future__ import annotations
+
+import subprocess
+
+from parity.config import load_profile, profile_from_dict
+from parity.remote import remote_argv, source_archive, split_root
+from parity.runners.ssh import inner_script, resolve_host, wrapper_script
+
+
+def test_split_and_rewrite_root_options(tmp_path):
+    camp = tmp_path / "my camp.yaml"
+    camp.write_text("x")
+    argv = ["-vv", "--host", "gb10", "--artifacts=/local/runs", "campaign", "run", str(camp), "--only", "a",
+            "--resume", "/local/runs/20260101_000000_x/", "--var", "k=v", "--profile=" + str(camp)]
+    assert split_root(argv)[1][0] == "campaign"
+    up = lambda p: f"/r/inputs/{p.rsplit('/', 1)[-1]}"  # noqa: E731
+    out = remote_argv(argv, "/r/runs", up)
+    assert out == ["-vv", "--artifacts", "/r/runs", "campaign", "run", "/r/inputs/my camp.yaml", "--only", "a",
+                   "--resume", "/r/runs/20260101_000000_x", "--var", "k=v", "--profile=/r/inputs/my camp.yaml"]
+
+
+def test_resolve_host_profile_then_ssh_config(tmp_path, monkeypatch):
+    prof = profile_from_dict({"hosts": {"box": {"hostname": "10.0.0.2", "user": "u", "identity_file": "~/k"}}})
+    h = resolve_host("box", prof)
+    assert (h.hostname, h.user, h.port, h.host_key_policy) == ("10.0.0.2", "u", 22, "reject") and not h.identity_file.startswith("~")
+    cfg = tmp_path / "config"
+    cfg.write_text("Host gb10\n  HostName dgx.example\n  User mudler\n  Port 2222\n  IdentityFile ~/.ssh/id_gb10\n"
+                   "  StrictHostKeyChecking accept-new\n  UserKnownHostsFile /tmp/kh other\n")
+    monkeypatch.setenv("PARITY_SSH_CONFIG", str(cfg))
+    h = resolve_host("gb10", load_profile("smoke"))
+    assert (h.hostname, h.user, h.port, h.host_key_policy, h.known_hosts) == ("dgx.example", "mudler", 2222, "accept-new", "/tmp/kh")
+    assert h.identity_file.endswith("/.ssh/id_gb10")
+    assert resolve_host("plain.example", None).hostname == "plain.example"
+
+
+def test_wrapper_quotes_every_word_and_reports_pgid(tmp_path):
+    words = ["a b", "it's", "$(touch pwned)", "`touch pwned2`", "x;y", '"', "*", ""]
+    script = wrapper_script(inner_script(["printf", "%s|", *words], {"V": "$(touch pwned3) 'q'"}, ["HOME"], str(tmp_path)))
+    r = subprocess.run(["sh", "-c", script], capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout == "|".join(words) + "|"
+    assert r.stderr.startswith("__PARITY_PGID__ ")
+    assert not list(tmp_path.glob("pwned*"))
+    r = subprocess.run(["sh", "-c", wrapper_script(inner_script(["sh", "-c", "echo \"$V\"; exit 5"], {"V": "a'b"}, [], None))],
+                       capture_output=True, text=True)
+    assert (r.returncode, r.stdout) == (5, "a'b\n")
+
+
+def test_source_archive_is_stamped_by_content():
+    data, stamp = source_archive()
+    again, stamp2 = source_archive()
+    assert stamp == stamp2 and len(stamp) == 16 and data[:2] == b"\x1f\x8b"
+    import io
+    import tarfile
+
+    names = tarfile.open(fileobj=io.BytesIO(data)).getnames()
+    assert "parity/cli.py" in names and "pyproject.toml" in names and not any(n.startswith("tests/") for n in names)
