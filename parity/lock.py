@@ -274,7 +274,10 @@ class GpuLock:
             raw = self.owner_file.read_text(errors="replace")
         except FileNotFoundError:
             if not entries:
-                return LockState("legacy", since=self.dir.stat().st_mtime)
+                stamp = _stamp(self.dir)
+                if stamp is None:  # the legacy holder's rmdir raced our listdir
+                    return LockState("free", note="no lock directory")
+                return LockState("legacy", since=stamp[1] / 1e9)
             return LockState("free", note="no owner file")
         owner = parse_owner(raw)
         if owner is None:
@@ -308,8 +311,11 @@ class GpuLock:
         """Write owner := text unless it changed since `seen` was read; True when text is what is there now."""
         tmp = self.dir / f".owner.parity-{os.getpid()}-{threading.get_ident()}"
         try:
-            with open(tmp, "w") as f:
-                f.write(text)
+            try:
+                with open(tmp, "w") as f:
+                    f.write(text)
+            except FileNotFoundError:  # the directory vanished (legacy rmdir): not ours, try again later
+                return False
             if _stamp(self.owner_file) != seen.stamp or _read(self.owner_file) != (seen.raw if seen.stamp else None):
                 return False
             os.replace(tmp, self.owner_file)

@@ -68,6 +68,22 @@ def test_legacy_empty_dir_is_held(tmp_path):
     assert lk.try_acquire()[0] is True
 
 
+def test_legacy_rmdir_racing_our_read_is_free_not_a_crash(tmp_path, monkeypatch):
+    """The legacy holder's rmdir lands between our listdir and the stat of the directory."""
+    d = tmp_path / "gpu_bench_lock"
+    lk = L.GpuLock(cfg(), str(d))
+    monkeypatch.setattr(L.os, "listdir", lambda path: [])  # listdir saw the empty dir; it is gone now
+    st = lk.read()
+    assert (st.state, st.note) == ("free", "no lock directory")
+
+
+def test_directory_vanishing_before_the_owner_write_is_a_lost_race(tmp_path):
+    d = tmp_path / "gpu_bench_lock"
+    lk = L.GpuLock(cfg(), str(d))
+    seen = L.LockState("free", note="no owner file")
+    assert lk._replace_owner("me 1\n", seen) is False and not d.exists()
+
+
 def test_absent_owner_in_nonempty_dir_is_free_and_release_file_cleared(tmp_path):
     d = tmp_path / "lk"
     d.mkdir()
