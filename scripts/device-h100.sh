@@ -2,7 +2,7 @@
 # How parity was exercised on the lent H100 (sm_90): stage by stage, because the
 # machine runs one command for at most 10 minutes.  Needs .carry/ with the pruned
 # llama.cpp source (llama-src.tgz) and the gguf wheel; writes results under $OUT.
-#   scripts/device-h100.sh build     CUDA build of `paged` + hw + lock wait + 121a compile check
+#   scripts/device-h100.sh build     CUDA build of `paged` + hw + lock wait + 121a compile check (WITH_121A=0 skips it)
 #   scripts/device-h100.sh gates     CUDA build of `stock` + md5 / op-oracle gates
 #   scripts/device-h100.sh sweep     paged vs stock serving sweep + batched-bench on the GPU
 set -uo pipefail
@@ -26,6 +26,7 @@ build)
   B=$(python3 -c 'import json; print(json.load(open("'$OUT'/build-paged.json"))["bin_dir"])')
   t "$B/llama-completion" --version 2>&1 | tee "$OUT/cuda-runtime.txt" | tail -2
   t "$B/test-backend-ops" -o ADD -b CUDA0 2>&1 | grep -E "Device 0|tests passed|backends passed" | tee -a "$OUT/cuda-runtime.txt"
+  [ "${WITH_121A:-1}" = 1 ] || { cd "$OUT" && tar czf runs.tgz runs 2>/dev/null; rm -rf "$OUT/runs"; exit 0; }
   # 121a: configure with the flags parity generates, compile one ggml-cuda object
   $P build -p $PROF -e paged-121a --print-cmake --json > "$OUT/121a-plan.json"
   D=$(python3 -c 'import json; print(json.load(open("'$OUT'/121a-plan.json"))[0]["dir"])')

@@ -87,6 +87,19 @@ class PartialTable(InfraError):
         self.lost_only = lost_only  # only output was lost: worth one retry
 
 
+def split_kv_problem(npp, ntg, npl, b) -> str | None:
+    """Without -kvu llama-batched-bench splits its -c cells evenly over max(npl) sequences;
+    a sequence longer than its share fails with "failed to find a memory slot" on the first row."""
+    args = set(b.extra_args)
+    if args & {"-kvu", "--kv-unified", "-pps"} or not npl:
+        return None
+    share, need = b.ctx // max(npl), max(npp) + max(ntg)
+    if share >= need:
+        return None
+    return (f"serving.bench.ctx {b.ctx} / max npl {max(npl)} = {share} cells per sequence, but npp+ntg needs {need} "
+            f"(llama-batched-bench without -kvu splits the KV cache per sequence): raise ctx to {max(npl) * need} or add -kvu to serving.bench.extra_args")
+
+
 def argv(binary: str, model: str, npp, ntg, npl, b) -> list[str]:
     j = lambda xs: ",".join(str(x) for x in xs)  # noqa: E731
     return [binary, "-m", model, "-c", str(b.ctx), "-b", str(b.batch), "-ub", str(b.ubatch), *b.extra_args, "-npp", j(npp), "-ntg", j(ntg), "-npl", j(npl)]
@@ -110,6 +123,8 @@ def run_bench(ctx, engine=None, model=None, npp=None, ntg=None, npl=None, allow_
     check_bench_env(env, ctx.profile.policy, allow_env)
     model_file = resolve_model(ctx, model or s.model)[1]
     npp, ntg, npl = npp or b.npp, ntg or b.ntg, npl or b.npl
+    if problem := split_kv_problem(npp, ntg, npl, b):
+        raise UsageError(problem)
     cmd = argv(tool_path(ctx.profile, engine, "llama-batched-bench", ctx.runner, ctx.out), model_file, npp, ntg, npl, b)
     with held_lock(ctx):
         if ctx.run:

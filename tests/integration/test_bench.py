@@ -76,3 +76,19 @@ def test_parity_bench_real(parity_cli, engine_bins, tiny_model, tmp_path):
     prof.write_text(prof.read_text() + "serving: {bench: {extra_args: [-ngl, '99', -fa, 'on', -t, '1', -kvu]}}\n")
     r = parity_cli("--artifacts", str(tmp_path / "runs"), "bench", "--profile", str(prof), "--model", "tiny", "--npp", "32", "--ntg", "8", "--npl", "1,2,64")
     assert r.returncode == 4 and "2/3 table rows" in r.stderr and "skipped PP=32 TG=8 B=64 (N_KV 2560 > n_kv_max 2048)" in r.stderr
+
+
+def test_kv_share_too_small_is_refused_before_the_run(parity_cli, engine_bins, tiny_model, tmp_path):
+    """The device run's trap: -c 16384 over npl 32 leaves 512 cells per sequence for 512+64 tokens."""
+    prof = tmp_path / "p.yaml"
+    prof.write_text(f"extends: smoke\nlock: {{dir: {tmp_path}/lock, poll_s: 0.5}}\n")
+    r = parity_cli("--artifacts", str(tmp_path / "runs"), "bench", "--profile", str(prof), "--model", "tiny", "--npp", "32", "--ntg", "8", "--npl", "1,64")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "2048 / max npl 64 = 32 cells per sequence, but npp+ntg needs 40" in r.stderr and "raise ctx to 2560 or add -kvu" in r.stderr
+    assert not (tmp_path / "lock").exists()  # refused before the lock was taken
+    # the same shape runs once -kvu shares the cells (unit check of the rule)
+    from parity.config import load_profile
+    from parity.runners.batched_bench import split_kv_problem
+
+    b = load_profile(str(prof)).serving.bench
+    assert split_kv_problem([32], [8], [1, 64], b) and split_kv_problem([32], [8], [1, 51], b) is None
