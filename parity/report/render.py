@@ -158,14 +158,40 @@ def render_report(profile, req: ReportRequest) -> dict:
     side = {"ledger": row, "verdict_rule": verdict_rule, "gate_problems": problems, "compare": ab, "plots": [f["file"] for f in figs], "results": res}
     atomic_write_json(out_dir / f"{stem}.json", side)
     ledger.append(out_dir, row)
-    return {"report": str(md_path), "sidecar": str(out_dir / f"{stem}.json"), "ledger": str(out_dir / "BENCHMARK.md"), "phase": phase, "verdict": verdict, "verdict_rule": verdict_rule, "plots": [f["path"] for f in figs], "forced": bool(ab and ab["forced"])}
+    return {"report": str(md_path), "sidecar": str(out_dir / f"{stem}.json"), "ledger": str(out_dir / "BENCHMARK.md"), "phase": phase, "verdict": verdict, "verdict_rule": verdict_rule, "plots": [f["path"] for f in figs], "forced": bool(ab and ab["forced"]),
+            "ab_rows": ab["rows"] if ab else []}
+
+
+def previous_run(rd) -> str | None:
+    """The newest earlier run of the same campaign (or command) beside rd that completed with
+    green gates: the nightly's control run."""
+    import json
+
+    me = rd.manifest()
+    key = ((me.get("campaign") or {}).get("name"), me.get("kind"))
+    best = None
+    for m in sorted(rd.path.parent.glob("*/manifest.json")):
+        if m.parent == rd.path or m.parent.name >= rd.path.name:
+            continue
+        try:
+            other = json.loads(m.read_text())
+        except (OSError, ValueError):
+            continue
+        if ((other.get("campaign") or {}).get("name"), other.get("kind")) == key and other.get("status") == "complete" and other.get("valid", True):
+            best = str(m.parent)
+    return best
 
 
 def campaign_step(ctx, options: dict) -> dict:
     """kind: report -- renders the campaign's own run.  Options {title, phase,
-    verdict, compare, noise_floor, metrics, out_dir, plots, force}; out_dir
-    defaults to <run>/reports ("profile" = the profile's reports.dir)."""
-    allowed = {"title", "phase", "verdict", "compare", "noise_floor", "metrics", "out_dir", "plots", "force"}
+    verdict, compare, noise_floor, metrics, out_dir, plots, force, fail_on_regression};
+    out_dir defaults to <run>/reports ("profile" = the profile's reports.dir);
+    compare: previous = the newest earlier complete, valid run of this campaign.  With a
+    control run, a regression beyond noise fails the step (exit 5) after the report is
+    written, unless fail_on_regression: false."""
+    from parity.errors import RegressionDetected
+
+    allowed = {"title", "phase", "verdict", "compare", "noise_floor", "metrics", "out_dir", "plots", "force", "fail_on_regression"}
     bad = set(options) - allowed
     if bad:
         raise ConfigError("campaign", f"with.{sorted(bad)[0]}", f"unknown report option (known: {', '.join(sorted(allowed))})")
@@ -173,9 +199,16 @@ def campaign_step(ctx, options: dict) -> dict:
     out_dir = options.get("out_dir") or str(rd.path / "reports")
     if out_dir == "profile":
         out_dir = ctx.profile.reports.dir
+    compare = options.get("compare")
+    if compare == "previous":
+        compare = previous_run(rd)
+        ctx.out.info(f"report: control run {compare}" if compare else "report: no earlier complete run of this campaign to compare against")
     req = ReportRequest(run=str(rd.path), out_dir=out_dir, phase=options.get("phase"), title=options.get("title"), verdict=options.get("verdict"),
-                        compare=options.get("compare"), noise_floor=options.get("noise_floor"), metrics=options.get("metrics"),
+                        compare=compare, noise_floor=options.get("noise_floor"), metrics=options.get("metrics"),
                         force=bool(options.get("force", False)), plots=bool(options.get("plots", True)), current=True)
     result = render_report(ctx.profile, req)
     ctx.out.info(f"report: {result['report']} (phase {result['phase']}, verdict {result['verdict']})")
+    regressed = [f"{r['engine']} N={r['n']} {r['metric']}" for r in result.get("ab_rows", []) if r["verdict"] == "regressed"]
+    if regressed and options.get("fail_on_regression", True):
+        raise RegressionDetected(f"regressed beyond noise against {compare}: {', '.join(regressed)} (report {result['report']})")
     return result

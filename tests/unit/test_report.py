@@ -215,3 +215,37 @@ def test_collapsed_profile_is_flagged(profile, tmp_path):
     (run / "profile" / "analysis.json").write_text(json.dumps(a))
     text = Path(render(profile, tmp_path / "out", run_path=run)["report"]).read_text()
     assert "**COLLAPSED: captured without --cuda-graph-trace=node**" in text
+
+
+def test_nightly_report_against_previous_run_fails_on_regression(tmp_path):
+    """compare: previous picks the newest earlier complete, valid run of the same campaign; a
+    regression beyond noise writes the report and then fails the step with exit code 5."""
+    from parity.artifacts import RunDir
+    from parity.context import Context
+    from parity.errors import RegressionDetected
+    from parity.report.render import campaign_step, previous_run
+    from parity.runners.local import LocalRunner
+    from parity.ui import Output
+
+    def run_dir(name, src, campaign="nightly", status="complete", valid=True):
+        d = tmp_path / name
+        shutil.copytree(DATA / src, d)
+        m = json.loads((d / "manifest.json").read_text())
+        m.update(kind="campaign", run_id=name, campaign={"name": campaign}, status=status, valid=valid)
+        (d / "manifest.json").write_text(json.dumps(m))
+        return d
+
+    good = run_dir("20261120_021700_nightly", "candidate")
+    run_dir("20261121_021700_nightly", "candidate", valid=False)  # red post-gate: not a control
+    run_dir("20261121_031700_nightly", "candidate", status="failed")
+    run_dir("20261121_041700_smoke", "candidate", campaign="smoke")
+    now = run_dir("20261122_021700_nightly", "control", status="running")
+    run_dir("20261123_021700_nightly", "candidate")  # later than this run: never the control
+    ctx = Context(profile=load_profile("smoke"), runner=LocalRunner(), out=Output(json_mode=True), artifacts_root=tmp_path, run=RunDir(now))
+    assert previous_run(RunDir(now)) == str(good)
+    with pytest.raises(RegressionDetected, match=f"regressed beyond noise against {good}") as e:
+        campaign_step(ctx, {"title": "nightly", "compare": "previous", "plots": False})
+    assert e.value.exit_code == 5 and (now / "reports" / "BENCHMARK.md").is_file()
+    res = campaign_step(ctx, {"title": "nightly", "compare": "previous", "plots": False, "fail_on_regression": False})
+    assert res["verdict"] == "reject" and any(r["verdict"] == "regressed" for r in res["ab_rows"])
+    assert previous_run(RunDir(good)) is None
