@@ -66,7 +66,7 @@ def run_command(file, only, resume, dry_run, var_pairs, profile, json_mode, argv
     try:
         if fanout:
             with run_session(ctx, "campaign-hosts", f"{c.name}-hosts"):
-                summary = run_fanout(ctx, c, argv if argv is not None else sys.argv[1:])
+                summary = run_fanout(ctx, c, argv if argv is not None else _cli_argv())
             ctx.out.emit(summary, lambda: ctx.out.info(f"campaign {c.name}: complete on {', '.join(c.hosts)} -> {summary['run_dir']}"))
             return 0
         if rd is not None:
@@ -83,3 +83,9 @@ def run_command(file, only, resume, dry_run, var_pairs, profile, json_mode, argv
         raise
     ctx.out.emit(summary, lambda: ctx.out.info(f"campaign {c.name}: complete -> {summary['run_dir']}"))
     return 0
+
+
+def _cli_argv() -> list[str]:
+    from parity.cli import state
+
+    return state.argv if state.argv is not None else sys.argv[1:]

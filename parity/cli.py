@@ -41,6 +41,7 @@ class State:
     artifacts: str = os.environ.get("PARITY_ARTIFACTS", "runs")
     host: Optional[str] = None
     verbose: int = 0
+    argv: Optional[list] = None  # the command line after `parity` (main's argv, or sys.argv[1:])
 
 
 state = State()
@@ -69,8 +70,6 @@ for _name in COMMAND_MODULES:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from parity.errors import EXIT_USAGE, ParityError
-
     signals: list[int] = []
 
     def _term(signum, frame):
@@ -79,9 +78,19 @@ def main(argv: list[str] | None = None) -> int:
         if len(signals) == 1:
             raise KeyboardInterrupt(f"signal {signum}")
 
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _term)
+    previous = {sig: signal.signal(sig, _term) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        return _main(argv, signals)
+    finally:  # an embedding process (a test, a script) gets its own handlers back
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _main(argv: list[str] | None, signals: list[int]) -> int:
+    from parity.errors import EXIT_USAGE, ParityError
+
     cmd = typer.main.get_command(app)
+    state.argv = list(argv) if argv is not None else sys.argv[1:]
     try:
         rv = cmd.main(args=argv, prog_name="parity", standalone_mode=False)
         if signals:  # typer turns KeyboardInterrupt into a plain return of 130

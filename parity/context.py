@@ -39,7 +39,11 @@ class Context:
 @contextmanager
 def run_session(ctx: Context, kind: str, slug: str, argv: list[str] | None = None) -> Iterator[RunDir]:
     """Create a run dir on ctx, mark its end state whatever happens."""
-    rd = RunDir.create(ctx.artifacts_root, slug, argv=argv if argv is not None else sys.argv, config=ctx.profile, kind=kind, host=ctx.host or "local")
+    if argv is None:
+        from parity.cli import state
+
+        argv = ["parity", *state.argv] if state.argv is not None else sys.argv
+    rd = RunDir.create(ctx.artifacts_root, slug, argv=argv, config=ctx.profile, kind=kind, host=ctx.host or "local")
     ctx.run = rd
     ctx.run_id = ctx.run_id or rd.run_id
     ctx.out.debug(f"run dir: {rd.path}")

@@ -37,7 +37,7 @@ def refuse_or_delegate(host: str, profile) -> None:
 
     from parity.cli import state
 
-    argv = getattr(state, "argv", None) or sys.argv[1:]  # state.argv: set by cli.main when it is given argv
+    argv = state.argv if state.argv is not None else sys.argv[1:]
     res = delegate(host, profile, list(argv), Path(state.artifacts))
     raise typer.Exit(res.rc)
 

@@ -59,12 +59,14 @@ class Output:
 
     def table(self, title: str | None, columns: list[str], rows: list[list[Any]]):
         from rich.table import Table
+        from rich.text import Text
 
-        t = Table(title=title, title_justify="left")
+        # Text, not str: cells such as "[ok]" or "MUL_MAT(type_a=[...])" are data, not rich markup
+        t = Table(title=Text(title) if title else None, title_justify="left")
         for c in columns:
-            t.add_column(c)
+            t.add_column(Text(c))
         for r in rows:
-            t.add_row(*["" if v is None else str(v) for v in r])
+            t.add_row(*[Text("" if v is None else str(v)) for v in r])
         (self.err if self.json_mode else self.console).print(t)
 
     def progress(self, transient: bool = True):

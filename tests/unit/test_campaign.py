@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import json
+
 import pytest
 
 from parity import campaign as cmp
@@ -139,3 +141,18 @@ def test_resume_skips_complete_steps_but_retakes_the_lock(ctx, tmp_path):
     ctx.run.record_step("b", "running")
     assert [cmp.will_skip(s, ctx.run) for s in c.steps] == [True, False, False]
 
+
+
+def test_in_process_main_records_its_own_argv(tmp_path):
+    """cli.main(argv) (tests, embedding scripts) puts that argv in the manifest, not the host process's."""
+    import parity.cli as cli
+
+    camp = tmp_path / "c.yaml"
+    camp.write_text("name: argv-check\nprofile: smoke\nsteps:\n  - {name: t, kind: shell, with: {argv: ['true']}}\n")
+    argv = ["--artifacts", str(tmp_path / "runs"), "campaign", "run", str(camp)]
+    try:
+        assert cli.main(argv) == 0
+    finally:
+        cli.state.argv = None
+    (m,) = (tmp_path / "runs").glob("*/manifest.json")
+    assert json.loads(m.read_text())["argv"] == ["parity", *argv]
