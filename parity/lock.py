@@ -247,10 +247,14 @@ def sigterm_as_interrupt():
 # --------------------------------------------------------------------------- the lock
 
 
+LOCK_DIR_ENV = "PARITY_LOCK_DIR"
+
+
 class GpuLock:
     def __init__(self, cfg: LockConfig, lock_dir: str | None = None, run_id: str | None = None, who: str | None = None):
         self.cfg = cfg
-        self.dir = Path(os.path.expanduser(lock_dir or cfg.dir)).absolute()
+        # PARITY_LOCK_DIR: set by --host delegation from hosts.NAME.lock_dir
+        self.dir = Path(os.path.expanduser(lock_dir or os.environ.get(LOCK_DIR_ENV) or cfg.dir)).absolute()
         self.owner_file = self.dir / "owner"
         self.mutex = self.dir.parent / f".{self.dir.name}.parity-mutex"
         self.run_id = " ".join(run_id.split()).replace(" ", "_") if run_id else None

@@ -222,6 +222,10 @@ def _delegate(runner, argv, local_root: Path, echo_stdout: bool, prefix: str, ou
     env = {RUN_DIR_FILE_ENV: run_dir_file, DELEGATED_ENV: socket.gethostname()}
     if os.environ.get("PARITY_DEBUG"):
         env["PARITY_DEBUG"] = os.environ["PARITY_DEBUG"]
+    if runner.cfg.lock_dir:  # the host's own lock dir wins over the profile's lock.dir
+        from parity.lock import LOCK_DIR_ENV
+
+        env[LOCK_DIR_ENV] = runner.expand(runner.cfg.lock_dir)
 
     def stream(name: str, line: str) -> None:
         if name == "stdout" and not echo_stdout:

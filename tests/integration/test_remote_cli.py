@@ -162,3 +162,21 @@ def test_smoke_campaign_over_ssh(ssh_profile, tmp_path, engine_bins, tiny_model)
     for step in json.loads(r.stdout)["steps"]:
         assert m["steps"][step]["status"] == "complete"
         assert (local / "steps" / f"{step}.json").is_file()
+
+
+def test_host_lock_dir_is_the_remote_lock(ssh_profile, tmp_path):
+    """hosts.NAME.lock_dir wins over the profile's lock.dir on the remote side."""
+    import yaml
+
+    doc = yaml.safe_load(ssh_profile.read_text())
+    lock_dir = tmp_path / "host-lock"
+    doc["hosts"]["local-ssh"]["lock_dir"] = str(lock_dir)
+    doc["lock"] = {"dir": str(tmp_path / "profile-lock")}
+    prof = tmp_path / "p.yaml"
+    prof.write_text(yaml.safe_dump(doc))
+    r = parity("--host", "local-ssh", "lock", "acquire", "--owner", "nightly@ci", "--no-wait", "--profile", str(prof))
+    assert r.returncode == 0, r.stderr
+    assert (lock_dir / "owner").read_text().startswith("nightly@ci ") and not (tmp_path / "profile-lock").exists()
+    r = parity("--host", "local-ssh", "lock", "release", "--owner", "nightly@ci", "--profile", str(prof))
+    assert r.returncode == 0, r.stderr
+    assert (lock_dir / "owner").read_text().startswith("FREE released-by-nightly@ci")
