@@ -22,6 +22,7 @@ class RunData:
     summary: dict | None = None
     builds: dict | None = None
     analysis: dict | None = None
+    bench: dict | None = None  # bench.json (llama-batched-bench)
     notes: list[str] = field(default_factory=list)  # unreadable files
 
     @property
@@ -69,6 +70,7 @@ def load_run(path, *, need_summary: bool = True) -> RunData:
     rd.summary = _json(p / "summary.json", notes)
     rd.builds = _json(p / "builds.json", notes)
     rd.analysis = _json(p / "profile" / "analysis.json", notes)
+    rd.bench = _json(p / "bench.json", notes)
     tsv = p / "gate_summary.tsv"
     if tsv.is_file():
         try:

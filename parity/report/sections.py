@@ -46,9 +46,18 @@ def hardware_section(rd: RunData) -> dict | None:
         "class": h.get("hardware_class"),
         "gpus": gpus or [f"none ({h.get('source') or 'no GPU'})"],
         "cuda": h.get("cuda_version") or "n/a",
-        "cpu": f"{cpu.get('model')} x{cpu.get('cores')} ({cpu.get('arch')})" if cpu else "-",
+        "cpu": f"{cpu.get('model')} x{cpu.get('cpus')} ({cpu.get('arch')})" if cpu else "-",
         "host": h.get("host") or rd.manifest.get("hostname"),
     }
+
+
+def bench_section(rd: RunData) -> dict | None:
+    """bench.json (llama-batched-bench): one row per PP x TG x B, as the tool prints it."""
+    b = rd.bench
+    if not b or not b.get("rows"):
+        return None
+    rows = [[r.get("pp"), r.get("tg"), r.get("b"), r.get("n_kv"), fmt(r.get("s_pp")), fmt(r.get("s_tg")), fmt(r.get("t"))] for r in b["rows"]]
+    return {"engine": b.get("engine"), "rows": rows, "command": shlex.join(str(a) for a in b.get("command") or [])}
 
 
 def _flags(argv: list[str]) -> list[str]:

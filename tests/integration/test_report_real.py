@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 SECTIONS = ["Summary", "Hardware", "Provenance", "Gates (pre / post)", "Results (medians over repeats)", "Ratios vs the reference engine (stock)",
-            "A/B comparison", "Profile buckets", "Plots", "Verdict", "Metric definitions", "Reproduce"]
+            "Batched-bench", "A/B comparison", "Profile buckets", "Plots", "Verdict", "Metric definitions", "Reproduce"]
 
 
 @pytest.mark.slow

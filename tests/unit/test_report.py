@@ -14,7 +14,7 @@ from parity.report.render import ReportRequest, render_report
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "report"
 SECTIONS = ["Summary", "Hardware", "Provenance", "Gates (pre / post)", "Results (medians over repeats)", "Ratios vs the reference engine (stock)",
-            "A/B comparison", "Profile buckets", "Plots", "Verdict", "Metric definitions", "Reproduce"]
+            "Batched-bench", "A/B comparison", "Profile buckets", "Plots", "Verdict", "Metric definitions", "Reproduce"]
 
 
 @pytest.fixture(scope="module")
@@ -249,3 +249,16 @@ def test_nightly_report_against_previous_run_fails_on_regression(tmp_path):
     res = campaign_step(ctx, {"title": "nightly", "compare": "previous", "plots": False, "fail_on_regression": False})
     assert res["verdict"] == "reject" and any(r["verdict"] == "regressed" for r in res["ab_rows"])
     assert previous_run(RunDir(good)) is None
+
+
+def test_batched_bench_and_cpu_line_from_real_files(profile, tmp_path):
+    from parity.runners.batched_bench import parse
+
+    run = tmp_path / "run"
+    shutil.copytree(DATA / "candidate", run)
+    rows = parse((DATA.parent / "bench" / "batched-bench-ok.stdout").read_text())
+    (run / "bench.json").write_text(json.dumps({"engine": "paged", "rows": rows, "command": ["llama-batched-bench", "-npp", "32"]}))
+    text = Path(render(profile, tmp_path / "out", run_path=run)["report"]).read_text()
+    section = text.split("## Batched-bench")[1].split("## A/B comparison")[0]
+    assert "`llama-batched-bench -npp 32`" in section and len(re.findall(r"^\| \d+ \| \d+ \| \d+ \|", section, re.M)) == len(rows) > 0
+    assert "- CPU: AMD EPYC x2 (x86_64)" in text

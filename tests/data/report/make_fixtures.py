@@ -63,6 +63,16 @@ def make(name: str, candidate: bool) -> None:
     if candidate:
         (d / "profile").mkdir()
         (d / "profile" / "analysis.json").write_text(json.dumps(analysis(), indent=2) + "\n")
+        (d / "bench.json").write_text(json.dumps(bench(), indent=1))
+
+
+def bench() -> dict:
+    """bench.json from the real captured llama-batched-bench table (tests/data/bench)."""
+    from parity.runners.batched_bench import parse
+
+    rows = parse((HERE.parent / "bench" / "batched-bench-ok.stdout").read_text())
+    cmd = "llama-batched-bench -m small.gguf -c 2048 -b 512 -ub 128 -ngl 99 -fa on -t 1 -npp 32,64 -ntg 8 -npl 1,2"
+    return {"engine": "paged", "rows": rows, "command": cmd.split()}
 
 
 def analysis() -> dict:
