@@ -92,6 +92,22 @@ def _nvml():
     return pynvml
 
 
+def _nvml_query(fn):
+    """fn(pynvml) inside one NVML session; None when NVML is unavailable or the query fails."""
+    nv = _nvml()
+    if nv is None:
+        return None
+    try:
+        return fn(nv)
+    except Exception:
+        return None
+    finally:
+        try:
+            nv.nvmlShutdown()
+        except Exception:
+            pass
+
+
 def _comm(pid: int) -> str:
     """Process name for an NVML pid (NVML gives none); empty when it is not visible from here."""
     try:
@@ -102,10 +118,8 @@ def _comm(pid: int) -> str:
 
 def nvml_compute_apps() -> list[dict] | None:
     """Compute processes via NVML; None when NVML is unavailable."""
-    nv = _nvml()
-    if nv is None:
-        return None
-    try:
+
+    def query(nv):
         apps = []
         for i in range(nv.nvmlDeviceGetCount()):
             h = nv.nvmlDeviceGetHandleByIndex(i)
@@ -113,30 +127,18 @@ def nvml_compute_apps() -> list[dict] | None:
                 mem = getattr(p, "usedGpuMemory", None)
                 apps.append({"pid": int(p.pid), "name": _comm(int(p.pid)), "memory_mib": mem // (1 << 20) if isinstance(mem, int) else None})
         return apps
-    except Exception:
-        return None
-    finally:
-        try:
-            nv.nvmlShutdown()
-        except Exception:
-            pass
+
+    return _nvml_query(query)
 
 
 def nvml_cuda_version() -> str | None:
     """CUDA driver version via NVML (13000 -> "13.0"); None when unavailable."""
-    nv = _nvml()
-    if nv is None:
-        return None
-    try:
+
+    def query(nv):
         v = int(nv.nvmlSystemGetCudaDriverVersion())
         return f"{v // 1000}.{(v % 1000) // 10}"
-    except Exception:
-        return None
-    finally:
-        try:
-            nv.nvmlShutdown()
-        except Exception:
-            pass
+
+    return _nvml_query(query)
 
 
 def compute_apps(runner) -> tuple[list[dict] | None, str]:

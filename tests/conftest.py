@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from parity.runners.local import LocalRunner
+
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
 
@@ -28,6 +30,17 @@ def run_parity(*args: str, env: dict | None = None, cwd: str | Path | None = Non
         input=input,
         stdin=None if input is not None else subprocess.DEVNULL,
     )
+
+
+class CountingRunner(LocalRunner):
+    """A LocalRunner that records every argv it runs (to prove what a cache hit skips)."""
+
+    def __init__(self):
+        self.calls: list[list[str]] = []
+
+    def run(self, argv, **kw):
+        self.calls.append([str(a) for a in argv])
+        return super().run(argv, **kw)
 
 
 @pytest.fixture

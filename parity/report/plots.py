@@ -32,6 +32,21 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
+def _n_axes(left: float):
+    fig, ax = _plt().subplots(figsize=(6, 3.6))
+    fig.subplots_adjust(left=left, right=0.97, top=0.9, bottom=0.14)
+    return fig, ax
+
+
+def _finish_n_axes(ax, series: dict, ylabel: str, title: str) -> None:
+    """The shared x axis of the per-N plots: log2 N, labels, grid."""
+    _log2_n_axis(ax, [p[0] for pts in series.values() for p in pts])
+    ax.set_xlabel("N (concurrent requests)")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+
+
 def throughput_vs_n(medians: list[dict], spreads: dict, path: Path, metric: str = "decode_agg_tps") -> Path | None:
     """metric (median, min..max whiskers over repeats) vs N per engine, log-x."""
     series: dict[str, list] = {}
@@ -40,20 +55,14 @@ def throughput_vs_n(medians: list[dict], spreads: dict, path: Path, metric: str 
             series.setdefault(m["engine"], []).append((m["n"], m[metric]))
     if not series:
         return None
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(6, 3.6))
-    fig.subplots_adjust(left=0.14, right=0.97, top=0.9, bottom=0.14)
+    fig, ax = _n_axes(left=0.14)
     for eng, pts in sorted(series.items()):
         pts.sort()
         xs, ys = [p[0] for p in pts], [p[1] for p in pts]
         lo = [max(0.0, y - spreads.get((eng, x), (y, y))[0]) for x, y in pts]
         hi = [max(0.0, spreads.get((eng, x), (y, y))[1] - y) for x, y in pts]
         ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, label=eng)
-    _log2_n_axis(ax, [p[0] for pts in series.values() for p in pts])
-    ax.set_xlabel("N (concurrent requests)")
-    ax.set_ylabel(f"{metric} (tok/s)")
-    ax.set_title(f"{metric} vs N (median, min..max over repeats)")
-    ax.grid(True, which="both", alpha=0.3)
+    _finish_n_axes(ax, series, f"{metric} (tok/s)", f"{metric} vs N (median, min..max over repeats)")
     ax.legend()
     return _save(fig, path)
 
@@ -69,18 +78,12 @@ def ratio_vs_n(ratios: list[dict], metrics: list[str], path: Path) -> Path | Non
                 lines.setdefault(f"{r['engine']} {k}", []).append((r["n"], r[k]))
     if not lines:
         return None
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(6, 3.6))
-    fig.subplots_adjust(left=0.12, right=0.97, top=0.9, bottom=0.14)
+    fig, ax = _n_axes(left=0.12)
     for label, pts in sorted(lines.items()):
         pts.sort()
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
     ax.axhline(1.0, color="grey", linestyle="--", linewidth=1)
-    _log2_n_axis(ax, [p[0] for pts in lines.values() for p in pts])
-    ax.set_xlabel("N (concurrent requests)")
-    ax.set_ylabel(f"ratio vs {ref}")
-    ax.set_title(f"engine / {ref} (1.0 = parity)")
-    ax.grid(True, which="both", alpha=0.3)
+    _finish_n_axes(ax, lines, f"ratio vs {ref}", f"engine / {ref} (1.0 = parity)")
     ax.legend(fontsize="small")
     return _save(fig, path)
 

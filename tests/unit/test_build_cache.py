@@ -21,17 +21,10 @@ from parity.errors import GateFailed, InfraError, UsageError
 from parity.runners.local import LocalRunner
 from parity.ui import Output
 
+from conftest import CountingRunner
+
 DATA = Path(__file__).resolve().parent.parent / "data" / "build"
 OUT = Output(json_mode=True)
-
-
-class CountingRunner(LocalRunner):
-    def __init__(self):
-        self.calls: list[list[str]] = []
-
-    def run(self, argv, **kw):
-        self.calls.append([str(a) for a in argv])
-        return super().run(argv, **kw)
 
 
 def _cmake_calls(r: CountingRunner) -> int:

@@ -19,17 +19,10 @@ from parity.errors import UsageError
 from parity.runners.local import LocalRunner
 from parity.ui import Output
 
+from conftest import CountingRunner
+
 DATA = Path(__file__).resolve().parent.parent / "data" / "build"
 GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
-
-
-class CountingRunner(LocalRunner):
-    def __init__(self):
-        self.calls: list[list[str]] = []
-
-    def run(self, argv, **kw):
-        self.calls.append([str(a) for a in argv])
-        return super().run(argv, **kw)
 
 
 def _git(cwd, *args) -> str:
