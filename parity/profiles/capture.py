@@ -88,7 +88,7 @@ def make_plan(ctx, *, engine=None, workload="bench", ntgs=None, npl=None, npp=No
         label = f"{engine}-{workload}-ntg{ntg}{'-collapsed' if collapsed else ''}"
         out_base = os.path.join(out_dir, label)
         if workload == "bench":
-            model_file = resolve_model(ctx, model)[1]
+            model_file = _model_file(ctx, model, dry, resolve_model)
             wl = _bench_argv(ctx, engine, model_file, npp, ntg, npl, dry)
             env, unset, server = path_env(ctx, engine, None), [], None
         else:
@@ -97,6 +97,17 @@ def make_plan(ctx, *, engine=None, workload="bench", ntgs=None, npl=None, npp=No
         argv = nsysmod.profile_argv(nsys_bin, out_base, wl, graph_node=not collapsed, trace=p.trace, extra=p.extra_args, fork=(e.kind == "vllm"))
         captures.append(Capture(label, engine, ntg, out_base, argv, wl, env, unset, server))
     return ProfilePlan(engine, workload, model, ntgs, npl, npp, not collapsed, collapsed, captures, nsys_bin)
+
+
+def _model_file(ctx, model: str, dry: bool, resolve_model) -> str:
+    """The model's file; a dry run on a workstation shows the configured path even when it is
+    not there (the capture runs on the GPU box)."""
+    try:
+        return resolve_model(ctx, model)[1]
+    except UsageError:
+        if dry and model in ctx.profile.models and ctx.profile.models[model].path:
+            return ctx.profile.models[model].path
+        raise
 
 
 def _default_engine(ctx, workload: str) -> str:
@@ -133,7 +144,10 @@ def _cached_tool(ctx, engine: str, tool: str) -> str:
     """The tool's path when the engine is already built; a placeholder otherwise (dry runs build nothing)."""
     from parity.engine import build
 
-    hit = build._cached(build.plan(ctx.profile, engine))
+    try:
+        hit = build._cached(build.plan(ctx.profile, engine))
+    except UsageError as e:  # e.g. the engine's source exists only on the GPU box
+        return f"<{tool} of {engine}: {e}>"
     return str(hit.bin_dir / tool) if hit else f"<{tool} of {engine}: built on the first real run>"
 
 

@@ -50,6 +50,17 @@ def test_allow_collapsed_dry_run_is_marked(parity_cli, prof):
     assert doc["commands"][0]["label"].endswith("-collapsed")
 
 
+def test_gb10_dry_run_on_a_workstation_shows_the_command(parity_cli):
+    """The GB10 model and engine source exist only on the GPU box; the plan still prints."""
+    r = parity_cli("profile", "--graph-node", "--dry-run", "--profile", "gb10-qwen36", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)["commands"]
+    cmds = [c["shell"] for c in doc]
+    assert len(cmds) == 2 and all("nsys profile --cuda-graph-trace=node" in c and "q36-35b-a3b-nvfp4.gguf" in c for c in cmds)
+    assert all(c["env"]["LLAMA_MOE_FORCE_GRAPHS"] == "1" for c in doc)
+    assert "-ntg 64" in cmds[0] and "-ntg 16" in cmds[1]
+
+
 def test_bench_workload_needs_a_llama_engine(parity_cli, tmp_path):
     p = tmp_path / "v.yaml"
     p.write_text("extends: smoke\nengines: {vllm: {kind: vllm, vllm_bin: /nonexistent/vllm}}\n")
