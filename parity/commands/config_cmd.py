@@ -18,12 +18,11 @@ def register(app: typer.Typer) -> None:
         """Print the resolved profile (embedded defaults + your file)."""
         import dataclasses
 
-        from parity.config import load_profile
-        from parity.ui import Output
+        from parity.commands.common import make_context
 
-        prof = load_profile(profile or "smoke")
+        ctx = make_context(profile, json)  # with --host: shows the profile as the remote resolves it
+        prof, out = ctx.profile, ctx.out
         data = dataclasses.asdict(prof)
-        out = Output(json)
 
         def human():
             import yaml

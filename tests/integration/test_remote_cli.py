@@ -180,3 +180,11 @@ def test_host_lock_dir_is_the_remote_lock(ssh_profile, tmp_path):
     r = parity("--host", "local-ssh", "lock", "release", "--owner", "nightly@ci", "--profile", str(prof))
     assert r.returncode == 0, r.stderr
     assert (lock_dir / "owner").read_text().startswith("FREE released-by-nightly@ci")
+
+
+def test_config_show_resolves_on_the_host(ssh_profile):
+    """--host applies to every command: config show prints the profile as the remote parity reads it."""
+    r = parity("--host", "local-ssh", "config", "show", "--profile", str(ssh_profile), "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["name"] == "smoke-ssh" and "/inputs/" in doc["source_file"] and doc["source_file"] != str(ssh_profile)
