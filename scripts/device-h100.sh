@@ -5,6 +5,7 @@
 #   scripts/device-h100.sh build     CUDA build of `paged` + hw + lock wait + the 121a stage (WITH_121A=0 skips it)
 #   scripts/device-h100.sh 121a      configure with parity's flags for 121a, compile one ggml-cuda object
 #   scripts/device-h100.sh gates     CUDA build of `stock` + md5 / op-oracle gates
+#   scripts/device-h100.sh campaign  CUDA build of `stock` + campaigns/h100.yaml (gates, sweep, bench, report)
 #   scripts/device-h100.sh sweep     paged vs stock serving sweep + batched-bench on the GPU
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -14,7 +15,7 @@ python3 -m pip install -q --no-index --no-deps --target /tmp/site .carry/gguf-*.
 export PYTHONPATH=/tmp/site:$PWD
 P="python3 -m parity --artifacts $OUT/runs"
 PROF=campaigns/profiles/h100-device.yaml
-stage=${1:?stage: build|121a|gates|sweep}
+stage=${1:?stage: build|121a|gates|campaign|sweep}
 t() { local s=$(date +%s%N); "$@"; local rc=$?; echo "[time] $(( ($(date +%s%N) - s) / 1000000 )) ms rc=$rc: $*" | tee -a "$OUT/timings.txt"; return $rc; }
 case $stage in
 build)
@@ -46,6 +47,10 @@ gates)
   t $P build -p $PROF -e stock -j 16 2>&1 | tail -2
   t $P gate -p $PROF --json > "$OUT/gate.json"; tail -c 300 "$OUT/gate.json"
   t $P snapshot -p $PROF 2>&1 | tail -24
+  ;;
+campaign)
+  t $P build -p $PROF -e stock -j 16 2>&1 | tail -2
+  t $P campaign run campaigns/h100.yaml 2>&1 | tail -40
   ;;
 sweep)
   t $P snapshot -p $PROF --repeat 3 --no-gates 2>&1 | tail -14
