@@ -1,6 +1,6 @@
 """16 real processes fight over one lock dir; a shared counter and an enter/exit log prove
-that no two holders ever overlap.  Through the library (30 cycles each) and through
-`parity lock run` (fewer cycles: each one is a parity process start)."""
+that no two holders ever overlap: 16 processes x 30 cycles, through the library and
+through `parity lock run` (each of its cycles is a parity process start)."""
 
 from __future__ import annotations
 
@@ -101,7 +101,7 @@ def test_sixteen_library_processes(tmp_path):
 
 
 def test_sixteen_parity_lock_run_processes(tmp_path):
-    cycles = 3
+    cycles = 30
     work, lock_dir = _prepare(tmp_path)
     profile = str(TESTS / "data" / "lock" / "fast.yaml")  # full preflight with the fake tools (idle)
     loop = (
