@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 
 from parity.errors import ParityError, UsageError
 
@@ -21,7 +20,7 @@ def _parse_vars(pairs: list[str]) -> dict[str, str]:
 def run_command(file, only, resume, dry_run, var_pairs, profile, json_mode, argv: list[str] | None = None) -> int:
     from parity.artifacts import RunDir
     from parity.campaign import check_resumable, load_campaign, plan, run_campaign, run_fanout, step_function, will_skip
-    from parity.cli import state
+    from parity.cli import command_argv, state
     from parity.commands.common import make_context
     from parity.context import run_session, run_session_existing
     from parity.remote import DELEGATED_ENV
@@ -66,7 +65,7 @@ def run_command(file, only, resume, dry_run, var_pairs, profile, json_mode, argv
     try:
         if fanout:
             with run_session(ctx, "campaign-hosts", f"{c.name}-hosts"):
-                summary = run_fanout(ctx, c, argv if argv is not None else _cli_argv())
+                summary = run_fanout(ctx, c, argv if argv is not None else command_argv())
             ctx.out.emit(summary, lambda: ctx.out.info(f"campaign {c.name}: complete on {', '.join(c.hosts)} -> {summary['run_dir']}"))
             return 0
         if rd is not None:
@@ -83,9 +82,3 @@ def run_command(file, only, resume, dry_run, var_pairs, profile, json_mode, argv
         raise
     ctx.out.emit(summary, lambda: ctx.out.info(f"campaign {c.name}: complete -> {summary['run_dir']}"))
     return 0
-
-
-def _cli_argv() -> list[str]:
-    from parity.cli import state
-
-    return state.argv if state.argv is not None else sys.argv[1:]

@@ -47,6 +47,11 @@ class State:
 state = State()
 
 
+def command_argv() -> list[str]:
+    """The command line after `parity`: main's argv, or this process's."""
+    return state.argv if state.argv is not None else sys.argv[1:]
+
+
 def _version(value: bool):
     if value:
         print(f"parity {__version__}")

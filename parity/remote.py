@@ -35,10 +35,9 @@ def refuse_or_delegate(host: str, profile) -> None:
     """Called by make_context when --host is given: run remotely, exit with its code."""
     import typer
 
-    from parity.cli import state
+    from parity.cli import command_argv, state
 
-    argv = state.argv if state.argv is not None else sys.argv[1:]
-    res = delegate(host, profile, list(argv), Path(state.artifacts))
+    res = delegate(host, profile, command_argv(), Path(state.artifacts))
     raise typer.Exit(res.rc)
 
 
