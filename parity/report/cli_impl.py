@@ -3,15 +3,10 @@
 from __future__ import annotations
 
 
-def _pct(v) -> str:
-    return "-" if v is None else f"{v:+.2f}%"
-
-
 def compare(run_a, run_b, metrics, noise_floor, force, fail_on_regression, profile, json_mode) -> int:
     from parity.commands.common import make_context
-    from parity.errors import RegressionDetected
-    from parity.report.compare import run_compare
-    from parity.report.render import fmt
+    from parity.report.compare import check_regressions, run_compare
+    from parity.report.sections import fmt, pct
 
     ctx = make_context(profile, json_mode)
     doc = run_compare(ctx.profile, run_a, run_b, metrics, force, noise_floor)
@@ -19,15 +14,14 @@ def compare(run_a, run_b, metrics, noise_floor, force, fail_on_regression, profi
     def human():
         if doc["forced"]:
             ctx.out.warn("FORCED: " + "; ".join(doc["force_reasons"]))
-        rows = [[r["engine"], r["n"], r["metric"], fmt(r["a_median"]), fmt(r["b_median"]), f"{r['a_repeats']}/{r['b_repeats']}", _pct(r["delta_pct"]), f"{r['threshold_pct']:.2f}%", r["verdict"]] for r in doc["rows"]]
+        rows = [[r["engine"], r["n"], r["metric"], fmt(r["a_median"]), fmt(r["b_median"]), f"{r['a_repeats']}/{r['b_repeats']}", pct(r["delta_pct"]), f"{r['threshold_pct']:.2f}%", r["verdict"]] for r in doc["rows"]]
         ctx.out.table(f"A {doc['a_run']} vs B {doc['b_run']}", ["engine", "N", "metric", "A", "B", "repeats", "delta", "threshold", "verdict"], rows)
         c = doc["counts"]
         ctx.out.info(f"verdict: {doc['verdict']} ({c['improved']} improved, {c['regressed']} regressed, {c['within noise']} within noise); rule: {doc['rule']['text']}")
 
     ctx.out.emit(doc, human)
-    if fail_on_regression and doc["counts"]["regressed"]:
-        bad = [f"{r['engine']} N={r['n']} {r['metric']} {_pct(r['delta_pct'])}" for r in doc["rows"] if r["verdict"] == "regressed"]
-        raise RegressionDetected(f"regressed beyond noise: {', '.join(bad)}")
+    if fail_on_regression:
+        check_regressions(doc["rows"])
     return 0
 
 

@@ -84,6 +84,16 @@ def compare_runs(a: RunData, b: RunData, metrics: list[str], rule: stats.Rule, *
     }
 
 
+def check_regressions(rows: list[dict], against: str = "") -> None:
+    """Raise RegressionDetected (exit 5) naming every row whose verdict is regressed."""
+    from parity.errors import RegressionDetected
+    from parity.report.sections import pct
+
+    bad = [f"{r['engine']} N={r['n']} {r['metric']} {pct(r['delta_pct'])}" for r in rows if r["verdict"] == "regressed"]
+    if bad:
+        raise RegressionDetected(f"regressed beyond noise{against}: {', '.join(bad)}")
+
+
 def run_compare(profile, run_a: str, run_b: str, metrics: list[str] | None, force: bool, noise_floor: str | None) -> dict:
     a, b = load_run(run_a), load_run(run_b)
     floor = load_run(noise_floor) if noise_floor else None

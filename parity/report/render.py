@@ -165,13 +165,11 @@ def render_report(profile, req: ReportRequest) -> dict:
 def previous_run(rd) -> str | None:
     """The newest earlier run of the same campaign (or command) beside rd that completed with
     green gates: the nightly's control run."""
-    import json
-
     me = rd.manifest()
     key = ((me.get("campaign") or {}).get("name"), me.get("kind"))
     best = None
     for m in sorted(rd.path.parent.glob("*/manifest.json")):
-        if m.parent == rd.path or m.parent.name >= rd.path.name:
+        if m.parent.name >= rd.path.name:  # this run and later ones
             continue
         try:
             other = json.loads(m.read_text())
@@ -189,8 +187,6 @@ def campaign_step(ctx, options: dict) -> dict:
     compare: previous = the newest earlier complete, valid run of this campaign.  With a
     control run, a regression beyond noise fails the step (exit 5) after the report is
     written, unless fail_on_regression: false."""
-    from parity.errors import RegressionDetected
-
     allowed = {"title", "phase", "verdict", "compare", "noise_floor", "metrics", "out_dir", "plots", "force", "fail_on_regression"}
     bad = set(options) - allowed
     if bad:
@@ -208,7 +204,8 @@ def campaign_step(ctx, options: dict) -> dict:
                         force=bool(options.get("force", False)), plots=bool(options.get("plots", True)), current=True)
     result = render_report(ctx.profile, req)
     ctx.out.info(f"report: {result['report']} (phase {result['phase']}, verdict {result['verdict']})")
-    regressed = [f"{r['engine']} N={r['n']} {r['metric']}" for r in result.get("ab_rows", []) if r["verdict"] == "regressed"]
-    if regressed and options.get("fail_on_regression", True):
-        raise RegressionDetected(f"regressed beyond noise against {compare}: {', '.join(regressed)} (report {result['report']})")
+    if options.get("fail_on_regression", True):
+        from parity.report.compare import check_regressions
+
+        check_regressions(result["ab_rows"], f" against {compare} (report {result['report']})")
     return result

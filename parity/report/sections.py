@@ -3,7 +3,6 @@ read from a RunData; the template only lays them out."""
 
 from __future__ import annotations
 
-import json
 import shlex
 from pathlib import Path
 
