@@ -218,6 +218,18 @@ def tool_path(profile: Profile, engine: str, tool: str, runner, out) -> str:
     return str(path)
 
 
+def dry_tool_path(profile: Profile, engine: str, tool: str, runner, out) -> str:
+    """tool_path for a dry run, which builds nothing: the cached build's path, or a placeholder
+    (also when the engine's source is not on this machine, e.g. the GB10's LocalAI checkout)."""
+    if profile.engine(engine).bin_dir:
+        return tool_path(profile, engine, tool, runner, out)
+    try:
+        hit = _cached(plan(profile, engine))
+    except UsageError as e:
+        return f"<{tool} of {engine}: {e}>"
+    return str(hit.bin_dir / tool) if hit else f"<{tool} of {engine}: built on the first real run>"
+
+
 def llama_engines(profile: Profile) -> list[str]:
     return [n for n, e in profile.engines.items() if e.kind == "llama" and e.source]
 

@@ -129,26 +129,12 @@ def _nsys_binary(ctx, dry: bool) -> str:
 
 
 def _bench_argv(ctx, engine: str, model_file: str, npp: int, ntg: int, npl: int, dry: bool) -> list[str]:
-    from parity.engine.build import tool_path
+    from parity.engine.build import dry_tool_path, tool_path
     from parity.runners.batched_bench import argv
 
-    b = ctx.profile.serving.bench
-    if dry and not ctx.profile.engine(engine).bin_dir:
-        binary = _cached_tool(ctx, engine, "llama-batched-bench")
-    else:
-        binary = tool_path(ctx.profile, engine, "llama-batched-bench", ctx.runner, ctx.out)
-    return argv(binary, model_file, [npp], [ntg], [npl], b)
-
-
-def _cached_tool(ctx, engine: str, tool: str) -> str:
-    """The tool's path when the engine is already built; a placeholder otherwise (dry runs build nothing)."""
-    from parity.engine import build
-
-    try:
-        hit = build._cached(build.plan(ctx.profile, engine))
-    except UsageError as e:  # e.g. the engine's source exists only on the GPU box
-        return f"<{tool} of {engine}: {e}>"
-    return str(hit.bin_dir / tool) if hit else f"<{tool} of {engine}: built on the first real run>"
+    find = dry_tool_path if dry else tool_path
+    binary = find(ctx.profile, engine, "llama-batched-bench", ctx.runner, ctx.out)
+    return argv(binary, model_file, [npp], [ntg], [npl], ctx.profile.serving.bench)
 
 
 def _serve_launch(ctx, engine: str, model: str, npl: int):

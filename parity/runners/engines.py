@@ -46,10 +46,8 @@ class Launch:
 def _llama_binary(ctx, engine: str, dry: bool) -> str:
     from parity.engine import build
 
-    if dry and not ctx.profile.engine(engine).bin_dir:
-        hit = build._cached(build.plan(ctx.profile, engine))  # a dry run builds nothing
-        return str(hit.bin_dir / "llama-server") if hit else f"<llama-server of {engine}: built on the first real run>"
-    return build.tool_path(ctx.profile, engine, "llama-server", ctx.runner, ctx.out)
+    find = build.dry_tool_path if dry else build.tool_path
+    return find(ctx.profile, engine, "llama-server", ctx.runner, ctx.out)
 
 
 class LlamaServer:
