@@ -63,7 +63,7 @@ def check_graph_node(graph_node: bool | None, allow_collapsed: bool) -> bool:
 
 
 def make_plan(ctx, *, engine=None, workload="bench", ntgs=None, npl=None, npp=None, model=None, graph_node=None, allow_collapsed=False, out_dir="<run>/profile", dry=False) -> ProfilePlan:
-    from parity.gates.run import path_env, resolve_model
+    from parity.gates.run import path_env
     from parity.profiles import nsys as nsysmod
 
     collapsed = check_graph_node(graph_node, allow_collapsed)
@@ -88,7 +88,7 @@ def make_plan(ctx, *, engine=None, workload="bench", ntgs=None, npl=None, npp=No
         label = f"{engine}-{workload}-ntg{ntg}{'-collapsed' if collapsed else ''}"
         out_base = os.path.join(out_dir, label)
         if workload == "bench":
-            model_file = _model_file(ctx, model, dry, resolve_model)
+            model_file = _model_file(ctx, model, dry)
             wl = _bench_argv(ctx, engine, model_file, npp, ntg, npl, dry)
             env, unset, server = path_env(ctx, engine, None), [], None
         else:
@@ -99,9 +99,11 @@ def make_plan(ctx, *, engine=None, workload="bench", ntgs=None, npl=None, npp=No
     return ProfilePlan(engine, workload, model, ntgs, npl, npp, not collapsed, collapsed, captures, nsys_bin)
 
 
-def _model_file(ctx, model: str, dry: bool, resolve_model) -> str:
+def _model_file(ctx, model: str, dry: bool) -> str:
     """The model's file; a dry run on a workstation shows the configured path even when it is
     not there (the capture runs on the GPU box)."""
+    from parity.gates.common import resolve_model
+
     try:
         return resolve_model(ctx, model)[1]
     except UsageError:
