@@ -159,6 +159,8 @@ def load_campaign(path: str, extra_vars: dict[str, str] | None = None) -> Campai
     profile = data.get("profile")
     if profile is not None and not isinstance(profile, str):
         raise ConfigError(label, "profile", "must be a profile name or file")
+    if profile is not None:  # ${PARITY_ROOT}/... or a campaign variable
+        profile = str(substitute(profile, variables, label, "profile"))
     raw_steps = data.get("steps")
     if not isinstance(raw_steps, list) or not raw_steps:
         raise ConfigError(label, "steps", "must be a non-empty list")

@@ -378,8 +378,6 @@ def load_raw(name_or_path: str, _seen: tuple = ()) -> tuple[dict, str]:
 
 
 def load_profile(name_or_path: str) -> Profile:
-    if "$" in name_or_path or name_or_path.startswith("~"):  # e.g. a campaign's ${PARITY_ROOT}/...
-        name_or_path = expand_path(name_or_path)
     data, label = load_raw(name_or_path)
     data.setdefault("name", Path(label).stem if not label.startswith("profile ") else label[8:])
     prof = from_dict(Profile, data, label)

@@ -156,3 +156,17 @@ def test_in_process_main_records_its_own_argv(tmp_path):
         cli.state.argv = None
     (m,) = (tmp_path / "runs").glob("*/manifest.json")
     assert json.loads(m.read_text())["argv"] == ["parity", *argv]
+
+
+def test_campaign_profile_path_takes_parity_root_and_vars(tmp_path):
+    """`profile: ${PARITY_ROOT}/campaigns/profiles/...` works from any cwd and on a remote checkout."""
+    from parity.campaign import load_campaign
+    from parity.config import load_profile
+
+    camp = tmp_path / "c.yaml"
+    camp.write_text("name: p\nvars: {dev: h100-device}\nprofile: ${PARITY_ROOT}/campaigns/profiles/${dev}.yaml\nsteps:\n  - {name: s, kind: synth}\n")
+    prof = load_profile(load_campaign(str(camp)).profile)
+    assert prof.name == "h100-device" and prof.engine("paged").cuda_archs == "90"
+    camp.write_text("name: p\nprofile: ${nope}/x.yaml\nsteps:\n  - {name: s, kind: synth}\n")
+    with pytest.raises(ConfigError, match="undefined variable"):
+        load_campaign(str(camp))

@@ -102,8 +102,3 @@ def test_unknown_model_and_engine_lookups():
     with pytest.raises(ConfigError, match=r"engines.nope: no such engine \(known: paged, stock\)"):
         prof.engine("nope")
 
-
-def test_profile_path_with_parity_root_expands():
-    """A campaign's `profile: ${PARITY_ROOT}/campaigns/profiles/...` works from any cwd and on a remote checkout."""
-    prof = load_profile("${PARITY_ROOT}/campaigns/profiles/h100-device.yaml")
-    assert prof.name == "h100-device" and prof.engine("paged").cuda_archs == "90"
