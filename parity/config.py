@@ -28,6 +28,10 @@ def cache_dir() -> Path:
     return Path(os.environ.get("PARITY_CACHE") or Path.home() / ".cache" / "parity").expanduser()
 
 
+def positive_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v > 0
+
+
 def expand_path(value: str | None) -> str | None:
     """~, ${PARITY_ROOT}, ${PARITY_CACHE} and other ${ENV} references."""
     if value is None:

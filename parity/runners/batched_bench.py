@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from parity.config import positive_int
 from parity.errors import ConfigError, InfraError, UsageError
 
 COLS = ["pp", "tg", "b", "n_kv", "t_pp", "s_pp", "t_tg", "s_tg", "t", "s"]
@@ -119,12 +120,15 @@ def run_bench(ctx, engine=None, model=None, npp=None, ntg=None, npl=None, allow_
         raise UsageError("no llama engine to bench (serving.engines or --engine)")
     if ctx.profile.engine(engine).kind != "llama":
         raise UsageError(f"engine {engine} is {ctx.profile.engine(engine).kind}: llama-batched-bench needs a llama engine")
+    npp, ntg, npl = npp or b.npp, ntg or b.ntg, npl or b.npl
+    for name, vals in (("--npp", npp), ("--ntg", ntg), ("--npl", npl)):  # campaign steps skip the CLI's parsing
+        if not all(map(positive_int, vals)):
+            raise UsageError(f"{name}: expected positive integers, got {vals!r}")
+    if problem := split_kv_problem(npp, ntg, npl, b):
+        raise UsageError(problem)
     env = path_env(ctx, engine, None)
     check_bench_env(env, ctx.profile.policy, allow_env)
     model_file = resolve_model(ctx, model or s.model)[1]
-    npp, ntg, npl = npp or b.npp, ntg or b.ntg, npl or b.npl
-    if problem := split_kv_problem(npp, ntg, npl, b):
-        raise UsageError(problem)
     cmd = argv(tool_path(ctx.profile, engine, "llama-batched-bench", ctx.runner, ctx.out), model_file, npp, ntg, npl, b)
     with held_lock(ctx):
         if ctx.run:

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 
 from parity.errors import InfraError
 from parity.runners.engines import Launch
+from parity.runners.http import HttpError
 
 
 def port_free(port: int, host: str = "127.0.0.1") -> bool:
@@ -105,7 +106,7 @@ def wait_ready(proc, port: int, launch: Launch, budget_s: float, probe_timeout_s
                 _check_models(port, launch, probe_timeout_s, proc)
                 return time.monotonic() - t0
             last = f"HTTP {status} {str(body)[:80]}"
-        except (OSError, asyncio.TimeoutError, ValueError) as e:
+        except (OSError, asyncio.TimeoutError, ValueError, HttpError) as e:  # e.g. a server dying mid-answer
             last = type(e).__name__
         time.sleep(min(poll_s, max(0.0, budget_s - (time.monotonic() - t0))))
     raise InfraError(
@@ -131,7 +132,7 @@ def scrape(port: int, path: str | None, timeout: float = 10.0) -> str | None:
 
     try:
         status, text = asyncio.run(request_text("127.0.0.1", port, path, timeout))
-    except (OSError, asyncio.TimeoutError, ValueError):
+    except (OSError, asyncio.TimeoutError, ValueError, HttpError):
         return None
     return text if status == 200 else None
 

@@ -7,6 +7,7 @@ import math
 import statistics
 from dataclasses import dataclass, replace
 
+from parity.config import positive_int
 from parity.errors import ConfigError, InfraError, UsageError
 
 ROW_KEYS = ["wall_s", "agg_tps", "decode_agg_tps", "prefill_tps", "ttft_mean_ms", "ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms", "tpot_ms", "itl_p50_ms", "itl_p99_ms"]
@@ -28,6 +29,12 @@ def make_plan(ctx, npl=None, engines=None, model=None, repeat=None, **shape) -> 
     shape = {("ctx" if k == "ctx_len" else k): v for k, v in shape.items()}
     s = ctx.profile.serving
     over = {k: v for k, v in shape.items() if v is not None}
+    # here, not in the CLI: campaign steps come through this function too
+    for key, v in (("repeat", repeat), *((k, over.get(k)) for k in ("ptok", "gen", "parallel", "ctx"))):
+        if v is not None and not positive_int(v):
+            raise UsageError(f"--{key} must be positive")
+    if npl is not None and not (npl and all(map(positive_int, npl))):
+        raise UsageError(f"--npl: expected positive integers, got {npl!r}")
     if over.get("order", "abab") not in ("abab", "abba", "aabb"):
         raise UsageError(f"--order must be abab, abba or aabb, got {over['order']!r}")
     if npl:

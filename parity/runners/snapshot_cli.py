@@ -10,15 +10,6 @@ def snapshot(npl, ptok, gen, parallel, ctx_len, engines, model, repeat, no_gates
     from parity.runners.snapshot import make_plan, run_snapshot
 
     ctx = make_context(profile, json_mode)
-    if repeat is not None and repeat <= 0:
-        from parity.errors import UsageError
-
-        raise UsageError("--repeat must be positive")
-    for name, v in (("--ptok", ptok), ("--gen", gen), ("--parallel", parallel), ("--ctx", ctx_len)):
-        if v is not None and v <= 0:
-            from parity.errors import UsageError
-
-            raise UsageError(f"{name} must be positive")
     plan = make_plan(ctx, parse_int_list(npl, "--npl"), parse_str_list(engines), model, repeat, ptok=ptok, gen=gen, parallel=parallel, ctx_len=ctx_len, order=order)
     if dry_run:
         from parity.runners.snapshot import _check_env

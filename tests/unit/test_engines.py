@@ -159,3 +159,65 @@ def test_vllm_model_path_missing_makes_fake_exit_like_vllm(tmp_path):
         with serving(ctx, la, port, str(tmp_path / "m.log"), 20, 2, 5):
             pass
     assert os.path.exists(tmp_path / "m.log")
+
+
+@pytest.mark.parametrize("options,message", [
+    ({"repeat": -1}, "--repeat must be positive"),
+    ({"repeat": 0}, "--repeat must be positive"),
+    ({"ptok": 0}, "--ptok must be positive"),
+    ({"ctx": -5}, "--ctx must be positive"),
+    ({"npl": [4, 0]}, "--npl: expected positive integers"),
+])
+def test_snapshot_step_checks_numbers_like_the_cli(tmp_path, options, message):
+    """A campaign's snapshot step goes through the same checks as `parity snapshot` (before any server)."""
+    from parity.errors import UsageError
+    from parity.runners.snapshot import campaign_step
+
+    with pytest.raises(UsageError, match=message):
+        campaign_step(make_ctx(tmp_path), dict(options))
+
+
+@pytest.mark.parametrize("options,message", [({"npl": [0]}, "--npl: expected positive integers"), ({"npp": [32, -1]}, "--npp: expected positive integers")])
+def test_bench_step_checks_numbers_like_the_cli(tmp_path, options, message):
+    from parity.errors import UsageError
+    from parity.runners.batched_bench import campaign_step
+
+    with pytest.raises(UsageError, match=message):
+        campaign_step(make_ctx(tmp_path), dict(options))
+
+
+def test_server_closing_mid_answer_is_a_failed_probe(tmp_path):
+    """A half-written /health answer (a server crashing mid-response) is one more failed probe,
+    ending in the not-ready InfraError, never an escaping protocol error."""
+    import threading
+
+    from parity.runners.server import wait_ready
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+    port = srv.getsockname()[1]
+
+    def serve():
+        while True:
+            try:
+                c, _ = srv.accept()
+            except OSError:
+                return
+            c.recv(4096)
+            c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{\"sta")
+            c.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+
+    class Alive:
+        log_path = None
+
+        def poll(self):
+            return None
+
+    try:
+        with pytest.raises(InfraError, match="not ready within 1 s .*HttpError"):
+            wait_ready(Alive(), port, Launch(["x"], {}, [], "/health", "m", "llama"), budget_s=1, probe_timeout_s=0.5, poll_s=0.1)
+    finally:
+        srv.close()
