@@ -225,15 +225,11 @@ def check_resumable(c: Campaign, rd) -> None:
     camp = m.get("campaign") or {}
     if m.get("kind") != "campaign" or camp.get("name") != c.name:
         raise UsageError(f"--resume {rd.path}: not a run of campaign {c.name!r} (it is {camp.get('name') or m.get('kind')!r})")
-    if m.get("status") == "running" and m.get("hostname") == socket.gethostname() and m.get("pid"):
-        try:
-            os.kill(int(m["pid"]), 0)
-            alive = int(m["pid"]) != os.getpid()
-        except (ProcessLookupError, ValueError):
-            alive = False
-        except PermissionError:
-            alive = True
-        if alive:
+    if m.get("status") == "running" and m.get("hostname") == socket.gethostname() and str(m.get("pid") or "").isdigit():
+        from parity.lock import pid_alive
+
+        pid = int(m["pid"])
+        if pid != os.getpid() and pid_alive(pid):
             raise UsageError(f"--resume {rd.path}: still running (pid {m['pid']}); stop it first")
 
 

@@ -61,11 +61,9 @@ def detached_status() -> list[dict]:
             rc = int(done.read_text().strip() or 1)
             doc["state"], doc["rc"] = ("done" if rc == 0 else "failed"), rc
         else:
-            try:
-                os.kill(doc["pid"], 0)
-                doc["state"] = "running"
-            except ProcessLookupError:
-                doc["state"] = "failed"  # died without writing its exit status
+            from parity.lock import pid_alive
+
+            doc["state"] = "running" if pid_alive(doc["pid"]) else "failed"  # failed: died without writing its exit status
         try:
             text = Path(doc["log"]).read_text(errors="replace")
         except OSError:
