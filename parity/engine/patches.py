@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import hashlib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from parity.artifacts import sha256_file as sha256  # the name build provenance and tests use
 from parity.engine import git as gitmod
 from parity.errors import ConfigError, GateFailed, InfraError, UsageError
 
@@ -41,10 +41,6 @@ def list_series(series_dir: str | Path) -> list[Path]:
     if dup:
         raise UsageError(f"patch series {d}: number {min(dup):04d} used twice")
     return [p for _, _, p in sorted(found)]
-
-
-def sha256(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def series_digest(series_dir: str | None) -> list[dict]:

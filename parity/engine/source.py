@@ -14,6 +14,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from parity.artifacts import sha256_file
 from parity.config import SourceConfig, cache_dir, expand_path
 from parity.errors import InfraError, UsageError
 
@@ -55,14 +56,6 @@ def read_localai_pin(backend_dir: str) -> str:
     if not m:
         raise UsageError(f"{mk}: no LLAMA_VERSION?=<sha> line")
     return m.group(1)
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for b in iter(lambda: f.read(1 << 20), b""):
-            h.update(b)
-    return h.hexdigest()
 
 
 def _extract(archive: Path, dest: Path) -> None:
@@ -153,7 +146,7 @@ def _unpack_checked(name, cfg, runner, root: Path, dest: Path, out) -> None:
             raise UsageError(f"source {name}: archive not found: {archive}")
     else:
         archive = _download_sdist(cfg, runner, root / "downloads", out)
-    got = _sha256(archive)
+    got = sha256_file(archive)
     if got != cfg.sha256:
         raise UsageError(f"source {name}: sha256 mismatch for {archive.name}: got {got}, expected {cfg.sha256}")
     shutil.rmtree(dest, ignore_errors=True)
@@ -218,7 +211,7 @@ def _download_sdist(cfg: SourceConfig, runner, dl: Path, out=None) -> Path:
         raise UsageError(f"pypi-sdist source: package must be NAME==VERSION, got {pkg!r}")
     base = pkg.split("==")[0].replace("-", "_").lower()
     for p in dl.glob("*"):
-        if p.name.lower().startswith(base) and p.name.endswith((".tar.gz", ".zip")) and _sha256(p) == cfg.sha256:
+        if p.name.lower().startswith(base) and p.name.endswith((".tar.gz", ".zip")) and sha256_file(p) == cfg.sha256:
             return p
     if out:
         out.info(f"downloading {pkg} sdist")

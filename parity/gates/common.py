@@ -3,7 +3,6 @@ saving outputs into the run dir, and memoised file hashes."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
@@ -71,12 +70,9 @@ def sha256_file(path: str) -> str:
         index = {}
     if key in index:
         return index[key]
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    index[key] = h.hexdigest()
-    from parity.artifacts import atomic_write_json
+    from parity.artifacts import atomic_write_json, sha256_file as hash_file
+
+    index[key] = hash_file(path)
 
     try:
         atomic_write_json(index_file, index)

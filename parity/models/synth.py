@@ -6,13 +6,13 @@ Gaussian noise to every weight: the same model, slightly lossy, for KL gates.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
+from parity.artifacts import sha256_file
 from parity.config import Profile, SynthSpec
 from parity.errors import ConfigError, UsageError
 
@@ -154,14 +154,6 @@ def synth_gguf(out_path: str | Path, spec: SynthSpec) -> str:
     return sha256_file(out_path)
 
 
-def sha256_file(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _sidecar(path: Path) -> Path:
     return path.with_name(path.name + ".synth.json")
 
@@ -190,6 +182,14 @@ def is_current(path: Path, spec: SynthSpec) -> bool:
         return False
 
 
+def recorded_sha256(path: str | Path) -> str | None:
+    """The sha256 the sidecar recorded when the file was synthesized (valid once is_current)."""
+    try:
+        return json.loads(_sidecar(Path(path)).read_text()).get("sha256")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 def write_model(path: str | Path, spec: SynthSpec, label: str = "") -> str:
     """Synthesize to path and write the `<path>.synth.json` sidecar; returns the sha256."""
     from parity.artifacts import atomic_write_json
@@ -211,6 +211,6 @@ def campaign_step(ctx, options: dict) -> dict:
     result = {}
     for n in names:
         p = ensure_model(ctx.profile, n)
-        result[n] = {"path": p, "sha256": sha256_file(p)}
+        result[n] = {"path": p, "sha256": recorded_sha256(p) or sha256_file(p)}  # no re-read of a large model
         ctx.out.info(f"  model {n}: {p}")
     return result

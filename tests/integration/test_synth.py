@@ -176,3 +176,19 @@ def test_concurrent_ensure_model_processes_agree(tmp_path):
     assert all(p.returncode == 0 for p in procs)
     assert shas == {synth_gguf(tmp_path / "ref.gguf", SynthSpec(dtype="f16", seed=11))}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ref.gguf", "shared.gguf", "shared.gguf.synth.json"]
+
+
+def test_synth_step_takes_the_sha256_from_the_sidecar(tmp_path, monkeypatch):
+    """The step reports the digest recorded at synthesis instead of re-reading the model."""
+    from parity.config import profile_from_dict
+    from parity.context import Context
+    from parity.models import synth
+    from parity.runners.local import LocalRunner
+    from parity.ui import Output
+
+    prof = profile_from_dict({"name": "s", "models": {"m": {"path": str(tmp_path / "m.gguf"), "synth": {"arch": "llama", "layers": 1, "embd": 32, "heads": 2, "kv_heads": 1, "ff": 64, "ctx": 64}}}})
+    ctx = Context(profile=prof, runner=LocalRunner(), out=Output(json_mode=True), artifacts_root=tmp_path)
+    first = synth.campaign_step(ctx, {"models": ["m"]})["m"]["sha256"]
+    assert first == synth.sha256_file(tmp_path / "m.gguf")
+    monkeypatch.setattr(synth, "sha256_file", lambda p: pytest.fail("re-hashed the model"))
+    assert synth.campaign_step(ctx, {"models": ["m"]})["m"]["sha256"] == first
