@@ -52,6 +52,13 @@ RERUN_ON_RESUME = {"lock"}
 _BUILTIN_VARS = ("PARITY_ROOT", "PARITY_CACHE")
 
 
+def check_step_options(kind: str, options: dict, known: set[str]) -> None:
+    """A step's `with:` names only options its kind knows (typos fail before anything runs)."""
+    bad = set(options) - known
+    if bad:
+        raise ConfigError("campaign", f"with.{sorted(bad)[0]}", f"unknown {kind} option (known: {', '.join(sorted(known))})")
+
+
 def register_step(kind: str, target: str) -> None:
     STEP_KINDS[kind] = target
 
@@ -289,9 +296,7 @@ def run_campaign(ctx, c: Campaign, steps: list[Step], *, resume: bool = False) -
 def shell_step(ctx, options: dict) -> dict:
     """kind: shell -- options {argv: [cmd, arg, ...], timeout_s, env: {K: V}, cwd, log}.
     Runs through the context's runner; output goes to steps/<log or step name>.log."""
-    bad = set(options) - {"argv", "timeout_s", "env", "cwd", "log"}
-    if bad:
-        raise ConfigError("campaign", f"with.{sorted(bad)[0]}", "unknown shell option (known: argv, cwd, env, log, timeout_s)")
+    check_step_options("shell", options, {"argv", "timeout_s", "env", "cwd", "log"})
     argv = options.get("argv")
     if not isinstance(argv, list) or not argv:
         raise ConfigError("campaign", "with.argv", "shell steps need argv: [cmd, arg, ...]")

@@ -148,10 +148,9 @@ def gated(ctx, spec: GateSpec | None = None, enabled: bool = True):
 def campaign_step(ctx, options: dict) -> dict:
     """kind: gate -- options {phase: pre|post|<name>, models, paths, ops, kl, engine, engines, expect, form, backend}."""
     lists, scalars = {"models", "paths", "ops", "engines"}, {"engine", "expect", "form", "backend", "phase"}
-    bad = set(options) - lists - scalars - {"kl"}
-    if bad:
-        known = ", ".join(sorted(lists | scalars | {"kl"}))
-        raise ConfigError("campaign", f"with.{sorted(bad)[0]}", f"unknown gate option (known: {known})")
+    from parity.campaign import check_step_options
+
+    check_step_options("gate", options, lists | scalars | {"kl"})
     for k in lists & set(options):
         v = options[k]
         if isinstance(v, str):

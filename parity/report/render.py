@@ -18,7 +18,7 @@ from pathlib import Path
 
 from parity import stats
 from parity.artifacts import atomic_write_json, atomic_write_text, slugify
-from parity.errors import ConfigError, UsageError
+from parity.errors import UsageError
 from parity.report import ledger
 from parity.report.rundata import RunData, gate_problems, load_run, values_by_cell
 from parity.report.sections import (RESULT_METRICS, ab_table, bench_section, buckets_section, definitions, fmt, gates_section, hardware_section, key_ratios,
@@ -187,10 +187,9 @@ def campaign_step(ctx, options: dict) -> dict:
     compare: previous = the newest earlier complete, valid run of this campaign.  With a
     control run, a regression beyond noise fails the step (exit 5) after the report is
     written, unless fail_on_regression: false."""
-    allowed = {"title", "phase", "verdict", "compare", "noise_floor", "metrics", "out_dir", "plots", "force", "fail_on_regression"}
-    bad = set(options) - allowed
-    if bad:
-        raise ConfigError("campaign", f"with.{sorted(bad)[0]}", f"unknown report option (known: {', '.join(sorted(allowed))})")
+    from parity.campaign import check_step_options
+
+    check_step_options("report", options, {"title", "phase", "verdict", "compare", "noise_floor", "metrics", "out_dir", "plots", "force", "fail_on_regression"})
     rd = ctx.require_run()
     out_dir = options.get("out_dir") or str(rd.path / "reports")
     if out_dir == "profile":

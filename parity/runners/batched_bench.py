@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from parity.config import positive_int
-from parity.errors import ConfigError, InfraError, UsageError
+from parity.errors import InfraError, UsageError
 
 COLS = ["pp", "tg", "b", "n_kv", "t_pp", "s_pp", "t_tg", "s_tg", "t", "s"]
 _HEADER = re.compile(r"^\|\s*PP\s*\|\s*TG\s*\|\s*B\s*\|\s*N_KV\s*\|")
@@ -156,8 +156,8 @@ def run_bench(ctx, engine=None, model=None, npp=None, ntg=None, npl=None, allow_
 
 def campaign_step(ctx, options: dict) -> dict:
     """kind: bench -- options {engine, model, npp, ntg, npl, allow_env}."""
-    bad = set(options) - {"engine", "model", "npp", "ntg", "npl", "allow_env"}
-    if bad:
-        raise ConfigError("campaign", f"with.{sorted(bad)[0]}", "unknown bench option (known: allow_env, engine, model, npl, npp, ntg)")
+    from parity.campaign import check_step_options
+
+    check_step_options("bench", options, {"engine", "model", "npp", "ntg", "npl", "allow_env"})
     doc = run_bench(ctx, options.get("engine"), options.get("model"), options.get("npp"), options.get("ntg"), options.get("npl"), options.get("allow_env", ()))
     return {"engine": doc["engine"], "rows": doc["rows"]}

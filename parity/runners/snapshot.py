@@ -8,7 +8,7 @@ import statistics
 from dataclasses import dataclass, replace
 
 from parity.config import positive_int
-from parity.errors import ConfigError, InfraError, UsageError
+from parity.errors import InfraError, UsageError
 
 ROW_KEYS = ["wall_s", "agg_tps", "decode_agg_tps", "prefill_tps", "ttft_mean_ms", "ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms", "tpot_ms", "itl_p50_ms", "itl_p99_ms"]
 RATIO_KEYS = ["decode_agg_tps", "agg_tps", "prefill_tps", "ttft_p50_ms"]
@@ -240,10 +240,9 @@ def _sweep_all(ctx, plan: SnapshotPlan) -> list[dict]:
 
 def campaign_step(ctx, options: dict) -> dict:
     """kind: snapshot -- options {npl, engines, model, repeat, ptok, gen, parallel, ctx, order, gates, allow_env}."""
-    allowed = {"npl", "engines", "model", "repeat", "ptok", "gen", "parallel", "ctx", "order", "gates", "allow_env"}
-    bad = set(options) - allowed
-    if bad:
-        raise ConfigError("campaign", f"with.{sorted(bad)[0]}", f"unknown snapshot option (known: {', '.join(sorted(allowed))})")
+    from parity.campaign import check_step_options
+
+    check_step_options("snapshot", options, {"npl", "engines", "model", "repeat", "ptok", "gen", "parallel", "ctx", "order", "gates", "allow_env"})
     gates = bool(options.pop("gates", False))  # campaigns usually run gate steps around it
     allow = options.pop("allow_env", [])
     if "ctx" in options:
