@@ -8,10 +8,9 @@ from parity.errors import EXIT_GATE, GateFailed, UsageError
 
 
 def _validate(ctx, model, path, engine, expect, form, ops) -> None:
-    from parity.config import MD5_RE
-    from parity.gates.completion import EMPTY_MD5
+    from parity.gates.completion import usable_md5
 
-    if expect and (not MD5_RE.match(expect) or expect == EMPTY_MD5):
+    if expect and not usable_md5(expect):
         raise UsageError(f"--expect {expect!r}: not the md5 of a non-empty output (32 lowercase hex digits)")
     if form and form not in ("chat", "no-cnv"):
         raise UsageError(f"--form {form!r}: expected chat or no-cnv")

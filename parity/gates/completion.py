@@ -5,7 +5,14 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
+from parity.config import MD5_RE
+
 EMPTY_MD5 = "d41d8cd98f00b204e9800998ecf8427e"
+
+
+def usable_md5(value: str) -> bool:
+    """A well-formed md5 that is not the md5 of empty output."""
+    return bool(MD5_RE.match(value)) and value != EMPTY_MD5
 
 
 @dataclass

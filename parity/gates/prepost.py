@@ -64,8 +64,8 @@ def run_gate_set(ctx, spec: GateSpec, phase: str = "gate") -> dict:
     if not spec.models and not spec.ops and not spec.kl:
         raise UsageError(f"{phase} gates: nothing to check (no models, ops or kl in the profile's gates section or the options)")
     tag = f"{phase}/" if phase else ""
-    md5_runs = sum(len(paths if eng == engine else _engine_paths(ctx, eng, spec.paths)) for eng in spec.engines or [engine])
-    total = len(spec.models) * md5_runs + len(spec.ops) + (len(paths) if spec.kl else 0)
+    md5_plan = [(eng, paths if eng == engine else _engine_paths(ctx, eng, spec.paths)) for eng in spec.engines or [engine]]
+    total = len(spec.models) * sum(len(p) for _, p in md5_plan) + len(spec.ops) + (len(paths) if spec.kl else 0)
     with ctx.out.progress() as prog:
         task = prog.add_task(f"{phase} gates", total=total, status="")
 
@@ -74,8 +74,7 @@ def run_gate_set(ctx, spec: GateSpec, phase: str = "gate") -> dict:
             checks.append(fn(*args))
             prog.advance(task)
 
-        for eng in spec.engines or [engine]:
-            eng_paths = paths if eng == engine else _engine_paths(ctx, eng, spec.paths)
+        for eng, eng_paths in md5_plan:
             for m in spec.models:
                 for p in eng_paths:
                     step(f"md5 {m}/{p} {eng or ''}", md5_gate, ctx, m, p, eng, spec.expect, spec.form, tag)

@@ -19,9 +19,9 @@ import os
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from parity.config import MD5_RE, CanonicalMd5, Profile, expand_path
+from parity.config import CanonicalMd5, Profile, expand_path
 from parity.errors import ConfigError, GateFailed, UsageError
-from parity.gates.completion import EMPTY_MD5
+from parity.gates.completion import usable_md5
 
 
 def registry_path(override: str | None = None) -> Path:
@@ -51,7 +51,7 @@ def user_entries(path: Path) -> dict[str, list[CanonicalMd5]]:
     for model, entries in (_read(path).get("models") or {}).items():
         decoded = _decode(list[CanonicalMd5], entries, str(path), f"models.{model}")
         for i, e in enumerate(decoded):
-            if not MD5_RE.match(e.md5) or e.md5 == EMPTY_MD5:
+            if not usable_md5(e.md5):
                 raise ConfigError(str(path), f"models.{model}[{i}].md5", f"not a usable md5: {e.md5!r}")
         out[str(model)] = [replace(e, transcript=_resolve(e.transcript, path.parent)) for e in decoded]
     return out
@@ -82,7 +82,7 @@ def record(model: str, entry: CanonicalMd5, kl_green: bool, transcript: bytes | 
             f"refusing to record {entry.md5} for {model}/{entry.path}: a new canonical md5 needs a green KL check "
             f"for path {entry.path} first (run with --kl)"
         )
-    if not MD5_RE.match(entry.md5) or entry.md5 == EMPTY_MD5:
+    if not usable_md5(entry.md5):
         raise UsageError(f"refusing to record {entry.md5!r}: not the md5 of a non-empty output")
     import yaml
 
