@@ -59,10 +59,6 @@ def check_step_options(kind: str, options: dict, known: set[str]) -> None:
         raise ConfigError("campaign", f"with.{sorted(bad)[0]}", f"unknown {kind} option (known: {', '.join(sorted(known))})")
 
 
-def register_step(kind: str, target: str) -> None:
-    STEP_KINDS[kind] = target
-
-
 def step_function(kind: str, label: str = "") -> Callable:
     if kind not in STEP_KINDS:
         raise ConfigError(label, "kind", f"unknown step kind {kind!r} (known: {', '.join(sorted(STEP_KINDS))})")

@@ -595,7 +595,3 @@ def from_dict(cls, data, label: str, prefix: str = ""):
         if name not in kwargs and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             raise ConfigError(label, f"{prefix}.{name}" if prefix else name, "required key is missing")
     return cls(**kwargs)
-
-
-def to_dict(obj) -> dict:
-    return dataclasses.asdict(obj)

@@ -14,24 +14,23 @@ JsonOpt = typer.Option(False, "--json", help="Print one JSON document on stdout;
 DEFAULT_PROFILE = "smoke"
 
 
-def make_context(profile: Optional[str], json_mode: bool, default_profile: str | None = None, *, allow_remote: bool = False):
-    """Load the profile, pick the runner for --host, build the Context."""
+def make_context(profile: Optional[str], json_mode: bool, default_profile: str | None = None):
+    """Load the profile; with --host, run the command there instead (parity.remote); else a local Context."""
     from pathlib import Path
 
     from parity.cli import state
     from parity.config import load_profile
     from parity.context import Context
-    from parity.runners import get_runner
+    from parity.runners.local import LocalRunner
     from parity.ui import Output
 
     prof = load_profile(profile or default_profile or DEFAULT_PROFILE)
-    if state.host and not allow_remote:
+    if state.host:
         from parity.remote import refuse_or_delegate
 
         refuse_or_delegate(state.host, prof)
     out = Output(json_mode, state.verbose)
-    runner = get_runner(None)
-    return Context(profile=prof, runner=runner, out=out, artifacts_root=Path(state.artifacts), host=state.host)
+    return Context(profile=prof, runner=LocalRunner(), out=out, artifacts_root=Path(state.artifacts), host=state.host)
 
 
 def parse_int_list(value: Optional[str], name: str) -> Optional[list[int]]:

@@ -29,8 +29,6 @@ from parity.runners.base import CommandResult, LineCallback
 
 PGID_MARK = "__PARITY_PGID__"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_live: dict[int, "SSHProcess"] = {}
-_live_lock = threading.Lock()
 abort_event = threading.Event()  # set to make every running remote command stop (fan-out interrupt)
 
 
@@ -529,14 +527,10 @@ class SSHProcess:
             select.select([self._chan], [], [], wait_s)
         if self._pgid and not self.pid:
             self.pid = self._pgid[0]
-            with _live_lock:
-                _live[id(self)] = self
 
     def poll(self) -> int | None:
         self._pump(0)
         if self._chan.exit_status_ready():
-            with _live_lock:
-                _live.pop(id(self), None)
             return self._chan.recv_exit_status()
         return None
 
@@ -551,17 +545,8 @@ class SSHProcess:
     def stop(self, grace_s: float = 10.0) -> int | None:
         if self.poll() is None:
             self.runner._kill(self._pgid, self._chan, grace_s)
-        with _live_lock:
-            _live.pop(id(self), None)
         return self._chan.recv_exit_status() if self._chan.exit_status_ready() else None
 
-
-def stop_all(grace_s: float = 5.0) -> int:
-    with _live_lock:
-        procs = list(_live.values())
-    for p in procs:
-        p.stop(grace_s)
-    return len(procs)
 
 
 def _local_user() -> str:
