@@ -53,17 +53,24 @@ def _llama_binary(ctx, engine: str, dry: bool) -> str:
 class LlamaServer:
     kind = "llama"
 
-    def launch(self, ctx, engine: str, model_file: str, port: int, s, path: str | None = None, dry: bool = False, model: str | None = None) -> Launch:
+    def env(self, ctx, engine: str, path: str | None = None) -> dict[str, str]:
+        """The engine's env plus its path's (e.g. LLAMA_KV_PAGED=1 for the paged path)."""
         from parity.gates.run import path_env
 
+        return path_env(ctx, engine, path)
+
+    def launch(self, ctx, engine: str, model_file: str, port: int, s, path: str | None = None, dry: bool = False, model: str | None = None) -> Launch:
         e = ctx.profile.engine(engine)
         argv = [_llama_binary(ctx, engine, dry), "-m", model_file, "-c", str(s.ctx), "--parallel", str(s.parallel), "-b", str(s.batch), "-ub", str(s.ubatch)]
         argv += [*s.server_args, *e.server_args, "--host", "127.0.0.1", "--port", str(port), "--no-webui"]
-        return Launch(argv, path_env(ctx, engine, path), [], "/health", os.path.basename(model_file), "llama", engine=engine, kind=self.kind)
+        return Launch(argv, self.env(ctx, engine, path), [], "/health", os.path.basename(model_file), "llama", engine=engine, kind=self.kind)
 
 
 class VllmServer:
     kind = "vllm"
+
+    def env(self, ctx, engine: str, path: str | None = None) -> dict[str, str]:
+        return dict(ctx.profile.engine(engine).env)
 
     def launch(self, ctx, engine: str, model_file: str, port: int, s, path: str | None = None, dry: bool = False, model: str | None = None) -> Launch:
         e = ctx.profile.engine(engine)
@@ -92,14 +99,10 @@ class VllmServer:
             str(port),
             *e.extra_args,
         ]
-        return Launch(argv, dict(e.env), list(VLLM_HARNESS_VARS), "/health", name, "vllm", "/v1/models", "/metrics", engine=engine, kind=self.kind)
+        return Launch(argv, self.env(ctx, engine), list(VLLM_HARNESS_VARS), "/health", name, "vllm", "/v1/models", "/metrics", engine=engine, kind=self.kind)
 
 
 ADAPTERS = {"llama": LlamaServer(), "vllm": VllmServer()}
-
-
-def register(kind: str, adapter_obj) -> None:
-    ADAPTERS[kind] = adapter_obj
 
 
 def adapter(ctx, engine: str):

@@ -71,11 +71,10 @@ def run_order(engines: list[str], repeat: int, order: str) -> list[tuple[int, st
 
 def _check_env(ctx, plan: SnapshotPlan, allow_env) -> None:
     from parity.envpolicy import check_bench_env
-
-    from parity.gates.run import path_env
+    from parity.runners.engines import adapter
 
     for e in plan.engines:
-        env = path_env(ctx, e, None) if ctx.profile.engine(e).kind == "llama" else dict(ctx.profile.engine(e).env)
+        env = adapter(ctx, e).env(ctx, e)
         check_bench_env(env, ctx.profile.policy, allow_env, context=f"benchmark (engine {e})")
 
 
