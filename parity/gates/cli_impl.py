@@ -36,15 +36,14 @@ def _record(ctx, result: dict, form: str, registry_file: str | None) -> list[str
     written = []
     for c in md5s:
         kl = next((k for k in result["checks"] if k["kind"] == "kl" and k["status"] == "pass" and k["path"] == c["path"] and k["model"] == c["model"]), None)
-        g = ctx.profile.gates
-        validated = f"{kl['detail']} (parity gate --record, run {ctx.run.run_id})" if kl else ""
-        entry = CanonicalMd5(c["got"], c["path"] or "default", form, g.n_predict, validated)
-        transcript = (ctx.run.path / c["data"]["transcript"]).read_bytes() if c["data"].get("transcript") else None
         if kl is None:
             raise GateFailed(
                 f"refusing to record {c['got']} for {c['model']}/{c['path']}: no green KL check with candidate {c['model']} on path {c['path']} "
                 f"(run with --kl; gates.kl.candidate must be {c['model']})"
             )
+        validated = f"{kl['detail']} (parity gate --record, run {ctx.run.run_id})"
+        entry = CanonicalMd5(c["got"], c["path"] or "default", form, ctx.profile.gates.n_predict, validated)
+        transcript = (ctx.run.path / c["data"]["transcript"]).read_bytes() if c["data"].get("transcript") else None
         written.append(str(registry.record(c["model"], entry, True, transcript, registry_file)))
     return written
 
