@@ -83,17 +83,18 @@ def make_plan(ctx, *, engine=None, workload="bench", ntgs=None, npl=None, npp=No
     if not model:
         raise UsageError("no model to profile (serving.model or --model)")
     nsys_bin = _nsys_binary(ctx, dry)
+    # what does not depend on ntg: the model, the engine's binary, env, the server launch
+    if workload == "bench":
+        model_file, binary = _model_file(ctx, model, dry), _bench_binary(ctx, engine, dry)
+        env, unset, server = path_env(ctx, engine, None), [], None
+    else:
+        server = _serve_launch(ctx, engine, model, npl, dry)
+        env, unset = server.env, server.unset
     captures = []
     for ntg in ntgs:
         label = f"{engine}-{workload}-ntg{ntg}{'-collapsed' if collapsed else ''}"
         out_base = os.path.join(out_dir, label)
-        if workload == "bench":
-            model_file = _model_file(ctx, model, dry)
-            wl = _bench_argv(ctx, engine, model_file, npp, ntg, npl, dry)
-            env, unset, server = path_env(ctx, engine, None), [], None
-        else:
-            server = _serve_launch(ctx, engine, model, npl)
-            wl, env, unset = server.argv, server.env, server.unset
+        wl = _bench_argv(ctx, binary, model_file, npp, ntg, npl) if workload == "bench" else server.argv
         argv = nsysmod.profile_argv(nsys_bin, out_base, wl, graph_node=not collapsed, trace=p.trace, extra=p.extra_args, fork=(e.kind == "vllm"))
         captures.append(Capture(label, engine, ntg, out_base, argv, wl, env, unset, server))
     return ProfilePlan(engine, workload, model, ntgs, npl, npp, not collapsed, collapsed, captures, nsys_bin)
@@ -130,21 +131,25 @@ def _nsys_binary(ctx, dry: bool) -> str:
     raise UsageError(f"nsys ({name}) not found on {ctx.runner.host}: install Nsight Systems or set profiling.nsys to its path")
 
 
-def _bench_argv(ctx, engine: str, model_file: str, npp: int, ntg: int, npl: int, dry: bool) -> list[str]:
+def _bench_binary(ctx, engine: str, dry: bool) -> str:
     from parity.engine.build import dry_tool_path, tool_path
-    from parity.runners.batched_bench import argv
 
     find = dry_tool_path if dry else tool_path
-    binary = find(ctx.profile, engine, "llama-batched-bench", ctx.runner, ctx.out)
+    return find(ctx.profile, engine, "llama-batched-bench", ctx.runner, ctx.out)
+
+
+def _bench_argv(ctx, binary: str, model_file: str, npp: int, ntg: int, npl: int) -> list[str]:
+    from parity.runners.batched_bench import argv
+
     return argv(binary, model_file, [npp], [ntg], [npl], ctx.profile.serving.bench)
 
 
-def _serve_launch(ctx, engine: str, model: str, npl: int):
+def _serve_launch(ctx, engine: str, model: str, npl: int, dry: bool):
     from parity.runners.engines import adapter, model_for
 
     s = _serve_shape(ctx, npl)
-    # like snapshot --dry-run, the server command needs the engine's binary (a first dry run builds it)
-    return adapter(ctx, engine).launch(ctx, engine, model_for(ctx, engine, model), s.port, s)
+    # as in snapshot: --model names the served model, and a dry run builds nothing
+    return adapter(ctx, engine).launch(ctx, engine, model_for(ctx, engine, model), s.port, s, dry=dry, model=model)
 
 
 def _serve_shape(ctx, npl: int):
@@ -232,14 +237,13 @@ def _capture_bench(ctx, c: Capture, plan: ProfilePlan) -> list[dict]:
 
 
 def _capture_serve(ctx, c: Capture, plan: ProfilePlan) -> list[dict]:
-    from parity.runners.engines import Launch
     from parity.runners.loadgen import Target, drive
     from parity.runners.server import serving
 
     e = ctx.profile.engine(c.engine)
     s = _serve_shape(ctx, plan.npl)
     base = c.server
-    la = Launch(c.argv, c.env, c.unset, base.ready_path, base.served_name, base.tokenize)
+    la = replace(base, argv=c.argv)  # the nsys-wrapped command; readiness, model check, names as launched
     os.makedirs(os.path.dirname(c.out_base), exist_ok=True)
     # nsys writes the report after the server stops: give it time before SIGKILL
     with serving(ctx, la, s.port, c.out_base + ".log", e.ready_timeout_s * 2, e.ready_probe_timeout_s, e.stop_grace_s + 120):

@@ -221,3 +221,31 @@ def test_server_closing_mid_answer_is_a_failed_probe(tmp_path):
             wait_ready(Alive(), port, Launch(["x"], {}, [], "/health", "m", "llama"), budget_s=1, probe_timeout_s=0.5, poll_s=0.1)
     finally:
         srv.close()
+
+
+def test_profile_serve_capture_keeps_the_launch_and_the_model_name(tmp_path, monkeypatch):
+    """--workload serve wraps the engine's own Launch in nsys: the served-model check (/v1/models),
+    metrics path and engine name survive, and --model names the served model as in snapshot."""
+    import contextlib
+
+    import parity.runners.server as server
+    from parity.profiles import capture as cap
+
+    ctx = make_ctx(tmp_path, "models:\n  other: {path: x.gguf, vllm_path: /w/other, served_name: other-served}\n")
+    plan = cap.make_plan(ctx, engine="vllm", workload="serve", ntgs=[8], npl=2, model="other", graph_node=True, dry=True)
+    (c,) = plan.captures
+    assert c.server.served_name == "other-served" and "other-served" in c.argv
+    seen = {}
+
+    @contextlib.contextmanager
+    def fake_serving(ctx_, la, *a, **k):
+        seen["la"] = la
+        raise RuntimeError("stop here")
+        yield
+
+    monkeypatch.setattr(server, "serving", fake_serving)
+    with pytest.raises(RuntimeError, match="stop here"):
+        cap._capture_serve(ctx, c, plan)
+    la = seen["la"]
+    assert la.argv == c.argv and la.argv[:2] == [plan.nsys, "profile"]
+    assert (la.models_path, la.metrics_path, la.engine, la.kind) == ("/v1/models", "/metrics", "vllm", "vllm")
