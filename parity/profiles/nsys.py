@@ -195,32 +195,3 @@ def parse_window_spec(spec: str | None) -> tuple[float, float | None] | None:
     if b is not None and b <= a:
         raise UsageError(f"--window {spec!r}: end must be after start")
     return a, b
-
-
-def load_groups(path: str, runner=None, nsys: str = "nsys", window: Window | None = None) -> tuple[list[KernelGroup], str]:
-    """Kernel groups from .sqlite, .nsys-rep (exported first) or a kern_sum .csv; returns (groups, source)."""
-    p = Path(path)
-    suffix = p.suffix.lower()
-    if suffix == ".csv":
-        if window:
-            raise UsageError(f"{path}: a cuda_gpu_kern_sum CSV has no timestamps; a decode window needs the SQLite export")
-        return parse_kern_sum_csv(_read(path)), str(p)
-    if suffix in (".nsys-rep", ".qdrep"):
-        sqlite_path = p.with_suffix(".sqlite")
-        if not sqlite_path.is_file():
-            if runner is None:
-                from parity.runners.local import LocalRunner
-
-                runner = LocalRunner()
-            export_sqlite(runner, nsys, str(p), str(sqlite_path))
-        return read_kernel_groups(str(sqlite_path), window), str(sqlite_path)
-    if suffix in (".sqlite", ".db", ".sqlite3"):
-        return read_kernel_groups(str(p), window), str(p)
-    raise UsageError(f"{path}: expected a .sqlite export, a .nsys-rep report or a cuda_gpu_kern_sum .csv")
-
-
-def _read(path: str) -> str:
-    try:
-        return Path(path).read_text(errors="replace")
-    except FileNotFoundError:
-        raise UsageError(f"{path}: no such file") from None
