@@ -155,4 +155,7 @@ def render_definitions(names: Sequence[str] | None = None) -> str:
 
 
 def direction(metric: str) -> str:
-    return METRICS[metric].better if metric in METRICS else "higher"
+    """'higher' or 'lower' is better: declared here, else guessed from a time unit suffix."""
+    if metric in METRICS:
+        return METRICS[metric].better
+    return "lower" if metric.endswith(("_ms", "_s")) else "higher"

@@ -6,19 +6,8 @@ from __future__ import annotations
 
 from parity import stats
 from parity.errors import UsageError
+from parity.metrics import direction as metric_direction
 from parity.report.rundata import RunData, gate_problems, load_run, values_by_cell
-
-
-def metric_direction(name: str) -> str:
-    """'higher' or 'lower' is better, from parity.metrics when it declares it."""
-    try:
-        from parity.metrics import METRICS
-
-        if name in METRICS:
-            return METRICS[name].better
-    except ImportError:
-        pass
-    return "lower" if name.endswith(("_ms", "_s")) else "higher"
 
 
 def refusal_reasons(a: RunData, b: RunData, *, current: RunData | None = None) -> list[str]:
