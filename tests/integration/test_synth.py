@@ -13,6 +13,7 @@ import pytest
 
 from parity.config import SynthSpec, profile_from_dict
 from parity.errors import UsageError
+from parity.gates.completion import is_complete
 from parity.models.synth import ensure_model, synth_gguf, write_model
 from tests.conftest import run_parity
 
@@ -129,15 +130,18 @@ def _completion(binary: Path, model: Path, *form: str) -> bytes:
 
 def _greedy_text(binary: Path, model: Path, *form: str) -> str:
     """llama.cpp 0c1e57098 leaks its async logger (common_log_main), so the tail of stdout
-    can be lost at exit (seen here: about 1 run in 4 prints nothing, exit 0).  Run a few
-    times: the outputs must agree (each a prefix of the longest); return the longest."""
-    outs = [_completion(binary, model, *form) for _ in range(3)]
-    while not any(outs) and len(outs) < 8:
+    can be lost at exit (seen in CI: three runs in a row that printed only the prompt).
+    Run until one transcript is complete by the gate's own rule (ends with the final
+    blank line); every truncated run must be a prefix of it."""
+    outs = []
+    while len(outs) < 10:
         outs.append(_completion(binary, model, *form))
-    longest = max(outs, key=len)
-    assert longest, f"{len(outs)} runs, all with empty stdout"
-    assert all(longest.startswith(o) for o in outs), outs
-    return longest.decode("utf-8", "replace")
+        if is_complete(outs[-1]):
+            break
+    complete = outs[-1]
+    assert is_complete(complete), f"{len(outs)} runs, none complete: {outs}"
+    assert all(complete.startswith(o) for o in outs), outs
+    return complete.decode("utf-8", "replace")
 
 
 @pytest.mark.slow
