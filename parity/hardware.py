@@ -11,9 +11,10 @@ _MINOR = {(8, 9): "ada", (8, 0): "ampere", (8, 6): "ampere", (8, 7): "ampere", (
 
 
 def classify(compute_cap: str | None) -> str:
-    """hardware_class for one GPU's compute capability ("12.1", "9.0"); cpu_only for None."""
+    """hardware_class for one GPU's compute capability ("12.1", "9.0"); unknown_gpu when the
+    driver does not report one (nvidia-smi before 510 has no compute_cap field)."""
     if not compute_cap:
-        return "cpu_only"
+        return "unknown_gpu"
     try:
         major, minor = (int(x) for x in compute_cap.strip().split(".")[:2])
     except ValueError:
@@ -92,7 +93,7 @@ def _memory_words(mib: int | None) -> str:
 
 def inventory(runner) -> dict:
     gpus, cuda, source = nvidia_smi.inventory(runner)
-    classes = sorted({classify(g.compute_cap) if g.compute_cap else "unknown_gpu" for g in gpus})
+    classes = sorted({classify(g.compute_cap) for g in gpus})
     if not gpus:
         hw_class = "cpu_only"
     elif len(classes) == 1:
@@ -115,7 +116,7 @@ def inventory(runner) -> dict:
                 "memory_mib": g.memory_mib,
                 "unified_memory": g.memory_mib is None,
                 "memory": _memory_words(g.memory_mib),
-                "hardware_class": classify(g.compute_cap) if g.compute_cap else "unknown_gpu",
+                "hardware_class": classify(g.compute_cap),
             }
             for i, g in enumerate(gpus)
         ],

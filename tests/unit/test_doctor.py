@@ -67,6 +67,8 @@ def test_gpu_rows():
     assert ok.status == doctor.OK and "hopper" in ok.found and "580.159.04" in ok.found
     missing = doctor.check_gpu([], "NVML: NVML Shared Library Not Found; nvidia-smi not found")
     assert missing.status == doctor.MISSING and "CPU" in missing.consequence
+    old_driver = doctor.check_gpu([{"name": "Tesla V100", "driver": "470.82", "compute_cap": None}], "nvidia-smi")
+    assert "cc ?, unknown_gpu" in old_driver.found and "cpu_only" not in old_driver.found
 
 
 def test_report_counts():

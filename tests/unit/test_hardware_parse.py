@@ -73,7 +73,8 @@ def test_compute_apps_idle_busy_and_pid_only():
         ("7.5", "turing"),
         ("7.0", "volta"),
         ("6.1", "unknown_sm_61"),
-        (None, "cpu_only"),
+        (None, "unknown_gpu"),  # a GPU whose driver predates the compute_cap field
+        ("", "unknown_gpu"),
         ("garbage", "unknown_gpu"),
     ],
 )
