@@ -151,50 +151,16 @@ def check_nvcc(runner, profile=None, gpu_cc: str | None = None) -> Check:
     return Check("nvcc", OK, found)
 
 
-def nvml_gpus() -> tuple[list[dict] | None, str]:
-    """GPUs through NVML (nvidia-ml-py); (None, why) when NVML cannot answer."""
-    import os
-
-    if os.environ.get("PARITY_NO_NVML"):
-        return None, "NVML disabled (PARITY_NO_NVML)"
-    try:
-        import pynvml
-    except ImportError:
-        return None, "nvidia-ml-py not installed"
-    try:
-        pynvml.nvmlInit()
-    except Exception as e:  # NVMLError_LibraryNotFound / DriverNotLoaded
-        return None, f"NVML: {e}"
-    try:
-        driver = pynvml.nvmlSystemGetDriverVersion()
-        gpus = []
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(h)
-            gpus.append({"name": _s(pynvml.nvmlDeviceGetName(h)), "driver": _s(driver), "compute_cap": f"{major}.{minor}"})
-        return gpus, "nvml"
-    except Exception as e:
-        return None, f"NVML: {e}"
-    finally:
-        try:
-            pynvml.nvmlShutdown()
-        except Exception:
-            pass
-
-
-def _s(v) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
-
-
 def gpu_info(runner) -> tuple[list[dict], str]:
     """(gpus, source): NVML first (local only), then nvidia-smi."""
+    from parity import nvidia_smi
+
     notes = []
     if runner.host == "local":
-        gpus, note = nvml_gpus()
+        gpus, note = nvidia_smi.nvml_gpus()
         if gpus:
             return gpus, note
         notes.append(note)
-    from parity import nvidia_smi
 
     smi, _cuda, note = nvidia_smi.inventory(runner)
     notes.append(note)

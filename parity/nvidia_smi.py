@@ -78,34 +78,57 @@ def parse_compute_apps(text: str) -> list[dict]:
 
 
 def _nvml():
-    """The pynvml module after nvmlInit, or None (not installed, no driver, PARITY_NO_NVML set)."""
+    """(pynvml after nvmlInit, "nvml") or (None, why): not installed, no driver, PARITY_NO_NVML set."""
     if os.environ.get("PARITY_NO_NVML"):
-        return None
+        return None, "NVML disabled (PARITY_NO_NVML)"
     try:
         import pynvml
     except ImportError:
-        return None
+        return None, "nvidia-ml-py not installed"
     try:
         pynvml.nvmlInit()
-    except Exception:
-        return None
-    return pynvml
+    except Exception as e:  # NVMLError_LibraryNotFound / DriverNotLoaded
+        return None, f"NVML: {e}"
+    return pynvml, "nvml"
 
 
-def _nvml_query(fn):
-    """fn(pynvml) inside one NVML session; None when NVML is unavailable or the query fails."""
-    nv = _nvml()
+def nvml_call(fn):
+    """(fn(pynvml), "nvml") inside one NVML session; (None, why) when NVML is unavailable or the query fails."""
+    nv, note = _nvml()
     if nv is None:
-        return None
+        return None, note
     try:
-        return fn(nv)
-    except Exception:
-        return None
+        return fn(nv), note
+    except Exception as e:
+        return None, f"NVML: {e}"
     finally:
         try:
             nv.nvmlShutdown()
         except Exception:
             pass
+
+
+def _nvml_query(fn):
+    return nvml_call(fn)[0]
+
+
+def _text(v) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def nvml_gpus() -> tuple[list[dict] | None, str]:
+    """GPUs (name, driver, compute_cap) via NVML; (None, why) when NVML cannot answer."""
+
+    def query(nv):
+        driver = _text(nv.nvmlSystemGetDriverVersion())
+        gpus = []
+        for i in range(nv.nvmlDeviceGetCount()):
+            h = nv.nvmlDeviceGetHandleByIndex(i)
+            major, minor = nv.nvmlDeviceGetCudaComputeCapability(h)
+            gpus.append({"name": _text(nv.nvmlDeviceGetName(h)), "driver": driver, "compute_cap": f"{major}.{minor}"})
+        return gpus
+
+    return nvml_call(query)
 
 
 def _comm(pid: int) -> str:
