@@ -149,14 +149,14 @@ def compare(a: dict, b: dict) -> dict:
     return {"a": a["label"], "b": b["label"], "a_total_ms": a["total_ms"], "b_total_ms": b["total_ms"], "buckets": rows, "collapsed": bool(a.get("collapsed") or b.get("collapsed"))}
 
 
-def build_doc(captures: list[dict], *, diff: dict | list | None = None, comparison: dict | None = None, bucket_table: str = "") -> dict:
+def build_doc(captures: list[dict], *, diff: list[dict] = (), comparison: dict | None = None, bucket_table: str = "") -> dict:
     collapsed = any(c.get("collapsed") for c in captures)
     doc = {
         "kind": "profile-analysis",
         "collapsed": collapsed,
         "bucket_table": bucket_table,
         "captures": captures,
-        "difference": diff,
+        "difference": list(diff),  # one per engine with two ntg values (or the --diff pair)
         "comparison": comparison,
         "definitions": DEFINITIONS,
     }
@@ -192,9 +192,8 @@ def write_outputs(directory: Path, doc: dict) -> dict:
             lines.append("\t".join(_s(v) for v in (c["label"], c.get("engine"), c.get("ntg"), "true" if c.get("collapsed") else "false", r["bucket"], r["total_ms"], r["share"], r["instances"], r["ms_per_launch"])))
     atomic_write_text(d / "buckets.tsv", "\n".join(lines) + "\n")
     files = {"analysis": str(d / "analysis.json"), "buckets": str(d / "buckets.tsv")}
-    diffs = doc.get("difference")
+    diffs = doc["difference"]
     if diffs:
-        diffs = diffs if isinstance(diffs, list) else [diffs]
         lines = ["engine\tlong\tshort\tntg_long\tntg_short\tnpl\tcollapsed\tbucket\tdelta_ms\tdelta_launches\tms_per_step\tus_per_token\tlaunches_per_step\tms_per_launch_delta"]
         for df in diffs:
             for r in [df["total"], *df["buckets"]]:

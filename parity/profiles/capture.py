@@ -209,7 +209,7 @@ def run_profile(ctx, plan: ProfilePlan, allow_env=()) -> dict:
             cap["workload_rows"] = rows
             captures.append(cap)
     diffs = auto_differences(captures)
-    doc = build_doc(captures, diff=(diffs[0] if len(diffs) == 1 else diffs or None), bucket_table=table.source)
+    doc = build_doc(captures, diff=diffs, bucket_table=table.source)
     files = write_outputs(rd.path / "profile", doc)
     return {**doc, "files": files}
 

@@ -76,7 +76,7 @@ def analyze(files, compare_file, diff, ntg_long, ntg_short, npl, window, after_n
             n = ntg_long if diff and f == diff[0] and ntg_long else ntg_short if diff and f == diff[1] and ntg_short else ntg_from_name(f)
             caps[f] = analyze_file(f, table, label=Path(f).stem, ntg=n, npl=npl or p.npl, top_unmatched=p.top_unmatched, window_ms=win,
                                    after_nvtx=after_nvtx, runner=ctx.runner, nsys=p.nsys, collapsed=collapsed)  # fmt: skip
-        d = difference(caps[diff[0]], caps[diff[1]], npl or p.npl) if diff else None
+        d = [difference(caps[diff[0]], caps[diff[1]], npl or p.npl)] if diff else []
         c = compare(caps[files[0]], caps[compare_file]) if compare_file else None
         doc = build_doc(list(caps.values()), diff=d, comparison=c, bucket_table=table.source)
         doc["files"] = write_outputs(ctx.run.path / "profile", doc)
@@ -99,8 +99,7 @@ def render(ctx, doc: dict) -> None:
             out.info("unmatched (other) top kernels, to improve the bucket table:")
             for u in c["unmatched_top"]:
                 out.info(f"  {u['total_ms']:.3f} ms  x{u['instances']}  {u['name'][:160]}")
-    diffs = doc.get("difference")
-    for d in diffs if isinstance(diffs, list) else [diffs] if diffs else []:
+    for d in doc["difference"]:
         t = d["total"]
         out.table(
             f"difference {d['long']} - {d['short']} (steps {d['steps']}, npl {d['npl']}): {t['us_per_token']:.3f} us/token, {t['ms_per_step']:.3f} ms/step{' [COLLAPSED]' if d['collapsed'] else ''}",

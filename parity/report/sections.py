@@ -133,7 +133,7 @@ def key_ratios(rd: RunData) -> str:
 
 def buckets_section(rd: RunData) -> dict | None:
     """profile/analysis.json (parity.profiles): bucket table per capture, and the
-    difference method (one dict or a list of them, one per engine)."""
+    difference method (a list, one per engine)."""
     a = rd.analysis
     if not isinstance(a, dict):
         return None
@@ -144,7 +144,6 @@ def buckets_section(rd: RunData) -> dict | None:
         caps.append({"label": c.get("label") or "-", "engine": c.get("engine") or "-", "ntg": c.get("ntg", "-"), "total_ms": fmt(c.get("total_ms")), "rows": rows, "unmatched": unmatched,
                      "warning": c.get("warning")})
     diffs = a.get("difference") or []
-    diffs = diffs if isinstance(diffs, list) else [diffs]
     dcols = ["bucket", "delta_ms", "delta_launches", "ms_per_step", "us_per_token", "ms_per_launch_delta"]
     out_diffs = [{"title": f"{d.get('long')} - {d.get('short')} ({d.get('engine') or '-'}, {d.get('steps')} steps x npl {d.get('npl')})", "formula": d.get("formula") or "",
                   "rows": [[fmt(r.get(k)) if k != "bucket" else r.get(k) for k in dcols] for r in ([d["total"]] if d.get("total") else []) + list(d.get("buckets") or [])]}

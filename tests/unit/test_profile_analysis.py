@@ -95,13 +95,13 @@ def test_outputs_json_and_tsv(tmp_path):
     caps = [analyze_file(capture(tmp_path / f"x{n}.sqlite", n), TABLE, label=f"x{n}", engine="paged", ntg=n, npl=2) for n in (8, 4)]
     diffs = auto_differences(caps)
     assert len(diffs) == 1 and diffs[0]["ntg_long"] == 8
-    doc = build_doc(caps, diff=diffs[0], bucket_table="test")
+    doc = build_doc(caps, diff=diffs, bucket_table="test")
     files = write_outputs(tmp_path / "profile", doc)
     data = json.loads((tmp_path / "profile" / "analysis.json").read_text())
     cap = data["captures"][0]
     assert {"label", "engine", "ntg", "buckets", "unmatched_top"} <= set(cap)
     assert set(cap["buckets"][0]) >= {"bucket", "total_ms", "share", "instances", "ms_per_launch"}
-    assert data["difference"]["total"]["us_per_token"] == pytest.approx(4 * 3 * 3 / (4 * 2))
+    assert data["difference"][0]["total"]["us_per_token"] == pytest.approx(4 * 3 * 3 / (4 * 2))
     lines = (tmp_path / "profile" / "buckets.tsv").read_text().splitlines()
     assert lines[0].split("\t") == ["label", "engine", "ntg", "collapsed", "bucket", "total_ms", "share", "instances", "ms_per_launch"]
     assert len(lines) == 1 + 2 * 2

@@ -82,7 +82,7 @@ def test_analyze_diff_and_compare(parity_cli, prof, tmp_path):
     r = parity_cli("profile", "analyze", long, "--compare", other, "--diff", long, short, "--npl", "4", "--json", "-p", prof, env={"PARITY_ARTIFACTS": str(tmp_path / "runs")})
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
-    d = doc["difference"]
+    (d,) = doc["difference"]
     assert (d["ntg_long"], d["ntg_short"]) == (64, 16)  # read from the file names
     assert d["total"]["us_per_token"] == pytest.approx(48 * 2.0 / (48 * 4))
     assert doc["comparison"]["buckets"][0]["ratio"] == pytest.approx(0.5)
