@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
+import re
 import socket
 import sys
 import tarfile
@@ -162,16 +164,39 @@ def ensure_remote_parity(runner, out=None) -> tuple[list[str], str]:
         if res.rc == 127:
             raise UsageError(f"--host {runner.host}: remote python {cfg.python!r} not found (hosts.{runner.host}.python)")
         _check(runner, res, "create the venv")
+    _inherit_packages(runner, cfg.python, py)
     pip = runner.run([py, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index", "-e", src], timeout=600)
     if not pip.ok:  # no setuptools/wheel for an offline build: put the source on the venv's path
         site = runner.run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], timeout=60)
         _check(runner, site, "locate the venv's site-packages")
         runner.write_text(f"{site.stdout.strip()}/_parity_src.pth", src + "\n")
     check = runner.run([py, "-c", "import parity, typer, yaml, rich; print(parity.__file__)"], cwd=workdir, timeout=60)
+    missing = missing_module(check.stdout + check.stderr)
+    if missing and missing != "parity":
+        raise UsageError(f"--host {runner.host}: hosts.{runner.host}.python ({cfg.python}) lacks the {missing!r} package parity needs; install parity's dependencies there (see pyproject.toml)")
     if not check.ok or not check.stdout.strip().startswith(src + "/"):
         raise InfraError(f"--host {runner.host}: bootstrapped parity does not import from {src}: {check.tail(3)}")
     runner.write_text(stamp_file, want + "\n")
     return [py, "-m", "parity"], src
+
+
+def missing_module(output: str) -> str | None:
+    """The module a failed `python -c "import ..."` could not find, if that was why."""
+    m = re.search(r"ModuleNotFoundError: No module named '([^']+)'", output)
+    return m.group(1) if m else None
+
+
+def _inherit_packages(runner, base_python: str, venv_python: str) -> None:
+    """--system-site-packages gives the venv its base interpreter's packages; when
+    hosts.NAME.python is itself a venv, that base is not it.  A .pth file lists the
+    configured python's own site directories, so the packages it imports are there."""
+    code = "import json, site, sysconfig; print(json.dumps([*site.getsitepackages(), sysconfig.get_paths()['purelib'], sysconfig.get_paths()['platlib']]))"
+    base = runner.run([base_python, "-c", code], timeout=60)
+    _check(runner, base, f"list the site-packages of {base_python}")
+    site = runner.run([venv_python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], timeout=60)
+    _check(runner, site, "locate the venv's site-packages")
+    dirs = list(dict.fromkeys(json.loads(base.stdout.strip().splitlines()[-1])))
+    runner.write_text(f"{site.stdout.strip()}/_parity_base.pth", "".join(d + "\n" for d in dirs))
 
 
 def _check(runner, res, what: str) -> None:

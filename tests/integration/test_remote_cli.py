@@ -8,10 +8,12 @@ import random
 import signal
 import subprocess
 import sys
+import sysconfig
 import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from conftest import REPO
 
@@ -188,3 +190,12 @@ def test_config_show_resolves_on_the_host(ssh_profile):
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["name"] == "smoke-ssh" and "/inputs/" in doc["source_file"] and doc["source_file"] != str(ssh_profile)
+
+
+def test_bootstrapped_venv_sees_the_packages_of_the_hosts_python(ssh_profile):
+    """hosts.local-ssh.python is this test venv's python, itself a venv: --system-site-packages
+    alone would give the remote venv the base interpreter's packages instead of these."""
+    assert parity("--host", "local-ssh", "config", "show", "--profile", str(ssh_profile), "--json").returncode == 0
+    workdir = Path(yaml.safe_load(ssh_profile.read_text())["hosts"]["local-ssh"]["workdir"])
+    (pth,) = workdir.glob("venv/lib/python*/site-packages/_parity_base.pth")
+    assert sysconfig.get_paths()["purelib"] in pth.read_text().splitlines()

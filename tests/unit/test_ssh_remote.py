@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import subprocess
 
+from conftest import DATA
 from parity.config import load_profile, profile_from_dict
-from parity.remote import remote_argv, source_archive, split_root
+from parity.remote import missing_module, remote_argv, source_archive, split_root
 from parity.runners.ssh import inner_script, resolve_host, wrapper_script
 
 
@@ -56,3 +57,9 @@ def test_source_archive_is_stamped_by_content():
 
     names = tarfile.open(fileobj=io.BytesIO(data)).getnames()
     assert "parity/cli.py" in names and "pyproject.toml" in names and not any(n.startswith("tests/") for n in names)
+
+
+def test_missing_module_from_the_bootstrap_import_check():
+    captured = (DATA / "remote" / "import-check-no-typer.out").read_text()
+    assert missing_module(captured) == "typer"
+    assert missing_module("Traceback ...\nAttributeError: module 'yaml' has no attribute 'x'") is None
