@@ -87,14 +87,15 @@ def dry_run(ctx, plan: SnapshotPlan) -> dict:
     commands = []
     for e in plan.engines:
         try:
-            mf = model_for(ctx, e, plan.model)
-        except UsageError as err:
-            mf = f"<{err}>"
+            mf, model_error = model_for(ctx, e, plan.model), None
+        except UsageError as err:  # still show the command, with a placeholder for the file
+            mf, model_error = f"<{err}>", str(err)
         try:
             la = adapter(ctx, e).launch(ctx, e, mf, plan.shape.port, plan.shape, dry=True, model=plan.model)
             eng = ctx.profile.engine(e)
             commands.append({"engine": e, "argv": la.argv, "env": la.env, "unset": la.unset, "ready": f"http://127.0.0.1:{plan.shape.port}{la.ready_path}",
-                             "served_name": la.served_name, "ready_timeout_s": eng.ready_timeout_s, "ready_probe_timeout_s": eng.ready_probe_timeout_s})  # fmt: skip
+                             "served_name": None if model_error else la.served_name, "model_error": model_error,
+                             "ready_timeout_s": eng.ready_timeout_s, "ready_probe_timeout_s": eng.ready_probe_timeout_s})  # fmt: skip
         except UsageError as err:
             commands.append({"engine": e, "error": str(err)})
     return {

@@ -27,7 +27,9 @@ def snapshot(npl, ptok, gen, parallel, ctx_len, engines, model, repeat, no_gates
                     continue
                 env = " ".join(f"{k}={shlex.quote(v)}" for k, v in c["env"].items())
                 unset = " ".join(f"-u {u}" for u in c["unset"])
-                ctx.out.info(f"# {c['engine']} (served as {c['served_name']}; ready: {c['ready']} within {c['ready_timeout_s']:g} s, probes {c['ready_probe_timeout_s']:g} s)")
+                if c["model_error"]:
+                    ctx.out.warn(f"{c['engine']}: {c['model_error']} (a real run stops here)")
+                ctx.out.info(f"# {c['engine']} (served as {c['served_name'] or '?'}; ready: {c['ready']} within {c['ready_timeout_s']:g} s, probes {c['ready_probe_timeout_s']:g} s)")
                 ctx.out.info(f"env {unset} {env} {' '.join(shlex.quote(a) for a in c['argv'])}".replace("env  ", "env "))
             pf = doc["preflight"]
             ctx.out.info(f"preflight: lock {doc['lock_dir']}; gpu: {pf['gpu']}; docker: {pf['docker']}; port {doc['shape']['port']} {'free' if doc['port_free'] else 'IN USE'}")
