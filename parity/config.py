@@ -195,6 +195,7 @@ class BenchConfig:
     ubatch: int = 512
     extra_args: list[str] = field(default_factory=lambda: ["-ngl", "99", "-fa", "on"])
     timeout_s: float = 3600.0
+    retries: int = 3  # reruns while rows that fit are missing from stdout (its logger loses the tail at exit)
 
 
 @dataclass

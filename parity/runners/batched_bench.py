@@ -85,7 +85,7 @@ def check(res, rows: list[dict], npp, ntg, npl, timeout_s: float) -> None:
 class PartialTable(InfraError):
     def __init__(self, msg: str, lost_only: bool = False):
         super().__init__(msg)
-        self.lost_only = lost_only  # only output was lost: worth one retry
+        self.lost_only = lost_only  # only output was lost: worth a retry
 
 
 def split_kv_problem(npp, ntg, npl, b) -> str | None:
@@ -104,6 +104,27 @@ def split_kv_problem(npp, ntg, npl, b) -> str | None:
 def argv(binary: str, model: str, npp, ntg, npl, b) -> list[str]:
     j = lambda xs: ",".join(str(x) for x in xs)  # noqa: E731
     return [binary, "-m", model, "-c", str(b.ctx), "-b", str(b.batch), "-ub", str(b.ubatch), *b.extra_args, "-npp", j(npp), "-ntg", j(ntg), "-npl", j(npl)]
+
+
+def run_complete(runner, cmd: list[str], env: dict, b, npp, ntg, npl, log=None, warn=None):
+    """(result, rows, retried): runs again, up to b.retries times, while the only problem
+    is rows lost from stdout; anything else (a crash, skipped rows) raises at once."""
+    retried: list[str] = []
+    for attempt in range(1 + max(0, b.retries)):
+        res = runner.run(cmd, env=env, timeout=b.timeout_s)
+        if log:
+            log(attempt, res)
+        rows = parse(res.stdout)
+        try:
+            check(res, rows, npp, ntg, npl, b.timeout_s)
+            return res, rows, retried
+        except PartialTable as e:
+            if attempt >= b.retries or not e.lost_only:
+                raise
+            retried.append(str(e))
+            if warn:
+                warn(f"{e}; running it again ({attempt + 1}/{b.retries})")
+    raise AssertionError("unreachable")
 
 
 def run_bench(ctx, engine=None, model=None, npp=None, ntg=None, npl=None, allow_env=()) -> dict:
@@ -134,20 +155,11 @@ def run_bench(ctx, engine=None, model=None, npp=None, ntg=None, npl=None, allow_
         if ctx.run:
             write_hardware(ctx)
             write_builds_json(ctx, [engine])
-        retried = None
-        for attempt in (0, 1):
-            res = ctx.runner.run(cmd, env=env, timeout=b.timeout_s)
+        def log(attempt, res):
             if ctx.run:
-                ctx.run.write_text(f"bench-{engine}{'-retry' if attempt else ''}.log", res.stdout + "\n" + res.stderr)
-            rows = parse(res.stdout)
-            try:
-                check(res, rows, npp, ntg, npl, b.timeout_s)
-                break
-            except PartialTable as e:
-                if attempt or not e.lost_only:
-                    raise
-                retried = str(e)
-                ctx.out.warn(f"{e}; running it once more")
+                ctx.run.write_text(f"bench-{engine}{f'-retry{attempt}' if attempt else ''}.log", res.stdout + "\n" + res.stderr)
+
+        res, rows, retried = run_complete(ctx.runner, cmd, env, b, npp, ntg, npl, log, ctx.out.warn)
     doc = {"kind": "bench", "engine": engine, "model": model or s.model, "command": cmd, "env": env, "rows": rows, "header": parse_header(res.stdout), "retried": retried}
     if ctx.run:
         ctx.run.write_json("bench.json", doc)

@@ -10,7 +10,8 @@ import pytest
 
 from parity.errors import InfraError
 from parity.runners.base import CommandResult
-from parity.runners.batched_bench import PartialTable, check, failure, missing_rows, parse, parse_header
+from parity.config import BenchConfig
+from parity.runners.batched_bench import PartialTable, check, failure, missing_rows, parse, parse_header, run_complete
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "bench"
 
@@ -54,6 +55,47 @@ def test_row_lost_from_stdout_is_a_failure_worth_one_retry():
     with pytest.raises(PartialTable, match=r"rows PP=32 TG=8 B=4 missing from the output although they fit") as e:
         check(res, rows, [32], [8], [1, 2, 4], 60)
     assert e.value.lost_only
+
+
+class _Replay:
+    """A runner that answers with the given results in turn (what llama-batched-bench printed)."""
+
+    def __init__(self, *results):
+        self.results, self.calls = list(results), 0
+
+    def run(self, argv, env=None, timeout=None):
+        self.calls += 1
+        return self.results.pop(0)
+
+
+def _lost_tail(res: CommandResult) -> CommandResult:
+    """The captured complete table with its last row cut off, as the logger loses it at exit."""
+    lines = res.stdout.rstrip("\n").splitlines()
+    last = max(i for i, line in enumerate(lines) if line.startswith("|"))
+    return CommandResult(res.argv, 0, "\n".join(lines[:last]) + "\n", res.stderr, 1.0)
+
+
+def test_lost_rows_are_run_again_until_the_table_is_whole():
+    ok = capture("batched-bench-ok", 0)
+    runner, logs = _Replay(_lost_tail(ok), _lost_tail(ok), ok), []
+    res, rows, retried = run_complete(runner, ["b"], {}, BenchConfig(retries=3), [32, 64], [8], [1, 2], log=lambda a, r: logs.append(a))
+    assert res is ok and len(rows) == 4 and runner.calls == 3 and logs == [0, 1, 2]
+    assert len(retried) == 2 and all("PP=64 TG=8 B=2 missing" in r for r in retried)
+
+
+def test_lost_rows_every_time_fail_after_the_retries():
+    ok = capture("batched-bench-ok", 0)
+    runner = _Replay(*[_lost_tail(ok)] * 3)
+    with pytest.raises(PartialTable, match="3/4 table rows"):
+        run_complete(runner, ["b"], {}, BenchConfig(retries=2), [32, 64], [8], [1, 2])
+    assert runner.calls == 3
+
+
+def test_a_crash_is_not_retried():
+    runner = _Replay(capture("batched-bench-fail", 134), capture("batched-bench-ok", 0))
+    with pytest.raises(PartialTable, match="failed to add token"):
+        run_complete(runner, ["b"], {}, BenchConfig(retries=3), [16, 100], [8], [1, 4])
+    assert runner.calls == 1
 
 
 def test_memory_slot_message_is_recognised():
