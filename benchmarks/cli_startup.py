@@ -3,6 +3,9 @@ sys.executable, and of `python -m parity --help`.  Target: < 200 ms.
 
     python benchmarks/cli_startup.py [--runs 10] [--json]
 
+Two floors are measured next to it, so a slow box can be told from a slow parity:
+the bare interpreter (`python -c pass`) and a one-command typer app's --help.
+
 Over target?  `python -X importtime -m parity --help 2>&1 | sort -t'|' -k2 -n | tail`
 shows what startup imports; make it lazy (import inside the command function).
 """
@@ -16,6 +19,14 @@ import sys
 from pathlib import Path
 
 TARGET_MS = 200.0
+BARE_TYPER = (
+    "import typer\n"
+    "app = typer.Typer(add_completion=False, rich_markup_mode=None)\n"
+    "@app.command()\n"
+    "def hello(name: str = 'x'):\n"
+    "    'Say hello.'\n"
+    "app()\n"
+)
 
 
 def measure(argv: list[str], runs: int) -> list[float]:
@@ -43,15 +54,17 @@ def main() -> int:
         cases = {f"{script} --help": [str(script), "--help"], **cases}
     else:
         print(f"note: no console script at {script}; measuring python -m parity only", file=sys.stderr)
-    results = []
-    for label, argv in cases.items():
+    floors = {"floor: python -c pass": [sys.executable, "-c", "pass"], "floor: one-command typer app --help": [sys.executable, "-c", BARE_TYPER, "--help"]}
+    results, baselines = [], []
+    for label, argv in {**cases, **floors}.items():
         t = measure(argv, args.runs)
-        results.append({"command": label, "runs": args.runs, "median_ms": round(statistics.median(t), 1), "min_ms": round(min(t), 1), "max_ms": round(max(t), 1)})
+        row = {"command": label, "runs": args.runs, "median_ms": round(statistics.median(t), 1), "min_ms": round(min(t), 1), "max_ms": round(max(t), 1)}
+        (baselines if label in floors else results).append(row)
     if args.json:
-        print(json.dumps({"target_ms": TARGET_MS, "results": results}, indent=2))
+        print(json.dumps({"target_ms": TARGET_MS, "results": results, "floors": baselines}, indent=2))
     else:
-        for r in results:
-            verdict = "ok" if r["median_ms"] < TARGET_MS else f"OVER {TARGET_MS:.0f} ms"
+        for r in results + baselines:
+            verdict = "floor" if r in baselines else "ok" if r["median_ms"] < TARGET_MS else f"OVER {TARGET_MS:.0f} ms"
             print(f"{r['median_ms']:7.1f} ms median ({r['min_ms']:.1f}-{r['max_ms']:.1f}, {r['runs']} runs)  {r['command']}  [{verdict}]")
     return 0 if all(r["median_ms"] < TARGET_MS for r in results) else 1
 
