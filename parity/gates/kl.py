@@ -43,6 +43,10 @@ def reference_logits(ctx, engine: str, ref_file: str, text: str) -> Path:
     return logits
 
 
+def _runs(run: dict) -> str:
+    return f", {1 + len(run['retried'])} runs" if run.get("retried") else ""
+
+
 class _KLRunError(ParityError):
     pass
 
@@ -127,7 +131,7 @@ def kl_gate(ctx, candidate: str | None = None, baseline: str | None = None, refe
     data = {"candidate": {**cand, "output": cand_out}, "baseline": base and {**base, "output": base_out}, "logits": str(logits), "text": text, "engine": engine, "reference": reference}
     if not _finite_kld(cand):
         got = f"KLD {cand['stats']['kld'][0]}" if "kld" in cand["stats"] else "-"
-        why = "KLD is not a finite number" if "kld" in cand["stats"] else f"llama-perplexity --kl-divergence gave no KLD ({'timed out' if cand['timed_out'] else 'exit ' + str(cand['rc'])}): {cand['tail']}"
+        why = "KLD is not a finite number" if "kld" in cand["stats"] else f"llama-perplexity --kl-divergence gave no KLD ({'timed out' if cand['timed_out'] else 'exit ' + str(cand['rc'])}{_runs(cand)}): {cand['tail']}"
         return Check(name, "kl", "finite KLD", got, ERROR, why, candidate, path, data=data)
     if base and not _finite_kld(base):
         return Check(name, "kl", "finite baseline KLD", "-", ERROR, f"baseline {baseline} KL run failed or gave no finite KLD (exit {base['rc']}): {base['tail']}", candidate, path, data=data)

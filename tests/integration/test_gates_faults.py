@@ -195,7 +195,8 @@ def test_kl_crash_and_missing_stats(tmp_path, monkeypatch):
     head = tmp_path / "head.txt"
     head.write_text("\n".join((DATA / "ppl-kl-p1.txt").read_text().splitlines()[:12]))
     c = kl_gate(kl_ctx(tmp_path, monkeypatch, f"cat {head}"))  # exit 0 but the statistics never came
-    assert c.status == ERROR and c.data["candidate"]["retried"]
+    assert c.status == ERROR and len(c.data["candidate"]["retried"]) == 3
+    assert "gave no KLD (exit 0, 4 runs)" in c.detail
 
 
 def test_kl_base_logits_failure(tmp_path, monkeypatch):
