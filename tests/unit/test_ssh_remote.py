@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
+import time
+
+import pytest
 
 from conftest import DATA
 from parity.config import load_profile, profile_from_dict
@@ -36,16 +40,40 @@ def test_resolve_host_profile_then_ssh_config(tmp_path, monkeypatch):
     assert resolve_host("plain.example", None).hostname == "plain.example"
 
 
+def _run_wrapper(script: str, **kw) -> subprocess.CompletedProcess:
+    """Run like an ssh channel does: stdin stays open while the command runs (the
+    wrapper's watchdog takes EOF on stdin for a dropped connection and kills the group;
+    with stdin at EOF from the start, e.g. /dev/null under CI, that races the command)."""
+    r, w = os.pipe()
+    try:
+        return subprocess.run(["sh", "-c", script], stdin=r, capture_output=True, text=True, timeout=60, **kw)
+    finally:
+        os.close(r)
+        os.close(w)
+
+
 def test_wrapper_quotes_every_word_and_reports_pgid(tmp_path):
     words = ["a b", "it's", "$(touch pwned)", "`touch pwned2`", "x;y", '"', "*", ""]
-    script = wrapper_script(inner_script(["printf", "%s|", *words], {"V": "$(touch pwned3) 'q'"}, ["HOME"], str(tmp_path)))
-    r = subprocess.run(["sh", "-c", script], capture_output=True, text=True, cwd=tmp_path)
+    r = _run_wrapper(wrapper_script(inner_script(["printf", "%s|", *words], {"V": "$(touch pwned3) 'q'"}, ["HOME"], str(tmp_path))), cwd=tmp_path)
     assert r.returncode == 0 and r.stdout == "|".join(words) + "|"
     assert r.stderr.startswith("__PARITY_PGID__ ")
     assert not list(tmp_path.glob("pwned*"))
-    r = subprocess.run(["sh", "-c", wrapper_script(inner_script(["sh", "-c", "echo \"$V\"; exit 5"], {"V": "a'b"}, [], None))],
-                       capture_output=True, text=True)
+    r = _run_wrapper(wrapper_script(inner_script(["sh", "-c", "echo \"$V\"; exit 5"], {"V": "a'b"}, [], None)))
     assert (r.returncode, r.stdout) == (5, "a'b\n")
+
+
+def test_wrapper_stops_the_command_when_stdin_closes():
+    """EOF on the channel's stdin (the connection dropped) stops the command's group."""
+    script = wrapper_script(inner_script(["sleep", "30"], {}, [], None), grace_s=0.5)
+    p = subprocess.Popen(["sh", "-c", script], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    pgid = int(p.stderr.readline().split()[1])
+    deadline = time.monotonic() + 10
+    while os.getpgid(pgid) != pgid and time.monotonic() < deadline:  # the inner command has its own group
+        time.sleep(0.05)
+    p.stdin.close()
+    assert p.wait(timeout=20) == 143
+    with pytest.raises(ProcessLookupError):
+        os.killpg(pgid, 0)
 
 
 def test_source_archive_is_stamped_by_content():
