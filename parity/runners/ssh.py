@@ -117,7 +117,7 @@ def wrapper_script(inner: str, grace_s: float = 3.0) -> str:
         f"setsid sh -c {q(inner)} 3<&- </dev/null &\n"
         "p=$!\n"
         f"printf '%s %s\\n' {PGID_MARK} \"$p\" >&2\n"
-        "( while read -r _; do :; done; " + kill_group_script('"$p"', grace_s) + " ) <&3 >/dev/null 2>&1 &\n"
+        "( while read -r _; do :; done; " + _await_group('"$p"') + kill_group_script('"$p"', grace_s) + " ) <&3 >/dev/null 2>&1 &\n"
         "w=$!\n"
         "exec 3<&-\n"
         "wait \"$p\"; rc=$?\n"
@@ -125,6 +125,12 @@ def wrapper_script(inner: str, grace_s: float = 3.0) -> str:
         "kill -KILL -\"$p\" 2>/dev/null\n"
         "exit $rc\n"
     )
+
+
+def _await_group(pid: str) -> str:
+    """Until the child has called setsid (or is gone; 5 s at most): stdin can be at EOF
+    before that, and a kill of a group that does not exist yet would miss the command."""
+    return f"i=0; while kill -0 {pid} && ! kill -0 -{pid} && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done 2>/dev/null; "
 
 
 def kill_group_script(pgid: int | str, grace_s: float) -> str:

@@ -42,8 +42,7 @@ def test_resolve_host_profile_then_ssh_config(tmp_path, monkeypatch):
 
 def _run_wrapper(script: str, **kw) -> subprocess.CompletedProcess:
     """Run like an ssh channel does: stdin stays open while the command runs (the
-    wrapper's watchdog takes EOF on stdin for a dropped connection and kills the group;
-    with stdin at EOF from the start, e.g. /dev/null under CI, that races the command)."""
+    wrapper's watchdog takes EOF on stdin for a dropped connection and kills the group)."""
     r, w = os.pipe()
     try:
         return subprocess.run(["sh", "-c", script], stdin=r, capture_output=True, text=True, timeout=60, **kw)
@@ -74,6 +73,15 @@ def test_wrapper_stops_the_command_when_stdin_closes():
     assert p.wait(timeout=20) == 143
     with pytest.raises(ProcessLookupError):
         os.killpg(pgid, 0)
+
+
+def test_wrapper_stops_the_command_when_stdin_is_at_eof_from_the_start():
+    """The watchdog can see EOF before the command has made its own group: it must wait
+    for the group, not kill a group that does not exist yet (missed 16 of 20 before)."""
+    script = wrapper_script(inner_script(["sleep", "30"], {}, [], None), grace_s=0.5)
+    for _ in range(10):
+        r = subprocess.run(["sh", "-c", script], stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=20)
+        assert r.returncode == 143, r.stderr
 
 
 def test_source_archive_is_stamped_by_content():
