@@ -108,6 +108,7 @@ class SourceConfig:
     package: str | None = None  # pypi-sdist: "name==version"
     subdir: str | None = None  # pypi-sdist/archive: where llama.cpp sits inside
     checkout: str | None = None  # git/localai: an existing upstream clone holding the pin (instead of cloning url)
+    fixups: str | None = None  # NNNN-*.patch applied to every engine of this source, stock too, after any series
 
 
 @dataclass
@@ -403,6 +404,7 @@ def _expand_paths(p: Profile) -> None:
     for s in p.sources.values():
         s.path = expand_path(s.path)
         s.checkout = expand_path(s.checkout)
+        s.fixups = expand_path(s.fixups)
     p.lock.dir = expand_path(p.lock.dir) or p.lock.dir
     if p.gates.kl.text:
         p.gates.kl.text = expand_path(p.gates.kl.text)

@@ -122,8 +122,8 @@ def ssh_profile(sshd_server, tmp_path_factory) -> Path:
 def mini_build(tmp_path, monkeypatch):
     """Factory for a profile whose llama engines build tests/data/build/mini-llama (a real
     tiny CMake project with llama.cpp's option and target names) in seconds, into a
-    private PARITY_CACHE.  make(engines=None, series=None) -> profile YAML path;
-    default engines: paged (tests/data/build/mini-series) and stock."""
+    private PARITY_CACHE.  make(engines=None, series=None, fixups=None) -> profile YAML
+    path; default engines: paged (tests/data/build/mini-series) and stock."""
     import shutil
 
     import yaml
@@ -132,7 +132,7 @@ def mini_build(tmp_path, monkeypatch):
     src = tmp_path / "mini-src"
     shutil.copytree(DATA / "build" / "mini-llama", src)
 
-    def make(engines: dict | None = None, series: str | Path | None = None) -> Path:
+    def make(engines: dict | None = None, series: str | Path | None = None, fixups: str | Path | None = None) -> Path:
         targets = ["llama-completion", "test-backend-ops"]
         if engines is None:
             engines = {
@@ -140,6 +140,8 @@ def mini_build(tmp_path, monkeypatch):
                 "stock": {"source": "mini", "targets": targets},
             }
         doc = {"name": "mini", "sources": {"mini": {"kind": "path", "path": str(src)}}, "engines": engines}
+        if fixups:
+            doc["sources"]["mini"]["fixups"] = str(fixups)
         path = tmp_path / "mini-profile.yaml"
         path.write_text(yaml.safe_dump(doc))
         return path

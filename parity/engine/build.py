@@ -1,7 +1,7 @@
 """Build an engine (source + series + CMake) into the cache, once per key.
 
 Cache: <cache>/builds/<key>/{src,build,build.json,build.log,BUILD_OK}.  The
-key hashes the source identity, the series content, the cmake args, the
+key hashes the source identity, its fixups, the series content, the cmake args, the
 targets and the compiler versions, so a rebuild with nothing changed is a
 lookup.  Builds happen in place (binaries carry an rpath to their libs) and
 BUILD_OK is written last: a failed or interrupted build is never "good".
@@ -33,6 +33,7 @@ class BuildPlan:
     source: srcmod.Source
     series_dir: str | None
     series: list[dict]
+    fixups_dir: str | None
     configure: list[str]
     build: list[str]
     targets: list[str]
@@ -89,7 +90,10 @@ def plan(profile: Profile, engine: str, extra_flags: list[str] | None = None, jo
     patches.check_expected_tree(e.expected_tree, f"{profile.source_file}: engines.{engine}")
     flags = [*e.cmake_flags, *(extra_flags or [])]
     tc = toolchain(bool(e.cuda_archs))
+    fixups_dir = profile.sources[e.source].fixups
     key_doc = {"source": src.identity, "series": series, "flags": flags, "archs": e.cuda_archs, "targets": e.targets, "toolchain": tc, "v": 1}
+    if fixups_dir:  # only when set, so the keys of sources without fixups stay what they were
+        key_doc["fixups"] = patches.series_digest(fixups_dir)
     key = hashlib.sha256(json.dumps(key_doc, sort_keys=True).encode()).hexdigest()[:20]
     d = cache_dir() / "builds" / key
     return BuildPlan(
@@ -98,6 +102,7 @@ def plan(profile: Profile, engine: str, extra_flags: list[str] | None = None, jo
         src,
         series_dir,
         series,
+        fixups_dir,
         cmake.configure_argv(str(d / "src"), str(d / "build"), e.cuda_archs, flags),
         cmake.build_argv(str(d / "build"), e.targets, jobs),
         list(e.targets),
@@ -140,7 +145,7 @@ def _build(profile: Profile, p: BuildPlan, runner, out) -> BuildResult:
     pristine = srcmod.materialize(e.source, profile.sources[e.source], runner, out)
     out.info(f"building {p.engine} ({p.key}): copying source from {pristine}")
     srcmod.copy_tree(pristine, p.dir / "src")
-    series = patches.apply_series(runner, str(p.dir / "src"), p.series_dir, e.expected_tree, out)
+    series, fixups = _patch(runner, p, str(p.dir / "src"), e.expected_tree, out)
     # the scratch repo only served the tree hash; without it llama.cpp's build-info does not run git on it
     shutil.rmtree(p.dir / "src" / ".git", ignore_errors=True)
     log_path = p.dir / "build.log"
@@ -172,6 +177,9 @@ def _build(profile: Profile, p: BuildPlan, runner, out) -> BuildResult:
         "tree_before": series.tree_before,
         "tree_after": series.tree_after,
         "expected_tree": e.expected_tree,
+        "fixups_dir": p.fixups_dir,
+        "fixups": fixups.patches,
+        "tree_built": fixups.tree_after,
         "cuda_archs": e.cuda_archs,
         "cmake_configure": p.configure,
         "cmake_build": p.build,
@@ -189,6 +197,12 @@ def _build(profile: Profile, p: BuildPlan, runner, out) -> BuildResult:
     atomic_write_text(p.dir / OK_MARKER, p.key + "\n")
     out.info(f"built {p.engine} in {prov['wall_s']} s -> {bin_dir}")
     return BuildResult(p.engine, p.key, bin_dir, p.dir / "build", prov, False)
+
+
+def _patch(runner, p: BuildPlan, workdir: str, expected_tree: str | None, out) -> tuple[patches.SeriesResult, patches.SeriesResult]:
+    """The engine's series (the mirror invariant is about pin + series), then the source's fixups."""
+    series = patches.apply_series(runner, workdir, p.series_dir, expected_tree, out)
+    return series, patches.apply_series(runner, workdir, p.fixups_dir, None, out, tree_before=series.tree_after)
 
 
 def _compile(p: BuildPlan, runner, out, log, log_path) -> None:
@@ -235,7 +249,7 @@ def llama_engines(profile: Profile) -> list[str]:
 
 
 def check_series(profile: Profile, engine: str, runner, out) -> dict:
-    """Apply the series on a scratch copy of the pin and check the mirror invariant."""
+    """Apply the series (then the fixups) on a scratch copy of the pin and check the mirror invariant."""
     import tempfile
 
     e = profile.engine(engine)
@@ -244,11 +258,13 @@ def check_series(profile: Profile, engine: str, runner, out) -> dict:
     with tempfile.TemporaryDirectory(prefix="parity-series-") as tmp:
         work = Path(tmp) / "src"
         srcmod.copy_tree(pristine, work)
-        res = patches.apply_series(runner, str(work), p.series_dir, e.expected_tree, out)
+        res, fixups = _patch(runner, p, str(work), e.expected_tree, out)
     return {
         "engine": engine,
         "series_dir": p.series_dir,
         "patches": res.patches,
+        "fixups": fixups.patches,
+        "tree_built": fixups.tree_after,
         "tree_before": res.tree_before,
         "tree_after": res.tree_after,
         "expected_tree": e.expected_tree,

@@ -49,9 +49,10 @@ def series_digest(series_dir: str | None) -> list[dict]:
     return [{"name": p.name, "sha256": sha256(p)} for p in list_series(series_dir)]
 
 
-def apply_series(runner, workdir: str, series_dir: str | None, expected_tree: str | None, out=None) -> SeriesResult:
-    """Apply in place (workdir must be a scratch copy). Stops at the first failure."""
-    before = gitmod.tree_hash(runner, workdir)
+def apply_series(runner, workdir: str, series_dir: str | None, expected_tree: str | None, out=None, tree_before: str | None = None) -> SeriesResult:
+    """Apply in place (workdir must be a scratch copy). Stops at the first failure.
+    tree_before: the workdir's tree when the caller already knows it."""
+    before = tree_before or gitmod.tree_hash(runner, workdir)
     applied = []
     for p in list_series(series_dir) if series_dir else []:
         res = gitmod.apply_patch(runner, workdir, str(p))

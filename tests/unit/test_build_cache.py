@@ -82,6 +82,28 @@ def test_series_really_changes_the_build(mini_build):
     assert runs["paged"].stdout == runs["stock"].stdout == "mini completion: 1 args\n"
 
 
+def test_source_fixups_go_into_both_engines_after_the_series(mini_build, tmp_path):
+    fixups = tmp_path / "fixups"
+    shutil.copytree(DATA / "mini-fixups", fixups)
+    plain = load_profile(str(mini_build()))
+    prof = load_profile(str(mini_build(fixups=fixups)))
+    assert {n: build.plan(prof, n).key != build.plan(plain, n).key for n in ("paged", "stock")} == {"paged": True, "stock": True}
+    paged = build.ensure_built(prof, "paged", LocalRunner(), OUT)
+    stock = build.ensure_built(prof, "stock", LocalRunner(), OUT)
+    for b in (paged, stock):
+        assert b"parity-mini-fixup-0001" in (b.bin_dir / "test-backend-ops").read_bytes()
+        assert [f["name"] for f in b.provenance["fixups"]] == ["0001-mini-fixup-id-string-in-test-backend-ops.patch"]
+    plain_paged = build.ensure_built(plain, "paged", LocalRunner(), OUT).provenance
+    # the mirror invariant's tree (pin + series) does not see the fixups; the built tree does
+    assert paged.provenance["tree_after"] == plain_paged["tree_after"] == plain_paged["tree_built"] != paged.provenance["tree_built"]
+    assert stock.provenance["patches"] == [] and stock.provenance["tree_after"] == stock.provenance["tree_before"] != stock.provenance["tree_built"]
+    assert paged.provenance["tree_before"] == stock.provenance["tree_before"]
+    assert b"parity-mini-series-0003" in (paged.bin_dir / "libllama-common.so").read_bytes()
+    p = next(fixups.glob("0001-*.patch"))
+    p.write_text(p.read_text().replace("fixup-0001", "fixup-0002"))
+    assert build.plan(load_profile(str(mini_build(fixups=fixups))), "stock").key != stock.key
+
+
 def test_key_tracks_series_content_and_flags_not_location(mini_build, tmp_path):
     make = mini_build
     prof = load_profile(str(make()))
