@@ -38,8 +38,9 @@ class CompletionRun:
 def is_complete(stdout: bytes) -> bool:
     """llama-completion ends every run with LOG("\\n\\n"), but its async logger is
     never flushed at exit (the singleton is leaked on purpose), so the tail -- or
-    everything -- can be lost: 9 of 40 tiny-model runs here lost some.  A
-    transcript without the final blank line is incomplete."""
+    everything -- can be lost: 9 of 40 tiny-model runs here lost some (the smoke
+    profile's source fixup drains it; other builds may not).  A transcript without
+    the final blank line is incomplete."""
     return stdout.endswith(b"\n\n")
 
 
