@@ -164,12 +164,13 @@ def ensure_remote_parity(runner, out=None) -> tuple[list[str], str]:
         if res.rc == 127:
             raise UsageError(f"--host {runner.host}: remote python {cfg.python!r} not found (hosts.{runner.host}.python)")
         _check(runner, res, "create the venv")
-    _inherit_packages(runner, cfg.python, py)
+    site = runner.run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], timeout=60)
+    _check(runner, site, "locate the venv's site-packages")
+    venv_site = site.stdout.strip()
+    _inherit_packages(runner, cfg.python, venv_site)
     pip = runner.run([py, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index", "-e", src], timeout=600)
     if not pip.ok:  # no setuptools/wheel for an offline build: put the source on the venv's path
-        site = runner.run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], timeout=60)
-        _check(runner, site, "locate the venv's site-packages")
-        runner.write_text(f"{site.stdout.strip()}/_parity_src.pth", src + "\n")
+        runner.write_text(f"{venv_site}/_parity_src.pth", src + "\n")
     check = runner.run([py, "-c", "import parity, typer, yaml, rich; print(parity.__file__)"], cwd=workdir, timeout=60)
     missing = missing_module(check.stdout + check.stderr)
     if missing and missing != "parity":
@@ -186,17 +187,15 @@ def missing_module(output: str) -> str | None:
     return m.group(1) if m else None
 
 
-def _inherit_packages(runner, base_python: str, venv_python: str) -> None:
+def _inherit_packages(runner, base_python: str, venv_site: str) -> None:
     """--system-site-packages gives the venv its base interpreter's packages; when
     hosts.NAME.python is itself a venv, that base is not it.  A .pth file lists the
     configured python's own site directories, so the packages it imports are there."""
     code = "import json, site, sysconfig; print(json.dumps([*site.getsitepackages(), sysconfig.get_paths()['purelib'], sysconfig.get_paths()['platlib']]))"
     base = runner.run([base_python, "-c", code], timeout=60)
     _check(runner, base, f"list the site-packages of {base_python}")
-    site = runner.run([venv_python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], timeout=60)
-    _check(runner, site, "locate the venv's site-packages")
     dirs = list(dict.fromkeys(json.loads(base.stdout.strip().splitlines()[-1])))
-    runner.write_text(f"{site.stdout.strip()}/_parity_base.pth", "".join(d + "\n" for d in dirs))
+    runner.write_text(f"{venv_site}/_parity_base.pth", "".join(d + "\n" for d in dirs))
 
 
 def _check(runner, res, what: str) -> None:
