@@ -1,7 +1,7 @@
 """Load generator overhead: parity's streaming client against a null server.
 
 Starts benchmarks/null_server.py in its own process (vLLM's wire format), then
-drives it with parity.runners.loadgen in this one process: CONCURRENCY workers
+drives it with parity.serving.loadgen in this one process: CONCURRENCY workers
 on keep-alive connections, REQUESTS requests of GEN streamed tokens each.
 Prints streamed chunks/s, requests/s, client CPU seconds, peak RSS and the
 TTFT overhead (client first-chunk arrival - the server's send stamp, p50/p99).
@@ -27,8 +27,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-from parity.metrics import percentile  # noqa: E402
-from parity.runners.loadgen import Target, run_requests  # noqa: E402
+from parity.serving.metrics import percentile  # noqa: E402
+from parity.serving.loadgen import Target, run_requests  # noqa: E402
 from parity.runners.local import LocalRunner  # noqa: E402
 
 AIPERF_CHUNKS_S = 27_000

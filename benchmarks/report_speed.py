@@ -26,7 +26,7 @@ REPEATS = 5
 
 
 def make_run(dst: Path, seed: int, scale: float) -> Path:
-    from parity.runners.snapshot import ROW_KEYS, medians, ratios
+    from parity.serving.snapshot import ROW_KEYS, medians, ratios
 
     shutil.copytree(FIXTURES / "candidate", dst)
     rng = random.Random(seed)

@@ -1,3 +1,3 @@
-from parity.cli import _entry
+from parity.cli import entry
 
-_entry()
+entry()

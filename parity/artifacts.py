@@ -59,10 +59,10 @@ def sha256_file(path: str | Path) -> str:
 
 
 def atomic_write_json(path: Path, obj: Any) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False, default=_json_default) + "\n")
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False, default=json_default) + "\n")
 
 
-def _json_default(o):
+def json_default(o):
     import dataclasses
 
     if dataclasses.is_dataclass(o):
@@ -245,4 +245,4 @@ def _plain(obj: Any) -> Any:
     """Config dataclasses -> plain JSON data."""
     if obj is None:
         return None
-    return json.loads(json.dumps(obj, default=_json_default))
+    return json.loads(json.dumps(obj, default=json_default))

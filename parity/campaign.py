@@ -38,10 +38,10 @@ from parity.errors import ConfigError, ParityError, UsageError
 STEP_KINDS: dict[str, str] = {
     "synth": "parity.models.synth:campaign_step",
     "build": "parity.engine.build:campaign_step",
-    "lock": "parity.lock:campaign_step",
+    "lock": "parity.gpu.lock:campaign_step",
     "gate": "parity.gates.prepost:campaign_step",
-    "snapshot": "parity.runners.snapshot:campaign_step",
-    "bench": "parity.runners.batched_bench:campaign_step",
+    "snapshot": "parity.serving.snapshot:campaign_step",
+    "bench": "parity.serving.batched_bench:campaign_step",
     "profile": "parity.profiles.capture:campaign_step",
     "report": "parity.report.render:campaign_step",
     "shell": "parity.campaign:shell_step",
@@ -229,7 +229,7 @@ def check_resumable(c: Campaign, rd) -> None:
     if m.get("kind") != "campaign" or camp.get("name") != c.name:
         raise UsageError(f"--resume {rd.path}: not a run of campaign {c.name!r} (it is {camp.get('name') or m.get('kind')!r})")
     if m.get("status") == "running" and m.get("hostname") == socket.gethostname() and str(m.get("pid") or "").isdigit():
-        from parity.lock import pid_alive
+        from parity.gpu.lock import pid_alive
 
         pid = int(m["pid"])
         if pid != os.getpid() and pid_alive(pid):
@@ -386,3 +386,74 @@ def _hardware_class(run_dir: str | None) -> str | None:
         return json.loads((Path(run_dir) / "hardware.json").read_text()).get("hardware_class") if run_dir else None
     except (OSError, ValueError, AttributeError):
         return None
+
+
+@dataclass
+class CampaignRequest:
+    """What `parity campaign run` asks for."""
+
+    file: str
+    only: list[str] | None = None
+    resume: str | None = None  # a run dir whose complete steps are skipped
+    dry_run: bool = False
+    vars: dict[str, str] = field(default_factory=dict)
+    profile: str | None = None  # overrides the campaign's profile:
+    host: str | None = None  # --host (the campaign then runs there, no fan-out)
+    argv: list[str] = field(default_factory=list)  # this command line, repeated on each fan-out host
+
+
+def parse_vars(pairs: list[str]) -> dict[str, str]:
+    out = {}
+    for p in pairs:
+        k, sep, v = p.partition("=")
+        if not sep or not k.strip().isidentifier():
+            raise UsageError(f"--var {p!r}: expected NAME=VALUE")
+        out[k.strip()] = v
+    return out
+
+
+def run_request(req: CampaignRequest, open_context: Callable[[str | None], Any]) -> dict:
+    """`parity campaign run`: the plan (dry run), a fan-out over the campaign's hosts, a resumed
+    run or a new one.  open_context(profile) gives the Context (with --host it delegates and exits)."""
+    import os
+
+    from parity.artifacts import RunDir
+    from parity.context import run_session, run_session_existing
+    from parity.remote import DELEGATED_ENV
+
+    c = load_campaign(req.file, req.vars)
+    steps = plan(c, req.only)
+    fanout = bool(c.hosts) and not req.host and not os.environ.get(DELEGATED_ENV)
+    if not fanout:
+        for s in steps:
+            step_function(s.kind, c.source)  # fail early on unavailable kinds
+    if fanout and req.resume:
+        raise UsageError(f"--resume with hosts: fan-out: resume one host's run with `parity --host NAME campaign run {req.file} --resume DIR`")
+    ctx = open_context(req.profile or c.profile)
+    rd = RunDir.open(req.resume) if req.resume else None
+    if rd is not None:
+        check_resumable(c, rd)
+    if req.dry_run:
+        return {
+            "campaign": c.name,
+            "profile": ctx.profile.name,
+            "vars": c.vars,
+            "hosts": c.hosts if fanout else [],
+            "parallel_hosts": c.parallel_hosts if fanout else False,
+            "resume": str(rd.path) if rd else None,
+            "steps": [
+                {"name": s.name, "kind": s.kind, "with": s.options, "on_failure": s.on_failure, "always_run": s.always_run,
+                 "skip": bool(rd and will_skip(s, rd))}
+                for s in steps
+            ],
+        }  # fmt: skip
+    if fanout:
+        with run_session(ctx, "campaign-hosts", f"{c.name}-hosts"):
+            return run_fanout(ctx, c, req.argv)
+    if rd is not None:
+        ctx.run, ctx.run_id = rd, rd.run_id
+        rd.update(status="running", resumed=True, ended=None)
+        with run_session_existing(ctx, rd):
+            return run_campaign(ctx, c, steps, resume=True)
+    with run_session(ctx, "campaign", c.name):
+        return run_campaign(ctx, c, steps)

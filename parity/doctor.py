@@ -153,7 +153,7 @@ def check_nvcc(runner, profile=None, gpu_cc: str | None = None) -> Check:
 
 def gpu_info(runner) -> tuple[list[dict], str]:
     """(gpus, source): NVML first (local only), then nvidia-smi."""
-    from parity import nvidia_smi
+    from parity.gpu import nvidia_smi
 
     notes = []
     if runner.host == "local":
@@ -170,16 +170,16 @@ def gpu_info(runner) -> tuple[list[dict], str]:
 def check_gpu(gpus: list[dict], source: str) -> Check:
     if not gpus:
         return Check("gpu", MISSING, source, "no GPU: CPU builds and CPU smoke runs only; GPU lock idle checks follow lock.nvidia_smi_missing")
-    from parity.hardware import classify
+    from parity.gpu.hardware import classify
 
     desc = "; ".join(f"{g['name']} (cc {g['compute_cap'] or '?'}, {classify(g['compute_cap'])}), driver {g['driver']}" for g in gpus)
     return Check("gpu", OK, f"{desc} via {source}")
 
 
 def check_docker(runner, profile=None) -> Check:
-    from parity import docker_cli
+    from parity.gpu import docker
 
-    st = docker_cli.running(runner)
+    st = docker.running(runner)
     if st.state == "no-cli":
         return Check("docker", MISSING, "not found on PATH", "the idle preflight cannot see docker workers (fine when none run here)")
     if st.state == "no-daemon":
@@ -223,3 +223,8 @@ def run_checks(runner, profile=None) -> list[Check]:
 def report(checks: list[Check]) -> dict:
     counts = {s: sum(c.status == s for c in checks) for s in (OK, DEGRADED, MISSING)}
     return {"checks": [asdict(c) for c in checks], "summary": counts}
+
+
+def diagnose(ctx) -> dict:
+    """`parity doctor`: every capability check, as plain data."""
+    return report(run_checks(ctx.runner, ctx.profile))

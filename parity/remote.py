@@ -246,7 +246,7 @@ def _delegate(runner, argv, local_root: Path, echo_stdout: bool, prefix: str, ou
     if os.environ.get("PARITY_DEBUG"):
         env["PARITY_DEBUG"] = os.environ["PARITY_DEBUG"]
     if runner.cfg.lock_dir:  # the host's own lock dir wins over the profile's lock.dir
-        from parity.lock import LOCK_DIR_ENV
+        from parity.gpu.lock import LOCK_DIR_ENV
 
         env[LOCK_DIR_ENV] = runner.expand(runner.cfg.lock_dir)
 

@@ -303,3 +303,66 @@ def campaign_step(ctx, options: dict) -> dict:
         result[n] = {"key": r.key, "bin_dir": str(r.bin_dir), "cached": r.cached, "tree_after": r.provenance.get("tree_after")}
     write_builds_json(ctx, names)
     return result
+
+
+@dataclass
+class BuildRequest:
+    """What `parity build` asks for.  mode: build | check-series | print | detach | status."""
+
+    engines: list[str] = field(default_factory=list)  # empty: every llama engine of the profile
+    defines: list[str] = field(default_factory=list)  # VAR=VALUE, passed as -DVAR=VALUE
+    mode: str = "build"
+    force: bool = False
+    jobs: int | None = None
+    profile: str | None = None  # how the profile was named (a detached build re-runs with it)
+
+
+def build(ctx, req: BuildRequest):
+    """`parity build`: build (or check, print, detach, poll) the requested engines; plain data back."""
+    from parity.engine import detach as bg
+
+    if req.mode == "status":
+        return bg.detached_status()
+    names = req.engines or llama_engines(ctx.profile)
+    if not names:
+        raise UsageError(f"profile {ctx.profile.name} has no llama engine to build")
+    for n in names:
+        ctx.profile.engine(n)
+    flags = []
+    for d in req.defines:
+        if "=" not in d:
+            raise UsageError(f"-D {d}: expected VAR=VALUE")
+        flags.append(f"-D{d}")
+    if req.mode == "detach":
+        return bg.start_detached(detached_args(req), ctx.runner)
+    if req.mode == "print":
+        plans = []
+        for n in names:
+            p = plan(ctx.profile, n, flags, req.jobs)
+            plans.append({"engine": n, "key": p.key, "dir": str(p.dir), "series_dir": p.series_dir, "patches": p.series, "configure": p.configure, "build": p.build, "cached": (p.dir / OK_MARKER).exists()})
+        return plans
+    if req.mode == "check-series":
+        return [check_series(ctx.profile, n, ctx.runner, ctx.out) for n in names]
+    results = []
+    for n in names:
+        r = ensure_built(ctx.profile, n, ctx.runner, ctx.out, force=req.force, extra_flags=flags, jobs=req.jobs)
+        results.append({"engine": n, "key": r.key, "bin_dir": str(r.bin_dir), "cached": r.cached, "wall_s": r.provenance.get("wall_s"), "tree_after": r.provenance.get("tree_after")})
+    return results
+
+
+def detached_args(req: BuildRequest) -> list[str]:
+    """The same build, as `parity` arguments for the background process."""
+    import os
+
+    args = ["build"]
+    if req.profile:
+        args += ["--profile", os.path.abspath(req.profile) if os.path.exists(req.profile) else req.profile]
+    for n in req.engines:
+        args += ["--engine", n]
+    for d in req.defines:
+        args += ["-D", d]
+    if req.force:
+        args.append("--force")
+    if req.jobs:
+        args += ["-j", str(req.jobs)]
+    return args

@@ -61,7 +61,7 @@ def detached_status() -> list[dict]:
             rc = int(done.read_text().strip() or 1)
             doc["state"], doc["rc"] = ("done" if rc == 0 else "failed"), rc
         else:
-            from parity.lock import pid_alive
+            from parity.gpu.lock import pid_alive
 
             doc["state"] = "running" if pid_alive(doc["pid"]) else "failed"  # failed: died without writing its exit status
         try:

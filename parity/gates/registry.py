@@ -45,11 +45,11 @@ def _read(path: Path) -> dict:
 
 
 def user_entries(path: Path) -> dict[str, list[CanonicalMd5]]:
-    from parity.config import _decode  # typed decoding with the same error messages
+    from parity.config import decode_value  # typed decoding with the same error messages
 
     out = {}
     for model, entries in (_read(path).get("models") or {}).items():
-        decoded = _decode(list[CanonicalMd5], entries, str(path), f"models.{model}")
+        decoded = decode_value(list[CanonicalMd5], entries, str(path), f"models.{model}")
         for i, e in enumerate(decoded):
             if not usable_md5(e.md5):
                 raise ConfigError(str(path), f"models.{model}[{i}].md5", f"not a usable md5: {e.md5!r}")

@@ -6,6 +6,8 @@ docs/CONTRACTS.md) plus buckets.tsv / difference.tsv / comparison.tsv.
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from parity.errors import UsageError
@@ -212,3 +214,61 @@ def write_outputs(directory: Path, doc: dict) -> dict:
 
 def _s(v) -> str:
     return "" if v is None else str(v)
+
+
+_NTG = re.compile(r"ntg[-_]?(\d+)", re.I)
+
+
+def ntg_from_name(path: str) -> int | None:
+    m = _NTG.search(Path(path).name)
+    return int(m.group(1)) if m else None
+
+
+@dataclass
+class AnalyzeRequest:
+    """What `parity profile analyze` asks for: files, an optional second capture and a difference pair."""
+
+    files: list[str]
+    compare: str | None = None
+    diff: tuple[str, str] | None = None  # (LONG, SHORT)
+    ntg_long: int | None = None
+    ntg_short: int | None = None
+    npl: int | None = None
+    window: str | None = None  # "A:B" ms after the first kernel
+    after_nvtx: str | None = None
+    buckets: str | None = None  # bucket table YAML
+    collapsed: bool = False
+
+
+def analyze(ctx, req: AnalyzeRequest) -> dict:
+    """`parity profile analyze`: bucket existing captures into a new run directory's profile/."""
+    from parity.context import run_session
+    from parity.profiles.buckets import load_table_file, table_for
+    from parity.profiles.nsys import parse_window_spec
+
+    p = ctx.profile.profiling
+    table = load_table_file(req.buckets) if req.buckets else table_for(p)
+    win = parse_window_spec(req.window)
+    after_nvtx = req.after_nvtx or p.decode_after_nvtx
+    diff, npl = req.diff, req.npl or p.npl
+    paths = list(req.files)
+    if req.compare:
+        paths.append(req.compare)
+    if diff:
+        paths += [d for d in diff if d not in paths]
+    for f in paths:
+        if not Path(f).exists():
+            raise UsageError(f"{f}: no such file")
+    with run_session(ctx, "profile-analyze", "profile-analyze"):
+        if req.collapsed:
+            ctx.run.update(collapsed=True)
+        caps: dict[str, dict] = {}
+        for f in paths:
+            n = req.ntg_long if diff and f == diff[0] and req.ntg_long else req.ntg_short if diff and f == diff[1] and req.ntg_short else ntg_from_name(f)
+            caps[f] = analyze_file(f, table, label=Path(f).stem, ntg=n, npl=npl, top_unmatched=p.top_unmatched, window_ms=win,
+                                   after_nvtx=after_nvtx, runner=ctx.runner, nsys=p.nsys, collapsed=req.collapsed)  # fmt: skip
+        d = [difference(caps[diff[0]], caps[diff[1]], npl)] if diff else []
+        c = compare(caps[req.files[0]], caps[req.compare]) if req.compare else None
+        doc = build_doc(list(caps.values()), diff=d, comparison=c, bucket_table=table.source)
+        doc["files"] = write_outputs(ctx.run.path / "profile", doc)
+        return {"run_dir": str(ctx.run.path), **doc}

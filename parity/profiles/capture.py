@@ -139,13 +139,13 @@ def _bench_binary(ctx, engine: str, dry: bool) -> str:
 
 
 def _bench_argv(ctx, binary: str, model_file: str, npp: int, ntg: int, npl: int) -> list[str]:
-    from parity.runners.batched_bench import argv
+    from parity.serving.batched_bench import argv
 
     return argv(binary, model_file, [npp], [ntg], [npl], ctx.profile.serving.bench)
 
 
 def _serve_launch(ctx, engine: str, model: str, npl: int, dry: bool):
-    from parity.runners.engines import adapter, model_for
+    from parity.serving.engines import adapter, model_for
 
     s = _serve_shape(ctx, npl)
     # as in snapshot: --model names the served model, and a dry run builds nothing
@@ -177,9 +177,9 @@ def dry_run(ctx, plan: ProfilePlan) -> dict:
 
 def run_profile(ctx, plan: ProfilePlan, allow_env=()) -> dict:
     """Capture every ntg under the GPU lock, export, bucket, difference; write profile/*."""
-    from parity.envpolicy import check_bench_env
-    from parity.hardware import write_hardware
-    from parity.lock import held_lock
+    from parity.serving.envpolicy import check_bench_env
+    from parity.gpu.hardware import write_hardware
+    from parity.gpu.lock import held_lock
     from parity.profiles.analysis import auto_differences, build_doc, write_outputs
     from parity.profiles.buckets import table_for
 
@@ -216,7 +216,7 @@ def run_profile(ctx, plan: ProfilePlan, allow_env=()) -> dict:
 
 def _capture_bench(ctx, c: Capture, plan: ProfilePlan) -> list[dict]:
     """Run nsys around llama-batched-bench; returns the bench table rows (maybe empty, see below)."""
-    from parity.runners import batched_bench
+    from parity.serving import batched_bench
 
     os.makedirs(os.path.dirname(c.out_base), exist_ok=True)
     res = ctx.runner.run(c.argv, env=c.env, unset=c.unset, timeout=ctx.profile.profiling.timeout_s)
@@ -237,8 +237,8 @@ def _capture_bench(ctx, c: Capture, plan: ProfilePlan) -> list[dict]:
 
 
 def _capture_serve(ctx, c: Capture, plan: ProfilePlan) -> list[dict]:
-    from parity.runners.loadgen import Target, drive
-    from parity.runners.server import serving
+    from parity.serving.loadgen import Target, drive
+    from parity.serving.server import serving
 
     e = ctx.profile.engine(c.engine)
     s = _serve_shape(ctx, plan.npl)
@@ -252,6 +252,40 @@ def _capture_serve(ctx, c: Capture, plan: ProfilePlan) -> list[dict]:
     if bad:
         raise InfraError(f"{len(bad)}/{len(recs)} requests failed under the profiler: {bad[0].error or 'wrong completion token count'}")
     return [{"requests": len(recs), "completion_tokens": sum(r.completion_tokens for r in recs)}]
+
+
+@dataclass
+class ProfileRequest:
+    """What `parity profile` asks for; None keeps the profile's profiling settings."""
+
+    graph_node: bool | None = None
+    allow_collapsed: bool = False
+    engine: str | None = None
+    workload: str = "bench"
+    ntgs: list[int] | None = None
+    npl: int | None = None
+    npp: int | None = None
+    model: str | None = None
+    allow_env: list[str] = field(default_factory=list)
+    dry_run: bool = False
+
+
+def profile(ctx, req: ProfileRequest) -> dict:
+    """`parity profile`: the dry-run commands, or captures + analysis in a new run directory."""
+    from parity.context import run_session
+
+    check_graph_node(req.graph_node, req.allow_collapsed)
+    for name, v in (("--npl", req.npl), ("--npp", req.npp)):
+        if v is not None and v <= 0:
+            raise UsageError(f"{name} must be positive")
+    options = dict(engine=req.engine, workload=req.workload, ntgs=req.ntgs, npl=req.npl, npp=req.npp, model=req.model, graph_node=req.graph_node, allow_collapsed=req.allow_collapsed)
+    if req.dry_run:
+        plan = make_plan(ctx, **options, dry=True)
+        return dry_run(ctx, plan)
+    with run_session(ctx, "profile", f"profile-{req.engine or 'default'}-{req.workload}"):
+        plan = make_plan(ctx, **options, out_dir=str(ctx.run.path / "profile"))
+        doc = run_profile(ctx, plan, req.allow_env)
+        return {"run_dir": str(ctx.run.path), **doc}
 
 
 def campaign_step(ctx, options: dict) -> dict:

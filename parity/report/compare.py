@@ -4,9 +4,11 @@ on another hardware class, are refused unless forced (the output says so)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from parity import stats
 from parity.errors import UsageError
-from parity.metrics import direction as metric_direction
+from parity.serving.metrics import direction as metric_direction
 from parity.report.rundata import RunData, gate_problems, load_run, values_by_cell
 
 
@@ -87,3 +89,19 @@ def run_compare(profile, run_a: str, run_b: str, metrics: list[str] | None, forc
     a, b = load_run(run_a), load_run(run_b)
     floor = load_run(noise_floor) if noise_floor else None
     return compare_runs(a, b, metrics or list(profile.stats.metrics), stats.Rule.from_config(profile.stats), force=force, floor=floor)
+
+
+@dataclass
+class CompareRequest:
+    """What `parity compare` asks for: A (control) and B (candidate) run directories."""
+
+    run_a: str
+    run_b: str
+    metrics: list[str] | None = None  # None: stats.metrics
+    noise_floor: str | None = None
+    force: bool = False
+
+
+def compare(ctx, req: CompareRequest) -> dict:
+    """`parity compare`: medians per engine x N x metric with the noise rule's verdict."""
+    return run_compare(ctx.profile, req.run_a, req.run_b, req.metrics, req.force, req.noise_floor)

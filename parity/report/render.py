@@ -31,8 +31,10 @@ RATIO_PLOT_METRICS = ["decode_agg_tps", "agg_tps", "prefill_tps"]
 
 @dataclass
 class ReportRequest:
-    run: str
-    out_dir: str
+    """What `parity report` (or a campaign's report step) asks for."""
+
+    run: str | None = None
+    out_dir: str | None = None  # None: the profile's reports.dir
     phase: int | None = None
     title: str | None = None
     verdict: str | None = None
@@ -43,6 +45,24 @@ class ReportRequest:
     plots: bool = True
     current: bool = False  # the run is the campaign's own, still running
     date: str | None = None
+    rebuild_ledger: bool = False  # regenerate BENCHMARK.md/.csv from the reports in out_dir instead
+
+
+def report(ctx, req: ReportRequest) -> dict:
+    """`parity report`: a dated phase report appended to the ledger (or the ledger rebuilt)."""
+    from dataclasses import replace
+
+    req = replace(req, out_dir=req.out_dir or ctx.profile.reports.dir)
+    if req.rebuild_ledger:
+        from parity.report.ledger import rebuild
+
+        if not Path(req.out_dir).is_dir():
+            raise UsageError(f"--out-dir {req.out_dir}: no such directory")
+        rows = rebuild(Path(req.out_dir))
+        return {"ledger": str(Path(req.out_dir) / "BENCHMARK.md"), "rows": rows}
+    if not req.run:
+        raise UsageError("parity report needs a RUN directory (or --rebuild-ledger)")
+    return render_report(ctx.profile, req)
 
 
 def decide(user: str | None, problems: list[str], ab: dict | None, rule: stats.Rule) -> tuple[str, str]:

@@ -152,17 +152,17 @@ def buckets_section(rd: RunData) -> dict | None:
 
 
 def definitions(names: list[str], summary: dict | None = None) -> tuple[list[list], str | None]:
-    """From parity.metrics (each metric declared once); else the definitions the
+    """From parity.serving.metrics (each metric declared once); else the definitions the
     run recorded in summary.json; else a note."""
     try:
-        from parity.metrics import METRICS
+        from parity.serving.metrics import METRICS
 
         table = {n: (m.unit, m.better, m.formula) for n, m in METRICS.items()}
         note = None
     except ImportError as e:
         recorded = [m for m in (summary or {}).get("metrics") or [] if isinstance(m, dict) and "name" in m]
         table = {m["name"]: (m.get("unit", "-"), m.get("better", "-"), m.get("formula", "-")) for m in recorded}
-        note = f"metric definitions unavailable (parity.metrics: {e})"
+        note = f"metric definitions unavailable (parity.serving.metrics: {e})"
     rows = [[n, *table[n]] for n in names if n in table]
     return rows, (None if rows else note or "no definitions for these metrics")
 

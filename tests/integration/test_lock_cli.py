@@ -80,7 +80,7 @@ def test_standalone_acquire_outlives_process_and_release_rules(tmp_path):
 
 
 def test_release_refuses_a_live_process_unless_forced(tmp_path):
-    import parity.lock as L
+    import parity.gpu.lock as L
 
     d = tmp_path / "lk"
     d.mkdir()

@@ -18,7 +18,7 @@ PROCS = 16
 LIB_WORKER = r"""
 import os, sys, time
 from parity.config import load_profile
-from parity.lock import GpuLock, holding
+from parity.gpu.lock import GpuLock, holding
 from parity.runners.local import LocalRunner
 from parity.ui import Output
 profile, lock_dir, work, cycles = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])

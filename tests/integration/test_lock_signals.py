@@ -19,7 +19,7 @@ LOCKDATA = TESTS / "data" / "lock"
 HOLDER = r"""
 import sys, time
 from parity.config import load_profile
-from parity.lock import GpuLock, holding
+from parity.gpu.lock import GpuLock, holding
 from parity.runners.local import LocalRunner
 from parity.ui import Output
 prof = load_profile(sys.argv[1])

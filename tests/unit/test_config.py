@@ -102,3 +102,18 @@ def test_unknown_model_and_engine_lookups():
     with pytest.raises(ConfigError, match=r"engines.nope: no such engine \(known: paged, stock\)"):
         prof.engine("nope")
 
+
+
+def test_json_schema_accepts_the_embedded_profiles_and_refuses_what_the_loader_refuses(tmp_path):
+    import jsonschema
+    import yaml
+
+    from parity.config import DEFAULTS_DIR, json_schema
+
+    schema = json_schema()
+    for name in available_profiles():
+        jsonschema.validate(yaml.safe_load((DEFAULTS_DIR / f"{name}.yaml").read_text()), schema)
+    with pytest.raises(jsonschema.ValidationError, match="nlp"):
+        jsonschema.validate({"extends": "smoke", "serving": {"nlp": [1]}}, schema)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"serving": {"order": "abc"}}, schema)

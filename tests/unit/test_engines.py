@@ -13,9 +13,9 @@ import pytest
 from parity.config import load_profile
 from parity.context import Context
 from parity.errors import ConfigError, InfraError
-from parity.runners.engines import VLLM_HARNESS_VARS, Launch, adapter, model_for
+from parity.serving.engines import VLLM_HARNESS_VARS, Launch, adapter, model_for
 from parity.runners.local import LocalRunner
-from parity.runners.server import check_port, parse_proc_net_tcp, serving
+from parity.serving.server import check_port, parse_proc_net_tcp, serving
 from parity.ui import Output
 
 FAKE_VLLM = Path(__file__).resolve().parent.parent / "fakes" / "bin" / "vllm"
@@ -171,7 +171,7 @@ def test_vllm_model_path_missing_makes_fake_exit_like_vllm(tmp_path):
 def test_snapshot_step_checks_numbers_like_the_cli(tmp_path, options, message):
     """A campaign's snapshot step goes through the same checks as `parity snapshot` (before any server)."""
     from parity.errors import UsageError
-    from parity.runners.snapshot import campaign_step
+    from parity.serving.snapshot import campaign_step
 
     with pytest.raises(UsageError, match=message):
         campaign_step(make_ctx(tmp_path), dict(options))
@@ -180,7 +180,7 @@ def test_snapshot_step_checks_numbers_like_the_cli(tmp_path, options, message):
 @pytest.mark.parametrize("options,message", [({"npl": [0]}, "--npl: expected positive integers"), ({"npp": [32, -1]}, "--npp: expected positive integers")])
 def test_bench_step_checks_numbers_like_the_cli(tmp_path, options, message):
     from parity.errors import UsageError
-    from parity.runners.batched_bench import campaign_step
+    from parity.serving.batched_bench import campaign_step
 
     with pytest.raises(UsageError, match=message):
         campaign_step(make_ctx(tmp_path), dict(options))
@@ -191,7 +191,7 @@ def test_server_closing_mid_answer_is_a_failed_probe(tmp_path):
     ending in the not-ready InfraError, never an escaping protocol error."""
     import threading
 
-    from parity.runners.server import wait_ready
+    from parity.serving.server import wait_ready
 
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
@@ -228,7 +228,7 @@ def test_profile_serve_capture_keeps_the_launch_and_the_model_name(tmp_path, mon
     metrics path and engine name survive, and --model names the served model as in snapshot."""
     import contextlib
 
-    import parity.runners.server as server
+    import parity.serving.server as server
     from parity.profiles import capture as cap
 
     ctx = make_ctx(tmp_path, "models:\n  other: {path: x.gguf, vllm_path: /w/other, served_name: other-served}\n")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from parity.hardware import inventory, write_hardware
+from parity.gpu.hardware import inventory, write_hardware
 from parity.runners.local import LocalRunner
 
 FAKES = Path(__file__).resolve().parent.parent / "fakes" / "bin"

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from parity import docker_cli, nvidia_smi
-from parity.hardware import classify, parse_cpuinfo, parse_lscpu, parse_meminfo_mib, render
+from parity.gpu import docker, nvidia_smi
+from parity.gpu.hardware import classify, parse_cpuinfo, parse_lscpu, parse_meminfo_mib, render
 
 HW = Path(__file__).resolve().parent.parent / "data" / "hw"
 
@@ -83,20 +83,20 @@ def test_classify(cc, cls):
 
 
 def test_docker_ps_no_daemon_captured_here():
-    st = docker_cli.parse_ps(int(text("docker-ps-no-daemon.rc")), text("docker-ps-no-daemon.stdout"), text("docker-ps-no-daemon.stderr"))
+    st = docker.parse_ps(int(text("docker-ps-no-daemon.rc")), text("docker-ps-no-daemon.stdout"), text("docker-ps-no-daemon.stderr"))
     assert st.state == "no-daemon" and "Cannot connect to the Docker daemon" in st.note and st.containers == []
 
 
 def test_docker_ps_running_and_filter():
-    st = docker_cli.parse_ps(0, text("docker-ps-busy-doc.txt"), "")
+    st = docker.parse_ps(0, text("docker-ps-busy-doc.txt"), "")
     assert st.state == "ok" and st.containers == ["local-ai-worker-1", "srv_redis_1"]
-    assert docker_cli.matching(st, "local-ai-worker") == ["local-ai-worker-1"]
-    assert docker_cli.matching(st, "localai/") == ["local-ai-worker-1"]  # the image matches too
-    assert docker_cli.matching(st, None) == ["local-ai-worker-1", "srv_redis_1"]
-    other = docker_cli.parse_ps(0, text("docker-ps-other-doc.txt"), "")
-    assert docker_cli.matching(other, "local-ai-worker") == []
-    assert docker_cli.parse_ps(0, text("docker-ps-none.txt"), "").containers == []
-    denied = docker_cli.parse_ps(1, "", "permission denied while trying to connect to the Docker daemon socket at unix:///var/run/docker.sock: ...")
+    assert docker.matching(st, "local-ai-worker") == ["local-ai-worker-1"]
+    assert docker.matching(st, "localai/") == ["local-ai-worker-1"]  # the image matches too
+    assert docker.matching(st, None) == ["local-ai-worker-1", "srv_redis_1"]
+    other = docker.parse_ps(0, text("docker-ps-other-doc.txt"), "")
+    assert docker.matching(other, "local-ai-worker") == []
+    assert docker.parse_ps(0, text("docker-ps-none.txt"), "").containers == []
+    denied = docker.parse_ps(1, "", "permission denied while trying to connect to the Docker daemon socket at unix:///var/run/docker.sock: ...")
     assert denied.state == "no-access"
 
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from parity.runners.http import BodyDecoder, Connection, HttpError, SSEParser, parse_head
-from parity.runners.loadgen import Target, build_prompts, drive, run_requests
+from parity.serving.http import BodyDecoder, Connection, HttpError, SSEParser, parse_head
+from parity.serving.loadgen import Target, build_prompts, drive, run_requests
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "serving"
 FAKE_VLLM = Path(__file__).resolve().parent.parent / "fakes" / "bin" / "vllm"
@@ -50,7 +50,7 @@ def test_chunked_sse_stream_of_llama_server_in_any_split(step):
 
 
 def test_fast_path_gives_the_same_events_as_the_general_parsers():
-    from parity.runners.http import simple_sse_chunks
+    from parity.serving.http import simple_sse_chunks
 
     _, headers, body = split_response((DATA / "llama-server-stream.raw").read_bytes())
     general, _ = decode_events(headers, body, 1 << 20)
@@ -151,7 +151,7 @@ def test_prompts_start_with_distinct_nonces_and_have_exact_length(fake_vllm):
 
 
 def test_short_response_is_flagged_not_valid(fake_vllm):
-    from parity.metrics import compute
+    from parity.serving.metrics import compute
 
     t = fake_vllm(FAKE_VLLM_SHORT="2")
     recs = drive(t, 3, 8, 6, 30)

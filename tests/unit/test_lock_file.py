@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-import parity.lock as L
+import parity.gpu.lock as L
 from parity.config import LockConfig
 from parity.errors import UsageError
 

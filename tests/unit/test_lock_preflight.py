@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-import parity.lock as L
+import parity.gpu.lock as L
 from parity.config import LockConfig, load_profile
 from parity.errors import InfraError
-from parity.preflight import preflight
+from parity.gpu.preflight import preflight
 from parity.runners.local import LocalRunner
 from parity.ui import Output
 

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from parity.metrics import METRICS, RequestRecord, compute, definitions, percentile, render_definitions
+from parity.serving.metrics import METRICS, RequestRecord, compute, definitions, percentile, render_definitions
 
 
 def rec(send, first, gap, tokens, gen=None, prompt=10, error=None):

@@ -11,7 +11,8 @@ import types
 
 import pytest
 
-from parity import doctor, nvidia_smi
+from parity import doctor
+from parity.gpu import nvidia_smi
 from parity.runners.local import LocalRunner
 
 

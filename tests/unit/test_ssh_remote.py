@@ -92,7 +92,7 @@ def test_source_archive_is_stamped_by_content():
     import tarfile
 
     names = tarfile.open(fileobj=io.BytesIO(data)).getnames()
-    assert "parity/cli.py" in names and "pyproject.toml" in names and not any(n.startswith("tests/") for n in names)
+    assert "parity/cli/__init__.py" in names and "pyproject.toml" in names and not any(n.startswith("tests/") for n in names)
 
 
 def test_missing_module_from_the_bootstrap_import_check():

@@ -11,8 +11,8 @@ import time
 from contextlib import contextmanager
 
 from parity.errors import InfraError
-from parity.runners.engines import Launch
-from parity.runners.http import HttpError
+from parity.serving.engines import Launch
+from parity.serving.http import HttpError
 
 
 def port_free(port: int, host: str = "127.0.0.1") -> bool:
@@ -83,7 +83,7 @@ def log_tail(path: str | None, n: int = 15) -> str:
 
 
 def _probe(port: int, path: str, timeout: float) -> tuple[int, object]:
-    from parity.runners.http import request_json
+    from parity.serving.http import request_json
 
     return asyncio.run(request_json("127.0.0.1", port, "GET", path, None, timeout))
 
@@ -128,7 +128,7 @@ def scrape(port: int, path: str | None, timeout: float = 10.0) -> str | None:
     """The server's metrics text (None when it has no such endpoint or fails)."""
     if not path:
         return None
-    from parity.runners.http import request_text
+    from parity.serving.http import request_text
 
     try:
         status, text = asyncio.run(request_text("127.0.0.1", port, path, timeout))

@@ -1,5 +1,6 @@
-"""parity CLI: thin typer app.  Commands live in parity/commands/*.py and only
-parse, call one function, render.  Heavy modules are imported inside commands."""
+"""parity CLI: a thin typer app.  One module per command group (parity/cli/*.py):
+each parses options, builds one typed request, calls one domain function and
+renders its result.  Heavy modules are imported inside the commands."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import typer
 from parity import __version__
 
 COMMAND_MODULES = [
-    "config_cmd",
+    "config",
     "doctor",
     "models",
     "build",
@@ -71,7 +72,7 @@ def root(
 
 
 for _name in COMMAND_MODULES:
-    __import__(f"parity.commands.{_name}", fromlist=["register"]).register(app)
+    __import__(f"parity.cli.{_name}", fromlist=["register"]).register(app)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -146,5 +147,5 @@ def _one_line(msg: str) -> None:
     sys.stderr.write(f"parity: error: {msg}\n")
 
 
-def _entry() -> None:  # pragma: no cover
+def entry() -> None:  # pragma: no cover
     sys.exit(main())

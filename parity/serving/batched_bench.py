@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 
 from parity.config import positive_int
 from parity.errors import InfraError, UsageError
@@ -127,12 +128,33 @@ def run_complete(runner, cmd: list[str], env: dict, b, npp, ntg, npl, log=None, 
     raise AssertionError("unreachable")
 
 
+@dataclass
+class BenchRequest:
+    """What `parity bench` (or a campaign's bench step) asks for; None keeps serving.bench's value."""
+
+    engine: str | None = None
+    model: str | None = None
+    npp: list[int] | None = None
+    ntg: list[int] | None = None
+    npl: list[int] | None = None
+    allow_env: list[str] = field(default_factory=list)
+
+
+def bench(ctx, req: BenchRequest) -> dict:
+    """`parity bench`: a run directory with bench.json."""
+    from parity.context import run_session
+
+    with run_session(ctx, "bench", "bench"):
+        doc = run_bench(ctx, req.engine, req.model, req.npp, req.ntg, req.npl, req.allow_env)
+        return {"run_dir": str(ctx.run.path), **doc}
+
+
 def run_bench(ctx, engine=None, model=None, npp=None, ntg=None, npl=None, allow_env=()) -> dict:
     from parity.engine.build import tool_path, write_builds_json
-    from parity.envpolicy import check_bench_env
+    from parity.serving.envpolicy import check_bench_env
     from parity.gates.run import path_env, resolve_model
-    from parity.hardware import write_hardware
-    from parity.lock import held_lock
+    from parity.gpu.hardware import write_hardware
+    from parity.gpu.lock import held_lock
 
     s = ctx.profile.serving
     b = s.bench
@@ -171,5 +193,6 @@ def campaign_step(ctx, options: dict) -> dict:
     from parity.campaign import check_step_options
 
     check_step_options("bench", options, {"engine", "model", "npp", "ntg", "npl", "allow_env"})
-    doc = run_bench(ctx, options.get("engine"), options.get("model"), options.get("npp"), options.get("ntg"), options.get("npl"), options.get("allow_env", ()))
+    req = BenchRequest(**options)
+    doc = run_bench(ctx, req.engine, req.model, req.npp, req.ntg, req.npl, req.allow_env or ())
     return {"engine": doc["engine"], "rows": doc["rows"]}

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from parity import nvidia_smi
+from parity.gpu import nvidia_smi
 
 # compute-capability major -> class; 8.x and 7.x split on the minor below
 _MAJOR = {12: "gb10_or_workstation_blackwell", 11: "thor_blackwell", 10: "datacenter_blackwell", 9: "hopper"}
@@ -155,4 +155,23 @@ def write_hardware(ctx) -> dict:
     expected = ctx.profile.hardware_class
     if expected and info["hardware_class"] != expected:
         ctx.out.warn(f"hardware_class is {info['hardware_class']}, the profile expects {expected}: numbers are not comparable with that class")
+    return info
+
+
+def hw(ctx, out_dir: str | None = None) -> dict:
+    """`parity hw`: the inventory; with out_dir, also hardware.txt + hardware.json there."""
+    info = inventory(ctx.runner)
+    if out_dir:
+        from pathlib import Path
+
+        from parity.artifacts import atomic_write_json, atomic_write_text
+        from parity.errors import UsageError
+
+        d = Path(out_dir)
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise UsageError(f"--out {out_dir}: {e.strerror}") from None
+        atomic_write_text(d / "hardware.txt", render(info))
+        atomic_write_json(d / "hardware.json", info)
     return info

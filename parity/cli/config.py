@@ -1,4 +1,4 @@
-"""parity config show"""
+"""parity config show|list|schema -> parity.config.as_dict / available_profiles / json_schema"""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from parity.commands.common import JsonOpt, ProfileOpt
+from parity.cli.common import JsonOpt, ProfileOpt
 
 
 def register(app: typer.Typer) -> None:
@@ -16,13 +16,12 @@ def register(app: typer.Typer) -> None:
     @config_app.command("show")
     def show(profile: Optional[str] = ProfileOpt, json: bool = JsonOpt):
         """Print the resolved profile (embedded defaults + your file)."""
-        import dataclasses
-
-        from parity.commands.common import make_context
+        from parity.cli.common import make_context
+        from parity.config import as_dict
 
         ctx = make_context(profile, json)  # with --host: shows the profile as the remote resolves it
         prof, out = ctx.profile, ctx.out
-        data = dataclasses.asdict(prof)
+        data = as_dict(prof)
 
         def human():
             import yaml
@@ -40,3 +39,22 @@ def register(app: typer.Typer) -> None:
 
         names = available_profiles()
         Output(json).emit(names, lambda: print("\n".join(names)))
+
+    @config_app.command("schema")
+    def schema(out: Optional[str] = typer.Option(None, "--out", "-o", metavar="FILE", help="Write it to FILE instead of stdout.")):
+        """JSON Schema of a profile file, for editors (e.g. `# yaml-language-server: $schema=FILE`)."""
+        import json as jsonlib
+
+        from parity.config import json_schema
+
+        text = jsonlib.dumps(json_schema(), indent=2, sort_keys=True) + "\n"
+        if out is None:
+            print(text, end="")
+            return
+        from parity.artifacts import atomic_write_text
+        from parity.errors import UsageError
+
+        try:
+            atomic_write_text(__import__("pathlib").Path(out), text)
+        except OSError as e:
+            raise UsageError(f"--out {out}: {e.strerror}") from None

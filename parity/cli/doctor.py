@@ -1,4 +1,4 @@
-"""parity doctor"""
+"""parity doctor -> parity.doctor.diagnose"""
 
 from __future__ import annotations
 
@@ -6,22 +6,21 @@ from typing import Optional
 
 import typer
 
-from parity.commands.common import JsonOpt, ProfileOpt
+from parity.cli.common import JsonOpt, ProfileOpt
 
 
 def register(app: typer.Typer) -> None:
     @app.command("doctor")
     def doctor(profile: Optional[str] = ProfileOpt, json: bool = JsonOpt):
         """What this machine has for each capability (ok / missing / degraded) and what that means."""
-        from parity.commands.common import make_context
-        from parity.doctor import report, run_checks
+        from parity.cli.common import make_context
+        from parity.doctor import diagnose
 
         ctx = make_context(profile, json)
-        checks = run_checks(ctx.runner, ctx.profile)
-        data = report(checks)
+        data = diagnose(ctx)
 
         def human():
-            ctx.out.table("parity doctor", ["capability", "status", "found", "consequence"], [[c.name, c.status, c.found, c.consequence] for c in checks])
+            ctx.out.table("parity doctor", ["capability", "status", "found", "consequence"], [[c["name"], c["status"], c["found"], c["consequence"]] for c in data["checks"]])
             s = data["summary"]
             ctx.out.info(f"{s['ok']} ok, {s['degraded']} degraded, {s['missing']} missing")
 

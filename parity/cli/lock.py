@@ -1,4 +1,4 @@
-"""parity lock status|acquire|release|wait|run"""
+"""parity lock status|acquire|release|wait|run -> parity.gpu.lock_commands.<subcommand>"""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import List, Optional
 
 import typer
 
-from parity.commands.common import JsonOpt, ProfileOpt
+from parity.cli.common import JsonOpt, ProfileOpt
 
 LockDirOpt = typer.Option(None, "--lock-dir", metavar="DIR", help="Lock directory (default: the profile's lock.dir, ~/gpu_bench_lock).")
 TimeoutOpt = typer.Option(None, "--timeout", metavar="S", help="Give up after S seconds (default: lock.timeout_s, 2 h).")
@@ -19,9 +19,19 @@ def register(app: typer.Typer) -> None:
     @lk.command("status")
     def status(lock_dir: Optional[str] = LockDirOpt, profile: Optional[str] = ProfileOpt, json: bool = JsonOpt):
         """Who holds the lock, since when; and whether the GPU is idle."""
-        from parity.lock_cli import status as impl
+        doc, ctx = _call("status", profile, json, lock_dir=lock_dir)
+        pf, lock = doc["preflight"], ctx.profile.lock
 
-        raise typer.Exit(impl(lock_dir, profile, json))
+        def human():
+            ctx.out.info(f"lock {doc['dir']}: {doc['description']}")
+            if doc["raw"]:
+                ctx.out.info(f"  owner file: {doc['raw']}")
+            ctx.out.info(f"gpu: {pf['gpu']}")
+            ctx.out.info(f"docker: {pf['docker']}")
+            verdict = "free and idle now" if doc["free_and_idle_now"] else "busy"
+            ctx.out.info(f"verdict: {verdict} (a wait needs {lock.idle_checks} consecutive free+idle checks, lock.poll_s {lock.poll_s:g} s apart)")
+
+        ctx.out.emit(doc, human)
 
     @lk.command("acquire")
     def acquire(
@@ -35,9 +45,8 @@ def register(app: typer.Typer) -> None:
         json: bool = JsonOpt,
     ):
         """Take the lock for a standalone owner (waits for free + idle GPU)."""
-        from parity.lock_cli import acquire as impl
-
-        raise typer.Exit(impl(owner, pid, break_stale, no_wait, lock_dir, timeout, profile, json))
+        doc, ctx = _call("acquire", profile, json, owner=owner, pid=pid, break_stale=break_stale, no_wait=no_wait, lock_dir=lock_dir, timeout=timeout)
+        ctx.out.emit(doc, lambda: ctx.out.info(f"acquired {doc['dir']}: {doc['owner']} (held {doc['lasts']})"))
 
     @lk.command("release")
     def release(
@@ -48,9 +57,11 @@ def register(app: typer.Typer) -> None:
         json: bool = JsonOpt,
     ):
         """Write `FREE released-by-<who> <epoch>` to the owner file."""
-        from parity.lock_cli import release as impl
-
-        raise typer.Exit(impl(owner, force, lock_dir, profile, json))
+        doc, ctx = _call("release", profile, json, owner=owner, force=force, lock_dir=lock_dir)
+        if doc["released"]:
+            ctx.out.emit(doc, lambda: ctx.out.info(f"released {doc['dir']} (was {doc['description']})"))
+        else:
+            ctx.out.emit(doc, lambda: ctx.out.info(f"{doc['dir']} is already {doc['description']}"))
 
     @lk.command("wait")
     def wait(
@@ -61,9 +72,8 @@ def register(app: typer.Typer) -> None:
         json: bool = JsonOpt,
     ):
         """Wait until the lock is free and the GPU idle (lock.idle_checks consecutive checks); take nothing."""
-        from parity.lock_cli import wait as impl
-
-        raise typer.Exit(impl(lock_dir, timeout, break_stale, profile, json))
+        doc, ctx = _call("wait", profile, json, lock_dir=lock_dir, timeout=timeout, break_stale=break_stale)
+        ctx.out.emit(doc, lambda: ctx.out.info(f"{doc['dir']}: free and GPU idle ({ctx.profile.lock.idle_checks} consecutive checks); nothing taken"))
 
     @lk.command("run", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
     def run(
@@ -75,6 +85,16 @@ def register(app: typer.Typer) -> None:
         json: bool = JsonOpt,
     ):
         """Hold the lock (after the idle preflight) exactly while CMD runs; exit with its code."""
-        from parity.lock_cli import run as impl
+        doc, ctx = _call("run", profile, json, command=list(cmd), break_stale=break_stale, lock_dir=lock_dir, timeout=timeout)
+        if json:
+            ctx.out.emit(doc)
+        raise typer.Exit(doc["rc"])
 
-        raise typer.Exit(impl(cmd, break_stale, lock_dir, timeout, profile, json))
+
+def _call(name: str, profile, json_mode: bool, **options):
+    """Build the LockRequest, call parity.gpu.lock_commands.<name>; (result, context)."""
+    from parity.cli.common import make_context
+    from parity.gpu import lock_commands
+
+    ctx = make_context(profile, json_mode)
+    return getattr(lock_commands, name)(ctx, lock_commands.LockRequest(**options)), ctx

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from parity.errors import InfraError
-from parity.metrics import RequestRecord
-from parity.runners.http import Connection, HttpError, request_json
+from parity.serving.metrics import RequestRecord
+from parity.serving.http import Connection, HttpError, request_json
 
 FILLER = (
     "The paged engine schedules decode first, then admits prefill within a budget, "

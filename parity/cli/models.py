@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from parity.commands.common import JsonOpt, ProfileOpt
+from parity.cli.common import JsonOpt, ProfileOpt
 
 
 def register(app: typer.Typer) -> None:
@@ -31,7 +31,7 @@ def register(app: typer.Typer) -> None:
         json: bool = JsonOpt,
     ):
         """Write a small deterministic GGUF (byte-level vocab, random weights); same options, same sha256."""
-        from parity.commands.common import make_context
+        from parity.cli.common import make_context
         from parity.models import spec_from_options
         from parity.models.synth import write_model
 
@@ -45,7 +45,7 @@ def register(app: typer.Typer) -> None:
     @models.command("list")
     def list_(profile: Optional[str] = ProfileOpt, json: bool = JsonOpt):
         """The profile's models: path, whether the file exists, how it is made."""
-        from parity.commands.common import make_context
+        from parity.cli.common import make_context
         from parity.models import model_rows
 
         ctx = make_context(profile, json)

@@ -3,7 +3,7 @@
 A tool that cannot answer (no nvidia-smi, a docker client without a daemon) is
 reported in words and judged by policy (lock.nvidia_smi_missing /
 lock.docker_no_daemon: idle | busy), never a crash.  The lock's own state is
-judged by parity.lock; wait_and_acquire combines both."""
+judged by parity.gpu.lock; wait_and_acquire combines both."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from parity.config import LockConfig
 
 
 def gpu_check(runner, cfg: LockConfig) -> dict:
-    from parity import nvidia_smi
+    from parity.gpu import nvidia_smi
 
     apps, src = nvidia_smi.compute_apps(runner)
     if apps is None:
@@ -25,11 +25,11 @@ def gpu_check(runner, cfg: LockConfig) -> dict:
 
 
 def docker_check(runner, cfg: LockConfig) -> dict:
-    from parity import docker_cli
+    from parity.gpu import docker
 
-    d = docker_cli.running(runner)
+    d = docker.running(runner)
     if d.state == "ok":
-        busy = docker_cli.matching(d, cfg.docker_filter)
+        busy = docker.matching(d, cfg.docker_filter)
         what = f"containers matching {cfg.docker_filter!r}" if cfg.docker_filter else "running containers"
         note = f"busy: {', '.join(busy)}" if busy else f"no {what} ({len(d.containers)} running)"
         return {"idle": not busy, "state": d.state, "containers": d.containers, "busy": busy, "note": note}

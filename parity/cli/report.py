@@ -1,4 +1,4 @@
-"""parity report / parity compare"""
+"""parity compare -> parity.report.compare.compare; parity report -> parity.report.render.report"""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import List, Optional
 
 import typer
 
-from parity.commands.common import JsonOpt, ProfileOpt
+from parity.cli.common import JsonOpt, ProfileOpt
 
 
 def register(app: typer.Typer) -> None:
@@ -22,9 +22,25 @@ def register(app: typer.Typer) -> None:
         json: bool = JsonOpt,
     ):
         """A vs B medians per engine x N x metric, with the noise rule's verdict."""
-        from parity.report.cli_impl import compare as impl
+        from parity.cli.common import make_context
+        from parity.report.compare import CompareRequest, check_regressions
+        from parity.report.compare import compare as run
+        from parity.report.sections import fmt, pct
 
-        raise typer.Exit(impl(run_a, run_b, metric, noise_floor, force, fail_on_regression, profile, json))
+        ctx = make_context(profile, json)
+        doc = run(ctx, CompareRequest(run_a=run_a, run_b=run_b, metrics=metric or None, noise_floor=noise_floor, force=force))
+
+        def human():
+            if doc["forced"]:
+                ctx.out.warn("FORCED: " + "; ".join(doc["force_reasons"]))
+            rows = [[r["engine"], r["n"], r["metric"], fmt(r["a_median"]), fmt(r["b_median"]), f"{r['a_repeats']}/{r['b_repeats']}", pct(r["delta_pct"]), f"{r['threshold_pct']:.2f}%", r["verdict"]] for r in doc["rows"]]
+            ctx.out.table(f"A {doc['a_run']} vs B {doc['b_run']}", ["engine", "N", "metric", "A", "B", "repeats", "delta", "threshold", "verdict"], rows)
+            c = doc["counts"]
+            ctx.out.info(f"verdict: {doc['verdict']} ({c['improved']} improved, {c['regressed']} regressed, {c['within noise']} within noise); rule: {doc['rule']['text']}")
+
+        ctx.out.emit(doc, human)
+        if fail_on_regression:
+            check_regressions(doc["rows"])  # after the table: the user sees what regressed
 
     @app.command("report")
     def report(
@@ -43,6 +59,21 @@ def register(app: typer.Typer) -> None:
         json: bool = JsonOpt,
     ):
         """Dated phase report (markdown + plots) for a run, appended to the ledger."""
-        from parity.report.cli_impl import report as impl
+        from parity.cli.common import make_context
+        from parity.report.render import ReportRequest
+        from parity.report.render import report as render
 
-        raise typer.Exit(impl(run, phase, title, verdict, compare_run, noise_floor, metric, out_dir, force, no_plots, rebuild_ledger, profile, json))
+        ctx = make_context(profile, json)
+        req = ReportRequest(run=run, out_dir=out_dir, phase=phase, title=title, verdict=verdict, compare=compare_run, noise_floor=noise_floor,
+                            metrics=metric or None, force=force, plots=not no_plots, rebuild_ledger=rebuild_ledger)  # fmt: skip
+        doc = render(ctx, req)
+
+        def human():
+            if rebuild_ledger:
+                return ctx.out.info(f"ledger rebuilt: {len(doc['rows'])} reports -> {doc['ledger']}")
+            if doc["forced"]:
+                ctx.out.warn("the A/B was forced: see the report's Summary")
+            ctx.out.info(f"Phase{doc['phase']} {doc['verdict']}: {doc['verdict_rule']}")
+            ctx.out.info(f"-> {doc['report']} ({len(doc['plots'])} plots); ledger {doc['ledger']}")
+
+        ctx.out.emit(doc, human)

@@ -1,4 +1,4 @@
-"""parity gate"""
+"""parity gate -> parity.gates.gate.gate"""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from parity.commands.common import JsonOpt, ProfileOpt
+from parity.cli.common import JsonOpt, ProfileOpt
 
 
 def register(app: typer.Typer) -> None:
@@ -26,6 +26,21 @@ def register(app: typer.Typer) -> None:
         json: bool = JsonOpt,
     ):
         """Correctness gates: greedy md5 per path, op-oracle, KL band."""
-        from parity.gates.cli_impl import run
+        from parity.cli.common import make_context, parse_str_list
+        from parity.errors import EXIT_GATE
+        from parity.gates.gate import GateRequest
+        from parity.gates.gate import gate as run
 
-        raise typer.Exit(run(model, path, ops, backend, kl, engine, expect, form, record, registry, profile, json))
+        ctx = make_context(profile, json)
+        req = GateRequest(model=model, path=path, ops=parse_str_list(ops), backend=backend, kl=kl, engine=engine, expect=expect, form=form, record=record, registry=registry)
+        doc = run(ctx, req)
+
+        def human():
+            ctx.out.info(f"gates {'GREEN' if doc['green'] else 'RED'} ({doc['status']}) -> {doc['run_dir']}")
+            for r in doc["recorded"]:
+                ctx.out.info(f"recorded canonical md5 in {r}")
+            if doc["record_error"]:
+                ctx.out.info(f"not recorded: {doc['record_error']}")
+
+        ctx.out.emit(doc, human)
+        raise typer.Exit(0 if doc["green"] else EXIT_GATE)

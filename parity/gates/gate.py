@@ -1,10 +1,27 @@
-"""Logic behind `parity gate`."""
+"""`parity gate`: check a request, run the gate set in a run directory, record canonical md5s."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
-from parity.errors import EXIT_GATE, GateFailed, UsageError
+from parity.errors import GateFailed, UsageError
+
+
+@dataclass
+class GateRequest:
+    """What `parity gate` asks for; None keeps the profile's gates settings."""
+
+    model: str | None = None
+    path: str | None = None
+    ops: list[str] | None = None  # ['none'] runs no op check
+    backend: str | None = None
+    kl: bool = False
+    engine: str | None = None
+    expect: str | None = None
+    form: str | None = None
+    record: bool = False
+    registry: str | None = None
 
 
 def _validate(ctx, model, path, engine, expect, form, ops) -> None:
@@ -48,42 +65,43 @@ def _record(ctx, result: dict, form: str, registry_file: str | None) -> list[str
     return written
 
 
-def run(model, path, ops, backend, kl, engine, expect, form, record, registry_file, profile, json_mode) -> int:
-    from parity.commands.common import make_context, parse_str_list
+def gate(ctx, req: GateRequest) -> dict:
+    """The gate set in a new run directory; the run is marked invalid unless green."""
     from parity.context import run_session
     from parity.gates.prepost import GateSpec, run_gate_set, write_summary
 
-    ctx = make_context(profile, json_mode)
-    op_list = parse_str_list(ops)
-    _validate(ctx, model, path, engine, expect, form, op_list)
+    op_list = req.ops
+    _validate(ctx, req.model, req.path, req.engine, req.expect, req.form, op_list)
     if op_list == ["none"]:
         op_list = []
-    if registry_file:
-        ctx.vars["registry"] = registry_file
+    if req.registry:
+        ctx.vars["registry"] = req.registry
     spec = GateSpec.from_profile(
         ctx.profile,
-        models=[model] if model else None,
-        paths=[path] if path else None,
+        models=[req.model] if req.model else None,
+        paths=[req.path] if req.path else None,
         ops=op_list,
-        kl=kl or None,
-        engine=engine,
-        expect=expect,
-        form=form,
-        backend=backend,
+        kl=req.kl or None,
+        engine=req.engine,
+        expect=req.expect,
+        form=req.form,
+        backend=req.backend,
     )
-    with run_session(ctx, "gate", f"gate-{Path(model).stem if model else 'default'}"):
+    with run_session(ctx, "gate", f"gate-{Path(req.model).stem if req.model else 'default'}"):
         result = run_gate_set(ctx, spec, "gate")
         write_summary(ctx, {"gate": result})
         recorded, record_error = [], None
-        if record:
+        if req.record:
             try:
-                recorded = _record(ctx, result, form or ctx.profile.gates.form, registry_file)
+                recorded = _record(ctx, result, req.form or ctx.profile.gates.form, req.registry)
             except GateFailed as e:
                 record_error = str(e)
         # a recorded proposal settles the md5 checks that had no expectation yet
         unsettled = [c["check"] for c in result["checks"] if c["status"] in ("fail", "error") and not (recorded and c["data"].get("no_expectation"))]
         green = not unsettled and result["status"] != "not-run" and not record_error
-        doc = {
+        if not green:
+            ctx.run.mark_invalid(f"gate not green: {', '.join(unsettled) or record_error or result['status']}")
+        return {
             "run_dir": str(ctx.run.path),
             "status": result["status"],
             "green": green,
@@ -91,16 +109,3 @@ def run(model, path, ops, backend, kl, engine, expect, form, record, registry_fi
             "recorded": recorded,
             "record_error": record_error,
         }
-
-        def human():
-            ctx.out.info(f"gates {'GREEN' if green else 'RED'} ({result['status']}) -> {ctx.run.path}")
-            for r in recorded:
-                ctx.out.info(f"recorded canonical md5 in {r}")
-            if record_error:
-                ctx.out.info(f"not recorded: {record_error}")
-
-        ctx.out.emit(doc, human)
-        if not green:
-            ctx.run.mark_invalid(f"gate not green: {', '.join(unsettled) or record_error or result['status']}")
-            return EXIT_GATE
-    return 0

@@ -4,7 +4,7 @@ An adapter turns (profile engine, model, port, serving shape) into a Launch:
 argv, env overrides, names to unset, readiness URL, served model name, the
 /tokenize dialect and the metrics endpoint to scrape.  Adapters register by
 name (engine.kind) in ADAPTERS; the lifecycle (port check, spawn, ready, stop)
-is written once in parity.runners.server."""
+is written once in parity.serving.server."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from parity.config import positive_int
 from parity.errors import InfraError, UsageError
@@ -25,14 +25,33 @@ class SnapshotPlan:
     order: list[tuple[int, str]]  # (repeat, engine) in execution order
 
 
-def make_plan(ctx, npl=None, engines=None, model=None, repeat=None, **shape) -> SnapshotPlan:
-    shape = {("ctx" if k == "ctx_len" else k): v for k, v in shape.items()}
+@dataclass
+class SnapshotRequest:
+    """What `parity snapshot` (or a campaign's snapshot step) asks for; None keeps the profile's value."""
+
+    npl: list[int] | None = None
+    engines: list[str] | None = None
+    model: str | None = None
+    repeat: int | None = None
+    ptok: int | None = None
+    gen: int | None = None
+    parallel: int | None = None
+    ctx: int | None = None
+    order: str | None = None
+    gates: bool = True
+    allow_env: list[str] = field(default_factory=list)
+    dry_run: bool = False
+
+
+def make_plan(ctx, req: SnapshotRequest) -> SnapshotPlan:
     s = ctx.profile.serving
-    over = {k: v for k, v in shape.items() if v is not None}
+    over = {k: getattr(req, k) for k in ("ptok", "gen", "parallel", "ctx", "order") if getattr(req, k) is not None}
     # here, not in the CLI: campaign steps come through this function too
-    for key, v in (("repeat", repeat), *((k, over.get(k)) for k in ("ptok", "gen", "parallel", "ctx"))):
+    for key in ("repeat", "ptok", "gen", "parallel", "ctx"):
+        v = getattr(req, key)
         if v is not None and not positive_int(v):
             raise UsageError(f"--{key} must be positive")
+    npl, engines = req.npl, req.engines
     if npl is not None and not (npl and all(map(positive_int, npl))):
         raise UsageError(f"--npl: expected positive integers, got {npl!r}")
     if over.get("order", "abab") not in ("abab", "abba", "aabb"):
@@ -49,12 +68,27 @@ def make_plan(ctx, npl=None, engines=None, model=None, repeat=None, **shape) -> 
         ctx.profile.engine(e)
     if s.parallel < max(s.npl) and any(ctx.profile.engine(e).kind == "llama" for e in engines):
         raise UsageError(f"N={max(s.npl)} exceeds --parallel {s.parallel}: llama-server would queue requests; raise --parallel")
-    model = model or s.model
+    model = req.model or s.model
     if not model:
         raise UsageError("no model to serve (serving.model or --model)")
-    repeat = repeat or s.repeat
+    repeat = req.repeat or s.repeat
     ref = s.reference_engine if s.reference_engine in engines else (engines[-1] if len(engines) > 1 else None)
     return SnapshotPlan(model, list(engines), ref, list(s.npl), repeat, s, run_order(list(engines), repeat, s.order))
+
+
+def snapshot(ctx, req: SnapshotRequest) -> dict:
+    """`parity snapshot`: the dry-run plan, or a run directory with the gated sweep's summary."""
+    from parity.context import run_session
+
+    plan = make_plan(ctx, req)
+    if req.dry_run:
+        check_env(ctx, plan, req.allow_env)
+        return dry_run(ctx, plan)
+    with run_session(ctx, "snapshot", f"snapshot-{plan.model}"):
+        if not req.gates:
+            ctx.run.mark_invalid("ungated: --no-gates")
+        doc = run_snapshot(ctx, plan, gates=req.gates, allow_env=req.allow_env)
+        return {"run_dir": str(ctx.run.path), **doc}
 
 
 def run_order(engines: list[str], repeat: int, order: str) -> list[tuple[int, str]]:
@@ -69,9 +103,9 @@ def run_order(engines: list[str], repeat: int, order: str) -> list[tuple[int, st
     return out
 
 
-def _check_env(ctx, plan: SnapshotPlan, allow_env) -> None:
-    from parity.envpolicy import check_bench_env
-    from parity.runners.engines import adapter
+def check_env(ctx, plan: SnapshotPlan, allow_env) -> None:
+    from parity.serving.envpolicy import check_bench_env
+    from parity.serving.engines import adapter
 
     for e in plan.engines:
         env = adapter(ctx, e).env(ctx, e)
@@ -79,10 +113,10 @@ def _check_env(ctx, plan: SnapshotPlan, allow_env) -> None:
 
 
 def dry_run(ctx, plan: SnapshotPlan) -> dict:
-    from parity.lock import preflight
-    from parity.metrics import definitions
-    from parity.runners.engines import adapter, model_for
-    from parity.runners.server import port_free
+    from parity.gpu.lock import preflight
+    from parity.serving.metrics import definitions
+    from parity.serving.engines import adapter, model_for
+    from parity.serving.server import port_free
 
     commands = []
     for e in plan.engines:
@@ -114,10 +148,10 @@ def dry_run(ctx, plan: SnapshotPlan) -> dict:
 
 
 def _sweep_engine(ctx, plan, engine, rep, prog, task) -> list[dict]:
-    from parity.metrics import compute
-    from parity.runners import loadgen
-    from parity.runners.engines import adapter, model_for
-    from parity.runners.server import scrape, serving
+    from parity.serving.metrics import compute
+    from parity.serving import loadgen
+    from parity.serving.engines import adapter, model_for
+    from parity.serving.server import scrape, serving
 
     s = plan.shape
     e = ctx.profile.engine(engine)
@@ -186,7 +220,7 @@ def ratios(med: list[dict], reference: str | None) -> list[dict]:
 
 
 def write_summary(ctx, plan: SnapshotPlan, rows: list[dict]) -> dict:
-    from parity.metrics import definitions
+    from parity.serving.metrics import definitions
 
     med = medians(rows)
     rat = ratios(med, plan.reference)
@@ -216,10 +250,10 @@ def write_summary(ctx, plan: SnapshotPlan, rows: list[dict]) -> dict:
 def run_snapshot(ctx, plan: SnapshotPlan, gates: bool = True, allow_env=()) -> dict:
     from parity.engine.build import write_builds_json
     from parity.gates.prepost import gated
-    from parity.hardware import write_hardware
-    from parity.lock import held_lock
+    from parity.gpu.hardware import write_hardware
+    from parity.gpu.lock import held_lock
 
-    _check_env(ctx, plan, allow_env)
+    check_env(ctx, plan, allow_env)
     with held_lock(ctx):
         write_hardware(ctx)  # before any server starts (Phase 24)
         write_builds_json(ctx, [e for e in plan.engines if ctx.profile.engine(e).kind == "llama"])
@@ -243,10 +277,8 @@ def campaign_step(ctx, options: dict) -> dict:
     from parity.campaign import check_step_options
 
     check_step_options("snapshot", options, {"npl", "engines", "model", "repeat", "ptok", "gen", "parallel", "ctx", "order", "gates", "allow_env"})
-    gates = bool(options.pop("gates", False))  # campaigns usually run gate steps around it
-    allow = options.pop("allow_env", [])
-    if "ctx" in options:
-        options["ctx_len"] = options.pop("ctx")
-    plan = make_plan(ctx, **options)
-    doc = run_snapshot(ctx, plan, gates=gates, allow_env=allow)
+    options = {"gates": False, **options}  # campaigns usually run gate steps around it
+    options["gates"] = bool(options["gates"])
+    req = SnapshotRequest(**options)
+    doc = run_snapshot(ctx, make_plan(ctx, req), gates=req.gates, allow_env=req.allow_env)
     return {"medians": doc["medians"], "ratios": doc["ratios"]}

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from parity.config import LockConfig
 from parity.errors import InfraError, UsageError
-from parity.preflight import preflight  # noqa: F401  (public: parity.lock.preflight)
+from parity.gpu.preflight import preflight  # noqa: F401  (public: parity.gpu.lock.preflight)
 
 ENV_HELD = "PARITY_GPU_LOCK"  # "<dir>\t<owner record>" inherited by the children of a holder
 AUTO, BREAK = "auto", "break-stale"

@@ -1,0 +1,92 @@
+"""parity snapshot / parity bench -> parity.serving.snapshot.snapshot / parity.serving.batched_bench.bench"""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+import typer
+
+from parity.cli.common import JsonOpt, ProfileOpt
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("snapshot")
+    def snapshot(
+        npl: Optional[str] = typer.Option(None, "--npl", metavar="N,...", help="Concurrency levels (default: serving.npl)."),
+        ptok: Optional[int] = typer.Option(None, "--ptok", help="Prompt tokens per request."),
+        gen: Optional[int] = typer.Option(None, "--gen", help="Generated tokens per request."),
+        parallel: Optional[int] = typer.Option(None, "--parallel", help="llama-server --parallel."),
+        ctx_len: Optional[int] = typer.Option(None, "--ctx", help="llama-server -c."),
+        engines: Optional[str] = typer.Option(None, "--engines", metavar="A,B", help="Engines in session order (default: serving.engines)."),
+        model: Optional[str] = typer.Option(None, "--model", "-m", help="Model name (default: serving.model)."),
+        repeat: Optional[int] = typer.Option(None, "--repeat", help="Repeats; >1 gives the noise floor (medians, ratios of medians)."),
+        order: Optional[str] = typer.Option(None, "--order", help="Engine order across repeats: abab, abba or aabb (default: serving.order)."),
+        no_gates: bool = typer.Option(False, "--no-gates", help="Skip pre/post gates (the run is marked ungated)."),
+        allow_env: Optional[List[str]] = typer.Option(None, "--allow-env", metavar="NAME", help="Allow a forbidden bench env knob."),
+        dry_run: bool = typer.Option(False, "--dry-run", help="Print every resolved command, env and the preflight; start nothing."),
+        profile: Optional[str] = ProfileOpt,
+        json: bool = JsonOpt,
+    ):
+        """Same-session serving sweep: every engine over every N, gated, locked."""
+        from parity.cli.common import make_context, parse_int_list, parse_str_list
+        from parity.serving.snapshot import SnapshotRequest
+        from parity.serving.snapshot import snapshot as run
+
+        ctx = make_context(profile, json)
+        req = SnapshotRequest(
+            npl=parse_int_list(npl, "--npl"), engines=parse_str_list(engines), model=model, repeat=repeat, ptok=ptok, gen=gen,
+            parallel=parallel, ctx=ctx_len, order=order, gates=not no_gates, allow_env=allow_env or [], dry_run=dry_run,
+        )  # fmt: skip
+        doc = run(ctx, req)
+        ctx.out.emit(doc, lambda: (render_plan if dry_run else render_summary)(ctx.out, doc))
+
+    @app.command("bench")
+    def bench(
+        npp: Optional[str] = typer.Option(None, "--npp", metavar="N,...", help="Prompt lengths (default: serving.bench.npp)."),
+        ntg: Optional[str] = typer.Option(None, "--ntg", metavar="N,...", help="Generated tokens."),
+        npl: Optional[str] = typer.Option(None, "--npl", metavar="N,...", help="Parallel sequences."),
+        engine: Optional[str] = typer.Option(None, "--engine", "-e", help="Engine (default: the first serving engine)."),
+        model: Optional[str] = typer.Option(None, "--model", "-m", help="Model (default: serving.model)."),
+        allow_env: Optional[List[str]] = typer.Option(None, "--allow-env", metavar="NAME"),
+        profile: Optional[str] = ProfileOpt,
+        json: bool = JsonOpt,
+    ):
+        """llama-batched-bench (PP/TG/B table) into bench.json."""
+        from parity.cli.common import make_context, parse_int_list
+        from parity.serving.batched_bench import BenchRequest
+        from parity.serving.batched_bench import bench as run
+
+        ctx = make_context(profile, json)
+        req = BenchRequest(npp=parse_int_list(npp, "--npp"), ntg=parse_int_list(ntg, "--ntg"), npl=parse_int_list(npl, "--npl"), engine=engine, model=model, allow_env=allow_env or [])
+        doc = run(ctx, req)
+        rows = [[r["pp"], r["tg"], r["b"], r["n_kv"], r["t_pp"], r["s_pp"], r["t_tg"], r["s_tg"], r["t"], r["s"]] for r in doc["rows"]]
+        ctx.out.emit(doc, lambda: ctx.out.table(f"llama-batched-bench ({doc['engine']})", ["PP", "TG", "B", "N_KV", "T_PP s", "S_PP t/s", "T_TG s", "S_TG t/s", "T s", "S t/s"], rows))
+
+
+def render_plan(out, doc: dict) -> None:
+    import shlex
+
+    out.info(f"snapshot plan: model {doc['model']}, engines {', '.join(doc['engines'])}, N {doc['npl']}, repeat {doc['repeat']}, order {' '.join(doc['order'])}")
+    for c in doc["commands"]:
+        if "error" in c:
+            out.info(f"# {c['engine']}: {c['error']}")
+            continue
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in c["env"].items())
+        unset = " ".join(f"-u {u}" for u in c["unset"])
+        if c["model_error"]:
+            out.warn(f"{c['engine']}: {c['model_error']} (a real run stops here)")
+        out.info(f"# {c['engine']} (served as {c['served_name'] or '?'}; ready: {c['ready']} within {c['ready_timeout_s']:g} s, probes {c['ready_probe_timeout_s']:g} s)")
+        out.info(f"env {unset} {env} {' '.join(shlex.quote(a) for a in c['argv'])}".replace("env  ", "env "))
+    pf = doc["preflight"]
+    out.info(f"preflight: lock {doc['lock_dir']}; gpu: {pf['gpu']}; docker: {pf['docker']}; port {doc['shape']['port']} {'free' if doc['port_free'] else 'IN USE'}")
+
+
+def render_summary(out, doc: dict) -> None:
+    from parity.serving.metrics import render_definitions
+
+    rows = [[m["engine"], m["n"], m["repeats"], m["decode_agg_tps"], m["agg_tps"], m["prefill_tps"], m["ttft_p50_ms"]] for m in doc["medians"]]
+    out.table("medians", ["engine", "N", "repeats", "decode_agg t/s", "agg t/s", "prefill t/s", "TTFT p50 ms"], rows)
+    for r in doc["ratios"]:
+        out.info(f"{r['engine']}/{r['reference']} N={r['n']}: decode_agg {r['decode_agg_tps']}, agg {r['agg_tps']}, prefill {r['prefill_tps']}, TTFT p50 {r['ttft_p50_ms']}")
+    out.info(render_definitions(["decode_agg_tps", "agg_tps", "prefill_tps", "ttft_p50_ms"]))
+    out.info(f"-> {doc['run_dir']}")

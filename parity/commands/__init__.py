@@ -1,1 +1,0 @@
-"""CLI command groups; each module has register(app) and stays import-light."""

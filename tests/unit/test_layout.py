@@ -1,0 +1,105 @@
+"""The package's shape (issue: one shape for every command): no module reaches into
+another module's private names, no *_impl/*_cli glue modules, and README's Layout map
+names, for every command, a cli module and a domain function that exist."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import re
+from pathlib import Path
+
+import typer
+
+ROOT = Path(__file__).resolve().parents[2]
+PKG = ROOT / "parity"
+
+
+def _module_of(path: Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _is_module(dotted: str) -> bool:
+    p = ROOT.joinpath(*dotted.split("."))
+    return p.with_suffix(".py").exists() or (p / "__init__.py").exists()
+
+
+def private_reaches(source: str, module: str) -> list[str]:
+    """`from other import _x` and `other_module._x` in one module's source."""
+    found = []
+    tree = ast.parse(source)
+    modules: set[str] = set()  # local names bound to parity modules
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module.split(".")[0] == "parity":
+            for a in node.names:
+                if a.name.startswith("_") and not a.name.startswith("__") and node.module != module:
+                    found.append(f"from {node.module} import {a.name}")
+                if _is_module(f"{node.module}.{a.name}"):
+                    modules.add(a.asname or a.name)
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.split(".")[0] == "parity" and a.asname:
+                    modules.add(a.asname)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules:
+            if node.attr.startswith("_") and not node.attr.startswith("__"):
+                found.append(f"{node.value.id}.{node.attr}")
+    return found
+
+
+def test_the_scanner_finds_both_kinds_of_reach():
+    src = "from parity.config import _decode\nfrom parity.gpu import lock\nlock._stamp(1)\nfrom parity.config import load_profile\n"
+    assert private_reaches(src, "parity.x") == ["from parity.config import _decode", "lock._stamp"]
+    assert private_reaches("from parity.config import _decode\n", "parity.config") == []
+
+
+def test_no_module_imports_a_private_name_of_another():
+    bad = {}
+    for path in sorted(PKG.rglob("*.py")):
+        hits = private_reaches(path.read_text(), _module_of(path))
+        if hits:
+            bad[str(path.relative_to(ROOT))] = hits
+    assert bad == {}
+
+
+def test_no_glue_modules_outside_the_cli_package():
+    glue = [str(p.relative_to(ROOT)) for p in PKG.rglob("*.py") if re.search(r"(_impl|_cli|^cli_impl)\.py$", p.name)]
+    assert glue == []
+    assert not (PKG / "commands").exists()
+
+
+def _commands(group: typer.Typer, prefix: str = "") -> list[str]:
+    cmd = typer.main.get_command(group)
+    out = []
+    for name, sub in cmd.commands.items():
+        full = f"{prefix}{name}"
+        if hasattr(sub, "commands"):
+            if getattr(sub, "invoke_without_command", False):
+                out.append(full)
+            out += [f"{full} {n}" for n in sub.commands]
+        else:
+            out.append(full)
+    return out
+
+
+def test_readme_layout_maps_every_command_to_an_existing_domain_function():
+    from parity.cli import app
+
+    rows = {}
+    for line in (ROOT / "README.md").read_text().splitlines():
+        m = re.match(r"\|\s*`parity ([a-z ]+)`\s*\|\s*`(cli/[a-z_]+\.py)`\s*\|\s*`(parity\.[a-z_.]+)`\s*\|", line)
+        if m:
+            rows[m.group(1).strip()] = (m.group(2), m.group(3))
+    commands = _commands(app)
+    assert sorted(commands) == sorted(rows), "README's Layout map and `parity --help` disagree"
+    for command, (cli_module, target) in rows.items():
+        assert (PKG / cli_module).exists(), cli_module
+        mod, _, fn = target.rpartition(".")
+        assert callable(getattr(importlib.import_module(mod), fn)), target
+        # the cli module calls that function: its module and name appear in the source
+        src = (PKG / cli_module).read_text()
+        assert mod in src and fn in src, f"{cli_module} does not call {target}"
