@@ -144,6 +144,7 @@ class EngineConfig:
     max_model_len: int = 4096
     max_num_seqs: int = 256
     tensor_parallel_size: int = 1
+    dtype: str | None = None  # vllm serve --dtype (float32 serves the same weights as an f32 GGUF)
     extra_args: list[str] = field(default_factory=list)
 
 
@@ -200,6 +201,24 @@ class BenchConfig:
 
 
 @dataclass
+class WarmupConfig:
+    requests: int = 8  # the users' harness: h2h -n 8 --gen 16 with its own nonce, discarded
+    gen: int = 16
+
+
+@dataclass
+class OutputParityConfig:
+    """Greedy outputs of every serving engine on the same prompts, compared token by token."""
+
+    enabled: bool = False
+    prompts: list[str] = field(default_factory=lambda: ["The capital of France is", "Once upon a time", "def fibonacci(n):"])
+    gen: int = 16
+    top_logprobs: int = 5
+    min_agreement: float = 1.0  # share of generated tokens that must agree with the reference engine
+    max_kl: float = 0.05  # bound on the mean KL divergence of the top-k distributions (nats)
+
+
+@dataclass
 class ServingConfig:
     model: str = ""
     engines: list[str] = field(default_factory=list)
@@ -217,6 +236,14 @@ class ServingConfig:
     request_timeout_s: float = 600.0
     server_args: list[str] = field(default_factory=lambda: ["-ngl", "99", "-fa", "on"])
     bench: BenchConfig = field(default_factory=BenchConfig)
+    prompt: Literal["tokens", "words"] = "tokens"  # exact PTOK token ids, or PTOK filler words like h2h
+    warmup: WarmupConfig = field(default_factory=WarmupConfig)
+    min_window_s: float = 0.5  # a point whose wall or decode window is shorter is invalid
+    invalid_tolerance: float = 0.0  # share of invalid requests a point may have and still count
+    settle_s: float = 3.0  # after stopping an engine: at least this long (the harness sleeps 3-5 s)
+    settle_timeout_s: float = 120.0  # ... and until memory is back within settle_tolerance_mib of before
+    settle_tolerance_mib: int = 1024
+    output_parity: OutputParityConfig = field(default_factory=OutputParityConfig)
 
 
 @dataclass
@@ -259,7 +286,7 @@ class StatsConfig:
     min_delta_pct: float = 2.0
     noise_k: float = 3.0
     require_consistent_direction: bool = True
-    metrics: list[str] = field(default_factory=lambda: ["decode_agg_tps", "agg_tps", "prefill_tps", "ttft_p50_ms"])
+    metrics: list[str] = field(default_factory=lambda: ["decode_agg_tps", "decode_perseq_tps", "agg_tps", "ttft_mean_ms"])  # the users' headline set
     confidence: float = 0.95  # rank-based CI shown beside each A/B delta (informative, not part of the rule)
 
 
@@ -481,9 +508,19 @@ def validate(p: Profile, label: str) -> None:
         vals = getattr(s, key)
         if not vals or any(v <= 0 for v in vals):
             raise ConfigError(label, f"serving.{key}", "must be a non-empty list of positive integers")
-    for key in ("ptok", "gen", "parallel", "ctx", "repeat"):
+    for key in ("ptok", "gen", "parallel", "ctx", "repeat", "request_timeout_s", "settle_timeout_s"):
         if getattr(s, key) <= 0:
             raise ConfigError(label, f"serving.{key}", "must be positive")
+    for key in ("min_window_s", "settle_s", "settle_tolerance_mib"):
+        if getattr(s, key) < 0:
+            raise ConfigError(label, f"serving.{key}", "must not be negative")
+    if not 0 <= s.invalid_tolerance < 1:
+        raise ConfigError(label, "serving.invalid_tolerance", "must be a share in [0, 1)")
+    if s.warmup.requests < 0 or s.warmup.gen <= 0:
+        raise ConfigError(label, "serving.warmup", "requests must be >= 0 (0: no warmup) and gen positive")
+    op = s.output_parity
+    if op.enabled and (not op.prompts or op.gen <= 0 or op.top_logprobs < 1 or not 0 <= op.min_agreement <= 1 or op.max_kl < 0):
+        raise ConfigError(label, "serving.output_parity", "needs prompts, gen > 0, top_logprobs >= 1, min_agreement in [0, 1], max_kl >= 0")
     for m in p.gates.models:
         if m not in p.models:
             raise ConfigError(label, "gates.models", f"unknown model {m!r}")

@@ -6,6 +6,7 @@ EXIT_USAGE = 2  # bad input: config, arguments, unreachable host, missing file
 EXIT_GATE = 3  # a correctness gate is red
 EXIT_INFRA = 4  # infrastructure: build failed, server never ready, lock timeout
 EXIT_REGRESSION = 5  # performance regression beyond the noise rule
+EXIT_INVALID = 6  # a measurement broke a validity rule (its numbers are written, marked invalid)
 EXIT_INTERRUPTED = 130
 
 
@@ -38,6 +39,10 @@ class InfraError(ParityError):
 
 class RegressionDetected(ParityError):
     exit_code = EXIT_REGRESSION
+
+
+class InvalidMeasurement(ParityError):
+    exit_code = EXIT_INVALID
 
 
 class Interrupted(ParityError):

@@ -39,6 +39,10 @@ def register(app: typer.Typer) -> None:
         )  # fmt: skip
         doc = run(ctx, req)
         ctx.out.emit(doc, lambda: (render_plan if dry_run else render_summary)(ctx.out, doc))
+        if not dry_run and not doc["valid"]:
+            from parity.errors import InvalidMeasurement
+
+            raise InvalidMeasurement(f"{len(doc['invalid_points'])} point(s) broke a validity rule, first: {doc['invalid_points'][0]} (numbers written, marked invalid: {doc['run_dir']})")
 
     @app.command("bench")
     def bench(
@@ -82,11 +86,17 @@ def render_plan(out, doc: dict) -> None:
 
 
 def render_summary(out, doc: dict) -> None:
-    from parity.serving.metrics import render_definitions
+    from parity.serving.metrics import HEADLINE, render_definitions
 
-    rows = [[m["engine"], m["n"], m["repeats"], m["decode_agg_tps"], m["agg_tps"], m["prefill_tps"], m["ttft_p50_ms"]] for m in doc["medians"]]
-    out.table("medians", ["engine", "N", "repeats", "decode_agg t/s", "agg t/s", "prefill t/s", "TTFT p50 ms"], rows)
+    cols = ["decode_agg_tps", "decode_perseq_tps", "agg_tps", "prefill_tps", "ttft_mean_ms", "wall_s", "decode_window_s"]
+    rows = [[m["engine"], m["n"], f"{m['repeats']}" + (f" (+{m['invalid_repeats']} invalid)" if m["invalid_repeats"] else ""), *(m.get(k) for k in cols)] for m in doc["medians"]]
+    out.table("medians of valid repeats", ["engine", "N", "repeats", *cols], rows)
     for r in doc["ratios"]:
-        out.info(f"{r['engine']}/{r['reference']} N={r['n']}: decode_agg {r['decode_agg_tps']}, agg {r['agg_tps']}, prefill {r['prefill_tps']}, TTFT p50 {r['ttft_p50_ms']}")
-    out.info(render_definitions(["decode_agg_tps", "agg_tps", "prefill_tps", "ttft_p50_ms"]))
+        verdict = r["verdicts"].get("decode_agg_tps", {}).get("verdict") or r["noise"]
+        out.info(f"{r['engine']}/{r['reference']} N={r['n']}: " + ", ".join(f"{k} {r.get(k)}" for k in HEADLINE) + f" [{verdict}]")
+    if doc["headline"]:
+        out.info(f"headline: {doc['headline']}")
+    for p in doc["invalid_points"]:
+        out.warn(f"INVALID {p}")
+    out.info(render_definitions(HEADLINE + ["prefill_tps", "wall_s", "decode_window_s"]))
     out.info(f"-> {doc['run_dir']}")

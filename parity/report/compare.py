@@ -38,11 +38,17 @@ def _floor_cell(floor: RunData | None, metric: str, engine: str, n: int):
     return None
 
 
-def compare_runs(a: RunData, b: RunData, metrics: list[str], rule: stats.Rule, *, force: bool = False, floor: RunData | None = None, current: RunData | None = None) -> dict:
+def compare_runs(a: RunData, b: RunData, metrics: list[str], rule: stats.Rule, *, force: bool = False, floor: RunData | None = None, current: RunData | None = None, defaults: bool = False) -> dict:
     reasons = refusal_reasons(a, b, current=current)
     if reasons and not force:
         raise UsageError("refusing to compare: " + "; ".join(reasons) + " (--force compares anyway and marks the output)")
     known = {k for r in a.rows() + b.rows() for k, v in r.items() if isinstance(v, (int, float)) and k not in ("n", "repeat")}
+    skipped = []
+    if defaults:  # the profile's set: older runs may lack a metric parity added since
+        skipped = [m for m in metrics if m not in known]
+        metrics = [m for m in metrics if m in known]
+        if not metrics:
+            raise UsageError(f"none of the default metrics ({', '.join(skipped)}) is in the runs' summary rows (known: {', '.join(sorted(known))}); name one with --metric")
     unknown = [m for m in metrics if m not in known]
     if unknown:
         raise UsageError(f"--metric {unknown[0]}: not in the runs' summary rows (known: {', '.join(sorted(known))})")
@@ -70,6 +76,7 @@ def compare_runs(a: RunData, b: RunData, metrics: list[str], rule: stats.Rule, *
         "metrics": metrics,
         "rows": rows,
         "unmatched": [f"{e} N={n}" for e, n in sorted(unmatched)],
+        "skipped_metrics": skipped,
         "counts": counts,
         "verdict": stats.overall(r["verdict"] for r in rows),
     }
@@ -88,7 +95,7 @@ def check_regressions(rows: list[dict], against: str = "") -> None:
 def run_compare(profile, run_a: str, run_b: str, metrics: list[str] | None, force: bool, noise_floor: str | None) -> dict:
     a, b = load_run(run_a), load_run(run_b)
     floor = load_run(noise_floor) if noise_floor else None
-    return compare_runs(a, b, metrics or list(profile.stats.metrics), stats.Rule.from_config(profile.stats), force=force, floor=floor)
+    return compare_runs(a, b, metrics or list(profile.stats.metrics), stats.Rule.from_config(profile.stats), force=force, floor=floor, defaults=not metrics)
 
 
 @dataclass

@@ -148,7 +148,7 @@ def render_report(profile, req: ReportRequest) -> dict:
 
         control = load_run(req.compare)
         floor = load_run(req.noise_floor) if req.noise_floor else None
-        ab = compare_runs(control, rd, metrics, rule, force=req.force, floor=floor, current=rd if req.current else None)
+        ab = compare_runs(control, rd, metrics, rule, force=req.force, floor=floor, current=rd if req.current else None, defaults=not req.metrics)
     out_dir = Path(req.out_dir).expanduser()
     out_dir.mkdir(parents=True, exist_ok=True)
     phase = req.phase or ledger.next_phase(out_dir)

@@ -37,10 +37,13 @@ class Launch:
     served_name: str
     tokenize: str  # /tokenize dialect for the load generator ("llama" | "vllm")
     models_path: str | None = None  # GET it once ready: the served name must be listed
-    metrics_path: str | None = None  # scraped after each N (Prometheus text)
+    metrics_path: str | None = None  # scraped around each point (Prometheus text)
     engine: str = ""
     kind: str = ""
     notes: list[str] = field(default_factory=list)
+    count: str = "chunks"  # how its stream says tokens per chunk (parity.serving.loadgen.COUNTERS)
+    request_extra: dict = field(default_factory=dict)  # fields added to every completion request
+    props_path: str | None = None  # llama-server /props: the context each slot really has
 
 
 def _llama_binary(ctx, engine: str, dry: bool) -> str:
@@ -62,15 +65,32 @@ class LlamaServer:
     def launch(self, ctx, engine: str, model_file: str, port: int, s, path: str | None = None, dry: bool = False, model: str | None = None) -> Launch:
         e = ctx.profile.engine(engine)
         argv = [_llama_binary(ctx, engine, dry), "-m", model_file, "-c", str(s.ctx), "--parallel", str(s.parallel), "-b", str(s.batch), "-ub", str(s.ubatch)]
-        argv += [*s.server_args, *e.server_args, "--host", "127.0.0.1", "--port", str(port), "--no-webui"]
-        return Launch(argv, self.env(ctx, engine, path), [], "/health", os.path.basename(model_file), "llama", engine=engine, kind=self.kind)
+        argv += [*s.server_args, *e.server_args, "--host", "127.0.0.1", "--port", str(port), "--no-webui", "--metrics"]
+        return Launch(argv, self.env(ctx, engine, path), [], "/health", os.path.basename(model_file), "llama", metrics_path="/metrics", engine=engine, kind=self.kind,
+                      count="timings", request_extra={"timings_per_token": True}, props_path="/props")  # fmt: skip
+
+    def context_need(self, ctx, engine: str, s) -> tuple[int, str]:
+        """(tokens one request may use, what limits it): -c is split across --parallel slots."""
+        return s.ctx // s.parallel, f"-c {s.ctx} / --parallel {s.parallel} (raise serving.ctx / --ctx, or lower --parallel)"
 
 
 class VllmServer:
     kind = "vllm"
 
     def env(self, ctx, engine: str, path: str | None = None) -> dict[str, str]:
-        return dict(ctx.profile.engine(engine).env)
+        """As the users start it: HF_HUB_OFFLINE=1 (a served directory, no hub lookups) and the
+        vLLM binary's own bin directory first on PATH (its venv's tools), then the profile's env."""
+        e = ctx.profile.engine(engine)
+        env = {"HF_HUB_OFFLINE": "1"}
+        binary = os.path.expanduser(e.vllm_bin)
+        if os.sep in binary:
+            env["PATH"] = os.path.dirname(os.path.abspath(binary)) + os.pathsep + os.environ.get("PATH", "")
+        env.update(e.env)
+        return env
+
+    def context_need(self, ctx, engine: str, s) -> tuple[int, str]:
+        e = ctx.profile.engine(engine)
+        return e.max_model_len, f"engines.{engine}.max_model_len {e.max_model_len} (vLLM clamps max_tokens silently past it)"
 
     def launch(self, ctx, engine: str, model_file: str, port: int, s, path: str | None = None, dry: bool = False, model: str | None = None) -> Launch:
         e = ctx.profile.engine(engine)
@@ -97,9 +117,12 @@ class VllmServer:
             "127.0.0.1",
             "--port",
             str(port),
+            *(["--dtype", e.dtype] if e.dtype else []),
             *e.extra_args,
         ]
-        return Launch(argv, self.env(ctx, engine), list(VLLM_HARNESS_VARS), "/health", name, "vllm", "/v1/models", "/metrics", engine=engine, kind=self.kind)
+        extra = {"stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+        return Launch(argv, self.env(ctx, engine), list(VLLM_HARNESS_VARS), "/health", name, "vllm", "/v1/models", "/metrics", engine=engine, kind=self.kind,
+                      count="usage", request_extra=extra)  # fmt: skip
 
 
 ADAPTERS = {"llama": LlamaServer(), "vllm": VllmServer()}

@@ -1,10 +1,16 @@
 """Serving metrics, each declared once: name, unit, direction, the formula in
-words, and the function that computes it.  Reports print these definitions
+words and the function that computes it.  Reports print these definitions
 (`definitions()`), so numbers and their meaning never drift apart.
 
-Every metric reads only *valid* requests: no error, a first token, and
-usage.completion_tokens == the requested GEN.  A short response is counted in
-`short_requests`, never averaged in."""
+The headline set is the users' own h2h client (h2h_cli3.py, the GB10 harness's
+`n<N>.json` rows; docs/GB10_PARITY_PHASE0_RESULTS.md): agg_tps, decode_agg_tps,
+decode_perseq_tps, prefill_tps, ttft_mean_ms, wall_s, gen_total,
+prompt_tok_total.  Every other quantity has its own name.
+
+A metric reads the records it is given; the point's validity (which records
+count, whether the point counts at all) is decided in parity.serving.validity.
+A metric that cannot be computed raises NoValue with the reason, and the row
+carries that reason instead of an empty cell."""
 
 from __future__ import annotations
 
@@ -12,31 +18,42 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
+HEADLINE = ["decode_agg_tps", "decode_perseq_tps", "agg_tps", "ttft_mean_ms"]
+
 
 @dataclass
 class RequestRecord:
     send: float = 0.0  # perf_counter seconds when the request was written
-    first: float | None = None  # first chunk carrying generated text
-    arrivals: list[float] = field(default_factory=list)  # every text chunk's arrival
-    prompt_tokens: int = 0  # usage.prompt_tokens (falls back to the prompt we sent)
-    completion_tokens: int = 0  # usage.completion_tokens
-    expected_tokens: int = 0  # the GEN we asked for
-    sent_prompt_tokens: int = 0  # len(prompt) we sent
-    error: str | None = None
-    response_id: str | None = None  # the server's "id" of the stream
-    server_timings: dict | None = None  # llama-server's own "timings"
+    first: float | None = None  # arrival of the first chunk carrying a generated token
+    token_times: list[float] = field(default_factory=list)  # one arrival per generated token (a merged chunk's tokens share it)
+    chunks: int = 0  # chunks that carried at least one token
+    tokens: int = 0  # generated tokens counted from the stream itself
+    usage_tokens: int | None = None  # the server's usage.completion_tokens
+    prompt_tokens: int | None = None  # the server's usage.prompt_tokens
+    sent_prompt_tokens: int = 0  # len(prompt) we sent (token prompts), or the server's count of our text
+    expected_tokens: int = 0  # the GEN we asked for (max_tokens, ignore_eos)
+    finish_reason: str | None = None
+    error: str | None = None  # transport/HTTP/server error
+    invalid: str | None = None  # set by validity.check_request: why this request does not count
+    response_id: str | None = None
+    server_timings: dict | None = None  # llama-server's own "timings" (last one seen)
+    scheduled: float | None = None  # open loop: when it was due to be sent (perf_counter)
 
     @property
     def valid(self) -> bool:
-        return self.error is None and self.first is not None and self.completion_tokens == self.expected_tokens
+        return self.error is None and self.invalid is None
 
     @property
-    def short(self) -> bool:
-        return self.error is None and self.completion_tokens != self.expected_tokens
+    def end(self) -> float | None:
+        return self.token_times[-1] if self.token_times else None
 
     @property
-    def last(self) -> float | None:
-        return self.arrivals[-1] if self.arrivals else None
+    def last(self) -> float | None:  # the old name
+        return self.end
+
+
+class NoValue(Exception):
+    """A metric that cannot be computed from these records; the message says why."""
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -49,52 +66,106 @@ def percentile(values: Sequence[float], q: float) -> float:
     return v[lo] + (v[hi] - v[lo]) * (k - lo)
 
 
-def _mean(values: Sequence[float]) -> float:
-    return sum(values) / len(values) if values else math.nan
+def _need(rs) -> list[RequestRecord]:
+    rs = [r for r in rs if r.first is not None and r.end is not None]
+    if not rs:
+        raise NoValue("no request produced a token")
+    return rs
 
 
-def _valid(rs):
-    return [r for r in rs if r.valid]
+def _rate(tokens: float, seconds: float, what: str) -> float:
+    if seconds <= 0:
+        raise NoValue(f"{what} is {seconds * 1000:.3f} ms: no interval to divide by (tokens arrived in one read)")
+    return tokens / seconds
 
 
-def wall_s(rs):
-    v = _valid(rs)
-    return max(r.last for r in v) - min(r.send for r in v) if v else math.nan
+def gen_total(rs) -> float:
+    return sum(r.tokens for r in rs)
 
 
-def agg_tps(rs):
-    w = wall_s(rs)
-    return sum(r.completion_tokens for r in _valid(rs)) / w if w and w > 0 else math.nan
+def prompt_tok_total(rs) -> float:
+    return sum(r.prompt_tokens if r.prompt_tokens is not None else r.sent_prompt_tokens for r in rs)
 
 
-def decode_agg_tps(rs):
-    v = [r for r in _valid(rs) if r.completion_tokens > 1 and r.last > r.first]
-    return sum((r.completion_tokens - 1) / (r.last - r.first) for r in v) if v else math.nan
+def wall_s(rs) -> float:
+    rs = _need(rs)
+    return max(r.end for r in rs) - min(r.send for r in rs)
 
 
-def prefill_tps(rs):
-    v = _valid(rs)
-    if not v:
-        return math.nan
-    span = max(r.first for r in v) - min(r.send for r in v)
-    return sum(r.prompt_tokens for r in v) / span if span > 0 else math.nan
+def agg_tps(rs) -> float:
+    return _rate(gen_total(_need(rs)), wall_s(rs), "wall_s")
+
+
+def decode_window_s(rs) -> float:
+    rs = _need(rs)
+    return max(r.end for r in rs) - max(r.first for r in rs)
+
+
+def decode_agg_tps(rs) -> float:
+    rs = _need(rs)
+    return _rate(sum(r.tokens - 1 for r in rs), decode_window_s(rs), "the decode window (last first token -> last token)")
+
+
+def decode_perseq_tps(rs) -> float:
+    rs = [r for r in _need(rs) if r.tokens > 1]
+    rates = [(r.tokens - 1) / (r.end - r.first) for r in rs if r.end > r.first]
+    if not rates:
+        raise NoValue("no request has two tokens in different reads")
+    return sum(rates) / len(rates)
 
 
 def ttft_ms(rs) -> list[float]:
-    return [(r.first - r.send) * 1000 for r in _valid(rs)]
+    return [(r.first - r.send) * 1000 for r in _need(rs)]
+
+
+def prefill_tps(rs) -> float:
+    return _rate(prompt_tok_total(_need(rs)), max(ttft_ms(rs)) / 1000, "the longest TTFT")
+
+
+def steady_decode_tps(rs) -> float:
+    """Tokens that arrived while every request was past its first token and none had
+    finished, over that interval: the batch's pure decode rate."""
+    rs = _need(rs)
+    lo, hi = max(r.first for r in rs), min(r.end for r in rs)
+    if hi <= lo:
+        raise NoValue("no interval in which every request was decoding (a request finished before the last one started)")
+    n = sum(1 for r in rs for t in r.token_times if lo < t <= hi)
+    return _rate(n, hi - lo, "the all-decoding interval")
 
 
 def itl_ms(rs) -> list[float]:
+    """Per-token gaps: a chunk that carries k tokens after a gap g gives k gaps of g/k."""
     out: list[float] = []
-    for r in _valid(rs):
-        a = r.arrivals
-        out += [(a[i] - a[i - 1]) * 1000 for i in range(1, len(a))]
+    for r in _need(rs):
+        t = r.token_times
+        i = 1
+        while i < len(t):
+            j = i
+            while j + 1 < len(t) and t[j + 1] == t[i]:
+                j += 1
+            k = j - i + 1
+            out += [(t[i] - t[i - 1]) * 1000 / k] * k
+            i = j + 1
     return out
 
 
-def tpot_ms(rs):
-    vals = [(r.last - r.first) * 1000 / (r.completion_tokens - 1) for r in _valid(rs) if r.completion_tokens > 1]
-    return _mean(vals)
+def tpot_ms(rs) -> float:
+    vals = [(r.end - r.first) * 1000 / (r.tokens - 1) for r in _need(rs) if r.tokens > 1]
+    if not vals:
+        raise NoValue("no request generated two tokens")
+    return sum(vals) / len(vals)
+
+
+def _mean(values: Sequence[float]) -> float:
+    if not values:
+        raise NoValue("no values")
+    return sum(values) / len(values)
+
+
+def _pct(values: Sequence[float], q: float) -> float:
+    if not values:
+        raise NoValue("no values")
+    return percentile(values, q)
 
 
 @dataclass(frozen=True)
@@ -109,41 +180,44 @@ class Metric:
 METRICS: dict[str, Metric] = {
     m.name: m
     for m in [
-        Metric("wall_s", "s", "lower", "last token arrival - first request send, over the batch", wall_s),
-        Metric("agg_tps", "tok/s", "higher", "total generated tokens (usage.completion_tokens) / wall_s", agg_tps),
-        Metric("decode_agg_tps", "tok/s", "higher", "sum over requests of (completion_tokens - 1) / (last token time - first token time)", decode_agg_tps),
-        Metric("prefill_tps", "tok/s", "higher", "total prompt tokens / (latest first-token time - earliest send)", prefill_tps),
-        Metric("ttft_mean_ms", "ms", "lower", "mean of (first token time - send time)", lambda rs: _mean(ttft_ms(rs))),
-        Metric("ttft_p50_ms", "ms", "lower", "median of (first token time - send time)", lambda rs: percentile(ttft_ms(rs), 50)),
-        Metric("ttft_p90_ms", "ms", "lower", "90th percentile of (first token time - send time)", lambda rs: percentile(ttft_ms(rs), 90)),
-        Metric("ttft_p99_ms", "ms", "lower", "99th percentile of (first token time - send time)", lambda rs: percentile(ttft_ms(rs), 99)),
-        Metric("tpot_ms", "ms", "lower", "mean over requests of (last token time - first token time) / (completion_tokens - 1)", tpot_ms),
-        Metric("itl_p50_ms", "ms", "lower", "median gap between consecutive streamed chunks of a request", lambda rs: percentile(itl_ms(rs), 50)),
-        Metric("itl_p99_ms", "ms", "lower", "99th percentile gap between consecutive streamed chunks of a request", lambda rs: percentile(itl_ms(rs), 99)),
+        Metric("gen_total", "tok", "higher", "generated tokens of the point's requests, counted from the stream (not the server's claim)", gen_total),
+        Metric("prompt_tok_total", "tok", "higher", "prompt tokens of the point's requests (usage.prompt_tokens, which must equal what was sent)", prompt_tok_total),
+        Metric("wall_s", "s", "lower", "last token arrival - first request send, over the point's requests", wall_s),
+        Metric("agg_tps", "tok/s", "higher", "gen_total / wall_s (h2h agg_tps)", agg_tps),
+        Metric("decode_agg_tps", "tok/s", "higher", "(gen_total - one first token per request) / (last token arrival - LAST first-token arrival) (h2h decode_agg_tps)", decode_agg_tps),
+        Metric("decode_perseq_tps", "tok/s", "higher", "mean over requests of (tokens - 1) / (its last token - its first token) (h2h decode_perseq_tps)", decode_perseq_tps),
+        Metric("prefill_tps", "tok/s", "higher", "prompt_tok_total / the longest TTFT (h2h prefill_tps)", prefill_tps),
+        Metric("ttft_mean_ms", "ms", "lower", "mean over requests of (first token arrival - send) (h2h ttft_mean_ms)", lambda rs: _mean(ttft_ms(rs))),
+        Metric("ttft_max_ms", "ms", "lower", "longest (first token arrival - send) (h2h ttft_max_ms)", lambda rs: max(ttft_ms(rs))),
+        Metric("ttft_p50_ms", "ms", "lower", "median of (first token arrival - send)", lambda rs: _pct(ttft_ms(rs), 50)),
+        Metric("ttft_p99_ms", "ms", "lower", "99th percentile of (first token arrival - send)", lambda rs: _pct(ttft_ms(rs), 99)),
+        Metric("decode_window_s", "s", "higher", "last token arrival - last first-token arrival: the interval decode_agg_tps divides by", decode_window_s),
+        Metric("steady_decode_tps", "tok/s", "higher", "tokens arriving while every request decodes (last first token -> first request end) / that interval", steady_decode_tps),
+        Metric("tpot_ms", "ms", "lower", "mean over requests of (its last token - its first token) / (tokens - 1)", tpot_ms),
+        Metric("itl_p50_ms", "ms", "lower", "median per-token gap (a chunk carrying k tokens after a gap g counts k gaps of g/k)", lambda rs: _pct(itl_ms(rs), 50)),
+        Metric("itl_p99_ms", "ms", "lower", "99th percentile per-token gap (as itl_p50_ms)", lambda rs: _pct(itl_ms(rs), 99)),
     ]
 }
 
 
-def _round(x: float) -> float | None:
-    return round(x, 4) if isinstance(x, (int, float)) and math.isfinite(x) else None
+def _round(x) -> float | int | None:
+    if isinstance(x, int):
+        return x
+    return round(x, 4) if isinstance(x, float) and math.isfinite(x) else None
 
 
-def compute(records: list[RequestRecord]) -> dict:
-    row = {name: _round(m.fn(records)) for name, m in METRICS.items()}
-    row["requests"] = len(records)
-    row["valid_requests"] = len(_valid(records))
-    row["short_requests"] = sum(1 for r in records if r.short)
-    row["failed_requests"] = sum(1 for r in records if r.error is not None)
-    row["prompt_tokens_mismatch"] = sum(1 for r in _valid(records) if r.sent_prompt_tokens and r.prompt_tokens != r.sent_prompt_tokens)
-    st = [r.server_timings for r in _valid(records) if r.server_timings]
-    if st:  # llama-server's own view of each request, next to the client's
-        pred = [t["predicted_per_second"] for t in st if t.get("predicted_per_second")]
-        prompt = [t["prompt_per_second"] for t in st if t.get("prompt_per_second")]
-        tpot = [t["predicted_per_token_ms"] for t in st if t.get("predicted_per_token_ms")]
-        row["server_decode_tps_per_req_mean"] = _round(_mean(pred))
-        row["server_prefill_tps_per_req_mean"] = _round(_mean(prompt))
-        row["server_tpot_ms_mean"] = _round(_mean(tpot))
-    return row
+def compute(records: Sequence[RequestRecord], names: Sequence[str] | None = None) -> tuple[dict, dict]:
+    """(row, why): every metric's value over these records, and for each one that has
+    none, the reason."""
+    row, why = {}, {}
+    for name, m in METRICS.items():
+        if names is not None and name not in names:
+            continue
+        try:
+            row[name] = _round(m.fn(records))
+        except NoValue as e:
+            row[name], why[name] = None, str(e)
+    return row, why
 
 
 def definitions(names: Sequence[str] | None = None) -> list[dict]:

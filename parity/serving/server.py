@@ -82,7 +82,7 @@ def log_tail(path: str | None, n: int = 15) -> str:
         return ""
 
 
-def _probe(port: int, path: str, timeout: float) -> tuple[int, object]:
+def probe(port: int, path: str, timeout: float) -> tuple[int, object]:
     from parity.serving.http import request_json
 
     return asyncio.run(request_json("127.0.0.1", port, "GET", path, None, timeout))
@@ -101,7 +101,7 @@ def wait_ready(proc, port: int, launch: Launch, budget_s: float, probe_timeout_s
             break
         attempts += 1
         try:
-            status, body = _probe(port, launch.ready_path, probe_timeout_s)
+            status, body = probe(port, launch.ready_path, probe_timeout_s)
             if status == 200:
                 _check_models(port, launch, probe_timeout_s, proc)
                 return time.monotonic() - t0
@@ -118,7 +118,7 @@ def wait_ready(proc, port: int, launch: Launch, budget_s: float, probe_timeout_s
 def _check_models(port: int, launch: Launch, timeout: float, proc) -> None:
     if not launch.models_path:
         return
-    status, body = _probe(port, launch.models_path, timeout)
+    status, body = probe(port, launch.models_path, timeout)
     ids = [m.get("id") for m in body.get("data", [])] if status == 200 and isinstance(body, dict) else []
     if launch.served_name not in ids:
         raise InfraError(f"{launch.engine} is up but does not serve {launch.served_name!r} (GET {launch.models_path}: HTTP {status}, models {ids}); log tail:\n{log_tail(proc.log_path)}")

@@ -7,16 +7,23 @@ keep-alive, chunked SSE):
 - GET /v1/models -> {"object": "list", "data": [{"id": served name, "object": "model", "owned_by": "vllm", "root": model, "max_model_len": L, ...}]}
 - POST /tokenize {"model", "prompt", "add_special_tokens"} -> {"count", "max_model_len", "tokens", "token_strs": null}
 - POST /v1/completions (stream): one `data: {...}` event per token with
-  "usage": null, the last token with finish_reason "length"; with
-  stream_options.include_usage a final chunk with "choices": [] and usage;
-  then `data: [DONE]`.  Errors are {"object": "error", "message", "type", "param", "code"}.
+  "usage": null (with stream_options.continuous_usage_stats: the usage so far),
+  the last token with finish_reason "length"; with stream_options.include_usage a
+  final chunk with "choices": [] and usage; then `data: [DONE]`.  A prompt + max_tokens
+  over --max-model-len is clamped silently (HTTP 200, fewer tokens, finish "length"),
+  as vLLM 0.32 does; a prompt alone over it is a 400.  Errors are nested:
+  {"error": {"message", "type", "param", "code"}}.
 - GET /metrics -> Prometheus text (vllm:* counters).
 Tokenizer: one token per UTF-8 byte (id = byte + 3), so counts are exact.
 
 Test knobs (environment, never VLLM_*): FAKE_VLLM_STARTUP_S (delay before
 listening), FAKE_VLLM_TTFT_MS, FAKE_VLLM_ITL_MS, FAKE_VLLM_SHORT (emit this
 many tokens fewer than asked), FAKE_VLLM_CRASH (exit 1 during startup),
-FAKE_VLLM_RECORD (write argv + VLLM_* env as JSON to this path).
+FAKE_VLLM_RECORD (write argv + VLLM_* env as JSON to this path), FAKE_VLLM_MERGE (k
+tokens per chunk, as real vLLM does under load), FAKE_VLLM_EMPTY_EVERY (every m-th token's
+chunk has empty text, like a byte-fallback token), FAKE_VLLM_CLAIM (usage claims this many
+completion tokens whatever was streamed: a lying server), FAKE_VLLM_SAME_TOKENS (/tokenize
+answers the same ids for every text).
 """
 
 from __future__ import annotations
@@ -55,6 +62,10 @@ class FakeVllm:
         self.ttft = float(os.environ.get("FAKE_VLLM_TTFT_MS", "5")) / 1000
         self.itl = float(os.environ.get("FAKE_VLLM_ITL_MS", "2")) / 1000
         self.short = int(os.environ.get("FAKE_VLLM_SHORT", "0"))
+        self.merge = max(1, int(os.environ.get("FAKE_VLLM_MERGE", "1")))
+        self.empty_every = int(os.environ.get("FAKE_VLLM_EMPTY_EVERY", "0"))
+        self.claim = os.environ.get("FAKE_VLLM_CLAIM")
+        self.same_tokens = bool(os.environ.get("FAKE_VLLM_SAME_TOKENS"))
         self.counters = {"prompt_tokens_total": 0, "generation_tokens_total": 0, "request_success_total": 0}
         self.running = 0
 
@@ -86,7 +97,7 @@ class FakeVllm:
         await writer.drain()
 
     async def error(self, writer, status: int, message: str, typ: str) -> None:
-        await self.send(writer, status, {"object": "error", "message": message, "type": typ, "param": None, "code": status})
+        await self.send(writer, status, {"error": {"message": message, "type": typ, "param": None, "code": status}})
 
     # ------------------------------------------------------------------ routes
     async def route(self, method: str, path: str, body: bytes, writer) -> None:
@@ -108,7 +119,7 @@ class FakeVllm:
             req = json.loads(body or b"{}")
             if req.get("model", self.served) != self.served:
                 return await self.error(writer, 404, f"The model `{req.get('model')}` does not exist.", "NotFoundError")
-            toks = tokenize(req.get("prompt", ""))
+            toks = tokenize("constant") if self.same_tokens else tokenize(req.get("prompt", ""))
             await self.send(writer, 200, {"count": len(toks), "max_model_len": self.max_model_len, "tokens": toks, "token_strs": None})
         elif path == "/v1/completions" and method == "POST":
             await self.completions(json.loads(body or b"{}"), writer)
@@ -123,12 +134,14 @@ class FakeVllm:
         prompt = req.get("prompt", "")
         ptoks = prompt if isinstance(prompt, list) and all(isinstance(x, int) for x in prompt) else tokenize(str(prompt))
         max_tokens = int(req.get("max_tokens") or 16)
-        if len(ptoks) + max_tokens > self.max_model_len:
-            msg = f"This model's maximum context length is {self.max_model_len} tokens. However, you requested {len(ptoks) + max_tokens} tokens ({len(ptoks)} in the messages, {max_tokens} in the completion). Please reduce the length of the messages or completion."
+        if len(ptoks) >= self.max_model_len:
+            msg = f"This model's maximum context length is {self.max_model_len} tokens. However, your request has {len(ptoks)} input tokens. Please reduce the length of the input messages."
             return await self.error(writer, 400, msg, "BadRequestError")
+        max_tokens = min(max_tokens, self.max_model_len - len(ptoks))  # silently clamped
         n_out = max(0, max_tokens - self.short)
         rid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
-        usage = {"prompt_tokens": len(ptoks), "total_tokens": len(ptoks) + n_out, "completion_tokens": n_out, "prompt_tokens_details": None}
+        claimed = int(self.claim) if self.claim else n_out
+        usage = {"prompt_tokens": len(ptoks), "total_tokens": len(ptoks) + claimed, "completion_tokens": claimed, "prompt_tokens_details": None}
         self.counters["prompt_tokens_total"] += len(ptoks)
         self.counters["generation_tokens_total"] += n_out
         self.running += 1
@@ -143,6 +156,7 @@ class FakeVllm:
             head = f"HTTP/1.1 200 OK\r\ndate: {time.strftime('%a, %d %b %Y %H:%M:%S GMT', time.gmtime())}\r\nserver: uvicorn\r\ncontent-type: text/event-stream; charset=utf-8\r\ntransfer-encoding: chunked\r\n\r\n"
             writer.write(head.encode())
             include_usage = bool((req.get("stream_options") or {}).get("include_usage"))
+            continuous = include_usage and bool((req.get("stream_options") or {}).get("continuous_usage_stats"))
 
             async def event(obj) -> None:
                 data = b"data: " + (obj if isinstance(obj, bytes) else json.dumps(obj).encode()) + b"\n\n"
@@ -150,13 +164,17 @@ class FakeVllm:
                 await writer.drain()
 
             await asyncio.sleep(self.ttft)
-            for i in range(n_out):
-                if i:
-                    await asyncio.sleep(self.itl)
-                last = i == n_out - 1
+            done = 0
+            while done < n_out:
+                if done:
+                    await asyncio.sleep(self.itl * self.merge)
+                k = min(self.merge, n_out - done)
+                text = "".join("" if self.empty_every and (done + j + 1) % self.empty_every == 0 else WORDS[(done + j) % len(WORDS)] for j in range(k))
+                done += k
+                so_far = {"prompt_tokens": len(ptoks), "total_tokens": len(ptoks) + done, "completion_tokens": done} if continuous else None
                 await event({"id": rid, "object": "text_completion", "created": created, "model": self.served,
-                             "choices": [{"index": 0, "text": WORDS[i % len(WORDS)], "logprobs": None, "finish_reason": "length" if last else None, "stop_reason": None}],
-                             "usage": None})  # fmt: skip
+                             "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": "length" if done == n_out else None, "stop_reason": None}],
+                             "usage": so_far})  # fmt: skip
             if include_usage:
                 await event({"id": rid, "object": "text_completion", "created": created, "model": self.served, "choices": [], "usage": usage})
             await event(b"[DONE]")

@@ -63,8 +63,10 @@ def test_vllm_launch_exact_argv_and_env(tmp_path):
         "--gpu-memory-utilization", "0.5", "--max-model-len", "2048", "--max-num-seqs", "64", "--tensor-parallel-size", "1",
         "--served-model-name", "small-served", "--host", "127.0.0.1", "--port", "8123", "--enforce-eager",
     ]  # fmt: skip
-    assert la.env == {"VLLM_LOGGING_LEVEL": "DEBUG"}
+    # as the users start it: no hub lookups, the vLLM binary's own bin first on PATH
+    assert la.env == {"HF_HUB_OFFLINE": "1", "PATH": f"{FAKE_VLLM.parent}{os.pathsep}{os.environ['PATH']}", "VLLM_LOGGING_LEVEL": "DEBUG"}
     assert set(la.unset) == set(VLLM_HARNESS_VARS) and "VLLM_LOGGING_LEVEL" not in la.unset
+    assert la.count == "usage" and la.request_extra == {"stream_options": {"include_usage": True, "continuous_usage_stats": True}}
     assert (la.ready_path, la.models_path, la.metrics_path, la.tokenize, la.served_name) == ("/health", "/v1/models", "/metrics", "vllm", "small-served")
 
 
@@ -81,9 +83,10 @@ def test_llama_launch_exact_argv_and_path_env(tmp_path):
     la = adapter(ctx, "prebuilt").launch(ctx, "prebuilt", "/models/m.gguf", 8124, s)
     assert la.argv == [
         f"{tmp_path}/bin/llama-server", "-m", "/models/m.gguf", "-c", str(s.ctx), "--parallel", str(s.parallel), "-b", str(s.batch), "-ub", str(s.ubatch),
-        *s.server_args, "--host", "127.0.0.1", "--port", "8124", "--no-webui",
+        *s.server_args, "--host", "127.0.0.1", "--port", "8124", "--no-webui", "--metrics",
     ]  # fmt: skip
     assert la.env == {"A": "1", "B": "2"} and la.unset == [] and la.served_name == "m.gguf" and la.models_path is None
+    assert (la.metrics_path, la.count, la.request_extra) == ("/metrics", "timings", {"timings_per_token": True})
 
 
 def test_vllm_lifecycle_scrubs_harness_env_and_stops_the_group(tmp_path, monkeypatch):

@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 
 from parity.serving.http import BodyDecoder, Connection, HttpError, SSEParser, parse_head
-from parity.serving.loadgen import Target, build_prompts, drive, run_requests
+from parity.serving.loadgen import RequestSpec, Target, drive, run_requests
+from parity.serving.prompts import token_prompts
+from parity.serving.validity import check_request
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "serving"
 FAKE_VLLM = Path(__file__).resolve().parent.parent / "fakes" / "bin" / "vllm"
@@ -109,7 +111,7 @@ def free_port() -> int:
 def fake_vllm(tmp_path):
     procs = []
 
-    def start(served="m", max_model_len=4096, **env):
+    def start(served="m", max_model_len=4096, counted=True, **env):
         port = free_port()
         full = {**os.environ, **{k: str(v) for k, v in env.items()}}
         log = open(tmp_path / f"vllm-{port}.log", "wb")
@@ -120,7 +122,8 @@ def fake_vllm(tmp_path):
         while time.monotonic() < deadline:
             try:
                 socket.create_connection(("127.0.0.1", port), 0.2).close()
-                return Target("127.0.0.1", port, served, "vllm")
+                extra = {"stream_options": {"include_usage": True, "continuous_usage_stats": True}} if counted else {}
+                return Target("127.0.0.1", port, served, "vllm", count="usage" if counted else "chunks", extra=extra)
             except OSError:
                 time.sleep(0.05)
         raise RuntimeError("fake vllm did not start")
@@ -131,42 +134,91 @@ def fake_vllm(tmp_path):
         p.wait(5)
 
 
+def specs(t, n, ptok, gen):
+    return asyncio.run(token_prompts(t, n, ptok, gen))
+
+
+def checked(recs):
+    return [check_request(r) for r in recs]
+
+
 def test_drive_against_fake_vllm_records_every_token(fake_vllm):
     t = fake_vllm(FAKE_VLLM_ITL_MS="1")
-    recs = drive(t, 4, 24, 8, 30)
+    recs = checked(drive(t, specs(t, 4, 24, 8), 30))
     assert len(recs) == 4 and all(r.valid for r in recs)
     for r in recs:
-        assert r.completion_tokens == 8 and len(r.arrivals) == 8
+        assert r.tokens == 8 == r.usage_tokens and len(r.token_times) == 8 and r.chunks == 8
         assert r.prompt_tokens == 24 == r.sent_prompt_tokens  # exactly PTOK tokens, as the server counted them
-        assert r.send < r.first <= r.arrivals[-1]
-        assert all(b >= a for a, b in zip(r.arrivals, r.arrivals[1:]))
+        assert r.send < r.first <= r.end and r.finish_reason == "length"
+        assert all(b >= a for a, b in zip(r.token_times, r.token_times[1:]))
         assert r.response_id.startswith("cmpl-")
 
 
 def test_prompts_start_with_distinct_nonces_and_have_exact_length(fake_vllm):
     t = fake_vllm()
-    prompts = asyncio.run(build_prompts(t, 16, 10))
-    assert all(len(p) == 10 for p in prompts)
-    assert len({tuple(p[:5]) for p in prompts}) == 16  # prefix caching cannot share a first block
+    ps = [s.prompt for s in specs(t, 16, 10, 4)]
+    assert all(len(p) == 10 for p in ps)
+    assert len({tuple(p[:5]) for p in ps}) == 16  # prefix caching cannot share a first block
+
+
+def test_a_tokenizer_that_ignores_the_nonce_is_an_error_not_a_spin(fake_vllm):
+    from parity.errors import InfraError
+
+    t = fake_vllm(FAKE_VLLM_SAME_TOKENS="1")
+    with pytest.raises(InfraError, match=r"1 distinct nonce prefixes of 8 after \d+ rounds"):
+        specs(t, 8, 10, 4)
 
 
 def test_short_response_is_flagged_not_valid(fake_vllm):
     from parity.serving.metrics import compute
 
     t = fake_vllm(FAKE_VLLM_SHORT="2")
-    recs = drive(t, 3, 8, 6, 30)
-    assert all(r.completion_tokens == 4 and r.short and not r.valid for r in recs)
-    row = compute(recs)
-    assert row["short_requests"] == 3 and row["valid_requests"] == 0 and row["agg_tps"] is None
+    recs = checked(drive(t, specs(t, 3, 8, 6), 30))
+    assert all(r.tokens == 4 == r.usage_tokens and not r.valid and "4 of 6 tokens" in r.invalid for r in recs)
+    row, why = compute([r for r in recs if r.valid])
+    assert row["agg_tps"] is None and why["agg_tps"]
 
 
-def test_http_errors_become_request_errors(fake_vllm):
+def test_merged_and_empty_chunks_are_counted_as_tokens(fake_vllm):
+    t = fake_vllm(FAKE_VLLM_MERGE="3", FAKE_VLLM_EMPTY_EVERY="4")
+    recs = checked(drive(t, specs(t, 2, 8, 10), 30))
+    for r in recs:
+        assert r.valid, r.invalid
+        assert r.tokens == 10 and r.chunks == 4  # 3+3+3+1 tokens in 4 chunks, some with empty text pieces
+        assert len(r.token_times) == 10 and r.token_times[0] == r.token_times[2]
+
+
+def test_counting_chunks_alone_misses_empty_pieces_and_says_so(fake_vllm):
+    t = fake_vllm(counted=False, FAKE_VLLM_EMPTY_EVERY="2")
+    (r,) = checked(drive(t, specs(t, 1, 8, 6), 30))
+    assert r.tokens == 3 and not r.valid and "usage says 6 completion tokens, the stream carried 3" in r.invalid
+
+
+def test_a_server_claiming_more_tokens_than_it_streamed_is_invalid(fake_vllm):
+    t = fake_vllm(FAKE_VLLM_CLAIM="32")
+    (r,) = checked(drive(t, specs(t, 1, 8, 3), 30))
+    assert r.tokens == 3 and r.usage_tokens == 32
+    assert not r.valid and "usage says 32" in r.invalid
+
+
+def test_a_clamped_response_is_invalid_with_its_reason(fake_vllm):
+    t = fake_vllm(max_model_len=20)
+    (r,) = checked(drive(t, specs(t, 1, 16, 8), 30))  # 16 + 8 > 20: vLLM clamps to 4, HTTP 200
+    assert r.error is None and r.tokens == 4 and r.finish_reason == "length"
+    assert not r.valid and r.invalid.startswith("clamped: the stream carried 4 of 8 tokens")
+
+
+def test_http_errors_become_request_errors_of_either_shape(fake_vllm):
     t = fake_vllm()
     wrong = Target(t.host, t.port, "not-served", "vllm")
-    (rec,) = asyncio.run(run_requests(wrong, [[5, 6, 7]], 4, 1, 10))
+    (rec,) = asyncio.run(run_requests(wrong, [RequestSpec([5, 6, 7], 4)], 1, 10))
     assert not rec.valid and rec.error.startswith("HTTP 404") and "does not exist" in rec.error
-    (rec,) = asyncio.run(run_requests(t, [list(range(3, 50))], 5000, 1, 10))  # over max_model_len
+    (rec,) = asyncio.run(run_requests(t, [RequestSpec(list(range(3, 5000)), 4)], 1, 10))  # prompt alone over max_model_len
     assert rec.error.startswith("HTTP 400") and "maximum context length" in rec.error
+    from parity.serving.loadgen import error_message
+
+    assert error_message(b'{"error": {"code": 400, "message": "too long", "type": "exceed_context_size_error"}}') == "too long (exceed_context_size_error)"
+    assert error_message(b'{"object": "error", "message": "old shape", "type": "BadRequestError", "code": 400}') == "old shape (BadRequestError)"
 
 
 def test_keep_alive_reuses_one_connection(fake_vllm):
@@ -192,5 +244,5 @@ def test_keep_alive_reuses_one_connection(fake_vllm):
 
 def test_request_timeout_is_a_clean_request_error(fake_vllm):
     t = fake_vllm(FAKE_VLLM_TTFT_MS="3000")
-    (rec,) = asyncio.run(run_requests(t, [[5, 6]], 2, 1, 0.5))
+    (rec,) = asyncio.run(run_requests(t, [RequestSpec([5, 6], 2)], 1, 0.5))
     assert rec.error == "timed out after 0.5 s" and not rec.valid

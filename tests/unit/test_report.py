@@ -63,7 +63,7 @@ def test_full_report_has_every_section_plots_and_links(profile, tmp_path):
     assert "| gdn_core | 1250.0 | 41.67% | 600 | 2.08 |" in text  # profile/analysis.json, per capture
     assert "### Difference method: paged ntg64 - paged ntg16 (paged, 48 steps x npl 4)" in text
     assert "| total | 2250.0 | 6900 | 46.88 | 11718.8 | 0.3261 |" in text
-    assert "| ttft_p50_ms | ms | lower | median of" in text  # parity.serving.metrics definitions
+    assert "| ttft_mean_ms | ms | lower | mean over requests of" in text  # parity.serving.metrics definitions
     assert "parity --artifacts runs snapshot -p smoke --model tiny --npl 1,4 --repeat 5" in text  # manifest argv
 
 

@@ -1,0 +1,139 @@
+"""Server-side truth next to the client's numbers: the engines' own Prometheus /metrics.
+
+The text is parsed with prometheus_client's parser; every sample is summed over its
+labels (vLLM labels each series with engine and model_name).  Around each point
+parity scrapes before and after, keeps the deltas of the counters below (and the
+gauges' values after), and reconciles them with the client:
+- generated tokens and finished requests must match the client exactly;
+- the server's mean TTFT and E2E latency must be within TIME_TOLERANCE of the
+  client's (the client's include the network and the HTTP layer, so they are a
+  little longer);
+a mismatch is a warning in the run and a row of the report's reconciliation table.
+What an engine does not expose is said ("not exposed"), never guessed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+TIME_TOLERANCE = (0.10, 0.005)  # |client - server| <= max(10 % of the client's, 5 ms)
+
+
+@dataclass(frozen=True)
+class Series:
+    """What one engine family calls a quantity: counters (deltas) and the histogram for means."""
+
+    requests: tuple[str, ...] = ()
+    prompt_tokens: tuple[str, ...] = ()
+    generation_tokens: tuple[str, ...] = ()
+    preemptions: tuple[str, ...] = ()
+    prefix_queries: tuple[str, ...] = ()
+    prefix_hits: tuple[str, ...] = ()
+    kv_usage: str | None = None  # gauge, 0..1
+    ttft: str | None = None  # histogram base name
+    e2e: str | None = None
+
+
+FAMILIES = {
+    "vllm": Series(
+        requests=("vllm:request_success_total",),
+        prompt_tokens=("vllm:prompt_tokens_total",),
+        generation_tokens=("vllm:generation_tokens_total",),
+        preemptions=("vllm:num_preemptions_total",),
+        prefix_queries=("vllm:prefix_cache_queries_total",),
+        prefix_hits=("vllm:prefix_cache_hits_total",),
+        kv_usage="vllm:kv_cache_usage_perc",
+        ttft="vllm:time_to_first_token_seconds",
+        e2e="vllm:e2e_request_latency_seconds",
+    ),
+    # llama-server --metrics: prompt_tokens_total excludes cached tokens, so the prompt total is
+    # prompt + cached, and the prefix-cache queries are that total
+    "llama": Series(
+        prompt_tokens=("llamacpp:prompt_tokens_total", "llamacpp:prompt_tokens_cached_total"),
+        generation_tokens=("llamacpp:tokens_predicted_total",),
+        prefix_queries=("llamacpp:prompt_tokens_total", "llamacpp:prompt_tokens_cached_total"),
+        prefix_hits=("llamacpp:prompt_tokens_cached_total",),
+    ),
+}
+
+
+def parse(text: str) -> dict[str, float]:
+    """{sample name: value summed over its label sets} (histogram buckets dropped)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[str, float] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if s.name.endswith("_bucket") or s.name.endswith("_created"):
+                continue
+            out[s.name] = out.get(s.name, 0.0) + float(s.value)
+    return out
+
+
+def families(text: str) -> int:
+    """How many metric families the text declares (a sanity figure for the run log)."""
+    return sum(1 for line in text.splitlines() if line.startswith("# TYPE "))
+
+
+def _sum(d: dict, names: tuple[str, ...]) -> float | None:
+    vals = [d[n] for n in names if n in d]
+    return sum(vals) if vals else None
+
+
+def _delta(before: dict, after: dict, names: tuple[str, ...]) -> float | None:
+    a, b = _sum(after, names), _sum(before, names)
+    if a is None:
+        return None
+    return a - (b or 0.0)
+
+
+def _hist_mean(before: dict, after: dict, base: str | None) -> float | None:
+    if not base:
+        return None
+    n = _delta(before, after, (f"{base}_count",))
+    s = _delta(before, after, (f"{base}_sum",))
+    return s / n if n and s is not None else None
+
+
+def deltas(kind: str, before: dict, after: dict) -> dict:
+    """The point's server-side figures (None: the engine does not expose it)."""
+    f = FAMILIES.get(kind, Series())
+    queries, hits = _delta(before, after, f.prefix_queries), _delta(before, after, f.prefix_hits)
+    return {
+        "requests": _delta(before, after, f.requests),
+        "prompt_tokens": _delta(before, after, f.prompt_tokens),
+        "generation_tokens": _delta(before, after, f.generation_tokens),
+        "preemptions": _delta(before, after, f.preemptions),
+        "prefix_queries": queries,
+        "prefix_hits": hits,
+        "prefix_hit_rate": round(hits / queries, 4) if queries and hits is not None else None,
+        "kv_usage_after": after.get(f.kv_usage) if f.kv_usage else None,
+        "ttft_mean_ms": None if (m := _hist_mean(before, after, f.ttft)) is None else round(m * 1000, 3),
+        "e2e_mean_ms": None if (m := _hist_mean(before, after, f.e2e)) is None else round(m * 1000, 3),
+    }
+
+
+def _within(client: float, server: float) -> bool:
+    rel, abs_s = TIME_TOLERANCE
+    return abs(client - server) <= max(rel * abs(client), abs_s * 1000)
+
+
+def reconcile(server: dict, client: dict) -> list[dict]:
+    """Rows {quantity, client, server, rule, status: ok | MISMATCH | not exposed}.
+    client: {"requests", "prompt_tokens", "generation_tokens", "ttft_mean_ms", "e2e_mean_ms"}."""
+    rows = []
+    for key, rule in (("requests", "exact"), ("generation_tokens", "exact"), ("prompt_tokens", "exact"), ("ttft_mean_ms", "tolerance"), ("e2e_mean_ms", "tolerance")):
+        c, s = client.get(key), server.get(key)
+        if s is None:
+            status = "not exposed"
+        elif c is None:
+            status = "no client value"
+        elif rule == "exact":
+            status = "ok" if round(s) == round(c) else "MISMATCH"
+        else:
+            status = "ok" if _within(c, s) else "MISMATCH"
+        rows.append({"quantity": key, "client": c, "server": s, "rule": "exact" if rule == "exact" else "max(10 %, 5 ms)", "status": status})
+    return rows
+
+
+def mismatches(rows: list[dict]) -> list[str]:
+    return [f"{r['quantity']}: client {r['client']} vs server {r['server']} ({r['rule']})" for r in rows if r["status"] == "MISMATCH"]

@@ -1,0 +1,132 @@
+"""A sweep's rows -> medians over valid repeats, ratios against the reference engine
+with the noise rule's verdict, and the files: summary.json, parity_summary.tsv (every
+row, median and ratio) and summary.tsv in the users' own layout (their harness's
+write_summary: arm, n, agg_tps, decode_agg_tps, decode_perseq_tps, prefill_tps,
+ttft_mean_ms, wall_s; then the ratio block), so their tools read it unchanged."""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+from parity import stats
+from parity.serving import validity
+from parity.serving.metrics import HEADLINE, METRICS, definitions
+
+ROW_KEYS = [k for k in METRICS]
+USERS_COLUMNS = ["agg_tps", "decode_agg_tps", "decode_perseq_tps", "prefill_tps", "ttft_mean_ms", "wall_s"]
+
+
+def medians(rows: list[dict]) -> list[dict]:
+    """Per engine x N: the median of each metric over the VALID repeats."""
+    out = []
+    for eng, n in sorted({(r["engine"], r["n"]) for r in rows}):
+        rs = [r for r in rows if r["engine"] == eng and r["n"] == n]
+        ok = [r for r in rs if r.get("valid", True)]
+        m = {"engine": eng, "n": n, "repeats": len(ok), "invalid_repeats": len(rs) - len(ok)}
+        for k in ROW_KEYS:
+            vals = [r[k] for r in ok if isinstance(r.get(k), (int, float)) and math.isfinite(r[k])]
+            m[k] = round(statistics.median(vals), 4) if vals else None
+        if len(ok) > 1:
+            m["spread"] = {k: [min(v), max(v)] for k in HEADLINE if (v := [r[k] for r in ok if isinstance(r.get(k), (int, float))])}
+        out.append(m)
+    return out
+
+
+def ratios(rows: list[dict], med: list[dict], reference: str | None, rule: stats.Rule, metrics: list[str] = HEADLINE) -> list[dict]:
+    """engine / reference per N and metric, from medians of valid repeats, each with the
+    noise rule's verdict (repeats paired by index: the session ran them back to back)."""
+    if not reference:
+        return []
+    ref = {m["n"]: m for m in med if m["engine"] == reference}
+    out = []
+    for m in med:
+        if m["engine"] == reference or m["n"] not in ref:
+            continue
+        r = {"engine": m["engine"], "reference": reference, "n": m["n"], "repeats": min(m["repeats"], ref[m["n"]]["repeats"])}
+        note = validity.noise_note(r["repeats"])
+        r["noise"] = note or "known"
+        verdicts = {}
+        for k in metrics:
+            a, b = ref[m["n"]].get(k), m.get(k)
+            r[k] = round(b / a, 4) if a and b else None
+            if note is None:
+                va = {x["repeat"]: x[k] for x in rows if x["engine"] == reference and x["n"] == m["n"] and x.get("valid", True) and x.get(k) is not None}
+                vb = {x["repeat"]: x[k] for x in rows if x["engine"] == m["engine"] and x["n"] == m["n"] and x.get("valid", True) and x.get(k) is not None}
+                ab = stats.compare_samples(va, vb, rule, METRICS[k].better, paired=True)
+                verdicts[k] = {"verdict": ab.verdict, "reason": ab.reason, "threshold_pct": round(ab.threshold_pct, 3), "delta_pct": None if ab.delta_pct is None else round(ab.delta_pct, 3)}
+        r["verdicts"] = verdicts
+        out.append(r)
+    return out
+
+
+def headline(rat: list[dict]) -> str:
+    """One line a human reads first: the top-N decode_agg ratio of each engine, with its verdict."""
+    parts = []
+    for e in sorted({r["engine"] for r in rat}):
+        rs = [r for r in rat if r["engine"] == e]
+        top = max(rs, key=lambda r: r["n"])
+        v = top["verdicts"].get("decode_agg_tps", {})
+        tail = f"{v['verdict']} ({v['reason']})" if v else top["noise"]
+        parts.append(f"{e}/{top['reference']} decode_agg {top.get('decode_agg_tps')}x at N={top['n']}: {tail}")
+    return "; ".join(parts)
+
+
+def users_tsv(med: list[dict], reference: str | None) -> str:
+    """Their summary.tsv: one row per arm x n (medians of valid repeats), then the ratio block."""
+    lines = ["arm\tn\t" + "\t".join(USERS_COLUMNS)]
+    for m in med:
+        lines.append("\t".join([m["engine"], str(m["n"]), *("" if m.get(k) is None else str(m[k]) for k in USERS_COLUMNS)]))
+    if reference:
+        by = {(m["engine"], m["n"]): m for m in med}
+        for eng in sorted({m["engine"] for m in med} - {reference}):
+            lines += ["", f"ratio\tn\t{eng}_decode_over_{reference}\t{eng}_perseq_over_{reference}\t{eng}_agg_over_{reference}\t{eng}_ttft_over_{reference}"]
+            for n in sorted({m["n"] for m in med}):
+                a, b = by.get((eng, n)), by.get((reference, n))
+                if not a or not b:
+                    continue
+                vals = [_ratio(a, b, k) for k in ("decode_agg_tps", "decode_perseq_tps", "agg_tps", "ttft_mean_ms")]
+                lines.append("\t".join(["ratio", str(n), *vals]))
+    return "\n".join(lines) + "\n"
+
+
+def _ratio(a: dict, b: dict, k: str) -> str:
+    return f"{a[k] / b[k]:.4f}" if a.get(k) and b.get(k) else ""
+
+
+def parity_tsv(rows: list[dict], med: list[dict], rat: list[dict]) -> str:
+    cols = ["kind", "engine", "n", "repeat", "reference", "valid", *ROW_KEYS, "requests", "valid_requests", "invalid_requests", "noise"]
+    lines = ["\t".join(cols)]
+    for kind, items in (("row", rows), ("median", med), ("ratio", rat)):
+        for r in items:
+            r = {"kind": kind, **r, **({"repeat": "median"} if kind == "median" else {})}
+            lines.append("\t".join("" if r.get(c) is None else str(r.get(c)) for c in cols))
+    return "\n".join(lines) + "\n"
+
+
+def write(ctx, plan, rows: list[dict], extra: dict | None = None) -> dict:
+    med = medians(rows)
+    rule = stats.Rule.from_config(ctx.profile.stats)
+    rat = ratios(rows, med, plan.reference, rule)
+    invalid = [f"{r['engine']} r{r['repeat']} N={r['n']}: {'; '.join(r['invalid_reasons'])}" for r in rows if not r.get("valid", True)]
+    doc = {
+        "kind": "snapshot",
+        "model": plan.model,
+        "engines": plan.engines,
+        "reference_engine": plan.reference,
+        "shape": {k: getattr(plan.shape, k) for k in ("ptok", "gen", "parallel", "ctx", "prompt", "min_window_s", "invalid_tolerance")} | {"npl": plan.npl, "repeat": plan.repeat},
+        "order": [f"r{r}:{e}" for r, e in plan.order],
+        "rows": rows,
+        "medians": med,
+        "ratios": rat,
+        "headline": headline(rat),
+        "invalid_points": invalid,
+        "valid": not invalid,
+        "rule": rule.text(),
+        "metrics": definitions(),
+        **(extra or {}),
+    }
+    ctx.run.write_json("summary.json", doc)
+    ctx.run.write_text("parity_summary.tsv", parity_tsv(rows, med, rat))
+    ctx.run.write_text("summary.tsv", users_tsv(med, plan.reference))
+    return doc

@@ -1,0 +1,184 @@
+"""One arm of a same-session sweep: one engine's server, started once per repeat,
+warmed up, then every N; afterwards the memory it held must come back before the
+next engine starts.
+
+Per point: prompts (serving.prompt), the server's /metrics before and after, the
+requests (closed loop, N at once), each request checked (parity.serving.validity),
+the users' metrics over the valid ones, the point's own verdict, and the server's
+counters reconciled with the client's."""
+
+from __future__ import annotations
+
+import asyncio
+
+from parity.errors import InfraError
+from parity.serving import server_metrics, validity
+from parity.serving.metrics import RequestRecord, compute
+
+
+def records_json(recs: list[RequestRecord]) -> list[dict]:
+    out = []
+    for r in recs:
+        d = dict(r.__dict__)
+        d["valid"] = r.valid
+        out.append(d)
+    return out
+
+
+def scrape_parsed(port: int, path: str | None) -> tuple[dict | None, str | None]:
+    from parity.serving.server import scrape
+
+    text = scrape(port, path)
+    if text is None:
+        return None, None
+    try:
+        return server_metrics.parse(text), text
+    except ValueError:  # not Prometheus text
+        return None, text
+
+
+def slot_context(port: int, la) -> int | None:
+    """The context one llama-server slot really has (GET /props), None when it does not say."""
+    if not la.props_path:
+        return None
+    from parity.serving.server import probe
+
+    try:
+        status, body = probe(port, la.props_path, 10.0)
+    except (OSError, asyncio.TimeoutError, ValueError):
+        return None
+    settings = body.get("default_generation_settings") if status == 200 and isinstance(body, dict) else None
+    n = settings.get("n_ctx") if isinstance(settings, dict) else None
+    return n if isinstance(n, int) and n > 0 else None
+
+
+def build_specs(target, s, n: int, gen: int):
+    from parity.serving.prompts import prompts
+
+    return asyncio.run(prompts(target, s.prompt, n, s.ptok, gen))
+
+
+def check_fits(specs, limit: int | None, label: str, what: str) -> None:
+    """Refuse requests that do not fit the context the engine really gives them (a
+    word prompt's length is only known once tokenized, after the server started)."""
+    from parity.serving.prompts import shortest_context_need
+
+    need = shortest_context_need(specs)
+    if limit and need > limit:
+        raise InfraError(f"{label}: a request needs {need} tokens (prompt + generated) but {what} gives {limit}")
+
+
+def warmup(ctx, target, s, engine: str, rep: int, timeout: float) -> dict:
+    """The harness's warmup: serving.warmup.requests requests of warmup.gen tokens, own nonces,
+    discarded from every metric (kept in requests/<engine>-r<k>-warmup.json)."""
+    from parity.serving import loadgen
+
+    w = s.warmup
+    if w.requests <= 0:
+        return {"requests": 0}
+    specs = build_specs(target, s, w.requests, w.gen)
+    recs = loadgen.drive(target, specs, timeout)
+    for r in recs:
+        validity.check_request(r)
+    ctx.run.write_json(f"requests/{engine}-r{rep}-warmup.json", records_json(recs))
+    bad = [validity.reason(r) for r in recs if not r.valid]
+    if bad:
+        ctx.out.warn(f"{engine} r{rep} warmup: {len(bad)}/{len(recs)} requests invalid (first: {bad[0]})")
+    return {"requests": len(recs), "gen": w.gen, "valid": len(recs) - len(bad)}
+
+
+def client_side(recs: list[RequestRecord], row: dict) -> dict:
+    ok = [r for r in recs if r.valid]
+    e2e = [(r.end - r.send) * 1000 for r in ok if r.end is not None]
+    return {
+        "requests": len(ok),
+        "prompt_tokens": row.get("prompt_tok_total"),
+        "generation_tokens": row.get("gen_total"),
+        "ttft_mean_ms": row.get("ttft_mean_ms"),
+        "e2e_mean_ms": round(sum(e2e) / len(e2e), 3) if e2e else None,
+    }
+
+
+def run_point(ctx, plan, la, target, engine: str, rep: int, n: int, show) -> dict:
+    from parity.serving import loadgen
+
+    s = plan.shape
+    label = f"{engine} r{rep} N={n}"
+    specs = build_specs(target, s, n, s.gen)
+    check_fits(specs, plan.limits.get(engine), label, plan.limit_what.get(engine, "the engine"))
+    before, _ = scrape_parsed(s.port, la.metrics_path)
+    recs = loadgen.drive(target, specs, s.request_timeout_s, show)
+    after, text = scrape_parsed(s.port, la.metrics_path)
+    for r in recs:
+        validity.check_request(r)
+    metrics, why = compute([r for r in recs if r.valid])
+    row = {"engine": engine, "n": n, "repeat": rep, **metrics, "why": why}
+    problems = validity.point_verdict(recs, row, s.min_window_s, s.invalid_tolerance)
+    row.update(
+        requests=len(recs),
+        valid_requests=sum(r.valid for r in recs),
+        invalid_requests=sum(not r.valid for r in recs),
+        prompt=s.prompt,
+        valid=not problems,
+        invalid_reasons=problems,
+    )
+    if before is not None and after is not None:
+        server = server_metrics.deltas(la.kind, before, after)
+        recon = server_metrics.reconcile(server, client_side(recs, row))
+        row["server"], row["reconciliation"] = server, recon
+        for m in server_metrics.mismatches(recon):
+            ctx.out.warn(f"{label}: server and client disagree on {m}")
+    ctx.run.write_json(f"requests/{engine}-r{rep}-n{n}.json", records_json(recs))
+    if text is not None:
+        ctx.run.write_text(f"servers/{engine}-r{rep}-n{n}.metrics.txt", text)
+    return row
+
+
+def run_arm(ctx, plan, engine: str, rep: int, prog, task) -> dict:
+    """Start the engine's server, warm it up, run every N, stop it, wait for its memory."""
+    from parity.gpu.memory import used_mib, wait_back
+    from parity.serving import loadgen
+    from parity.serving.engines import adapter, model_for
+    from parity.serving.server import serving
+
+    s = plan.shape
+    e = ctx.profile.engine(engine)
+    mf = model_for(ctx, engine, plan.model)
+    la = adapter(ctx, engine).launch(ctx, engine, mf, s.port, s, model=plan.model)
+    log = str(ctx.run.file(f"servers/{engine}-r{rep}.log"))
+    ctx.run.write_json(f"servers/{engine}-r{rep}.json", {"argv": la.argv, "env": la.env, "unset": la.unset, "served_name": la.served_name, "count": la.count, "request_extra": la.request_extra})
+    mem_before, mem_source = used_mib()
+    rows, arm = [], {"engine": engine, "repeat": rep}
+    prog.update(task, status=f"{engine} r{rep}: starting server (budget {e.ready_timeout_s:g} s)")
+    with serving(ctx, la, s.port, log, e.ready_timeout_s, e.ready_probe_timeout_s, e.stop_grace_s) as (proc, ready_s):
+        arm["ready_s"] = round(ready_s, 2)
+        target = loadgen.Target("127.0.0.1", s.port, la.served_name, la.tokenize, count=la.count, extra=la.request_extra)
+        real = slot_context(s.port, la)
+        if real is not None:
+            arm["slot_ctx"] = real
+            planned = plan.limits.get(engine)
+            if planned and real < planned:
+                raise InfraError(f"{engine}: each slot has {real} tokens of context (GET /props), the plan counted on {planned}: {plan.limit_what.get(engine)}")
+            plan.limits[engine] = real
+        prog.update(task, status=f"{engine} r{rep}: warmup")
+        arm["warmup"] = warmup(ctx, target, s, engine, rep, s.request_timeout_s)
+        for n in plan.npl:
+
+            def show(p, label=f"{engine} r{rep} N={n}", n=n):
+                prog.update(task, status=f"{label}: {p.done}/{n} requests, {p.tokens} tokens, {p.tps():.1f} tok/s")
+
+            row = run_point(ctx, plan, la, target, engine, rep, n, show)
+            row["server_ready_s"] = arm["ready_s"]
+            rows.append(row)
+            prog.advance(task)
+            verdict = "valid" if row["valid"] else "INVALID: " + "; ".join(row["invalid_reasons"])
+            ctx.out.info(
+                f"  {engine:>8} r{rep} N={n:<4} decode_agg {row['decode_agg_tps']} perseq {row['decode_perseq_tps']} agg {row['agg_tps']} tok/s"
+                f"  ttft {row['ttft_mean_ms']} ms  windows {row['wall_s']}/{row['decode_window_s']} s  {verdict}"
+            )
+            if proc.poll() is not None:
+                raise InfraError(f"{engine} server exited during N={n}; log: {log}")
+    prog.update(task, status=f"{engine} r{rep}: waiting for its memory to come back")
+    arm["settle"] = wait_back(mem_before, mem_source, s.settle_s, s.settle_timeout_s, s.settle_tolerance_mib, f"{engine} r{rep}")
+    arm["rows"] = rows
+    return arm
