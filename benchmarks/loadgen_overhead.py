@@ -10,7 +10,12 @@ Reference on the 2-core CI machine: NVIDIA aiperf 0.13 reached about 27,000
 chunks/s and 704 MB RSS in this setup; parity must do at least as well, with a
 TTFT overhead p50 under 1 ms.
 
-usage: python benchmarks/loadgen_overhead.py [--concurrency 256] [--requests 2048] [--gen 64] [--itl-ms 0]
+--count usage streams vLLM's continuous usage (a counter in every chunk, how parity
+counts vLLM's tokens); chunks streams the plain format.  --open-loop RATE adds a
+phase of Poisson arrivals at RATE requests/s and prints the achieved rate and the
+scheduling delay (send time - due time): target p99 under 1 ms at 500 requests/s.
+
+usage: python benchmarks/loadgen_overhead.py [--concurrency 256] [--requests 2048] [--gen 64] [--itl-ms 0,8] [--count chunks,usage] [--open-loop 500]
 """
 
 from __future__ import annotations
@@ -27,8 +32,10 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
+from parity.serving.arrivals import achieved, open_loop_times  # noqa: E402
+from parity.serving.loadgen import RequestSpec, Target, run_open_loop, run_requests  # noqa: E402
 from parity.serving.metrics import percentile  # noqa: E402
-from parity.serving.loadgen import Target, run_requests  # noqa: E402
+from parity.serving.validity import check_request  # noqa: E402
 from parity.runners.local import LocalRunner  # noqa: E402
 
 AIPERF_CHUNKS_S = 27_000
@@ -52,28 +59,33 @@ def wait_port(port: int, timeout: float = 10) -> None:
     raise SystemExit(f"null server did not listen on {port}")
 
 
-def run_phase(concurrency: int, requests: int, gen: int, ptok: int, itl_ms: float) -> dict:
+def target(port: int, count: str) -> Target:
+    extra = {"stream_options": {"include_usage": True, "continuous_usage_stats": True}} if count == "usage" else {}
+    return Target("127.0.0.1", port, "null", "vllm", count=count, extra=extra)
+
+
+def run_phase(concurrency: int, requests: int, gen: int, ptok: int, itl_ms: float, count: str) -> dict:
     port = free_port()
     server = LocalRunner().spawn([sys.executable, os.path.join(HERE, "null_server.py"), "--port", str(port), "--itl-ms", str(itl_ms)])
     try:
         wait_port(port)
-        target = Target("127.0.0.1", port, "null", "vllm")
-        prompts = [[(i * 7 + j) % 50000 + 3 for j in range(ptok)] for i in range(requests)]
+        specs = [RequestSpec([(i * 7 + j) % 50000 + 3 for j in range(ptok)], gen) for i in range(requests)]
         ru0 = resource.getrusage(resource.RUSAGE_SELF)
         t0 = time.perf_counter()
-        recs = asyncio.run(run_requests(target, prompts, gen, concurrency, timeout=300))
+        recs = asyncio.run(run_requests(target(port, count), specs, concurrency, timeout=300))
         wall = time.perf_counter() - t0
         ru1 = resource.getrusage(resource.RUSAGE_SELF)
     finally:
         server.stop(2)
-    bad = [r for r in recs if not r.valid]
-    chunks = sum(len(r.arrivals) for r in recs)
+    bad = [r for r in recs if not check_request(r).valid]
+    chunks = sum(r.chunks for r in recs)
     overhead_ms = [(r.first - int(r.response_id[5:]) / 1e9) * 1000 for r in recs if r.valid and r.response_id and r.response_id[5:].isdigit()]
     return {
+        "count": count,
         "server_itl_ms": itl_ms,
         "offered_chunks_per_s": round(concurrency * 1000 / itl_ms) if itl_ms else "unbounded",
         "valid_requests": len(recs) - len(bad),
-        "first_problem": (bad[0].error or f"completion_tokens {bad[0].completion_tokens}") if bad else None,
+        "first_problem": (bad[0].error or bad[0].invalid) if bad else None,
         "wall_s": round(wall, 3),
         "chunks": chunks,
         "chunks_per_s": round(chunks / wall, 1),
@@ -85,6 +97,21 @@ def run_phase(concurrency: int, requests: int, gen: int, ptok: int, itl_ms: floa
     }
 
 
+def run_open(rate: float, requests: int, gen: int, ptok: int, itl_ms: float, count: str) -> dict:
+    port = free_port()
+    server = LocalRunner().spawn([sys.executable, os.path.join(HERE, "null_server.py"), "--port", str(port), "--itl-ms", str(itl_ms)])
+    try:
+        wait_port(port)
+        times = open_loop_times(requests, rate, 1.0, seed=1)
+        specs = [RequestSpec([(i * 7 + j) % 50000 + 3 for j in range(ptok)], gen, at=at) for i, at in enumerate(times)]
+        recs = asyncio.run(run_open_loop(target(port, count), specs, timeout=300))
+    finally:
+        server.stop(2)
+    bad = [r for r in recs if not check_request(r).valid]
+    a = achieved(recs)
+    return {"requested_rate": rate, **a, "valid_requests": len(recs) - len(bad), "first_problem": (bad[0].error or bad[0].invalid) if bad else None}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description="parity load generator overhead vs a null server")
     ap.add_argument("--concurrency", type=int, default=256)
@@ -93,9 +120,13 @@ def main() -> int:
     ap.add_argument("--ptok", type=int, default=128)
     ap.add_argument("--itl-ms", default="0,8", help="null server gap between a stream's chunks, one phase per value: "
                     "0 = as fast as it can (client saturated: max chunks/s), 8 = 256 streams offer ~32k chunks/s (TTFT overhead below saturation)")  # fmt: skip
+    ap.add_argument("--count", default="chunks,usage", help="stream formats, one phase each per --itl-ms value: chunks, usage")
+    ap.add_argument("--open-loop", type=float, default=500.0, metavar="RATE", help="requests/s of the open-loop phase (0: none)")
+    ap.add_argument("--open-requests", type=int, default=2000, help="requests of the open-loop phase")
     ap.add_argument("--json", action="store_true", help="print one JSON document")
     a = ap.parse_args()
-    phases = [run_phase(a.concurrency, a.requests, a.gen, a.ptok, float(x)) for x in a.itl_ms.split(",")]
+    phases = [run_phase(a.concurrency, a.requests, a.gen, a.ptok, float(x), c) for c in a.count.split(",") for x in a.itl_ms.split(",")]
+    open_loop = run_open(a.open_loop, a.open_requests, 16, a.ptok, 1.0, "usage") if a.open_loop else None
     paced = [p for p in phases if p["server_itl_ms"]]
     res = {
         "concurrency": a.concurrency,
@@ -104,12 +135,14 @@ def main() -> int:
         "cpus": os.cpu_count(),
         "loadavg_after": os.getloadavg()[0],
         "phases": phases,
+        "open_loop": open_loop,
         "reference": {"aiperf_chunks_per_s": AIPERF_CHUNKS_S, "aiperf_rss_mb": AIPERF_RSS_MB},
     }
     res["meets_target"] = (
         all(p["valid_requests"] == a.requests and p["peak_rss_mb"] <= AIPERF_RSS_MB for p in phases)
         and max(p["chunks_per_s"] for p in phases) >= AIPERF_CHUNKS_S
         and all(p["ttft_overhead_p50_ms"] < 1.0 for p in paced)
+        and (open_loop is None or (open_loop["valid_requests"] == a.open_requests and open_loop["delay_p99_ms"] < 1.0))
     )
     if a.json:
         print(json.dumps(res, indent=2))
@@ -121,7 +154,13 @@ def main() -> int:
         for p in phases:
             if p["first_problem"]:
                 print(f"itl {p['server_itl_ms']}: invalid requests, first: {p['first_problem']}")
-        print(f"{'reference':>22}: aiperf 0.13 ~{AIPERF_CHUNKS_S} chunks/s, {AIPERF_RSS_MB} MB RSS; target TTFT overhead p50 < 1 ms")
+        if open_loop:
+            o = open_loop
+            print(f"{'open loop':>22}: requested {o['requested_rate']:g} req/s (Poisson, seed 1), achieved {o['achieved_rate']} req/s; scheduling delay "
+                  f"p50 {o['delay_p50_ms']} ms, p99 {o['delay_p99_ms']} ms, max {o['delay_max_ms']} ms; {o['valid_requests']}/{o['sent']} valid")
+            if o["first_problem"]:
+                print(f"open loop: invalid requests, first: {o['first_problem']}")
+        print(f"{'reference':>22}: aiperf 0.13 ~{AIPERF_CHUNKS_S} chunks/s, {AIPERF_RSS_MB} MB RSS; targets: TTFT overhead p50 < 1 ms, open-loop delay p99 < 1 ms")
         print(f"{'meets_target':>22}: {res['meets_target']}")
     return 0 if res["meets_target"] else 1
 

@@ -101,11 +101,16 @@ class NullServer:
         if t is None:
             return
         rid = b"cmpl-%d" % time.perf_counter_ns()
+        continuous = bool((req.get("stream_options") or {}).get("continuous_usage_stats"))
         pre = b'data: {"id":"' + rid + b'","object":"text_completion","created":%d,"model":"null","choices":[{"index":0,"text":"' % self.created
-        mid_open = pre + WORD + b'","logprobs":null,"finish_reason":null,"stop_reason":null}],"usage":null}\n\n'
-        mid_last = pre + WORD + b'","logprobs":null,"finish_reason":"length","stop_reason":null}],"usage":null}\n\n'
-        t.write(HEAD + _chunk(mid_open if n > 1 else mid_last))
-        framed = _chunk(mid_open)
+
+        def chunk(i: int) -> bytes:  # token i (0-based)
+            finish = b'"length"' if i == n - 1 else b"null"
+            usage = b'{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d}' % (prompt_tokens, prompt_tokens + i + 1, i + 1) if continuous else b"null"
+            return _chunk(pre + WORD + b'","logprobs":null,"finish_reason":' + finish + b',"stop_reason":null}],"usage":' + usage + b"}\n\n")
+
+        framed = None if continuous else chunk(0)
+        t.write(HEAD + (chunk(0) if n == 1 or continuous else framed))
         for i in range(1, n):
             if self.itl_s:
                 await asyncio.sleep(self.itl_s)
@@ -115,7 +120,7 @@ class NullServer:
                 await proto.can_write.wait()
             if proto.transport is None:
                 return
-            t.write(framed if i < n - 1 else _chunk(mid_last))
+            t.write(framed if framed is not None and i < n - 1 else chunk(i))
         usage = {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + n, "completion_tokens": n, "prompt_tokens_details": None}
         tail = b'data: {"id":"' + rid + b'","object":"text_completion","created":%d,"model":"null","choices":[],"usage":%s}\n\n' % (self.created, json.dumps(usage).encode())
         if proto.transport is not None:

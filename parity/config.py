@@ -219,6 +219,48 @@ class OutputParityConfig:
 
 
 @dataclass
+class SloConfig:
+    """Bounds a request must meet to count toward goodput (None: not bounded)."""
+
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    e2e_ms: float | None = None
+
+
+@dataclass
+class WorkloadConfig:
+    """A named workload (serving.workloads.NAME), run with `parity snapshot --workload NAME`.
+    Each kind reads its own keys; gen None = serving.gen."""
+
+    kind: Literal["shared-prefix", "prefill-under-decode", "open-loop", "multi-turn"]
+    description: str = ""
+    gen: int | None = None
+    # shared-prefix: groups of requests sharing a prefix, each with its own suffix
+    groups: int = 4
+    group_size: int = 8
+    prefix_tokens: int = 512
+    suffix_tokens: int = 32
+    # prefill-under-decode: steady decode streams, long prompts arriving during them
+    decode_streams: int = 4
+    decode_gen: int = 256
+    long_prompts: int = 2
+    long_ptok: int = 1024
+    long_every_s: float = 1.0
+    # open-loop: arrivals at each rate (gamma gaps, burstiness 1 = Poisson)
+    rates: list[float] = field(default_factory=lambda: [1.0, 2.0, 4.0])
+    requests_per_rate: int = 32
+    burstiness: float = 1.0
+    seed: int = 0
+    max_delay_p99_ms: float = 10.0  # the load generator falls behind past this: the point is invalid
+    min_achieved_share: float = 0.95  # achieved / requested send rate below this: invalid
+    slo: SloConfig = field(default_factory=SloConfig)
+    # multi-turn: conversations whose turns resend the growing history
+    conversations: int = 4
+    turns: int = 4
+    turn_tokens: int = 64
+
+
+@dataclass
 class ServingConfig:
     model: str = ""
     engines: list[str] = field(default_factory=list)
@@ -244,6 +286,7 @@ class ServingConfig:
     settle_timeout_s: float = 120.0  # ... and until memory is back within settle_tolerance_mib of before
     settle_tolerance_mib: int = 1024
     output_parity: OutputParityConfig = field(default_factory=OutputParityConfig)
+    workloads: dict[str, WorkloadConfig] = field(default_factory=dict)
 
 
 @dataclass
