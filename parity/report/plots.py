@@ -67,8 +67,8 @@ def throughput_vs_n(medians: list[dict], spreads: dict, path: Path, metric: str 
     return _save(fig, path)
 
 
-def ratio_vs_n(ratios: list[dict], metrics: list[str], path: Path) -> Path | None:
-    """engine/reference ratio vs N, one line per engine x metric, parity at 1.0."""
+def ratio_vs_n(ratios: list[dict], metrics: list[str], path: Path, spreads: dict | None = None) -> Path | None:
+    """engine/reference ratio vs N (median ratio, min..max of the per-repeat ratios), parity at 1.0."""
     lines: dict[str, list] = {}
     ref = None
     for r in ratios:
@@ -78,14 +78,36 @@ def ratio_vs_n(ratios: list[dict], metrics: list[str], path: Path) -> Path | Non
                 lines.setdefault(f"{r['engine']} {k}", []).append((r["n"], r[k]))
     if not lines:
         return None
+    spreads = spreads or {}
     fig, ax = _n_axes(left=0.12)
     for label, pts in sorted(lines.items()):
         pts.sort()
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
+        xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+        lo = [max(0.0, y - spreads.get((label, x), (y, y))[0]) for x, y in pts]
+        hi = [max(0.0, spreads.get((label, x), (y, y))[1] - y) for x, y in pts]
+        ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, label=label)
     ax.axhline(1.0, color="grey", linestyle="--", linewidth=1)
-    _finish_n_axes(ax, lines, f"ratio vs {ref}", f"engine / {ref} (1.0 = parity)")
+    _finish_n_axes(ax, lines, f"ratio vs {ref}", f"engine / {ref} (1.0 = parity; whiskers: per-repeat min..max)")
     ax.legend(fontsize="small")
     return _save(fig, path)
+
+
+def ratio_spreads(rows: list[dict], reference: str | None, metrics: list[str]) -> dict:
+    """{("<engine> <metric>", n): (min, max)} of per-repeat ratios (repeat i of the engine over
+    repeat i of the reference: they ran back to back), valid rows only."""
+    if not reference:
+        return {}
+    by = {(r["engine"], r["n"], r.get("repeat")): r for r in rows if r.get("valid", True)}
+    vals: dict = {}
+    for (eng, n, rep), r in by.items():
+        ref = by.get((reference, n, rep))
+        if eng == reference or ref is None:
+            continue
+        for k in metrics:
+            a, b = r.get(k), ref.get(k)
+            if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b:
+                vals.setdefault((f"{eng} {k}", n), []).append(a / b)
+    return {key: (min(v), max(v)) for key, v in vals.items()}
 
 
 def bucket_bars(captures: list[dict], path: Path, top: int = 12) -> Path | None:

@@ -22,11 +22,12 @@ from parity.errors import UsageError
 from parity.report import ledger
 from parity.report.rundata import RunData, gate_problems, load_run, values_by_cell
 from parity.report.sections import (RESULT_METRICS, ab_table, bench_section, buckets_section, definitions, fmt, gates_section, hardware_section, key_ratios,
-                                    noise_section, provenance_section, ratio_section, reproduce, results_section)
+                                    noise_section, provenance_section, ratio_section, reconciliation_section, reproduce, results_section, server_section,
+                                    validity_section)
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 USER_VERDICTS = ("keep", "reject", "default-off")
-RATIO_PLOT_METRICS = ["decode_agg_tps", "agg_tps", "prefill_tps"]
+RATIO_PLOT_METRICS = ["decode_agg_tps", "decode_perseq_tps", "agg_tps"]
 
 
 @dataclass
@@ -65,7 +66,7 @@ def report(ctx, req: ReportRequest) -> dict:
     return render_report(ctx.profile, req)
 
 
-def decide(user: str | None, problems: list[str], ab: dict | None, rule: stats.Rule) -> tuple[str, str]:
+def decide(user: str | None, problems: list[str], ab: dict | None, rule: stats.Rule, session: str = "") -> tuple[str, str]:
     """(verdict, the rule that produced it)."""
     if problems:
         if user in ("keep", "default-off"):
@@ -75,7 +76,8 @@ def decide(user: str | None, problems: list[str], ab: dict | None, rule: stats.R
         basis = f" (A/B: {ab['counts']['improved']} improved, {ab['counts']['regressed']} regressed, {ab['counts']['within noise']} within noise)" if ab else ""
         return user, f"set by the author (--verdict {user}){basis}"
     if ab is None:
-        return "measurement-only", "no A/B control given (--compare): a measurement, not a claim"
+        tail = f"; same session: {session}" if session else ""
+        return "measurement-only", f"no A/B control given (--compare): a measurement, not a claim{tail}"
     c = ab["counts"]
     tail = f"{c['improved']} improved, {c['regressed']} regressed, {c['within noise']} within noise under: {rule.text()}"
     if c["regressed"]:
@@ -102,7 +104,8 @@ def draw_plots(rd: RunData, ab: dict | None, asset_dir: Path, rel: str) -> tuple
     spreads = {k: (min(v.values()), max(v.values())) for k, v in values_by_cell(rd, "decode_agg_tps").items() if v}
     jobs = [
         ("decode t/s vs N per engine", "decode_tps_vs_n.png", lambda p: plots.throughput_vs_n(summary.get("medians") or [], spreads, p)),
-        (f"ratio vs {summary.get('reference_engine')} by N", "ratio_vs_n.png", lambda p: plots.ratio_vs_n(summary.get("ratios") or [], RATIO_PLOT_METRICS, p)),
+        (f"ratio vs {summary.get('reference_engine')} by N", "ratio_vs_n.png",
+         lambda p: plots.ratio_vs_n(summary.get("ratios") or [], RATIO_PLOT_METRICS, p, plots.ratio_spreads(summary.get("rows") or [], summary.get("reference_engine"), RATIO_PLOT_METRICS))),
         ("kernel buckets", "buckets.png", lambda p: plots.bucket_bars((rd.analysis or {}).get("captures") or [], p)),
         ("A/B deltas with noise bands", "ab_deltas.png", lambda p: plots.ab_deltas(ab["rows"], p) if ab else None),
     ]
@@ -159,7 +162,7 @@ def render_report(profile, req: ReportRequest) -> dict:
     if md_path.exists():
         raise UsageError(f"{md_path} already exists (the ledger is append-only): pick another --phase or --title")
     problems = gate_problems(rd, current=req.current)
-    verdict, verdict_rule = decide(req.verdict, problems, ab, rule)
+    verdict, verdict_rule = decide(req.verdict, problems, ab, rule, (rd.summary or {}).get("headline") or "")
     figs, plot_note = draw_plots(rd, ab, out_dir / stem, stem) if req.plots else ([], "plots disabled")
     defs, defs_note = definitions(list(dict.fromkeys(RESULT_METRICS + metrics)), rd.summary)
     row = {"date": date, "phase": phase, "title": title, "verdict": verdict, "key_ratios": key_ratios(rd), "report": md_path.name, "artifact": str(rd.path)}
@@ -170,6 +173,7 @@ def render_report(profile, req: ReportRequest) -> dict:
         "phase": phase, "date": date, "title": title, "verdict": verdict, "verdict_rule": verdict_rule, "rule": rule.text(),
         "run": rd, "manifest": rd.manifest, "hardware": hardware_section(rd), "provenance": prov, "provenance_rows": [[p[k] for k in ("engine", "source", "series", "tree", "flags", "cuda_archs", "key")] for p in prov],
         "gates": gates, "gate_rows": [[g.get(k) for k in ("phase", "check", "expected", "got", "status")] for g in gates["rows"]], "results": res, "noise": noise_section(rd, metrics), "ratios": ratio_section(rd),
+        "validity": validity_section(rd), "reconciliation": reconciliation_section(rd), "server": server_section(rd),
         "buckets": buckets_section(rd), "bench": bench_section(rd), "ab": ab, "ab_rows": ab_table(ab) if ab else [], "plots": figs, "plot_note": plot_note,
         "definitions": defs, "definitions_note": defs_note, "reproduce": reproduce(rd), "notes": rd.notes,
     }

@@ -9,7 +9,8 @@ from pathlib import Path
 from parity import stats
 from parity.report.rundata import RunData, values_by_cell
 
-RESULT_METRICS = ["decode_agg_tps", "agg_tps", "prefill_tps", "ttft_p50_ms", "tpot_ms", "wall_s"]
+RESULT_METRICS = ["decode_agg_tps", "decode_perseq_tps", "agg_tps", "prefill_tps", "ttft_mean_ms", "wall_s", "decode_window_s", "prompt_tok_total", "gen_total"]
+HEADLINE = ["decode_agg_tps", "decode_perseq_tps", "agg_tps", "ttft_mean_ms"]
 
 
 def fmt(v, digits: int = 4) -> str:
@@ -104,8 +105,41 @@ def gates_section(rd: RunData, problems: list[str]) -> dict:
 def results_section(rd: RunData) -> dict:
     med = (rd.summary or {}).get("medians") or []
     metrics = [m for m in RESULT_METRICS if any(isinstance(r.get(m), (int, float)) for r in med)]
-    rows = [[r.get("engine"), r.get("n"), r.get("repeats")] + [fmt(r.get(m)) for m in metrics] for r in med]
+    rows = [[r.get("engine"), r.get("n"), _repeats(r)] + [fmt(r.get(m)) for m in metrics] for r in med]
     return {"metrics": metrics, "rows": rows, "shape": (rd.summary or {}).get("shape") or {}, "model": (rd.summary or {}).get("model")}
+
+
+def _repeats(m: dict) -> str:
+    bad = m.get("invalid_repeats")
+    return f"{m.get('repeats')}" + (f" (+{bad} invalid)" if bad else "")
+
+
+def validity_section(rd: RunData) -> dict:
+    """Which points broke a rule (they are in the rows, not in the medians or ratios)."""
+    s = rd.summary or {}
+    rows = s.get("rows") or []
+    windows = [[r.get("engine"), r.get("repeat"), r.get("n"), fmt(r.get("wall_s")), fmt(r.get("decode_window_s")), f"{r.get('valid_requests', '-')}/{r.get('requests', '-')}",
+                "valid" if r.get("valid", True) else "INVALID: " + "; ".join(r.get("invalid_reasons") or [])] for r in rows]  # fmt: skip
+    return {"invalid": s.get("invalid_points") or [], "rows": windows, "min_window_s": (s.get("shape") or {}).get("min_window_s")}
+
+
+def reconciliation_section(rd: RunData) -> list[list]:
+    """Per point: the server's own /metrics deltas against the client's counts."""
+    out = []
+    for r in (rd.summary or {}).get("rows") or []:
+        for q in r.get("reconciliation") or []:
+            out.append([r.get("engine"), r.get("repeat"), r.get("n"), q["quantity"], fmt(q["client"]), fmt(q["server"]), q["rule"], q["status"]])
+    return out
+
+
+def server_section(rd: RunData) -> list[list]:
+    """Server-side figures the client cannot see: preemptions, prefix cache, KV use."""
+    out = []
+    for r in (rd.summary or {}).get("rows") or []:
+        s = r.get("server") or {}
+        if s:
+            out.append([r.get("engine"), r.get("repeat"), r.get("n"), fmt(s.get("preemptions")), fmt(s.get("prefix_queries")), fmt(s.get("prefix_hits")), fmt(s.get("prefix_hit_rate")), fmt(s.get("kv_usage_after"))])
+    return out
 
 
 def noise_section(rd: RunData, metrics: list[str]) -> list[list]:
@@ -117,18 +151,44 @@ def noise_section(rd: RunData, metrics: list[str]) -> list[list]:
     return rows
 
 
+def _verdict(r: dict, k: str) -> str:
+    v = (r.get("verdicts") or {}).get(k)
+    if v:
+        return v["verdict"]
+    return r.get("noise") if r.get("noise", "known") != "known" else "-"
+
+
 def ratio_section(rd: RunData) -> dict:
+    """Ratios of medians of valid repeats, each with the noise rule's verdict ('noise unknown'
+    under 3 repeats: no verdict)."""
     ratios = (rd.summary or {}).get("ratios") or []
-    keys = [k for k in ("decode_agg_tps", "agg_tps", "prefill_tps", "ttft_p50_ms") if any(k in r for r in ratios)]
-    return {"reference": (rd.summary or {}).get("reference_engine"), "cols": keys, "rows": [[r["engine"], r["n"]] + [fmt(r.get(k)) for k in keys] for r in ratios]}
+    keys = [k for k in HEADLINE + ["prefill_tps"] if any(k in r for r in ratios)] or [k for k in ("decode_agg_tps", "agg_tps", "prefill_tps", "ttft_p50_ms") if any(k in r for r in ratios)]
+    cols, rows = [], []
+    for k in keys:
+        cols += [k, "verdict"] if any((r.get("verdicts") or {}).get(k) or r.get("noise") for r in ratios) else [k]
+    for r in ratios:
+        row = [r["engine"], r["n"], r.get("repeats", "-")]
+        for k in keys:
+            row.append(fmt(r.get(k)))
+            if len(cols) > len(keys):
+                row.append(_verdict(r, k))
+        rows.append(row)
+    return {"reference": (rd.summary or {}).get("reference_engine"), "cols": cols, "rows": rows, "headline": (rd.summary or {}).get("headline") or ""}
 
 
 def key_ratios(rd: RunData) -> str:
+    """The ledger's key ratios: top-N decode/agg ratios, with the verdict or 'noise unknown'."""
     ratios = (rd.summary or {}).get("ratios") or []
     if not ratios:
         return ""
     top = max(r["n"] for r in ratios)
-    return "; ".join(f"{r['engine']}/{r['reference']} decode {fmt(r.get('decode_agg_tps'))}x agg {fmt(r.get('agg_tps'))}x @N={top}" for r in ratios if r["n"] == top)
+    out = []
+    for r in ratios:
+        if r["n"] != top:
+            continue
+        tail = _verdict(r, "decode_agg_tps")
+        out.append(f"{r['engine']}/{r['reference']} decode {fmt(r.get('decode_agg_tps'))}x agg {fmt(r.get('agg_tps'))}x @N={top}" + (f" ({tail})" if tail != "-" else ""))
+    return "; ".join(out)
 
 
 def buckets_section(rd: RunData) -> dict | None:

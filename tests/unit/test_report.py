@@ -14,7 +14,7 @@ from parity.report.render import ReportRequest, render_report
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "report"
 SECTIONS = ["Summary", "Hardware", "Provenance", "Gates (pre / post)", "Results (medians over repeats)", "Ratios vs the reference engine (stock)",
-            "Batched-bench", "A/B comparison", "Profile buckets", "Plots", "Verdict", "Metric definitions", "Reproduce"]
+            "Validity (every point, with its measurement windows)", "Server-side reconciliation", "Batched-bench", "A/B comparison", "Profile buckets", "Plots", "Verdict", "Metric definitions", "Reproduce"]
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,8 @@
 """Regenerate control/ and candidate/ from captured/ (a real, gated smoke snapshot:
 manifest, hardware, gates, builds are verbatim except the trimmed env).
 
-The repeat rows are synthetic with known answers (A = control, B = candidate):
+The repeat rows are synthetic with known answers (A = control, B = candidate); their
+server-side reconciliation rows are synthetic too (client == server):
   paged decode_agg_tps  +10%, ~1% noise   -> improved
   paged ttft_mean_ms    -15% (and its p50) -> improved (lower is better)
   paged agg_tps         +1.5%             -> within noise (under the 2% floor)
@@ -44,6 +45,10 @@ def rows(candidate: bool) -> list[dict]:
                     v *= CHANGE.get((eng, k), 1.0)
                 row[k] = round(v, 4)
             row.update(requests=n, valid_requests=n, invalid_requests=0, valid=True, invalid_reasons=[])
+            row["server"] = {"requests": n, "generation_tokens": row["gen_total"], "prompt_tokens": row["prompt_tok_total"], "preemptions": None, "prefix_queries": row["prompt_tok_total"],
+                             "prefix_hits": 0, "prefix_hit_rate": 0.0, "kv_usage_after": None, "ttft_mean_ms": None, "e2e_mean_ms": None}
+            row["reconciliation"] = [{"quantity": q, "client": row["server"][q], "server": row["server"][q], "rule": "exact", "status": "ok"}
+                                     for q in ("requests", "generation_tokens", "prompt_tokens")]
             out.append(row)
     return out
 
