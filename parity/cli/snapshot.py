@@ -39,6 +39,10 @@ def register(app: typer.Typer) -> None:
         )  # fmt: skip
         doc = run(ctx, req)
         ctx.out.emit(doc, lambda: (render_plan if dry_run else render_summary)(ctx.out, doc))
+        if not dry_run and doc.get("output_parity", {}).get("status") == "fail":
+            from parity.errors import GateFailed
+
+            raise GateFailed(f"cross-engine output parity out of its band: {doc['output_parity']['failures'][0]} ({doc['run_dir']})")
         if not dry_run and not doc["valid"]:
             from parity.errors import InvalidMeasurement
 

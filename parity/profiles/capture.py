@@ -237,8 +237,12 @@ def _capture_bench(ctx, c: Capture, plan: ProfilePlan) -> list[dict]:
 
 
 def _capture_serve(ctx, c: Capture, plan: ProfilePlan) -> list[dict]:
+    import asyncio
+
     from parity.serving.loadgen import Target, drive
+    from parity.serving.prompts import token_prompts
     from parity.serving.server import serving
+    from parity.serving.validity import check_request, reason
 
     e = ctx.profile.engine(c.engine)
     s = _serve_shape(ctx, plan.npl)
@@ -247,11 +251,13 @@ def _capture_serve(ctx, c: Capture, plan: ProfilePlan) -> list[dict]:
     os.makedirs(os.path.dirname(c.out_base), exist_ok=True)
     # nsys writes the report after the server stops: give it time before SIGKILL
     with serving(ctx, la, s.port, c.out_base + ".log", e.ready_timeout_s * 2, e.ready_probe_timeout_s, e.stop_grace_s + 120):
-        recs = drive(Target("127.0.0.1", s.port, base.served_name, base.tokenize), plan.npl, plan.npp, c.ntg, s.request_timeout_s)
+        t = Target("127.0.0.1", s.port, base.served_name, base.tokenize, count=base.count, extra=base.request_extra)
+        specs = asyncio.run(token_prompts(t, plan.npl, plan.npp, c.ntg))
+        recs = [check_request(r) for r in drive(t, specs, s.request_timeout_s)]
     bad = [r for r in recs if not r.valid]
     if bad:
-        raise InfraError(f"{len(bad)}/{len(recs)} requests failed under the profiler: {bad[0].error or 'wrong completion token count'}")
-    return [{"requests": len(recs), "completion_tokens": sum(r.completion_tokens for r in recs)}]
+        raise InfraError(f"{len(bad)}/{len(recs)} requests failed under the profiler: {reason(bad[0])}")
+    return [{"requests": len(recs), "completion_tokens": sum(r.tokens for r in recs)}]
 
 
 @dataclass

@@ -22,7 +22,7 @@ from parity.errors import UsageError
 from parity.report import ledger
 from parity.report.rundata import RunData, gate_problems, load_run, values_by_cell
 from parity.report.sections import (RESULT_METRICS, ab_table, bench_section, buckets_section, definitions, fmt, gates_section, hardware_section, key_ratios,
-                                    noise_section, provenance_section, ratio_section, reconciliation_section, reproduce, results_section, server_section,
+                                    noise_section, output_parity_section, provenance_section, ratio_section, reconciliation_section, reproduce, results_section, server_section,
                                     validity_section)
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -173,7 +173,7 @@ def render_report(profile, req: ReportRequest) -> dict:
         "phase": phase, "date": date, "title": title, "verdict": verdict, "verdict_rule": verdict_rule, "rule": rule.text(),
         "run": rd, "manifest": rd.manifest, "hardware": hardware_section(rd), "provenance": prov, "provenance_rows": [[p[k] for k in ("engine", "source", "series", "tree", "flags", "cuda_archs", "key")] for p in prov],
         "gates": gates, "gate_rows": [[g.get(k) for k in ("phase", "check", "expected", "got", "status")] for g in gates["rows"]], "results": res, "noise": noise_section(rd, metrics), "ratios": ratio_section(rd),
-        "validity": validity_section(rd), "reconciliation": reconciliation_section(rd), "server": server_section(rd),
+        "validity": validity_section(rd), "reconciliation": reconciliation_section(rd), "server": server_section(rd), "output_parity": output_parity_section(rd),
         "buckets": buckets_section(rd), "bench": bench_section(rd), "ab": ab, "ab_rows": ab_table(ab) if ab else [], "plots": figs, "plot_note": plot_note,
         "definitions": defs, "definitions_note": defs_note, "reproduce": reproduce(rd), "notes": rd.notes,
     }

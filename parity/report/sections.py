@@ -241,3 +241,13 @@ def ab_table(ab: dict) -> list[list]:
          "-" if r["ci_pct"] is None else f"[{r['ci_pct'][0]:+.2f}, {r['ci_pct'][1]:+.2f}]%", {True: "yes", False: "no", None: "-"}[r["consistent"]], r["verdict"]]
         for r in ab["rows"]
     ]
+
+
+def output_parity_section(rd: RunData) -> dict | None:
+    """Cross-engine output parity (same weights and prompts, greedy): per engine x prompt."""
+    op = (rd.summary or {}).get("output_parity")
+    if not op:
+        return None
+    rows = [[p.get("engine"), p.get("prompt"), p.get("prompt_tokens", "-"), p.get("tokens", "-"), fmt(p.get("agreement")), "-" if p.get("first_divergence") is None else p["first_divergence"],
+             fmt(p.get("kl_mean")), fmt(p.get("kl_max")), p.get("status"), p.get("why")] for p in op.get("pairs") or []]  # fmt: skip
+    return {"reference": op.get("reference"), "status": op.get("status"), "band": op.get("band") or {}, "rows": rows}

@@ -44,6 +44,7 @@ class Launch:
     count: str = "chunks"  # how its stream says tokens per chunk (parity.serving.loadgen.COUNTERS)
     request_extra: dict = field(default_factory=dict)  # fields added to every completion request
     props_path: str | None = None  # llama-server /props: the context each slot really has
+    probe_extra: dict = field(default_factory=dict)  # fields the output-parity probe adds (vLLM: token ids as logprob keys)
 
 
 def _llama_binary(ctx, engine: str, dry: bool) -> str:
@@ -122,7 +123,7 @@ class VllmServer:
         ]
         extra = {"stream_options": {"include_usage": True, "continuous_usage_stats": True}}
         return Launch(argv, self.env(ctx, engine), list(VLLM_HARNESS_VARS), "/health", name, "vllm", "/v1/models", "/metrics", engine=engine, kind=self.kind,
-                      count="usage", request_extra=extra)  # fmt: skip
+                      count="usage", request_extra=extra, probe_extra={"return_tokens_as_token_ids": True})  # fmt: skip
 
 
 ADAPTERS = {"llama": LlamaServer(), "vllm": VllmServer()}

@@ -68,3 +68,76 @@ def verdict(result: dict, min_agreement: float, max_kl: float) -> tuple[str, str
     if kl > max_kl:
         return "fail", f"mean KL {kl:.4g} nats > {max_kl:g} over the shared top-k"
     return "pass", f"agreement {a:.3f} >= {min_agreement:g}, mean KL {kl:.4g} <= {max_kl:g} nats"
+
+
+def parse_logprobs(body: dict) -> Trace:
+    """A non-streamed /v1/completions answer with logprobs, in either engine's shape:
+    llama-server: logprobs.content = [{id, token, logprob, top_logprobs: [{id, logprob}]}];
+    vLLM (return_tokens_as_token_ids): logprobs.tokens = ["token_id:N"], top_logprobs = [{"token_id:N": lp}]."""
+    ch = (body.get("choices") or [{}])[0]
+    lp = ch.get("logprobs") or {}
+    if isinstance(lp.get("content"), list):
+        tokens = [int(e["id"]) for e in lp["content"]]
+        top = [{int(t["id"]): float(t["logprob"]) for t in e.get("top_logprobs") or []} for e in lp["content"]]
+    elif isinstance(lp.get("tokens"), list):
+        tokens = [_token_id(s) for s in lp["tokens"]]
+        top = [{_token_id(k): float(v) for k, v in (d or {}).items()} for d in lp.get("top_logprobs") or []]
+    else:
+        raise ValueError("no logprobs in the answer (the engine ignored the logprobs request?)")
+    return Trace(tokens, top, ch.get("text") or "")
+
+
+def _token_id(s: str) -> int:
+    if not s.startswith("token_id:"):
+        raise ValueError(f"token {s!r} is not token_id:N (vLLM needs return_tokens_as_token_ids)")
+    return int(s[9:])
+
+
+async def probe(t, prompts: list[str], gen: int, top_k: int, extra: dict | None = None, timeout: float = 120.0) -> list[dict]:
+    """Each prompt, tokenized by the engine itself (with its special tokens), sent as ids,
+    greedy, with top-k logprobs; [{"prompt", "ids", "tokens", "top", "text"}]."""
+    from parity.serving.http import request_json
+
+    out = []
+    for text in prompts:
+        if t.tokenize == "llama":
+            status, body = await request_json(t.host, t.port, "POST", "/tokenize", {"content": text, "add_special": True}, timeout)
+        else:
+            status, body = await request_json(t.host, t.port, "POST", "/tokenize", {"model": t.model, "prompt": text, "add_special_tokens": True}, timeout)
+        if status != 200 or not isinstance(body, dict):
+            raise ValueError(f"/tokenize: HTTP {status} {str(body)[:200]}")
+        ids = [x["id"] if isinstance(x, dict) else int(x) for x in body["tokens"]]
+        payload = {"model": t.model, "prompt": ids, "max_tokens": gen, "temperature": 0, "ignore_eos": True, "logprobs": top_k, **(extra or {})}
+        status, body = await request_json(t.host, t.port, "POST", t.path, payload, timeout)
+        if status != 200 or not isinstance(body, dict):
+            raise ValueError(f"{t.path}: HTTP {status} {str(body)[:300]}")
+        tr = parse_logprobs(body)
+        out.append({"prompt": text, "ids": ids, "tokens": tr.tokens, "top": [{str(k): v for k, v in d.items()} for d in tr.top], "text": tr.text})
+    return out
+
+
+def trace_of(answer: dict) -> Trace:
+    return Trace(list(answer["tokens"]), [{int(k): v for k, v in d.items()} for d in answer["top"]], answer.get("text", ""))
+
+
+def compare_engines(outputs: dict[str, list[dict]], reference: str, min_agreement: float, max_kl: float) -> dict:
+    """outputs: engine -> probe answers (same prompts, same order).  Every engine against the
+    reference, per prompt; status fail when any pair fails (including prompts the engines
+    tokenized differently)."""
+    pairs, failures = [], []
+    ref = outputs.get(reference) or []
+    for eng, answers in sorted(outputs.items()):
+        if eng == reference:
+            continue
+        for a, b in zip(ref, answers):
+            if a["ids"] != b["ids"]:
+                row = {"engine": eng, "prompt": a["prompt"], "status": "fail", "why": f"the engines tokenize the prompt differently ({len(a['ids'])} vs {len(b['ids'])} ids)"}
+            else:
+                r = compare(trace_of(a), trace_of(b))
+                status, why = verdict(r, min_agreement, max_kl)
+                row = {"engine": eng, "prompt": a["prompt"], **r, "status": status, "why": why, "prompt_tokens": len(a["ids"])}
+            pairs.append(row)
+            if row["status"] != "pass":
+                failures.append(f"{eng} on {a['prompt']!r}: {row['why']}")
+    return {"reference": reference, "pairs": pairs, "status": "fail" if failures else "pass", "failures": failures,
+            "band": {"min_agreement": min_agreement, "max_kl": max_kl}}  # fmt: skip

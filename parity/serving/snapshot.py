@@ -194,9 +194,18 @@ def write_summary(ctx, plan: SnapshotPlan, arms: list[dict]) -> dict:
     from parity.serving import summary
 
     rows = [r for a in arms for r in a["rows"]]
-    doc = summary.write(ctx, plan, rows, {"arms": [{k: v for k, v in a.items() if k != "rows"} for a in arms]})
+    extra = {"arms": [{k: v for k, v in a.items() if k not in ("rows", "outputs")} for a in arms]}
+    outputs = {a["engine"]: a["outputs"] for a in arms if a.get("outputs")}
+    if len(outputs) > 1:
+        from parity.serving.output_parity import compare_engines
+
+        op = plan.shape.output_parity
+        extra["output_parity"] = compare_engines(outputs, plan.reference or plan.engines[0], op.min_agreement, op.max_kl)
+    doc = summary.write(ctx, plan, rows, extra)
     if not doc["valid"]:
         ctx.run.mark_invalid(f"{len(doc['invalid_points'])} invalid point(s): {doc['invalid_points'][0]}")
+    if doc.get("output_parity", {}).get("status") == "fail":
+        ctx.run.mark_invalid(f"cross-engine output parity: {doc['output_parity']['failures'][0]}")
     return doc
 
 

@@ -87,6 +87,19 @@ def warmup(ctx, target, s, engine: str, rep: int, timeout: float) -> dict:
     return {"requests": len(recs), "gen": w.gen, "valid": len(recs) - len(bad)}
 
 
+def probe_outputs(ctx, target, la, s, engine: str) -> list[dict]:
+    """Greedy answers with top-k logprobs to serving.output_parity.prompts (outputs/<engine>.json)."""
+    from parity.serving.output_parity import probe
+
+    op = s.output_parity
+    try:
+        answers = asyncio.run(probe(target, op.prompts, op.gen, op.top_logprobs, la.probe_extra, s.request_timeout_s))
+    except (OSError, asyncio.TimeoutError, ValueError, KeyError) as e:
+        raise InfraError(f"{engine}: output-parity probe failed: {e}") from None
+    ctx.run.write_json(f"outputs/{engine}.json", answers)
+    return answers
+
+
 def client_side(recs: list[RequestRecord], row: dict) -> dict:
     ok = [r for r in recs if r.valid]
     e2e = [(r.end - r.send) * 1000 for r in ok if r.end is not None]
@@ -162,6 +175,9 @@ def run_arm(ctx, plan, engine: str, rep: int, prog, task) -> dict:
             plan.limits[engine] = real
         prog.update(task, status=f"{engine} r{rep}: warmup")
         arm["warmup"] = warmup(ctx, target, s, engine, rep, s.request_timeout_s)
+        if s.output_parity.enabled and rep == min(r for r, e in plan.order if e == engine):
+            prog.update(task, status=f"{engine} r{rep}: output-parity probe")
+            arm["outputs"] = probe_outputs(ctx, target, la, s, engine)
         for n in plan.npl:
 
             def show(p, label=f"{engine} r{rep} N={n}", n=n):

@@ -45,7 +45,9 @@ def profile_file(tmp_path, engine_bins, tiny_model):
     def make(**serving) -> tuple[Path, int]:
         port = free_port()
         (tmp_path / "hf").mkdir(exist_ok=True)
-        shape = {"port": port, "npl": [1, 4], "ptok": 32, "gen": 16, "parallel": 4, "ctx": 1024, "model": "tiny", **serving}
+        # the tiny model streams 16 tokens in milliseconds: no minimum window here (validity has its own tests)
+        shape = {"port": port, "npl": [1, 4], "ptok": 32, "gen": 16, "parallel": 4, "ctx": 1024, "model": "tiny", "min_window_s": 0,
+                 "warmup": {"requests": 2, "gen": 4}, "settle_s": 0, **serving}
         p = tmp_path / "profile.yaml"
         p.write_text(
             "extends: smoke\n"
@@ -69,7 +71,8 @@ def read_tsv(path: Path) -> list[dict]:
 
 
 def test_gated_sweep_paged_vs_stock(parity_cli, profile_file, tmp_path):
-    prof, port = profile_file()
+    # the small model: the tiny one streams 16 tokens in ~2 ms, often in one read, which leaves no decode interval to time
+    prof, port = profile_file(model="small", gen=32)
     r = parity_cli("--artifacts", str(tmp_path / "runs"), "snapshot", "--profile", str(prof), "--engines", "paged,stock", "--json", timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     doc = json.loads(r.stdout)
@@ -80,27 +83,38 @@ def test_gated_sweep_paged_vs_stock(parity_cli, profile_file, tmp_path):
     assert gates["pre"]["status"] == "pass" and gates["post"]["status"] == "pass"
     assert (run / "hardware.txt").is_file() and (run / "gate_summary.tsv").is_file()
 
-    rows = read_tsv(run / "summary.tsv")
+    rows = read_tsv(run / "parity_summary.tsv")
     data = [x for x in rows if x["kind"] == "row"]
     assert [(x["engine"], x["n"]) for x in data] == [("paged", "1"), ("paged", "4"), ("stock", "1"), ("stock", "4")]
     for x in data:
-        assert x["requests"] == x["valid_requests"] == x["n"] and x["short_requests"] == "0"
-        wall, agg, dec, pre = (float(x[k]) for k in ("wall_s", "agg_tps", "decode_agg_tps", "prefill_tps"))
+        assert x["requests"] == x["valid_requests"] == x["n"] and x["invalid_requests"] == "0" and x["valid"] == "True"
+        wall, agg, dec, pre = (float(x[k]) for k in ("wall_s", "agg_tps", "decode_agg_tps", "prefill_tps"))  # every metric, even when tokens share a read
         assert 0 < wall < 60 and 0 < agg < 1e6 and 0 < dec < 1e6 and 0 < pre < 1e7
-        assert agg == pytest.approx(int(x["n"]) * 16 / wall, rel=0.01 + 1e-4 / wall)  # every token counted (wall_s is rounded to 0.1 ms)
+        assert int(x["gen_total"]) == int(x["n"]) * 32 and int(x["prompt_tok_total"]) == int(x["n"]) * 32
+        assert agg == pytest.approx(int(x["n"]) * 32 / wall, rel=0.01 + 1e-4 / wall)  # every token counted (wall_s is rounded to 0.1 ms)
         assert 0 < float(x["ttft_p50_ms"]) <= float(x["ttft_p99_ms"]) < wall * 1000
+    users = (run / "summary.tsv").read_text().splitlines()  # the users' own layout, for their tools
+    assert users[0] == "arm\tn\tagg_tps\tdecode_agg_tps\tdecode_perseq_tps\tprefill_tps\tttft_mean_ms\twall_s"
+    assert "ratio\tn\tpaged_decode_over_stock\tpaged_perseq_over_stock\tpaged_agg_over_stock\tpaged_ttft_over_stock" in users
     ratios = [x for x in rows if x["kind"] == "ratio"]
     assert [(x["engine"], x["reference"], x["n"]) for x in ratios] == [("paged", "stock", "1"), ("paged", "stock", "4")]
     for x in ratios:
         med = {m["engine"]: m for m in doc["medians"] if str(m["n"]) == x["n"]}
         assert float(x["decode_agg_tps"]) == pytest.approx(med["paged"]["decode_agg_tps"] / med["stock"]["decode_agg_tps"], rel=1e-3)
 
-    # every request's completion_tokens was checked against GEN, and recorded
+    # every request's tokens were counted from the stream, checked against GEN and the server's usage, and recorded
     for eng in ("paged", "stock"):
         for n in (1, 4):
             reqs = json.loads((run / f"requests/{eng}-r0-n{n}.json").read_text())
-            assert len(reqs) == n and all(q["completion_tokens"] == 16 == q["expected_tokens"] and q["error"] is None for q in reqs)
+            assert len(reqs) == n and all(q["tokens"] == q["usage_tokens"] == 32 == q["expected_tokens"] and q["error"] is None and q["valid"] for q in reqs)
             assert all(q["prompt_tokens"] == 32 for q in reqs)
+        warm = json.loads((run / f"requests/{eng}-r0-warmup.json").read_text())
+        assert len(warm) == 2 and all(q["tokens"] == 4 for q in warm)  # the warmup ran, and is not in any metric
+    rec = {r["engine"]: r for r in doc["rows"] if r["n"] == 4}
+    for eng in ("paged", "stock"):  # llama-server --metrics agrees with the client on every token
+        recon = {q["quantity"]: q for q in rec[eng]["reconciliation"]}
+        assert recon["generation_tokens"]["status"] == "ok" and recon["generation_tokens"]["server"] == 128
+        assert recon["requests"]["status"] == "not exposed"
     assert "LLAMA_KV_PAGED" in json.loads((run / "servers/paged-r0.json").read_text())["env"]
     assert "main: server is listening" in (run / "servers/stock-r0.log").read_text() or (run / "servers/stock-r0.log").stat().st_size > 0
     assert servers_on(port) == []
