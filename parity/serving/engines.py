@@ -70,9 +70,14 @@ class LlamaServer:
         return Launch(argv, self.env(ctx, engine, path), [], "/health", os.path.basename(model_file), "llama", metrics_path="/metrics", engine=engine, kind=self.kind,
                       count="timings", request_extra={"timings_per_token": True}, props_path="/props")  # fmt: skip
 
-    def context_need(self, ctx, engine: str, s) -> tuple[int, str]:
-        """(tokens one request may use, what limits it): -c is split across --parallel slots."""
-        return s.ctx // s.parallel, f"-c {s.ctx} / --parallel {s.parallel} (raise serving.ctx / --ctx, or lower --parallel)"
+    def context_need(self, ctx, engine: str, s, model_file: str | None = None) -> tuple[int, str]:
+        """(tokens one request may use, what limits it): -c is split across --parallel slots, and
+        llama-server caps a slot at the model's training context."""
+        per_slot = s.ctx // s.parallel
+        train = gguf_context_length(model_file) if model_file else None
+        if train and train < per_slot:
+            return train, f"the model's training context ({train}; llama-server caps each slot there, -c {s.ctx} / --parallel {s.parallel} would give {per_slot})"
+        return per_slot, f"-c {s.ctx} / --parallel {s.parallel} (raise serving.ctx / --ctx, or lower --parallel)"
 
 
 class VllmServer:
@@ -89,7 +94,7 @@ class VllmServer:
         env.update(e.env)
         return env
 
-    def context_need(self, ctx, engine: str, s) -> tuple[int, str]:
+    def context_need(self, ctx, engine: str, s, model_file: str | None = None) -> tuple[int, str]:
         e = ctx.profile.engine(engine)
         return e.max_model_len, f"engines.{engine}.max_model_len {e.max_model_len} (vLLM clamps max_tokens silently past it)"
 
@@ -127,6 +132,20 @@ class VllmServer:
 
 
 ADAPTERS = {"llama": LlamaServer(), "vllm": VllmServer()}
+
+
+def gguf_context_length(path: str) -> int | None:
+    """<arch>.context_length from a GGUF's header (None when it is not a readable GGUF)."""
+    try:
+        from gguf import GGUFReader
+
+        r = GGUFReader(path)
+        arch = r.fields["general.architecture"]
+        name = bytes(arch.parts[arch.data[0]]).decode()
+        f = r.fields.get(f"{name}.context_length")
+        return int(f.parts[f.data[0]][0]) if f is not None else None
+    except Exception:  # a missing or foreign file: the run-time /props check still holds
+        return None
 
 
 def adapter(ctx, engine: str):

@@ -83,11 +83,20 @@ def make_plan(ctx, req: SnapshotRequest) -> SnapshotPlan:
     ref = s.reference_engine if s.reference_engine in engines else (engines[-1] if len(engines) > 1 else None)
     plan = SnapshotPlan(model, list(engines), ref, list(s.npl), repeat, s, run_order(list(engines), repeat, s.order))
     for e in engines:
-        plan.limits[e], plan.limit_what[e] = adapter(ctx, e).context_need(ctx, e, s)
+        plan.limits[e], plan.limit_what[e] = adapter(ctx, e).context_need(ctx, e, s, existing_model(ctx, e, model))
         check_shape(plan, e, s.ptok, s.gen, "the sweep")
         if s.warmup.requests:
             check_shape(plan, e, s.ptok, s.warmup.gen, "the warmup")
     return plan
+
+
+def existing_model(ctx, engine: str, model: str) -> str | None:
+    """The engine's model file when it is already there (plan time never synthesizes)."""
+    import os
+
+    m = ctx.profile.models.get(model)
+    path = m.path if m and ctx.profile.engine(engine).kind == "llama" else None
+    return path if path and os.path.isfile(path) else None
 
 
 def check_shape(plan: SnapshotPlan, engine: str, ptok: int, gen: int, what: str) -> None:

@@ -68,7 +68,7 @@ def check_fits(specs, limit: int | None, label: str, what: str) -> None:
         raise InfraError(f"{label}: a request needs {need} tokens (prompt + generated) but {what} gives {limit}")
 
 
-def warmup(ctx, target, s, engine: str, rep: int, timeout: float) -> dict:
+def warmup(ctx, target, s, engine: str, rep: int, timeout: float, plan) -> dict:
     """The harness's warmup: serving.warmup.requests requests of warmup.gen tokens, own nonces,
     discarded from every metric (kept in requests/<engine>-r<k>-warmup.json)."""
     from parity.serving import loadgen
@@ -77,6 +77,7 @@ def warmup(ctx, target, s, engine: str, rep: int, timeout: float) -> dict:
     if w.requests <= 0:
         return {"requests": 0}
     specs = build_specs(target, s, w.requests, w.gen)
+    check_fits(specs, plan.limits.get(engine), f"{engine} r{rep} warmup", plan.limit_what.get(engine, "the engine"))
     recs = loadgen.drive(target, specs, timeout)
     for r in recs:
         validity.check_request(r)
@@ -167,14 +168,13 @@ def run_arm(ctx, plan, engine: str, rep: int, prog, task) -> dict:
         arm["ready_s"] = round(ready_s, 2)
         target = loadgen.Target("127.0.0.1", s.port, la.served_name, la.tokenize, count=la.count, extra=la.request_extra)
         real = slot_context(s.port, la)
-        if real is not None:
+        if real is not None:  # what the server really gives a slot (it caps at the model's training context)
             arm["slot_ctx"] = real
-            planned = plan.limits.get(engine)
-            if planned and real < planned:
-                raise InfraError(f"{engine}: each slot has {real} tokens of context (GET /props), the plan counted on {planned}: {plan.limit_what.get(engine)}")
-            plan.limits[engine] = real
+            if real != plan.limits.get(engine):
+                plan.limits[engine] = real
+                plan.limit_what[engine] = f"{engine}'s slots (GET /props n_ctx {real}, planned {plan.limit_what.get(engine)})"
         prog.update(task, status=f"{engine} r{rep}: warmup")
-        arm["warmup"] = warmup(ctx, target, s, engine, rep, s.request_timeout_s)
+        arm["warmup"] = warmup(ctx, target, s, engine, rep, s.request_timeout_s, plan)
         if s.output_parity.enabled and rep == min(r for r, e in plan.order if e == engine):
             prog.update(task, status=f"{engine} r{rep}: output-parity probe")
             arm["outputs"] = probe_outputs(ctx, target, la, s, engine)

@@ -123,7 +123,7 @@ def test_gated_sweep_paged_vs_stock(parity_cli, profile_file, tmp_path):
 
 def test_sigint_mid_sweep_stops_every_server(profile_file, tmp_path):
     # long enough generation that the interrupt lands while requests stream
-    prof, port = profile_file(npl=[4], gen=3000, ctx=16384, parallel=4, model="small")
+    prof, port = profile_file(npl=[4], gen=1900, ctx=8192, parallel=4, model="small")  # the small model's slots hold 2048 tokens
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     p = subprocess.Popen([sys.executable, "-m", "parity", "--artifacts", str(tmp_path / "runs"), "snapshot", "--profile", str(prof), "--engines", "paged,stock", "--no-gates"],
                          cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)  # fmt: skip
