@@ -228,7 +228,9 @@ class LockConfig:
     idle_checks: int = 2
     require_idle_gpu: bool = True  # false: GPU compute processes are reported but do not block
     preflight: bool = True  # false: lock only, no nvidia-smi/docker idle checks (lock tests)
-    docker_filter: str | None = None  # container name/image substring that means "busy"; None = any container
+    # the users' rule: ANY running container means busy (`docker ps -q | wc -l` must be 0).  A name/image
+    # substring here RELAXES it: only matching containers count, every other one is ignored.
+    docker_busy_only_matching: str | None = None
     docker_no_daemon: Literal["idle", "busy"] = "idle"
     nvidia_smi_missing: Literal["idle", "busy"] = "idle"
 
@@ -602,6 +604,13 @@ def _describe(value) -> str:
     return type(value).__name__
 
 
+# keys that changed name or meaning: a file that still uses one gets the reason, not "unknown key"
+RENAMED = {
+    (LockConfig, "docker_filter"): "renamed to docker_busy_only_matching: by default ANY running container makes the GPU busy "
+    "(the users' harness); set docker_busy_only_matching only to relax that to matching containers",
+}
+
+
 def from_dict(cls, data, label: str, prefix: str = ""):
     if not isinstance(data, dict):
         raise ConfigError(label, prefix, f"expected a mapping, got {_describe(data)}")
@@ -610,6 +619,8 @@ def from_dict(cls, data, label: str, prefix: str = ""):
     kwargs = {}
     for k, v in data.items():
         key = f"{prefix}.{k}" if prefix else str(k)
+        if (cls, k) in RENAMED:
+            raise ConfigError(label, key, RENAMED[(cls, k)])
         if k not in fields or k == "source_file":
             import difflib
 
