@@ -170,6 +170,7 @@ class GatesConfig:
     seed: int = 1
     form: Literal["chat", "no-cnv"] = "chat"
     completion_args: list[str] = field(default_factory=lambda: ["-ngl", "99", "-fa", "on", "--temp", "0"])
+    ctx: int | None = None  # llama-completion -c (the context the canonical md5s were recorded with); None: the tool's default
     timeout_s: float = 600.0
     completion_retries: int = 3  # reruns while llama-completion's stdout is incomplete (its logger loses the tail at exit)
     models: list[str] = field(default_factory=list)  # models gated pre/post by default
@@ -486,6 +487,10 @@ def validate(p: Profile, label: str) -> None:
     for key in ("ptok", "gen", "parallel", "ctx", "repeat"):
         if getattr(s, key) <= 0:
             raise ConfigError(label, f"serving.{key}", "must be positive")
+    if p.gates.ctx is not None and p.gates.ctx <= 0:
+        raise ConfigError(label, "gates.ctx", "must be a positive number of tokens")
+    if p.gates.ctx is not None and {"-c", "--ctx-size"} & set(p.gates.completion_args):
+        raise ConfigError(label, "gates.completion_args", "sets the context size too: give it once, as gates.ctx")
     for m in p.gates.models:
         if m not in p.models:
             raise ConfigError(label, "gates.models", f"unknown model {m!r}")

@@ -150,6 +150,7 @@ def test_completion_argv_forms():
     chat = completion.greedy_argv("lc", "m.gguf", "The capital of France is", 48, 1, "chat", ["-ngl", "99", "-fa", "on", "--temp", "0"])
     assert chat == ["lc", "-m", "m.gguf", "-ngl", "99", "-fa", "on", "--temp", "0", "-p", "The capital of France is", "-n", "48", "--seed", "1"]
     assert completion.greedy_argv("lc", "m", "p", 48, 1, "no-cnv", [])[-1] == "-no-cnv"
+    assert completion.greedy_argv("lc", "m", "p", 48, 1, "chat", [], 4096)[:5] == ["lc", "-m", "m", "-c", "4096"]
 
 
 def test_completion_captured_transcripts():
