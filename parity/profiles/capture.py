@@ -199,6 +199,7 @@ def run_profile(ctx, plan: ProfilePlan, allow_env=()) -> dict:
             ctx.out.info(f"[profile] {c.label}: {' '.join(c.argv[:4])} ... ({plan.workload}, ntg {c.ntg}, npl {plan.npl})")
             rows = _capture_bench(ctx, c, plan) if plan.workload == "bench" else _capture_serve(ctx, c, plan)
             rep = c.out_base + ".nsys-rep"
+            check_analysis(c.out_base + ".log")
             if not os.path.isfile(rep):
                 raise InfraError(f"nsys wrote no report at {rep} (log: {c.out_base}.log)")
             from parity.profiles.analysis import analyze_file
@@ -208,10 +209,27 @@ def run_profile(ctx, plan: ProfilePlan, allow_env=()) -> dict:
             cap["command"] = c.argv
             cap["workload_rows"] = rows
             captures.append(cap)
+    if not plan.collapsed and any(c["collapsed"] for c in captures):  # the export says graph mode whatever was asked
+        rd.update(collapsed=True)
     diffs = auto_differences(captures)
     doc = build_doc(captures, diff=diffs, bucket_table=table.source)
     files = write_outputs(rd.path / "profile", doc)
     return {**doc, "files": files}
+
+
+def check_analysis(log_path: str) -> None:
+    """nsys exits 0 when its own analysis failed (seen on an H100: an nsys older than the CUDA
+    runtime); the report it leaves lacks the kernel table, which is not the capture flags' fault."""
+    from parity.profiles.nsys import analysis_failure
+
+    try:
+        text = open(log_path, errors="replace").read()
+    except OSError:
+        return
+    why = analysis_failure(text)
+    if why:
+        raise InfraError(f"nsys exited 0 but its analysis failed ({why}; log {log_path}): the report is incomplete. "
+                         "This nsys cannot post-process this CUDA runtime: use an Nsight Systems at least as new as the CUDA toolkit")  # fmt: skip
 
 
 def _capture_bench(ctx, c: Capture, plan: ProfilePlan) -> list[dict]:
