@@ -49,6 +49,14 @@ STEP_KINDS: dict[str, str] = {
 
 # kinds whose effect dies with the process (a held lock): run again on --resume
 RERUN_ON_RESUME = {"lock"}
+# kind -> "module:function" (ctx, options) -> engine names the step runs: a lock step first
+# builds every engine the steps after it need, so no compile happens while the GPU is locked
+STEP_ENGINES: dict[str, str] = {
+    "gate": "parity.gates.prepost:step_engines",
+    "profile": "parity.profiles.capture:step_engines",
+    "snapshot": "parity.campaign:snapshot_engines",
+    "bench": "parity.campaign:bench_engines",
+}
 _BUILTIN_VARS = ("PARITY_ROOT", "PARITY_CACHE")
 
 
@@ -214,6 +222,45 @@ def plan(c: Campaign, only: list[str] | None = None) -> list[Step]:
     return [s for s in c.steps if s.name in only]
 
 
+def snapshot_engines(ctx, options: dict) -> list[str]:
+    """A snapshot step serves its engines; with gates: true it also runs the profile's gate set."""
+    names = list(options.get("engines") or ctx.profile.serving.engines)
+    if options.get("gates"):
+        from parity.gates.prepost import gate_engines
+
+        names += gate_engines(ctx)
+    return names
+
+
+def bench_engines(ctx, options: dict) -> list[str]:
+    s = ctx.profile.serving
+    return [options.get("engine") or next((e for e in s.engines if ctx.profile.engine(e).kind == "llama"), None)]
+
+
+def engines_for(ctx, steps: list[Step]) -> list[str]:
+    """Every engine the given steps will run (a step whose options are bad adds none: it fails itself)."""
+    names: list[str] = []
+    for s in steps:
+        if s.kind not in STEP_ENGINES:
+            continue
+        mod, fn = STEP_ENGINES[s.kind].split(":")
+        try:
+            names += getattr(importlib.import_module(mod), fn)(ctx, dict(s.options)) or []
+        except ParityError:
+            continue
+    return [n for n in dict.fromkeys(names) if n]
+
+
+def build_before_lock(ctx, later: list[Step]) -> dict:
+    """Before a lock step: build what the steps after it need, so the lock never covers a compile."""
+    from parity.engine.build import ensure_engines_built
+
+    names = engines_for(ctx, later)
+    if names:
+        ctx.out.info(f"[build] before the GPU lock: {', '.join(names)}")
+    return ensure_engines_built(ctx, names)
+
+
 def will_skip(step: Step, rd) -> bool:
     """On resume: a step already complete in rd is skipped (a lock is always retaken)."""
     return step.kind not in RERUN_ON_RESUME and rd.step_status(step.name) == "complete"
@@ -248,7 +295,7 @@ def run_campaign(ctx, c: Campaign, steps: list[Step], *, resume: bool = False) -
     first_error: ParityError | None = None
     stopped = False
     failed: list[str] = []
-    for step in steps:
+    for i, step in enumerate(steps):
         if resume and will_skip(step, rd):
             ctx.out.info(f"[skip] {step.name} ({step.kind}): complete in {rd.path.name}")
             results[step.name] = {"status": "skipped-complete"}
@@ -263,6 +310,8 @@ def run_campaign(ctx, c: Campaign, steps: list[Step], *, resume: bool = False) -
         ctx.vars["_step"] = step.name
         t0 = time.monotonic()
         try:
+            if step.kind == "lock":
+                build_before_lock(ctx, [s for s in steps[i + 1:] if not (resume and will_skip(s, rd))])
             result = fn(ctx, dict(step.options)) or {}
         except KeyboardInterrupt:
             rd.record_step(step.name, "interrupted", seconds=round(time.monotonic() - t0, 3))

@@ -38,6 +38,22 @@ class GateSpec:
         return spec
 
 
+def gate_engines(ctx, spec: GateSpec | None = None) -> list[str]:
+    """The engines whose binaries this gate set runs, once each: the gated builds and the
+    reference build (md5), the gate engine (op-oracle, KL).  Build them before the GPU lock."""
+    g = ctx.profile.gates
+    spec = spec or GateSpec.from_profile(ctx.profile)
+    engine = spec.engine or g.engine or next(iter(ctx.profile.engines), None)
+    names: list[str | None] = []
+    if spec.models:
+        names += spec.engines or [engine]
+        if g.reference_engine and not spec.expect:
+            names.append(g.reference_engine)
+    if spec.ops or spec.kl:
+        names.append(engine)
+    return [n for n in dict.fromkeys(names) if n]
+
+
 def _paths(ctx, spec: GateSpec, engine: str | None) -> list[str | None]:
     e = ctx.profile.engine(engine) if engine else None
     paths = spec.paths or ([e.default_path] if e and e.default_path else [None])
@@ -144,8 +160,8 @@ def gated(ctx, spec: GateSpec | None = None, enabled: bool = True):
     run_phase(ctx, "post", spec)
 
 
-def campaign_step(ctx, options: dict) -> dict:
-    """kind: gate -- options {phase: pre|post|<name>, models, paths, ops, kl, engine, engines, expect, form, backend}."""
+def spec_from_options(options: dict) -> tuple[str, dict]:
+    """(phase, GateSpec overrides) from a gate step's `with:` (checked; lists may be "a,b")."""
     lists, scalars = {"models", "paths", "ops", "engines"}, {"engine", "expect", "form", "backend", "phase"}
     from parity.campaign import check_step_options
 
@@ -162,6 +178,18 @@ def campaign_step(ctx, options: dict) -> dict:
     if "kl" in options and not isinstance(options["kl"], bool):
         raise ConfigError("campaign", "with.kl", "expected true or false")
     phase = options.pop("phase", "gate")
-    spec = GateSpec.from_profile(ctx.profile, **options)
+    return phase, options
+
+
+def step_engines(ctx, options: dict) -> list[str]:
+    """The engines a gate step will run (the campaign builds them before its lock step)."""
+    _, over = spec_from_options(dict(options))
+    return gate_engines(ctx, GateSpec.from_profile(ctx.profile, **over))
+
+
+def campaign_step(ctx, options: dict) -> dict:
+    """kind: gate -- options {phase: pre|post|<name>, models, paths, ops, kl, engine, engines, expect, form, backend}."""
+    phase, over = spec_from_options(options)
+    spec = GateSpec.from_profile(ctx.profile, **over)
     result = run_phase(ctx, phase, spec)
     return {"phase": phase, "status": result["status"], "checks": [{k: c[k] for k in ("check", "expected", "got", "status")} for c in result["checks"]]}

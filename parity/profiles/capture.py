@@ -177,6 +177,7 @@ def dry_run(ctx, plan: ProfilePlan) -> dict:
 
 def run_profile(ctx, plan: ProfilePlan, allow_env=()) -> dict:
     """Capture every ntg under the GPU lock, export, bucket, difference; write profile/*."""
+    from parity.engine.build import ensure_engines_built
     from parity.serving.envpolicy import check_bench_env
     from parity.gpu.hardware import write_hardware
     from parity.gpu.lock import held_lock
@@ -187,6 +188,7 @@ def run_profile(ctx, plan: ProfilePlan, allow_env=()) -> dict:
     for c in plan.captures:
         check_bench_env(c.env, ctx.profile.policy, allow_env, context=f"profile (engine {c.engine})")
     rd.update(collapsed=plan.collapsed, profile={"graph_node": plan.graph_node, "collapsed": plan.collapsed, "workload": plan.workload, "engine": plan.engine, "commands": [c.argv for c in plan.captures]})
+    ensure_engines_built(ctx, [plan.engine])  # before the lock (make_plan found or built it already)
     write_hardware(ctx)
     if ctx.profile.engine(plan.engine).kind == "llama":
         from parity.engine.build import write_builds_json
@@ -304,6 +306,11 @@ def profile(ctx, req: ProfileRequest) -> dict:
         plan = make_plan(ctx, **options, out_dir=str(ctx.run.path / "profile"))
         doc = run_profile(ctx, plan, req.allow_env)
         return {"run_dir": str(ctx.run.path), **doc}
+
+
+def step_engines(ctx, options: dict) -> list[str]:
+    """The engine a profile step captures (the campaign builds it before its lock step)."""
+    return [options.get("engine") or _default_engine(ctx, options.get("workload", "bench"))]
 
 
 def campaign_step(ctx, options: dict) -> dict:
