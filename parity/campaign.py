@@ -261,6 +261,42 @@ def build_before_lock(ctx, later: list[Step]) -> dict:
     return ensure_engines_built(ctx, names)
 
 
+GPU_KINDS = {"lock", "gate", "snapshot", "bench", "profile"}  # steps that run on (or lock) the GPU
+
+
+def dry_run_needs(ctx, steps: list[Step]) -> tuple[dict[str, str], list[int], bool]:
+    """(paths, ports, uses the GPU) the steps' real run would need, for the go/no-go."""
+    import os
+
+    from parity.engine.build import dry_tool_path
+
+    p = ctx.profile
+    paths: dict[str, str] = {}
+    for name in engines_for(ctx, steps):
+        e = p.engine(name)
+        if e.kind == "vllm":
+            exe = os.path.expanduser(e.vllm_bin)
+            paths[f"vllm of {name}"] = exe if "/" in exe else (ctx.runner.which(exe) or f"<{exe}: not on PATH (engines.{name}.vllm_bin)>")
+        elif e.targets:
+            paths[f"{e.targets[0]} of {name}"] = dry_tool_path(p, name, e.targets[0], ctx.runner, ctx.out)
+    models: list[str] = []
+    for s in steps:
+        o = s.options
+        if s.kind in ("snapshot", "bench", "profile"):
+            models.append(o.get("model") or p.serving.model)
+        elif s.kind == "gate":
+            named = o.get("models") or p.gates.models
+            models += named.split(",") if isinstance(named, str) else list(named)
+    for m in dict.fromkeys(x.strip() for x in models if x and str(x).strip()):
+        cfg = p.models.get(m)
+        if cfg is None:
+            paths[f"model {m}"] = m
+        elif cfg.synth is None:  # a synth model is made on the first real run
+            paths[f"model {m}"] = cfg.path
+    serve = any(s.kind == "snapshot" or (s.kind == "profile" and s.options.get("workload") == "serve") for s in steps)
+    return paths, [p.serving.port] if serve else [], any(s.kind in GPU_KINDS for s in steps)
+
+
 def will_skip(step: Step, rd) -> bool:
     """On resume: a step already complete in rd is skipped (a lock is always retaken)."""
     return step.kind not in RERUN_ON_RESUME and rd.step_status(step.name) == "complete"
@@ -483,7 +519,7 @@ def run_request(req: CampaignRequest, open_context: Callable[[str | None], Any])
     if rd is not None:
         check_resumable(c, rd)
     if req.dry_run:
-        return {
+        doc = {
             "campaign": c.name,
             "profile": ctx.profile.name,
             "vars": c.vars,
@@ -496,6 +532,17 @@ def run_request(req: CampaignRequest, open_context: Callable[[str | None], Any])
                 for s in steps
             ],
         }  # fmt: skip
+        if fanout:  # each host answers for itself: parity --host NAME campaign run --dry-run
+            return doc
+        from parity.gpu.gonogo import dry_run_session, go_no_go
+
+        with dry_run_session(ctx, "campaign", c.name) as drd:
+            todo = [s for s in steps if not (rd and will_skip(s, rd))]
+            paths, ports, gpu = dry_run_needs(ctx, todo)
+            doc["go_no_go"] = go_no_go(ctx, paths=paths, ports=ports, gpu=gpu)
+            doc["run_dir"] = str(drd.path)
+            drd.write_json("plan.json", doc)
+        return doc
     if fanout:
         with run_session(ctx, "campaign-hosts", f"{c.name}-hosts"):
             return run_fanout(ctx, c, req.argv)

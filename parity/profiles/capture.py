@@ -175,6 +175,22 @@ def dry_run(ctx, plan: ProfilePlan) -> dict:
     }
 
 
+def dry_paths(ctx, plan: ProfilePlan) -> dict[str, str]:
+    """The files the real capture needs, for the go/no-go: nsys, the workload binary, the model."""
+    paths = {}
+    nsys = plan.nsys
+    paths["nsys"] = nsys if "/" in nsys else f"<nsys: {nsys!r} is not on PATH (profiling.nsys)>"
+    wl = plan.captures[0].workload_argv
+    exe = wl[0]
+    paths[f"{os.path.basename(exe)} of {plan.engine}"] = exe if "/" in exe or exe.startswith("<") else (ctx.runner.which(exe) or f"<{exe}: not on PATH>")
+    m = ctx.profile.models.get(plan.model)
+    if not (m and m.synth):  # a synth model is made on the first real run
+        model_file = wl[wl.index("-m") + 1] if "-m" in wl else (wl[wl.index("serve") + 1] if "serve" in wl else None)
+        if model_file:
+            paths[f"model {plan.model}"] = model_file
+    return paths
+
+
 def run_profile(ctx, plan: ProfilePlan, allow_env=()) -> dict:
     """Capture every ntg under the GPU lock, export, bucket, difference; write profile/*."""
     from parity.engine.build import ensure_engines_built
@@ -299,9 +315,17 @@ def profile(ctx, req: ProfileRequest) -> dict:
         if v is not None and v <= 0:
             raise UsageError(f"{name} must be positive")
     options = dict(engine=req.engine, workload=req.workload, ntgs=req.ntgs, npl=req.npl, npp=req.npp, model=req.model, graph_node=req.graph_node, allow_collapsed=req.allow_collapsed)
-    if req.dry_run:
+    if req.dry_run:  # a go/no-go with its evidence in a `dry-run` run dir; the CLI exits with its code
+        from parity.gpu.gonogo import dry_run_session, go_no_go
+
         plan = make_plan(ctx, **options, dry=True)
-        return dry_run(ctx, plan)
+        doc = dry_run(ctx, plan)
+        with dry_run_session(ctx, "profile", f"profile-{req.engine or 'default'}-{req.workload}") as rd:
+            ports = [_serve_shape(ctx, plan.npl).port] if plan.workload == "serve" else []
+            doc["go_no_go"] = go_no_go(ctx, paths=dry_paths(ctx, plan), ports=ports)
+            doc["run_dir"] = str(rd.path)
+            rd.write_json("plan.json", doc)
+        return doc
     with run_session(ctx, "profile", f"profile-{req.engine or 'default'}-{req.workload}"):
         plan = make_plan(ctx, **options, out_dir=str(ctx.run.path / "profile"))
         doc = run_profile(ctx, plan, req.allow_env)
