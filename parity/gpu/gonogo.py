@@ -14,6 +14,7 @@ real run would wait for the lock and time out with 4).
 from __future__ import annotations
 
 from contextlib import contextmanager
+from pathlib import Path
 
 from parity.errors import EXIT_INFRA, EXIT_OK, EXIT_USAGE, InfraError, UsageError
 
@@ -39,6 +40,23 @@ def _path_reason(ctx, name: str, path: str) -> str | None:
     if path.startswith("<") and path.endswith(">"):
         return None if BUILT_LATER in path else path[1:-1]  # "<what: why>" names itself
     return None if ctx.runner.exists(path) else f"{name}: {path} does not exist"
+
+
+def command_paths(ctx, commands: list[dict]) -> dict[str, str]:
+    """{what: path} for go_no_go from dry-run server commands [{"engine", "argv", "model_error"?, "error"?}]
+    (parity.serving.snapshot.dry_run's "commands"): each binary (a bare name is looked up on PATH),
+    and each command that could not be resolved or whose model file is missing."""
+    paths: dict[str, str] = {}
+    for c in commands:
+        e = c.get("engine", "?")
+        if c.get("error"):
+            paths[f"command of {e}"] = f"<{e}: {c['error']}>"
+            continue
+        exe = str(c["argv"][0])
+        paths[f"server of {e}" if exe.startswith("<") else f"{Path(exe).name} of {e}"] = exe if "/" in exe or exe.startswith("<") else (ctx.runner.which(exe) or f"<{exe} of {e}: not on PATH>")
+        if c.get("model_error"):
+            paths[f"model of {e}"] = f"<model of {e}: {c['model_error']}>"
+    return paths
 
 
 def users_preflight_txt(pf: dict | None, lock_raw: str | None) -> str:

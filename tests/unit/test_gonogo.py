@@ -72,3 +72,23 @@ def test_users_preflight_txt_shape():
     pf = {"detail": {"docker": {"containers": ["local-ai-worker-1", "srv_redis_1"]}, "gpu": {"apps": [{"pid": 437}]}}}
     assert users_preflight_txt(pf, "mudler 1767300000\n") == "docker=2\nlocal_ai_worker=1\ncompute=1\nmudler 1767300000\n"
     assert users_preflight_txt(None, None) == "docker=0\nlocal_ai_worker=0\ncompute=0\nFREE-no-lock-file\n"
+
+
+def test_command_paths_from_snapshot_dry_run_commands(ctx, tmp_path):
+    from parity.gpu.gonogo import command_paths
+
+    cmds = [
+        {"engine": "paged", "argv": ["<llama-server of paged: built on the first real run>", "-m", "x"], "model_error": None},
+        {"engine": "vllm", "argv": ["vllm-not-installed-here", "serve", "/m"], "model_error": "model moe: /nonexistent.gguf does not exist"},
+        {"engine": "stock", "error": "engine stock: no such path 'paged'"},
+    ]
+    paths = command_paths(ctx, cmds)
+    assert paths == {
+        "server of paged": "<llama-server of paged: built on the first real run>",
+        "vllm-not-installed-here of vllm": "<vllm-not-installed-here of vllm: not on PATH>",
+        "model of vllm": "<model of vllm: model moe: /nonexistent.gguf does not exist>",
+        "command of stock": "<stock: engine stock: no such path 'paged'>",
+    }
+    doc = go_no_go(ctx, paths=paths)
+    assert doc["exit_code"] == 2 and [r["what"] for r in doc["reasons"]] == [
+        "vllm-not-installed-here of vllm: not on PATH", "model of vllm: model moe: /nonexistent.gguf does not exist", "stock: engine stock: no such path 'paged'"]
