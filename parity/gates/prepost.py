@@ -1,9 +1,11 @@
 """Gate sets and the pre/post wrapper every benchmark runs inside.
 
 `with gated(ctx): ...` runs the gate set before (a red pre-gate stops the
-benchmark), runs the body, runs it again after, and writes gate_summary.tsv
-(phase, check, expected, got, status) and gates.json.  A red post-gate marks
-the run invalid: its numbers do not count.
+benchmark), runs the body, runs it again after, and writes gates.json,
+gate_summary.tsv in the users' layout (phase check status actual expected
+details, parity.gates.summary) and gate_checks.tsv (parity's: phase check
+expected got status).  A red post-gate marks the run invalid: its numbers do
+not count.
 """
 
 from __future__ import annotations
@@ -107,15 +109,13 @@ def run_gate_set(ctx, spec: GateSpec, phase: str = "gate") -> dict:
 
 
 def write_summary(ctx, sets: dict[str, dict]) -> None:
-    """gate_summary.tsv + gates.json for every phase run so far."""
+    """gates.json, gate_summary.tsv (the users' layout) and gate_checks.tsv for every phase run so far."""
+    from parity.gates import summary
+
     if ctx.run is None:
         return
-    rows = ["phase\tcheck\texpected\tgot\tstatus"]
-    for phase, s in sets.items():
-        for c in s["checks"]:
-            rows.append("\t".join(str(x).replace("\t", " ") for x in (phase, c["check"], c["expected"], c["got"], c["status"])))
     status = PASS if sets and all(s["status"] == PASS for s in sets.values()) else FAIL
-    ctx.run.write_text("gate_summary.tsv", "\n".join(rows) + "\n")
+    summary.write(ctx.run, sets, ctx.profile)
     ctx.run.write_json("gates.json", {**sets, "status": status})
 
 
