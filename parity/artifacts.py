@@ -1,8 +1,8 @@
 """Dated run directories with manifest.json provenance; every write is atomic.
 
 Layout: <root>/<YYYYMMDD_HHMMSS>_<slug>/manifest.json (+ step outputs).
-Status moves running -> complete | failed | interrupted; a run whose post-gate
-failed additionally carries valid=false.
+Status moves running -> complete | failed | interrupted (a dry run ends `dry-run`);
+a run whose post-gate failed additionally carries valid=false.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from parity import __version__
 
 SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.I)
 REDACTED = "<redacted>"
-STATUSES = ("running", "complete", "failed", "interrupted")
+STATUSES = ("running", "complete", "failed", "interrupted", "dry-run")
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:

@@ -49,6 +49,14 @@ STEP_KINDS: dict[str, str] = {
 
 # kinds whose effect dies with the process (a held lock): run again on --resume
 RERUN_ON_RESUME = {"lock"}
+# kind -> "module:function" (ctx, options) -> engine names the step runs: a lock step first
+# builds every engine the steps after it need, so no compile happens while the GPU is locked
+STEP_ENGINES: dict[str, str] = {
+    "gate": "parity.gates.prepost:step_engines",
+    "profile": "parity.profiles.capture:step_engines",
+    "snapshot": "parity.campaign:snapshot_engines",
+    "bench": "parity.campaign:bench_engines",
+}
 _BUILTIN_VARS = ("PARITY_ROOT", "PARITY_CACHE")
 
 
@@ -214,6 +222,81 @@ def plan(c: Campaign, only: list[str] | None = None) -> list[Step]:
     return [s for s in c.steps if s.name in only]
 
 
+def snapshot_engines(ctx, options: dict) -> list[str]:
+    """A snapshot step serves its engines; with gates: true it also runs the profile's gate set."""
+    names = list(options.get("engines") or ctx.profile.serving.engines)
+    if options.get("gates"):
+        from parity.gates.prepost import gate_engines
+
+        names += gate_engines(ctx)
+    return names
+
+
+def bench_engines(ctx, options: dict) -> list[str]:
+    s = ctx.profile.serving
+    return [options.get("engine") or next((e for e in s.engines if ctx.profile.engine(e).kind == "llama"), None)]
+
+
+def engines_for(ctx, steps: list[Step]) -> list[str]:
+    """Every engine the given steps will run (a step whose options are bad adds none: it fails itself)."""
+    names: list[str] = []
+    for s in steps:
+        if s.kind not in STEP_ENGINES:
+            continue
+        mod, fn = STEP_ENGINES[s.kind].split(":")
+        try:
+            names += getattr(importlib.import_module(mod), fn)(ctx, dict(s.options)) or []
+        except ParityError:
+            continue
+    return [n for n in dict.fromkeys(names) if n]
+
+
+def build_before_lock(ctx, later: list[Step]) -> dict:
+    """Before a lock step: build what the steps after it need, so the lock never covers a compile."""
+    from parity.engine.build import ensure_engines_built
+
+    names = engines_for(ctx, later)
+    if names:
+        ctx.out.info(f"[build] before the GPU lock: {', '.join(names)}")
+    return ensure_engines_built(ctx, names)
+
+
+GPU_KINDS = {"lock", "gate", "snapshot", "bench", "profile"}  # steps that run on (or lock) the GPU
+
+
+def dry_run_needs(ctx, steps: list[Step]) -> tuple[dict[str, str], list[int], bool]:
+    """(paths, ports, uses the GPU) the steps' real run would need, for the go/no-go."""
+    import os
+
+    from parity.engine.build import dry_tool_path
+
+    p = ctx.profile
+    paths: dict[str, str] = {}
+    for name in engines_for(ctx, steps):
+        e = p.engine(name)
+        if e.kind == "vllm":
+            exe = os.path.expanduser(e.vllm_bin)
+            paths[f"vllm of {name}"] = exe if "/" in exe else (ctx.runner.which(exe) or f"<{exe}: not on PATH (engines.{name}.vllm_bin)>")
+        elif e.targets:
+            paths[f"{e.targets[0]} of {name}"] = dry_tool_path(p, name, e.targets[0], ctx.runner, ctx.out)
+    models: list[str] = []
+    for s in steps:
+        o = s.options
+        if s.kind in ("snapshot", "bench", "profile"):
+            models.append(o.get("model") or p.serving.model)
+        elif s.kind == "gate":
+            named = o.get("models") or p.gates.models
+            models += named.split(",") if isinstance(named, str) else list(named)
+    for m in dict.fromkeys(x.strip() for x in models if x and str(x).strip()):
+        cfg = p.models.get(m)
+        if cfg is None:
+            paths[f"model {m}"] = m
+        elif cfg.synth is None:  # a synth model is made on the first real run
+            paths[f"model {m}"] = cfg.path
+    serve = any(s.kind == "snapshot" or (s.kind == "profile" and s.options.get("workload") == "serve") for s in steps)
+    return paths, [p.serving.port] if serve else [], any(s.kind in GPU_KINDS for s in steps)
+
+
 def will_skip(step: Step, rd) -> bool:
     """On resume: a step already complete in rd is skipped (a lock is always retaken)."""
     return step.kind not in RERUN_ON_RESUME and rd.step_status(step.name) == "complete"
@@ -248,7 +331,7 @@ def run_campaign(ctx, c: Campaign, steps: list[Step], *, resume: bool = False) -
     first_error: ParityError | None = None
     stopped = False
     failed: list[str] = []
-    for step in steps:
+    for i, step in enumerate(steps):
         if resume and will_skip(step, rd):
             ctx.out.info(f"[skip] {step.name} ({step.kind}): complete in {rd.path.name}")
             results[step.name] = {"status": "skipped-complete"}
@@ -263,6 +346,8 @@ def run_campaign(ctx, c: Campaign, steps: list[Step], *, resume: bool = False) -
         ctx.vars["_step"] = step.name
         t0 = time.monotonic()
         try:
+            if step.kind == "lock":
+                build_before_lock(ctx, [s for s in steps[i + 1:] if not (resume and will_skip(s, rd))])
             result = fn(ctx, dict(step.options)) or {}
         except KeyboardInterrupt:
             rd.record_step(step.name, "interrupted", seconds=round(time.monotonic() - t0, 3))
@@ -434,7 +519,7 @@ def run_request(req: CampaignRequest, open_context: Callable[[str | None], Any])
     if rd is not None:
         check_resumable(c, rd)
     if req.dry_run:
-        return {
+        doc = {
             "campaign": c.name,
             "profile": ctx.profile.name,
             "vars": c.vars,
@@ -447,6 +532,17 @@ def run_request(req: CampaignRequest, open_context: Callable[[str | None], Any])
                 for s in steps
             ],
         }  # fmt: skip
+        if fanout:  # each host answers for itself: parity --host NAME campaign run --dry-run
+            return doc
+        from parity.gpu.gonogo import dry_run_session, go_no_go
+
+        with dry_run_session(ctx, "campaign", c.name) as drd:
+            todo = [s for s in steps if not (rd and will_skip(s, rd))]
+            paths, ports, gpu = dry_run_needs(ctx, todo)
+            doc["go_no_go"] = go_no_go(ctx, paths=paths, ports=ports, gpu=gpu)
+            doc["run_dir"] = str(drd.path)
+            drd.write_json("plan.json", doc)
+        return doc
     if fanout:
         with run_session(ctx, "campaign-hosts", f"{c.name}-hosts"):
             return run_fanout(ctx, c, req.argv)

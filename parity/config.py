@@ -171,6 +171,7 @@ class GatesConfig:
     seed: int = 1
     form: Literal["chat", "no-cnv"] = "chat"
     completion_args: list[str] = field(default_factory=lambda: ["-ngl", "99", "-fa", "on", "--temp", "0"])
+    ctx: int | None = None  # llama-completion -c (the context the canonical md5s were recorded with); None: the tool's default
     timeout_s: float = 600.0
     completion_retries: int = 3  # reruns while llama-completion's stdout is incomplete (its logger loses the tail at exit)
     models: list[str] = field(default_factory=list)  # models gated pre/post by default
@@ -298,7 +299,9 @@ class LockConfig:
     idle_checks: int = 2
     require_idle_gpu: bool = True  # false: GPU compute processes are reported but do not block
     preflight: bool = True  # false: lock only, no nvidia-smi/docker idle checks (lock tests)
-    docker_filter: str | None = None  # container name/image substring that means "busy"; None = any container
+    # the users' rule: ANY running container means busy (`docker ps -q | wc -l` must be 0).  A name/image
+    # substring here RELAXES it: only matching containers count, every other one is ignored.
+    docker_busy_only_matching: str | None = None
     docker_no_daemon: Literal["idle", "busy"] = "idle"
     nvidia_smi_missing: Literal["idle", "busy"] = "idle"
 
@@ -564,6 +567,10 @@ def validate(p: Profile, label: str) -> None:
     op = s.output_parity
     if op.enabled and (not op.prompts or op.gen <= 0 or op.top_logprobs < 1 or not 0 <= op.min_agreement <= 1 or op.max_kl < 0):
         raise ConfigError(label, "serving.output_parity", "needs prompts, gen > 0, top_logprobs >= 1, min_agreement in [0, 1], max_kl >= 0")
+    if p.gates.ctx is not None and p.gates.ctx <= 0:
+        raise ConfigError(label, "gates.ctx", "must be a positive number of tokens")
+    if p.gates.ctx is not None and {"-c", "--ctx-size"} & set(p.gates.completion_args):
+        raise ConfigError(label, "gates.completion_args", "sets the context size too: give it once, as gates.ctx")
     for m in p.gates.models:
         if m not in p.models:
             raise ConfigError(label, "gates.models", f"unknown model {m!r}")
@@ -682,6 +689,13 @@ def _describe(value) -> str:
     return type(value).__name__
 
 
+# keys that changed name or meaning: a file that still uses one gets the reason, not "unknown key"
+RENAMED = {
+    (LockConfig, "docker_filter"): "renamed to docker_busy_only_matching: by default ANY running container makes the GPU busy "
+    "(the users' harness); set docker_busy_only_matching only to relax that to matching containers",
+}
+
+
 def from_dict(cls, data, label: str, prefix: str = ""):
     if not isinstance(data, dict):
         raise ConfigError(label, prefix, f"expected a mapping, got {_describe(data)}")
@@ -690,6 +704,8 @@ def from_dict(cls, data, label: str, prefix: str = ""):
     kwargs = {}
     for k, v in data.items():
         key = f"{prefix}.{k}" if prefix else str(k)
+        if (cls, k) in RENAMED:
+            raise ConfigError(label, key, RENAMED[(cls, k)])
         if k not in fields or k == "source_file":
             import difflib
 

@@ -29,6 +29,7 @@ class Context:
     vars: dict[str, Any] = field(default_factory=dict)
     run_id: str | None = None  # owner id for the GPU lock; defaults to the run dir name
     cleanup: ExitStack = field(default_factory=ExitStack)  # closed when the session ends (lock release...)
+    end_status: str = "complete"  # what a session that ends without an error records (a dry run: "dry-run")
 
     def require_run(self) -> RunDir:
         if self.run is None:
@@ -74,4 +75,4 @@ def run_session_existing(ctx: Context, rd: RunDir) -> Iterator[RunDir]:
         rd.finish("failed", f"{type(e).__name__}: {e}")
         raise
     else:
-        rd.finish("complete")
+        rd.finish(ctx.end_status)

@@ -44,6 +44,10 @@ def register(app: typer.Typer) -> None:
             raise
         out = opened[0].out
         out.emit(doc, lambda: render_plan(out, doc) if dry_run else render_summary(out, doc))
+        if dry_run and "go_no_go" in doc:
+            from parity.gpu.gonogo import raise_if_no_go
+
+            raise_if_no_go(doc["go_no_go"], doc["run_dir"])
 
 
 def render_plan(out, doc: dict) -> None:
@@ -54,6 +58,10 @@ def render_plan(out, doc: dict) -> None:
         flags = (" [always-run]" if s["always_run"] else "") + (" [continue]" if s["on_failure"] == "continue" else "")
         flags += " [skip: complete]" if s["skip"] else ""
         out.info(f"  {i}. {s['name']} ({s['kind']}){flags} {s['with'] or ''}")
+    if "go_no_go" in doc:
+        from parity.cli.common import render_go
+
+        render_go(out, doc)
 
 
 def render_summary(out, doc: dict) -> None:

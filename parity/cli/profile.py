@@ -47,6 +47,10 @@ def register(app: typer.Typer) -> None:
         ctx = make_context(profile, json)
         doc = run(ctx, req)
         ctx.out.emit(doc, lambda: (render_plan if dry_run else render)(ctx.out, doc))
+        if dry_run:
+            from parity.gpu.gonogo import raise_if_no_go
+
+            raise_if_no_go(doc["go_no_go"], doc["run_dir"])  # after the plan: the user sees what would run
 
     @group.command("analyze")
     def analyze(
@@ -77,12 +81,15 @@ def register(app: typer.Typer) -> None:
 
 
 def render_plan(out, doc: dict) -> None:
+    from parity.cli.common import render_go
+
     if doc["collapsed"]:
         out.info("COLLAPSED capture (--allow-collapsed): comparison only, decode attribution will be wrong")
     for c in doc["commands"]:
         env = " ".join(f"{k}={v}" for k, v in c["env"].items())
         out.info(f"# {c['label']}\n{('env ' + env + ' ') if env else ''}{c['shell']}")
     out.info(f"# then, per capture: {doc['export']}")
+    render_go(out, doc)
 
 
 def render(out, doc: dict) -> None:

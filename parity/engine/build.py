@@ -138,6 +138,11 @@ def ensure_built(profile: Profile, engine: str, runner, out, force: bool = False
 
 
 def _build(profile: Profile, p: BuildPlan, runner, out) -> BuildResult:
+    from parity.gpu.lock import held_here
+
+    if lock_dir := held_here():
+        out.warn(f"building {p.engine} while this parity holds the GPU lock {lock_dir}: nobody else can use the GPU until it compiles "
+                 "(parity builds before taking the lock; this caller did not: parity.engine.build.ensure_engines_built)")  # fmt: skip
     e = profile.engine(p.engine)
     t0 = time.monotonic()
     shutil.rmtree(p.dir, ignore_errors=True)
@@ -230,6 +235,24 @@ def tool_path(profile: Profile, engine: str, tool: str, runner, out) -> str:
     if not path.is_file():
         raise UsageError(f"engine {engine}: {tool} not found at {path}")
     return str(path)
+
+
+def ensure_engines_built(ctx, engines) -> dict[str, dict]:
+    """Build (or find in the cache) every llama engine in `engines`, BEFORE taking the GPU lock:
+    a cold build takes minutes on a CPU and much longer for CUDA, and the users' harness builds
+    before it locks.  vLLM engines and prebuilt ones (engines.X.bin_dir) have nothing to build;
+    unknown names are a UsageError.  {engine: {"key", "bin_dir", "cached"} | {"prebuilt": dir}}."""
+    done: dict[str, dict] = {}
+    for name in dict.fromkeys(e for e in engines if e):
+        e = ctx.profile.engine(name)
+        if e.kind != "llama":
+            continue
+        if e.bin_dir:
+            done[name] = {"prebuilt": e.bin_dir}
+            continue
+        r = ensure_built(ctx.profile, name, ctx.runner, ctx.out)
+        done[name] = {"key": r.key, "bin_dir": str(r.bin_dir), "cached": r.cached}
+    return done
 
 
 def dry_tool_path(profile: Profile, engine: str, tool: str, runner, out) -> str:

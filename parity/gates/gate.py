@@ -68,7 +68,8 @@ def _record(ctx, result: dict, form: str, registry_file: str | None) -> list[str
 def gate(ctx, req: GateRequest) -> dict:
     """The gate set in a new run directory; the run is marked invalid unless green."""
     from parity.context import run_session
-    from parity.gates.prepost import GateSpec, run_gate_set, write_summary
+    from parity.engine.build import ensure_engines_built
+    from parity.gates.prepost import GateSpec, gate_engines, run_gate_set, write_summary
 
     op_list = req.ops
     _validate(ctx, req.model, req.path, req.engine, req.expect, req.form, op_list)
@@ -88,6 +89,7 @@ def gate(ctx, req: GateRequest) -> dict:
         backend=req.backend,
     )
     with run_session(ctx, "gate", f"gate-{Path(req.model).stem if req.model else 'default'}"):
+        ensure_engines_built(ctx, gate_engines(ctx, spec))  # every build first, before any check runs
         result = run_gate_set(ctx, spec, "gate")
         write_summary(ctx, {"gate": result})
         recorded, record_error = [], None

@@ -19,7 +19,7 @@ def greedy(ctx, engine: str, model_file: str, path: str | None, form: str, n_pre
     recorded) while its stdout is incomplete -- see completion.is_complete.
     A crash or a timeout is not retried."""
     g = ctx.profile.gates
-    argv = completion.greedy_argv(tool(ctx, engine, "llama-completion"), model_file, g.prompt, n_predict, g.seed, form, g.completion_args)
+    argv = completion.greedy_argv(tool(ctx, engine, "llama-completion"), model_file, g.prompt, n_predict, g.seed, form, g.completion_args, g.ctx)
     env = path_env(ctx, engine, path)
     earlier: list[dict] = []
     tries = 1 + max(0, g.completion_retries)

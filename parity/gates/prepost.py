@@ -1,9 +1,11 @@
 """Gate sets and the pre/post wrapper every benchmark runs inside.
 
 `with gated(ctx): ...` runs the gate set before (a red pre-gate stops the
-benchmark), runs the body, runs it again after, and writes gate_summary.tsv
-(phase, check, expected, got, status) and gates.json.  A red post-gate marks
-the run invalid: its numbers do not count.
+benchmark), runs the body, runs it again after, and writes gates.json,
+gate_summary.tsv in the users' layout (phase check status actual expected
+details, parity.gates.summary) and gate_checks.tsv (parity's: phase check
+expected got status).  A red post-gate marks the run invalid: its numbers do
+not count.
 """
 
 from __future__ import annotations
@@ -36,6 +38,22 @@ class GateSpec:
             if v is not None:
                 setattr(spec, k, v)
         return spec
+
+
+def gate_engines(ctx, spec: GateSpec | None = None) -> list[str]:
+    """The engines whose binaries this gate set runs, once each: the gated builds and the
+    reference build (md5), the gate engine (op-oracle, KL).  Build them before the GPU lock."""
+    g = ctx.profile.gates
+    spec = spec or GateSpec.from_profile(ctx.profile)
+    engine = spec.engine or g.engine or next(iter(ctx.profile.engines), None)
+    names: list[str | None] = []
+    if spec.models:
+        names += spec.engines or [engine]
+        if g.reference_engine and not spec.expect:
+            names.append(g.reference_engine)
+    if spec.ops or spec.kl:
+        names.append(engine)
+    return [n for n in dict.fromkeys(names) if n]
 
 
 def _paths(ctx, spec: GateSpec, engine: str | None) -> list[str | None]:
@@ -91,15 +109,13 @@ def run_gate_set(ctx, spec: GateSpec, phase: str = "gate") -> dict:
 
 
 def write_summary(ctx, sets: dict[str, dict]) -> None:
-    """gate_summary.tsv + gates.json for every phase run so far."""
+    """gates.json, gate_summary.tsv (the users' layout) and gate_checks.tsv for every phase run so far."""
+    from parity.gates import summary
+
     if ctx.run is None:
         return
-    rows = ["phase\tcheck\texpected\tgot\tstatus"]
-    for phase, s in sets.items():
-        for c in s["checks"]:
-            rows.append("\t".join(str(x).replace("\t", " ") for x in (phase, c["check"], c["expected"], c["got"], c["status"])))
     status = PASS if sets and all(s["status"] == PASS for s in sets.values()) else FAIL
-    ctx.run.write_text("gate_summary.tsv", "\n".join(rows) + "\n")
+    summary.write(ctx.run, sets, ctx.profile)
     ctx.run.write_json("gates.json", {**sets, "status": status})
 
 
@@ -144,8 +160,8 @@ def gated(ctx, spec: GateSpec | None = None, enabled: bool = True):
     run_phase(ctx, "post", spec)
 
 
-def campaign_step(ctx, options: dict) -> dict:
-    """kind: gate -- options {phase: pre|post|<name>, models, paths, ops, kl, engine, engines, expect, form, backend}."""
+def spec_from_options(options: dict) -> tuple[str, dict]:
+    """(phase, GateSpec overrides) from a gate step's `with:` (checked; lists may be "a,b")."""
     lists, scalars = {"models", "paths", "ops", "engines"}, {"engine", "expect", "form", "backend", "phase"}
     from parity.campaign import check_step_options
 
@@ -162,6 +178,18 @@ def campaign_step(ctx, options: dict) -> dict:
     if "kl" in options and not isinstance(options["kl"], bool):
         raise ConfigError("campaign", "with.kl", "expected true or false")
     phase = options.pop("phase", "gate")
-    spec = GateSpec.from_profile(ctx.profile, **options)
+    return phase, options
+
+
+def step_engines(ctx, options: dict) -> list[str]:
+    """The engines a gate step will run (the campaign builds them before its lock step)."""
+    _, over = spec_from_options(dict(options))
+    return gate_engines(ctx, GateSpec.from_profile(ctx.profile, **over))
+
+
+def campaign_step(ctx, options: dict) -> dict:
+    """kind: gate -- options {phase: pre|post|<name>, models, paths, ops, kl, engine, engines, expect, form, backend}."""
+    phase, over = spec_from_options(options)
+    spec = GateSpec.from_profile(ctx.profile, **over)
     result = run_phase(ctx, phase, spec)
     return {"phase": phase, "status": result["status"], "checks": [{k: c[k] for k in ("check", "expected", "got", "status")} for c in result["checks"]]}

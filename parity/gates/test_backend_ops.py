@@ -3,7 +3,8 @@
 Lines look like `  MUL_MAT(type_a=f16,...): OK` (ANSI colours), `... not
 supported [CUDA0]`, `... FAIL`, per-backend `  1304/1304 tests passed`, and
 `2/2 backends passed`; CUDA builds interleave `ggml_backend_cuda_graph_compute:`
-log lines.  `-b CPU` compares CPU with itself; without -b a CPU-only build
+log lines; older builds head each backend `Backend 2/2 (CUDA0)` instead of
+`Backend 1/1: CUDA0`.  `-b CPU` compares CPU with itself; without -b a CPU-only build
 prints `Skipping CPU backend`.  An unknown op gives `0/0 tests passed` -- not
 a pass.
 """
@@ -20,7 +21,8 @@ _STATUS_ONLY = re.compile(r"^\s*(OK|FAIL)\s*$")
 _CASE = re.compile(r"^\s+(?P<op>[A-Z][A-Z0-9_]*)\((?P<params>.*)\):\s*(?P<rest>.*)$")
 _TESTS = re.compile(r"^\s+(\d+)/(\d+) tests passed")
 _BACKENDS = re.compile(r"^(\d+)/(\d+) backends passed")
-_BACKEND = re.compile(r"^Backend (\d+)/(\d+): (\S+)")
+# `Backend 1/2: CUDA0`; builds before mid-2025 print `Backend 2/2 (CUDA0)` (then `  Backend name: ...`)
+_BACKEND = re.compile(r"^Backend (\d+)/(\d+)(?:: (\S+)| \((\S+)\))")
 
 
 @dataclass
@@ -57,7 +59,7 @@ def parse(text: str) -> OpsRun:
         if _LOG.match(line):
             continue
         if m := _BACKEND.match(line):
-            cur = BackendResult(m.group(3))
+            cur = BackendResult(m.group(3) or m.group(4))
             backends.append(cur)
             continue
         if m := _BACKENDS.match(line):

@@ -39,6 +39,12 @@ from parity.errors import InfraError, UsageError
 from parity.gpu.preflight import preflight  # noqa: F401  (public: parity.gpu.lock.preflight)
 
 ENV_HELD = "PARITY_GPU_LOCK"  # "<dir>\t<owner record>" inherited by the children of a holder
+_HELD_HERE: list = []  # the GpuLocks this process took (holding() pushes and pops)
+
+
+def held_here() -> str | None:
+    """The dir of the GPU lock this process took and still holds (None: none, or only inherited)."""
+    return str(_HELD_HERE[-1].dir) if _HELD_HERE else None
 AUTO, BREAK = "auto", "break-stale"
 
 
@@ -483,8 +489,11 @@ def holding(lock: GpuLock, runner, out, timeout: float | None = None, break_stal
         try:
             info = wait_and_acquire(lock, runner, out, timeout, break_stale, check_idle)
             os.environ[ENV_HELD] = lock.env_value()
+            _HELD_HERE.append(lock)
             yield info
         finally:
+            if lock in _HELD_HERE:
+                _HELD_HERE.remove(lock)
             if lock.held:
                 out.info("GPU lock released" if lock.release() else f"GPU lock {lock.dir} was taken over by someone else: left as it is")
             if old_env is None:

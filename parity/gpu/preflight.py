@@ -1,4 +1,8 @@
-"""The idle preflight: no GPU compute processes, no (matching) docker containers.
+"""The idle preflight: no GPU compute processes, no running docker container.
+
+As in the users' harness (`docker ps -q | wc -l` must be 0), any running container
+makes the GPU busy; lock.docker_busy_only_matching relaxes that to the containers
+whose name or image contains the given text.
 
 A tool that cannot answer (no nvidia-smi, a docker client without a daemon) is
 reported in words and judged by policy (lock.nvidia_smi_missing /
@@ -29,9 +33,13 @@ def docker_check(runner, cfg: LockConfig) -> dict:
 
     d = docker.running(runner)
     if d.state == "ok":
-        busy = docker.matching(d, cfg.docker_filter)
-        what = f"containers matching {cfg.docker_filter!r}" if cfg.docker_filter else "running containers"
+        only = cfg.docker_busy_only_matching
+        busy = docker.matching(d, only)
+        what = f"containers matching {only!r}" if only else "running containers"
         note = f"busy: {', '.join(busy)}" if busy else f"no {what} ({len(d.containers)} running)"
+        ignored = [c for c in d.containers if c not in busy]
+        if only and ignored:
+            note += f"; ignored by lock.docker_busy_only_matching: {', '.join(ignored)}"
         return {"idle": not busy, "state": d.state, "containers": d.containers, "busy": busy, "note": note}
     if d.state == "no-cli":
         return {"idle": True, "state": d.state, "containers": [], "busy": [], "note": "docker not installed: no containers can run"}

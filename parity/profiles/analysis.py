@@ -80,9 +80,33 @@ def analyze_file(path: str, table, *, label: str | None = None, engine: str | No
         "collapsed": bool(collapsed),
         **res,
     }
-    if sqlite_path is not None and res["kernels"] and res["graph_node_kernels"] == 0 and not collapsed:
-        cap["warning"] = "no kernel carries a graphNodeId: either nothing ran inside a CUDA graph, or the capture did not use --cuda-graph-trace=node"
+    if sqlite_path is not None:
+        _graph_trace(cap, sqlite_path, window, res)
     return cap
+
+
+def _graph_trace(cap: dict, sqlite_path: str, window, res: dict) -> None:
+    """What the export says about CUDA graphs: whole-graph launches (graph mode: their kernels
+    are not in the kernel table, so the capture is collapsed whatever was asked) and the
+    recorded trace mode (newer exports), plus the nsys version that wrote it."""
+    from parity.profiles.nsys import GRAPH_TRACE, export_metadata, graph_launches
+
+    meta = export_metadata(sqlite_path)
+    mode = meta["graph_trace_mode"]
+    graphs = graph_launches(sqlite_path, window)
+    cap["export"] = {"table": meta["table"], "nsys_version": meta["export"].get("NSIGHT_SYSTEMS_VERSION"), "schema_version": meta["export"].get("EXPORT_SCHEMA_VERSION")}
+    cap["graph_trace_mode"] = mode
+    cap["graph_launches"] = None if graphs is None else {"launches": graphs["launches"], "total_ms": round(graphs["total_ns"] / 1e6, 6)}
+    if (graphs and graphs["launches"]) or mode == "graph":
+        n, ms = (graphs["launches"], graphs["total_ns"] / 1e6) if graphs else (0, 0.0)
+        cap["collapsed"] = True
+        cap["warning"] = (f"{n} CUDA-graph launches ({ms:.3f} ms) are in {GRAPH_TRACE}, not in the kernel table: the capture traced graphs whole "
+                          f"(--cuda-graph-trace=graph{', as its META_DATA_CAPTURE records' if mode == 'graph' else ''}); the kernels inside them are not attributed")  # fmt: skip
+    elif res["kernels"] and res["graph_node_kernels"] == 0 and not cap["collapsed"]:
+        if mode == "node":
+            cap["warning"] = "no kernel carries a graphNodeId although the export records --cuda-graph-trace=node: nothing ran inside a CUDA graph here"
+        else:
+            cap["warning"] = "no kernel carries a graphNodeId: either nothing ran inside a CUDA graph, or the capture did not use --cuda-graph-trace=node"
 
 
 def difference(long: dict, short: dict, npl: int | None = None) -> dict:

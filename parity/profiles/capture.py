@@ -175,8 +175,25 @@ def dry_run(ctx, plan: ProfilePlan) -> dict:
     }
 
 
+def dry_paths(ctx, plan: ProfilePlan) -> dict[str, str]:
+    """The files the real capture needs, for the go/no-go: nsys, the workload binary, the model."""
+    paths = {}
+    nsys = plan.nsys
+    paths["nsys"] = nsys if "/" in nsys else f"<nsys: {nsys!r} is not on PATH (profiling.nsys)>"
+    wl = plan.captures[0].workload_argv
+    exe = wl[0]
+    paths[f"{os.path.basename(exe)} of {plan.engine}"] = exe if "/" in exe or exe.startswith("<") else (ctx.runner.which(exe) or f"<{exe}: not on PATH>")
+    m = ctx.profile.models.get(plan.model)
+    if not (m and m.synth):  # a synth model is made on the first real run
+        model_file = wl[wl.index("-m") + 1] if "-m" in wl else (wl[wl.index("serve") + 1] if "serve" in wl else None)
+        if model_file:
+            paths[f"model {plan.model}"] = model_file
+    return paths
+
+
 def run_profile(ctx, plan: ProfilePlan, allow_env=()) -> dict:
     """Capture every ntg under the GPU lock, export, bucket, difference; write profile/*."""
+    from parity.engine.build import ensure_engines_built
     from parity.serving.envpolicy import check_bench_env
     from parity.gpu.hardware import write_hardware
     from parity.gpu.lock import held_lock
@@ -187,6 +204,7 @@ def run_profile(ctx, plan: ProfilePlan, allow_env=()) -> dict:
     for c in plan.captures:
         check_bench_env(c.env, ctx.profile.policy, allow_env, context=f"profile (engine {c.engine})")
     rd.update(collapsed=plan.collapsed, profile={"graph_node": plan.graph_node, "collapsed": plan.collapsed, "workload": plan.workload, "engine": plan.engine, "commands": [c.argv for c in plan.captures]})
+    ensure_engines_built(ctx, [plan.engine])  # before the lock (make_plan found or built it already)
     write_hardware(ctx)
     if ctx.profile.engine(plan.engine).kind == "llama":
         from parity.engine.build import write_builds_json
@@ -199,6 +217,7 @@ def run_profile(ctx, plan: ProfilePlan, allow_env=()) -> dict:
             ctx.out.info(f"[profile] {c.label}: {' '.join(c.argv[:4])} ... ({plan.workload}, ntg {c.ntg}, npl {plan.npl})")
             rows = _capture_bench(ctx, c, plan) if plan.workload == "bench" else _capture_serve(ctx, c, plan)
             rep = c.out_base + ".nsys-rep"
+            check_analysis(c.out_base + ".log")
             if not os.path.isfile(rep):
                 raise InfraError(f"nsys wrote no report at {rep} (log: {c.out_base}.log)")
             from parity.profiles.analysis import analyze_file
@@ -208,10 +227,27 @@ def run_profile(ctx, plan: ProfilePlan, allow_env=()) -> dict:
             cap["command"] = c.argv
             cap["workload_rows"] = rows
             captures.append(cap)
+    if not plan.collapsed and any(c["collapsed"] for c in captures):  # the export says graph mode whatever was asked
+        rd.update(collapsed=True)
     diffs = auto_differences(captures)
     doc = build_doc(captures, diff=diffs, bucket_table=table.source)
     files = write_outputs(rd.path / "profile", doc)
     return {**doc, "files": files}
+
+
+def check_analysis(log_path: str) -> None:
+    """nsys exits 0 when its own analysis failed (seen on an H100: an nsys older than the CUDA
+    runtime); the report it leaves lacks the kernel table, which is not the capture flags' fault."""
+    from parity.profiles.nsys import analysis_failure
+
+    try:
+        text = open(log_path, errors="replace").read()
+    except OSError:
+        return
+    why = analysis_failure(text)
+    if why:
+        raise InfraError(f"nsys exited 0 but its analysis failed ({why}; log {log_path}): the report is incomplete. "
+                         "This nsys cannot post-process this CUDA runtime: use an Nsight Systems at least as new as the CUDA toolkit")  # fmt: skip
 
 
 def _capture_bench(ctx, c: Capture, plan: ProfilePlan) -> list[dict]:
@@ -285,13 +321,26 @@ def profile(ctx, req: ProfileRequest) -> dict:
         if v is not None and v <= 0:
             raise UsageError(f"{name} must be positive")
     options = dict(engine=req.engine, workload=req.workload, ntgs=req.ntgs, npl=req.npl, npp=req.npp, model=req.model, graph_node=req.graph_node, allow_collapsed=req.allow_collapsed)
-    if req.dry_run:
+    if req.dry_run:  # a go/no-go with its evidence in a `dry-run` run dir; the CLI exits with its code
+        from parity.gpu.gonogo import dry_run_session, go_no_go
+
         plan = make_plan(ctx, **options, dry=True)
-        return dry_run(ctx, plan)
+        doc = dry_run(ctx, plan)
+        with dry_run_session(ctx, "profile", f"profile-{req.engine or 'default'}-{req.workload}") as rd:
+            ports = [_serve_shape(ctx, plan.npl).port] if plan.workload == "serve" else []
+            doc["go_no_go"] = go_no_go(ctx, paths=dry_paths(ctx, plan), ports=ports)
+            doc["run_dir"] = str(rd.path)
+            rd.write_json("plan.json", doc)
+        return doc
     with run_session(ctx, "profile", f"profile-{req.engine or 'default'}-{req.workload}"):
         plan = make_plan(ctx, **options, out_dir=str(ctx.run.path / "profile"))
         doc = run_profile(ctx, plan, req.allow_env)
         return {"run_dir": str(ctx.run.path), **doc}
+
+
+def step_engines(ctx, options: dict) -> list[str]:
+    """The engine a profile step captures (the campaign builds it before its lock step)."""
+    return [options.get("engine") or _default_engine(ctx, options.get("workload", "bench"))]
 
 
 def campaign_step(ctx, options: dict) -> dict:

@@ -5,6 +5,14 @@ StringIds), never screen output.  Kernels are aggregated in SQL per name id
 first, so a 2M-row export costs one GROUP BY and a few thousand names in Python.
 A `cuda_gpu_kern_sum` CSV (nsys stats) is accepted too: it has totals and
 instances but no timestamps, so no window can be applied to it.
+
+Other versions: a capture traced with --cuda-graph-trace=graph (nsys's default)
+puts each graph launch in CUPTI_ACTIVITY_KIND_GRAPH_TRACE and none of its kernels
+in the kernel table; newer exports record the mode in META_DATA_CAPTURE
+(CUDA_GRAPH_TRACE_OPTIONS:MODE) and their own version in META_DATA_EXPORT, which
+older ones call EXPORT_META_DATA.  nsys can exit 0 after its analysis failed
+("Analysis failed", "Unknown runtime API function index"): analysis_failure()
+finds that in its log, so an incomplete report is not blamed on the capture flags.
 """
 
 from __future__ import annotations
@@ -19,6 +27,11 @@ from pathlib import Path
 from parity.errors import InfraError, UsageError
 
 GRAPH_NODE_FLAG = "--cuda-graph-trace=node"
+GRAPH_TRACE = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"
+EXPORT_META_TABLES = ("META_DATA_EXPORT", "EXPORT_META_DATA")  # newer, older
+GRAPH_MODE_KEY = "CUDA_GRAPH_TRACE_OPTIONS:MODE"
+# nsys's words for a post-processing failure it does not report in its exit code
+_ANALYSIS_FAILED = re.compile(r"Analysis failed|TargetProfilingFailed|Unknown (?:runtime|driver) API function index|ProcessEventsError")
 KERN_SUM_HEADER = ["Time (%)", "Total Time (ns)", "Instances", "Avg (ns)", "Med (ns)", "Min (ns)", "Max (ns)", "StdDev (ns)", "Name"]
 
 
@@ -70,6 +83,14 @@ def export_sqlite(runner, nsys: str, report: str, sqlite_out: str | None = None,
     return out
 
 
+def analysis_failure(text: str) -> str | None:
+    """The first line of an nsys log that says its analysis failed (nsys still exits 0), else None."""
+    for line in text.splitlines():
+        if _ANALYSIS_FAILED.search(line):
+            return line.strip().lstrip("*").strip()
+    return None
+
+
 # --------------------------------------------------------------------------- parsing
 
 
@@ -112,28 +133,76 @@ def _columns(conn, table: str) -> set[str]:
     return {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
 
 
+def _name_values(conn, table: str) -> dict[str, str]:
+    """A name/value metadata table (columns `name`, `value`; else its first two)."""
+    cols = [r[1] for r in conn.execute(f"PRAGMA table_info({table})")]
+    if len(cols) < 2:
+        return {}
+    k, v = ("name", "value") if {"name", "value"} <= set(cols) else (cols[0], cols[1])
+    return {str(a): str(b) for a, b in conn.execute(f'SELECT "{k}", "{v}" FROM {table}')}
+
+
+def export_metadata(path: str) -> dict:
+    """{"table": META_DATA_EXPORT | EXPORT_META_DATA | None, "export": {...}, "capture": {...},
+    "graph_trace_mode": "node" | "graph" | None (None: this export does not record it)}."""
+    conn = _connect(path)
+    try:
+        tables = _tables(conn)
+        table = next((t for t in EXPORT_META_TABLES if t in tables), None)
+        export = _name_values(conn, table) if table else {}
+        capture = _name_values(conn, "META_DATA_CAPTURE") if "META_DATA_CAPTURE" in tables else {}
+    finally:
+        conn.close()
+    mode = capture.get(GRAPH_MODE_KEY)
+    return {"table": table, "export": export, "capture": capture, "graph_trace_mode": mode.strip().lower() if mode else None}
+
+
+def graph_launches(path: str, window: Window | None = None) -> dict | None:
+    """Whole-graph launches of a --cuda-graph-trace=graph capture: {"launches", "total_ns"}
+    (None when the export has no CUPTI_ACTIVITY_KIND_GRAPH_TRACE table)."""
+    conn = _connect(path)
+    try:
+        if GRAPH_TRACE not in _tables(conn):
+            return None
+        where, args = _window_sql(window)
+        n, total = conn.execute(f"SELECT COUNT(*), SUM(end - start) FROM {GRAPH_TRACE} {where}", args).fetchone()
+        return {"launches": int(n), "total_ns": int(total or 0)}
+    finally:
+        conn.close()
+
+
+def _window_sql(window: Window | None) -> tuple[str, list]:
+    where, args = [], []
+    if window and window.start_ns is not None:
+        where.append("start >= ?")
+        args.append(window.start_ns)
+    if window and window.end_ns is not None:
+        where.append("start < ?")
+        args.append(window.end_ns)
+    return ("WHERE " + " AND ".join(where) if where else ""), args
+
+
 def read_kernel_groups(path: str, window: Window | None = None) -> list[KernelGroup]:
     """Per-name totals from an export: GROUP BY the name id in SQL, then join names."""
     conn = _connect(path)
     try:
         tables = _tables(conn)
         if "CUPTI_ACTIVITY_KIND_KERNEL" not in tables:
-            raise UsageError(f"{path}: no CUDA kernels in this export (table CUPTI_ACTIVITY_KIND_KERNEL missing: was the capture run with --trace=cuda on a GPU?)")
+            if GRAPH_TRACE in tables and conn.execute(f"SELECT COUNT(*) FROM {GRAPH_TRACE}").fetchone()[0]:
+                raise UsageError(f"{path}: only whole CUDA-graph launches in this export ({GRAPH_TRACE}), no kernel rows: the capture traced graphs as one launch each "
+                                 f"(--cuda-graph-trace=graph, nsys's default); capture again with {GRAPH_NODE_FLAG}")  # fmt: skip
+            raise UsageError(f"{path}: no CUDA kernels in this export (table CUPTI_ACTIVITY_KIND_KERNEL missing): either nsys's analysis failed "
+                             "(its log says 'Analysis failed' or 'Unknown runtime API function index': an nsys older than the CUDA runtime), "
+                             "or the capture did not trace CUDA on a GPU (--trace=cuda)")  # fmt: skip
         cols = _columns(conn, "CUPTI_ACTIVITY_KIND_KERNEL")
         name_col = "demangledName" if "demangledName" in cols else "shortName" if "shortName" in cols else None
         if name_col is None:
             raise UsageError(f"{path}: CUPTI_ACTIVITY_KIND_KERNEL has neither demangledName nor shortName")
         node = "SUM(graphNodeId IS NOT NULL AND graphNodeId != 0)" if "graphNodeId" in cols else "0"
-        where, args = [], []
-        if window and window.start_ns is not None:
-            where.append("start >= ?")
-            args.append(window.start_ns)
-        if window and window.end_ns is not None:
-            where.append("start < ?")
-            args.append(window.end_ns)
+        where, args = _window_sql(window)
         sql = (
             f"SELECT s.value, g.total, g.n, g.nodes FROM (SELECT {name_col} AS sid, SUM(end - start) AS total, COUNT(*) AS n, {node} AS nodes "
-            f"FROM CUPTI_ACTIVITY_KIND_KERNEL {'WHERE ' + ' AND '.join(where) if where else ''} GROUP BY {name_col}) g "
+            f"FROM CUPTI_ACTIVITY_KIND_KERNEL {where} GROUP BY {name_col}) g "
             "LEFT JOIN StringIds s ON s.id = g.sid"
         )
         return [KernelGroup(name if name is not None else f"<string id missing>", int(total or 0), int(n), int(nodes or 0)) for name, total, n, nodes in conn.execute(sql, args)]

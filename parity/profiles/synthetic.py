@@ -4,7 +4,10 @@ nsys does not exist on the CI machines; the tables written here follow the
 documented export schema (tests/data/profile/README.md lists the sources):
 names live in StringIds and kernel rows refer to them by id; every kernel has
 start/end in ns; a kernel that ran as a CUDA-graph node carries graphNodeId and
-graphId (filled only when the capture used --cuda-graph-trace=node).
+graphId (filled only when the capture used --cuda-graph-trace=node).  A
+--cuda-graph-trace=graph capture has one CUPTI_ACTIVITY_KIND_GRAPH_TRACE row per
+graph launch instead; name/value metadata tables record the capture options and
+the exporting nsys (META_DATA_EXPORT, EXPORT_META_DATA in older versions).
 """
 
 from __future__ import annotations
@@ -65,6 +68,20 @@ NVTX_COLUMNS = [
 NVTX_DDL = "CREATE TABLE NVTX_EVENTS (" + ", ".join(f"{c} {t}" for c, t in NVTX_COLUMNS) + ")"
 NVTX_PUSH_POP_RANGE = 59  # ENUM_NSYS_EVENT_TYPE: NvtxPushPopRange
 
+GRAPH_TRACE_COLUMNS = [
+    ("start", "INTEGER NOT NULL"),
+    ("end", "INTEGER NOT NULL"),
+    ("deviceId", "INTEGER NOT NULL"),
+    ("contextId", "INTEGER NOT NULL"),
+    ("streamId", "INTEGER NOT NULL"),
+    ("correlationId", "INTEGER"),
+    ("globalPid", "INTEGER"),
+    ("graphId", "INTEGER NOT NULL"),
+    ("graphExecId", "INTEGER"),
+]
+GRAPH_TRACE_DDL = "CREATE TABLE CUPTI_ACTIVITY_KIND_GRAPH_TRACE (" + ", ".join(f"{c} {t}" for c, t in GRAPH_TRACE_COLUMNS) + ")"
+META_DDL = "CREATE TABLE {} (name TEXT NOT NULL, value TEXT NOT NULL)"
+
 _KERNEL_INSERT = f"INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL ({', '.join(c for c, _ in KERNEL_COLUMNS)}) VALUES ({', '.join('?' * len(KERNEL_COLUMNS))})"
 
 
@@ -112,8 +129,13 @@ def _row(k: Kernel, strings: _Strings, grid_id: int) -> tuple:
     )  # fmt: skip
 
 
-def write_export(path: str | Path, kernels: Iterable[Kernel], nvtx: Iterable[tuple[str, int, int | None]] = ()) -> Path:
-    """Write a new export: kernels (any order) and NVTX ranges (text, start, end)."""
+def write_export(path: str | Path, kernels: Iterable[Kernel], nvtx: Iterable[tuple[str, int, int | None]] = (), *,
+                 graph_launches: Iterable[tuple[int, int, int]] = (), capture_meta: dict | None = None,
+                 export_meta: tuple[str, dict] | None = None, kernel_table: bool = True) -> Path:  # fmt: skip
+    """Write a new export: kernels (any order), NVTX ranges (text, start, end), whole-graph
+    launches (start, end, graphId; a graph-mode capture), META_DATA_CAPTURE rows and
+    (table, rows) of the export metadata; kernel_table=False is what an nsys whose analysis
+    failed leaves behind."""
     path = Path(path)
     if path.exists():
         path.unlink()
@@ -121,9 +143,18 @@ def write_export(path: str | Path, kernels: Iterable[Kernel], nvtx: Iterable[tup
     conn = sqlite3.connect(path)
     try:
         conn.execute(STRINGS_DDL)
-        conn.execute(KERNEL_DDL)
+        if kernel_table:
+            conn.execute(KERNEL_DDL)
+            conn.executemany(_KERNEL_INSERT, (_row(k, strings, i + 1) for i, k in enumerate(kernels)))
         conn.execute(NVTX_DDL)
-        conn.executemany(_KERNEL_INSERT, (_row(k, strings, i + 1) for i, k in enumerate(kernels)))
+        launches = list(graph_launches)
+        if launches:  # tables are created lazily: only when there are rows
+            conn.execute(GRAPH_TRACE_DDL)
+            conn.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_GRAPH_TRACE VALUES (?, ?, 0, 1, 7, ?, 4242, ?, ?)",
+                             [(s, e, 100000 + i, g, g) for i, (s, e, g) in enumerate(launches)])  # fmt: skip
+        for table, rows in ([("META_DATA_CAPTURE", capture_meta)] if capture_meta else []) + ([export_meta] if export_meta else []):
+            conn.execute(META_DDL.format(table))
+            conn.executemany(f"INSERT INTO {table} VALUES (?, ?)", [(str(k), str(v)) for k, v in rows.items()])
         conn.executemany(
             "INSERT INTO NVTX_EVENTS (start, end, eventType, rangeId, text, globalTid, textId, domainId) VALUES (?, ?, ?, ?, NULL, 1, ?, 0)",
             [(s, e, NVTX_PUSH_POP_RANGE, i + 1, strings.id(t)) for i, (t, s, e) in enumerate(nvtx)],

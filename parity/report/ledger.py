@@ -90,9 +90,11 @@ def front_matter(text: str) -> dict:
 
 
 def rebuild(out_dir: Path) -> list[dict]:
-    """Regenerate both ledger files from the reports' sidecars/front matter."""
+    """Regenerate both ledger files from the reports' sidecars/front matter.  Rows of a running
+    ledger whose report lives elsewhere (a campaign's, in its run dir) are kept while that
+    report still exists."""
     out_dir = Path(out_dir)
-    rows = []
+    rows = [r for r in read_rows(out_dir) if "/" in (r.get("report") or "") and (out_dir / r["report"]).is_file()]
     for md in sorted(out_dir.glob("*.md")):
         if not REPORT_NAME.match(md.name):
             continue

@@ -7,12 +7,17 @@ Layout in the output dir:
   YYYY-MM-DD-phaseNNN-<slug>/*.png  plots, linked from the report
   BENCHMARK.md / BENCHMARK.csv      the ledger
 Inside a campaign the report goes to <run dir>/reports/ unless the step says
-out_dir (a path, or "profile" for the profile's reports.dir)."""
+out_dir (a path, or "profile" for the profile's reports.dir), and it joins the
+running ledger (reports.dir, or the step's `ledger:` dir): its phase number
+continues the phases of every earlier run there, and its row is appended there
+too, linking the report in the run dir.  `ledger: run` keeps a campaign's
+reports to its own ledger (phases restart at 1 in each run dir)."""
 
 from __future__ import annotations
 
 import datetime as _dt
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,6 +52,7 @@ class ReportRequest:
     current: bool = False  # the run is the campaign's own, still running
     date: str | None = None
     rebuild_ledger: bool = False  # regenerate BENCHMARK.md/.csv from the reports in out_dir instead
+    ledger_dir: str | None = None  # a running ledger to join besides out_dir's own (phases continue there)
 
 
 def report(ctx, req: ReportRequest) -> dict:
@@ -154,7 +160,12 @@ def render_report(profile, req: ReportRequest) -> dict:
         ab = compare_runs(control, rd, metrics, rule, force=req.force, floor=floor, current=rd if req.current else None, defaults=not req.metrics)
     out_dir = Path(req.out_dir).expanduser()
     out_dir.mkdir(parents=True, exist_ok=True)
-    phase = req.phase or ledger.next_phase(out_dir)
+    running = Path(req.ledger_dir).expanduser() if req.ledger_dir else None
+    if running is not None and running.resolve() == out_dir.resolve():
+        running = None
+    if running is not None:
+        running.mkdir(parents=True, exist_ok=True)
+    phase = req.phase or max(ledger.next_phase(out_dir), ledger.next_phase(running) if running else 1)
     title = req.title or default_title(rd)
     date = req.date or _dt.date.today().isoformat()
     stem = f"{date}-phase{phase:03d}-{slugify(title)}"
@@ -182,8 +193,10 @@ def render_report(profile, req: ReportRequest) -> dict:
     side = {"ledger": row, "verdict_rule": verdict_rule, "gate_problems": problems, "compare": ab, "plots": [f["file"] for f in figs], "results": res}
     atomic_write_json(out_dir / f"{stem}.json", side)
     ledger.append(out_dir, row)
+    if running is not None:  # the running ledger links the report where it lives (the run dir)
+        ledger.append(running, {**row, "report": os.path.relpath(md_path.resolve(), running.resolve())})
     return {"report": str(md_path), "sidecar": str(out_dir / f"{stem}.json"), "ledger": str(out_dir / "BENCHMARK.md"), "phase": phase, "verdict": verdict, "verdict_rule": verdict_rule, "plots": [f["path"] for f in figs], "forced": bool(ab and ab["forced"]),
-            "ab_rows": ab["rows"] if ab else []}
+            "ab_rows": ab["rows"] if ab else [], "running_ledger": str(running / "BENCHMARK.md") if running else None}
 
 
 def previous_run(rd) -> str | None:
@@ -206,27 +219,35 @@ def previous_run(rd) -> str | None:
 
 def campaign_step(ctx, options: dict) -> dict:
     """kind: report -- renders the campaign's own run.  Options {title, phase,
-    verdict, compare, noise_floor, metrics, out_dir, plots, force, fail_on_regression};
+    verdict, compare, noise_floor, metrics, out_dir, plots, force, fail_on_regression, ledger};
     out_dir defaults to <run>/reports ("profile" = the profile's reports.dir);
+    ledger: running (default: join the profile's reports.dir ledger, phases continue across
+    runs) | run (the run dir's own ledger only) | a directory (that running ledger);
     compare: previous = the newest earlier complete, valid run of this campaign.  With a
     control run, a regression beyond noise fails the step (exit 5) after the report is
     written, unless fail_on_regression: false."""
     from parity.campaign import check_step_options
 
-    check_step_options("report", options, {"title", "phase", "verdict", "compare", "noise_floor", "metrics", "out_dir", "plots", "force", "fail_on_regression"})
+    check_step_options("report", options, {"title", "phase", "verdict", "compare", "noise_floor", "metrics", "out_dir", "plots", "force", "fail_on_regression", "ledger"})
     rd = ctx.require_run()
     out_dir = options.get("out_dir") or str(rd.path / "reports")
     if out_dir == "profile":
         out_dir = ctx.profile.reports.dir
+    which = options.get("ledger", "running")
+    if not isinstance(which, str) or not which:
+        from parity.errors import ConfigError
+
+        raise ConfigError("campaign", "with.ledger", "running, run, or a directory")
+    ledger_dir = None if which == "run" else ctx.profile.reports.dir if which == "running" else which
     compare = options.get("compare")
     if compare == "previous":
         compare = previous_run(rd)
         ctx.out.info(f"report: control run {compare}" if compare else "report: no earlier complete run of this campaign to compare against")
     req = ReportRequest(run=str(rd.path), out_dir=out_dir, phase=options.get("phase"), title=options.get("title"), verdict=options.get("verdict"),
                         compare=compare, noise_floor=options.get("noise_floor"), metrics=options.get("metrics"),
-                        force=bool(options.get("force", False)), plots=bool(options.get("plots", True)), current=True)
+                        force=bool(options.get("force", False)), plots=bool(options.get("plots", True)), current=True, ledger_dir=ledger_dir)
     result = render_report(ctx.profile, req)
-    ctx.out.info(f"report: {result['report']} (phase {result['phase']}, verdict {result['verdict']})")
+    ctx.out.info(f"report: {result['report']} (phase {result['phase']}, verdict {result['verdict']})" + (f"; ledger {result['running_ledger']}" if result["running_ledger"] else ""))
     if options.get("fail_on_regression", True):
         from parity.report.compare import check_regressions
 

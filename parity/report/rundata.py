@@ -1,5 +1,10 @@
 """Read a run directory's files (names from docs/CONTRACTS.md) into one object,
-and say whether its gates are green.  Missing optional files are None."""
+and say whether its gates are green.  Missing optional files are None.
+
+An artifact dir of the users' harness (paged-current-serving-snapshot.sh: summary.tsv,
+<arm>/nNNN.json, gate_summary.tsv, hardware.txt; no manifest.json) is read into the
+same object (load_users_artifact), so `parity compare` and `parity report` take it
+beside a parity run."""
 
 from __future__ import annotations
 
@@ -18,7 +23,7 @@ class RunData:
     manifest: dict
     hardware: dict | None = None
     gates: dict | None = None
-    gate_rows: list[dict] | None = None  # gate_summary.tsv
+    gate_rows: list[dict] | None = None  # gate_checks.tsv (or a gate_summary.tsv, either layout)
     summary: dict | None = None
     builds: dict | None = None
     analysis: dict | None = None
@@ -47,19 +52,32 @@ def _json(path: Path, notes: list[str]):
         return None
 
 
+USERS_STATUS = {"ok": "pass", "skipped": "not-run", "mismatch": "fail", "fail": "fail", "missing": "error"}
+
+
 def parse_gate_summary(text: str) -> list[dict]:
-    """gate_summary.tsv: columns phase check expected got status."""
+    """Gate rows {phase, check, expected, got, status (pass|fail|error|not-run)} from parity's
+    gate_checks.tsv (phase check expected got status; gate_summary.tsv of runs before it was
+    renamed) or from a gate_summary.tsv in the users' layout (phase check status actual expected
+    details: ok/skipped/mismatch/fail/missing)."""
     rows = list(csv.DictReader(io.StringIO(text), delimiter="\t"))
-    need = {"phase", "check", "expected", "got", "status"}
-    if rows and not need <= set(rows[0]):
-        raise ValueError(f"gate_summary.tsv: expected columns {sorted(need)}, got {sorted(rows[0])}")
-    return rows
+    if not rows:
+        return []
+    cols = set(rows[0])
+    if {"phase", "check", "expected", "got", "status"} <= cols:
+        return rows
+    if {"phase", "check", "status", "actual", "expected", "details"} <= cols:
+        return [{"phase": r["phase"], "check": r["check"], "expected": r["expected"] or "-", "got": r["actual"] or "-",
+                 "status": USERS_STATUS.get(r["status"], "error"), "detail": r["details"]} for r in rows]  # fmt: skip
+    raise ValueError(f"gate table: expected the columns phase check expected got status, or phase check status actual expected details; got {' '.join(rows[0])}")
 
 
 def load_run(path, *, need_summary: bool = True) -> RunData:
     p = Path(path).expanduser().resolve()
     if not p.is_dir():
         raise UsageError(f"{path}: no such run directory")
+    if not (p / "manifest.json").exists() and is_users_artifact(p):
+        return load_users_artifact(p, need_summary=need_summary)
     notes: list[str] = []
     manifest = _json(p / "manifest.json", notes)
     if not isinstance(manifest, dict):
@@ -71,7 +89,7 @@ def load_run(path, *, need_summary: bool = True) -> RunData:
     rd.builds = _json(p / "builds.json", notes)
     rd.analysis = _json(p / "profile" / "analysis.json", notes)
     rd.bench = _json(p / "bench.json", notes)
-    tsv = p / "gate_summary.tsv"
+    tsv = next((f for f in (p / "gate_checks.tsv", p / "gate_summary.tsv") if f.is_file()), p / "gate_checks.tsv")
     if tsv.is_file():
         try:
             rd.gate_rows = parse_gate_summary(tsv.read_text())
@@ -79,6 +97,122 @@ def load_run(path, *, need_summary: bool = True) -> RunData:
             notes.append(str(e))
     if need_summary and not rd.summary:
         raise UsageError(f"{path}: no summary.json (not a snapshot run, or it failed before any result)")
+    return rd
+
+
+# --------------------------------------------------------------------------- the users' artifacts
+
+USERS_SUMMARY_COLUMNS = ["arm", "n", "agg_tps", "decode_agg_tps", "decode_perseq_tps", "prefill_tps", "ttft_mean_ms", "wall_s"]
+USERS_RATIO_COLUMNS = {"paged_decode_over_vllm": "decode_agg_tps", "paged_perseq_over_vllm": "decode_perseq_tps", "paged_agg_over_vllm": "agg_tps", "paged_ttft_over_vllm": "ttft_mean_ms"}
+
+
+def is_users_artifact(p: Path) -> bool:
+    head = (p / "summary.tsv").read_text(errors="replace").split("\n", 1)[0] if (p / "summary.tsv").is_file() else ""
+    return head.split("\t")[:2] == ["arm", "n"] or any(p.glob("*/n[0-9]*.json"))
+
+
+def _num(v: str):
+    try:
+        f = float(v)
+    except ValueError:
+        return v
+    return int(f) if f.is_integer() and "." not in v and "e" not in v.lower() else f
+
+
+def parse_users_summary(text: str) -> tuple[list[dict], list[dict]]:
+    """The users' summary.tsv: (rows [{arm, n, agg_tps, ...}], ratios [{n, paged_decode_over_vllm, ...}]).
+    Two blocks: the arm table, a blank line, the `ratio` table (its rows start with `ratio`)."""
+    rows, ratios, header = [], [], None
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        cells = line.split("\t")
+        if cells[0] in ("arm", "ratio") and len(cells) > 1 and cells[1] == "n":
+            header = cells
+            continue
+        if header is None:
+            raise ValueError(f"summary.tsv: a row before any header: {line[:60]!r}")
+        if len(cells) != len(header):
+            raise ValueError(f"summary.tsv: {len(cells)} cells under a {len(header)}-column header: {line[:60]!r}")
+        rec = {k: (_num(v) if k != "arm" else v) for k, v in zip(header, cells)}
+        (ratios if header[0] == "ratio" else rows).append(rec)
+    missing = [c for c in USERS_SUMMARY_COLUMNS if rows and c not in rows[0]]
+    if missing:
+        raise ValueError(f"summary.tsv: no column {', '.join(missing)} (expected {' '.join(USERS_SUMMARY_COLUMNS)})")
+    return rows, ratios
+
+
+def parse_users_hardware(text: str) -> dict:
+    """The users' hardware.txt (write_hardware_report): its key=value lines, plus the GPU from nvidia-smi -L."""
+    info = dict(line.split("=", 1) for line in text.splitlines() if "=" in line and not line.startswith(" "))
+    gpu = next((ln.split(":", 1)[1].split("(")[0].strip() for ln in text.splitlines() if ln.startswith("GPU 0:")), None)
+    return {"hardware_class": info.get("hardware_class"), "gpus": [{"name": info.get("gpu_name") or gpu}] if (info.get("gpu_name") or gpu) else [],
+            "parity_note": info.get("parity_note"), "source": "users' hardware.txt"}  # fmt: skip
+
+
+def _users_gates(rows: list[dict]) -> dict:
+    """gates.json's shape from the users' gate_summary.tsv rows (a `skipped` phase is absent)."""
+    sets: dict[str, dict] = {}
+    for r in rows:
+        if r["status"] == "not-run" and r["check"] == "all":
+            continue
+        s = sets.setdefault(r["phase"], {"phase": r["phase"], "checks": []})
+        s["checks"].append({"check": r["check"], "kind": "md5" if r["check"].endswith("_md5") else "op", "expected": r["expected"], "got": r["got"], "status": r["status"], "detail": r.get("detail", "")})
+    for s in sets.values():
+        s["status"] = "pass" if s["checks"] and all(c["status"] == "pass" for c in s["checks"]) else "fail"
+    return {**sets, "status": "pass" if sets and all(s["status"] == "pass" for s in sets.values()) else "fail"}
+
+
+def load_users_artifact(p: Path, *, need_summary: bool = True) -> RunData:
+    """An artifact dir of the users' harness as RunData: one repeat per (arm, n), the arm as the engine;
+    rows from summary.tsv, each merged with its <arm>/nNNN.json (their h2h output, every number in it)."""
+    notes: list[str] = []
+    rows: list[dict] = []
+    ratios: list[dict] = []
+    if (p / "summary.tsv").is_file():
+        try:
+            rows, ratios = parse_users_summary((p / "summary.tsv").read_text())
+        except ValueError as e:
+            notes.append(str(e))
+    have = {(r["arm"], r["n"]) for r in rows}
+    for f in sorted(p.glob("*/n[0-9]*.json")):
+        data = _json(f, notes)
+        if not isinstance(data, dict) or "n" not in data:
+            continue
+        key = (f.parent.name, int(data["n"]))
+        nums = {k: v for k, v in data.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        if key in have:
+            next(r for r in rows if (r["arm"], r["n"]) == key).update({k: v for k, v in nums.items() if k not in USERS_SUMMARY_COLUMNS})
+        else:
+            rows.append({"arm": key[0], **nums, "n": key[1]})
+    parity_rows = [{"engine": r["arm"], "repeat": 0, **{k: v for k, v in r.items() if k != "arm"}, "source": "users' summary.tsv"} for r in rows]
+    engines = list(dict.fromkeys(r["engine"] for r in parity_rows))
+    reference = "vllm" if "vllm" in engines else None
+    summary = None
+    if parity_rows:
+        summary = {
+            "kind": "snapshot",
+            "source": "users' harness (paged-current-serving-snapshot.sh)",
+            "engines": engines,
+            "reference_engine": reference,
+            "rows": parity_rows,
+            "medians": [{**{k: v for k, v in r.items() if k not in ("repeat", "source")}, "repeats": 1} for r in parity_rows],
+            "ratios": [{"engine": "paged", "reference": "vllm", "n": r["n"], **{USERS_RATIO_COLUMNS[k]: v for k, v in r.items() if k in USERS_RATIO_COLUMNS}} for r in ratios],
+        }
+    manifest = {"run_id": p.name, "kind": "users-snapshot", "status": "complete", "valid": True, "source": "users' harness", "host": None, "argv": []}
+    rd = RunData(p, manifest, notes=notes)
+    rd.summary = summary
+    if (p / "hardware.txt").is_file():
+        rd.hardware = parse_users_hardware((p / "hardware.txt").read_text(errors="replace"))
+    gs = p / "gate_summary.tsv"
+    if gs.is_file():
+        try:
+            rd.gate_rows = parse_gate_summary(gs.read_text())
+            rd.gates = _users_gates(rd.gate_rows)
+        except ValueError as e:
+            notes.append(str(e))
+    if need_summary and not rd.summary:
+        raise UsageError(f"{p}: an artifact dir of the users' harness without summary.tsv or <arm>/nNNN.json rows")
     return rd
 
 
@@ -94,7 +228,8 @@ def gate_problems(rd: RunData, *, current: bool = False) -> list[str]:
         out.append(f"run status {status}")
     g = rd.gates
     if not isinstance(g, dict):
-        out.append("no gates.json (ungated)")
+        users = m.get("kind") == "users-snapshot"
+        out.append(f"no gate_summary.tsv (ungated, or not summarized: parity gate summarize {rd.path})" if users else "no gates.json (ungated)")
         return out
     for phase in ("pre", "post"):
         s = g.get(phase)

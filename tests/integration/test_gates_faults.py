@@ -96,7 +96,7 @@ def test_timeout(tmp_path):
     t0 = time.monotonic()
     c = md5_check(tmp_path, f"cat {REAL}; sleep 30")
     assert c.status == ERROR and "timed out" in c.detail
-    assert time.monotonic() - t0 < 15  # bounded: the process group was killed, not waited for
+    assert time.monotonic() - t0 < 30  # bounded: the process group was killed, not waited for its sleep 30
 
 
 def test_wrong_output_is_a_fail(tmp_path):

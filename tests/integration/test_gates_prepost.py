@@ -22,7 +22,7 @@ def spec(**kw):
 
 
 def tsv(ctx):
-    return [line.split("\t") for line in (ctx.run.path / "gate_summary.tsv").read_text().splitlines()]
+    return [line.split("\t") for line in (ctx.run.path / "gate_checks.tsv").read_text().splitlines()]
 
 
 def test_green_pre_and_post(ctx):
@@ -107,8 +107,13 @@ def test_smoke_campaign_gate_steps(engine_bins, tiny_model, parity_cli, tmp_path
     res = parity_cli("--artifacts", str(tmp_path / "runs"), "campaign", "run", "campaigns/smoke.yaml", "--only", "pre-gates", "--only", "post-gates", "--json")
     assert res.returncode == 0, res.stderr
     run_dir = tmp_path / "runs" / json.loads(res.stdout)["run_dir"].split("/")[-1]
-    rows = [line.split("\t") for line in (run_dir / "gate_summary.tsv").read_text().splitlines()[1:]]
+    rows = [line.split("\t") for line in (run_dir / "gate_checks.tsv").read_text().splitlines()[1:]]
     checks = {(r[0], r[1]) for r in rows}
     for phase in ("pre", "post"):
         assert {(phase, "md5 tiny/paged"), (phase, "md5 tiny/nonpaged [stock]"), (phase, "op SOFT_MAX [CPU]"), (phase, "kl tiny-perturbed/paged vs tiny")} <= checks
     assert all(r[4] == "pass" for r in rows)
+    users = [line.split("\t") for line in (run_dir / "gate_summary.tsv").read_text().splitlines()[1:]]
+    names = {(r[0], r[1]) for r in users}
+    for phase in ("pre", "post"):  # the users' names for the same checks
+        assert {(phase, "tiny_md5"), (phase, "tiny_nonpaged_md5"), (phase, "tiny_stock_md5"), (phase, "op_SOFT_MAX"), (phase, "kl_tiny-perturbed_paged")} <= names
+    assert all(r[2] == "ok" for r in users)

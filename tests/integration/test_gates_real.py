@@ -48,8 +48,11 @@ def test_gate_json_is_one_object_with_every_check(built, parity_cli, tmp_path):
     assert md5["data"]["env"]["LLAMA_KV_PAGED"] == "1"
     run_dir = tmp_path / "runs" / doc["run_dir"].split("/")[-1]
     assert (run_dir / md5["data"]["transcript"]).read_bytes().startswith(b"The capital of France is")
-    tsv = (run_dir / "gate_summary.tsv").read_text().splitlines()
+    tsv = (run_dir / "gate_checks.tsv").read_text().splitlines()
     assert tsv[0] == "phase\tcheck\texpected\tgot\tstatus" and len(tsv) == 4
+    users = (run_dir / "gate_summary.tsv").read_text().splitlines()  # the users' layout, beside it
+    assert users[0] == "phase\tcheck\tstatus\tactual\texpected\tdetails" and len(users) == 4
+    assert users[1].split("\t")[:5] == ["gate", "tiny_md5", "ok", md5["got"], md5["got"]]
 
 
 def test_gate_bad_model_is_usage_error(parity_cli, tmp_path):

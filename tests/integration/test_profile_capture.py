@@ -92,6 +92,28 @@ def test_collapsed_capture_is_marked(parity_cli, env_prof, tmp_path):
     assert d["total"]["delta_launches"] == 0
     rows = (run / "profile" / "buckets.tsv").read_text().splitlines()[1:]
     assert rows and all(r.split("\t")[3] == "true" for r in rows)
+    # ... into one CUPTI_ACTIVITY_KIND_GRAPH_TRACE row per decode step, as the export says
+    assert [c["graph_launches"]["launches"] for c in analysis["captures"]] == [6, 3]
+    assert all(c["graph_trace_mode"] == "graph" and "CUPTI_ACTIVITY_KIND_GRAPH_TRACE" in c["warning"] for c in analysis["captures"])
+
+
+def test_nsys_analysis_failure_is_named_not_the_flags(parity_cli, env_prof, tmp_path):
+    """nsys exits 0 after its analysis failed and leaves no kernel table: parity says so (exit 4)."""
+    prof, env = env_prof
+    r = parity_cli("profile", "--graph-node", "--model", "tiny", "--ntg", "4,2", "--json", "-p", prof, env={**env, "FAKE_NSYS_ANALYSIS": "fail"}, timeout=300)
+    assert r.returncode == 4, r.stderr[-2000:]
+    err = r.stderr.strip().splitlines()[-1]
+    assert "nsys exited 0 but its analysis failed (Analysis failed with: Status: TargetProfilingFailed" in err
+    assert "--trace=cuda" not in err and "graph" not in err.split("log ")[0]
+
+
+def test_older_export_tables_are_read(parity_cli, env_prof, tmp_path):
+    prof, env = env_prof
+    r = parity_cli("profile", "--graph-node", "--model", "tiny", "--ntg", "4,2", "--json", "-p", prof, env={**env, "FAKE_NSYS_EXPORT_TABLES": "old"}, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    caps = json.loads(r.stdout)["captures"]
+    assert [c["export"]["table"] for c in caps] == ["EXPORT_META_DATA"] * 2 and all(c["export"]["nsys_version"].startswith("2025.3") for c in caps)
+    assert [c["graph_trace_mode"] for c in caps] == [None, None] and not any(c["collapsed"] for c in caps)
 
 
 def test_profile_campaign_step(parity_cli, env_prof, tmp_path):

@@ -38,9 +38,7 @@ def test_build_then_cache_hit_without_cmake(mini_build):
     assert not first.cached and _cmake_calls(r) == 2  # configure + build
     assert (first.bin_dir / "llama-completion").is_file()
     r2 = CountingRunner()
-    t0 = time.monotonic()
-    again = build.ensure_built(prof, "paged", r2, OUT)
-    assert time.monotonic() - t0 < 1.0
+    again = build.ensure_built(prof, "paged", r2, OUT)  # its speed: benchmarks/build_cache.py
     assert again.cached and again.key == first.key and again.bin_dir == first.bin_dir
     assert _cmake_calls(r2) == 0
     assert again.provenance == first.provenance

@@ -65,6 +65,30 @@ def test_tbo_cuda_h100_capture(name, op, total, unsupported):
     assert (status, got) == (PASS, f"{total}/{total}")
 
 
+def test_tbo_older_backend_header_2024():
+    """`Backend 2/2 (CUDA0)` (builds before mid-2025): the CUDA0 section is found and its FAILs listed."""
+    run = tbo.parse(text("tbo-old-2024-ggml-ci-v100-excerpt.txt"))
+    assert [b.name for b in run.backends] == ["CPU", "CUDA0"] and run.backends_passed == (1, 2)
+    cuda = run.backend("CUDA0")
+    assert (cuda.passed, cuda.total, cuda.unsupported, len(cuda.failing)) == (1028, 1124, 4, 3)
+    assert cuda.failing[0].startswith("ROPE(type=f32,ne=[64,8,10,1]") and "NMSE = 1.148189415" in cuda.failing[0]
+    assert run.backend("CPU").skipped == "Skipping CPU backend"
+    status, got, _ = tbo.verdict(run, "CUDA0", 1)
+    assert (status, got) == (FAIL, "1028/1124")
+
+
+def test_tbo_older_backend_header_2023():
+    """The oldest shape: `Backend name: CUDA` under `(CUDA0)`, bare `OP: not supported`; CPU passes, CUDA0 fails."""
+    run = tbo.parse(text("tbo-old-2023-ggml-ci-v100-excerpt.txt"))
+    assert [b.name for b in run.backends] == ["CPU", "CUDA0"]
+    assert tbo.verdict(run, "CPU", None)[:2] == (PASS, "83/83")  # the exit code was the CUDA0 failure's
+    cuda = run.backend("CUDA0")
+    assert [f.split(")")[0] + ")" for f in cuda.failing] == [
+        "ADD(type=f32,ne=[16,10,10,1],nr=[1,1,1,1])", "ADD(type=f32,ne=[16,10,10,10],nr=[1,1,1,1])",
+        "MUL(type=f32,ne=[16,10,10,1],nr=[1,1,1,1])", "NORM(type=f32,ne=[64,10,10,10],eps=0.001000)"]
+    assert tbo.verdict(run, "CUDA0", 1)[:2] == (FAIL, "67/83")
+
+
 def _fail_one_case(raw: str) -> tuple[str, str]:
     """Turn the real 931-case capture into a 930/931 run: one case FAILs as test-backend-ops prints it."""
     lines = raw.splitlines()
@@ -150,6 +174,7 @@ def test_completion_argv_forms():
     chat = completion.greedy_argv("lc", "m.gguf", "The capital of France is", 48, 1, "chat", ["-ngl", "99", "-fa", "on", "--temp", "0"])
     assert chat == ["lc", "-m", "m.gguf", "-ngl", "99", "-fa", "on", "--temp", "0", "-p", "The capital of France is", "-n", "48", "--seed", "1"]
     assert completion.greedy_argv("lc", "m", "p", 48, 1, "no-cnv", [])[-1] == "-no-cnv"
+    assert completion.greedy_argv("lc", "m", "p", 48, 1, "chat", [], 4096)[:5] == ["lc", "-m", "m", "-c", "4096"]
 
 
 def test_completion_captured_transcripts():

@@ -29,20 +29,20 @@ def test_exit_code_and_output(mode):
 def test_timeout_stops_the_whole_group(mode, tmp_path):
     pidfile = tmp_path / "child.pid"
     res = LocalRunner().run(["sh", "-c", f"sleep 60 & echo $! > {pidfile}; wait"], timeout=0.5)
-    assert res.timed_out and res.rc is None and res.duration_s < 10
+    assert res.timed_out and res.rc is None and res.duration_s < 60  # not waited for the sleep
     child = int(pidfile.read_text())
     with pytest.raises(ProcessLookupError):
         os.kill(child, 0)  # the background sleep went with its group
 
 
 def test_wait_exit_raises_timeout_then_reaps(mode):
-    p = subprocess.Popen(["sleep", "0.3"])
+    p = subprocess.Popen(["sleep", "2"])  # outlives the 0.01 s wait even on a loaded box
     with pytest.raises(subprocess.TimeoutExpired):
         wait_exit(p, 0.01)
     assert wait_exit(p, 30) == 0 and p.returncode == 0
 
 
 def test_spawned_process_wait(mode):
-    proc = LocalRunner().spawn(["sleep", "0.2"])
+    proc = LocalRunner().spawn(["sleep", "2"])
     assert proc.wait(timeout=0.01) is None
     assert proc.wait(timeout=30) == 0

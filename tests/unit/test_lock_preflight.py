@@ -53,13 +53,53 @@ def test_gpu_busy_names_the_process(fakes):
 
 
 @pytest.mark.parametrize(
-    "mode,flt,idle",
+    "mode,only,idle",
     [("busy", "local-ai-worker", False), ("other", "local-ai-worker", True), ("other", None, False), ("none", None, True)],
 )
-def test_docker_filter(fakes, mode, flt, idle):
+def test_docker_busy_only_matching_is_a_relaxation(fakes, mode, only, idle):
     fakes.setenv("FAKE_DOCKER", mode)
-    pf = preflight(LocalRunner(), LockConfig(docker_filter=flt))
+    pf = preflight(LocalRunner(), LockConfig(docker_busy_only_matching=only))
     assert pf["docker_idle"] is idle
+    if only and mode == "other":
+        assert "ignored by lock.docker_busy_only_matching: srv_redis_1" in pf["docker"]
+
+
+USERS_GATES = REPO.parent / "shared" / "localai-paged" / "paged-inference-gates.sh"
+
+
+def users_check_idle(tmp_path) -> subprocess.CompletedProcess:
+    """The users' own check_idle function, cut from their gate script and run with the fakes on PATH."""
+    script = f"source <(sed -n '/^check_idle()/,/^}}/p' {USERS_GATES}); check_idle && echo idle"
+    return subprocess.run(["bash", "-c", script], capture_output=True, text=True, env={**os.environ, "HOME": str(tmp_path)}, timeout=60)
+
+
+@pytest.mark.parametrize("mode", ["other", "busy", "none"])
+def test_any_container_is_busy_as_in_the_users_harness(fakes, tmp_path, mode):
+    """A redis container alone: the users' harness says busy, so parity's gb10-qwen36 profile must too."""
+    fakes.setenv("FAKE_DOCKER", mode)
+    fakes.setenv("FAKE_NVIDIA_SMI", "gb10-idle")
+    ids = subprocess.run(["sh", "-c", "docker ps -q | wc -l"], capture_output=True, text=True, timeout=60).stdout.strip()
+    theirs_busy = ids != "0"  # their preflight line: [[ "$docker_count" == "0" ]]
+    ours = preflight(LocalRunner(), load_profile("gb10-qwen36").lock)
+    assert ours["docker_idle"] is not theirs_busy and ours["idle"] is not theirs_busy
+    assert theirs_busy is (mode != "none")
+    if mode == "other":
+        assert ours["docker"] == "busy: srv_redis_1"
+    if not USERS_GATES.is_file():
+        pytest.skip(f"{USERS_GATES} missing (../shared is not on a fresh clone): compared with their rule only")
+    r = users_check_idle(tmp_path)
+    assert (r.returncode == 3) is theirs_busy and ("idle" in r.stdout) is not theirs_busy, r.stderr
+    if theirs_busy:
+        assert f"docker containers are running: {ids}" in r.stderr
+
+
+def test_old_docker_filter_key_says_it_was_renamed(tmp_path):
+    from parity.errors import ConfigError
+
+    f = tmp_path / "p.yaml"
+    f.write_text("extends: gb10-qwen36\nlock: {docker_filter: local-ai-worker}\n")
+    with pytest.raises(ConfigError, match="lock.docker_filter: renamed to docker_busy_only_matching: by default ANY running container"):
+        load_profile(str(f))
 
 
 @pytest.mark.parametrize("policy", ["idle", "busy"])

@@ -108,3 +108,25 @@ def test_outputs_json_and_tsv(tmp_path):
     dl = (tmp_path / "profile" / "difference.tsv").read_text().splitlines()
     assert dl[1].split("\t")[7] == "total" and "us_per_token" in dl[0]
     assert set(files) == {"analysis", "buckets", "difference"}
+
+
+def test_graph_mode_export_is_collapsed_whatever_was_asked(tmp_path):
+    """Graph mode: decode launches sit in CUPTI_ACTIVITY_KIND_GRAPH_TRACE, the kernel table holds
+    only prefill; the capture is collapsed even when the caller thought it traced nodes."""
+    ks = [Kernel(GDN, 0, 50_000), Kernel(MMQ, 60_000, 140_000)]
+    launches = [(200_000 + i * 10_000, 200_000 + i * 10_000 + 9_000, 3) for i in range(16)]
+    db = write_export(tmp_path / "g.sqlite", ks, graph_launches=launches, capture_meta={"CUDA_GRAPH_TRACE_OPTIONS:MODE": "graph"},
+                      export_meta=("META_DATA_EXPORT", {"NSIGHT_SYSTEMS_VERSION": "2024.7.1", "EXPORT_SCHEMA_VERSION": "3.15.1"}))  # fmt: skip
+    cap = analyze_file(str(db), TABLE, label="g", ntg=16, npl=1)
+    assert cap["collapsed"] is True and cap["graph_trace_mode"] == "graph" and cap["kernels"] == 2
+    assert cap["graph_launches"] == {"launches": 16, "total_ms": 0.144}
+    assert "16 CUDA-graph launches (0.144 ms) are in CUPTI_ACTIVITY_KIND_GRAPH_TRACE" in cap["warning"] and "META_DATA_CAPTURE" in cap["warning"]
+    assert cap["export"] == {"table": "META_DATA_EXPORT", "nsys_version": "2024.7.1", "schema_version": "3.15.1"}
+    assert build_doc([cap])["collapsed"] is True
+
+
+def test_node_mode_recorded_changes_the_no_graph_node_warning(tmp_path):
+    db = write_export(tmp_path / "n.sqlite", [Kernel(GDN, 0, 50_000)], capture_meta={"CUDA_GRAPH_TRACE_OPTIONS:MODE": "node"})
+    cap = analyze_file(str(db), TABLE, label="n")
+    assert not cap["collapsed"] and cap["graph_trace_mode"] == "node" and cap["graph_launches"] is None
+    assert "although the export records --cuda-graph-trace=node" in cap["warning"]

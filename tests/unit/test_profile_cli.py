@@ -30,7 +30,8 @@ def test_refuses_without_graph_node(parity_cli, args):
 
 def test_dry_run_shows_exact_nsys_command(parity_cli, prof, tmp_path):
     r = parity_cli("profile", "--graph-node", "--dry-run", "--json", "-p", prof, "--model", "tiny", "--npl", "2", env={"PATH": "/usr/bin:/bin", "PARITY_ARTIFACTS": str(tmp_path / "runs")})
-    assert r.returncode == 0, r.stderr
+    # the plan is printed, and the go/no-go says the real run could not start: no nsys here
+    assert r.returncode == 2 and "NO GO: nsys: 'nsys' is not on PATH (profiling.nsys)" in r.stderr, r.stderr
     doc = json.loads(r.stdout)
     assert doc["graph_node"] is True and doc["collapsed"] is False and [c["ntg"] for c in doc["commands"]] == [64, 16]
     argv = doc["commands"][0]["argv"]
@@ -39,21 +40,27 @@ def test_dry_run_shows_exact_nsys_command(parity_cli, prof, tmp_path):
     assert Path(bench[0]).name.startswith("llama-batched-bench") or "llama-batched-bench" in bench[0]
     assert bench[bench.index("-ntg") + 1] == "64" and bench[bench.index("-npl") + 1] == "2" and bench[bench.index("-npp") + 1] == "32"
     assert doc["commands"][0]["env"]["LLAMA_KV_PAGED"] == "1"
-    assert not (tmp_path / "runs").exists()  # a dry run creates nothing
+    (run,) = (tmp_path / "runs").iterdir()  # a dry run starts nothing: its only output is its evidence
+    assert run.name.endswith("-dry-run") and sorted(p.name for p in run.iterdir()) == ["go_no_go.json", "hardware.json", "hardware.txt", "manifest.json", "plan.json", "preflight.txt"]
 
 
-def test_allow_collapsed_dry_run_is_marked(parity_cli, prof):
-    r = parity_cli("profile", "--allow-collapsed", "--dry-run", "--json", "-p", prof, "--model", "tiny", "--ntg", "8,4")
+def test_allow_collapsed_dry_run_is_marked(parity_cli, prof, tmp_path):
+    import os
+
+    fakes = Path(__file__).resolve().parents[1] / "fakes" / "bin"  # nsys, an idle GPU, no containers: a GO
+    env = {"PARITY_ARTIFACTS": str(tmp_path / "runs"), "PATH": f"{fakes}{os.pathsep}{os.environ['PATH']}", "PARITY_NO_NVML": "1", "FAKE_NVIDIA_SMI": "h100-idle", "FAKE_DOCKER": "none"}
+    r = parity_cli("profile", "--allow-collapsed", "--dry-run", "--json", "-p", prof, "--model", "tiny", "--ntg", "8,4", env=env)
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["collapsed"] is True and all("--cuda-graph-trace=node" not in c["argv"] for c in doc["commands"])
     assert doc["commands"][0]["label"].endswith("-collapsed")
 
 
-def test_gb10_dry_run_on_a_workstation_shows_the_command(parity_cli):
-    """The GB10 model and engine source exist only on the GPU box; the plan still prints."""
-    r = parity_cli("profile", "--graph-node", "--dry-run", "--profile", "gb10-qwen36", "--json")
-    assert r.returncode == 0, r.stderr
+def test_gb10_dry_run_on_a_workstation_shows_the_command(parity_cli, tmp_path):
+    """The GB10 model and engine source exist only on the GPU box: the plan still prints, and the
+    go/no-go says this machine could not run it (exit 2: the model is missing here)."""
+    r = parity_cli("profile", "--graph-node", "--dry-run", "--profile", "gb10-qwen36", "--json", env={"PARITY_ARTIFACTS": str(tmp_path / "runs")})
+    assert r.returncode == 2 and "NO GO:" in r.stderr and "q36-35b-a3b-nvfp4.gguf does not exist" in r.stderr, r.stderr
     doc = json.loads(r.stdout)["commands"]
     cmds = [c["shell"] for c in doc]
     assert len(cmds) == 2 and all("nsys profile --cuda-graph-trace=node" in c and "q36-35b-a3b-nvfp4.gguf" in c for c in cmds)

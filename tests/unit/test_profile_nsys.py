@@ -106,6 +106,54 @@ def test_bad_inputs_are_one_line_usage_errors(tmp_path):
         nsys.read_kernel_groups(str(empty))
 
 
+# --------------------------------------------------------------------------- other nsys versions
+
+
+def test_analysis_failure_is_found_in_the_log():
+    failed = (DATA / "nsys-analysis-failed-doc.txt").read_text()
+    assert nsys.analysis_failure(failed) == "Analysis failed with: Status: TargetProfilingFailed"
+    assert nsys.analysis_failure("Unknown runtime API function index: 440\n") == "Unknown runtime API function index: 440"
+    ok = "Generating '/tmp/nsys-report-1.qdstrm'\nGenerated:\n    /r/profile/paged-bench-ntg64.nsys-rep\n"
+    assert nsys.analysis_failure(ok) is None
+
+
+def test_no_kernel_table_blames_the_analysis_not_only_the_flags(tmp_path):
+    db = write_export(tmp_path / "failed.sqlite", [Kernel(GDN, 0, 10)], kernel_table=False)
+    with pytest.raises(UsageError, match="nsys's analysis failed .*'Analysis failed'.*or the capture did not trace CUDA"):
+        nsys.read_kernel_groups(str(db))
+    graphs_only = write_export(tmp_path / "graphs.sqlite", [], kernel_table=False, graph_launches=[(0, 100, 1)])
+    with pytest.raises(UsageError, match="only whole CUDA-graph launches .*--cuda-graph-trace=graph"):
+        nsys.read_kernel_groups(str(graphs_only))
+
+
+def test_graph_trace_table_follows_the_documented_columns(tmp_path):
+    from parity.profiles.synthetic import GRAPH_TRACE_COLUMNS
+
+    documented = (DATA / "graph-trace-columns.txt").read_text().split()
+    db = write_export(tmp_path / "g.sqlite", [], graph_launches=[(10, 30, 7), (40, 45, 7)])
+    cols = [r[1] for r in sqlite3.connect(db).execute(f"PRAGMA table_info({nsys.GRAPH_TRACE})")]
+    assert set(documented) <= set(cols) == {c for c, _ in GRAPH_TRACE_COLUMNS}
+    assert nsys.graph_launches(str(db)) == {"launches": 2, "total_ns": 25}
+    assert nsys.graph_launches(str(db), nsys.Window(35, None)) == {"launches": 1, "total_ns": 5}
+    assert nsys.graph_launches(str(_export(tmp_path))) is None  # node mode: no such table
+
+
+def test_export_metadata_newer_and_older_tables(tmp_path):
+    newer = write_export(tmp_path / "new.sqlite", [], capture_meta={"CUDA_GRAPH_TRACE_OPTIONS:MODE": "Node", "RUN_DURATION_MS": "1234"},
+                         export_meta=("META_DATA_EXPORT", {"NSIGHT_SYSTEMS_VERSION": "2024.7.1", "EXPORT_SCHEMA_VERSION": "3.15.1"}))  # fmt: skip
+    m = nsys.export_metadata(str(newer))
+    assert (m["table"], m["graph_trace_mode"], m["export"]["NSIGHT_SYSTEMS_VERSION"], m["capture"]["RUN_DURATION_MS"]) == ("META_DATA_EXPORT", "node", "2024.7.1", "1234")
+    older = write_export(tmp_path / "old.sqlite", [], export_meta=("EXPORT_META_DATA", {"NSIGHT_SYSTEMS_VERSION": "2021.5.1"}))
+    m = nsys.export_metadata(str(older))
+    assert (m["table"], m["graph_trace_mode"], m["capture"], m["export"]) == ("EXPORT_META_DATA", None, {}, {"NSIGHT_SYSTEMS_VERSION": "2021.5.1"})
+    odd = tmp_path / "odd.sqlite"  # columns named otherwise: the first two are name and value
+    conn = sqlite3.connect(odd)
+    conn.execute("CREATE TABLE EXPORT_META_DATA (key TEXT, val TEXT)")
+    conn.execute("INSERT INTO EXPORT_META_DATA VALUES ('NSIGHT_SYSTEMS_VERSION', '2020.3.1')")
+    conn.commit()
+    assert nsys.export_metadata(str(odd))["export"] == {"NSIGHT_SYSTEMS_VERSION": "2020.3.1"}
+
+
 def test_export_without_nsys_is_a_clear_error(tmp_path):
     from parity.runners.local import LocalRunner
 

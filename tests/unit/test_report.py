@@ -169,10 +169,12 @@ def test_campaign_step_writes_into_the_run_dir(tmp_path):
     m = json.loads((run / "manifest.json").read_text())
     m["status"] = "running"  # the campaign is still going when its report step runs
     (run / "manifest.json").write_text(json.dumps(m))
-    ctx = Context(profile=load_profile("smoke"), runner=LocalRunner(), out=Output(json_mode=True), artifacts_root=tmp_path, run=RunDir(run))
+    prof = load_profile("smoke")
+    prof.reports.dir = str(tmp_path / "ledger")  # the running ledger (default: ./reports)
+    ctx = Context(profile=prof, runner=LocalRunner(), out=Output(json_mode=True), artifacts_root=tmp_path, run=RunDir(run))
     res = campaign_step(ctx, {"title": "smoke campaign", "compare": str(DATA / "control"), "plots": False})
     assert Path(res["report"]).parent == run / "reports" and res["verdict"] == "keep"
-    assert (run / "reports" / "BENCHMARK.md").is_file()
+    assert (run / "reports" / "BENCHMARK.md").is_file() and res["running_ledger"] == str(tmp_path / "ledger" / "BENCHMARK.md")
     from parity.errors import ConfigError
 
     with pytest.raises(ConfigError, match="unknown report option"):
@@ -241,7 +243,9 @@ def test_nightly_report_against_previous_run_fails_on_regression(tmp_path):
     run_dir("20261121_041700_smoke", "candidate", campaign="smoke")
     now = run_dir("20261122_021700_nightly", "control", status="running")
     run_dir("20261123_021700_nightly", "candidate")  # later than this run: never the control
-    ctx = Context(profile=load_profile("smoke"), runner=LocalRunner(), out=Output(json_mode=True), artifacts_root=tmp_path, run=RunDir(now))
+    prof = load_profile("smoke")
+    prof.reports.dir = str(tmp_path / "ledger")
+    ctx = Context(profile=prof, runner=LocalRunner(), out=Output(json_mode=True), artifacts_root=tmp_path, run=RunDir(now))
     assert previous_run(RunDir(now)) == str(good)
     with pytest.raises(RegressionDetected, match=f"regressed beyond noise against {good}") as e:
         campaign_step(ctx, {"title": "nightly", "compare": "previous", "plots": False})
@@ -262,3 +266,56 @@ def test_batched_bench_and_cpu_line_from_real_files(profile, tmp_path):
     section = text.split("## Batched-bench")[1].split("## A/B comparison")[0]
     assert "`llama-batched-bench -npp 32`" in section and len(re.findall(r"^\| \d+ \| \d+ \| \d+ \|", section, re.M)) == len(rows) > 0
     assert "- CPU: AMD EPYC x2 (x86_64)" in text
+
+
+def _campaign_run(tmp_path, name):
+    from parity.artifacts import RunDir
+
+    run = tmp_path / "runs" / name
+    shutil.copytree(DATA / "candidate", run)
+    m = json.loads((run / "manifest.json").read_text())
+    m.update(status="running", kind="campaign", run_id=name, campaign={"name": "nightly"})
+    (run / "manifest.json").write_text(json.dumps(m))
+    return RunDir(run)
+
+
+def _step(tmp_path, rd, **options):
+    from parity.context import Context
+    from parity.report.render import campaign_step
+    from parity.runners.local import LocalRunner
+    from parity.ui import Output
+
+    prof = load_profile("smoke")
+    prof.reports.dir = str(tmp_path / "ledger")
+    ctx = Context(profile=prof, runner=LocalRunner(), out=Output(json_mode=True), artifacts_root=tmp_path / "runs", run=rd)
+    return campaign_step(ctx, {"title": "nightly", "plots": False, **options})
+
+
+def test_campaign_reports_join_the_running_ledger(profile, tmp_path):
+    """Each run dir keeps its own report; the running ledger numbers them on: 1, 2, then a
+    standalone `parity report` into that ledger gets 3."""
+    first = _step(tmp_path, _campaign_run(tmp_path, "20261120_021700_nightly"))
+    second = _step(tmp_path, _campaign_run(tmp_path, "20261121_021700_nightly"))
+    assert (first["phase"], second["phase"]) == (1, 2)
+    assert Path(second["report"]).parent == tmp_path / "runs" / "20261121_021700_nightly" / "reports"
+    running = tmp_path / "ledger"
+    rows = ledger.read_rows(running)
+    assert [(r["phase"], r["report"]) for r in rows] == [
+        ("1", "../runs/20261120_021700_nightly/reports/2026-11-22-phase001-nightly.md".replace("2026-11-22", rows[0]["date"])),
+        ("2", "../runs/20261121_021700_nightly/reports/2026-11-22-phase002-nightly.md".replace("2026-11-22", rows[1]["date"])),
+    ]
+    assert all((running / r["report"]).is_file() for r in rows) and check_links(running / "BENCHMARK.md")
+    assert [r["phase"] for r in ledger.read_rows(Path(second["report"]).parent)] == ["2"]  # the run dir's own ledger: its row
+    third = render(profile, running, title="by hand")
+    assert third["phase"] == 3
+    rebuilt = ledger.rebuild(running)  # the campaign rows (reports in run dirs) survive a rebuild
+    assert [str(r["phase"]) for r in rebuilt] == ["1", "2", "3"]
+
+
+def test_a_campaign_can_keep_its_own_ledger(tmp_path):
+    a = _step(tmp_path, _campaign_run(tmp_path, "20261120_021700_nightly"), ledger="run")
+    b = _step(tmp_path, _campaign_run(tmp_path, "20261121_021700_nightly"), ledger="run")
+    assert (a["phase"], b["phase"], a["running_ledger"]) == (1, 1, None) and not (tmp_path / "ledger").exists()
+    other = tmp_path / "team-ledger"
+    c = _step(tmp_path, _campaign_run(tmp_path, "20261122_021700_nightly"), ledger=str(other))
+    assert c["phase"] == 1 and ledger.read_rows(other)[0]["phase"] == "1"

@@ -1,0 +1,187 @@
+"""gate_summary.tsv in the users' layout, and the audit of an artifact dir (their --summarize-gates).
+
+The users' tools read `gate_summary.tsv` with the columns `phase check status actual expected
+details` (paged-current-serving-snapshot.sh, write_gate_summary): rows such as
+`pre moe_md5 ok <md5> <md5> <md5 file>` and `pre op_MUL_MAT ok 1146/1146 all <op file>`;
+status ok | mismatch | missing (md5), ok | fail | missing (op), `skipped` for a phase whose
+gate dir is absent.  A run is bad when any md5 or op row is not ok (their script then exits
+6; parity exits 3, its gate-red code).  parity keeps its own per-check table in
+gate_checks.tsv (`phase check expected got status`) and everything in gates.json.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass
+from pathlib import Path
+
+from parity.errors import UsageError
+
+COLUMNS = ["phase", "check", "status", "actual", "expected", "details"]
+FILE = "gate_summary.tsv"  # the users' name and layout
+OWN_FILE = "gate_checks.tsv"  # parity's per-check table
+OWN_COLUMNS = ["phase", "check", "expected", "got", "status"]
+GOOD = ("ok", "skipped")
+
+
+def render(rows: list[list[str]]) -> str:
+    return "\n".join("\t".join(str(x).replace("\t", " ").replace("\n", " ") for x in r) for r in [COLUMNS, *rows]) + "\n"
+
+
+def bad(rows: list[list[str]]) -> list[str]:
+    """The rows that make the summary bad, as `phase check status`."""
+    return [f"{r[0]} {r[1]} {r[2]}" for r in rows if r[2] not in GOOD]
+
+
+def parse(text: str) -> list[dict]:
+    """A gate_summary.tsv in the users' layout -> [{phase, check, status, actual, expected, details}]."""
+    rows = list(csv.DictReader(io.StringIO(text), delimiter="\t"))
+    if rows and not set(COLUMNS) <= set(rows[0]):
+        raise ValueError(f"{FILE}: expected the columns {' '.join(COLUMNS)}, got {' '.join(rows[0])}")
+    return rows
+
+
+# --------------------------------------------------------------------------- parity's checks, their layout
+
+
+def _name(c: dict, gate_engine: str | None, default_paths: dict[str, str | None]) -> str:
+    kind, data = c["kind"], c.get("data") or {}
+    if kind == "op":
+        return f"op_{data.get('op') or c['check'].split()[1]}"
+    model, path = c.get("model") or "model", c.get("path")
+    engine = data.get("engine") or gate_engine
+    if kind == "kl":
+        return f"kl_{model}_{path}"
+    name = model if path in (None, default_paths.get(engine)) else f"{model}_{path}"
+    return f"{name}{'' if engine in (None, gate_engine) else '_' + engine}_md5"
+
+
+def _status(c: dict) -> str:
+    s, got = c["status"], c.get("got") or "-"
+    if s == "pass":
+        return "ok"
+    if c["kind"] == "md5":
+        return "mismatch" if s == "fail" else "missing"
+    return "missing" if got == "-" else "fail"
+
+
+def _details(c: dict, run_path: Path | None) -> str:
+    data = c.get("data") or {}
+    rel = data.get("transcript") if c["kind"] == "md5" else (c.get("attempts") or [{}])[-1].get("output") if c["kind"] == "op" else (data.get("candidate") or {}).get("output")
+    if rel and run_path is not None:
+        return str(run_path / rel)
+    return rel or c.get("detail") or ""
+
+
+def rows_from_sets(sets: dict[str, dict], profile, run_path: Path | None = None) -> list[list[str]]:
+    """parity's gate sets (gates.json phases) as the users' rows."""
+    g = profile.gates
+    defaults = {n: e.default_path for n, e in profile.engines.items()}
+    rows = []
+    for phase, s in sets.items():
+        for c in s.get("checks", []):
+            actual = "" if (c.get("got") or "-") == "-" else c["got"]
+            expected = "all" if c["kind"] == "op" else ("" if (c.get("expected") or "-") == "-" else c["expected"])
+            rows.append([phase, _name(c, g.engine, defaults), _status(c), actual, expected, _details(c, run_path)])
+    if "pre" in sets and "post" not in sets:
+        rows.append(["post", "all", "skipped", "", "", "post-gate not run (yet)"])
+    return rows
+
+
+def write(run, sets: dict[str, dict], profile) -> None:
+    """gate_summary.tsv (the users' layout) and gate_checks.tsv (parity's) into the run dir."""
+    run.write_text(FILE, render(rows_from_sets(sets, profile, run.path)))
+    own = ["\t".join(OWN_COLUMNS)]
+    for phase, s in sets.items():
+        for c in s["checks"]:
+            own.append("\t".join(str(x).replace("\t", " ") for x in (phase, c["check"], c["expected"], c["got"], c["status"])))
+    run.write_text(OWN_FILE, "\n".join(own) + "\n")
+
+
+# --------------------------------------------------------------------------- an artifact dir of theirs
+
+
+def _md5_rows(phase: str, d: Path, expected: dict[str, str]) -> list[list[str]]:
+    rows = []
+    for name, want in expected.items():
+        f = d / f"{name}.md5"
+        got = f.read_text(errors="replace").split()[:1] if f.is_file() else []
+        if not got:
+            rows.append([phase, f"{name}_md5", "missing", "", want, f"{f} missing" if not f.is_file() else f"{f} empty"])
+        else:
+            rows.append([phase, f"{name}_md5", "ok" if got[0] == want else "mismatch", got[0], want, str(f)])
+    return rows
+
+
+def _op_rows(phase: str, d: Path, backend: str) -> list[list[str]]:
+    from parity.gates import test_backend_ops as tbo
+    from parity.gates.checks import PASS
+
+    files = sorted(d.glob("op_*.txt"))
+    if not files:
+        return [[phase, "op", "missing", "", "", "no op_*.txt files"]]
+    rows = []
+    for f in files:
+        status, got, _ = tbo.verdict(tbo.parse(f.read_text(errors="replace")), backend, None)
+        users = "ok" if status == PASS else ("missing" if got == "-" else "fail")
+        rows.append([phase, f"op_{f.stem[3:]}", users, "" if got == "-" else got, "all", str(f)])
+    return rows
+
+
+def summarize_dir(art: Path, expected: dict[str, str], backend: str = "CUDA0") -> list[list[str]]:
+    """The users' write_gate_summary over ART/gate_pre and ART/gate_post (md5 files, op_*.txt)."""
+    rows = []
+    for phase in ("pre", "post"):
+        d = art / f"gate_{phase}"
+        if not d.is_dir():
+            rows.append([phase, "all", "skipped", "", "", f"{d} missing"])
+            continue
+        rows += _md5_rows(phase, d, expected)
+        rows += _op_rows(phase, d, backend)
+    return rows
+
+
+@dataclass
+class SummarizeRequest:
+    """What `parity gate summarize ART` asks for."""
+
+    art: str
+    expect: dict[str, str] | None = None  # name -> md5 (default: the profile's canonical md5s of gates.models)
+    backend: str | None = None  # default: gates.op_backend
+
+
+def expected_md5s(profile, registry_file: str | None = None) -> dict[str, str]:
+    """{model: canonical md5} for the profile's gate models on the gate engine's default path."""
+    from parity.gates import registry
+
+    g = profile.gates
+    path = profile.engines[g.engine].default_path if g.engine in profile.engines else None
+    out = {}
+    for m in g.models:
+        c = registry.lookup(profile, m, path, g.form, g.n_predict, registry_file)
+        if c:
+            out[m] = c.md5
+    return out
+
+
+def summarize(ctx, req: SummarizeRequest) -> dict:
+    """`parity gate summarize ART`: ART/gate_summary.tsv from an artifact dir of the users' harness
+    (gate_pre/, gate_post/) or from a parity run (gates.json); {"rows", "bad", "file"}."""
+    art = Path(req.art).expanduser()
+    if not art.is_dir():
+        raise UsageError(f"{req.art}: no such artifact directory")
+    gates_json = art / "gates.json"
+    if gates_json.is_file():  # a parity run: the same rows its gates wrote
+        import json
+
+        sets = {k: v for k, v in json.loads(gates_json.read_text()).items() if k != "status"}
+        rows = rows_from_sets(sets, ctx.profile, art)
+    else:
+        expected = req.expect if req.expect is not None else expected_md5s(ctx.profile, ctx.vars.get("registry"))
+        rows = summarize_dir(art, expected, req.backend or ctx.profile.gates.op_backend)
+    from parity.artifacts import atomic_write_text
+
+    out = art / FILE
+    atomic_write_text(out, render(rows))
+    return {"art": str(art), "file": str(out), "columns": COLUMNS, "rows": rows, "bad": bad(rows)}
