@@ -39,6 +39,10 @@ def register(app: typer.Typer) -> None:
         )  # fmt: skip
         doc = run(ctx, req)
         ctx.out.emit(doc, lambda: (render_plan if dry_run else render_summary)(ctx.out, doc))
+        if dry_run:
+            from parity.gpu.gonogo import raise_if_no_go
+
+            raise_if_no_go(doc["go_no_go"], doc["run_dir"])  # after the plan: exit 2 (missing path) or 4 (GPU not free)
         if not dry_run and doc.get("output_parity", {}).get("status") == "fail":
             from parity.errors import GateFailed
 
@@ -87,6 +91,9 @@ def render_plan(out, doc: dict) -> None:
         out.info(f"env {unset} {env} {' '.join(shlex.quote(a) for a in c['argv'])}".replace("env  ", "env "))
     pf = doc["preflight"]
     out.info(f"preflight: lock {doc['lock_dir']}; gpu: {pf['gpu']}; docker: {pf['docker']}; port {doc['shape']['port']} {'free' if doc['port_free'] else 'IN USE'}")
+    from parity.cli.common import render_go
+
+    render_go(out, doc)
 
 
 def render_summary(out, doc: dict) -> None:

@@ -40,8 +40,8 @@ def failure(text: str) -> str | None:
 
 
 def parse_header(text: str) -> dict:
-    """The `llama_batched_bench: n_kv_max = 16384, n_batch = ...` line -> {name: int}."""
-    m = re.search(r"llama_batched_bench: (n_kv_max = .*)", text)
+    """The `llama_batched_bench: n_kv_max = 16384, n_batch = ...` line (older builds: `main: n_kv_max = ...`) -> {name: int}."""
+    m = re.search(r"^\s*(?:llama_batched_bench|main): (n_kv_max = .*)", text, re.M)
     return {k: int(v) for k, v in re.findall(r"(\w+) = (-?\d+)", m.group(1))} if m else {}
 
 

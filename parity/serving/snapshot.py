@@ -125,8 +125,15 @@ def snapshot(ctx, req: SnapshotRequest) -> dict:
 
     plan = make_plan(ctx, req)
     if req.dry_run:
+        from parity.gpu.gonogo import command_paths, dry_run_session, go_no_go
+
         check_env(ctx, plan, req.allow_env)
-        return dry_run(ctx, plan)
+        doc = dry_run(ctx, plan)
+        with dry_run_session(ctx, "snapshot", f"snapshot-{plan.model}") as rd:  # the users' DRY_RUN=1: a go/no-go with its evidence
+            doc["go_no_go"] = go_no_go(ctx, paths=command_paths(ctx, doc["commands"]), ports=[plan.shape.port])
+            doc["run_dir"] = str(rd.path)
+            rd.write_json("plan.json", doc)
+        return doc
     with run_session(ctx, "snapshot", f"snapshot-{plan.model}"):
         if not req.gates:
             ctx.run.mark_invalid("ungated: --no-gates")
@@ -182,15 +189,14 @@ def dry_run(ctx, plan: SnapshotPlan) -> dict:
 
 
 def run_snapshot(ctx, plan: SnapshotPlan, gates: bool = True, allow_env=()) -> dict:
-    from parity.engine.build import tool_path, write_builds_json
-    from parity.gates.prepost import gated
+    from parity.engine.build import ensure_engines_built, write_builds_json
+    from parity.gates.prepost import gate_engines, gated
     from parity.gpu.hardware import write_hardware
     from parity.gpu.lock import held_lock
 
     check_env(ctx, plan, allow_env)
     llama = [e for e in plan.engines if ctx.profile.engine(e).kind == "llama"]
-    for e in llama:  # a cold build compiles before the shared GPU is taken, not while holding it
-        tool_path(ctx.profile, e, "llama-server", ctx.runner, ctx.out)
+    ensure_engines_built(ctx, [*plan.engines, *(gate_engines(ctx) if gates else [])])  # every build before the shared GPU is taken
     with held_lock(ctx):
         write_hardware(ctx)  # before any server starts (Phase 24)
         write_builds_json(ctx, llama)

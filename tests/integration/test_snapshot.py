@@ -179,7 +179,9 @@ def test_dry_run_starts_nothing_and_shows_every_command(parity_cli, profile_file
     assert paged["argv"][0].endswith("llama-server") and paged["env"]["LLAMA_KV_PAGED"] == "1"
     assert vllm["argv"][:2] == [f"{FAKE_BIN}/vllm", "serve"] and "VLLM_MODEL" in vllm["unset"]
     assert doc["port_free"] is True and "gpu" in doc["preflight"] and doc["metrics"]
-    assert not (tmp_path / "runs").exists() and servers_on(port) == []
+    (only,) = (tmp_path / "runs").iterdir()  # the go/no-go's evidence, and no other run
+    assert json.loads((only / "manifest.json").read_text())["status"] == "dry-run" and (only / "hardware.txt").is_file()
+    assert servers_on(port) == []
     assert paged["model_error"] is None and paged["served_name"] == Path(paged["argv"][2]).name and vllm["served_name"] == "tiny-hf"
 
 
@@ -187,11 +189,13 @@ def test_dry_run_names_a_missing_model_file(parity_cli, profile_file, tmp_path):
     base, _ = profile_file()
     prof = tmp_path / "gone.yaml"
     prof.write_text(f"extends: {base}\nmodels: {{gone: {{path: {tmp_path}/gone.gguf}}}}\n")
-    r = parity_cli("snapshot", "--profile", str(prof), "--engines", "paged", "--model", "gone", "--dry-run")
-    assert r.returncode == 0, r.stderr
+    arts = ["--artifacts", str(tmp_path / "runs")]
+    r = parity_cli(*arts, "snapshot", "--profile", str(prof), "--engines", "paged", "--model", "gone", "--dry-run")
+    assert r.returncode == 2, r.stderr  # the users' DRY_RUN=1 is a go/no-go: this run could never start
     assert f"model gone: file not found: {tmp_path}/gone.gguf (a real run stops here)" in r.stderr
+    assert "NO GO" in r.stderr + r.stdout and "gone.gguf" in r.stderr.strip().splitlines()[-1]
     assert "# paged (served as ?;" in r.stdout
-    doc = json.loads(parity_cli("snapshot", "--profile", str(prof), "--engines", "paged", "--model", "gone", "--dry-run", "--json").stdout)
+    doc = json.loads(parity_cli(*arts, "snapshot", "--profile", str(prof), "--engines", "paged", "--model", "gone", "--dry-run", "--json").stdout)
     (paged,) = doc["commands"]
     assert paged["served_name"] is None and "gone.gguf" in paged["model_error"]
 
