@@ -234,6 +234,30 @@ def ensure_checkpoint(out_dir: str | Path, spec: HfTinySpec, tokenizer_model: st
 # --------------------------------------------------------------------------- GGUF
 
 
+def ensure_gguf(hf_dir: str | Path, out_file: str | Path, llama_tree: str | Path, python: str | Path, runner=None, outtype: str = "f32") -> Path:
+    """convert_to_gguf once per (checkpoint files, converter script, outtype): a sidecar
+    `<out>.hf-tiny.json` records them and is written after the GGUF."""
+    from parity.artifacts import atomic_write_json, sha256_file
+
+    hf_dir, out_file, tree = Path(hf_dir), Path(out_file), Path(llama_tree)
+    try:
+        files = json.loads((hf_dir / SIDECAR).read_text())["files"]
+    except (OSError, ValueError, KeyError):
+        raise UsageError(f"{hf_dir}: not an hf-tiny checkpoint (no {SIDECAR})") from None
+    script = tree / "convert_hf_to_gguf.py"
+    key = {"checkpoint": files, "converter_sha256": sha256_file(script) if script.is_file() else None, "outtype": outtype}
+    side = out_file.with_name(out_file.name + ".hf-tiny.json")
+    try:
+        if out_file.is_file() and json.loads(side.read_text()).get("key") == key:
+            return out_file
+    except (OSError, ValueError):
+        pass
+    side.unlink(missing_ok=True)
+    convert_to_gguf(hf_dir, out_file, tree, python, runner, outtype)
+    atomic_write_json(side, {"key": key, "tree": str(tree), "sha256": sha256_file(out_file)})
+    return out_file
+
+
 def convert_to_gguf(hf_dir: str | Path, out_file: str | Path, llama_tree: str | Path, python: str | Path, runner=None, outtype: str = "f32", timeout: float = 600) -> Path:
     """Run <llama_tree>/convert_hf_to_gguf.py with `python` (it needs torch, numpy,
     safetensors, sentencepiece: vLLM's venv has them) and the tree's own gguf-py."""

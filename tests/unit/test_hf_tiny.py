@@ -126,3 +126,26 @@ def test_convert_failure_is_one_line(tmp_path):
     assert not (tmp_path / "out.gguf").exists() and not (tmp_path / "out.gguf.partial").exists()
     with pytest.raises(UsageError, match="no convert_hf_to_gguf.py"):
         ht.convert_to_gguf(tmp_path, tmp_path / "out.gguf", tmp_path / "nowhere", sys.executable)
+
+
+def test_ensure_gguf_converts_once_per_checkpoint_and_converter(tmp_path, sp_model):
+    import sys
+
+    tree = tmp_path / "llama.cpp"
+    tree.mkdir()
+    runs = tmp_path / "runs.txt"
+    script = "import sys, os\nopen(%r, 'a').write('run\\n')\nout = sys.argv[sys.argv.index('--outfile') + 1]\nopen(out, 'wb').write(b'GGUF' + os.environ['PYTHONPATH'].encode())\n" % str(runs)
+    (tree / "convert_hf_to_gguf.py").write_text(script)
+    hf = ht.ensure_checkpoint(tmp_path / "hf", SMALL, sp_model)
+    out = tmp_path / "m.f32.gguf"
+    assert ht.ensure_gguf(hf, out, tree, sys.executable) == out
+    assert out.read_bytes() == b"GGUF" + str(tree / "gguf-py").encode()  # the tree's own gguf-py
+    ht.ensure_gguf(hf, out, tree, sys.executable)
+    assert runs.read_text().count("run") == 1
+    ht.ensure_checkpoint(hf, replace(SMALL, seed=5), sp_model)  # new weights -> convert again
+    ht.ensure_gguf(hf, out, tree, sys.executable)
+    (tree / "convert_hf_to_gguf.py").write_text(script + "# another converter\n")
+    ht.ensure_gguf(hf, out, tree, sys.executable)
+    assert runs.read_text().count("run") == 3
+    with pytest.raises(UsageError, match="not an hf-tiny checkpoint"):
+        ht.ensure_gguf(tmp_path, out, tree, sys.executable)
