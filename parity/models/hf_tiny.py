@@ -189,6 +189,10 @@ def files(spec: HfTinySpec, tokenizer_model: Path) -> dict[str, bytes]:
         "generation_config.json": _dump({"bos_token_id": BOS, "eos_token_id": EOS, "do_sample": False}),
         "model.safetensors": safetensors_bytes(tensors(spec), {"format": "pt"}),
         "tokenizer.model": Path(tokenizer_model).read_bytes(),
+        # the same file under mistral_common's name: `vllm serve --tokenizer-mode mistral`
+        # then tokenizes with SentencePiece itself, as llama.cpp does (transformers' converted
+        # tokenizer splits runs of spaces differently: "x    y" -> ▁x ▁▁▁▁ y, not ▁x ▁▁▁ ▁y)
+        TOKENIZER_FILE: Path(tokenizer_model).read_bytes(),
     }
     out.update({name: _dump(obj) for name, obj in tokenizer_files().items()})
     return out

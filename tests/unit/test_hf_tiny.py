@@ -55,7 +55,7 @@ def test_same_spec_same_bytes_and_seed_changes_weights(tmp_path, sp_model):
 def test_checkpoint_files_and_config(tmp_path, sp_model):
     d = ht.ensure_checkpoint(tmp_path / "m", SMALL, sp_model)
     assert sorted(p.name for p in d.iterdir()) == sorted(
-        ["config.json", "generation_config.json", "model.safetensors", "special_tokens_map.json", "tokenizer.model", "tokenizer_config.json", ht.SIDECAR]
+        ["config.json", "generation_config.json", "model.safetensors", "special_tokens_map.json", "tokenizer.model", "tokenizer.model.v1", "tokenizer_config.json", ht.SIDECAR]
     )
     cfg = json.loads((d / "config.json").read_text())
     assert cfg["architectures"] == ["LlamaForCausalLM"] and cfg["vocab_size"] == 32000 and cfg["hidden_size"] == 64
