@@ -175,3 +175,21 @@ def test_llama_errors_are_nested_with_code_first(name, typ):
     status, _, body = response(LLAMA / name)
     err = json.loads(body)["error"]
     assert status == 400 and err["code"] == 400 and err["type"] == typ and err["message"]
+
+
+def test_llama_logprobs_drop_held_byte_tokens_but_native_tokens_keep_them():
+    _, _, body = response(LLAMA / "completion-logprobs-byte-token.raw")
+    oai = json.loads(body)
+    listed = [c["id"] for c in oai["choices"][0]["logprobs"]["content"]]
+    assert oai["usage"]["completion_tokens"] == 32 and len(listed) == 31 and 197 not in listed
+    native = json.loads(response(LLAMA / "completion-native-return-tokens.raw")[2])
+    assert len(native["tokens"]) == 32 and native["tokens"][24] == 197 and len(native["completion_probabilities"]) == 31
+    vllm = json.loads(response(VLLM / "completion-logprobs-byte-token.raw")[2])
+    v_ids = [int(t.split(":", 1)[1]) for t in vllm["choices"][0]["logprobs"]["tokens"]]
+    assert v_ids == native["tokens"]  # the same greedy ids on both engines
+    assert [t for t in native["tokens"] if t != 197] == listed
+
+
+def test_mistral_tokenizer_mode_matches_llama_on_space_runs():
+    tok = json.loads(response(VLLM / "tokenize-mistral-mode-spaces.raw")[2])
+    assert tok["tokens"][:9] == [1, 801, 285, 28732, 28744, 1329, 13, 2287, 604]  # ▁▁▁ ▁return, as SentencePiece
