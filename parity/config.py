@@ -88,11 +88,29 @@ class SynthSpec:
 
 
 @dataclass
+class HfModelSpec:
+    """A tiny deterministic Hugging Face llama checkpoint (parity.models.hf_tiny) written at
+    models.X.vllm_path and converted to models.X.path by `source`'s convert_hf_to_gguf.py:
+    the same weights for vLLM and llama.cpp."""
+
+    seed: int = 0
+    layers: int = 2
+    hidden: int = 256
+    heads: int = 4
+    kv_heads: int = 2
+    ff: int = 512
+    ctx: int = 2048
+    source: str | None = None  # the llama.cpp source whose converter makes the GGUF; None: the first llama engine's
+    outtype: Literal["f32", "f16"] = "f32"
+
+
+@dataclass
 class ModelConfig:
     path: str = ""
     arch: str = ""
     description: str = ""
     synth: SynthSpec | None = None  # synthesized at `path` when missing
+    hf: HfModelSpec | None = None  # a tiny HF checkpoint at vllm_path, converted to `path`
     vllm_path: str | None = None  # the same model for vLLM (safetensors dir)
     served_name: str | None = None
     canonical: list[CanonicalMd5] = field(default_factory=list)
@@ -525,6 +543,13 @@ def validate(p: Profile, label: str) -> None:
                 raise ConfigError(label, key, "is the md5 of empty output and can never be canonical")
         if not m.path and m.synth is None:
             raise ConfigError(label, f"models.{mname}.path", "missing (give a GGUF path or a synth: spec)")
+        if m.hf is not None:
+            if m.synth is not None:
+                raise ConfigError(label, f"models.{mname}", "give synth: or hf:, not both")
+            if not m.vllm_path:
+                raise ConfigError(label, f"models.{mname}.vllm_path", "an hf: model needs the directory its checkpoint is written to")
+            if m.hf.source is not None and m.hf.source not in p.sources:
+                raise ConfigError(label, f"models.{mname}.hf.source", f"unknown source {m.hf.source!r} (known: {', '.join(p.sources) or 'none'})")
     for ename, e in p.engines.items():
         if e.source is not None and e.source not in p.sources:
             raise ConfigError(label, f"engines.{ename}.source", f"unknown source {e.source!r} (known: {', '.join(p.sources) or 'none'})")

@@ -245,6 +245,11 @@ def ensure_engines_built(ctx, engines) -> dict[str, dict]:
     done: dict[str, dict] = {}
     for name in dict.fromkeys(e for e in engines if e):
         e = ctx.profile.engine(name)
+        if e.kind == "vllm" and e.vllm_bin == "auto":  # the cached CPU venv: minutes on first use, before the lock too
+            from parity.serving.vllm_install import ensure_vllm
+
+            done[name] = {"vllm": str(ensure_vllm(ctx.out))}
+            continue
         if e.kind != "llama":
             continue
         if e.bin_dir:
@@ -300,6 +305,11 @@ def write_builds_json(ctx, engines: list[str]) -> dict:
     data = {}
     for name in engines:
         e = ctx.profile.engine(name)
+        if e.kind == "vllm" and e.vllm_bin == "auto":  # the cached CPU venv: minutes on first use, before the lock too
+            from parity.serving.vllm_install import ensure_vllm
+
+            done[name] = {"vllm": str(ensure_vllm(ctx.out))}
+            continue
         if e.kind != "llama":
             continue
         if e.bin_dir:

@@ -29,7 +29,10 @@ def model_rows(profile: Profile) -> list[dict]:
     for name, m in profile.models.items():
         p = Path(m.path) if m.path else None
         exists = bool(p and p.is_file())
-        if m.synth is None:
+        if m.hf is not None:
+            status = "present" if exists else "missing (made on first use from the HF checkpoint, with the vLLM venv)"
+            source = f"hf-tiny seed {m.hf.seed} {m.hf.layers}x{m.hf.hidden}, converted {m.hf.outtype} (vLLM: {m.vllm_path})"
+        elif m.synth is None:
             status, source = ("present" if exists else "missing"), "file"
         else:
             status = "missing (synthesized on first use)" if not exists else ("present" if is_current(p, m.synth) else "stale (re-synthesized on use)")

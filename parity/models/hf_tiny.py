@@ -282,3 +282,25 @@ def convert_to_gguf(hf_dir: str | Path, out_file: str | Path, llama_tree: str | 
         raise InfraError(f"convert_hf_to_gguf.py ({tree.name}) failed ({why}): {last[:200]}")
     os.replace(tmp, out_file)
     return out_file
+
+
+def ensure_profile_model(profile, name: str, runner=None, out=None) -> Path:
+    """models.NAME with an hf: spec: the checkpoint at vllm_path and its GGUF at path, made once.
+    Both need the cached vLLM venv: its python runs the converter, its mistral_common ships the
+    tokenizer."""
+    from parity.engine import source as srcmod
+    from parity.runners.local import LocalRunner
+    from parity.serving.vllm_install import ensure_vllm, venv
+
+    m = profile.model(name)
+    h = m.hf
+    spec = HfTinySpec(seed=h.seed, layers=h.layers, hidden=h.hidden, heads=h.heads, kv_heads=h.kv_heads, ff=h.ff, ctx=h.ctx)
+    check_spec(spec)
+    ensure_vllm(out)
+    v = venv()
+    hf_dir = ensure_checkpoint(m.vllm_path, spec, find_tokenizer(v.site_packages()))
+    src_name = h.source or next((e.source for e in profile.engines.values() if e.kind == "llama" and e.source), None)
+    if src_name is None:
+        raise UsageError(f"model {name}: no llama.cpp source to convert it with (models.{name}.hf.source)")
+    tree = srcmod.materialize(src_name, profile.sources[src_name], runner or LocalRunner())
+    return ensure_gguf(hf_dir, m.path, tree, v.python, runner, h.outtype)

@@ -163,6 +163,10 @@ def ensure_model(profile: Profile, name: str) -> str:
     is missing or was made from another spec."""
     m = profile.model(name)
     path = Path(m.path)
+    if m.hf is not None:
+        from parity.models.hf_tiny import ensure_profile_model
+
+        return str(ensure_profile_model(profile, name))
     if m.synth is None:
         if not path.is_file():
             raise UsageError(f"model {name}: file not found: {path}")
@@ -204,8 +208,8 @@ def write_model(path: str | Path, spec: SynthSpec, label: str = "") -> str:
 
 
 def campaign_step(ctx, options: dict) -> dict:
-    """kind: synth -- options {models: [names]} (default: every synth model of the profile)."""
-    names = options.get("models") or [n for n, m in ctx.profile.models.items() if m.synth is not None]
+    """kind: synth -- options {models: [names]} (default: every synth and hf model of the profile)."""
+    names = options.get("models") or [n for n, m in ctx.profile.models.items() if m.synth is not None or m.hf is not None]
     if not isinstance(names, list):
         raise ConfigError("campaign", "with.models", "must be a list of model names")
     result = {}

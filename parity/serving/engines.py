@@ -88,7 +88,7 @@ class VllmServer:
         vLLM binary's own bin directory first on PATH (its venv's tools), then the profile's env."""
         e = ctx.profile.engine(engine)
         env = {"HF_HUB_OFFLINE": "1"}
-        binary = os.path.expanduser(e.vllm_bin)
+        binary = vllm_binary(e, dry=True)
         if os.sep in binary:
             env["PATH"] = os.path.dirname(os.path.abspath(binary)) + os.pathsep + os.environ.get("PATH", "")
         env.update(e.env)
@@ -106,7 +106,7 @@ class VllmServer:
             raise ConfigError(ctx.profile.source_file, f"engines.{engine}.env.{leaked[0]}", f"a parity setting, not a vLLM variable: set engines.{engine}.{key} instead")
         name = served_name(ctx, engine, model)
         argv = [
-            os.path.expanduser(e.vllm_bin),
+            vllm_binary(e, dry, ctx.out),
             "serve",
             model_file,
             "--gpu-memory-utilization",
@@ -129,6 +129,15 @@ class VllmServer:
         extra = {"stream_options": {"include_usage": True, "continuous_usage_stats": True}}
         return Launch(argv, self.env(ctx, engine), list(VLLM_HARNESS_VARS), "/health", name, "vllm", "/v1/models", "/metrics", engine=engine, kind=self.kind,
                       count="usage", request_extra=extra, probe_extra={"return_tokens_as_token_ids": True})  # fmt: skip
+
+
+def vllm_binary(e, dry: bool = False, out=None) -> str:
+    """engines.X.vllm_bin, or with `auto` the cached CPU venv's (installed on first real use)."""
+    if e.vllm_bin != "auto":
+        return os.path.expanduser(e.vllm_bin)
+    from parity.serving import vllm_install
+
+    return str(vllm_install.venv().vllm if dry else vllm_install.ensure_vllm(out))
 
 
 ADAPTERS = {"llama": LlamaServer(), "vllm": VllmServer()}
@@ -161,14 +170,21 @@ def served_name(ctx, engine: str, model: str | None = None) -> str:
     return (m.served_name if m and m.served_name else model) or engine
 
 
-def model_for(ctx, engine: str, model: str) -> str:
+def model_for(ctx, engine: str, model: str, dry: bool = False) -> str:
     """The model file/dir this engine serves: vLLM takes models.X.vllm_path (else the path as given)."""
     e = ctx.profile.engine(engine)
     if e.kind == "vllm":
         m = ctx.profile.models.get(model)
         if m is None:
             return os.path.expanduser(model)
+        if m.hf is not None and not dry:
+            from parity.models.synth import ensure_model
+
+            ensure_model(ctx.profile, model)  # the checkpoint vLLM serves (and its GGUF twin)
         return os.path.expanduser(m.vllm_path or m.path)
+    m = ctx.profile.models.get(model)
+    if dry and m is not None and m.hf is not None:
+        return m.path  # made on the first real run (it needs the vLLM venv)
     from parity.gates.run import resolve_model
 
     return resolve_model(ctx, model)[1]

@@ -159,7 +159,7 @@ def dry_run(ctx, plan: SnapshotPlan) -> dict:
     commands = []
     for e in plan.engines:
         try:
-            mf, model_error = model_for(ctx, e, plan.model), None
+            mf, model_error = model_for(ctx, e, plan.model, dry=True), None
         except UsageError as err:  # still show the command, with a placeholder for the file
             mf, model_error = f"<{err}>", str(err)
         try:

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from parity.config import cache_dir
-from parity.runners.engines import Launch
-from parity.runners.http import request_json
+from parity.serving.engines import Launch
+from parity.serving.http import request_json
 from parity.runners.local import LocalRunner
-from parity.runners.server import wait_ready
+from parity.serving.server import wait_ready
 
 pytestmark = pytest.mark.slow
 
@@ -111,16 +111,19 @@ def test_both_engines_tokenize_alike(servers):
 
 
 def test_streamed_completion_counts_agree(servers):
-    from parity.runners.loadgen import Target, run_requests
+    from parity.serving.loadgen import RequestSpec, Target, run_requests
+    from parity.serving.validity import check_request
 
     _, tok = call(servers["vllm"], "POST", "/tokenize", {"model": SERVED, "prompt": TEXTS[0], "add_special_tokens": True})
     prompt = tok["tokens"]
     recs = {}
+    counting = {"vllm": ("usage", {"stream_options": {"include_usage": True, "continuous_usage_stats": True}}), "llama": ("timings", {"timings_per_token": True})}
     for engine, dialect in (("vllm", "vllm"), ("llama", "llama")):
-        t = Target("127.0.0.1", servers[engine], SERVED if engine == "vllm" else "", dialect)
-        (rec,) = asyncio.run(run_requests(t, [prompt], 16, 1, 300))
-        assert rec.valid, (engine, rec.error)
-        assert rec.completion_tokens == 16 and rec.prompt_tokens == len(prompt), engine
+        count, extra = counting[engine]
+        t = Target("127.0.0.1", servers[engine], SERVED if engine == "vllm" else "", dialect, count=count, extra=extra)
+        (rec,) = asyncio.run(run_requests(t, [RequestSpec(prompt, 16)], 1, 300))
+        assert check_request(rec).valid, (engine, rec.error, rec.invalid)
+        assert rec.tokens == rec.usage_tokens == 16 and rec.prompt_tokens == len(prompt), engine
         recs[engine] = rec
     assert recs["vllm"].prompt_tokens == recs["llama"].prompt_tokens
 
