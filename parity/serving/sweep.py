@@ -162,7 +162,11 @@ def run_arm(ctx, plan, engine: str, rep: int, prog, task) -> dict:
             plan.limits[engine] = real
         prog.update(task, status=f"{engine} r{rep}: warmup")
         arm["warmup"] = warmup(ctx, target, s, engine, rep, s.request_timeout_s)
-        for n in plan.npl:
+        if plan.workload is not None:  # workload hook: its own points (parity.serving.workloads) instead of every N
+            from parity.serving.workloads import run_points
+
+            rows += run_points(ctx, plan, la, target, engine, rep, prog, task, proc, log)
+        for n in [] if plan.workload is not None else plan.npl:
 
             def show(p, label=f"{engine} r{rep} N={n}", n=n):
                 prog.update(task, status=f"{label}: {p.done}/{n} requests, {p.tokens} tokens, {p.tps():.1f} tok/s")
