@@ -254,6 +254,7 @@ class WorkloadConfig:
     requests_per_rate: int = 32
     burstiness: float = 1.0
     seed: int = 0
+    exact_rate: bool = True  # scale the drawn gaps so the schedule's mean rate is the requested one (false: raw draws)
     max_delay_p99_ms: float = 10.0  # the load generator falls behind past this: the point is invalid
     min_achieved_share: float = 0.95  # achieved / scheduled send rate below this: invalid; served / scheduled below it: not held
     slo: SloConfig = field(default_factory=SloConfig)

@@ -151,7 +151,9 @@ def per_long(s: Sample) -> list[dict]:
 
 
 def stall_gaps(s: Sample) -> list[float]:
-    gaps = [g for p in per_long(s) for g in p["gaps"]]
+    """Every decode gap that overlaps at least one admission, once (admissions may overlap)."""
+    windows = [(r.send, r.first) for r in s.long if r.first is not None]
+    gaps = [(b - a) * 1000 for r in _need(s.decode, "decode stream") for a, b in arrival_gaps(r) if any(b > lo and a < hi for lo, hi in windows)]
     if not gaps:
         raise NoValue("no decode-stream gap overlaps any long prompt's admission (no long prompt got a token, or the streams had finished: raise decode_gen)")
     return gaps

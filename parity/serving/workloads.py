@@ -13,7 +13,8 @@ numeric key (requests, rate or turn), a "point" label and the kind's own fields.
   them decode, long_prompts prompts of long_ptok tokens arrive every long_every_s.  The
   stall of each: the decode gaps overlapping its admission (send -> its first token).
 - open-loop: for each rate, requests_per_rate requests due at seeded gamma arrival times
-  (parity.serving.arrivals), sent whatever is in flight.  A load generator that fell
+  (parity.serving.arrivals; exact_rate: scaled so the schedule's mean rate is the
+  requested one), sent whatever is in flight.  A load generator that fell
   behind makes the point invalid; a server that did not keep up makes it "not held".
 - multi-turn: conversations in lockstep: turn k of every conversation goes at once, its
   prompt the conversation's history (earlier prompts + the responses' text, tokenized)
@@ -233,7 +234,10 @@ def point_row(kind: str, wl_cfg, m: Measured, server: dict | None, min_window_s:
         except workload_metrics.NoValue as e:
             row["long"] = []
             problems.append(f"no stall measured: {e}")
-        row["stall_gaps_ms"] = [g for p in row["long"] for g in p["gaps"]]
+        try:
+            row["stall_gaps_ms"] = [round(g, 3) for g in workload_metrics.stall_gaps(sample)]
+        except workload_metrics.NoValue:
+            row["stall_gaps_ms"] = []
         for p in row["long"]:
             p.pop("gaps")
             if p.get("why"):
@@ -410,13 +414,13 @@ def open_loop(arm: Arm, wl: Workload):
     for rate, label in wl.points():
         specs = asyncio.run(token_prompts(t, c.requests_per_rate, wl.ptok, wl.gen))
         arm.fits(specs, f"{arm.engine} {wl.name}")
-        for spec, at in zip(specs, open_loop_times(len(specs), rate, c.burstiness, c.seed)):
+        for spec, at in zip(specs, open_loop_times(len(specs), rate, c.burstiness, c.seed, exact=c.exact_rate)):
             spec.at = at
         before, _ = arm.scrape()
         recs = loadgen.drive(t, specs, arm.timeout, arm.show(f"{wl.name} {label}"), open_loop=True)
         after, text = arm.scrape()
         yield Measured(rate, label, recs, before, after, text,
-                       extra={"requested_rate": rate, "burstiness": c.burstiness, "seed": c.seed, "slo": {k: getattr(c.slo, k) for k in ("ttft_ms", "tpot_ms", "e2e_ms")}})  # fmt: skip
+                       extra={"requested_rate": rate, "burstiness": c.burstiness, "seed": c.seed, "exact_rate": c.exact_rate, "slo": {k: getattr(c.slo, k) for k in ("ttft_ms", "tpot_ms", "e2e_ms")}})  # fmt: skip
 
 
 def multi_turn(arm: Arm, wl: Workload):

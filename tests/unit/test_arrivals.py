@@ -60,6 +60,18 @@ def test_seeded_and_reproducible():
     assert b == pytest.approx([x / 2 for x in a], rel=1e-9)
 
 
+def test_exact_schedules_keep_the_shape_and_hit_the_requested_rate():
+    raw = open_loop_times(21, 2.0, 1.0, seed=5)
+    exact = open_loop_times(21, 2.0, 1.0, seed=5, exact=True)
+    assert exact[-1] == pytest.approx(20 / 2.0, rel=1e-12)  # (n - 1) / rate: the schedule's mean rate is 2 req/s
+    assert (len(raw) - 1) / raw[-1] != pytest.approx(2.0, rel=0.01)  # this raw draw of 20 gaps misses it
+    scale = exact[-1] / raw[-1]
+    assert exact == pytest.approx([t * scale for t in raw], rel=1e-9)  # same draws, one scale
+    g = gaps(open_loop_times(DRAWS + 1, 5.0, 0.5, seed=1, exact=True))
+    assert statistics.pstdev(g) / statistics.fmean(g) == pytest.approx(math.sqrt(2), rel=TOL)
+    assert open_loop_times(1, 3.0, exact=True) == [0.0] and open_loop_times(0, 3.0) == []
+
+
 @pytest.mark.parametrize("rate,burstiness", [(0, 1), (-1, 1), (1, 0), (1, -2)])
 def test_bad_parameters_are_refused(rate, burstiness):
     with pytest.raises(ValueError, match="positive"):

@@ -131,6 +131,15 @@ def test_stall_is_the_decode_gap_overlapping_the_long_prompts_admission():
     assert row["valid"] is True
 
 
+def test_overlapping_admissions_count_a_shared_gap_once_in_the_distribution():
+    a = rec(0.0, 0.1, times=decode_stream(100, 10, 2000, freeze_ms=(1000, 1300)))
+    first = rec(1.0, 1.3, gap=0.01, tokens=3)
+    second = rec(1.1, 1.3, gap=0.01, tokens=3)  # sent during the first one's admission
+    s = wm.Sample([a, first, second], decode=[a], long=[first, second])
+    assert [round(g, 3) for g in wm.stall_gaps(s)] == [300.0]
+    assert [p["stall_max_ms"] for p in wm.per_long(s)] == [300.0, 300.0]  # each prompt's own figure still sees it
+
+
 def test_a_merged_chunk_after_a_freeze_is_one_gap_for_the_stall():
     times = [0.1, 0.11, 0.12, 0.5, 0.5, 0.5, 0.51, 0.52]  # three tokens arrive together after a 380 ms freeze
     a = rec(0.0, 0.1, times=times)
