@@ -91,7 +91,8 @@ def make_plan(ctx, req: SnapshotRequest) -> SnapshotPlan:
     plan = SnapshotPlan(model, list(engines), ref, list(s.npl), repeat, s, run_order(list(engines), repeat, s.order))
     for e in engines:
         plan.limits[e], plan.limit_what[e] = adapter(ctx, e).context_need(ctx, e, s)
-        check_shape(plan, e, s.ptok, s.gen, "the sweep")
+        if workload is None:  # a workload checks its own shapes (attach, below)
+            check_shape(plan, e, s.ptok, s.gen, "the sweep")
         if s.warmup.requests:
             check_shape(plan, e, s.ptok, s.warmup.gen, "the warmup")
     if workload is not None:

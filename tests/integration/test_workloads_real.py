@@ -220,3 +220,19 @@ def test_real_series_prefix_reuse_from_the_pins_counters(parity_cli, workload_pr
     assert by["real-nonpaged"]["prefix_hits_derived"] > 0
     assert by["real-paged-nocache"]["prefix_hits_derived"] == 0
     print({e: (r["prefix_hits_derived"], r["ttft_mean_ms"]) for e, r in by.items()})
+
+
+def test_a_campaign_snapshot_step_runs_an_inline_workload(parity_cli, workload_profile, tmp_path):
+    prof = workload_profile({}, model="tiny", ctx=2048, parallel=4, min_window_s=0.0)
+    camp = tmp_path / "c.yaml"
+    step = {"name": "ol", "kind": "snapshot", "with": {"engines": ["stock"], "workload": {"name": "steady", "kind": "open-loop", "rates": [4.0], "requests_per_rate": 12, "gen": 4,
+                                                                                           "max_delay_p99_ms": 50, "slo": {"ttft_ms": 5000}}}}  # fmt: skip
+    camp.write_text(json.dumps({"name": "wl", "steps": [step]}))
+    r = parity_cli("--artifacts", str(tmp_path / "runs"), "campaign", "run", str(camp), "--profile", str(prof), "--json", timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    (run,) = (tmp_path / "runs").glob("*")
+    doc = json.loads((run / "summary.json").read_text())
+    assert doc["workload"]["name"] == "steady" and doc["workload"]["kind"] == "open-loop"
+    (row,) = doc["rows"]
+    assert row["n"] == 4.0 and row["requests"] == 12 and row["valid"] and row["achieved_rate"] == pytest.approx(4.0, rel=0.05)
+    assert (run / "requests/stock-r0-steady-4-req-s.json").is_file()
