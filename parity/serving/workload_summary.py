@@ -42,7 +42,7 @@ def headline(rat: list[dict], kind: str) -> str:
         bits = []
         for k in HEADLINE[kind]:
             v = r["verdicts"].get(k, {})
-            bits.append(f"{k} {r.get(k)}x" + (f" ({v['verdict']})" if v else ""))
+            bits.append(f"{k} {'-' if r.get(k) is None else r[k]}x" + (f" ({v['verdict']})" if v else ""))
         parts.append(f"{r['engine']}/{r['reference']} {r.get('point') or r['n']}: " + ", ".join(bits) + ("" if r["verdicts"] else f" [{r['noise']}]"))
     return "; ".join(parts)
 

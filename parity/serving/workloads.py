@@ -77,7 +77,7 @@ class Workload:
     def describe(self) -> dict:
         import dataclasses
 
-        return {"name": self.name, "gen": self.gen, "ptok": self.ptok, "points": [label for _, label in self.points()], **dataclasses.asdict(self.cfg)}
+        return {**dataclasses.asdict(self.cfg), "name": self.name, "gen": self.gen, "ptok": self.ptok, "points": [label for _, label in self.points()]}
 
 
 def resolve(ctx, spec, s) -> Workload:
