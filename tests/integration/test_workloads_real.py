@@ -129,8 +129,10 @@ def test_prefill_under_decode_reports_a_stall_per_engine(parity_cli, workload_pr
 
 def test_open_loop_holds_a_low_rate_and_reports_an_overloaded_one(parity_cli, workload_profile, tmp_path):
     # 2 req/s of 8-token requests is a small share of what one llama-server thread serves on
-    # the small model; 100 req/s of 32-token requests is far beyond it (40 arrive in ~0.4 s)
-    wl = {"ol": {"kind": "open-loop", "rates": [2.0, 100.0], "requests_per_rate": 24, "gen": 8, "max_delay_p99_ms": 50, "min_achieved_share": 0.9,
+    # the small model; 100 req/s is far beyond it (24 arrive in ~0.24 s).  Under two CPU hogs
+    # the client loses the CPU for tens of ms at a time (p99 = max of 24 sends: 57 and 65 ms
+    # seen): against 500 ms mean gaps that is still on schedule, so the bound is 200 ms
+    wl = {"ol": {"kind": "open-loop", "rates": [2.0, 100.0], "requests_per_rate": 24, "gen": 8, "max_delay_p99_ms": 200, "min_achieved_share": 0.9,
                  "slo": {"ttft_ms": 5000, "e2e_ms": 3000}}}  # fmt: skip
     prof = workload_profile(wl, parallel=4)
     doc = run_workload(parity_cli, tmp_path, prof, "ol", "stock", ok=(0, 6))  # 6: the overloaded point may also leave the load generator behind
@@ -140,7 +142,7 @@ def test_open_loop_holds_a_low_rate_and_reports_an_overloaded_one(parity_cli, wo
     assert low["valid"] is True, low["invalid_reasons"]
     assert low["scheduled_rate"] == pytest.approx(2.0, rel=1e-6)  # exact_rate: the schedule asks for the rate itself
     assert low["achieved_rate"] == pytest.approx(2.0, rel=0.05)
-    assert low["sched_delay_p99_ms"] <= 50
+    assert low["sched_delay_p99_ms"] <= 200
     assert low["held"] is True and low["held_note"].startswith("held:")
     assert low["slo_attainment"] == 1.0 and low["goodput_rps"] == pytest.approx(24 / low["wall_s"], rel=1e-3)
     # not held: the server completed far fewer requests per second than arrived, and said so
@@ -227,7 +229,7 @@ def test_a_campaign_snapshot_step_runs_an_inline_workload(parity_cli, workload_p
     prof = workload_profile({}, model="tiny", ctx=2048, parallel=4, min_window_s=0.0)
     camp = tmp_path / "c.yaml"
     step = {"name": "ol", "kind": "snapshot", "with": {"engines": ["stock"], "workload": {"name": "steady", "kind": "open-loop", "rates": [4.0], "requests_per_rate": 12, "gen": 4,
-                                                                                           "max_delay_p99_ms": 50, "slo": {"ttft_ms": 5000}}}}  # fmt: skip
+                                                                                           "max_delay_p99_ms": 200, "slo": {"ttft_ms": 5000}}}}  # fmt: skip
     camp.write_text(json.dumps({"name": "wl", "steps": [step]}))
     r = parity_cli("--artifacts", str(tmp_path / "runs"), "campaign", "run", str(camp), "--profile", str(prof), "--json", timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
