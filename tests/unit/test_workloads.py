@@ -274,3 +274,27 @@ def test_resolve_and_attach_refuse_what_cannot_run():
     plan.limits["e"] = 1024
     attach(ctx, plan, wl)
     assert plan.workload is wl and plan.npl == [8]
+
+
+def test_cached_prompt_tokens_are_read_from_a_real_llama_server_stream():
+    # tests/data/serving/llama-server-stream.raw: a real stream whose final chunk says
+    # usage.prompt_tokens_details.cached_tokens 8 (and timings.cache_n 8)
+    from pathlib import Path
+
+    from parity.serving.http import BodyDecoder, SSEParser, parse_head
+    from parity.serving.loadgen import _Handler
+
+    raw = (Path(__file__).resolve().parent.parent / "data" / "serving" / "llama-server-stream.raw").read_bytes()
+    i = raw.find(b"\r\n\r\n")
+    _, headers = parse_head(raw[:i])
+    events = SSEParser().feed(BodyDecoder(headers).feed(raw[i + 4 :]))
+    rec = RequestRecord()
+    h = _Handler(rec, None, "chunks")  # the capture was made without timings_per_token
+    for k, ev in enumerate(events):
+        h(float(k), ev)
+    assert rec.cached_tokens == 8 and rec.usage_tokens == rec.tokens > 0
+    rec = RequestRecord()
+    h = _Handler(rec, None, "chunks")
+    for k, ev in enumerate(events):  # a build whose usage has no details still says cache_n in its timings
+        h(float(k), ev.replace(b'"prompt_tokens_details":{"cached_tokens":8}', b'"x":0'))
+    assert rec.cached_tokens == 8
