@@ -73,7 +73,7 @@ def make_plan(ctx, req: SnapshotRequest) -> SnapshotPlan:
     if req.workload is not None:  # workload hook: parity.serving.workloads
         from parity.serving.workloads import resolve
 
-        workload = resolve(ctx, req.workload, s)
+        workload = resolve(ctx, req.workload, s, npl=req.npl)
     engines = engines or s.engines
     if not engines:
         raise UsageError(f"profile {ctx.profile.name}: no serving engines (serving.engines or --engines)")

@@ -80,10 +80,13 @@ class Workload:
         return {**dataclasses.asdict(self.cfg), "name": self.name, "gen": self.gen, "ptok": self.ptok, "points": [label for _, label in self.points()]}
 
 
-def resolve(ctx, spec, s) -> Workload:
+def resolve(ctx, spec, s, npl=None) -> Workload:
     """A workload by name (serving.workloads.NAME) or inline (a campaign step's mapping,
     with an optional name)."""
     from parity.config import WorkloadConfig, check_workload, from_dict
+
+    if npl:
+        raise UsageError("--npl does not apply to a workload run: its points are the workload's own (rates, turns, ...)")
 
     if isinstance(spec, dict):
         spec = dict(spec)
