@@ -24,10 +24,11 @@ def register(app: typer.Typer) -> None:
         no_gates: bool = typer.Option(False, "--no-gates", help="Skip pre/post gates (the run is marked ungated)."),
         allow_env: Optional[List[str]] = typer.Option(None, "--allow-env", metavar="NAME", help="Allow a forbidden bench env knob."),
         dry_run: bool = typer.Option(False, "--dry-run", help="Print every resolved command, env and the preflight; start nothing."),
+        workload: Optional[str] = typer.Option(None, "--workload", "-w", metavar="NAME", help="Run the workload serving.workloads.NAME (shared-prefix, prefill-under-decode, open-loop, multi-turn) instead of the N sweep."),
         profile: Optional[str] = ProfileOpt,
         json: bool = JsonOpt,
     ):
-        """Same-session serving sweep: every engine over every N, gated, locked."""
+        """Same-session serving sweep: every engine over every N (or a workload's points), gated, locked."""
         from parity.cli.common import make_context, parse_int_list, parse_str_list
         from parity.serving.snapshot import SnapshotRequest
         from parity.serving.snapshot import snapshot as run
@@ -35,10 +36,10 @@ def register(app: typer.Typer) -> None:
         ctx = make_context(profile, json)
         req = SnapshotRequest(
             npl=parse_int_list(npl, "--npl"), engines=parse_str_list(engines), model=model, repeat=repeat, ptok=ptok, gen=gen,
-            parallel=parallel, ctx=ctx_len, order=order, gates=not no_gates, allow_env=allow_env or [], dry_run=dry_run,
+            parallel=parallel, ctx=ctx_len, order=order, gates=not no_gates, allow_env=allow_env or [], dry_run=dry_run, workload=workload,
         )  # fmt: skip
         doc = run(ctx, req)
-        ctx.out.emit(doc, lambda: (render_plan if dry_run else render_summary)(ctx.out, doc))
+        ctx.out.emit(doc, lambda: (render_plan if dry_run else render_workload if doc.get("workload") else render_summary)(ctx.out, doc))
         if dry_run:
             from parity.gpu.gonogo import raise_if_no_go
 
@@ -79,6 +80,9 @@ def render_plan(out, doc: dict) -> None:
     import shlex
 
     out.info(f"snapshot plan: model {doc['model']}, engines {', '.join(doc['engines'])}, N {doc['npl']}, repeat {doc['repeat']}, order {' '.join(doc['order'])}")
+    if doc.get("workload"):
+        w = doc["workload"]
+        out.info(f"workload {w['name']} ({w['kind']}): points {'; '.join(w['points'])}")
     for c in doc["commands"]:
         if "error" in c:
             out.info(f"# {c['engine']}: {c['error']}")
@@ -110,4 +114,20 @@ def render_summary(out, doc: dict) -> None:
     for p in doc["invalid_points"]:
         out.warn(f"INVALID {p}")
     out.info(render_definitions(HEADLINE + ["prefill_tps", "wall_s", "decode_window_s"]))
+    out.info(f"-> {doc['run_dir']}")
+
+
+def render_workload(out, doc: dict) -> None:
+    from parity.serving.metrics import render_definitions
+
+    w, cols = doc["workload"], doc["shown"]
+    rows = [[m["engine"], m["point"], f"{m['repeats']}" + (f" (+{m['invalid_repeats']} invalid)" if m["invalid_repeats"] else ""), *(m.get(k) for k in cols)] for m in doc["medians"]]
+    out.table(f"workload {w['name']} ({w['kind']}): medians of valid repeats", ["engine", "point", "repeats", *cols], rows)
+    if doc["headline"]:
+        out.info(f"headline: {doc['headline']}")
+    for p in doc["not_held"]:
+        out.warn(f"NOT HELD {p}")
+    for p in doc["invalid_points"]:
+        out.warn(f"INVALID {p}")
+    out.info(render_definitions(cols))
     out.info(f"-> {doc['run_dir']}")

@@ -12,16 +12,23 @@ from __future__ import annotations
 import random
 
 
-def open_loop_times(n: int, rate: float, burstiness: float = 1.0, seed: int = 0) -> list[float]:
-    """n due times in seconds from the start (the first request at 0)."""
+def open_loop_times(n: int, rate: float, burstiness: float = 1.0, seed: int = 0, exact: bool = False) -> list[float]:
+    """n due times in seconds from the start (the first request at 0).  exact: the drawn gaps
+    scaled so that the last request is due at (n - 1) / rate, i.e. the schedule's own mean
+    rate is the requested one (for Poisson: the process conditioned on its count; the
+    draws' shape is kept, not their sampling error of about 1/sqrt(n) in the mean)."""
     if rate <= 0 or burstiness <= 0:
         raise ValueError("rate and burstiness must be positive")
     rng = random.Random(seed)
     theta = 1.0 / (rate * burstiness)  # gamma(shape k, scale theta) has mean k * theta = 1 / rate
-    t, out = 0.0, []
-    for i in range(n):
+    gaps = [rng.gammavariate(burstiness, theta) for _ in range(max(0, n - 1))]
+    if exact and gaps and sum(gaps) > 0:
+        scale = (len(gaps) / rate) / sum(gaps)
+        gaps = [g * scale for g in gaps]
+    t, out = 0.0, [0.0] if n > 0 else []
+    for g in gaps:
+        t += g
         out.append(t)
-        t += rng.gammavariate(burstiness, theta)
     return out
 
 

@@ -180,8 +180,13 @@ class _Handler:
         if usage:
             rec.usage_tokens = usage.get("completion_tokens")
             rec.prompt_tokens = usage.get("prompt_tokens", rec.prompt_tokens)
+            details = usage.get("prompt_tokens_details")
+            if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
+                rec.cached_tokens = details["cached_tokens"]
         if "timings" in ev:
             rec.server_timings = ev["timings"]
+            if rec.cached_tokens is None and isinstance(ev["timings"].get("cache_n"), int):
+                rec.cached_tokens = ev["timings"]["cache_n"]
 
     def _slow(self, now: float, data: bytes) -> None:
         """Every field read from parsed JSON: errors, and streams whose text is kept."""

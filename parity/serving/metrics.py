@@ -38,6 +38,7 @@ class RequestRecord:
     response_id: str | None = None
     server_timings: dict | None = None  # llama-server's own "timings" (last one seen)
     scheduled: float | None = None  # open loop: when it was due to be sent (perf_counter)
+    cached_tokens: int | None = None  # prompt tokens the server says came from its cache (usage details or timings.cache_n)
 
     @property
     def valid(self) -> bool:
@@ -220,8 +221,15 @@ def compute(records: Sequence[RequestRecord], names: Sequence[str] | None = None
     return row, why
 
 
+def all_metrics() -> dict[str, Metric]:
+    """These and the workloads' own (parity.serving.workload_metrics), declared the same way."""
+    from parity.serving.workload_metrics import WORKLOAD_METRICS
+
+    return {**METRICS, **WORKLOAD_METRICS}
+
+
 def definitions(names: Sequence[str] | None = None) -> list[dict]:
-    return [{"name": m.name, "unit": m.unit, "better": m.better, "formula": m.formula} for n, m in METRICS.items() if names is None or n in names]
+    return [{"name": m.name, "unit": m.unit, "better": m.better, "formula": m.formula} for n, m in all_metrics().items() if names is None or n in names]
 
 
 def render_definitions(names: Sequence[str] | None = None) -> str:
@@ -230,6 +238,7 @@ def render_definitions(names: Sequence[str] | None = None) -> str:
 
 def direction(metric: str) -> str:
     """'higher' or 'lower' is better: declared here, else guessed from a time unit suffix."""
-    if metric in METRICS:
-        return METRICS[metric].better
+    known = all_metrics()
+    if metric in known:
+        return known[metric].better
     return "lower" if metric.endswith(("_ms", "_s")) else "higher"

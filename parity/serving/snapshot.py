@@ -27,6 +27,7 @@ class SnapshotPlan:
     order: list[tuple[int, str]]  # (repeat, engine) in execution order
     limits: dict[str, int] = field(default_factory=dict)  # engine -> tokens one request may use (prompt + generated)
     limit_what: dict[str, str] = field(default_factory=dict)  # engine -> what sets that limit, in words
+    workload: object | None = None  # parity.serving.workloads.Workload: its points replace the N sweep
 
 
 @dataclass
@@ -45,6 +46,7 @@ class SnapshotRequest:
     gates: bool = True
     allow_env: list[str] = field(default_factory=list)
     dry_run: bool = False
+    workload: str | dict | None = None  # serving.workloads.NAME (or a campaign's inline mapping)
 
 
 def make_plan(ctx, req: SnapshotRequest) -> SnapshotPlan:
@@ -67,6 +69,11 @@ def make_plan(ctx, req: SnapshotRequest) -> SnapshotPlan:
     if npl:
         over["npl"] = npl
     s = replace(s, **over)
+    workload = None
+    if req.workload is not None:  # workload hook: parity.serving.workloads
+        from parity.serving.workloads import resolve
+
+        workload = resolve(ctx, req.workload, s, npl=req.npl)
     engines = engines or s.engines
     if not engines:
         raise UsageError(f"profile {ctx.profile.name}: no serving engines (serving.engines or --engines)")
@@ -74,7 +81,7 @@ def make_plan(ctx, req: SnapshotRequest) -> SnapshotPlan:
         raise UsageError(f"--engines: an engine is listed twice ({', '.join(engines)}); use --repeat for repeats")
     for e in engines:
         ctx.profile.engine(e)
-    if s.parallel < max(s.npl) and any(ctx.profile.engine(e).kind == "llama" for e in engines):
+    if workload is None and s.parallel < max(s.npl) and any(ctx.profile.engine(e).kind == "llama" for e in engines):
         raise UsageError(f"N={max(s.npl)} exceeds --parallel {s.parallel}: llama-server would queue requests; raise --parallel")
     model = req.model or s.model
     if not model:
@@ -84,9 +91,14 @@ def make_plan(ctx, req: SnapshotRequest) -> SnapshotPlan:
     plan = SnapshotPlan(model, list(engines), ref, list(s.npl), repeat, s, run_order(list(engines), repeat, s.order))
     for e in engines:
         plan.limits[e], plan.limit_what[e] = adapter(ctx, e).context_need(ctx, e, s, existing_model(ctx, e, model))
-        check_shape(plan, e, s.ptok, s.gen, "the sweep")
+        if workload is None:  # a workload checks its own shapes (attach, below)
+            check_shape(plan, e, s.ptok, s.gen, "the sweep")
         if s.warmup.requests:
             check_shape(plan, e, s.ptok, s.warmup.gen, "the warmup")
+    if workload is not None:
+        from parity.serving.workloads import attach
+
+        attach(ctx, plan, workload)
     return plan
 
 
@@ -185,6 +197,7 @@ def dry_run(ctx, plan: SnapshotPlan) -> dict:
         "lock_dir": ctx.profile.lock.dir,
         "port_free": port_free(s.port),
         "metrics": definitions(),
+        **({"workload": plan.workload.describe()} if plan.workload is not None else {}),
     }
 
 
@@ -206,7 +219,7 @@ def run_snapshot(ctx, plan: SnapshotPlan, gates: bool = True, allow_env=()) -> d
 
 
 def write_summary(ctx, plan: SnapshotPlan, arms: list[dict]) -> dict:
-    from parity.serving import summary
+    from parity.serving import summary, workload_summary
 
     rows = [r for a in arms for r in a["rows"]]
     extra = {"arms": [{k: v for k, v in a.items() if k not in ("rows", "outputs")} for a in arms]}
@@ -216,7 +229,8 @@ def write_summary(ctx, plan: SnapshotPlan, arms: list[dict]) -> dict:
 
         op = plan.shape.output_parity
         extra["output_parity"] = compare_engines(outputs, plan.reference or plan.engines[0], op.min_agreement, op.max_kl)
-    doc = summary.write(ctx, plan, rows, extra)
+    writer = summary if plan.workload is None else workload_summary  # workload hook: its metrics, same machinery
+    doc = writer.write(ctx, plan, rows, extra)
     if not doc["valid"]:
         ctx.run.mark_invalid(f"{len(doc['invalid_points'])} invalid point(s): {doc['invalid_points'][0]}")
     if doc.get("output_parity", {}).get("status") == "fail":
@@ -225,7 +239,7 @@ def write_summary(ctx, plan: SnapshotPlan, arms: list[dict]) -> dict:
 
 
 def sweep_all(ctx, plan: SnapshotPlan) -> list[dict]:
-    from parity.serving import summary
+    from parity.serving import summary, workload_summary
     from parity.serving.sweep import run_arm
 
     arms: list[dict] = []
@@ -233,15 +247,16 @@ def sweep_all(ctx, plan: SnapshotPlan) -> list[dict]:
         task = prog.add_task("snapshot", total=len(plan.order) * len(plan.npl), status="")
         for rep, engine in plan.order:
             arms.append(run_arm(ctx, plan, engine, rep, prog, task))
-            summary.write(ctx, plan, [r for a in arms for r in a["rows"]], {"partial": True})  # partial results survive a later failure
+            (summary if plan.workload is None else workload_summary).write(ctx, plan, [r for a in arms for r in a["rows"]], {"partial": True})  # partial results survive a later failure
     return arms
 
 
 def campaign_step(ctx, options: dict) -> dict:
-    """kind: snapshot -- options {npl, engines, model, repeat, ptok, gen, parallel, ctx, order, gates, allow_env}."""
+    """kind: snapshot -- options {npl, engines, model, repeat, ptok, gen, parallel, ctx, order, gates, allow_env, workload}
+    (workload: a serving.workloads name, or a mapping declaring one inline: {name, kind, ...})."""
     from parity.campaign import check_step_options
 
-    check_step_options("snapshot", options, {"npl", "engines", "model", "repeat", "ptok", "gen", "parallel", "ctx", "order", "gates", "allow_env"})
+    check_step_options("snapshot", options, {"npl", "engines", "model", "repeat", "ptok", "gen", "parallel", "ctx", "order", "gates", "allow_env", "workload"})
     options = {"gates": False, **options}  # campaigns usually run gate steps around it
     options["gates"] = bool(options["gates"])
     req = SnapshotRequest(**options)

@@ -11,24 +11,24 @@ import statistics
 
 from parity import stats
 from parity.serving import validity
-from parity.serving.metrics import HEADLINE, METRICS, definitions
+from parity.serving.metrics import HEADLINE, METRICS, definitions, direction
 
 ROW_KEYS = [k for k in METRICS]
 USERS_COLUMNS = ["agg_tps", "decode_agg_tps", "decode_perseq_tps", "prefill_tps", "ttft_mean_ms", "wall_s"]
 
 
-def medians(rows: list[dict]) -> list[dict]:
-    """Per engine x N: the median of each metric over the VALID repeats."""
+def medians(rows: list[dict], keys: list[str] = ROW_KEYS, spread: list[str] = HEADLINE) -> list[dict]:
+    """Per engine x N: the median of each metric (keys) over the VALID repeats."""
     out = []
     for eng, n in sorted({(r["engine"], r["n"]) for r in rows}):
         rs = [r for r in rows if r["engine"] == eng and r["n"] == n]
         ok = [r for r in rs if r.get("valid", True)]
         m = {"engine": eng, "n": n, "repeats": len(ok), "invalid_repeats": len(rs) - len(ok)}
-        for k in ROW_KEYS:
+        for k in keys:
             vals = [r[k] for r in ok if isinstance(r.get(k), (int, float)) and math.isfinite(r[k])]
             m[k] = round(statistics.median(vals), 4) if vals else None
         if len(ok) > 1:
-            m["spread"] = {k: [min(v), max(v)] for k in HEADLINE if (v := [r[k] for r in ok if isinstance(r.get(k), (int, float))])}
+            m["spread"] = {k: [min(v), max(v)] for k in spread if (v := [r[k] for r in ok if isinstance(r.get(k), (int, float))])}
         out.append(m)
     return out
 
@@ -53,7 +53,7 @@ def ratios(rows: list[dict], med: list[dict], reference: str | None, rule: stats
             if note is None:
                 va = {x["repeat"]: x[k] for x in rows if x["engine"] == reference and x["n"] == m["n"] and x.get("valid", True) and x.get(k) is not None}
                 vb = {x["repeat"]: x[k] for x in rows if x["engine"] == m["engine"] and x["n"] == m["n"] and x.get("valid", True) and x.get(k) is not None}
-                ab = stats.compare_samples(va, vb, rule, METRICS[k].better, paired=True)
+                ab = stats.compare_samples(va, vb, rule, direction(k), paired=True)
                 verdicts[k] = {"verdict": ab.verdict, "reason": ab.reason, "threshold_pct": round(ab.threshold_pct, 3), "delta_pct": None if ab.delta_pct is None else round(ab.delta_pct, 3)}
         r["verdicts"] = verdicts
         out.append(r)

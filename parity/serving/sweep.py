@@ -175,10 +175,14 @@ def run_arm(ctx, plan, engine: str, rep: int, prog, task) -> dict:
                 plan.limit_what[engine] = f"{engine}'s slots (GET /props n_ctx {real}, planned {plan.limit_what.get(engine)})"
         prog.update(task, status=f"{engine} r{rep}: warmup")
         arm["warmup"] = warmup(ctx, target, s, engine, rep, s.request_timeout_s, plan)
-        if s.output_parity.enabled and rep == min(r for r, e in plan.order if e == engine):
+        if s.output_parity.enabled and plan.workload is None and rep == min(r for r, e in plan.order if e == engine):
             prog.update(task, status=f"{engine} r{rep}: output-parity probe")
             arm["outputs"] = probe_outputs(ctx, target, la, s, engine)
-        for n in plan.npl:
+        if plan.workload is not None:  # workload hook: its own points (parity.serving.workloads) instead of every N
+            from parity.serving.workloads import run_points
+
+            rows += run_points(ctx, plan, la, target, engine, rep, prog, task, proc, log)
+        for n in [] if plan.workload is not None else plan.npl:
 
             def show(p, label=f"{engine} r{rep} N={n}", n=n):
                 prog.update(task, status=f"{label}: {p.done}/{n} requests, {p.tokens} tokens, {p.tps():.1f} tok/s")

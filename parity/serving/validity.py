@@ -41,15 +41,15 @@ def reason(r: RequestRecord) -> str | None:
     return r.error or r.invalid
 
 
-def point_verdict(records: Sequence[RequestRecord], row: dict, min_window_s: float, tolerance: float = 0.0) -> list[str]:
+def point_verdict(records: Sequence[RequestRecord], row: dict, min_window_s: float, tolerance: float = 0.0, windows: Sequence[str] = ("wall_s", "decode_window_s")) -> list[str]:
     """Why a point is invalid ([] when it counts).  tolerance: the share of invalid
-    requests allowed (0: none)."""
+    requests allowed (0: none); windows: the row's intervals that must last min_window_s."""
     problems = []
     bad = [r for r in records if not r.valid]
     if bad and len(bad) > tolerance * len(records):
         first = reason(bad[0])
         problems.append(f"{len(bad)}/{len(records)} requests invalid (first: {first})")
-    for key in ("wall_s", "decode_window_s"):
+    for key in windows:
         v = row.get(key)
         if v is None:
             problems.append(f"no {key}: {row.get('why', {}).get(key, 'not computed')}")

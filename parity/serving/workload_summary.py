@@ -1,0 +1,92 @@
+"""A workload run's rows -> the snapshot's summary machinery (medians over valid repeats
+per engine x point, ratios against the reference engine with the noise rule's verdict)
+over the kind's metrics, and its files: summary.json (with "workload") and
+parity_summary.tsv (every row, median and ratio, the kind's columns).  The users'
+summary.tsv is the closed N sweep's layout, so a workload run does not write one."""
+
+from __future__ import annotations
+
+from parity import stats
+from parity.serving import summary
+from parity.serving.metrics import METRICS, definitions
+from parity.serving.workload_metrics import BY_KIND, HEADLINE
+
+# the serving metrics each kind's table shows first (every one is still in the rows and medians)
+SHOWN = {
+    "shared-prefix": ["ttft_mean_ms", "ttft_p99_ms", "prefill_tps", "prefix_hit_rate", "prefix_share", "prefix_hits", "prefix_hits_derived", "cached_prompt_tokens"],
+    "prefill-under-decode": ["stall_max_ms", "stall_p99_ms", "decode_gap_p50_ms", "stall_ratio", "long_ttft_mean_ms", "long_ttft_max_ms", "decode_perseq_tps"],
+    "open-loop": ["scheduled_rate", "achieved_rate", "sched_delay_p99_ms", "served_rate", "goodput_rps", "slo_attainment", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "e2e_p99_ms"],
+    "multi-turn": ["prompt_tokens_mean", "ttft_mean_ms", "ttft_p99_ms", "prefill_tps", "prefix_hit_rate", "prefix_hits_derived", "cached_prompt_tokens"],
+}
+
+
+def keys(kind: str) -> list[str]:
+    return list(METRICS) + BY_KIND[kind]
+
+
+def labelled(med: list[dict], rows: list[dict]) -> list[dict]:
+    """Medians with their point label (and, for open loop, how many repeats held the rate)."""
+    for m in med:
+        rs = [r for r in rows if r["engine"] == m["engine"] and r["n"] == m["n"]]
+        m["point"] = rs[0].get("point") if rs else None
+        held = [r.get("held") for r in rs if r.get("valid", True) and "held" in r]
+        if held:
+            m["held"] = all(held) if None not in held else None
+            m["held_repeats"] = f"{sum(h is True for h in held)}/{len(held)}"
+    return med
+
+
+def headline(rat: list[dict], kind: str) -> str:
+    parts = []
+    for r in rat:
+        bits = []
+        for k in HEADLINE[kind]:
+            v = r["verdicts"].get(k, {})
+            bits.append(f"{k} {'-' if r.get(k) is None else r[k]}x" + (f" ({v['verdict']})" if v else ""))
+        parts.append(f"{r['engine']}/{r['reference']} {r.get('point') or r['n']}: " + ", ".join(bits) + ("" if r["verdicts"] else f" [{r['noise']}]"))
+    return "; ".join(parts)
+
+
+def tsv(rows: list[dict], med: list[dict], rat: list[dict], kind: str) -> str:
+    cols = ["kind", "engine", "n", "point", "repeat", "reference", "valid", "held", *keys(kind), "requests", "valid_requests", "invalid_requests", "noise"]
+    lines = ["\t".join(cols)]
+    for what, items in (("row", rows), ("median", med), ("ratio", rat)):
+        for r in items:
+            r = {**r, "kind": what, **({"repeat": "median"} if what == "median" else {})}
+            lines.append("\t".join("" if r.get(c) is None else str(r.get(c)).replace("\t", " ") for c in cols))
+    return "\n".join(lines) + "\n"
+
+
+def write(ctx, plan, rows: list[dict], extra: dict | None = None) -> dict:
+    wl = plan.workload
+    med = labelled(summary.medians(rows, keys(wl.kind), HEADLINE[wl.kind]), rows)
+    rule = stats.Rule.from_config(ctx.profile.stats)
+    rat = summary.ratios(rows, med, plan.reference, rule, HEADLINE[wl.kind])
+    points = {m["n"]: m["point"] for m in med}
+    for r in rat:
+        r["point"] = points.get(r["n"])
+    invalid = [f"{r['engine']} r{r['repeat']} {r['point']}: {'; '.join(r['invalid_reasons'])}" for r in rows if not r.get("valid", True)]
+    not_held = [f"{r['engine']} r{r['repeat']} {r['point']}: {r['held_note']}" for r in rows if r.get("held") is False]
+    doc = {
+        "kind": "snapshot",
+        "workload": wl.describe(),
+        "model": plan.model,
+        "engines": plan.engines,
+        "reference_engine": plan.reference,
+        "shape": {k: getattr(plan.shape, k) for k in ("ptok", "gen", "parallel", "ctx", "prompt", "min_window_s", "invalid_tolerance")} | {"npl": plan.npl, "repeat": plan.repeat},
+        "order": [f"r{r}:{e}" for r, e in plan.order],
+        "rows": rows,
+        "medians": med,
+        "ratios": rat,
+        "headline": headline(rat, wl.kind),
+        "shown": SHOWN[wl.kind],
+        "invalid_points": invalid,
+        "not_held": not_held,
+        "valid": not invalid,
+        "rule": rule.text(),
+        "metrics": definitions(keys(wl.kind)),
+        **(extra or {}),
+    }
+    ctx.run.write_json("summary.json", doc)
+    ctx.run.write_text("parity_summary.tsv", tsv(rows, med, rat, wl.kind))
+    return doc
