@@ -179,6 +179,8 @@ def ratio_section(rd: RunData) -> dict:
 def key_ratios(rd: RunData) -> str:
     """The ledger's key ratios: top-N decode/agg ratios, with the verdict or 'noise unknown'."""
     ratios = (rd.summary or {}).get("ratios") or []
+    if (rd.summary or {}).get("workload"):  # a workload run's ratios are its own metrics: its headline says them
+        return (rd.summary or {}).get("headline") or ""
     if not ratios:
         return ""
     top = max(r["n"] for r in ratios)
@@ -215,9 +217,9 @@ def definitions(names: list[str], summary: dict | None = None) -> tuple[list[lis
     """From parity.serving.metrics (each metric declared once); else the definitions the
     run recorded in summary.json; else a note."""
     try:
-        from parity.serving.metrics import METRICS
+        from parity.serving.metrics import all_metrics
 
-        table = {n: (m.unit, m.better, m.formula) for n, m in METRICS.items()}
+        table = {n: (m.unit, m.better, m.formula) for n, m in all_metrics().items()}
         note = None
     except ImportError as e:
         recorded = [m for m in (summary or {}).get("metrics") or [] if isinstance(m, dict) and "name" in m]

@@ -58,7 +58,7 @@ def test_extends_deep_merges_and_replaces_lists(tmp_path):
         ("extends: smoke\nlock: {poll_s: soon}\n", "lock.poll_s", "expected a number"),
         ("extends: smoke\nmodels:\n  x: {path: a.gguf, canonical: [{path: paged}]}\n", "models.x.canonical[0].md5", "required key is missing"),
         ("extends: smoke\nmodels:\n  x: {arch: llama}\n", "models.x.path", "missing (give a GGUF path or a synth: spec)"),
-        ("extends: smoke\nserving: {engines: [paged, vllm]}\n", "serving.engines", "unknown engine 'vllm'"),
+        ("extends: smoke\nserving: {engines: [paged, sglang]}\n", "serving.engines", "unknown engine 'sglang'"),
         ("extends: smoke\nengines:\n  paged: {cuda_archs: '90;sm_121'}\n", "engines.paged.cuda_archs", "not a CUDA architecture list"),
         ("extends: smoke\nengines:\n  x: {kind: llama}\n", "engines.x", "needs a source"),
         ("extends: smoke\nprofiling: {buckets: [{name: a, pattern: '(unclosed'}]}\n", "profiling.buckets[0].pattern", "bad regex"),
@@ -99,7 +99,7 @@ def test_unknown_model_and_engine_lookups():
     prof = load_profile("smoke")
     with pytest.raises(ConfigError, match=r"models.nope: no such model \(known: tiny, small"):
         prof.model("nope")
-    with pytest.raises(ConfigError, match=r"engines.nope: no such engine \(known: paged, stock\)"):
+    with pytest.raises(ConfigError, match=r"engines.nope: no such engine \(known: paged, stock, vllm\)"):
         prof.engine("nope")
 
 

@@ -45,10 +45,12 @@ engines:
     max_num_seqs: 64
     tensor_parallel_size: 1
     extra_args: [--enforce-eager]
+    dtype: null
     env: {{VLLM_LOGGING_LEVEL: DEBUG}}
     ready_timeout_s: 20
     ready_probe_timeout_s: 2
   prebuilt: {{kind: llama, bin_dir: {tmp_path}/bin, env: {{A: "1"}}, paths: {{fast: {{B: "2"}}}}, default_path: fast}}
+serving: {{model: small}}
 {extra}"""
     )
     return Context(profile=load_profile(str(prof)), runner=LocalRunner(), out=Output(json_mode=True), artifacts_root=tmp_path / "runs")
