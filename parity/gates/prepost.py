@@ -85,7 +85,7 @@ def run_gate_set(ctx, spec: GateSpec, phase: str = "gate") -> dict:
                 step(f"kl {p}", lambda p=p: kl_gate(ctx, engine=engine, path=p, tag=tag))
     status = overall(checks)
     for c in checks:
-        mark = {"pass": "ok  ", "fail": "FAIL", "error": "ERR ", "not-run": "skip"}[c.status]
+        mark = {"pass": "ok  ", "fail": "FAIL", "error": "ERR ", "flaky": "FLKY", "not-run": "skip"}[c.status]
         ctx.out.info(f"  [{mark}] {phase} {c.check}: expected {c.expected}, got {c.got}" + (f" -- {c.detail}" if c.detail else ""))
     return {"phase": phase, "status": status, "checks": [c.to_dict() for c in checks]}
 
