@@ -69,6 +69,7 @@ def gate(ctx, req: GateRequest) -> dict:
     """The gate set in a new run directory; the run is marked invalid unless green."""
     from parity.context import run_session
     from parity.gates.prepost import GateSpec, run_gate_set, write_summary
+    from parity.gpu.lock import held_lock
 
     op_list = req.ops
     _validate(ctx, req.model, req.path, req.engine, req.expect, req.form, op_list)
@@ -88,7 +89,8 @@ def gate(ctx, req: GateRequest) -> dict:
         backend=req.backend,
     )
     with run_session(ctx, "gate", f"gate-{Path(req.model).stem if req.model else 'default'}"):
-        result = run_gate_set(ctx, spec, "gate")
+        with held_lock(ctx):  # the gates run llama-completion, test-backend-ops and KL on the GPU
+            result = run_gate_set(ctx, spec, "gate")
         write_summary(ctx, {"gate": result})
         recorded, record_error = [], None
         if req.record:

@@ -30,7 +30,7 @@ def built(engine_bins, tiny_model):
 
 
 def gate(parity_cli, tmp_path, *args):
-    res = parity_cli("--artifacts", str(tmp_path / "runs"), "gate", *args, "--json")
+    res = parity_cli("--artifacts", str(tmp_path / "runs"), "gate", *args, "--json", env={"PARITY_LOCK_DIR": str(tmp_path / "gpu_bench_lock")})
     doc = json.loads(res.stdout) if res.stdout.strip() else None
     return res, doc
 
@@ -53,7 +53,7 @@ def test_gate_json_is_one_object_with_every_check(built, parity_cli, tmp_path):
 
 
 def test_gate_bad_model_is_usage_error(parity_cli, tmp_path):
-    res = parity_cli("--artifacts", str(tmp_path / "runs"), "gate", "--model", str(tmp_path / "missing.gguf"))
+    res = parity_cli("--artifacts", str(tmp_path / "runs"), "gate", "--model", str(tmp_path / "missing.gguf"), env={"PARITY_LOCK_DIR": str(tmp_path / "gpu_bench_lock")})
     assert res.returncode == 2 and res.stderr.startswith("parity: error:") and "Traceback" not in res.stderr
 
 
