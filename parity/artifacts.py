@@ -139,8 +139,12 @@ class RunDir:
                 path.mkdir(parents=True, exist_ok=False)
                 break
             except FileExistsError:
+                if not root.is_dir():
+                    raise _unusable_root(root, path, "not a directory") from None
                 n += 1
                 path = root / f"{base}-{n}"
+            except OSError as e:
+                raise _unusable_root(root, path, e.strerror or type(e).__name__) from None
         rd = cls(path)
         rd._write_manifest(
             {
@@ -232,6 +236,12 @@ class RunDir:
 
     def read_json(self, name: str) -> Any:
         return json.loads((self.path / name).read_text())
+
+
+def _unusable_root(root: Path, path: Path, why: str):
+    from parity.errors import UsageError
+
+    return UsageError(f"artifacts dir {root} (--artifacts / PARITY_ARTIFACTS): cannot create the run directory {path}: {why}")
 
 
 def _user() -> str:

@@ -129,12 +129,9 @@ def load_campaign(path: str, extra_vars: dict[str, str] | None = None) -> Campai
 
     p = Path(path).expanduser()
     label = str(path)
-    try:
-        text = p.read_text()
-    except FileNotFoundError:
-        raise ConfigError(label, "", "campaign file not found") from None
-    except OSError as e:
-        raise ConfigError(label, "", f"cannot read: {e.strerror}") from None
+    from parity.config import read_utf8
+
+    text = read_utf8(p, label, missing="campaign file not found")
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
@@ -299,7 +296,10 @@ def shell_step(ctx, options: dict) -> dict:
     env = options.get("env") or {}
     if not isinstance(env, dict):
         raise ConfigError("campaign", "with.env", "must be a mapping NAME: value")
-    res = ctx.runner.run([str(a) for a in argv], timeout=options.get("timeout_s"), env={str(k): str(v) for k, v in env.items()}, cwd=options.get("cwd"))
+    from parity.config import positive_seconds
+
+    timeout = positive_seconds(options["timeout_s"], "shell step with.timeout_s") if options.get("timeout_s") is not None else None
+    res = ctx.runner.run([str(a) for a in argv], timeout=timeout, env={str(k): str(v) for k, v in env.items()}, cwd=options.get("cwd"))
     log = options.get("log") or ctx.vars.get("_step") or "shell"
     if ctx.run:
         ctx.run.write_text(f"steps/{log}.log", res.stdout + res.stderr)

@@ -158,20 +158,20 @@ def ensure_remote_parity(runner, out=None) -> tuple[list[str], str]:
     tgz = f"{workdir}/parity-src-{stamp}.tar.gz"
     runner.put_bytes(archive, tgz)
     unpack = 'set -e; rm -rf "$1.new"; mkdir -p "$1.new"; tar -xzf "$2" -C "$1.new"; rm -rf "$1"; mv "$1.new" "$1"; rm -f "$2"'
-    _check(runner, runner.run(["sh", "-c", unpack, "sh", src, tgz], timeout=120), "unpack the source archive")
+    _check(runner, runner.run(["sh", "-c", unpack, "sh", src, tgz], timeout=cfg.bootstrap_timeout_s), "unpack the source archive")
     if not runner.exists(py):
-        res = runner.run([cfg.python, "-m", "venv", "--system-site-packages", venv], timeout=300)
+        res = runner.run([cfg.python, "-m", "venv", "--system-site-packages", venv], timeout=cfg.bootstrap_timeout_s)
         if res.rc == 127:
             raise UsageError(f"--host {runner.host}: remote python {cfg.python!r} not found (hosts.{runner.host}.python)")
         _check(runner, res, "create the venv")
-    site = runner.run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], timeout=60)
+    site = runner.run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], timeout=cfg.bootstrap_timeout_s)
     _check(runner, site, "locate the venv's site-packages")
     venv_site = site.stdout.strip()
     _inherit_packages(runner, cfg.python, venv_site)
-    pip = runner.run([py, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index", "-e", src], timeout=600)
+    pip = runner.run([py, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index", "-e", src], timeout=cfg.bootstrap_timeout_s)
     if not pip.ok:  # no setuptools/wheel for an offline build: put the source on the venv's path
         runner.write_text(f"{venv_site}/_parity_src.pth", src + "\n")
-    check = runner.run([py, "-c", "import parity, typer, yaml, rich; print(parity.__file__)"], cwd=workdir, timeout=60)
+    check = runner.run([py, "-c", "import parity, typer, yaml, rich; print(parity.__file__)"], cwd=workdir, timeout=cfg.bootstrap_timeout_s)
     missing = missing_module(check.stdout + check.stderr)
     if missing and missing != "parity":
         raise UsageError(f"--host {runner.host}: hosts.{runner.host}.python ({cfg.python}) lacks the {missing!r} package parity needs; install parity's dependencies there (see pyproject.toml)")
@@ -192,13 +192,15 @@ def _inherit_packages(runner, base_python: str, venv_site: str) -> None:
     hosts.NAME.python is itself a venv, that base is not it.  A .pth file lists the
     configured python's own site directories, so the packages it imports are there."""
     code = "import json, site, sysconfig; print(json.dumps([*site.getsitepackages(), sysconfig.get_paths()['purelib'], sysconfig.get_paths()['platlib']]))"
-    base = runner.run([base_python, "-c", code], timeout=60)
+    base = runner.run([base_python, "-c", code], timeout=runner.cfg.bootstrap_timeout_s)
     _check(runner, base, f"list the site-packages of {base_python}")
     dirs = list(dict.fromkeys(json.loads(base.stdout.strip().splitlines()[-1])))
     runner.write_text(f"{venv_site}/_parity_base.pth", "".join(d + "\n" for d in dirs))
 
 
 def _check(runner, res, what: str) -> None:
+    if res.timed_out:
+        raise InfraError(f"--host {runner.host}: could not {what}: not done within hosts.{runner.host}.bootstrap_timeout_s ({runner.cfg.bootstrap_timeout_s:g}s): {res.tail(3) or 'no output'}")
     if not res.ok:
         raise InfraError(f"--host {runner.host}: could not {what} (exit {res.rc}): {res.tail(3)}")
 

@@ -273,9 +273,15 @@ class GpuLock:
             return LockState("free", note="no lock directory")
         except NotADirectoryError:
             raise UsageError(f"lock dir {self.dir} is not a directory") from None
+        except OSError as e:
+            raise self._unusable(f"cannot list it: {e.strerror}") from None
         stamp = _stamp(self.owner_file)  # before reading: a change after this is caught by the re-check
         try:
             raw = self.owner_file.read_text(errors="replace")
+        except IsADirectoryError:
+            raise self._unusable(f"its owner file {self.owner_file} is a directory, not an owner record (remove it with rmdir if it is empty)") from None
+        except PermissionError as e:
+            raise self._unusable(f"cannot read {self.owner_file}: {e.strerror}") from None
         except FileNotFoundError:
             if not entries:
                 stamp = _stamp(self.dir)
@@ -301,10 +307,16 @@ class GpuLock:
         return bool(self.record) and st.state == "held" and st.raw.strip() == self.record
 
     # ---- mutation (flock among parity processes + compare-before-rename against the rest)
+    def _unusable(self, why: str) -> UsageError:
+        return UsageError(f"lock dir {self.dir} (lock.dir / --lock-dir / {LOCK_DIR_ENV}): {why}")
+
     @contextmanager
     def _guard(self):
-        self.mutex.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.mutex, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            self.mutex.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.mutex, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError as e:
+            raise self._unusable(f"cannot create {self.mutex.parent if not self.mutex.parent.is_dir() else self.mutex}: {e.strerror}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
@@ -320,6 +332,8 @@ class GpuLock:
                     f.write(text)
             except FileNotFoundError:  # the directory vanished (legacy rmdir): not ours, try again later
                 return False
+            except OSError as e:
+                raise self._unusable(f"cannot write in it: {e.strerror}") from None
             if _stamp(self.owner_file) != seen.stamp or _read(self.owner_file) != (seen.raw if seen.stamp else None):
                 return False
             os.replace(tmp, self.owner_file)
@@ -352,6 +366,8 @@ class GpuLock:
                     os.mkdir(self.dir)  # atomic against the legacy harnesses' mkdir
                 except FileExistsError:
                     return False, self.read()
+                except OSError as e:
+                    raise self._unusable(f"cannot create it: {e.strerror}") from None
             record = self.record_for(os.getpid() if pid == -1 else pid)
             if not self._replace_owner(record + "\n", st):
                 return False, self.read()
@@ -436,8 +452,10 @@ def wait_and_acquire(
 ) -> dict:
     """Poll until the lock is free AND the GPU idle for lock.idle_checks consecutive checks,
     then take it (acquire=False: just return).  Timeout -> InfraError.  Returns the last check."""
+    from parity.config import positive_seconds
+
     cfg = lock.cfg
-    timeout = cfg.timeout_s if timeout is None else float(timeout)
+    timeout = cfg.timeout_s if timeout is None else positive_seconds(timeout, "lock timeout")
     start = time.monotonic()
     streak, prog, task = 0, None, None
     try:
@@ -518,5 +536,8 @@ def campaign_step(ctx, options: dict) -> dict:
     bad = set(options) - {"timeout_s", "break_stale"}
     if bad:
         raise UsageError(f"lock step: unknown option {sorted(bad)[0]} (known: timeout_s, break_stale)")
-    lock = ctx.cleanup.enter_context(held_lock(ctx, options.get("timeout_s"), bool(options.get("break_stale"))))
+    from parity.config import positive_seconds
+
+    timeout = positive_seconds(options["timeout_s"], "lock step with.timeout_s") if options.get("timeout_s") is not None else None
+    lock = ctx.cleanup.enter_context(held_lock(ctx, timeout, bool(options.get("break_stale"))))
     return {"owner": lock.record, "dir": str(lock.dir), "inherited": lock.inherited}

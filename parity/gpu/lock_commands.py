@@ -26,7 +26,11 @@ class LockRequest:
 
 
 def _lock(ctx, req: LockRequest, who=None, run_id=None):
+    from parity.config import positive_seconds
     from parity.gpu.lock import GpuLock
+
+    if req.timeout is not None:
+        req.timeout = positive_seconds(req.timeout, "--timeout")
 
     return GpuLock(ctx.profile.lock, req.lock_dir, run_id, who)
 
@@ -118,8 +122,13 @@ def run(ctx, req: LockRequest) -> dict:
 
     with holding(lock, ctx.runner, ctx.out, req.timeout, req.break_stale):
         ctx.out.info(f"GPU lock {'inherited' if lock.inherited else 'taken'}: {lock.record}")
-        res = ctx.runner.run(cmd, on_line=echo)
+        res = ctx.runner.run(cmd, on_line=echo, timeout=ctx.profile.lock.run_timeout_s)
     if res.rc == 127 and res.stderr.endswith("command not found"):
         raise UsageError(res.stderr)
+    if res.timed_out:
+        raise InfraError(
+            f"lock run: {cmd[0]} still running after lock.run_timeout_s ({res.duration_s:.0f} s of {ctx.profile.lock.run_timeout_s:g} s): "
+            f"its process group was stopped and the lock {lock.dir} released"
+        )
     rc = res.rc if res.rc is not None else 1
     return {"dir": str(lock.dir), "owner": lock.record, "command": cmd, "rc": rc, "duration_s": round(res.duration_s, 3)}

@@ -165,6 +165,17 @@ def _policies():
     return Reject, AcceptNew
 
 
+def _quiet_paramiko() -> None:
+    """paramiko's transport thread logs a traceback for every failed handshake; parity
+    reports the failure in one line instead (PARITY_DEBUG=1 keeps paramiko's log)."""
+    import logging
+
+    log = logging.getLogger("paramiko")
+    if not os.environ.get("PARITY_DEBUG") and not any(isinstance(h, logging.NullHandler) for h in log.handlers):
+        log.addHandler(logging.NullHandler())
+        log.propagate = False
+
+
 class _UnknownHostKey(Exception):
     def __init__(self, hostname, kind, fp):
         super().__init__(hostname)
@@ -220,6 +231,7 @@ class SSHRunner:
                 raise UsageError(f"--host {name}: identity file not found: {c.identity_file}")
             kw.update(key_filename=c.identity_file, look_for_keys=False, allow_agent=False)
         where = f"--host {name} ({self.target})"
+        _quiet_paramiko()
         try:
             client.connect(**kw)
         except _UnknownHostKey as e:
@@ -247,7 +259,11 @@ class SSHRunner:
             client.close()
             raise UsageError(f"{where}: timed out after {c.connect_timeout_s:g}s connecting") from None
         except (paramiko.SSHException, OSError, EOFError) as e:
+            transport = client.get_transport()
+            no_banner = "banner" in str(e).lower() or (transport is not None and not transport.remote_version)
             client.close()
+            if no_banner:  # the handshake thread's banner error can surface as a later "No existing session"
+                raise UsageError(f"{where}: no SSH banner within connect_timeout_s ({c.connect_timeout_s:g}s): the peer accepted the connection but is not answering as an SSH server") from None
             raise UsageError(f"{where}: cannot connect: {e or type(e).__name__}") from None
         if c.keepalive_s:
             client.get_transport().set_keepalive(int(max(1, c.keepalive_s)))
