@@ -417,7 +417,7 @@ def run_request(req: CampaignRequest, open_context: Callable[[str | None], Any])
     run or a new one.  open_context(profile) gives the Context (with --host it delegates and exits)."""
     import os
 
-    from parity.artifacts import RunDir
+    from parity.artifacts import RunDir, now_iso
     from parity.context import run_session, run_session_existing
     from parity.remote import DELEGATED_ENV
 
@@ -432,6 +432,7 @@ def run_request(req: CampaignRequest, open_context: Callable[[str | None], Any])
     ctx = open_context(req.profile or c.profile)
     rd = RunDir.open(req.resume) if req.resume else None
     if rd is not None:
+        rd.settle("campaign run --resume")  # a run whose parity was killed still says running
         check_resumable(c, rd)
     if req.dry_run:
         return {
@@ -452,7 +453,9 @@ def run_request(req: CampaignRequest, open_context: Callable[[str | None], Any])
             return run_fanout(ctx, c, req.argv)
     if rd is not None:
         ctx.run, ctx.run_id = rd, rd.run_id
-        rd.update(status="running", resumed=True, ended=None)
+        prior = rd.manifest()
+        rd.update(status="running", resumed=True, ended=None, resumed_at=now_iso(), error=None,
+                  previous={"status": prior.get("status"), "error": prior.get("error"), "ended": prior.get("ended")})  # fmt: skip
         with run_session_existing(ctx, rd):
             return run_campaign(ctx, c, steps, resume=True)
     with run_session(ctx, "campaign", c.name):

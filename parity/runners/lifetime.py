@@ -92,6 +92,22 @@ def processes_with_env(name: str, value: str) -> list[int]:
     return found
 
 
+def started_at(pid: int) -> float | None:
+    """When a live process started (epoch seconds); None when it is gone, a zombie, or unknown."""
+    raw = _read(f"/proc/{pid}/stat")
+    stat = _read("/proc/stat")
+    if not raw or not stat:
+        return None
+    fields = raw.rsplit(b")", 1)[-1].split()
+    try:
+        if fields[0] == b"Z":
+            return None
+        btime = next(int(ln.split()[1]) for ln in stat.splitlines() if ln.startswith(b"btime "))
+        return btime + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (IndexError, ValueError, StopIteration, OSError):
+        return None
+
+
 def group_members(pgid: int) -> list[int]:
     """Live members of a process group (zombies do not count: an unreaped dead child is dead)."""
     try:
@@ -123,9 +139,9 @@ def kill_tree(tag: str | None, pgid: int | None = None, exclude: int | None = No
     if pgid:
         try:
             os.killpg(pgid, signal.SIGKILL)
+            pids += [p for p in group_members(pgid) if p != exclude and p not in pids]
         except (ProcessLookupError, PermissionError):
             pass
-        pids += [p for p in group_members(pgid) if p != exclude and p not in pids]
     kill_pids(pids)
     wait_gone(pids)
     return pids
