@@ -23,8 +23,8 @@ def env() -> dict:
     return e
 
 
-def parity(*args, timeout=300):
-    return subprocess.run([sys.executable, "-m", "parity", *args], cwd=REPO, env=env(), capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+def parity(*args, timeout=300, cwd=REPO):
+    return subprocess.run([sys.executable, "-m", "parity", *args], cwd=cwd, env=env(), capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
 
 
 def files(tmp_path: Path, lock_step: bool) -> tuple[Path, Path, Path]:
@@ -96,7 +96,7 @@ def test_resume_marks_the_killed_run_interrupted_then_resumes_it(tmp_path):
 
 def test_report_marks_the_killed_run_interrupted(tmp_path):
     _, _, run, _ = start_and_kill(tmp_path, lock_step=False)
-    parity("report", str(run))  # no summary: it fails, but it saw the run
+    parity("report", str(run), cwd=tmp_path)  # it reads the run (its reports go under tmp_path/reports)
     m = json.loads((run / "manifest.json").read_text())
     assert m["status"] == "interrupted" and "ended without closing this run" in m["error"]
 

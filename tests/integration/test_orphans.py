@@ -118,3 +118,46 @@ def test_detached_spawn_outlives_its_parity(tmp_path, detached):
         assert alive(pid)
     finally:
         os.kill(pid, signal.SIGKILL)
+
+
+SERVER_HOLDER = r"""
+import sys, threading, time
+from parity.runners.local import LocalRunner
+server, model, port, out = sys.argv[1:5]
+box = {}
+t = threading.Thread(target=lambda: box.update(p=LocalRunner().spawn([server, "-m", model, "--port", port, "--host", "127.0.0.1", "-t", "1", "--no-warmup"])))
+t.start(); t.join()
+with open(out, "w") as f:
+    f.write(str(box["p"].pid))
+time.sleep(600)
+"""
+
+
+@pytest.mark.slow
+def test_sigkilled_parity_frees_its_llama_server_port(tmp_path, engine_bins, tiny_model):
+    """A snapshot's real llama-server dies with its SIGKILLed parity: its port is free again."""
+    import socket
+
+    from tests.sshd import free_port
+
+    port, out = free_port(), tmp_path / "server.pid"
+    holder = subprocess.Popen([sys.executable, "-c", SERVER_HOLDER, str(engine_bins["paged"] / "llama-server"), str(tiny_model), str(port), str(out)], cwd=REPO)
+
+    def listening() -> bool:
+        with socket.socket() as s:
+            return s.connect_ex(("127.0.0.1", port)) == 0
+
+    try:
+        deadline = time.monotonic() + 120
+        while not listening() and time.monotonic() < deadline:
+            assert holder.poll() is None
+            time.sleep(0.1)
+        assert listening()
+        server = int(out.read_text())
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(30)
+        assert gone_within([server]) and not listening()
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
