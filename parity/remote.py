@@ -24,6 +24,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from parity.context import RUN_DIR_MARK
 from parity.errors import InfraError, UsageError
 
 ROOT_VALUE_OPTS = ("--artifacts", "--host")
@@ -252,39 +253,84 @@ def _delegate(runner, argv, local_root: Path, echo_stdout: bool, prefix: str, ou
 
         env[LOCK_DIR_ENV] = runner.expand(runner.cfg.lock_dir)
 
+    announced: list[str] = []
+
     def stream(name: str, line: str) -> None:
+        if name == "stderr" and line.startswith(RUN_DIR_MARK + " "):
+            announced.append(line[len(RUN_DIR_MARK) + 1 :].strip())
+            return
         if name == "stdout" and not echo_stdout:
             return
         f = sys.stdout if name == "stdout" else sys.stderr
         f.write(f"{prefix}{line}\n")
         f.flush()
 
-    interrupted = False
+    from parity.runners.ssh import ConnectionLost
+
+    interrupted, lost = False, None
     try:
         res = runner.run(parity_cmd + args, env=env, cwd=cwd, on_line=stream)
     except KeyboardInterrupt:
         interrupted, res = True, None
-    remote_dir = local_dir = None
-    try:
+    except ConnectionLost as e:
+        lost, res = e, None
+    remote_dir, local_dir, pulled = (announced[0] if announced else None), None, ""
+    try:  # over a new connection when the old one dropped
         if runner.exists(run_dir_file):
             remote_dir = runner.read_text(run_dir_file).strip()
             runner.run(["rm", "-f", run_dir_file], timeout=30)
-    except Exception:
-        remote_dir = None
-    if remote_dir:
-        local_dir = local_root / Path(remote_dir).name
-        runner.get(remote_dir, str(local_dir))
-        _annotate(local_dir, runner, remote_dir, None if res is None else res.rc)
-        sys.stderr.write(f"{prefix}run dir ({runner.host}:{remote_dir}) -> {local_dir}\n")
+        if remote_dir and lost:
+            _await_remote_end(runner, remote_dir)
+        if remote_dir:
+            local_dir = local_root / Path(remote_dir).name
+            runner.get(remote_dir, str(local_dir))
+            _annotate(local_dir, runner, remote_dir, None if res is None else res.rc, lost)
+            sys.stderr.write(f"{prefix}run dir ({runner.host}:{remote_dir}) -> {local_dir}\n")
+    except Exception as e:  # noqa: BLE001 -- whatever the reason, say what was not pulled back
+        if not (lost or interrupted):
+            raise
+        pulled = f"; it could not be pulled back: {e}"
+        local_dir = None
     if interrupted:
         raise KeyboardInterrupt
+    if lost:
+        where = f"remote run dir {runner.host}:{remote_dir}" if remote_dir else "the remote run dir is unknown (the remote parity had not started one)"
+        status = _status(local_dir) if local_dir else None
+        got = f" ({status}), pulled back to {local_dir}" if local_dir else pulled
+        raise InfraError(f"{lost}; {where}{got}")
     if res.timed_out:
-        raise InfraError(f"--host {runner.host}: remote parity ran past command_timeout_s ({runner.cfg.command_timeout_s:g}s) and was stopped")
+        raise InfraError(f"--host {runner.host}: remote parity ran past hosts.{runner.host}.command_timeout_s ({runner.cfg.command_timeout_s:g}s) and was stopped"
+                         + (f"; remote run dir {runner.host}:{remote_dir} pulled back to {local_dir}" if local_dir else ""))  # fmt: skip
     return Delegated(runner.host, res.rc, str(local_dir) if local_dir else None, remote_dir, res.stdout)
 
 
-def _annotate(local_dir: Path, runner, remote_dir: str, rc: int | None) -> None:
+def _await_remote_end(runner, remote_dir: str) -> None:
+    """After a drop the remote watchdog hangs up the remote parity (SIGHUP; SIGKILL after the
+    runner's interrupt grace): wait, bounded, until its manifest is no longer `running`."""
+    import time
+
+    deadline = time.monotonic() + runner.interrupt_grace_s + runner.cfg.connect_timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if json.loads(runner.read_text(f"{remote_dir}/manifest.json")).get("status") != "running":
+                return
+        except (OSError, ValueError):
+            return
+        time.sleep(0.5)
+
+
+def _status(local_dir: Path) -> str | None:
+    try:
+        return json.loads((local_dir / "manifest.json").read_text()).get("status")
+    except (OSError, ValueError):
+        return None
+
+
+def _annotate(local_dir: Path, runner, remote_dir: str, rc: int | None, lost: Exception | None = None) -> None:
     from parity.artifacts import RunDir
 
     if (local_dir / "manifest.json").is_file():
-        RunDir(local_dir).update(remote={"host": runner.host, "target": runner.target, "path": remote_dir, "exit_code": rc})
+        rd = RunDir(local_dir)
+        rd.update(remote={"host": runner.host, "target": runner.target, "path": remote_dir, "exit_code": rc, **({"connection_lost": str(lost)} if lost else {})})
+        if lost and rd.manifest().get("status") == "running":  # its parity was killed before it could say so
+            rd.finish("interrupted", f"{lost}; the remote parity did not close its run")
