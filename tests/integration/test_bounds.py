@@ -47,3 +47,19 @@ def test_lock_run_stops_its_command_at_run_timeout_s(tmp_path):
     pid = int(marker.read_text())
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+def test_remote_bootstrap_step_is_bounded_by_bootstrap_timeout_s(ssh_profile, tmp_path):
+    """Each bootstrap step runs under hosts.NAME.bootstrap_timeout_s; hitting it is exit 4
+    naming the bound and the step."""
+    import yaml
+
+    doc = yaml.safe_load(ssh_profile.read_text())
+    doc["hosts"]["local-ssh"].update(workdir=str(tmp_path / "fresh-workdir"), bootstrap_timeout_s=0.001)
+    prof = tmp_path / "p.yaml"
+    prof.write_text(yaml.safe_dump(doc))
+    r = run_parity("--host", "local-ssh", "config", "show", "--profile", str(prof), timeout=300)
+    assert r.returncode == 4, r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("parity: error: --host local-ssh: could not unpack the source archive") and "hosts.local-ssh.bootstrap_timeout_s (0.001s)" in last
+    assert "Traceback" not in r.stderr

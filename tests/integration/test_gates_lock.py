@@ -85,3 +85,12 @@ def test_campaign_gate_step_takes_the_lock(tmp_path, live_owner):
     with pytest.raises(InfraError, match="not acquired within"):
         campaign_step(ctx, {"phase": "pre"})
     assert not marker.exists()
+
+
+@pytest.mark.parametrize("argv", [["hw", "--json"], ["config", "show", "--json"], ["lock", "status", "--json"]])
+def test_read_only_commands_do_not_take_the_lock(tmp_path, parity_cli, live_owner, argv):
+    """A live owner holds the lock (lock.timeout_s 2): a read-only command neither waits nor fails."""
+    prof, lock_dir, _ = _profile(tmp_path)
+    res = parity_cli(*argv, "--profile", str(prof), env={"PARITY_NO_NVML": "1"})
+    assert res.returncode == 0, res.stderr
+    assert (lock_dir / "owner").read_text().startswith("bench@")
