@@ -58,6 +58,8 @@ def test_sigkilled_local_parity_leaves_the_remote_run_interrupted(ssh_profile, t
     proc.send_signal(signal.SIGKILL)  # the connection drops without a goodbye
     proc.communicate(timeout=30)
     assert wait_until(lambda: not pids(m), 60), pids(m)
+    status = lambda: json.loads((remote / "manifest.json").read_text())["status"]  # noqa: E731
+    assert wait_until(lambda: status() != "running", 60)  # the remote parity closes its run after stopping its step
     man = json.loads((remote / "manifest.json").read_text())
     assert man["status"] == "interrupted", man.get("error")
     assert "connection" in man["error"] and "SystemExit" not in man["error"]
