@@ -139,8 +139,12 @@ class RunDir:
                 path.mkdir(parents=True, exist_ok=False)
                 break
             except FileExistsError:
+                if not root.is_dir():
+                    raise _unusable_root(root, path, "not a directory") from None
                 n += 1
                 path = root / f"{base}-{n}"
+            except OSError as e:
+                raise _unusable_root(root, path, e.strerror or type(e).__name__) from None
         rd = cls(path)
         rd._write_manifest(
             {
@@ -198,6 +202,20 @@ class RunDir:
             fields["error"] = error
         self.update(**fields)
 
+    def settle(self, seen_by: str) -> bool:
+        """A run whose parity died without closing it (SIGKILL, OOM, power loss) says `running`
+        forever: when its pid is gone from this host, mark it interrupted.  True when marked."""
+        try:
+            m = self.manifest()
+        except (OSError, ValueError):
+            return False
+        if m.get("status") != "running" or m.get("hostname") != socket.gethostname() or not isinstance(m.get("pid"), int):
+            return False
+        if process_alive_since(m["pid"], m.get("resumed_at") or m.get("started")):
+            return False
+        self.finish("interrupted", f"parity (pid {m['pid']}) ended without closing this run (killed?); marked by {seen_by} on {socket.gethostname()}")
+        return True
+
     def mark_invalid(self, reason: str) -> None:
         data = self.manifest()
         data["valid"] = False
@@ -232,6 +250,32 @@ class RunDir:
 
     def read_json(self, name: str) -> Any:
         return json.loads((self.path / name).read_text())
+
+
+def process_alive_since(pid: int, started_iso: str | None) -> bool:
+    """True when pid is a live (non-zombie) process on this host that started no later than
+    started_iso (a later start means the pid was reused by another process)."""
+    from parity.runners.lifetime import started_at
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    began = started_at(pid)
+    if began is None:
+        return not os.path.isdir("/proc/self")  # no /proc: the pid answers, so count it alive
+    try:
+        return not started_iso or began <= _dt.datetime.fromisoformat(started_iso).timestamp() + 2
+    except ValueError:
+        return True
+
+
+def _unusable_root(root: Path, path: Path, why: str):
+    from parity.errors import UsageError
+
+    return UsageError(f"artifacts dir {root} (--artifacts / PARITY_ARTIFACTS): cannot create the run directory {path}: {why}")
 
 
 def _user() -> str:

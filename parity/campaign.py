@@ -137,12 +137,9 @@ def load_campaign(path: str, extra_vars: dict[str, str] | None = None) -> Campai
 
     p = Path(path).expanduser()
     label = str(path)
-    try:
-        text = p.read_text()
-    except FileNotFoundError:
-        raise ConfigError(label, "", "campaign file not found") from None
-    except OSError as e:
-        raise ConfigError(label, "", f"cannot read: {e.strerror}") from None
+    from parity.config import read_utf8
+
+    text = read_utf8(p, label, missing="campaign file not found")
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
@@ -384,7 +381,10 @@ def shell_step(ctx, options: dict) -> dict:
     env = options.get("env") or {}
     if not isinstance(env, dict):
         raise ConfigError("campaign", "with.env", "must be a mapping NAME: value")
-    res = ctx.runner.run([str(a) for a in argv], timeout=options.get("timeout_s"), env={str(k): str(v) for k, v in env.items()}, cwd=options.get("cwd"))
+    from parity.config import positive_seconds
+
+    timeout = positive_seconds(options["timeout_s"], "shell step with.timeout_s") if options.get("timeout_s") is not None else None
+    res = ctx.runner.run([str(a) for a in argv], timeout=timeout, env={str(k): str(v) for k, v in env.items()}, cwd=options.get("cwd"))
     log = options.get("log") or ctx.vars.get("_step") or "shell"
     if ctx.run:
         ctx.run.write_text(f"steps/{log}.log", res.stdout + res.stderr)
@@ -502,7 +502,7 @@ def run_request(req: CampaignRequest, open_context: Callable[[str | None], Any])
     run or a new one.  open_context(profile) gives the Context (with --host it delegates and exits)."""
     import os
 
-    from parity.artifacts import RunDir
+    from parity.artifacts import RunDir, now_iso
     from parity.context import run_session, run_session_existing
     from parity.remote import DELEGATED_ENV
 
@@ -517,6 +517,7 @@ def run_request(req: CampaignRequest, open_context: Callable[[str | None], Any])
     ctx = open_context(req.profile or c.profile)
     rd = RunDir.open(req.resume) if req.resume else None
     if rd is not None:
+        rd.settle("campaign run --resume")  # a run whose parity was killed still says running
         check_resumable(c, rd)
     if req.dry_run:
         doc = {
@@ -548,7 +549,9 @@ def run_request(req: CampaignRequest, open_context: Callable[[str | None], Any])
             return run_fanout(ctx, c, req.argv)
     if rd is not None:
         ctx.run, ctx.run_id = rd, rd.run_id
-        rd.update(status="running", resumed=True, ended=None)
+        prior = rd.manifest()
+        rd.update(status="running", resumed=True, ended=None, resumed_at=now_iso(), error=None,
+                  previous={"status": prior.get("status"), "error": prior.get("error"), "ended": prior.get("ended")})  # fmt: skip
         with run_session_existing(ctx, rd):
             return run_campaign(ctx, c, steps, resume=True)
     with run_session(ctx, "campaign", c.name):

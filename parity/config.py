@@ -32,6 +32,21 @@ def positive_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v > 0
 
 
+def positive_seconds(value, name: str) -> float:
+    """A CLI/step timeout: a finite number of seconds > 0 (else a one-line UsageError naming it)."""
+    import math
+
+    from parity.errors import UsageError
+
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise UsageError(f"{name} {value!r}: not a number of seconds") from None
+    if not math.isfinite(v) or v <= 0:
+        raise UsageError(f"{name} {value!r}: must be a finite number of seconds > 0")
+    return v
+
+
 def expand_path(value: str | None) -> str | None:
     """~, ${PARITY_ROOT}, ${PARITY_CACHE} and other ${ENV} references."""
     if value is None:
@@ -54,9 +69,10 @@ class HostConfig:
     workdir: str = "~/parity-remote"  # where parity keeps its checkout/venv/runs remotely
     python: str = "python3"
     parity: str | None = None  # remote parity executable; None = bootstrap a venv in workdir
-    connect_timeout_s: float = 10.0
-    command_timeout_s: float | None = None
-    keepalive_s: float = 15.0
+    connect_timeout_s: float = 10.0  # TCP connect, SSH banner, authentication, each channel open
+    command_timeout_s: float = 86400.0  # the whole remote command (a delegated parity run)
+    bootstrap_timeout_s: float = 600.0  # each step of the remote venv bootstrap (unpack, venv, pip, import check)
+    keepalive_s: float = 15.0  # 0 = no keepalive
     lock_dir: str | None = None  # remote lock dir; default: the profile's lock.dir
 
 
@@ -200,7 +216,7 @@ class GatesConfig:
     reference_path: str | None = None
     ops: list[str] = field(default_factory=list)
     op_backend: str = "CUDA0"
-    op_retries: int = 1
+    op_retries: int = 0  # zero tolerance: a retry only when asked, and a pass on it is "flaky"
     op_timeout_s: float = 1800.0
     kl: KLConfig = field(default_factory=KLConfig)
     kl_in_prepost: bool = False
@@ -353,6 +369,8 @@ class LockConfig:
     docker_busy_only_matching: str | None = None
     docker_no_daemon: Literal["idle", "busy"] = "idle"
     nvidia_smi_missing: Literal["idle", "busy"] = "idle"
+    run_timeout_s: float = 12 * 3600.0  # `parity lock run -- CMD`: the command is stopped after this
+    reclaim_wait_s: float = 60.0  # a reclaimer waits this long for a dead holder's process group to be gone
 
 
 @dataclass
@@ -466,17 +484,25 @@ def json_schema() -> dict:
     return schema
 
 
-def _read_yaml(path: Path, label: str) -> dict:
-    import yaml
-
+def read_utf8(path: Path, label: str, missing: str = "file not found") -> str:
+    """A config/campaign/registry file's text; every way it cannot be read is a ConfigError."""
     try:
-        text = path.read_text()
+        return path.read_bytes().decode("utf-8")
     except FileNotFoundError:
-        raise ConfigError(label, "", "file not found") from None
+        raise ConfigError(label, "", missing) from None
     except IsADirectoryError:
         raise ConfigError(label, "", "is a directory, not a YAML file") from None
     except OSError as e:
         raise ConfigError(label, "", f"cannot read: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        line = e.object[: e.start].count(b"\n") + 1
+        raise ConfigError(label, f"line {line}", f"not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start})") from None
+
+
+def _read_yaml(path: Path, label: str) -> dict:
+    import yaml
+
+    text = read_utf8(path, label)
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
@@ -654,9 +680,40 @@ def validate(p: Profile, label: str) -> None:
         raise ConfigError(label, "stats.confidence", "must be between 0 and 1 (e.g. 0.95)")
     if not p.stats.metrics:
         raise ConfigError(label, "stats.metrics", "must name at least one metric")
-    for key in ("poll_s", "timeout_s", "stale_age_s"):
-        if getattr(p.lock, key) <= 0:
-            raise ConfigError(label, f"lock.{key}", "must be a positive number of seconds")
+    check_bounds(p, label)
+
+
+ZERO_MEANS_OFF = {"keepalive_s"}
+
+
+def check_bounds(obj, label: str, prefix: str = "") -> None:
+    """Every timeout/interval (a field named *_s) is a finite number of seconds > 0, every
+    *retries count >= 0, every port in 1..65535: a wait must have a bound, and 0 or a
+    negative value is a typo, never "no wait"."""
+    import math
+
+    for f in dataclasses.fields(obj):
+        v, key = getattr(obj, f.name), f"{prefix}{f.name}"
+        if dataclasses.is_dataclass(v):
+            check_bounds(v, label, key + ".")
+        elif isinstance(v, dict):
+            for k, item in v.items():
+                if dataclasses.is_dataclass(item):
+                    check_bounds(item, label, f"{key}.{k}.")
+        elif isinstance(v, list):
+            for i, item in enumerate(v):
+                if dataclasses.is_dataclass(item):
+                    check_bounds(item, label, f"{key}[{i}].")
+        elif v is None or isinstance(v, bool) or not isinstance(v, (int, float)):
+            continue
+        elif f.name.endswith("_s"):
+            low_ok = f.name in ZERO_MEANS_OFF and v == 0
+            if not math.isfinite(v) or (v <= 0 and not low_ok):
+                raise ConfigError(label, key, f"must be a finite number of seconds > 0{' (or 0: off)' if f.name in ZERO_MEANS_OFF else ''}, got {v:g}")
+        elif f.name.endswith("retries") and v < 0:
+            raise ConfigError(label, key, f"must be 0 or more, got {v}")
+        elif f.name == "port" and not 1 <= v <= 65535:
+            raise ConfigError(label, key, f"not a TCP port (1..65535): {v}")
 
 
 # --------------------------------------------------------------------------- dataclass decoding

@@ -17,6 +17,8 @@ from parity.config import Profile
 from parity.errors import ParityError
 from parity.ui import Output
 
+RUN_DIR_MARK = "__PARITY_RUN_DIR__"  # stderr line of a delegated run naming its run dir (parity.remote reads it)
+
 
 @dataclass
 class Context:
@@ -52,6 +54,27 @@ def run_session(ctx: Context, kind: str, slug: str, argv: list[str] | None = Non
         yield rd
 
 
+def interruption(e: BaseException) -> str:
+    """Why a run was interrupted, in words (the manifest's error)."""
+    import re
+    import signal
+
+    from parity.errors import OutputClosed
+
+    delegated = os.environ.get("PARITY_DELEGATED")  # parity.remote.DELEGATED_ENV: the delegating host
+    lost = f"; the SSH connection to the delegating parity on {delegated} was lost" if delegated else ""
+    if isinstance(e, (OutputClosed, BrokenPipeError)):
+        return f"interrupted: output stream closed{lost or ' (its reader went away)'}"
+    m = re.fullmatch(r"signal (\d+)", str(e))
+    if not m:
+        return "interrupted by SIGINT"
+    num = int(m.group(1))
+    name = signal.Signals(num).name if num in signal.valid_signals() else f"signal {num}"
+    if num == signal.SIGHUP and delegated:  # the remote watchdog hangs up when the channel closes
+        return f"interrupted by SIGHUP{lost}"
+    return f"interrupted by {name}"
+
+
 @contextmanager
 def run_session_existing(ctx: Context, rd: RunDir) -> Iterator[RunDir]:
     from parity.runners.local import stop_all
@@ -59,12 +82,14 @@ def run_session_existing(ctx: Context, rd: RunDir) -> Iterator[RunDir]:
     announce = os.environ.pop("PARITY_RUN_DIR_FILE", None)  # set by a delegating `parity --host` (parity.remote); first session only
     if announce:
         Path(announce).write_text(str(rd.path.resolve()) + "\n")
+        sys.stderr.write(f"{RUN_DIR_MARK} {rd.path.resolve()}\n")  # the delegating side knows it even if the connection drops
+        sys.stderr.flush()
     try:
         with ctx.cleanup:
             yield rd
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, BrokenPipeError) as e:
         stop_all()
-        rd.finish("interrupted", "interrupted by signal")
+        rd.finish("interrupted", interruption(e))
         raise
     except ParityError as e:
         stop_all()

@@ -47,3 +47,8 @@ class InvalidMeasurement(ParityError):
 
 class Interrupted(ParityError):
     exit_code = EXIT_INTERRUPTED
+
+
+class OutputClosed(KeyboardInterrupt):
+    """stdout/stderr went away (the terminal closed, or the SSH channel of a delegated run
+    dropped): handled like an interrupt -- children stopped, lock released, run interrupted."""

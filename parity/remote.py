@@ -24,6 +24,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from parity.context import RUN_DIR_MARK
 from parity.errors import InfraError, UsageError
 
 ROOT_VALUE_OPTS = ("--artifacts", "--host")
@@ -158,20 +159,20 @@ def ensure_remote_parity(runner, out=None) -> tuple[list[str], str]:
     tgz = f"{workdir}/parity-src-{stamp}.tar.gz"
     runner.put_bytes(archive, tgz)
     unpack = 'set -e; rm -rf "$1.new"; mkdir -p "$1.new"; tar -xzf "$2" -C "$1.new"; rm -rf "$1"; mv "$1.new" "$1"; rm -f "$2"'
-    _check(runner, runner.run(["sh", "-c", unpack, "sh", src, tgz], timeout=120), "unpack the source archive")
+    _check(runner, runner.run(["sh", "-c", unpack, "sh", src, tgz], timeout=cfg.bootstrap_timeout_s), "unpack the source archive")
     if not runner.exists(py):
-        res = runner.run([cfg.python, "-m", "venv", "--system-site-packages", venv], timeout=300)
+        res = runner.run([cfg.python, "-m", "venv", "--system-site-packages", venv], timeout=cfg.bootstrap_timeout_s)
         if res.rc == 127:
             raise UsageError(f"--host {runner.host}: remote python {cfg.python!r} not found (hosts.{runner.host}.python)")
         _check(runner, res, "create the venv")
-    site = runner.run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], timeout=60)
+    site = runner.run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], timeout=cfg.bootstrap_timeout_s)
     _check(runner, site, "locate the venv's site-packages")
     venv_site = site.stdout.strip()
     _inherit_packages(runner, cfg.python, venv_site)
-    pip = runner.run([py, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index", "-e", src], timeout=600)
+    pip = runner.run([py, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index", "-e", src], timeout=cfg.bootstrap_timeout_s)
     if not pip.ok:  # no setuptools/wheel for an offline build: put the source on the venv's path
         runner.write_text(f"{venv_site}/_parity_src.pth", src + "\n")
-    check = runner.run([py, "-c", "import parity, typer, yaml, rich; print(parity.__file__)"], cwd=workdir, timeout=60)
+    check = runner.run([py, "-c", "import parity, typer, yaml, rich; print(parity.__file__)"], cwd=workdir, timeout=cfg.bootstrap_timeout_s)
     missing = missing_module(check.stdout + check.stderr)
     if missing and missing != "parity":
         raise UsageError(f"--host {runner.host}: hosts.{runner.host}.python ({cfg.python}) lacks the {missing!r} package parity needs; install parity's dependencies there (see pyproject.toml)")
@@ -192,13 +193,15 @@ def _inherit_packages(runner, base_python: str, venv_site: str) -> None:
     hosts.NAME.python is itself a venv, that base is not it.  A .pth file lists the
     configured python's own site directories, so the packages it imports are there."""
     code = "import json, site, sysconfig; print(json.dumps([*site.getsitepackages(), sysconfig.get_paths()['purelib'], sysconfig.get_paths()['platlib']]))"
-    base = runner.run([base_python, "-c", code], timeout=60)
+    base = runner.run([base_python, "-c", code], timeout=runner.cfg.bootstrap_timeout_s)
     _check(runner, base, f"list the site-packages of {base_python}")
     dirs = list(dict.fromkeys(json.loads(base.stdout.strip().splitlines()[-1])))
     runner.write_text(f"{venv_site}/_parity_base.pth", "".join(d + "\n" for d in dirs))
 
 
 def _check(runner, res, what: str) -> None:
+    if res.timed_out:
+        raise InfraError(f"--host {runner.host}: could not {what}: not done within hosts.{runner.host}.bootstrap_timeout_s ({runner.cfg.bootstrap_timeout_s:g}s): {res.tail(3) or 'no output'}")
     if not res.ok:
         raise InfraError(f"--host {runner.host}: could not {what} (exit {res.rc}): {res.tail(3)}")
 
@@ -250,39 +253,84 @@ def _delegate(runner, argv, local_root: Path, echo_stdout: bool, prefix: str, ou
 
         env[LOCK_DIR_ENV] = runner.expand(runner.cfg.lock_dir)
 
+    announced: list[str] = []
+
     def stream(name: str, line: str) -> None:
+        if name == "stderr" and line.startswith(RUN_DIR_MARK + " "):
+            announced.append(line[len(RUN_DIR_MARK) + 1 :].strip())
+            return
         if name == "stdout" and not echo_stdout:
             return
         f = sys.stdout if name == "stdout" else sys.stderr
         f.write(f"{prefix}{line}\n")
         f.flush()
 
-    interrupted = False
+    from parity.runners.ssh import ConnectionLost
+
+    interrupted, lost = False, None
     try:
         res = runner.run(parity_cmd + args, env=env, cwd=cwd, on_line=stream)
     except KeyboardInterrupt:
         interrupted, res = True, None
-    remote_dir = local_dir = None
-    try:
+    except ConnectionLost as e:
+        lost, res = e, None
+    remote_dir, local_dir, pulled = (announced[0] if announced else None), None, ""
+    try:  # over a new connection when the old one dropped
         if runner.exists(run_dir_file):
             remote_dir = runner.read_text(run_dir_file).strip()
             runner.run(["rm", "-f", run_dir_file], timeout=30)
-    except Exception:
-        remote_dir = None
-    if remote_dir:
-        local_dir = local_root / Path(remote_dir).name
-        runner.get(remote_dir, str(local_dir))
-        _annotate(local_dir, runner, remote_dir, None if res is None else res.rc)
-        sys.stderr.write(f"{prefix}run dir ({runner.host}:{remote_dir}) -> {local_dir}\n")
+        if remote_dir and lost:
+            _await_remote_end(runner, remote_dir)
+        if remote_dir:
+            local_dir = local_root / Path(remote_dir).name
+            runner.get(remote_dir, str(local_dir))
+            _annotate(local_dir, runner, remote_dir, None if res is None else res.rc, lost)
+            sys.stderr.write(f"{prefix}run dir ({runner.host}:{remote_dir}) -> {local_dir}\n")
+    except Exception as e:  # noqa: BLE001 -- whatever the reason, say what was not pulled back
+        if not (lost or interrupted):
+            raise
+        pulled = f"; it could not be pulled back: {e}"
+        local_dir = None
     if interrupted:
         raise KeyboardInterrupt
+    if lost:
+        where = f"remote run dir {runner.host}:{remote_dir}" if remote_dir else "the remote run dir is unknown (the remote parity had not started one)"
+        status = _status(local_dir) if local_dir else None
+        got = f" ({status}), pulled back to {local_dir}" if local_dir else pulled
+        raise InfraError(f"{lost}; {where}{got}")
     if res.timed_out:
-        raise InfraError(f"--host {runner.host}: remote parity ran past command_timeout_s ({runner.cfg.command_timeout_s:g}s) and was stopped")
+        raise InfraError(f"--host {runner.host}: remote parity ran past hosts.{runner.host}.command_timeout_s ({runner.cfg.command_timeout_s:g}s) and was stopped"
+                         + (f"; remote run dir {runner.host}:{remote_dir} pulled back to {local_dir}" if local_dir else ""))  # fmt: skip
     return Delegated(runner.host, res.rc, str(local_dir) if local_dir else None, remote_dir, res.stdout)
 
 
-def _annotate(local_dir: Path, runner, remote_dir: str, rc: int | None) -> None:
+def _await_remote_end(runner, remote_dir: str) -> None:
+    """After a drop the remote watchdog hangs up the remote parity (SIGHUP; SIGKILL after the
+    runner's interrupt grace): wait, bounded, until its manifest is no longer `running`."""
+    import time
+
+    deadline = time.monotonic() + runner.interrupt_grace_s + runner.cfg.connect_timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if json.loads(runner.read_text(f"{remote_dir}/manifest.json")).get("status") != "running":
+                return
+        except (OSError, ValueError):
+            return
+        time.sleep(0.5)
+
+
+def _status(local_dir: Path) -> str | None:
+    try:
+        return json.loads((local_dir / "manifest.json").read_text()).get("status")
+    except (OSError, ValueError):
+        return None
+
+
+def _annotate(local_dir: Path, runner, remote_dir: str, rc: int | None, lost: Exception | None = None) -> None:
     from parity.artifacts import RunDir
 
     if (local_dir / "manifest.json").is_file():
-        RunDir(local_dir).update(remote={"host": runner.host, "target": runner.target, "path": remote_dir, "exit_code": rc})
+        rd = RunDir(local_dir)
+        rd.update(remote={"host": runner.host, "target": runner.target, "path": remote_dir, "exit_code": rc, **({"connection_lost": str(lost)} if lost else {})})
+        if lost and rd.manifest().get("status") == "running":  # its parity was killed before it could say so
+            rd.finish("interrupted", f"{lost}; the remote parity did not close its run")

@@ -7,6 +7,24 @@ import sys
 from typing import Any, Callable
 
 
+def _console(stderr: bool):
+    """A rich Console whose broken pipe is an interrupt (rich's own handler exits 1, which a
+    run dir would record as `failed: SystemExit: 1`)."""
+    import os
+
+    from rich.console import Console
+
+    from parity.errors import OutputClosed
+
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, (sys.stderr if stderr else sys.stdout).fileno())  # no second broken pipe
+            raise OutputClosed("output stream closed")
+
+    return _Console(stderr=stderr, highlight=False, soft_wrap=True)
+
+
 class Output:
     """In --json mode stdout carries exactly one JSON document and all human
     output goes to stderr; otherwise human output goes to stdout."""
@@ -20,17 +38,13 @@ class Output:
     @property
     def console(self):
         if self._console is None:
-            from rich.console import Console
-
-            self._console = Console(stderr=self.json_mode, highlight=False, soft_wrap=True)
+            self._console = _console(stderr=self.json_mode)
         return self._console
 
     @property
     def err(self):
         if self._err is None:
-            from rich.console import Console
-
-            self._err = Console(stderr=True, highlight=False, soft_wrap=True)
+            self._err = _console(stderr=True)
         return self._err
 
     def info(self, msg: str) -> None:

@@ -144,7 +144,11 @@ def _interrupted() -> int:
 
 def _one_line(msg: str) -> None:
     msg = " ".join(str(msg).split())
-    sys.stderr.write(f"parity: error: {msg}\n")
+    try:
+        sys.stderr.write(f"parity: error: {msg}\n")
+        sys.stderr.flush()
+    except OSError:  # stderr is gone (a dropped SSH channel): nobody to tell
+        pass
 
 
 def entry() -> None:  # pragma: no cover

@@ -30,7 +30,7 @@ def start_detached(parity_args: list[str], runner) -> dict:
     state = detach_dir() / f"{stamp}.json"
     done = state.with_suffix(".done")
     cmd = " ".join(shlex.quote(a) for a in [sys.executable, "-m", "parity", *parity_args])
-    proc = runner.spawn(["sh", "-c", f"{cmd}; echo $? > {shlex.quote(str(done))}"], log_path=str(log))
+    proc = runner.spawn(["sh", "-c", f"{cmd}; echo $? > {shlex.quote(str(done))}"], log_path=str(log), detached=True)  # outlives this parity
     doc = {"id": stamp, "pid": proc.pid, "argv": parity_args, "log": str(log), "started": stamp}
     state.write_text(json.dumps(doc))
     return doc

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 PASS, FAIL, ERROR, NOT_RUN = "pass", "fail", "error", "not-run"
+FLAKY = "flaky"  # passed only on a retry: not a pass (zero tolerance)
 
 
 @dataclass
@@ -13,7 +14,7 @@ class Check:
     kind: str  # md5 | op | kl
     expected: str
     got: str
-    status: str  # pass | fail | error | not-run
+    status: str  # pass | fail | error | flaky | not-run
     detail: str = ""
     model: str | None = None
     path: str | None = None
@@ -25,9 +26,10 @@ class Check:
 
 
 def overall(checks: list[Check]) -> str:
-    """fail when any check failed or errored; not-run checks do not count as passed."""
-    if any(c.status in (FAIL, ERROR) for c in checks):
+    """Closed-world: pass only when there are checks and every one passed.  fail when any
+    check failed, errored or was flaky; not-run when the only non-passes are not-run."""
+    if any(c.status in (FAIL, ERROR, FLAKY) for c in checks):
         return FAIL
-    if not any(c.status == PASS for c in checks):
+    if not checks or any(c.status != PASS for c in checks):
         return NOT_RUN
     return PASS

@@ -70,6 +70,7 @@ def gate(ctx, req: GateRequest) -> dict:
     from parity.context import run_session
     from parity.engine.build import ensure_engines_built
     from parity.gates.prepost import GateSpec, gate_engines, run_gate_set, write_summary
+    from parity.gpu.lock import held_lock
 
     op_list = req.ops
     _validate(ctx, req.model, req.path, req.engine, req.expect, req.form, op_list)
@@ -89,8 +90,9 @@ def gate(ctx, req: GateRequest) -> dict:
         backend=req.backend,
     )
     with run_session(ctx, "gate", f"gate-{Path(req.model).stem if req.model else 'default'}"):
-        ensure_engines_built(ctx, gate_engines(ctx, spec))  # every build first, before any check runs
-        result = run_gate_set(ctx, spec, "gate")
+        ensure_engines_built(ctx, gate_engines(ctx, spec))  # every build first, before the lock and any check
+        with held_lock(ctx):  # the gates run llama-completion, test-backend-ops and KL on the GPU
+            result = run_gate_set(ctx, spec, "gate")
         write_summary(ctx, {"gate": result})
         recorded, record_error = [], None
         if req.record:

@@ -103,7 +103,7 @@ def run_gate_set(ctx, spec: GateSpec, phase: str = "gate") -> dict:
                 step(f"kl {p}", lambda p=p: kl_gate(ctx, engine=engine, path=p, tag=tag))
     status = overall(checks)
     for c in checks:
-        mark = {"pass": "ok  ", "fail": "FAIL", "error": "ERR ", "not-run": "skip"}[c.status]
+        mark = {"pass": "ok  ", "fail": "FAIL", "error": "ERR ", "flaky": "FLKY", "not-run": "skip"}[c.status]
         ctx.out.info(f"  [{mark}] {phase} {c.check}: expected {c.expected}, got {c.got}" + (f" -- {c.detail}" if c.detail else ""))
     return {"phase": phase, "status": status, "checks": [c.to_dict() for c in checks]}
 
@@ -127,8 +127,11 @@ def _sets(ctx) -> dict:
 
 
 def run_phase(ctx, phase: str, spec: GateSpec | None = None) -> dict:
+    from parity.gpu.lock import held_lock
+
     spec = spec or GateSpec.from_profile(ctx.profile)
-    result = run_gate_set(ctx, spec, phase)
+    with held_lock(ctx):  # re-entrant: a caller that holds the GPU lock keeps it
+        result = run_gate_set(ctx, spec, phase)
     sets = _sets(ctx)
     sets[phase] = result
     write_summary(ctx, sets)
@@ -142,22 +145,26 @@ def run_phase(ctx, phase: str, spec: GateSpec | None = None) -> dict:
 
 @contextmanager
 def gated(ctx, spec: GateSpec | None = None, enabled: bool = True):
-    """Pre-gates, the body, post-gates (also after a failing body, not after an interrupt)."""
+    """Pre-gates, the body, post-gates (also after a failing body, not after an interrupt),
+    all under one hold of the GPU lock (re-entrant: the caller's hold when it has one)."""
     if not enabled:
         yield
         return
-    run_phase(ctx, "pre", spec)
-    try:
-        yield
-    except KeyboardInterrupt:
-        raise
-    except BaseException:
+    from parity.gpu.lock import held_lock
+
+    with held_lock(ctx):
+        run_phase(ctx, "pre", spec)
         try:
-            run_phase(ctx, "post", spec)
-        except GateFailed:
-            pass
-        raise
-    run_phase(ctx, "post", spec)
+            yield
+        except KeyboardInterrupt:
+            raise
+        except BaseException:
+            try:
+                run_phase(ctx, "post", spec)
+            except GateFailed:
+                pass
+            raise
+        run_phase(ctx, "post", spec)
 
 
 def spec_from_options(options: dict) -> tuple[str, dict]:

@@ -31,14 +31,15 @@ def registry_path(override: str | None = None) -> Path:
 def _read(path: Path) -> dict:
     import yaml
 
+    from parity.config import read_utf8
+
     if not path.exists():
         return {}
+    text = read_utf8(path, str(path))
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = yaml.safe_load(text) or {}
     except yaml.YAMLError as e:
         raise ConfigError(str(path), "", f"YAML syntax error: {getattr(e, 'problem', e)}") from None
-    except OSError as e:
-        raise ConfigError(str(path), "", f"cannot read: {e.strerror}") from None
     if not isinstance(data, dict) or not isinstance(data.get("models") or {}, dict):
         raise ConfigError(str(path), "models", "expected a mapping of model name -> list of entries")
     return data

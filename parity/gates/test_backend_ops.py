@@ -7,6 +7,11 @@ log lines; older builds head each backend `Backend 2/2 (CUDA0)` instead of
 `Backend 1/1: CUDA0`.  `-b CPU` compares CPU with itself; without -b a CPU-only build
 prints `Skipping CPU backend`.  An unknown op gives `0/0 tests passed` -- not
 a pass.
+
+Verdicts are closed-world: a pass needs the evidence of one (the requested
+backend's `Backend i/n: NAME` block, its `N/N tests passed` with N > 0 and as
+many OK case lines, no FAIL, exit 0).  Anything else is fail or error and says
+what was missing.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ _TESTS = re.compile(r"^\s+(\d+)/(\d+) tests passed")
 _BACKENDS = re.compile(r"^(\d+)/(\d+) backends passed")
 # `Backend 1/2: CUDA0`; builds before mid-2025 print `Backend 2/2 (CUDA0)` (then `  Backend name: ...`)
 _BACKEND = re.compile(r"^Backend (\d+)/(\d+)(?:: (\S+)| \((\S+)\))")
+_BACKEND_STATUS = re.compile(r"^\s+Backend (\S+): (OK|FAIL)\s*$")
 
 
 @dataclass
@@ -34,12 +40,15 @@ class BackendResult:
     failing: list[str] = field(default_factory=list)
     unsupported: int = 0
     ok_cases: int = 0
+    status: str | None = None  # the tool's own "Backend NAME: OK|FAIL" line
 
 
 @dataclass
 class OpsRun:
     backends: list[BackendResult]
     backends_passed: tuple[int, int] | None
+    orphans: list[str] = field(default_factory=list)  # summary/status lines outside any backend block
+    lines: int = 0
 
     def backend(self, name: str) -> BackendResult | None:
         return next((b for b in self.backends if b.name == name), None)
@@ -50,7 +59,9 @@ def parse(text: str) -> OpsRun:
     summary = None
     cur: BackendResult | None = None
     pending: str | None = None  # a case whose status was pushed to a later line by a log line
-    for raw in text.splitlines():
+    orphans: list[str] = []
+    lines = text.splitlines()
+    for raw in lines:
         line = _ANSI.sub("", raw).rstrip()
         if cur is not None and pending and (m := _STATUS_ONLY.match(line)):
             _add_case(cur, pending, m.group(1))
@@ -66,8 +77,15 @@ def parse(text: str) -> OpsRun:
             summary = (int(m.group(1)), int(m.group(2)))
             continue
         if cur is None:
+            if _TESTS.match(line) or _BACKEND_STATUS.match(line):
+                orphans.append(line.strip())
             continue
-        if line.strip().startswith("Skipping"):
+        if m := _BACKEND_STATUS.match(line):
+            if m.group(1) == cur.name:
+                cur.status = m.group(2)
+            else:
+                orphans.append(line.strip())
+        elif line.strip().startswith("Skipping"):
             cur.skipped = line.strip()
         elif m := _TESTS.match(line):
             cur.passed, cur.total = int(m.group(1)), int(m.group(2))
@@ -79,7 +97,7 @@ def parse(text: str) -> OpsRun:
                 pending = None
             else:
                 pending = case
-    return OpsRun(backends, summary)
+    return OpsRun(backends, summary, orphans, sum(1 for x in lines if x.strip()))
 
 
 def _add_case(cur: BackendResult, case: str, rest: str) -> None:
@@ -96,23 +114,37 @@ def argv(binary: str, op: str, backend: str) -> list[str]:
 
 
 def verdict(run: OpsRun, backend: str, rc: int | None) -> tuple[str, str, str]:
-    """(status, got, detail) for one op on one backend."""
-    from parity.gates.checks import ERROR, FAIL, NOT_RUN, PASS
+    """(status, got, detail) for one op on one backend: pass only on seen evidence."""
+    from parity.gates.checks import ERROR, FAIL, PASS
 
     b = run.backend(backend)
     if b is None:
         names = ", ".join(x.name for x in run.backends) or "none"
-        return ERROR if rc not in (0, None) else NOT_RUN, "-", f"backend {backend} not in the run (backends: {names})"
+        missing = f"no 'Backend i/n: {backend}' block in the output (backends seen: {names}; {run.lines} non-empty lines, exit {rc})"
+        said = [o for o in run.orphans if _says_failure(o)]
+        if said:
+            got = next((f"{m.group(1)}/{m.group(2)}" for o in said if (m := _TESTS.match("  " + o))), "-")
+            return FAIL, got, f"{missing}; outside any block it says: {'; '.join(said[:4])}"
+        if run.orphans:
+            missing += f"; outside any block: {'; '.join(run.orphans[:4])}"
+        return ERROR, "-", missing
     if b.skipped:
-        return NOT_RUN, "-", f"{backend}: {b.skipped}"
+        return ERROR, "-", f"{backend} was not tested ({b.skipped})"
     if b.total is None:
-        return ERROR, "-", f"{backend}: no 'tests passed' summary (crash or truncated output, exit {rc})"
+        return ERROR, "-", f"{backend}: no 'N/N tests passed' summary (crash or truncated output, exit {rc})"
     got = f"{b.passed}/{b.total}"
     if b.total == 0:
-        return NOT_RUN, got, f"no test cases ran on {backend} (unknown op or every case unsupported: {b.unsupported})"
-    if b.passed != b.total or b.failing:
+        return ERROR, got, f"no test case ran on {backend} (unknown op or every case unsupported: {b.unsupported})"
+    if b.passed != b.total or b.failing or b.status == "FAIL":
         listed = "; ".join(b.failing[:10]) + (f" (+{len(b.failing) - 10} more)" if len(b.failing) > 10 else "")
-        return FAIL, got, f"failing cases: {listed}" if listed else "some cases failed"
-    if rc not in (0, None):
+        return FAIL, got, f"failing cases: {listed}" if listed else f"the tool says Backend {backend}: {b.status or 'not OK'}"
+    if b.ok_cases != b.passed:
+        return ERROR, got, f"summary says {got} but {b.ok_cases} OK case lines were seen on {backend} (altered or truncated output)"
+    if rc != 0:
         return ERROR, got, f"exit {rc} despite a clean summary"
     return PASS, got, f"{b.unsupported} cases not supported on {backend}" if b.unsupported else ""
+
+
+def _says_failure(line: str) -> bool:
+    m = _TESTS.match("  " + line)
+    return bool(m and m.group(1) != m.group(2)) or line.endswith("FAIL")

@@ -1,8 +1,9 @@
 """The shared-GPU owner-file lock (~/gpu_bench_lock), compatible with the users' scripts.
 
 On disk (seed 000_* section 3.1):
-- `<dir>/owner` holds "<who> <epoch> [pid=N] [host=H] [run=ID]": the users' scripts
-  parse the first two fields.  "FREE ..." or no owner file means free.  Release writes
+- `<dir>/owner` holds "<who> <epoch> [pid=N] [host=H] [run=ID] [pgids=G,G]": the users'
+  scripts parse the first two fields; pgids lists the process groups the holder has
+  running now (updated as they start and end).  "FREE ..." or no owner file means free.  Release writes
   "FREE released-by-<who> <epoch>" and keeps the dir.  A stale `<dir>/release` is
   cleared on acquire.
 - legacy: an EMPTY `<dir>` is an mkdir/rmdir mutex held by an old harness.
@@ -18,7 +19,10 @@ atomic against the legacy harnesses' mkdir.
 
 Stale holders: a pid that is dead on this host is reclaimed automatically; an
 owner from another host, or older than lock.stale_age_s, only with --break-stale;
-a live pid on this host never.
+a live pid on this host never.  Before reclaiming a dead holder, what it left running
+(its recorded process groups, and every process that inherited its lock record in
+PARITY_GPU_LOCK) is killed and waited for, up to lock.reclaim_wait_s: the GPU is not
+handed on while a killed holder's children still run on it.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ import socket
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from parity.config import LockConfig
@@ -79,6 +83,12 @@ class Owner:
     pid: int | None = None
     host: str | None = None
     run: str | None = None
+    pgids: list[int] = field(default_factory=list)
+
+
+def base_record(record: str) -> str:
+    """The record without its pgids= field (which changes while the lock is held)."""
+    return " ".join(p for p in record.split() if not p.startswith("pgids="))
 
 
 def parse_owner(text: str) -> Owner | None:
@@ -100,6 +110,8 @@ def parse_owner(text: str) -> Owner | None:
             o.host = v
         elif k == "run" and v:
             o.run = v
+        elif k == "pgids" and v:
+            o.pgids = [int(x) for x in v.split(",") if x.isdigit()]
     if o.host is None and "@" in o.who:
         o.host = o.who.rsplit("@", 1)[1]
     return o
@@ -270,6 +282,9 @@ class GpuLock:
         self.held = False  # we wrote the current owner record and must release it
         self.inherited = False  # a parent process holds it for us (ENV_HELD)
         self.record = ""
+        self.reclaimed: LockState | None = None  # the dead holder this acquire took over
+        self._groups: list[int] = []
+        self._groups_lock = threading.Lock()
 
     # ---- reading
     def read(self) -> LockState:
@@ -279,9 +294,15 @@ class GpuLock:
             return LockState("free", note="no lock directory")
         except NotADirectoryError:
             raise UsageError(f"lock dir {self.dir} is not a directory") from None
+        except OSError as e:
+            raise self._unusable(f"cannot list it: {e.strerror}") from None
         stamp = _stamp(self.owner_file)  # before reading: a change after this is caught by the re-check
         try:
             raw = self.owner_file.read_text(errors="replace")
+        except IsADirectoryError:
+            raise self._unusable(f"its owner file {self.owner_file} is a directory, not an owner record (remove it with rmdir if it is empty)") from None
+        except PermissionError as e:
+            raise self._unusable(f"cannot read {self.owner_file}: {e.strerror}") from None
         except FileNotFoundError:
             if not entries:
                 stamp = _stamp(self.dir)
@@ -307,10 +328,16 @@ class GpuLock:
         return bool(self.record) and st.state == "held" and st.raw.strip() == self.record
 
     # ---- mutation (flock among parity processes + compare-before-rename against the rest)
+    def _unusable(self, why: str) -> UsageError:
+        return UsageError(f"lock dir {self.dir} (lock.dir / --lock-dir / {LOCK_DIR_ENV}): {why}")
+
     @contextmanager
     def _guard(self):
-        self.mutex.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.mutex, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            self.mutex.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.mutex, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError as e:
+            raise self._unusable(f"cannot create {self.mutex.parent if not self.mutex.parent.is_dir() else self.mutex}: {e.strerror}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
@@ -326,6 +353,8 @@ class GpuLock:
                     f.write(text)
             except FileNotFoundError:  # the directory vanished (legacy rmdir): not ours, try again later
                 return False
+            except OSError as e:
+                raise self._unusable(f"cannot write in it: {e.strerror}") from None
             if _stamp(self.owner_file) != seen.stamp or _read(self.owner_file) != (seen.raw if seen.stamp else None):
                 return False
             os.replace(tmp, self.owner_file)
@@ -353,20 +382,60 @@ class GpuLock:
             st = self.read()
             if not self.acquirable(st, break_stale):
                 return False, st
+            if st.reclaim == AUTO and (left := self._stop_leftovers(st)):
+                st.note += f"; its processes {', '.join(map(str, left[:8]))} still alive after lock.reclaim_wait_s ({fmt_age(self.cfg.reclaim_wait_s)})"
+                return False, st
             if st.note == "no lock directory":
                 try:
                     os.mkdir(self.dir)  # atomic against the legacy harnesses' mkdir
                 except FileExistsError:
                     return False, self.read()
+                except OSError as e:
+                    raise self._unusable(f"cannot create it: {e.strerror}") from None
             record = self.record_for(os.getpid() if pid == -1 else pid)
             if not self._replace_owner(record + "\n", st):
                 return False, self.read()
-            self.record, self.held = record, True
+            self.record, self.held, self._groups = record, True, []
+            self.reclaimed = st if st.state == "held" else None
             try:
                 (self.dir / "release").unlink()
             except FileNotFoundError:
                 pass
             return True, st
+
+    def _stop_leftovers(self, st: LockState) -> list[int]:
+        """Kill what a dead holder left running (its recorded groups, and every process that
+        inherited its record) and wait until it is gone; returns the pids still alive."""
+        from parity.runners import lifetime
+
+        # what inherited the dead holder's record is its own: killed.  A member of a recorded
+        # group without it (a tool that cleared its environment) is waited for, not killed,
+        # unless it started before the lock was taken (the group id was reused since).
+        mine = lifetime.processes_with_env(ENV_HELD, f"{self.dir}\t{base_record(st.raw.strip())}")
+        since = st.owner.since or 0
+        members = [p for g in st.owner.pgids for p in lifetime.group_members(g) if p not in mine and (lifetime.started_at(p) or 0) >= since - 1]
+        if not mine and not members:
+            return []
+        lifetime.kill_pids(mine)
+        left = lifetime.wait_gone(mine + members, self.cfg.reclaim_wait_s)
+        if not left:
+            st.note += f"; killed what it left running (pids {', '.join(map(str, (mine + members)[:8]))})"
+        return left
+
+    def group_event(self, event: str, pgid: int) -> None:
+        """A LocalRunner group started/ended while we hold the lock: keep pgids= in the owner
+        record current, so a reclaimer after a SIGKILL knows what to wait for."""
+        if not self.held:
+            return
+        with self._groups_lock:
+            groups = [g for g in self._groups if g != pgid] + ([pgid] if event == "start" else [])
+            record = base_record(self.record) + (f" pgids={','.join(map(str, groups))}" if groups else "")
+            with deferred_signals(), self._guard():
+                st = self.read()
+                if not self.is_mine(st):
+                    return  # broken by someone: not ours to write any more
+                if self._replace_owner(record + "\n", st):
+                    self.record, self._groups = record, groups
 
     def release(self) -> bool:
         """Write FREE if the owner is still our record; True when we released it."""
@@ -394,13 +463,13 @@ class GpuLock:
         if not rec or Path(d) != self.dir:
             return False
         st = self.read()
-        if st.state == "held" and st.raw.strip() == rec and st.reclaim != AUTO:
+        if st.state == "held" and base_record(st.raw.strip()) == rec and st.reclaim != AUTO:
             self.record, self.inherited = rec, True
             return True
         return False
 
     def env_value(self) -> str:
-        return f"{self.dir}\t{self.record}"
+        return f"{self.dir}\t{base_record(self.record)}"
 
 
 def _read(path: Path) -> str | None:
@@ -442,8 +511,10 @@ def wait_and_acquire(
 ) -> dict:
     """Poll until the lock is free AND the GPU idle for lock.idle_checks consecutive checks,
     then take it (acquire=False: just return).  Timeout -> InfraError.  Returns the last check."""
+    from parity.config import positive_seconds
+
     cfg = lock.cfg
-    timeout = cfg.timeout_s if timeout is None else float(timeout)
+    timeout = cfg.timeout_s if timeout is None else positive_seconds(timeout, "lock timeout")
     start = time.monotonic()
     streak, prog, task = 0, None, None
     try:
@@ -484,14 +555,18 @@ def holding(lock: GpuLock, runner, out, timeout: float | None = None, break_stal
     if lock.adopt_inherited():
         yield {"inherited": True, "lock": f"held by the parent process: {lock.record}"}
         return
+    from parity.runners.local import add_group_listener, remove_group_listener
+
     old_env = os.environ.get(ENV_HELD)
     with sigterm_as_interrupt():
         try:
             info = wait_and_acquire(lock, runner, out, timeout, break_stale, check_idle)
             os.environ[ENV_HELD] = lock.env_value()
             _HELD_HERE.append(lock)
+            add_group_listener(lock.group_event)
             yield info
         finally:
+            remove_group_listener(lock.group_event)
             if lock in _HELD_HERE:
                 _HELD_HERE.remove(lock)
             if lock.held:
@@ -512,6 +587,7 @@ def held_lock(ctx, timeout: float | None = None, break_stale: bool = False):
         raise UsageError("the GPU lock is taken by the parity that runs on the GPU host (use --host to delegate), not through a remote runner")
     lock = GpuLock(ctx.profile.lock, run_id=ctx.run_id)
     with holding(lock, ctx.runner, ctx.out, timeout, break_stale) as info:
+        settle_reclaimed(lock, ctx.artifacts_root, ctx.out)
         ctx.vars["_gpu_lock"] = lock
         try:
             if ctx.run is not None:
@@ -522,10 +598,26 @@ def held_lock(ctx, timeout: float | None = None, break_stale: bool = False):
             ctx.vars.pop("_gpu_lock", None)
 
 
+def settle_reclaimed(lock: GpuLock, artifacts_root, out) -> None:
+    """The holder we reclaimed died without closing its run: its manifest (when it lives in
+    our artifacts root) says running forever -- mark it interrupted."""
+    o = lock.reclaimed.owner if lock.reclaimed else None
+    if not o or not o.run or artifacts_root is None:
+        return
+    from parity.artifacts import RunDir
+
+    rd = RunDir(Path(artifacts_root).expanduser() / o.run)
+    if rd.manifest_path.is_file() and rd.settle(f"the GPU lock reclaim by {lock.who}"):
+        out.warn(f"run {rd.path} of the dead lock holder marked interrupted")
+
+
 def campaign_step(ctx, options: dict) -> dict:
     """kind: lock -- take the GPU lock for the rest of the campaign (released when it ends)."""
     bad = set(options) - {"timeout_s", "break_stale"}
     if bad:
         raise UsageError(f"lock step: unknown option {sorted(bad)[0]} (known: timeout_s, break_stale)")
-    lock = ctx.cleanup.enter_context(held_lock(ctx, options.get("timeout_s"), bool(options.get("break_stale"))))
+    from parity.config import positive_seconds
+
+    timeout = positive_seconds(options["timeout_s"], "lock step with.timeout_s") if options.get("timeout_s") is not None else None
+    lock = ctx.cleanup.enter_context(held_lock(ctx, timeout, bool(options.get("break_stale"))))
     return {"owner": lock.record, "dir": str(lock.dir), "inherited": lock.inherited}

@@ -26,7 +26,11 @@ class LockRequest:
 
 
 def _lock(ctx, req: LockRequest, who=None, run_id=None):
+    from parity.config import positive_seconds
     from parity.gpu.lock import GpuLock
+
+    if req.timeout is not None:
+        req.timeout = positive_seconds(req.timeout, "--timeout")
 
     return GpuLock(ctx.profile.lock, req.lock_dir, run_id, who)
 
@@ -46,7 +50,7 @@ def status(ctx, req: LockRequest) -> dict:
 
 
 def acquire(ctx, req: LockRequest) -> dict:
-    from parity.gpu.lock import pid_alive, wait_and_acquire
+    from parity.gpu.lock import pid_alive, settle_reclaimed, wait_and_acquire
 
     owner, pid, timeout, break_stale = req.owner, req.pid, req.timeout, req.break_stale
     if pid is not None and (pid <= 0 or not pid_alive(pid)):
@@ -64,6 +68,7 @@ def acquire(ctx, req: LockRequest) -> dict:
                 raise InfraError(f"lock {lock.dir} is taken: {st.describe()}")
         else:
             wait_and_acquire(lock, ctx.runner, ctx.out, timeout, break_stale, pid=pid)
+        settle_reclaimed(lock, ctx.artifacts_root, ctx.out)
     except KeyboardInterrupt:
         if lock.held:  # interrupted right after the write: the user did not get the lock
             lock.release()
@@ -103,7 +108,7 @@ def wait(ctx, req: LockRequest) -> dict:
 
 def run(ctx, req: LockRequest) -> dict:
     """Hold the lock exactly while the command runs, its output streamed through; {"rc", ...}."""
-    from parity.gpu.lock import holding
+    from parity.gpu.lock import holding, settle_reclaimed
 
     cmd = list(req.command[1:] if req.command and req.command[0] == "--" else req.command)
     if not cmd:
@@ -117,9 +122,15 @@ def run(ctx, req: LockRequest) -> dict:
         target.flush()
 
     with holding(lock, ctx.runner, ctx.out, req.timeout, req.break_stale):
+        settle_reclaimed(lock, ctx.artifacts_root, ctx.out)
         ctx.out.info(f"GPU lock {'inherited' if lock.inherited else 'taken'}: {lock.record}")
-        res = ctx.runner.run(cmd, on_line=echo)
+        res = ctx.runner.run(cmd, on_line=echo, timeout=ctx.profile.lock.run_timeout_s)
     if res.rc == 127 and res.stderr.endswith("command not found"):
         raise UsageError(res.stderr)
+    if res.timed_out:
+        raise InfraError(
+            f"lock run: {cmd[0]} still running after lock.run_timeout_s ({res.duration_s:.0f} s of {ctx.profile.lock.run_timeout_s:g} s): "
+            f"its process group was stopped and the lock {lock.dir} released"
+        )
     rc = res.rc if res.rc is not None else 1
     return {"dir": str(lock.dir), "owner": lock.record, "command": cmd, "rc": rc, "duration_s": round(res.duration_s, 3)}

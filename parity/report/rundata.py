@@ -82,6 +82,11 @@ def load_run(path, *, need_summary: bool = True) -> RunData:
     manifest = _json(p / "manifest.json", notes)
     if not isinstance(manifest, dict):
         raise UsageError(f"{path}: not a parity run directory (no readable manifest.json)")
+    if manifest.get("status") == "running":
+        from parity.artifacts import RunDir
+
+        if RunDir(p).settle("report"):  # its parity was killed: it will never end by itself
+            manifest = _json(p / "manifest.json", notes)
     rd = RunData(p, manifest, notes=notes)
     rd.hardware = _json(p / "hardware.json", notes)
     rd.gates = _json(p / "gates.json", notes)

@@ -110,14 +110,15 @@ def inner_script(argv: list[str], env: Mapping[str, str] | None, unset: Iterable
 
 def wrapper_script(inner: str, grace_s: float = 3.0) -> str:
     """Outer shell: start `inner` in its own session, report its pgid, let a
-    watchdog on the channel's stdin kill the group when the connection drops,
-    and exit with the command's status.  Leftover group members die with it."""
+    watchdog on the channel's stdin hang up the group (SIGHUP, grace, SIGKILL) when
+    the connection drops, and exit with the command's status.  Leftover group
+    members die with it."""
     return (
         "exec 3<&0\n"
         f"setsid sh -c {q(inner)} 3<&- </dev/null &\n"
         "p=$!\n"
         f"printf '%s %s\\n' {PGID_MARK} \"$p\" >&2\n"
-        "( while read -r _; do :; done; " + _await_group('"$p"') + kill_group_script('"$p"', grace_s) + " ) <&3 >/dev/null 2>&1 &\n"
+        "( while read -r _; do :; done; " + _await_group('"$p"') + kill_group_script('"$p"', grace_s, "HUP") + " ) <&3 >/dev/null 2>&1 &\n"
         "w=$!\n"
         "exec 3<&-\n"
         "wait \"$p\"; rc=$?\n"
@@ -133,10 +134,10 @@ def _await_group(pid: str) -> str:
     return f"i=0; while kill -0 {pid} && ! kill -0 -{pid} && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done 2>/dev/null; "
 
 
-def kill_group_script(pgid: int | str, grace_s: float) -> str:
+def kill_group_script(pgid: int | str, grace_s: float, first: str = "TERM") -> str:
     steps = max(1, int(grace_s / 0.1))
     return (
-        f"kill -TERM -{pgid} 2>/dev/null; i=0; "
+        f"kill -{first} -{pgid} 2>/dev/null; i=0; "
         f"while kill -0 -{pgid} 2>/dev/null && [ $i -lt {steps} ]; do sleep 0.1; i=$((i+1)); done; "
         f"kill -KILL -{pgid} 2>/dev/null; true"
     )
@@ -163,6 +164,25 @@ def _policies():
                 f.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
 
     return Reject, AcceptNew
+
+
+def _quiet_paramiko() -> None:
+    """paramiko's transport thread logs a traceback for every failed handshake; parity
+    reports the failure in one line instead (PARITY_DEBUG=1 keeps paramiko's log)."""
+    import logging
+
+    log = logging.getLogger("paramiko")
+    if not os.environ.get("PARITY_DEBUG") and not any(isinstance(h, logging.NullHandler) for h in log.handlers):
+        log.addHandler(logging.NullHandler())
+        log.propagate = False
+
+
+class ConnectionLost(InfraError):
+    """The SSH connection dropped while a command ran; .stdout is what arrived before."""
+
+    def __init__(self, msg: str, stdout: str = ""):
+        super().__init__(msg)
+        self.stdout = stdout
 
 
 class _UnknownHostKey(Exception):
@@ -195,6 +215,9 @@ class SSHRunner:
         with self._lock:
             if self._client is not None and self._client.get_transport() and self._client.get_transport().is_active():
                 return self._client
+            if self._client is not None:  # a dropped connection: its SFTP session went with it
+                self._client.close()
+                self._client = self._sftp = None
             self._client = self._open()
             return self._client
 
@@ -220,6 +243,7 @@ class SSHRunner:
                 raise UsageError(f"--host {name}: identity file not found: {c.identity_file}")
             kw.update(key_filename=c.identity_file, look_for_keys=False, allow_agent=False)
         where = f"--host {name} ({self.target})"
+        _quiet_paramiko()
         try:
             client.connect(**kw)
         except _UnknownHostKey as e:
@@ -247,7 +271,11 @@ class SSHRunner:
             client.close()
             raise UsageError(f"{where}: timed out after {c.connect_timeout_s:g}s connecting") from None
         except (paramiko.SSHException, OSError, EOFError) as e:
+            transport = client.get_transport()
+            no_banner = "banner" in str(e).lower() or (transport is not None and not transport.remote_version)
             client.close()
+            if no_banner:  # the handshake thread's banner error can surface as a later "No existing session"
+                raise UsageError(f"{where}: no SSH banner within connect_timeout_s ({c.connect_timeout_s:g}s): the peer accepted the connection but is not answering as an SSH server") from None
             raise UsageError(f"{where}: cannot connect: {e or type(e).__name__}") from None
         if c.keepalive_s:
             client.get_transport().set_keepalive(int(max(1, c.keepalive_s)))
@@ -359,7 +387,7 @@ class SSHRunner:
             rc = chan.recv_exit_status() if chan.exit_status_ready() else -1
             if rc == -1:  # paramiko's "no exit status": the channel or connection went away
                 chan.close()
-                raise InfraError(f"--host {self.host}: SSH connection lost while running {argv[0]} (remote group killed by its watchdog)")
+                raise ConnectionLost(f"--host {self.host}: SSH connection lost while running {argv[0]} (remote group stopped by its watchdog)", out.text("stdout"))
         chan.close()
         return CommandResult(argv, rc, out.text("stdout"), out.text("stderr"), time.monotonic() - start, timed_out, dict(env or {}))
 

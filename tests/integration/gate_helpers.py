@@ -13,6 +13,8 @@ from parity.ui import Output
 
 def make_ctx(tmp_path: Path, profile="smoke") -> Context:
     prof = load_profile(str(profile))
+    if prof.lock.dir == load_profile("smoke").lock.dir:  # gates take the GPU lock: never the machine's own in tests
+        prof.lock.dir = str(tmp_path / "gpu_bench_lock")
     ctx = Context(prof, LocalRunner(), Output(json_mode=True), tmp_path / "runs")
     ctx.run = RunDir.create(tmp_path / "runs", "gate-test", argv=["pytest"], config=None, kind="test")
     return ctx

@@ -10,7 +10,7 @@ import pytest
 import yaml
 from gate_helpers import make_ctx, write_profile
 
-from parity.gates.checks import ERROR, FAIL, NOT_RUN, PASS
+from parity.gates.checks import ERROR, FAIL, PASS
 from parity.gates.kl import kl_gate
 from parity.gates.oracle import op_gate
 
@@ -30,7 +30,7 @@ def built(engine_bins, tiny_model):
 
 
 def gate(parity_cli, tmp_path, *args):
-    res = parity_cli("--artifacts", str(tmp_path / "runs"), "gate", *args, "--json")
+    res = parity_cli("--artifacts", str(tmp_path / "runs"), "gate", *args, "--json", env={"PARITY_LOCK_DIR": str(tmp_path / "gpu_bench_lock")})
     doc = json.loads(res.stdout) if res.stdout.strip() else None
     return res, doc
 
@@ -56,7 +56,7 @@ def test_gate_json_is_one_object_with_every_check(built, parity_cli, tmp_path):
 
 
 def test_gate_bad_model_is_usage_error(parity_cli, tmp_path):
-    res = parity_cli("--artifacts", str(tmp_path / "runs"), "gate", "--model", str(tmp_path / "missing.gguf"))
+    res = parity_cli("--artifacts", str(tmp_path / "runs"), "gate", "--model", str(tmp_path / "missing.gguf"), env={"PARITY_LOCK_DIR": str(tmp_path / "gpu_bench_lock")})
     assert res.returncode == 2 and res.stderr.startswith("parity: error:") and "Traceback" not in res.stderr
 
 
@@ -156,6 +156,6 @@ def test_op_oracle_real_cpu(built, tmp_path):
         assert (ctx.run.path / c.attempts[0]["output"]).read_text().count("OK") >= n
     print("test-backend-ops -b CPU seconds:", {k: round(v, 2) for k, v in seconds.items()})
     unknown = op_gate(ctx, "NOT_AN_OP", "CPU")
-    assert unknown.status == NOT_RUN and unknown.got == "0/0"
-    absent = op_gate(ctx, "RMS_NORM", "CUDA0")  # a CPU-only build skips the backend
-    assert absent.status == NOT_RUN
+    assert unknown.status == ERROR and unknown.got == "0/0"  # nothing tested is never a pass
+    absent = op_gate(ctx, "RMS_NORM", "CUDA0")  # a CPU-only build has no CUDA0 block
+    assert absent.status == ERROR and "no 'Backend i/n: CUDA0' block" in absent.detail

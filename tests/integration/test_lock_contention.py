@@ -6,6 +6,7 @@ box 480 of them took longer than the old 600 s bound; the timeouts only catch a 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -119,3 +120,76 @@ def test_sixteen_parity_lock_run_processes(tmp_path):
     assert all(p.returncode == 0 for p in procs), [e[-800:] for e in errs if e]
     _check(work, lock_dir, PROCS * cycles)
     print(f"\nlock contention (parity lock run): {PROCS} processes x {cycles} cycles = {PROCS * cycles} holds in {took:.2f} s (idle preflight via fake nvidia-smi + docker)")
+
+
+# the holder's command ticks from a background subshell (a grandchild of parity: the
+# parent-death signal reaches only the direct child) until it is killed with its holder
+# (a `stop` file ends every ticker, so a failing run leaves nothing behind)
+TICKER = 'echo "start $1" >> "$2/log"; (while [ ! -e "$2/stop" ]; do echo "tick $1" >> "$2/log"; sleep 0.01; done) & wait'
+
+
+def _wait_line(log: Path, line: str, proc: subprocess.Popen, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if log.exists() and line in log.read_text().splitlines():
+            return
+        if proc.poll() is not None:
+            raise AssertionError(f"holder exited {proc.returncode} before {line!r}: {proc.stderr.read()[-800:]}")
+        time.sleep(0.02)
+    raise AssertionError(f"no {line!r} within {timeout} s")
+
+
+def test_sigkilled_holders_never_overlap_the_next(tmp_path):
+    """20 times: kill -9 the `parity lock run` holder mid-command and start the next acquirer at
+    once.  The next command may only start when everything the killed one started is gone:
+    in the shared log, no `tick i` of a killed holder may follow `start i+1`."""
+    iterations = 20
+    work, lock_dir = _prepare(tmp_path)
+    log = work / "log"
+    profile = str(TESTS / "data" / "lock" / "fast-nopreflight.yaml")
+
+    def holder(i: int, section: str) -> subprocess.Popen:
+        return subprocess.Popen(
+            [sys.executable, "-m", "parity", "lock", "run", "--profile", profile, "--lock-dir", str(lock_dir), "--timeout", "300",
+             "--", "sh", "-c", section, "section", str(i), str(work)],
+            cwd=REPO, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+
+    procs = [holder(0, TICKER)]
+    try:
+        prev = procs[0]
+        _wait_line(log, "tick 0", prev)
+        for i in range(1, iterations + 1):
+            deadline = time.monotonic() + 60  # the holder records its command's group right after starting it
+            while "pgids=" not in (lock_dir / "owner").read_text() and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert "pgids=" in (lock_dir / "owner").read_text()
+            prev.send_signal(signal.SIGKILL)
+            last = i == iterations
+            nxt = holder(i, 'echo "start $1" >> "$2/log"; echo "end $1" >> "$2/log"' if last else TICKER)
+            procs.append(nxt)
+            prev.wait(30)
+            if not last:
+                _wait_line(log, f"tick {i}", nxt)
+            prev = nxt
+        _, err = prev.communicate(timeout=120)
+        assert prev.returncode == 0, err
+    finally:  # a failed run must not leave holders or tickers behind
+        (work / "stop").write_text("")
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    lines = log.read_text().splitlines()
+    started, overlaps = -1, []
+    for n, line in enumerate(lines):
+        kind, who = line.split()
+        if kind == "start":
+            assert int(who) == started + 1, (n, line)
+            started = int(who)
+        elif int(who) != started:
+            overlaps.append((n, line, f"after start {started}"))
+    assert [ln for ln in lines if ln.startswith("start ")] == [f"start {i}" for i in range(iterations + 1)]
+    assert overlaps == [], overlaps[:5]
+    assert lines[-1] == f"end {iterations}" and (lock_dir / "owner").read_text().startswith("FREE released-by-")
+    print(f"\nlock SIGKILL contention: {iterations} holders killed mid-command, 0 overlaps in {len(lines)} stamped lines")

@@ -10,7 +10,7 @@ import pytest
 
 from parity.gates import completion, perplexity
 from parity.gates import test_backend_ops as tbo
-from parity.gates.checks import ERROR, FAIL, NOT_RUN, PASS
+from parity.gates.checks import ERROR, FAIL, PASS
 
 G = Path(__file__).resolve().parents[1] / "data" / "gates"
 
@@ -36,18 +36,68 @@ def test_tbo_default_mode_cpu_only_is_skipped_not_passed():
     assert run.backend("CPU").skipped == "Skipping CPU backend"
     assert run.backends_passed == (1, 1)  # the tool itself says "1/1 backends passed"...
     status, got, detail = tbo.verdict(run, "CPU", 0)
-    assert status == NOT_RUN and "Skipping CPU backend" in detail  # ...but nothing was tested
+    assert status == ERROR and "Skipping CPU backend" in detail  # ...but nothing was tested: never a pass
 
 
-def test_tbo_unknown_op_is_not_run():
+def test_tbo_unknown_op_is_an_error():
     run = tbo.parse(text("tbo-cpu-unknown-op.txt"))
-    assert tbo.verdict(run, "CPU", 0)[:2] == (NOT_RUN, "0/0")
+    assert tbo.verdict(run, "CPU", 0)[:2] == (ERROR, "0/0")
 
 
 def test_tbo_requested_backend_missing():
     run = tbo.parse(text("tbo-cpu-rms_norm.txt"))
-    assert tbo.verdict(run, "CUDA0", 0)[0] == NOT_RUN
+    status, _, detail = tbo.verdict(run, "CUDA0", 0)
+    assert status == ERROR and "no 'Backend i/n: CUDA0' block" in detail and "backends seen: CPU" in detail
     assert tbo.verdict(run, "CUDA0", 1)[0] == ERROR
+
+
+# closed world (issue 17, case 1): exit 0 with no evidence of a pass is never a pass
+
+
+def test_tbo_closed_world_empty_output_exit_0_is_an_error():
+    status, got, detail = tbo.verdict(tbo.parse(""), "CPU", 0)
+    assert (status, got) == (ERROR, "-") and "no 'Backend i/n: CPU' block" in detail and "0 non-empty lines" in detail
+
+
+def _headerless_failure() -> str:
+    """The real RMS_NORM capture without its `Backend 1/1: CPU` header, one case short, the tool saying FAIL."""
+    raw = text("tbo-cpu-rms_norm.txt")
+    out = "\n".join(ln for ln in raw.splitlines() if not ln.startswith("Backend 1/1:"))
+    return out.replace("  51/51 tests passed", "  50/51 tests passed").replace("Backend CPU: \x1b[1;32mOK", "Backend CPU: \x1b[1;31mFAIL")
+
+
+def test_tbo_closed_world_headerless_failing_summary_is_red():
+    run = tbo.parse(_headerless_failure())
+    assert run.backend("CPU") is None and "50/51 tests passed" in run.orphans
+    status, got, detail = tbo.verdict(run, "CPU", 0)
+    assert (status, got) == (FAIL, "50/51")
+    assert "no 'Backend i/n: CPU' block" in detail and "Backend CPU: FAIL" in detail
+
+
+def test_tbo_closed_world_headerless_clean_summary_is_an_error():
+    raw = "\n".join(ln for ln in text("tbo-cpu-rms_norm.txt").splitlines() if not ln.startswith("Backend 1/1:"))
+    status, _, detail = tbo.verdict(tbo.parse(raw), "CPU", 0)
+    assert status == ERROR and "51/51 tests passed" in detail  # says what it saw, and what was missing
+
+
+@pytest.mark.parametrize("cut", ["  51/51 tests passed", "  RMS_NORM(type=f32,ne=[64,5,4,3],v=0,eps=0.000001,inplace=1)"])
+def test_tbo_closed_world_truncated_output_is_an_error(cut):
+    raw = text("tbo-cpu-rms_norm.txt")
+    status, _, detail = tbo.verdict(tbo.parse(raw[: raw.index(cut)]), "CPU", 0)
+    assert status == ERROR and "no 'N/N tests passed' summary" in detail
+
+
+def test_tbo_closed_world_summary_needs_its_case_lines():
+    """A block whose summary claims more OK cases than were printed: altered output, not a pass."""
+    raw = text("tbo-cpu-rms_norm.txt")
+    lines = [ln for ln in raw.splitlines() if not (ln.startswith("  RMS_NORM(") and "v=1" in ln)]
+    status, got, detail = tbo.verdict(tbo.parse("\n".join(lines)), "CPU", 0)
+    assert (status, got) == (ERROR, "51/51") and "OK case lines" in detail
+
+
+def test_tbo_closed_world_backend_fail_line_is_red():
+    raw = text("tbo-cpu-rms_norm.txt").replace("Backend CPU: \x1b[1;32mOK", "Backend CPU: \x1b[1;31mFAIL")
+    assert tbo.verdict(tbo.parse(raw), "CPU", 0)[0] == FAIL
 
 
 CUDA = [("test-backend-ops-cuda-h100-mul_mat.txt", "MUL_MAT", 1304, 385), ("test-backend-ops-cuda-h100-mul_mat_id.txt", "MUL_MAT_ID", 931, 14)]
@@ -111,7 +161,7 @@ def test_tbo_truncated_output_is_an_error():
     raw = text("test-backend-ops-cuda-h100-mul_mat_id.txt")
     cut = raw[: len(raw) // 2]
     status, got, detail = tbo.verdict(tbo.parse(cut), "CUDA0", None)
-    assert status == ERROR and "no 'tests passed' summary" in detail
+    assert status == ERROR and "no 'N/N tests passed' summary" in detail
 
 
 def test_tbo_log_line_inside_a_result_line():

@@ -10,7 +10,7 @@ import yaml
 from parity.config import CanonicalMd5, KLConfig, load_profile
 from parity.errors import ConfigError, GateFailed, UsageError
 from parity.gates import registry
-from parity.gates.checks import ERROR, FAIL, NOT_RUN, PASS, Check, overall
+from parity.gates.checks import ERROR, FAIL, FLAKY, NOT_RUN, PASS, Check, overall
 from parity.gates.completion import EMPTY_MD5
 from parity.gates.kl import band
 
@@ -99,7 +99,9 @@ def ck(status):
 
 
 def test_overall_status():
-    assert overall([ck(PASS), ck(NOT_RUN)]) == PASS
+    assert overall([ck(PASS), ck(NOT_RUN)]) == NOT_RUN  # closed world: a check not evaluated is no pass
+    assert overall([ck(PASS), ck(FLAKY)]) == FAIL  # passed only on a retry: zero tolerance
+    assert overall([ck(PASS), ck(PASS)]) == PASS
     assert overall([ck(PASS), ck(FAIL)]) == FAIL
     assert overall([ck(PASS), ck(ERROR)]) == FAIL
     assert overall([ck(NOT_RUN)]) == NOT_RUN  # nothing ran: not green

@@ -1,12 +1,15 @@
 """Phase reports and the ledger, rendered from fixture run dirs (tests/data/report)."""
 
 import json
+import os
 import re
 import shutil
+import socket
 from pathlib import Path
 
 import pytest
 
+from parity.artifacts import now_iso
 from parity.config import load_profile
 from parity.errors import UsageError
 from parity.report import ledger
@@ -167,7 +170,8 @@ def test_campaign_step_writes_into_the_run_dir(tmp_path):
     run = tmp_path / "run"
     shutil.copytree(DATA / "candidate", run)
     m = json.loads((run / "manifest.json").read_text())
-    m["status"] = "running"  # the campaign is still going when its report step runs
+    m["status"] = "running"  # the campaign is still going when its report step runs (in this process)
+    m.update(pid=os.getpid(), hostname=socket.gethostname(), started=now_iso())
     (run / "manifest.json").write_text(json.dumps(m))
     prof = load_profile("smoke")
     prof.reports.dir = str(tmp_path / "ledger")  # the running ledger (default: ./reports)
@@ -234,6 +238,8 @@ def test_nightly_report_against_previous_run_fails_on_regression(tmp_path):
         shutil.copytree(DATA / src, d)
         m = json.loads((d / "manifest.json").read_text())
         m.update(kind="campaign", run_id=name, campaign={"name": campaign}, status=status, valid=valid)
+        if status == "running":  # the campaign reporting on itself: this process, alive
+            m.update(pid=os.getpid(), hostname=socket.gethostname(), started=now_iso())
         (d / "manifest.json").write_text(json.dumps(m))
         return d
 
