@@ -683,7 +683,7 @@ def validate(p: Profile, label: str) -> None:
     check_bounds(p, label)
 
 
-ZERO_MEANS_OFF = {"keepalive_s"}
+ZERO_MEANS_OFF = {"keepalive_s", "min_window_s", "settle_s"}  # 0: no keepalive, no minimum window, no settle time
 
 
 def check_bounds(obj, label: str, prefix: str = "") -> None:

@@ -116,7 +116,7 @@ def check_shape(plan: SnapshotPlan, engine: str, ptok: int, gen: int, what: str)
     (Word prompts are checked once tokenized, before the first request.)"""
     limit = plan.limits.get(engine)
     if plan.shape.prompt == "tokens" and limit and ptok + gen > limit:
-        raise UsageError(f"{what}: {ptok} prompt + {gen} generated tokens do not fit engine {engine}: {plan.limit_what[engine]} gives a request {limit}")
+        raise UsageError(f"{what}: {ptok} prompt + {gen} generated tokens do not fit engine {engine}: it gives a request {limit} tokens, set by {plan.limit_what[engine]}")
 
 
 def run_order(engines: list[str], repeat: int, order: str) -> list[tuple[int, str]]:

@@ -18,7 +18,7 @@ Tokenizer: one token per UTF-8 byte (id = byte + 3), so counts are exact.
 
 Test knobs (environment, never VLLM_*): FAKE_VLLM_STARTUP_S (delay before
 listening), FAKE_VLLM_TTFT_MS, FAKE_VLLM_ITL_MS, FAKE_VLLM_SHORT (emit this
-many tokens fewer than asked), FAKE_VLLM_CRASH (exit 1 during startup),
+many tokens fewer than asked; with FAKE_VLLM_SHORT_EVERY=k only every k-th completion), FAKE_VLLM_CRASH (exit 1 during startup),
 FAKE_VLLM_RECORD (write argv + VLLM_* env as JSON to this path), FAKE_VLLM_MERGE (k
 tokens per chunk, as real vLLM does under load), FAKE_VLLM_EMPTY_EVERY (every m-th token's
 chunk has empty text, like a byte-fallback token), FAKE_VLLM_CLAIM (usage claims this many
@@ -62,6 +62,8 @@ class FakeVllm:
         self.ttft = float(os.environ.get("FAKE_VLLM_TTFT_MS", "5")) / 1000
         self.itl = float(os.environ.get("FAKE_VLLM_ITL_MS", "2")) / 1000
         self.short = int(os.environ.get("FAKE_VLLM_SHORT", "0"))
+        self.short_every = int(os.environ.get("FAKE_VLLM_SHORT_EVERY", "1"))
+        self.served_completions = 0
         self.merge = max(1, int(os.environ.get("FAKE_VLLM_MERGE", "1")))
         self.empty_every = int(os.environ.get("FAKE_VLLM_EMPTY_EVERY", "0"))
         self.claim = os.environ.get("FAKE_VLLM_CLAIM")
@@ -138,7 +140,8 @@ class FakeVllm:
             msg = f"This model's maximum context length is {self.max_model_len} tokens. However, your request has {len(ptoks)} input tokens. Please reduce the length of the input messages."
             return await self.error(writer, 400, msg, "BadRequestError")
         max_tokens = min(max_tokens, self.max_model_len - len(ptoks))  # silently clamped
-        n_out = max(0, max_tokens - self.short)
+        self.served_completions += 1
+        n_out = max(0, max_tokens - (self.short if self.served_completions % self.short_every == 0 else 0))
         rid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
         claimed = int(self.claim) if self.claim else n_out
         usage = {"prompt_tokens": len(ptoks), "total_tokens": len(ptoks) + claimed, "completion_tokens": claimed, "prompt_tokens_details": None}

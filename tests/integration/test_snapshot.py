@@ -47,7 +47,7 @@ def profile_file(tmp_path, engine_bins, tiny_model):
         (tmp_path / "hf").mkdir(exist_ok=True)
         # the tiny model streams 16 tokens in milliseconds: no minimum window here (validity has its own tests)
         shape = {"port": port, "npl": [1, 4], "ptok": 32, "gen": 16, "parallel": 4, "ctx": 1024, "model": "tiny", "min_window_s": 0,
-                 "warmup": {"requests": 2, "gen": 4}, "settle_s": 0, **serving}
+                 "warmup": {"requests": 2, "gen": 4}, "settle_s": 0, "repeat": 1, "output_parity": {"enabled": False}, **serving}
         p = tmp_path / "profile.yaml"
         p.write_text(
             "extends: smoke\n"
@@ -213,6 +213,37 @@ def test_bad_input_is_a_one_line_usage_error(parity_cli, profile_file, args, mes
     prof, _ = profile_file()
     r = parity_cli("snapshot", "--profile", str(prof), "--dry-run", *args)
     assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr
+
+
+def test_one_short_request_of_four_makes_the_point_invalid_not_a_median(parity_cli, profile_file, tmp_path):
+    """The fake vLLM cuts every 4th completion short (2 warmups, then 4 measured: one short)."""
+    prof, port = profile_file(npl=[4], repeat=2)
+    r = parity_cli("--artifacts", str(tmp_path / "runs"), "snapshot", "--profile", str(prof), "--engines", "vllm", "--no-gates", "--json",
+                   env={"FAKE_VLLM_SHORT": "3", "FAKE_VLLM_SHORT_EVERY": "4"}, timeout=600)  # fmt: skip
+    assert r.returncode == 6, r.stderr[-2000:]  # an invalid measurement: the numbers are written, marked
+    assert "point(s) broke a validity rule" in r.stderr.strip().splitlines()[-1]
+    doc = json.loads(r.stdout)
+    bad = [row for row in doc["rows"] if not row["valid"]]
+    assert bad and all("requests invalid" in row["invalid_reasons"][0] and "13 of 16 tokens" in row["invalid_reasons"][0] for row in bad)
+    (med,) = doc["medians"]
+    assert med["repeats"] == len(doc["rows"]) - len(bad) and med["invalid_repeats"] == len(bad)  # not averaged in
+    assert json.loads((Path(doc["run_dir"]) / "manifest.json").read_text())["valid"] is False and not doc["valid"]
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--ctx", "16"], "do not fit engine paged: it gives a request 4 tokens, set by -c 16 / --parallel 4"),
+        (["--ptok", "600", "--ctx", "4096"], "600 prompt + 16 generated tokens do not fit engine paged: it gives a request 512 tokens, set by the model's training context"),
+    ],
+)
+def test_a_shape_that_does_not_fit_a_slot_is_refused_before_the_lock(parity_cli, profile_file, tmp_path, args, message):
+    prof, port = profile_file()
+    (tmp_path / "lock").mkdir()
+    (tmp_path / "lock" / "owner").write_text(f"someone-else {int(time.time())} pid=1 host=elsewhere\n")  # a held lock: a real run would wait
+    r = parity_cli("--artifacts", str(tmp_path / "runs"), "snapshot", "--profile", str(prof), "--engines", "paged,stock", *args)
+    assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert not (tmp_path / "runs").exists() and servers_on(port) == []  # before the lock, before any server
 
 
 def test_forbidden_bench_env_is_refused_before_anything_starts(parity_cli, profile_file, tmp_path):
