@@ -6,8 +6,8 @@ keep-alive, chunked SSE):
   that the port is not even listening, like uvicorn starting after the engine)
 - GET /v1/models -> {"object": "list", "data": [{"id": served name, "object": "model", "owned_by": "vllm", "root": model, "max_model_len": L, ...}]}
 - POST /tokenize {"model", "prompt", "add_special_tokens"} -> {"count", "max_model_len", "tokens", "token_strs": null}
-- POST /v1/completions (stream): one `data: {...}` event per token with
-  "usage": null (with stream_options.continuous_usage_stats: the usage so far),
+- POST /v1/completions (stream): one `data: {...}` event per token, without a usage key
+  (with stream_options.continuous_usage_stats: the usage so far),
   the last token with finish_reason "length"; with stream_options.include_usage a
   final chunk with "choices": [] and usage; then `data: [DONE]`.  A prompt + max_tokens
   over --max-model-len is clamped silently (HTTP 200, fewer tokens, finish "length"),
@@ -174,10 +174,11 @@ class FakeVllm:
                 k = min(self.merge, n_out - done)
                 text = "".join("" if self.empty_every and (done + j + 1) % self.empty_every == 0 else WORDS[(done + j) % len(WORDS)] for j in range(k))
                 done += k
-                so_far = {"prompt_tokens": len(ptoks), "total_tokens": len(ptoks) + done, "completion_tokens": done} if continuous else None
-                await event({"id": rid, "object": "text_completion", "created": created, "model": self.served,
-                             "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": "length" if done == n_out else None, "stop_reason": None}],
-                             "usage": so_far})  # fmt: skip
+                chunk = {"id": rid, "object": "text_completion", "created": created, "model": self.served,
+                         "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": "length" if done == n_out else None, "stop_reason": None}]}  # fmt: skip
+                if continuous:  # real vLLM sends no usage key at all on token chunks otherwise
+                    chunk["usage"] = {"prompt_tokens": len(ptoks), "total_tokens": len(ptoks) + done, "completion_tokens": done}
+                await event(chunk)
             if include_usage:
                 await event({"id": rid, "object": "text_completion", "created": created, "model": self.served, "choices": [], "usage": usage})
             await event(b"[DONE]")
