@@ -103,11 +103,9 @@ class SynthSpec:
     perturb_seed: int = 0
 
 
-@dataclass
-class HfModelSpec:
-    """A tiny deterministic Hugging Face llama checkpoint (parity.models.hf_tiny) written at
-    models.X.vllm_path and converted to models.X.path by `source`'s convert_hf_to_gguf.py:
-    the same weights for vLLM and llama.cpp."""
+@dataclass(frozen=True)
+class HfShape:
+    """The shape of a tiny Hugging Face llama checkpoint (parity.models.hf_tiny)."""
 
     seed: int = 0
     layers: int = 2
@@ -116,6 +114,13 @@ class HfModelSpec:
     kv_heads: int = 2
     ff: int = 512
     ctx: int = 2048
+
+
+@dataclass(frozen=True)
+class HfModelSpec(HfShape):
+    """A tiny deterministic HF llama checkpoint written at models.X.vllm_path and converted to
+    models.X.path by `source`'s convert_hf_to_gguf.py: the same weights for vLLM and llama.cpp."""
+
     source: str | None = None  # the llama.cpp source whose converter makes the GGUF; None: the first llama engine's
     outtype: Literal["f32", "f16"] = "f32"
 

@@ -305,10 +305,10 @@ def write_builds_json(ctx, engines: list[str]) -> dict:
     data = {}
     for name in engines:
         e = ctx.profile.engine(name)
-        if e.kind == "vllm" and e.vllm_bin == "auto":  # the cached CPU venv: minutes on first use, before the lock too
-            from parity.serving.vllm_install import ensure_vllm
+        if e.kind == "vllm" and e.vllm_bin == "auto":
+            from parity.serving.vllm_install import status
 
-            done[name] = {"vllm": str(ensure_vllm(ctx.out))}
+            data[name] = {"engine": name, "kind": "vllm", "vllm": status()}  # the cached CPU venv: version, recipe, path
             continue
         if e.kind != "llama":
             continue

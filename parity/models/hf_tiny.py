@@ -14,9 +14,10 @@ import json
 import os
 import shutil
 import struct
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+from parity.config import HfShape
 from parity.errors import InfraError, UsageError
 
 TOKENIZER_FILE = "tokenizer.model.v1"  # in mistral_common/data/
@@ -28,14 +29,7 @@ SIDECAR = "parity-hf-tiny.json"
 
 
 @dataclass(frozen=True)
-class HfTinySpec:
-    seed: int = 0
-    layers: int = 2
-    hidden: int = 256
-    heads: int = 4
-    kv_heads: int = 2
-    ff: int = 512
-    ctx: int = 2048
+class HfTinySpec(HfShape):
     # Random weights give near-flat logits (top-1/top-2 gaps of a few hundredths of a nat),
     # so rounding differences between engines flip greedy ties.  Two structures fix that
     # and keep the output dependent on the context (so on attention and the KV cache):
@@ -294,7 +288,7 @@ def ensure_profile_model(profile, name: str, runner=None, out=None) -> Path:
 
     m = profile.model(name)
     h = m.hf
-    spec = HfTinySpec(seed=h.seed, layers=h.layers, hidden=h.hidden, heads=h.heads, kv_heads=h.kv_heads, ff=h.ff, ctx=h.ctx)
+    spec = HfTinySpec(**{f.name: getattr(h, f.name) for f in fields(HfShape)})
     check_spec(spec)
     ensure_vllm(out)
     v = venv()

@@ -69,6 +69,12 @@ def provenance_section(rd: RunData) -> list[dict]:
     sources = ((rd.manifest.get("config") or {}).get("sources")) or {}
     engines_cfg = ((rd.manifest.get("config") or {}).get("engines")) or {}
     for name, b in sorted((rd.builds or {}).items()):
+        if b.get("kind") == "vllm":
+            v = b.get("vllm") or {}
+            rec = v.get("record") or {}
+            out.append({"engine": name, "source": f"vLLM {rec.get('vllm_version') or rec.get('version') or '?'} ({v.get('state', '?')} venv {v.get('root', '-')})", "series": "-", "tree": "-",
+                        "flags": "-", "cuda_archs": "cpu", "bin": v.get("vllm") or "-", "key": f"recipe {rec.get('recipe', '?')}"})  # fmt: skip
+            continue
         src = b.get("source") or sources.get((engines_cfg.get(name) or {}).get("source") or "", {}) or {}
         pin = src.get("pin") or src.get("package") or src.get("path") or src.get("url") or "-"
         if src.get("sha256"):

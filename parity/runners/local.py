@@ -155,7 +155,22 @@ def stop_all(grace_s: float = 5.0) -> int:
     return len(procs)
 
 
-class LocalProcess:
+class _Waitable:
+    """poll/wait on a Popen (the pidfd wait of wait_exit)."""
+
+    _popen: subprocess.Popen
+
+    def poll(self) -> int | None:
+        return self._popen.poll()
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        try:
+            return wait_exit(self._popen, timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+
+class LocalProcess(_Waitable):
     def __init__(self, popen: subprocess.Popen, argv: list[str], log_path: str | None, log_file, tag: str | None = None):
         self._popen = popen
         self.pid = popen.pid
@@ -175,15 +190,6 @@ class LocalProcess:
         if not ended:
             _notify("end", self.pid)
 
-    def poll(self) -> int | None:
-        return self._popen.poll()
-
-    def wait(self, timeout: float | None = None) -> int | None:
-        try:
-            return wait_exit(self._popen, timeout)
-        except subprocess.TimeoutExpired:
-            return None
-
     def stop(self, grace_s: float = 10.0) -> int | None:
         rc = stop_group(self._popen, grace_s, self.tag)
         self._end()
@@ -193,20 +199,11 @@ class LocalProcess:
         return rc
 
 
-class DetachedProcess:
+class DetachedProcess(_Waitable):
     """A child started to outlive parity (`parity build --detach`): no death signal, no tag."""
 
     def __init__(self, popen: subprocess.Popen, argv: list[str], log_path: str | None):
         self._popen, self.pid, self.argv, self.log_path = popen, popen.pid, argv, log_path
-
-    def poll(self) -> int | None:
-        return self._popen.poll()
-
-    def wait(self, timeout: float | None = None) -> int | None:
-        try:
-            return wait_exit(self._popen, timeout)
-        except subprocess.TimeoutExpired:
-            return None
 
     def stop(self, grace_s: float = 10.0) -> int | None:
         return stop_group(self._popen, grace_s)

@@ -208,11 +208,10 @@ def run_snapshot(ctx, plan: SnapshotPlan, gates: bool = True, allow_env=()) -> d
     from parity.gpu.lock import held_lock
 
     check_env(ctx, plan, allow_env)
-    llama = [e for e in plan.engines if ctx.profile.engine(e).kind == "llama"]
     ensure_engines_built(ctx, [*plan.engines, *(gate_engines(ctx) if gates else [])])  # every build before the shared GPU is taken
     with held_lock(ctx):
         write_hardware(ctx)  # before any server starts (Phase 24)
-        write_builds_json(ctx, llama)
+        write_builds_json(ctx, plan.engines)  # vLLM from the cached CPU venv too
         with gated(ctx, enabled=gates):
             arms = sweep_all(ctx, plan)
     return write_summary(ctx, plan, arms)

@@ -104,18 +104,25 @@ def parity_tsv(rows: list[dict], med: list[dict], rat: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write(ctx, plan, rows: list[dict], extra: dict | None = None) -> dict:
-    med = medians(rows)
-    rule = stats.Rule.from_config(ctx.profile.stats)
-    rat = ratios(rows, med, plan.reference, rule)
-    invalid = [f"{r['engine']} r{r['repeat']} N={r['n']}: {'; '.join(r['invalid_reasons'])}" for r in rows if not r.get("valid", True)]
-    doc = {
+def head(plan) -> dict:
+    """What every summary.json starts with: the sweep as planned."""
+    return {
         "kind": "snapshot",
         "model": plan.model,
         "engines": plan.engines,
         "reference_engine": plan.reference,
         "shape": {k: getattr(plan.shape, k) for k in ("ptok", "gen", "parallel", "ctx", "prompt", "min_window_s", "invalid_tolerance")} | {"npl": plan.npl, "repeat": plan.repeat},
         "order": [f"r{r}:{e}" for r, e in plan.order],
+    }
+
+
+def write(ctx, plan, rows: list[dict], extra: dict | None = None) -> dict:
+    med = medians(rows)
+    rule = stats.Rule.from_config(ctx.profile.stats)
+    rat = ratios(rows, med, plan.reference, rule)
+    invalid = [f"{r['engine']} r{r['repeat']} N={r['n']}: {'; '.join(r['invalid_reasons'])}" for r in rows if not r.get("valid", True)]
+    doc = {
+        **head(plan),
         "rows": rows,
         "medians": med,
         "ratios": rat,

@@ -68,13 +68,8 @@ def write(ctx, plan, rows: list[dict], extra: dict | None = None) -> dict:
     invalid = [f"{r['engine']} r{r['repeat']} {r['point']}: {'; '.join(r['invalid_reasons'])}" for r in rows if not r.get("valid", True)]
     not_held = [f"{r['engine']} r{r['repeat']} {r['point']}: {r['held_note']}" for r in rows if r.get("held") is False]
     doc = {
-        "kind": "snapshot",
+        **summary.head(plan),
         "workload": wl.describe(),
-        "model": plan.model,
-        "engines": plan.engines,
-        "reference_engine": plan.reference,
-        "shape": {k: getattr(plan.shape, k) for k in ("ptok", "gen", "parallel", "ctx", "prompt", "min_window_s", "invalid_tolerance")} | {"npl": plan.npl, "repeat": plan.repeat},
-        "order": [f"r{r}:{e}" for r, e in plan.order],
         "rows": rows,
         "medians": med,
         "ratios": rat,
