@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 SECTIONS = ["Summary", "Hardware", "Provenance", "Gates (pre / post)", "Results (medians over repeats)", "Ratios vs the reference engine (stock)",
-            "Validity (every point, with its measurement windows)", "Server-side reconciliation", "Batched-bench", "A/B comparison", "Profile buckets", "Plots", "Verdict", "Metric definitions", "Reproduce"]
+            "Validity (every point, with its measurement windows)", "Server-side reconciliation", "Cross-engine output parity", "Batched-bench", "A/B comparison", "Profile buckets", "Plots", "Verdict", "Metric definitions", "Reproduce"]
 
 
 @pytest.mark.slow

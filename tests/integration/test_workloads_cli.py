@@ -12,6 +12,7 @@ from tests.conftest import run_parity
 PROFILE = """extends: smoke
 serving:
   parallel: 4
+  gen: 32
   workloads:
     sp: {kind: shared-prefix, groups: 2, group_size: 4, prefix_tokens: 64, suffix_tokens: 8}
     ol: {kind: open-loop, rates: [1, 2.5], requests_per_rate: 8, slo: {ttft_ms: 500}}

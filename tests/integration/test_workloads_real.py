@@ -57,7 +57,7 @@ def workload_profile(tmp_path, engine_bins):
 
     def make(workloads: dict, engines: dict | None = None, **serving) -> Path:
         shape = {"port": free_port(), "model": "small", "engines": ["stock"], "parallel": 8, "ctx": 8192, "ptok": 32, "gen": 16, "min_window_s": 0.05,
-                 "request_timeout_s": 300, "warmup": {"requests": 2, "gen": 4}, "workloads": workloads,
+                 "request_timeout_s": 300, "warmup": {"requests": 2, "gen": 4}, "workloads": workloads, "repeat": 1, "output_parity": {"enabled": False},
                  "settle_tolerance_mib": 1 << 20, **serving}  # the box's memory is shared with other work: not a test of settling  # fmt: skip
         doc = {"extends": "smoke", "lock": {"dir": str(tmp_path / "lock"), "poll_s": 0.5, "timeout_s": 60}, "serving": shape, "engines": engines or {}}
         p = tmp_path / "profile.yaml"
