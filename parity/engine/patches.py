@@ -120,7 +120,7 @@ def apply_series(runner, workdir: str, series_dir: str | None, expected_tree: st
     if mismatch and out:
         names = sorted({m["patch"][:4] for m in mismatch})
         out.warn(
-            f"{what} {Path(series_dir).name}: {len(names)} of {len(applied)} patches carry `index` preimage ids that differ from the files they apply to "
+            f"{what if Path(series_dir).name == what else what + ' ' + Path(series_dir).name}: {len(names)} of {len(applied)} patches carry `index` preimage ids that differ from the files they apply to "
             f"({', '.join(names)}): exported from another base; git apply ignores them"
         )
     after = gitmod.tree_hash(runner, workdir) if applied else before

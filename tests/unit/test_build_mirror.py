@@ -143,7 +143,7 @@ def test_preimage_ids_that_do_not_match_are_a_warning_with_the_count(tmp_path):
     assert [m["patch"] for m in res.preimage_mismatch] == ["0003-exported-elsewhere.patch"]
     assert res.preimage_mismatch[0]["index"] == "1234567" and len(res.preimage_mismatch[0]["blob"]) == 40
     assert warnings == [
-        "series series: 1 of 2 patches carry `index` preimage ids that differ from the files they apply to (0003): "
+        "series: 1 of 2 patches carry `index` preimage ids that differ from the files they apply to (0003): "
         "exported from another base; git apply ignores them"
     ]
     clean = tmp_path / "clean"
