@@ -183,6 +183,9 @@ class GatesConfig:
     reference_path: str | None = None
     ops: list[str] = field(default_factory=list)
     op_backend: str = "CUDA0"
+    # test-backend-ops -p REGEX per op: only the cases whose parameters match (a slow CPU can
+    # keep the small cases of a suite built for GPU shapes, e.g. {MOE_SWIGLU_DOWN: "type_a=f32"})
+    op_params: dict[str, str] = field(default_factory=dict)
     op_retries: int = 1
     op_timeout_s: float = 1800.0
     kl: KLConfig = field(default_factory=KLConfig)
