@@ -24,7 +24,7 @@ export PYTHONPATH=/tmp/site:$R/wt
 PROF=campaigns/profiles/localai-paged-h100.yaml
 CAMP=campaigns/localai-paged-h100.yaml
 P="python3 -m parity --artifacts $R/runs"
-t() { local s=$(date +%s%N); "$@"; local rc=$?; echo "[time] $(( ($(date +%s%N) - s) / 1000000 )) ms rc=$rc: $*" | tee -a "$R/out/timings.txt"; return $rc; }
+t() { local s=$(date +%s%N); "$@"; local rc=$?; echo "[time] $(( ($(date +%s%N) - s) / 1000000 )) ms rc=$rc: $*" | tee -a "$R/out/timings.txt" >&2; return $rc; }
 for stage in "$@"; do
   case $stage in
   setup)
