@@ -83,12 +83,14 @@ def fork_tree(runner, fork: str, ref: str = "HEAD") -> tuple[str, str, str]:
     """(tree, commit, git dir) of `ref` in a fork checkout (a work tree or a bare repo)."""
     if not Path(fork).is_dir():
         raise UsageError(f"fork checkout not found: {fork}")
-    res = gitmod.git(runner, ["rev-parse", "--absolute-git-dir", f"{ref}^{{commit}}", f"{ref}^{{tree}}"], fork)
-    lines = res.stdout.split()
-    if not res.ok or len(lines) != 3:
+    # the common dir holds the objects, also for a fork checked out with `git worktree add`
+    res = gitmod.git(runner, ["rev-parse", "--git-common-dir", f"{ref}^{{commit}}", f"{ref}^{{tree}}"], fork)
+    lines = res.stdout.split("\n")
+    if not res.ok or len(lines) < 3:
         why = (res.stderr.strip().splitlines() or ["not a git repository"])[-1]
         raise UsageError(f"fork {fork}: cannot resolve {ref}: {why}")
-    return lines[2], lines[1], lines[0]
+    common = Path(lines[0]) if Path(lines[0]).is_absolute() else Path(fork) / lines[0]
+    return lines[2].strip(), lines[1].strip(), str(common)
 
 
 def expectation(e, runner, digest: str, pin_tree: str) -> Expectation:

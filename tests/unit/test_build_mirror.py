@@ -173,3 +173,18 @@ def test_failing_hunk_parser():
     assert patches.failing_hunk(text, "a.c", 3) == "@@ -3,4 +3,5 @@"
     assert patches.failing_hunk(text, "b.c", 3) is None
     assert patches.preimages(text) == [("a.c", "1111111")]  # a new file has no preimage
+
+
+def test_fork_in_a_linked_worktree(tmp_path, fork):
+    """Users keep branches in `git worktree`s: the objects sit in the main repo's common dir."""
+    (fork / "NEW.md").write_text("main branch moved on\n")
+    _git(fork, "add", "-A")
+    _git(fork, "commit", "-qm", "moved on")
+    wt = tmp_path / "wt-localai-paged"
+    _git(fork, "worktree", "add", "-q", str(wt), "HEAD~1")
+    r = build.check_series(_profile(tmp_path, fork=str(wt)), "paged", LocalRunner(), OUT)
+    assert r["mirror_ok"] is True
+    (wt / "common" / "common.c").write_text("/* worktree-only */\n")
+    _git(wt, "commit", "-qam", "worktree-only")
+    with pytest.raises(GateFailed, match="1 differing file\\(s\\): M common/common.c"):
+        build.check_series(_profile(tmp_path, fork=str(wt)), "paged", LocalRunner(), OUT)
