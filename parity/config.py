@@ -148,6 +148,7 @@ class SourceConfig:
     subdir: str | None = None  # pypi-sdist/archive: where llama.cpp sits inside
     checkout: str | None = None  # git/localai: an existing upstream clone holding the pin (instead of cloning url)
     fixups: str | None = None  # NNNN-*.patch applied to every engine of this source, stock too, after any series
+    archive: str | None = None  # localai: llama.cpp at the pin as a `git archive` tarball (instead of url/checkout)
 
 
 @dataclass
@@ -157,7 +158,9 @@ class EngineConfig:
     # llama.cpp builds
     source: str | None = None  # a name under `sources`
     series: str | None = None  # directory of NNNN-*.patch files; "auto" = the localai source's patches/paged; None = stock
-    expected_tree: str | None = None  # mirror invariant: git tree after the series
+    expected_tree: str | None = None  # mirror invariant: git tree after the series (a constant; prefer fork)
+    fork: str | None = None  # mirror invariant: a checkout of the fork branch the series mirrors (its fork_ref tree)
+    fork_ref: str = "HEAD"
     cuda_archs: str | None = None  # "121", "121a", "90;121a"; None = CPU build
     cmake_flags: list[str] = field(default_factory=list)
     targets: list[str] = field(
@@ -221,6 +224,9 @@ class GatesConfig:
     reference_path: str | None = None
     ops: list[str] = field(default_factory=list)
     op_backend: str = "CUDA0"
+    # test-backend-ops -p REGEX per op: only the cases whose parameters match (a slow CPU can
+    # keep the small cases of a suite built for GPU shapes, e.g. {MOE_SWIGLU_DOWN: "type_a=f32"})
+    op_params: dict[str, str] = field(default_factory=dict)
     op_retries: int = 0  # zero tolerance: a retry only when asked, and a pass on it is "flaky"
     op_timeout_s: float = 1800.0
     kl: KLConfig = field(default_factory=KLConfig)
@@ -577,10 +583,12 @@ def _expand_paths(p: Profile) -> None:
         if e.series not in (None, "auto"):
             e.series = expand_path(e.series)
         e.bin_dir = expand_path(e.bin_dir)
+        e.fork = expand_path(e.fork)
     for s in p.sources.values():
         s.path = expand_path(s.path)
         s.checkout = expand_path(s.checkout)
         s.fixups = expand_path(s.fixups)
+        s.archive = expand_path(s.archive)
     p.lock.dir = expand_path(p.lock.dir) or p.lock.dir
     if p.gates.kl.text:
         p.gates.kl.text = expand_path(p.gates.kl.text)
@@ -628,6 +636,10 @@ def validate(p: Profile, label: str) -> None:
         for attr in need:
             if not getattr(s, attr):
                 raise ConfigError(label, f"sources.{sname}.{attr}", f"required for a {s.kind} source")
+        if s.archive and s.kind != "localai":
+            raise ConfigError(label, f"sources.{sname}.archive", f"only a localai source takes an archive of the pin (a {s.kind} source does not)")
+        if s.archive and (s.url or s.checkout):
+            raise ConfigError(label, f"sources.{sname}", "give llama.cpp at the pin one way: archive, checkout or url (set the others to null)")
     s = p.serving
     for key in ("model",):
         if s.model and s.model not in p.models:

@@ -32,6 +32,29 @@ def run_parity(*args: str, env: dict | None = None, cwd: str | Path | None = Non
     )
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _isolated_series_registry(tmp_path_factory):
+    """The series-tree registry (parity.engine.mirror) of a test run is its own, never the
+    user's ~/.config/parity/series-trees.yaml (CLI subprocesses inherit it too)."""
+    if "PARITY_SERIES_TREES" not in os.environ:
+        os.environ["PARITY_SERIES_TREES"] = str(tmp_path_factory.mktemp("series-registry") / "series-trees.yaml")
+    yield
+
+
+SHARED = REPO.parent / "shared"
+
+
+def shared_or_skip(*rel: str) -> Path:
+    """A path under ../shared (the project's test data beside the checkout): skipped with one
+    line when it is missing (a fresh clone), a failure in CI, where it must be there."""
+    for r in rel:
+        if not (SHARED / r).exists():
+            if os.environ.get("CI"):
+                pytest.fail(f"../shared/{r} is missing (CI must provide ../shared)")
+            pytest.skip(f"no ../shared/{r} beside this checkout (the users' real series and pin)")
+    return SHARED
+
+
 class CountingRunner(LocalRunner):
     """A LocalRunner that records every argv it runs (to prove what a cache hit skips)."""
 

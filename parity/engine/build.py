@@ -150,7 +150,7 @@ def _build(profile: Profile, p: BuildPlan, runner, out) -> BuildResult:
     pristine = srcmod.materialize(e.source, profile.sources[e.source], runner, out)
     out.info(f"building {p.engine} ({p.key}): copying source from {pristine}")
     srcmod.copy_tree(pristine, p.dir / "src")
-    series, fixups = _patch(runner, p, str(p.dir / "src"), e.expected_tree, out)
+    series, fixups, mirror_doc = _patch(runner, p, str(p.dir / "src"), e, out)
     # the scratch repo only served the tree hash; without it llama.cpp's build-info does not run git on it
     shutil.rmtree(p.dir / "src" / ".git", ignore_errors=True)
     log_path = p.dir / "build.log"
@@ -181,7 +181,10 @@ def _build(profile: Profile, p: BuildPlan, runner, out) -> BuildResult:
         "patches": series.patches,
         "tree_before": series.tree_before,
         "tree_after": series.tree_after,
-        "expected_tree": e.expected_tree,
+        "series_digest": patches.digest_of(series.patches) if p.series_dir else None,
+        "expected_tree": mirror_doc["expected_tree"],
+        "expected_from": mirror_doc["expected_from"],
+        "preimage_mismatch": len({m["patch"] for m in series.preimage_mismatch}),
         "fixups_dir": p.fixups_dir,
         "fixups": fixups.patches,
         "tree_built": fixups.tree_after,
@@ -204,10 +207,19 @@ def _build(profile: Profile, p: BuildPlan, runner, out) -> BuildResult:
     return BuildResult(p.engine, p.key, bin_dir, p.dir / "build", prov, False)
 
 
-def _patch(runner, p: BuildPlan, workdir: str, expected_tree: str | None, out) -> tuple[patches.SeriesResult, patches.SeriesResult]:
-    """The engine's series (the mirror invariant is about pin + series), then the source's fixups."""
-    series = patches.apply_series(runner, workdir, p.series_dir, expected_tree, out)
-    return series, patches.apply_series(runner, workdir, p.fixups_dir, None, out, tree_before=series.tree_after)
+def _patch(runner, p: BuildPlan, workdir: str, e: EngineConfig, out) -> tuple[patches.SeriesResult, patches.SeriesResult, dict]:
+    """The engine's series, its mirror invariant (pin + series == the fork's tree), then the
+    source's fixups (not part of the invariant)."""
+    from parity.engine import mirror
+
+    series = patches.apply_series(runner, workdir, p.series_dir, None, out)
+    if p.series_dir:
+        exp = mirror.expectation(e, runner, patches.digest_of(series.patches), series.tree_before)
+        doc = mirror.verify(runner, workdir, series.tree_after, exp)
+        series.expected_tree = doc["expected_tree"]
+    else:
+        doc = {"mirror_ok": None, "expected_tree": None, "expected_from": "no series", "differing": []}
+    return series, patches.apply_series(runner, workdir, p.fixups_dir, None, out, tree_before=series.tree_after, what="fixups"), doc
 
 
 def _compile(p: BuildPlan, runner, out, log, log_path) -> None:
@@ -286,18 +298,53 @@ def check_series(profile: Profile, engine: str, runner, out) -> dict:
     with tempfile.TemporaryDirectory(prefix="parity-series-") as tmp:
         work = Path(tmp) / "src"
         srcmod.copy_tree(pristine, work)
-        res, fixups = _patch(runner, p, str(work), e.expected_tree, out)
+        res, fixups, doc = _patch(runner, p, str(work), e, out)
+    mismatch = sorted({m["patch"] for m in res.preimage_mismatch})
     return {
         "engine": engine,
+        "pin": p.source.info.get("pin"),
         "series_dir": p.series_dir,
+        "series_digest": patches.digest_of(res.patches) if p.series_dir else None,
         "patches": res.patches,
         "fixups": fixups.patches,
         "tree_built": fixups.tree_after,
         "tree_before": res.tree_before,
         "tree_after": res.tree_after,
-        "expected_tree": e.expected_tree,
-        "mirror_ok": res.mirror_ok,
+        "expected_tree": doc["expected_tree"],
+        "expected_from": doc["expected_from"],
+        "mirror_ok": doc["mirror_ok"],
+        "preimage_mismatch": mismatch,
     }
+
+
+def check_series_lines(r: dict) -> list[str]:
+    """`parity build --check-series` in words: pin tree, series digest, resulting tree, verdict."""
+    verdict = {None: f"no expected tree ({r['expected_from']})", True: f"OK: matches {r['expected_from']}", False: "MISMATCH"}[r["mirror_ok"]]
+    lines = [
+        f"{r['engine']}: pin {r.get('pin') or '-'}",
+        f"  pin tree       {r['tree_before']}",
+        f"  series         {r['series_dir'] or '(none: stock)'}" + (f", {len(r['patches'])} patches, digest {r['series_digest']}" if r["series_dir"] else ""),
+        f"  resulting tree {r['tree_after']}",
+    ]
+    if r["fixups"]:
+        lines.append(f"  + {len(r['fixups'])} fixup(s) -> built tree {r['tree_built']}")
+    if r.get("preimage_mismatch"):
+        lines.append(f"  warning: {len(r['preimage_mismatch'])} patches carry index preimage ids that differ from their files (git apply ignores them)")
+    lines.append(f"  verdict        {verdict}" if r["series_dir"] else "  verdict        no series to mirror")
+    return lines
+
+
+def record_series_tree(profile: Profile, engine: str, runner, out) -> dict:
+    """check_series, then record its resulting tree for this series digest and pin tree in the
+    series registry (a mismatch against a fork or a constant is refused by check_series)."""
+    from parity.engine import mirror
+
+    r = check_series(profile, engine, runner, out)
+    if not r["series_dir"]:
+        raise UsageError(f"engine {engine} has no series: nothing to record")
+    how = f"matched {r['expected_from']}" if r["mirror_ok"] else "parity build --check-series --record (no fork to compare with)"
+    r["recorded_in"] = str(mirror.record(r["series_digest"], r["tree_before"], r["tree_after"], len(r["patches"]), how))
+    return r
 
 
 def write_builds_json(ctx, engines: list[str]) -> dict:

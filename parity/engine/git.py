@@ -13,6 +13,10 @@ def git(runner, args: list[str], cwd: str, timeout: float = 600):
     return runner.run(["git", *_ID, *args], cwd=cwd, timeout=timeout, env={"GIT_CONFIG_NOSYSTEM": "1", "LC_ALL": "C"})
 
 
+def is_tree_id(value) -> bool:
+    return isinstance(value, str) and re.fullmatch(r"[0-9a-f]{40}", value) is not None
+
+
 def tree_hash(runner, workdir: str) -> str:
     """git tree hash of a directory's content (initialises a repo when needed)."""
     if not runner.exists(f"{workdir}/.git"):

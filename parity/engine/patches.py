@@ -1,7 +1,13 @@
-"""Patch series: NNNN-*.patch applied in numeric order, strictly, with tree hashes."""
+"""Patch series: NNNN-*.patch applied in numeric order, strictly, with tree hashes.
+
+Also checked on the way: each patch's `index <pre>..<post>` preimage ids against the
+files it applies to (a mismatch is only a warning: `git apply` ignores those ids, and
+patches exported while the fork sat on another base carry them).
+"""
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,6 +17,9 @@ from parity.engine import git as gitmod
 from parity.errors import ConfigError, GateFailed, InfraError, UsageError
 
 _NUM = re.compile(r"^(\d+)-.+\.patch$")
+_DIFF = re.compile(r"^diff --git a/(\S+) b/(\S+)$")
+_INDEX = re.compile(r"^index ([0-9a-f]{4,40})\.\.([0-9a-f]{4,40})")
+_HUNK = re.compile(r"^@@ -(\d+)(?:,\d+)? \+\d+(?:,\d+)? @@")
 
 
 @dataclass
@@ -19,6 +28,7 @@ class SeriesResult:
     tree_after: str
     patches: list[dict] = field(default_factory=list)
     expected_tree: str | None = None
+    preimage_mismatch: list[dict] = field(default_factory=list)  # {patch, file, index, blob}
 
     @property
     def mirror_ok(self) -> bool | None:
@@ -49,22 +59,72 @@ def series_digest(series_dir: str | None) -> list[dict]:
     return [{"name": p.name, "sha256": sha256(p)} for p in list_series(series_dir)]
 
 
-def apply_series(runner, workdir: str, series_dir: str | None, expected_tree: str | None, out=None, tree_before: str | None = None) -> SeriesResult:
+def digest_of(series: list[dict]) -> str:
+    """One id for a whole series: names (the order) and contents of its patches."""
+    return hashlib.sha256("".join(f"{d['name']} {d['sha256']}\n" for d in series).encode()).hexdigest()
+
+
+def preimages(text: str) -> list[tuple[str, str]]:
+    """(path, preimage id) of every file a patch modifies (new files have none)."""
+    out, path = [], None
+    for ln in text.splitlines():
+        if m := _DIFF.match(ln):
+            path = m.group(1)
+        elif path and (m := _INDEX.match(ln)):
+            if set(m.group(1)) != {"0"}:
+                out.append((path, m.group(1)))
+            path = None
+    return out
+
+
+def failing_hunk(text: str, file: str, line: int) -> str | None:
+    """The `@@ -line,...` header of the hunk `git apply` reports as `patch failed: file:line`
+    (git names a hunk by its old start line)."""
+    cur = None
+    for ln in text.splitlines():
+        if m := _DIFF.match(ln):
+            cur = m.group(1)
+        elif cur == file and (m := _HUNK.match(ln)) and int(m.group(1)) == line:
+            return ln.split(" @@", 1)[0] + " @@"
+    return None
+
+
+def _check_preimages(runner, workdir: str, patch: Path, text: str) -> list[dict]:
+    pre = [(f, i) for f, i in preimages(text) if runner.exists(f"{workdir}/{f}")]
+    if not pre:
+        return []
+    res = gitmod.git(runner, ["hash-object", "--", *[f for f, _ in pre]], workdir)
+    blobs = res.stdout.split() if res.ok else []
+    if len(blobs) != len(pre):
+        return []  # cannot tell; git apply will say what is wrong with the patch
+    return [{"patch": patch.name, "file": f, "index": i, "blob": b} for (f, i), b in zip(pre, blobs) if not b.startswith(i)]
+
+
+def apply_series(runner, workdir: str, series_dir: str | None, expected_tree: str | None, out=None, tree_before: str | None = None, what: str = "series") -> SeriesResult:
     """Apply in place (workdir must be a scratch copy). Stops at the first failure.
     tree_before: the workdir's tree when the caller already knows it."""
     before = tree_before or gitmod.tree_hash(runner, workdir)
-    applied = []
+    applied, mismatch = [], []
     for p in list_series(series_dir) if series_dir else []:
+        text = p.read_text(errors="surrogateescape")
+        mismatch += _check_preimages(runner, workdir, p, text)
         res = gitmod.apply_patch(runner, workdir, str(p))
         if not res.ok:
             where = gitmod.parse_apply_error(res.stderr)
             hunk = f" at {where['file']}:{where['line']}" if "line" in where else (f" in {where['file']}" if "file" in where else "")
-            raise InfraError(f"patch {p.name} does not apply{hunk}: {where['message']}")
+            header = failing_hunk(text, where["file"], where["line"]) if "line" in where else None
+            raise InfraError(f"patch {p.name} does not apply{hunk}" + (f" (hunk {header})" if header else "") + f": {where['message']}")
         applied.append({"name": p.name, "sha256": sha256(p)})
         if out:
             out.debug(f"applied {p.name}")
+    if mismatch and out:
+        names = sorted({m["patch"][:4] for m in mismatch})
+        out.warn(
+            f"{what if Path(series_dir).name == what else what + ' ' + Path(series_dir).name}: {len(names)} of {len(applied)} patches carry `index` preimage ids that differ from the files they apply to "
+            f"({', '.join(names)}): exported from another base; git apply ignores them"
+        )
     after = gitmod.tree_hash(runner, workdir) if applied else before
-    result = SeriesResult(before, after, applied, expected_tree)
+    result = SeriesResult(before, after, applied, expected_tree, mismatch)
     if expected_tree and after != expected_tree:
         raise GateFailed(f"mirror invariant broken: series on the pin gives tree {after}, expected {expected_tree}")
     return result

@@ -1,5 +1,6 @@
 """Source kinds: git (url + pin), path, archive (+sha256), pypi-sdist (+sha256),
-localai (a LocalAI backend dir: pin from its Makefile, series from patches/paged/)."""
+localai (a LocalAI backend dir: pin from its Makefile, series from patches/paged/; llama.cpp
+at the pin from a url, a checkout holding the pin, or a `git archive` tarball of it)."""
 
 from __future__ import annotations
 
@@ -47,6 +48,27 @@ def localai_pin(name: str, cfg: SourceConfig) -> str:
     return pin
 
 
+def archive_commit(archive: str) -> str | None:
+    """The commit id `git archive` writes into a tarball's pax global header (what
+    `git get-tar-commit-id` prints); None for an archive that has none (or a zip)."""
+    try:
+        with tarfile.open(archive) as t:
+            return t.pax_headers.get("comment") or None
+    except FileNotFoundError:
+        raise UsageError(f"archive not found: {archive}") from None
+    except (tarfile.TarError, OSError):
+        return None
+
+
+def localai_archive_pin(name: str, cfg: SourceConfig, pin: str) -> None:
+    """Refuse an archive that is not llama.cpp at the Makefile's pin."""
+    got = archive_commit(cfg.archive)
+    if got is None:
+        raise UsageError(f"source {name}: {cfg.archive} carries no commit id (not made by `git archive`), so it cannot be checked against the pin {pin}")
+    if got != pin:
+        raise UsageError(f"source {name}: Makefile LLAMA_VERSION {pin} differs from the archive's commit {got} ({cfg.archive})")
+
+
 def read_localai_pin(backend_dir: str) -> str:
     mk = Path(backend_dir) / "Makefile"
     try:
@@ -83,6 +105,10 @@ def describe(name: str, cfg: SourceConfig) -> Source:
         pin = localai_pin(name, cfg)
         series = str(Path(cfg.path) / "patches" / "paged")
         info = {"kind": cfg.kind, "backend_dir": cfg.path, "url": cfg.url, "checkout": cfg.checkout, "pin": pin}
+        if cfg.archive:
+            localai_archive_pin(name, cfg, pin)
+            info["archive"] = cfg.archive
+        # the pin's content, however it is obtained: the identity is the pin
         return Source(cfg.kind, f"git:{pin}", info, series)
     # path: fingerprint of the tree's files (names, sizes, mtimes) -- cheap and catches edits
     root = Path(cfg.path)
@@ -135,8 +161,25 @@ def materialize(name: str, cfg: SourceConfig, runner, out=None) -> Path:
     dest = root / f"git-{pin}"
     with _locked(root / f"git-{pin}.lock"):
         if not (dest / ".complete").exists():
-            _export_pin(name, cfg, pin, runner, root, dest, out)
+            if cfg.kind == "localai" and cfg.archive:
+                _unpack_pin_archive(name, cfg, pin, dest)
+            else:
+                _export_pin(name, cfg, pin, runner, root, dest, out)
     return dest
+
+
+def _unpack_pin_archive(name, cfg, pin: str, dest: Path) -> None:
+    """A `git archive` of the pin (one top folder) unpacked as the pin's tree."""
+    localai_archive_pin(name, cfg, pin)
+    shutil.rmtree(dest, ignore_errors=True)
+    tmp = dest.with_name(dest.name + ".unpack")
+    shutil.rmtree(tmp, ignore_errors=True)
+    _extract(Path(cfg.archive), tmp)
+    tops = list(tmp.iterdir())
+    top = tops[0] if len(tops) == 1 and tops[0].is_dir() else tmp
+    top.rename(dest)
+    shutil.rmtree(tmp, ignore_errors=True)
+    (dest / ".complete").write_text(pin + "\n")
 
 
 def _unpack_checked(name, cfg, runner, root: Path, dest: Path, out) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 
 from parity.config import MD5_RE
@@ -56,6 +57,24 @@ def run_greedy(runner, argv: list[str], env: dict, timeout: float) -> Completion
     """stdin is /dev/null (conversation mode would wait on a terminal otherwise)."""
     res = runner.run(argv, env=env, timeout=timeout)
     return CompletionRun(argv, dict(env), res.rc, res.timed_out, res.stdout.encode("utf-8", "surrogateescape"), res.stderr, res.duration_s)
+
+
+_L5 = re.compile(r"\[L5INSTR\] get_block_table n=(?P<gbt>\d+) .*?\| set_inputs n=(?P<setinp>\d+) .*?\| hostproc n=(?P<hostproc>\d+)(?: .*?\| graph_reuse (?P<reused>\d+)/(?P<proc>\d+))?")
+
+
+def series_counters(stderr: str) -> dict | None:
+    """The paged series' exit-time counter line (patches 0029/0040, src/paged-attn.cpp):
+    `[L5INSTR] get_block_table n=... | set_inputs n=... | hostproc n=... | graph_reuse a/b`.
+    get_block_table > 0 only when the paged attention path ran (LLAMA_KV_PAGED=1)."""
+    m = None
+    for m in _L5.finditer(stderr):
+        pass
+    if m is None:
+        return None
+    out = {"get_block_table": int(m["gbt"]), "set_inputs": int(m["setinp"]), "hostproc": int(m["hostproc"])}
+    if m["proc"] is not None:
+        out["graph_reuse"] = [int(m["reused"]), int(m["proc"])]
+    return out
 
 
 def first_divergence(got: bytes, ref: bytes, context: int = 24) -> str:

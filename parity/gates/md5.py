@@ -102,6 +102,8 @@ def md5_gate(ctx, model: str, path: str | None, engine: str | None = None, expec
     }
     if run.attempts:
         data["incomplete_attempts"] = run.attempts
+    if counters := completion.series_counters(run.stderr):
+        data["series_counters"] = counters  # the paged series' exit-time counters: did the paged path run
     problem = run_problem(run, g.timeout_s)
     if problem:
         return Check(name, "md5", expected, run.md5 if run.stdout else "-", ERROR, problem, label, path, data=data)

@@ -15,7 +15,8 @@ from parity.gates.common import gate_engine, save, tool
 def op_gate(ctx, op: str, backend: str | None = None, engine: str | None = None, tag: str = "") -> Check:
     g = ctx.profile.gates
     backend = backend or g.op_backend
-    name = f"op {op} [{backend}]"
+    params = g.op_params.get(op)
+    name = f"op {op} [{backend}]" if not params else f"op {op} ({params}) [{backend}]"
     try:
         engine = gate_engine(ctx, engine)
         binary = tool(ctx, engine, "test-backend-ops")
@@ -23,7 +24,7 @@ def op_gate(ctx, op: str, backend: str | None = None, engine: str | None = None,
         return Check(name, "op", "all", "-", ERROR, str(e))
     attempts = []
     for attempt in range(1, 2 + max(0, g.op_retries)):
-        res = ctx.runner.run(tbo.argv(binary, op, backend), env=ctx.profile.engine(engine).env, timeout=g.op_timeout_s)
+        res = ctx.runner.run(tbo.argv(binary, op, backend, params), env=ctx.profile.engine(engine).env, timeout=g.op_timeout_s)
         output = save(ctx, f"gates/{tag}op-{op}-{backend}-{attempt}.txt", res.stdout + res.stderr)
         if res.timed_out:
             status, got, detail = ERROR, "-", f"timed out after {g.op_timeout_s:g} s (gates.op_timeout_s)"
@@ -46,4 +47,4 @@ def op_gate(ctx, op: str, backend: str | None = None, engine: str | None = None,
         detail += f"; attempt 1: {first['got']} {first['status']}: {first['detail']}"
     total = final["got"].split("/")[1] if "/" in final["got"] else None
     expected = f"{total}/{total}" if total else "all"
-    return Check(name, "op", expected, final["got"], status, detail, attempts=attempts, data={"engine": engine, "backend": backend, "op": op})
+    return Check(name, "op", expected, final["got"], status, detail, attempts=attempts, data={"engine": engine, "backend": backend, "op": op, "params": params})

@@ -109,8 +109,8 @@ def _add_case(cur: BackendResult, case: str, rest: str) -> None:
         cur.ok_cases += 1
 
 
-def argv(binary: str, op: str, backend: str) -> list[str]:
-    return [binary, "-o", op, "-b", backend]
+def argv(binary: str, op: str, backend: str, params: str | None = None) -> list[str]:
+    return [binary, "-o", op, "-b", backend, *(["-p", params] if params else [])]
 
 
 def verdict(run: OpsRun, backend: str, rc: int | None) -> tuple[str, str, str]:

@@ -1,7 +1,16 @@
-"""Deterministic tiny GGUF models (llama arch, byte-level BPE vocab, random weights).
+"""Deterministic tiny GGUF models (byte-level BPE vocab, random weights) of three
+architectures: llama; qwen35, the users' dense hybrid (gated-DeltaNet layers and gated
+full-attention layers); qwen35moe, the same with routed + shared experts in every layer.
 
 Same SynthSpec -> byte-identical file.  `noise`/`perturb_seed` add relative
 Gaussian noise to every weight: the same model, slightly lossy, for KL gates.
+
+qwen35/qwen35moe follow the pin's src/models/qwen35*.cpp loaders: every 2nd layer is full
+attention (full_attention_interval 2, so even 2 layers have both kinds); attention heads
+`heads` x head_dim (embd / heads) with a joint query+gate projection, Q/K RMS norms, IMROPE
+on half the head; gated DeltaNet with `kv_heads` key heads and `heads` value heads of
+head_dim (ssm.state_size = head_dim, ssm.inner_size = heads * head_dim), a 4-tap conv;
+qwen35moe: `experts` experts of `ff` (top `experts_used`), one shared expert of `ff`.
 """
 
 from __future__ import annotations
@@ -53,9 +62,14 @@ def vocab() -> tuple[list[str], list[int], list[str]]:
     return tokens, types, merges
 
 
+ARCHS = ("llama", "qwen35", "qwen35moe")
+CONV_KERNEL = 4
+FULL_ATTENTION_INTERVAL = 2
+
+
 def check_spec(spec: SynthSpec) -> None:
-    if spec.arch != "llama":
-        raise UsageError(f"synth: arch {spec.arch!r} is not supported (supported: llama)")
+    if spec.arch not in ARCHS:
+        raise UsageError(f"synth: arch {spec.arch!r} is not supported (supported: {', '.join(ARCHS)})")
     for name in ("layers", "embd", "heads", "kv_heads", "ff", "ctx"):
         if getattr(spec, name) <= 0:
             raise UsageError(f"synth: --{name.replace('_', '-')} must be positive")
@@ -67,29 +81,52 @@ def check_spec(spec: SynthSpec) -> None:
         raise UsageError("synth: head size (embd / heads) must be even for RoPE")
     if spec.noise < 0:
         raise UsageError("synth: --noise must be >= 0")
-    if spec.experts or spec.experts_used:
-        raise UsageError("synth: experts are not supported for arch llama (leave experts/experts_used at 0)")
+    if spec.arch == "qwen35moe":
+        if spec.experts < 2 or not 0 < spec.experts_used <= spec.experts:
+            raise UsageError("synth: qwen35moe needs --experts >= 2 and 0 < --experts-used <= --experts")
+    elif spec.experts or spec.experts_used:
+        raise UsageError(f"synth: experts are not supported for arch {spec.arch} (leave experts/experts_used at 0)")
+    if spec.arch != "llama" and (spec.embd // spec.heads) % 4:
+        raise UsageError(f"synth: {spec.arch} needs a head size (embd / heads) that is a multiple of 4 (IMROPE sections)")
     if spec.perturb_seed < 0 or spec.seed < 0:
         raise UsageError("synth: --seed and --perturb-seed must be >= 0")
 
 
-def _tensors(spec: SynthSpec, n_vocab: int):
+def _generators(spec: SynthSpec):
+    """(w, f32, norm): weights in the spec's dtype (noise applied), f32 weights (routers, conv
+    taps: llama.cpp keeps those in F32), RMS-norm weights around 1."""
     import numpy as np
 
     rng = np.random.Generator(np.random.PCG64(spec.seed))
     prng = np.random.Generator(np.random.PCG64(10_000 + spec.perturb_seed)) if spec.noise else None
-    head = spec.embd // spec.heads
-    kv = spec.kv_heads * head
 
-    def w(rows, cols, scale=None):
-        scale = scale if scale is not None else 1.0 / np.sqrt(cols)
-        a = rng.standard_normal((rows, cols), dtype=np.float32) * np.float32(scale)
+    def raw(shape, scale):
+        a = rng.standard_normal(shape, dtype=np.float32) * np.float32(scale)
         if prng is not None:  # relative noise, drawn from its own stream so the base weights stay identical
             a = a * (1 + np.float32(spec.noise) * prng.standard_normal(a.shape, dtype=np.float32))
-        return a.astype(np.float16 if spec.dtype == "f16" else np.float32)
+        return a
+
+    def w(rows, cols, scale=None, lead=()):
+        scale = scale if scale is not None else 1.0 / np.sqrt(cols)
+        return raw((*lead, rows, cols), scale).astype(np.float16 if spec.dtype == "f16" else np.float32)
+
+    def f32(shape, scale):
+        return raw(shape, scale).astype(np.float32)
 
     def norm(n):
         return (1.0 + 0.1 * rng.standard_normal(n, dtype=np.float32)).astype(np.float32)
+
+    return w, f32, norm, rng
+
+
+def _tensors(spec: SynthSpec, n_vocab: int):
+    if spec.arch != "llama":
+        return _qwen35_tensors(spec, n_vocab)
+    import numpy as np
+
+    w, _, norm, _ = _generators(spec)
+    head = spec.embd // spec.heads
+    kv = spec.kv_heads * head
 
     out = [("token_embd.weight", w(n_vocab, spec.embd, 1.0))]
     for i in range(spec.layers):
@@ -109,6 +146,89 @@ def _tensors(spec: SynthSpec, n_vocab: int):
     return out
 
 
+def is_recurrent(layer: int) -> bool:
+    """qwen35: gated-DeltaNet layers, every FULL_ATTENTION_INTERVAL-th layer is full attention."""
+    return (layer + 1) % FULL_ATTENTION_INTERVAL != 0
+
+
+def _qwen35_tensors(spec: SynthSpec, n_vocab: int):
+    """Tensors in the order and shapes the pin's llama_model_qwen35{,moe}::load_arch_tensors
+    asks for (numpy shapes are GGUF's ne reversed)."""
+    import numpy as np
+
+    w, f32, norm, rng = _generators(spec)
+    e, hd = spec.embd, spec.embd // spec.heads
+    kv = spec.kv_heads * hd
+    key_dim, value_dim = hd * spec.kv_heads, hd * spec.heads  # GDN: kv_heads key heads, heads value heads
+    conv_dim = 2 * key_dim + value_dim
+    out = [("token_embd.weight", w(n_vocab, e, 1.0))]
+    for i in range(spec.layers):
+        p = f"blk.{i}."
+        out += [(p + "attn_norm.weight", norm(e)), (p + "post_attention_norm.weight", norm(e))]
+        if is_recurrent(i):
+            out += [
+                (p + "attn_qkv.weight", w(conv_dim, e)),
+                (p + "attn_gate.weight", w(value_dim, e)),
+                (p + "ssm_conv1d.weight", f32((conv_dim, CONV_KERNEL), 0.5)),
+                (p + "ssm_dt.bias", f32((spec.heads,), 0.5)),
+                # A = -exp(A_log): negative, so the state decays (the converter stores it so)
+                (p + "ssm_a", -np.exp(rng.uniform(-1.0, 0.5, spec.heads)).astype(np.float32)),
+                (p + "ssm_beta.weight", w(spec.heads, e)),
+                (p + "ssm_alpha.weight", w(spec.heads, e)),
+                (p + "ssm_norm.weight", norm(hd)),
+                (p + "ssm_out.weight", w(e, value_dim)),
+            ]
+        else:
+            out += [
+                (p + "attn_q.weight", w(2 * spec.heads * hd, e)),  # query and its output gate
+                (p + "attn_k.weight", w(kv, e)),
+                (p + "attn_v.weight", w(kv, e)),
+                (p + "attn_output.weight", w(e, spec.heads * hd)),
+                (p + "attn_q_norm.weight", norm(hd)),
+                (p + "attn_k_norm.weight", norm(hd)),
+            ]
+        if spec.arch == "qwen35":
+            out += [(p + "ffn_gate.weight", w(spec.ff, e)), (p + "ffn_down.weight", w(e, spec.ff)), (p + "ffn_up.weight", w(spec.ff, e))]
+        else:
+            n = spec.experts
+            out += [
+                (p + "ffn_gate_inp.weight", f32((n, e), 1.0 / np.sqrt(e))),
+                (p + "ffn_down_exps.weight", w(e, spec.ff, lead=(n,))),
+                (p + "ffn_gate_exps.weight", w(spec.ff, e, lead=(n,))),
+                (p + "ffn_up_exps.weight", w(spec.ff, e, lead=(n,))),
+                (p + "ffn_gate_inp_shexp.weight", f32((e,), 1.0 / np.sqrt(e))),
+                (p + "ffn_gate_shexp.weight", w(spec.ff, e)),
+                (p + "ffn_up_shexp.weight", w(spec.ff, e)),
+                (p + "ffn_down_shexp.weight", w(e, spec.ff)),
+            ]
+    out += [("output_norm.weight", norm(e)), ("output.weight", w(n_vocab, e, 1.5 / np.sqrt(e)))]
+    return out
+
+
+def _arch_keys(wr, spec: SynthSpec) -> None:
+    """The hyperparameters llama_model_qwen35{,moe}::load_arch_hparams reads."""
+    hd = spec.embd // spec.heads
+    n_rot = hd // 2
+    wr.add_key_length(hd)
+    wr.add_value_length(hd)
+    wr.add_rope_dimension_count(n_rot)
+    # IMROPE sections over n_rot / 2 rotary pairs (the real models: [11, 11, 10, 0] of 32)
+    pairs = n_rot // 2
+    wr.add_rope_dimension_sections([pairs - 2 * (pairs // 4), pairs // 4, pairs // 4, 0])
+    wr.add_rope_freq_base(10_000_000.0)
+    wr.add_ssm_conv_kernel(CONV_KERNEL)
+    wr.add_ssm_state_size(hd)
+    wr.add_ssm_group_count(spec.kv_heads)
+    wr.add_ssm_time_step_rank(spec.heads)
+    wr.add_ssm_inner_size(hd * spec.heads)
+    wr.add_full_attention_interval(FULL_ATTENTION_INTERVAL)
+    if spec.arch == "qwen35moe":
+        wr.add_expert_count(spec.experts)
+        wr.add_expert_used_count(spec.experts_used)
+        wr.add_expert_feed_forward_length(spec.ff)
+        wr.add_expert_shared_feed_forward_length(spec.ff)
+
+
 def synth_gguf(out_path: str | Path, spec: SynthSpec) -> str:
     """Write the model atomically; return its sha256."""
     import gguf
@@ -120,7 +240,7 @@ def synth_gguf(out_path: str | Path, spec: SynthSpec) -> str:
     fd, tmp = tempfile.mkstemp(prefix=f".{out_path.name}.", suffix=".tmp", dir=out_path.parent)
     os.close(fd)
     try:
-        wr = gguf.GGUFWriter(tmp, "llama")
+        wr = gguf.GGUFWriter(tmp, spec.arch)
         wr.add_name(f"parity-synth-{spec.arch}-{spec.dtype}-s{spec.seed}")
         wr.add_context_length(spec.ctx)
         wr.add_embedding_length(spec.embd)
@@ -128,8 +248,11 @@ def synth_gguf(out_path: str | Path, spec: SynthSpec) -> str:
         wr.add_feed_forward_length(spec.ff)
         wr.add_head_count(spec.heads)
         wr.add_head_count_kv(spec.kv_heads)
-        wr.add_rope_dimension_count(spec.embd // spec.heads)
-        wr.add_layer_norm_rms_eps(1e-5)
+        if spec.arch == "llama":
+            wr.add_rope_dimension_count(spec.embd // spec.heads)
+        else:
+            _arch_keys(wr, spec)
+        wr.add_layer_norm_rms_eps(1e-5 if spec.arch == "llama" else 1e-6)
         wr.add_file_type(1 if spec.dtype == "f16" else 0)
         wr.add_tokenizer_model("gpt2")
         wr.add_tokenizer_pre("default")

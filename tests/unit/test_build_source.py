@@ -235,3 +235,72 @@ def test_copy_skips_only_top_level_git_and_cmake_build_dirs(tmp_path):
     srcmod.copy_tree(d, dest)
     assert (dest / "tools" / "build" / "keep.c").exists() and (dest / "build-notes" / "keep.md").exists()
     assert not (dest / "build-cuda").exists() and not (dest / ".git").exists()
+
+
+# ---------------------------------------------------------------- localai + a `git archive` of the pin
+
+
+def _git_archive(repo: Path, commit: str, out: Path) -> Path:
+    subprocess.run(["git", "archive", "--format=tar.gz", f"--prefix=llama.cpp-{commit[:8]}/", "-o", str(out), commit], cwd=repo, check=True)
+    return out
+
+
+def test_archive_commit_is_what_git_get_tar_commit_id_prints(upstream, tmp_path):
+    repo, pin, _ = upstream
+    arc = _git_archive(repo, pin, tmp_path / "pin.tar.gz")
+    got = subprocess.run(f"gzip -dc {arc} | git get-tar-commit-id", shell=True, capture_output=True, text=True).stdout.strip()
+    assert srcmod.archive_commit(str(arc)) == got == pin
+    plain = tmp_path / "plain.tar.gz"
+    with tarfile.open(plain, "w:gz") as t:
+        t.add(DATA / "mini-llama", arcname="x")
+    assert srcmod.archive_commit(str(plain)) is None
+
+
+def test_localai_archive_at_the_pin_is_the_pin_tree(upstream, tmp_path, cache):
+    repo, pin, _ = upstream
+    d = _localai_backend(tmp_path, pin)
+    cfg = SourceConfig(kind="localai", path=str(d), archive=str(_git_archive(repo, pin, tmp_path / "pin.tar.gz")))
+    src = srcmod.describe("la", cfg)
+    assert src.identity == f"git:{pin}" and src.info["archive"] == cfg.archive  # same identity as a clone of the pin
+    tree = srcmod.materialize("la", cfg, LocalRunner())
+    assert tree == cache / "sources" / f"git-{pin}" and (tree / "CMakeLists.txt").exists() and not (tree / "NEWER.txt").exists()
+    scratch = tmp_path / "scratch"
+    shutil.copytree(tree, scratch, ignore=shutil.ignore_patterns(".complete"))
+    assert gitmod.tree_hash(LocalRunner(), str(scratch)) == _git(repo, "rev-parse", f"{pin}^{{tree}}")
+
+
+def test_localai_archive_at_another_commit_is_refused(upstream, tmp_path):
+    repo, pin, later = upstream
+    d = _localai_backend(tmp_path, pin)
+    cfg = SourceConfig(kind="localai", path=str(d), archive=str(_git_archive(repo, later, tmp_path / "later.tar.gz")))
+    with pytest.raises(UsageError, match=f"Makefile LLAMA_VERSION {pin} differs from the archive's commit {later}"):
+        srcmod.describe("la", cfg)
+    plain = tmp_path / "plain.tar.gz"
+    with tarfile.open(plain, "w:gz") as t:
+        t.add(DATA / "mini-llama", arcname="x")
+    with pytest.raises(UsageError, match="carries no commit id"):
+        srcmod.describe("la", SourceConfig(kind="localai", path=str(d), archive=str(plain)))
+    with pytest.raises(UsageError, match="archive not found"):
+        srcmod.describe("la", SourceConfig(kind="localai", path=str(d), archive=str(tmp_path / "gone.tar.gz")))
+
+
+def test_localai_checkout_without_the_pin_is_refused(upstream, tmp_path):
+    repo, pin, _ = upstream
+    d = _localai_backend(tmp_path, "f" * 40)
+    with pytest.raises(UsageError, match="not in checkout"):
+        srcmod.materialize("la", SourceConfig(kind="localai", path=str(d), checkout=str(repo)), LocalRunner())
+
+
+@pytest.mark.parametrize(
+    "source, msg",
+    [
+        ({"kind": "localai", "path": "/x", "archive": "/a.tgz", "url": "u"}, "one way: archive, checkout or url"),
+        ({"kind": "localai", "path": "/x", "archive": "/a.tgz", "checkout": "/c"}, "one way: archive, checkout or url"),
+        ({"kind": "git", "url": "u", "pin": "p", "archive": "/a.tgz"}, "only a localai source takes an archive"),
+    ],
+)
+def test_archive_config_errors(source, msg):
+    from parity.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=msg):
+        profile_from_dict({"sources": {"s": source}})

@@ -16,7 +16,7 @@ def write(tmp_path, text: str, name: str = "p.yaml") -> str:
     return str(p)
 
 
-@pytest.mark.parametrize("name", ["smoke", "gb10-qwen36"])
+@pytest.mark.parametrize("name", ["smoke", "gb10-qwen36", "localai-paged-cpu"])
 def test_embedded_profiles_load(name):
     assert name in available_profiles()
     prof = load_profile(name)
@@ -117,3 +117,19 @@ def test_json_schema_accepts_the_embedded_profiles_and_refuses_what_the_loader_r
         jsonschema.validate({"extends": "smoke", "serving": {"nlp": [1]}}, schema)
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({"serving": {"order": "abc"}}, schema)
+
+
+def test_localai_paged_cpu_reads_the_shared_data_beside_the_checkout():
+    """Test data lives beside the project (../shared), never inside it; the pin comes from the
+    backend Makefile, so the profile carries no pin and no expected tree."""
+    from parity.config import PARITY_ROOT
+
+    prof = load_profile("localai-paged-cpu")
+    src = prof.sources["localai-paged"]
+    assert src.kind == "localai" and src.pin is None and src.url is None and src.checkout is None
+    assert src.path == f"{PARITY_ROOT}/../shared/localai-paged"
+    assert src.archive == f"{PARITY_ROOT}/../shared/llama.cpp-pin/llama.cpp-0ed235ea.tar.gz"
+    assert all(e.expected_tree is None and e.fork is None for e in prof.engines.values())
+    assert prof.engines["paged"].series == "auto" and prof.engines["stock"].series is None
+    gb10 = load_profile("gb10-qwen36")
+    assert all(e.expected_tree is None for e in gb10.engines.values())  # no stale constant (dedb1182)

@@ -245,3 +245,25 @@ def test_first_divergence():
     assert msg.startswith("first difference at byte 30")
     assert completion.first_divergence(ref[:20], ref).startswith("first difference at byte 20")
     assert completion.first_divergence(ref, ref) == "identical"
+
+
+# --------------------------------------------------------------------------- the real series' counters
+
+
+def test_series_counters_on_the_paged_and_nonpaged_paths():
+    paged = completion.series_counters(text("completion-real-qwen35moe-paged.stderr"))
+    nonpaged = completion.series_counters(text("completion-real-qwen35moe-nonpaged.stderr"))
+    assert paged == {"get_block_table": 96, "set_inputs": 49, "hostproc": 49, "graph_reuse": [47, 49]}
+    assert nonpaged == {"get_block_table": 0, "set_inputs": 49, "hostproc": 49, "graph_reuse": [47, 49]}
+    assert completion.series_counters(text("completion-chat.stderr")) is None  # stock llama.cpp has none
+
+
+def test_series_case_on_cuda0_and_its_counter_line():
+    raw = text("tbo-cuda-h100-real-moe_swiglu_down.txt")
+    assert tbo.verdict(tbo.parse(raw), "CUDA0", 0) == (PASS, "7/7", "")
+    assert completion.series_counters(raw)["get_block_table"] == 0
+
+
+def test_op_params_filter_argv():
+    assert tbo.argv("tbo", "MOE_SWIGLU_DOWN", "CPU", "type_a=f32") == ["tbo", "-o", "MOE_SWIGLU_DOWN", "-b", "CPU", "-p", "type_a=f32"]
+    assert tbo.argv("tbo", "ADD", "CUDA0") == ["tbo", "-o", "ADD", "-b", "CUDA0"]
