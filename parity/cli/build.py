@@ -14,7 +14,10 @@ def register(app: typer.Typer) -> None:
     def build(
         engine: Optional[List[str]] = typer.Option(None, "--engine", "-e", metavar="NAME", help="Engine to build (repeatable); default: all llama engines."),
         define: Optional[List[str]] = typer.Option(None, "-D", metavar="VAR=VALUE", help="Extra CMake -D flag (repeatable)."),
-        check_series: bool = typer.Option(False, "--check-series", help="Only apply the series on the pin and check the tree hash."),
+        check_series: bool = typer.Option(False, "--check-series", help="Only apply the series on the pin and check the tree (mirror invariant): pin tree, series digest, resulting tree, verdict."),
+        record: bool = typer.Option(False, "--record", help="With --check-series: record the resulting tree for this series digest and pin (~/.config/parity/series-trees.yaml)."),
+        fork: Optional[str] = typer.Option(None, "--fork", metavar="PATH", help="With --check-series: the fork checkout whose HEAD^{tree} the series must give (engines.NAME.fork)."),
+        fork_ref: Optional[str] = typer.Option(None, "--fork-ref", metavar="REF", help="The fork's ref to compare with (default HEAD)."),
         print_cmake: bool = typer.Option(False, "--print-cmake", "--dry-run", help="Print the configure/build commands and cache key; build nothing."),
         force: bool = typer.Option(False, "--force", help="Rebuild even when the cache has this key."),
         jobs: Optional[int] = typer.Option(None, "-j", "--jobs", help="Parallel compile jobs (default: CPU count)."),
@@ -29,7 +32,8 @@ def register(app: typer.Typer) -> None:
         from parity.engine.build import build as run
 
         ctx = make_context(profile, json)
-        req = BuildRequest(engines=engine or [], defines=define or [], mode=_mode(check_series, print_cmake, detach, status), force=force, jobs=jobs, profile=profile)
+        req = BuildRequest(engines=engine or [], defines=define or [], mode=_mode(check_series, print_cmake, detach, status), force=force, jobs=jobs, profile=profile,
+                           record=record, fork=fork, fork_ref=fork_ref)  # fmt: skip
         doc = run(ctx, req)
         ctx.out.emit(doc, lambda: RENDER[req.mode](ctx.out, doc))
 
@@ -54,9 +58,13 @@ def _plans(out, plans) -> None:
 
 
 def _series(out, results) -> None:
+    from parity.engine.build import check_series_lines
+
     for r in results:
-        mirror = {None: "no expected tree", True: "matches expected tree", False: "MISMATCH"}[r["mirror_ok"]]
-        out.info(f"{r['engine']}: {len(r['patches'])} patches applied; tree {r['tree_before'][:12]} -> {r['tree_after'][:12]} ({mirror})")
+        for line in check_series_lines(r):
+            out.info(line)
+        if r.get("recorded_in"):
+            out.info(f"  recorded in {r['recorded_in']}")
 
 
 def _built(out, results) -> None:

@@ -16,7 +16,7 @@ def register(app: typer.Typer) -> None:
     @models.command("synth")
     def synth(
         out: str = typer.Option(..., "--out", "-o", metavar="FILE", help="Where to write the GGUF (atomically)."),
-        arch: Optional[str] = typer.Option(None, "--arch", help="Architecture (llama)."),
+        arch: Optional[str] = typer.Option(None, "--arch", help="Architecture: llama, qwen35 (dense hybrid: gated-DeltaNet + full attention) or qwen35moe (with routed experts)."),
         dtype: Optional[str] = typer.Option(None, "--dtype", metavar="f32|f16", help="Weight type (default f32)."),
         seed: Optional[int] = typer.Option(None, "--seed", help="Weight seed (default 0)."),
         layers: Optional[int] = typer.Option(None, "--layers", help="Blocks (default 2)."),
@@ -25,6 +25,8 @@ def register(app: typer.Typer) -> None:
         kv_heads: Optional[int] = typer.Option(None, "--kv-heads", help="KV heads (default 2)."),
         ff: Optional[int] = typer.Option(None, "--ff", help="FFN width (default 128)."),
         ctx_len: Optional[int] = typer.Option(None, "--ctx", help="Training context length (default 512)."),
+        experts: Optional[int] = typer.Option(None, "--experts", help="Routed experts (qwen35moe)."),
+        experts_used: Optional[int] = typer.Option(None, "--experts-used", help="Experts per token (qwen35moe)."),
         noise: Optional[float] = typer.Option(None, "--noise", help="Relative Gaussian weight noise, e.g. 0.01 (default 0)."),
         perturb_seed: Optional[int] = typer.Option(None, "--perturb-seed", help="Seed of the noise (default 0)."),
         profile: Optional[str] = ProfileOpt,
@@ -37,7 +39,8 @@ def register(app: typer.Typer) -> None:
 
         ctx = make_context(profile, json)
         spec = spec_from_options(
-            arch=arch, dtype=dtype, seed=seed, layers=layers, embd=embd, heads=heads, kv_heads=kv_heads, ff=ff, ctx=ctx_len, noise=noise, perturb_seed=perturb_seed
+            arch=arch, dtype=dtype, seed=seed, layers=layers, embd=embd, heads=heads, kv_heads=kv_heads, ff=ff, ctx=ctx_len, noise=noise, perturb_seed=perturb_seed,
+            experts=experts, experts_used=experts_used,
         )
         digest = write_model(out, spec)
         ctx.out.emit({"path": out, "sha256": digest, "spec": spec}, lambda: ctx.out.info(f"{out}\nsha256 {digest}"))

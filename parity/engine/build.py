@@ -395,6 +395,9 @@ class BuildRequest:
     force: bool = False
     jobs: int | None = None
     profile: str | None = None  # how the profile was named (a detached build re-runs with it)
+    record: bool = False  # check-series: record the resulting tree per series digest
+    fork: str | None = None  # check-series: the fork checkout (engines.NAME.fork for every engine asked)
+    fork_ref: str | None = None
 
 
 def build(ctx, req: BuildRequest):
@@ -421,8 +424,18 @@ def build(ctx, req: BuildRequest):
             p = plan(ctx.profile, n, flags, req.jobs)
             plans.append({"engine": n, "key": p.key, "dir": str(p.dir), "series_dir": p.series_dir, "patches": p.series, "configure": p.configure, "build": p.build, "cached": (p.dir / OK_MARKER).exists()})
         return plans
+    if req.mode != "check-series" and (req.record or req.fork or req.fork_ref):
+        raise UsageError("--record, --fork and --fork-ref go with --check-series")
     if req.mode == "check-series":
-        return [check_series(ctx.profile, n, ctx.runner, ctx.out) for n in names]
+        from parity.config import expand_path
+
+        for n in names:
+            if req.fork:
+                ctx.profile.engine(n).fork = expand_path(req.fork)
+            if req.fork_ref:
+                ctx.profile.engine(n).fork_ref = req.fork_ref
+        check = record_series_tree if req.record else check_series
+        return [check(ctx.profile, n, ctx.runner, ctx.out) for n in names if not req.record or ctx.profile.engine(n).series]
     results = []
     for n in names:
         r = ensure_built(ctx.profile, n, ctx.runner, ctx.out, force=req.force, extra_flags=flags, jobs=req.jobs)
