@@ -131,13 +131,13 @@ def test_gated_sweep_paged_server_against_stock(real_builds, tmp_path):
     r = run_parity("--artifacts", str(tmp_path / "runs"), "snapshot", "-p", str(prof), "--json", timeout=1800)
     assert r.returncode == 0, r.stderr[-2000:]
     (run,) = (tmp_path / "runs").iterdir()
-    rows = list(csv.DictReader(open(run / "summary.tsv"), delimiter="\t"))
+    rows = list(csv.DictReader(open(run / "parity_summary.tsv"), delimiter="\t"))
     got = {(x["engine"], x["n"], x["repeat"]) for x in rows if x["kind"] == "row"}
     assert got == {(e, n, str(i)) for e in ("paged", "stock") for n in ("1", "4") for i in range(3)}
-    assert all(float(x["decode_agg_tps"]) > 0 for x in rows if x["kind"] == "row")
+    assert all(float(x["decode_agg_tps"]) > 0 and x["valid"] == "True" for x in rows if x["kind"] == "row")
     assert {x["n"] for x in rows if x["kind"] == "ratio" and x["engine"] == "paged" and x["reference"] == "stock"} == {"1", "4"}
-    gates = [ln.split("\t") for ln in (run / "gate_summary.tsv").read_text().splitlines()[1:]]
-    assert {g[0] for g in gates} == {"pre", "post"} and all(g[-1] == "pass" for g in gates)
+    gates = list(csv.DictReader(open(run / "gate_summary.tsv"), delimiter="\t"))  # the users' layout
+    assert {g["phase"] for g in gates} == {"pre", "post"} and all(g["status"] == "ok" for g in gates)
     server = json.loads((run / "servers" / "paged-r0.json").read_text())
     assert server["env"]["LLAMA_KV_PAGED"] == "1" and "LLAMA_KV_PAGED" not in json.loads((run / "servers" / "stock-r0.json").read_text())["env"]
     # the paged server ran the paged attention path (the series' exit-time counter)
