@@ -147,7 +147,8 @@ def test_sigkilled_parity_frees_its_llama_server_port(tmp_path, engine_bins, tin
 
     def listening() -> bool:
         with socket.socket() as s:
-            return s.connect_ex(("127.0.0.1", port)) == 0
+            # a port from the ephemeral range can "connect" to itself (TCP self-connect) when nothing listens
+            return s.connect_ex(("127.0.0.1", port)) == 0 and s.getsockname() != s.getpeername()
 
     try:
         deadline = time.monotonic() + 120
