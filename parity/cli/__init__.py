@@ -2,8 +2,6 @@
 each parses options, builds one typed request, calls one domain function and
 renders its result.  Heavy modules are imported inside the commands."""
 
-from __future__ import annotations
-
 import os
 import signal
 import sys

@@ -1,7 +1,5 @@
 """parity build -> parity.engine.build.build"""
 
-from __future__ import annotations
-
 from typing import List, Optional
 
 import typer

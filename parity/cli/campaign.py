@@ -1,7 +1,5 @@
 """parity campaign run -> parity.campaign.run_request"""
 
-from __future__ import annotations
-
 from typing import List, Optional
 
 import typer

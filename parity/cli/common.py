@@ -1,7 +1,5 @@
 """Options and helpers shared by every command (import-light: typer only)."""
 
-from __future__ import annotations
-
 from typing import Optional
 
 import typer

@@ -1,7 +1,5 @@
 """parity config show|list|schema -> parity.config.as_dict / available_profiles / json_schema"""
 
-from __future__ import annotations
-
 from typing import Optional
 
 import typer

@@ -1,7 +1,5 @@
 """parity doctor -> parity.doctor.diagnose"""
 
-from __future__ import annotations
-
 from typing import Optional
 
 import typer

@@ -1,7 +1,5 @@
 """parity gate -> parity.gates.gate.gate; parity gate summarize -> parity.gates.summary.summarize"""
 
-from __future__ import annotations
-
 from typing import List, Optional
 
 import typer

@@ -1,7 +1,5 @@
 """parity hw -> parity.gpu.hardware.hw"""
 
-from __future__ import annotations
-
 from typing import Optional
 
 import typer

@@ -1,7 +1,5 @@
 """parity lock status|acquire|release|wait|run -> parity.gpu.lock_commands.<subcommand>"""
 
-from __future__ import annotations
-
 from typing import List, Optional
 
 import typer

@@ -1,7 +1,5 @@
 """parity models synth / list"""
 
-from __future__ import annotations
-
 from typing import Optional
 
 import typer

@@ -1,7 +1,5 @@
 """parity profile -> parity.profiles.capture.profile; parity profile analyze -> parity.profiles.analysis.analyze"""
 
-from __future__ import annotations
-
 from typing import List, Optional, Tuple
 
 import typer

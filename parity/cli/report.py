@@ -1,7 +1,5 @@
 """parity compare -> parity.report.compare.compare; parity report -> parity.report.render.report"""
 
-from __future__ import annotations
-
 from typing import List, Optional
 
 import typer

@@ -1,7 +1,5 @@
 """parity snapshot / parity bench -> parity.serving.snapshot.snapshot / parity.serving.batched_bench.bench"""
 
-from __future__ import annotations
-
 from typing import List, Optional
 
 import typer

@@ -5,9 +5,10 @@ labels (vLLM labels each series with engine and model_name).  Around each point
 parity scrapes before and after, keeps the deltas of the counters below (and the
 gauges' values after), and reconciles them with the client:
 - generated tokens and finished requests must match the client exactly;
-- the server's mean TTFT and E2E latency must be within TIME_TOLERANCE of the
-  client's (the client's include the network and the HTTP layer, so they are a
-  little longer);
+- the server's mean TTFT and E2E latency must agree with the client's: the client's
+  include the network and the HTTP frontend (vLLM's API server tokenizes before its
+  engine clock starts: ~6 ms on the 2-core CI box), so the client may be longer by up
+  to max(25 %, 10 ms) but shorter by no more than max(5 %, 1 ms);
 a mismatch is a warning in the run and a row of the report's reconciliation table.
 What an engine does not expose is said ("not exposed"), never guessed."""
 
@@ -15,7 +16,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-TIME_TOLERANCE = (0.10, 0.005)  # |client - server| <= max(10 % of the client's, 5 ms)
+# (relative, absolute ms) bounds on client - server: above it, then below it
+CLIENT_LONGER = (0.25, 10.0)
+CLIENT_SHORTER = (0.05, 1.0)
+TIME_RULE = "client - server within [-max(5 %, 1 ms), +max(25 %, 10 ms)]"
 
 
 @dataclass(frozen=True)
@@ -112,9 +116,10 @@ def deltas(kind: str, before: dict, after: dict) -> dict:
     }
 
 
-def _within(client: float, server: float) -> bool:
-    rel, abs_s = TIME_TOLERANCE
-    return abs(client - server) <= max(rel * abs(client), abs_s * 1000)
+def _within(client_ms: float, server_ms: float) -> bool:
+    gap = client_ms - server_ms
+    longer, shorter = max(CLIENT_LONGER[0] * abs(client_ms), CLIENT_LONGER[1]), max(CLIENT_SHORTER[0] * abs(client_ms), CLIENT_SHORTER[1])
+    return -shorter <= gap <= longer
 
 
 def reconcile(server: dict, client: dict) -> list[dict]:
@@ -131,7 +136,7 @@ def reconcile(server: dict, client: dict) -> list[dict]:
             status = "ok" if round(s) == round(c) else "MISMATCH"
         else:
             status = "ok" if _within(c, s) else "MISMATCH"
-        rows.append({"quantity": key, "client": c, "server": s, "rule": "exact" if rule == "exact" else "max(10 %, 5 ms)", "status": status})
+        rows.append({"quantity": key, "client": c, "server": s, "rule": "exact" if rule == "exact" else TIME_RULE, "status": status})
     return rows
 
 
