@@ -103,3 +103,9 @@ def test_readme_layout_maps_every_command_to_an_existing_domain_function():
         # the cli module calls that function: its module and name appear in the source
         src = (PKG / cli_module).read_text()
         assert mod in src and fn in src, f"{cli_module} does not call {target}"
+
+
+def test_cli_modules_keep_real_annotations_for_a_fast_help():
+    # with string annotations typer compiles every option's annotation at startup (~5 ms of --help)
+    cli = PKG / "cli"
+    assert [p.name for p in cli.glob("*.py") if "from __future__ import annotations" in p.read_text()] == []
