@@ -129,13 +129,15 @@ def describe(name: str, cfg: SourceConfig) -> Source:
 
 def copy_ignore(root: Path):
     """shutil.copytree ignore: the top level's .git, our .complete marker, and CMake build
-    dirs (a dir holding CMakeCache.txt) -- never a source file, whatever its name."""
+    dirs (a dir holding CMakeCache.txt) -- never a source file, whatever its name; and, at any
+    depth, __pycache__ (bytecode a tree's own Python tools left there would change its tree id)."""
     root = Path(root)
 
     def ignore(d, names):
+        junk = [n for n in names if n == "__pycache__"]
         if Path(d) != root:
-            return []
-        return [n for n in names if n in (".git", ".complete") or (root / n / "CMakeCache.txt").exists()]
+            return junk
+        return junk + [n for n in names if n in (".git", ".complete") or (root / n / "CMakeCache.txt").exists()]
 
     return ignore
 

@@ -267,8 +267,9 @@ def convert_to_gguf(hf_dir: str | Path, out_file: str | Path, llama_tree: str | 
         raise UsageError(f"{tree}: no convert_hf_to_gguf.py (not a llama.cpp tree?)")
     out_file.parent.mkdir(parents=True, exist_ok=True)
     tmp = out_file.with_name(out_file.name + ".partial")
-    argv = [str(python), str(script), str(hf_dir), "--outfile", str(tmp), "--outtype", outtype]
-    r = (runner or LocalRunner()).run(argv, env={"PYTHONPATH": str(tree / "gguf-py"), "HF_HUB_OFFLINE": "1"}, timeout=timeout)
+    # -B: no __pycache__ in the source tree (a pristine source; its tree id is checked)
+    argv = [str(python), "-B", str(script), str(hf_dir), "--outfile", str(tmp), "--outtype", outtype]
+    r = (runner or LocalRunner()).run(argv, env={"PYTHONPATH": str(tree / "gguf-py"), "HF_HUB_OFFLINE": "1", "PYTHONDONTWRITEBYTECODE": "1"}, timeout=timeout)
     if not r.ok or not tmp.is_file():
         tmp.unlink(missing_ok=True)
         last = (r.stderr.strip().splitlines() or r.stdout.strip().splitlines() or ["no output"])[-1]

@@ -237,6 +237,16 @@ def test_copy_skips_only_top_level_git_and_cmake_build_dirs(tmp_path):
     assert not (dest / "build-cuda").exists() and not (dest / ".git").exists()
 
 
+def test_copy_leaves_out_bytecode_at_any_depth(tmp_path):
+    d = tmp_path / "checkout"
+    shutil.copytree(DATA / "mini-llama", d)
+    (d / "gguf-py" / "gguf" / "__pycache__").mkdir(parents=True)
+    (d / "gguf-py" / "gguf" / "__pycache__" / "x.cpython-311.pyc").write_bytes(b"\x00")
+    (d / "gguf-py" / "gguf" / "x.py").write_text("X = 1\n")
+    srcmod.copy_tree(d, tmp_path / "copy")
+    assert (tmp_path / "copy" / "gguf-py" / "gguf" / "x.py").exists() and list((tmp_path / "copy").rglob("__pycache__")) == []
+
+
 # ---------------------------------------------------------------- localai + a `git archive` of the pin
 
 

@@ -149,3 +149,19 @@ def test_ensure_gguf_converts_once_per_checkpoint_and_converter(tmp_path, sp_mod
     assert runs.read_text().count("run") == 3
     with pytest.raises(UsageError, match="not an hf-tiny checkpoint"):
         ht.ensure_gguf(tmp_path, out, tree, sys.executable)
+
+
+def test_converting_leaves_no_bytecode_in_the_source_tree(tmp_path, sp_model, monkeypatch):
+    # the converter imports the tree's own gguf-py; its __pycache__ once changed the cached
+    # source's tree id, and check-series then refused the build's own tree
+    import sys
+
+    monkeypatch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)
+    tree = tmp_path / "llama.cpp"
+    (tree / "gguf-py" / "gguf").mkdir(parents=True)
+    (tree / "gguf-py" / "gguf" / "__init__.py").write_text("MAGIC = b'GGUF'\n")
+    (tree / "convert_hf_to_gguf.py").write_text("import sys, gguf\nopen(sys.argv[sys.argv.index('--outfile') + 1], 'wb').write(gguf.MAGIC)\n")
+    hf = ht.ensure_checkpoint(tmp_path / "hf", SMALL, sp_model)
+    ht.convert_to_gguf(hf, tmp_path / "m.gguf", tree, sys.executable)
+    assert (tmp_path / "m.gguf").read_bytes() == b"GGUF"
+    assert list(tree.rglob("__pycache__")) == []
