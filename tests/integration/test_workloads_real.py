@@ -1,6 +1,6 @@
 """Workloads for real: `parity snapshot --workload NAME` against real llama-server builds on
-CPU (the smoke engines: stock, paged = demo series; and the users' real paged series when
-its build is in the cache), with the server's own /metrics.
+CPU (the smoke engines: stock, paged = demo series; and the users' real paged series from
+../shared, built once and cached like the real-engine tests' build), with the server's own /metrics.
 
 What each test shows (the issue's acceptance):
 - shared-prefix: prefix-cache hits from the server's counters with the cache on, zero with
@@ -16,13 +16,11 @@ depends on how fast the box is, only on how the quantities relate."""
 from __future__ import annotations
 
 import json
-import os
 import socket
 from pathlib import Path
 
 import pytest
 
-CACHE = Path(os.environ.get("PARITY_CACHE", "~/.cache/parity")).expanduser()
 NOCACHE_ARGS = ["--no-cache-prompt", "--cache-ram", "0"]  # no slot prompt reuse, no host prompt cache
 
 
@@ -30,19 +28,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def real_paged_bin() -> Path | None:
-    """bin/ of a finished build of the users' real series (LocalAI patches/paged at its pin)."""
-    for bj in sorted((CACHE / "builds").glob("*/build.json")):
-        try:
-            d = json.loads(bj.read_text())
-        except (OSError, ValueError):
-            continue
-        bin_dir = bj.parent / "build" / "bin"
-        if d.get("engine") == "paged" and (d.get("source") or {}).get("kind") == "localai" and (bj.parent / "BUILD_OK").exists() and (bin_dir / "llama-server").exists():
-            return bin_dir
-    return None
 
 
 def smoke_engine(**over) -> dict:
@@ -179,11 +164,24 @@ def test_multi_turn_resends_the_growing_history_and_the_server_reuses_it(parity_
 # ------------------------------------------------------------------ the users' real paged series
 
 
+@pytest.fixture(scope="module")
+def real_paged_bin_dir() -> str:
+    """The users' real series built on CPU (profile localai-paged-cpu): a cache hit after the
+    real-engine tests, else built here (~11 min on 2 cores)."""
+    from parity.config import load_profile
+    from parity.engine.build import ensure_built
+    from parity.runners.local import LocalRunner
+    from parity.ui import Output
+
+    from tests.conftest import shared_or_skip
+
+    shared_or_skip("localai-paged/Makefile", "localai-paged/patches/paged", "llama.cpp-pin/llama.cpp-0ed235ea.tar.gz")
+    return str(ensure_built(load_profile("localai-paged-cpu"), "paged", LocalRunner(), Output(json_mode=True)).bin_dir)
+
+
 @pytest.fixture
-def real_paged():
-    bin_dir = real_paged_bin()
-    if bin_dir is None:
-        pytest.skip(f"no finished build of the real paged series under {CACHE / 'builds'} (the real-engine profile localai-paged-cpu builds it)")
+def real_paged(real_paged_bin_dir):
+    bin_dir = real_paged_bin_dir
 
     def engine(env: dict | None = None, path: str = "paged", server_args: list | None = None) -> dict:
         paths = {"paged": {"LLAMA_KV_PAGED": "1"}, "nonpaged": {}}
