@@ -96,7 +96,7 @@ def wait_ready(proc, port: int, launch: Launch, budget_s: float, probe_timeout_s
     while True:
         rc = proc.poll()
         if rc is not None:
-            raise InfraError(f"{launch.engine or 'server'} exited with code {rc} before becoming ready; log tail:\n{log_tail(proc.log_path)}")
+            raise InfraError(f"{launch.engine or 'server'} exited {exit_words(rc)} before becoming ready; log tail:\n{log_tail(proc.log_path)}")
         if time.monotonic() - t0 >= budget_s:
             break
         attempts += 1
@@ -145,6 +145,31 @@ def serving(ctx, launch: Launch, port: int, log_path: str, budget_s: float, prob
     try:
         ready_s = wait_ready(proc, port, launch, budget_s, probe_timeout_s)
         ctx.out.debug(f"{launch.engine} ready in {ready_s:.1f} s (pid {proc.pid})")
-        yield proc, ready_s
+        try:
+            yield proc, ready_s
+        except (OSError, HttpError, asyncio.TimeoutError) as e:
+            rc = proc.poll()
+            if rc is None:
+                raise
+            # what the client saw (a refused connection) is not the news: the server died
+            raise died(launch.engine or "server", rc, proc.log_path, f"serving (the client then saw {type(e).__name__})") from e
     finally:
         proc.stop(grace_s)
+
+
+def died(engine: str, rc: int, log_path: str | None, during: str) -> InfraError:
+    """The error for a server that exited while in use: how, when, and where its log is."""
+    last = (log_tail(log_path, 1) or "empty").strip()
+    return InfraError(f"{engine} server exited {exit_words(rc)} during {during}; log: {log_path} (last line: {last[:160]})")
+
+
+def exit_words(rc: int) -> str:
+    """'with code 3' or 'on signal 11 (SIGSEGV)' for a Popen return code."""
+    import signal
+
+    if rc < 0:
+        try:
+            return f"on signal {-rc} ({signal.Signals(-rc).name})"
+        except ValueError:
+            return f"on signal {-rc}"
+    return f"with code {rc}"

@@ -153,7 +153,7 @@ def run_arm(ctx, plan, engine: str, rep: int, prog, task) -> dict:
     from parity.gpu.memory import used_mib, wait_back
     from parity.serving import loadgen
     from parity.serving.engines import adapter, model_for
-    from parity.serving.server import serving
+    from parity.serving.server import died, serving
 
     s = plan.shape
     e = ctx.profile.engine(engine)
@@ -196,8 +196,8 @@ def run_arm(ctx, plan, engine: str, rep: int, prog, task) -> dict:
                 f"  {engine:>8} r{rep} N={n:<4} decode_agg {row['decode_agg_tps']} perseq {row['decode_perseq_tps']} agg {row['agg_tps']} tok/s"
                 f"  ttft {row['ttft_mean_ms']} ms  windows {row['wall_s']}/{row['decode_window_s']} s  {verdict}"
             )
-            if proc.poll() is not None:
-                raise InfraError(f"{engine} server exited during N={n}; log: {log}")
+            if (rc := proc.poll()) is not None:
+                raise died(engine, rc, log, f"N={n}")
     prog.update(task, status=f"{engine} r{rep}: waiting for its memory to come back")
     arm["settle"] = wait_back(mem_before, mem_source, s.settle_s, s.settle_timeout_s, s.settle_tolerance_mib, f"{engine} r{rep}")
     arm["rows"] = rows

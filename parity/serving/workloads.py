@@ -154,8 +154,10 @@ class Arm:
         return lambda p: self.status(f"{label}: {p.done}/{p.requests} requests, {p.tokens} tokens, {p.tps():.1f} tok/s")
 
     def alive(self, label: str) -> None:
-        if self.proc is not None and self.proc.poll() is not None:
-            raise InfraError(f"{self.engine} server exited during {label}; log: {self.log}")
+        if self.proc is not None and (rc := self.proc.poll()) is not None:
+            from parity.serving.server import died
+
+            raise died(self.engine, rc, self.log, label)
 
 
 @dataclass

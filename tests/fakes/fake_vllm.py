@@ -23,7 +23,8 @@ FAKE_VLLM_RECORD (write argv + VLLM_* env as JSON to this path), FAKE_VLLM_MERGE
 tokens per chunk, as real vLLM does under load), FAKE_VLLM_EMPTY_EVERY (every m-th token's
 chunk has empty text, like a byte-fallback token), FAKE_VLLM_CLAIM (usage claims this many
 completion tokens whatever was streamed: a lying server), FAKE_VLLM_SAME_TOKENS (/tokenize
-answers the same ids for every text).
+answers the same ids for every text), FAKE_VLLM_SEGV_AFTER (the process dies on SIGSEGV
+at the completion after this many).
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ class FakeVllm:
         self.empty_every = int(os.environ.get("FAKE_VLLM_EMPTY_EVERY", "0"))
         self.claim = os.environ.get("FAKE_VLLM_CLAIM")
         self.same_tokens = bool(os.environ.get("FAKE_VLLM_SAME_TOKENS"))
+        self.segv_after = int(os.environ.get("FAKE_VLLM_SEGV_AFTER", "0"))
         self.counters = {"prompt_tokens_total": 0, "generation_tokens_total": 0, "request_success_total": 0}
         self.running = 0
 
@@ -141,6 +143,8 @@ class FakeVllm:
             return await self.error(writer, 400, msg, "BadRequestError")
         max_tokens = min(max_tokens, self.max_model_len - len(ptoks))  # silently clamped
         self.served_completions += 1
+        if self.segv_after and self.served_completions > self.segv_after:
+            os.kill(os.getpid(), signal.SIGSEGV)  # a crashing engine: no answer, no cleanup
         n_out = max(0, max_tokens - (self.short if self.served_completions % self.short_every == 0 else 0))
         rid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
         claimed = int(self.claim) if self.claim else n_out

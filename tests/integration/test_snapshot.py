@@ -230,6 +230,22 @@ def test_one_short_request_of_four_makes_the_point_invalid_not_a_median(parity_c
     assert json.loads((Path(doc["run_dir"]) / "manifest.json").read_text())["valid"] is False and not doc["valid"]
 
 
+@pytest.mark.parametrize("workload", [None, "sp"])
+def test_a_server_that_dies_mid_run_is_named_with_its_signal_and_log(parity_cli, profile_file, tmp_path, workload):
+    """The fake vLLM dies on SIGSEGV at its 3rd completion (2 warmups, then the point or the
+    workload): the error names the engine, the signal and the log, not the client's refused
+    connection (which a workload's next /tokenize call saw as an internal error before)."""
+    wl = {"sp": {"kind": "shared-prefix", "groups": 2, "group_size": 2, "prefix_tokens": 64, "suffix_tokens": 8, "gen": 4}}
+    prof, port = profile_file(npl=[4], repeat=2, workloads=wl)
+    r = parity_cli("--artifacts", str(tmp_path / "runs"), "snapshot", "--profile", str(prof), "--engines", "vllm", "--no-gates", "--json",
+                   *(["--workload", workload] if workload else []), env={"FAKE_VLLM_SEGV_AFTER": "2"}, timeout=600)  # fmt: skip
+    assert r.returncode == 4, r.stderr[-2000:]
+    last = r.stderr.strip().splitlines()[-1]
+    assert "vllm server exited on signal 11 (SIGSEGV) during" in last and "servers/vllm-r0.log" in last and "Traceback" not in r.stderr
+    (run,) = (tmp_path / "runs").glob("*")
+    assert json.loads((run / "manifest.json").read_text())["status"] == "failed"
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
