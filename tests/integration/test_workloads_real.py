@@ -302,4 +302,7 @@ def test_vllm_prefill_under_decode_reports_a_stall(parity_cli, workload_profile,
     (r,) = rows_by_engine(doc)["vllm"]
     assert r["valid"], r["invalid_reasons"]
     assert [p["index"] for p in r["long"]] == [0, 1] and all(p["stall_max_ms"] > 0 for p in r["long"])
-    assert r["stall_max_ms"] >= r["decode_gap_p50_ms"] > 0 and r["long_ttft_mean_ms"] > 0
+    # no stall >= median gap here: on a busy box vLLM's frontend flushes hundreds of tokens per
+    # chunk (median chunk gap 2.7 s against a 39 ms stall, seen with two CPU hogs); that
+    # relation is tested on llama-server, which streams token by token
+    assert r["stall_max_ms"] > 0 and r["decode_gap_p50_ms"] > 0 and r["long_ttft_mean_ms"] > 0
