@@ -129,8 +129,10 @@ server, model, port, out = sys.argv[1:5]
 box = {}
 t = threading.Thread(target=lambda: box.update(p=LocalRunner().spawn([server, "-m", model, "--port", port, "--host", "127.0.0.1", "-t", "1", "--no-warmup"])))
 t.start(); t.join()
-with open(out, "w") as f:
+import os
+with open(out + ".tmp", "w") as f:
     f.write(str(box["p"].pid))
+os.replace(out + ".tmp", out)
 time.sleep(600)
 """
 
@@ -151,11 +153,12 @@ def test_sigkilled_parity_frees_its_llama_server_port(tmp_path, engine_bins, tin
             return s.connect_ex(("127.0.0.1", port)) == 0 and s.getsockname() != s.getpeername()
 
     try:
+        # the server may listen before its (starved) holder has written the pid: wait for both
         deadline = time.monotonic() + 120
-        while not listening() and time.monotonic() < deadline:
+        while not (listening() and out.exists()) and time.monotonic() < deadline:
             assert holder.poll() is None
             time.sleep(0.1)
-        assert listening()
+        assert listening() and out.exists()
         server = int(out.read_text())
         holder.send_signal(signal.SIGKILL)
         holder.wait(30)
