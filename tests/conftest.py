@@ -55,6 +55,33 @@ def shared_or_skip(*rel: str) -> Path:
     return SHARED
 
 
+def kl_runs_losing_their_tail(bin_dirs: dict, ref: str, model: str, text: str, tmp_path: Path, timeout: float) -> int:
+    """How many of 20 KL runs (10 per engine in bin_dirs' stock and paged, three CPU hogs
+    beside them) lost their last statistics line: llama.cpp's leaked async logger dropped the
+    end of the output at exit before the source fixup."""
+    from parity.gates import perplexity
+
+    env = {"PATH": "/usr/bin:/bin", "GGML_NO_BACKTRACE": "1"}
+    logits = tmp_path / "base.kld"
+    tool = str(bin_dirs["stock"] / "llama-perplexity")
+    base = subprocess.run(perplexity.base_argv(tool, ref, text, 128, 4, str(logits), ["-t", "1"]), env=env, capture_output=True, timeout=timeout)
+    assert base.returncode == 0 and logits.stat().st_size > 0, base.stderr[-500:]
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(3)]
+    try:
+        lost = 0
+        for name in ("stock", "paged"):
+            argv = perplexity.kl_argv(str(bin_dirs[name] / "llama-perplexity"), model, str(logits), 128, 4, ["-t", "1"])
+            for _ in range(10):
+                r = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
+                assert r.returncode == 0, r.stderr[-500:]
+                lost += "Same top p:" not in r.stdout  # the last statistics line
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait()
+    return lost
+
+
 class CountingRunner(LocalRunner):
     """A LocalRunner that records every argv it runs (to prove what a cache hit skips)."""
 

@@ -7,7 +7,6 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -88,28 +87,11 @@ def _complete(bin_dir: Path, model: Path, banner: bool) -> subprocess.CompletedP
 def test_no_tool_loses_its_last_lines_on_a_busy_box(builds, tiny_model, tmp_path):
     """The log fixup: llama.cpp's leaked async logger dropped the end of the output at exit
     (KLD statistics lost in about half the runs with three CPU hogs; CI lost four in a row)."""
-    from parity.gates import perplexity
+    from tests.conftest import kl_runs_losing_their_tail
 
     text = tmp_path / "text.txt"
     text.write_text((REPO / "parity" / "defaults" / "kl-text.txt").read_text())
-    tool = str(builds["stock"].bin_dir / "llama-perplexity")
-    logits = tmp_path / "base.kld"
-    env = {"PATH": "/usr/bin:/bin", "GGML_NO_BACKTRACE": "1"}
-    base = subprocess.run(perplexity.base_argv(tool, str(tiny_model), str(text), 128, 4, str(logits), ["-t", "1"]), env=env, capture_output=True, timeout=120)
-    assert base.returncode == 0 and logits.stat().st_size > 0, base.stderr[-500:]
-    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(3)]
-    try:
-        lost = 0
-        for name in ("stock", "paged"):
-            argv = perplexity.kl_argv(str(builds[name].bin_dir / "llama-perplexity"), str(tiny_model), str(logits), 128, 4, ["-t", "1"])
-            for _ in range(10):
-                r = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
-                assert r.returncode == 0, r.stderr[-500:]
-                lost += "Same top p:" not in r.stdout  # the last statistics line
-    finally:
-        for h in hogs:
-            h.kill()
-            h.wait()
+    lost = kl_runs_losing_their_tail({n: b.bin_dir for n, b in builds.items()}, str(tiny_model), str(tiny_model), str(text), tmp_path, timeout=120)
     assert lost == 0, f"{lost} of 20 runs lost the end of their output"
 
 

@@ -154,32 +154,14 @@ def test_gated_sweep_paged_server_against_stock(real_builds, tmp_path):
 def test_no_tool_loses_its_last_lines_on_a_busy_box(real_builds, tmp_path):
     """The pin keeps llama.cpp's leaked async logger: without the source fixup 10 of 20 KL runs
     lost their statistics here (three CPU hogs on a loaded box); both engines carry the fixup."""
-    import subprocess
-    import sys
-
     from parity.config import load_profile
     from parity.gates import perplexity
     from parity.models.synth import ensure_model
 
+    from tests.conftest import kl_runs_losing_their_tail
+
     prof = load_profile(PROFILE)
     ref, model = ensure_model(prof, "tiny-qwen35moe-f32"), ensure_model(prof, "tiny-qwen35moe")
     text = str(perplexity.__file__).rsplit("/gates/", 1)[0] + "/defaults/kl-text.txt"
-    env = {"PATH": "/usr/bin:/bin", "GGML_NO_BACKTRACE": "1"}
-    logits = tmp_path / "base.kld"
-    tool = str(real_builds["stock"].bin_dir / "llama-perplexity")
-    base = subprocess.run(perplexity.base_argv(tool, ref, text, 128, 4, str(logits), ["-t", "1"]), env=env, capture_output=True, timeout=600)
-    assert base.returncode == 0 and logits.stat().st_size > 0, base.stderr[-500:]
-    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(3)]
-    try:
-        lost = 0
-        for name in ("stock", "paged"):
-            argv = perplexity.kl_argv(str(real_builds[name].bin_dir / "llama-perplexity"), model, str(logits), 128, 4, ["-t", "1"])
-            for _ in range(10):
-                r = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
-                assert r.returncode == 0, r.stderr[-500:]
-                lost += "Same top p:" not in r.stdout  # the last statistics line
-    finally:
-        for h in hogs:
-            h.kill()
-            h.wait()
+    lost = kl_runs_losing_their_tail({n: b.bin_dir for n, b in real_builds.items()}, ref, model, text, tmp_path, timeout=600)
     assert lost == 0, f"{lost} of 20 runs lost the end of their output"
