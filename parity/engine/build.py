@@ -216,7 +216,6 @@ def _patch(runner, p: BuildPlan, workdir: str, e: EngineConfig, out) -> tuple[pa
     if p.series_dir:
         exp = mirror.expectation(e, runner, patches.digest_of(series.patches), series.tree_before)
         doc = mirror.verify(runner, workdir, series.tree_after, exp)
-        series.expected_tree = doc["expected_tree"]
     else:
         doc = {"mirror_ok": None, "expected_tree": None, "expected_from": "no series", "differing": []}
     return series, patches.apply_series(runner, workdir, p.fixups_dir, None, out, tree_before=series.tree_after, what="fixups"), doc
