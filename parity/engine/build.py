@@ -212,13 +212,13 @@ def _patch(runner, p: BuildPlan, workdir: str, e: EngineConfig, out) -> tuple[pa
     source's fixups (not part of the invariant)."""
     from parity.engine import mirror
 
-    series = patches.apply_series(runner, workdir, p.series_dir, None, out)
+    series = patches.apply_series(runner, workdir, p.series_dir, out)
     if p.series_dir:
         exp = mirror.expectation(e, runner, patches.digest_of(series.patches), series.tree_before)
         doc = mirror.verify(runner, workdir, series.tree_after, exp)
     else:
         doc = {"mirror_ok": None, "expected_tree": None, "expected_from": "no series", "differing": []}
-    return series, patches.apply_series(runner, workdir, p.fixups_dir, None, out, tree_before=series.tree_after, what="fixups"), doc
+    return series, patches.apply_series(runner, workdir, p.fixups_dir, out, tree_before=series.tree_after, what="fixups"), doc
 
 
 def _compile(p: BuildPlan, runner, out, log, log_path) -> None:

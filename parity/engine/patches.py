@@ -14,7 +14,7 @@ from pathlib import Path
 
 from parity.artifacts import sha256_file as sha256  # the name build provenance and tests use
 from parity.engine import git as gitmod
-from parity.errors import ConfigError, GateFailed, InfraError, UsageError
+from parity.errors import ConfigError, InfraError, UsageError
 
 _NUM = re.compile(r"^(\d+)-.+\.patch$")
 _DIFF = re.compile(r"^diff --git a/(\S+) b/(\S+)$")
@@ -27,12 +27,7 @@ class SeriesResult:
     tree_before: str
     tree_after: str
     patches: list[dict] = field(default_factory=list)
-    expected_tree: str | None = None
     preimage_mismatch: list[dict] = field(default_factory=list)  # {patch, file, index, blob}
-
-    @property
-    def mirror_ok(self) -> bool | None:
-        return None if not self.expected_tree else self.expected_tree == self.tree_after
 
 
 def list_series(series_dir: str | Path) -> list[Path]:
@@ -100,9 +95,10 @@ def _check_preimages(runner, workdir: str, patch: Path, text: str) -> list[dict]
     return [{"patch": patch.name, "file": f, "index": i, "blob": b} for (f, i), b in zip(pre, blobs) if not b.startswith(i)]
 
 
-def apply_series(runner, workdir: str, series_dir: str | None, expected_tree: str | None, out=None, tree_before: str | None = None, what: str = "series") -> SeriesResult:
+def apply_series(runner, workdir: str, series_dir: str | None, out=None, tree_before: str | None = None, what: str = "series") -> SeriesResult:
     """Apply in place (workdir must be a scratch copy). Stops at the first failure.
-    tree_before: the workdir's tree when the caller already knows it."""
+    tree_before: the workdir's tree when the caller already knows it. The mirror invariant
+    (the result against the fork or a recorded tree) is mirror.verify's job."""
     before = tree_before or gitmod.tree_hash(runner, workdir)
     applied, mismatch = [], []
     for p in list_series(series_dir) if series_dir else []:
@@ -124,10 +120,7 @@ def apply_series(runner, workdir: str, series_dir: str | None, expected_tree: st
             f"({', '.join(names)}): exported from another base; git apply ignores them"
         )
     after = gitmod.tree_hash(runner, workdir) if applied else before
-    result = SeriesResult(before, after, applied, expected_tree, mismatch)
-    if expected_tree and after != expected_tree:
-        raise GateFailed(f"mirror invariant broken: series on the pin gives tree {after}, expected {expected_tree}")
-    return result
+    return SeriesResult(before, after, applied, mismatch)
 
 
 def check_expected_tree(value: str | None, label: str) -> None:

@@ -139,7 +139,7 @@ def test_preimage_ids_that_do_not_match_are_a_warning_with_the_count(tmp_path):
         def warn(self, msg):
             warnings.append(msg)
 
-    res = patches.apply_series(LocalRunner(), str(work), str(series), None, Out(json_mode=True))
+    res = patches.apply_series(LocalRunner(), str(work), str(series), Out(json_mode=True))
     assert [m["patch"] for m in res.preimage_mismatch] == ["0003-exported-elsewhere.patch"]
     assert res.preimage_mismatch[0]["index"] == "1234567" and len(res.preimage_mismatch[0]["blob"]) == 40
     assert warnings == [
@@ -148,7 +148,7 @@ def test_preimage_ids_that_do_not_match_are_a_warning_with_the_count(tmp_path):
     ]
     clean = tmp_path / "clean"
     shutil.copytree(DATA / "mini-llama", clean)
-    assert patches.apply_series(LocalRunner(), str(clean), str(SERIES), None).preimage_mismatch == []
+    assert patches.apply_series(LocalRunner(), str(clean), str(SERIES)).preimage_mismatch == []
 
 
 def test_failing_patch_names_file_and_first_failing_hunk(tmp_path):
@@ -160,7 +160,7 @@ def test_failing_patch_names_file_and_first_failing_hunk(tmp_path):
     work = tmp_path / "src"
     shutil.copytree(DATA / "mini-llama", work)
     with pytest.raises(InfraError) as ei:
-        patches.apply_series(LocalRunner(), str(work), str(series), None)
+        patches.apply_series(LocalRunner(), str(work), str(series))
     msg = str(ei.value)
     hunk = next(ln for ln in good.splitlines() if ln.startswith("@@ "))
     assert msg.startswith("patch 0002-drifted.patch does not apply at common/common.c:")

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from parity.engine import git as gitmod
+from parity.engine import mirror
 from parity.engine import patches
 from parity.errors import GateFailed, InfraError, UsageError
 from parity.runners.local import LocalRunner
@@ -87,22 +88,23 @@ def test_series_matches_fork_branch_mirror_invariant(work, tmp_path):
     _git(fork, "am", "-q", *sorted(str(p) for p in SERIES.glob("*.patch")))
     fork_tree = _git(fork, "rev-parse", "HEAD^{tree}")
 
-    res = patches.apply_series(LocalRunner(), str(work), str(SERIES), fork_tree)
+    res = patches.apply_series(LocalRunner(), str(work), str(SERIES))
     assert res.tree_before == base_tree
     assert res.tree_after == fork_tree != base_tree
-    assert res.mirror_ok is True
+    assert mirror.verify(LocalRunner(), str(work), res.tree_after, mirror.Expectation(fork_tree, "test fork"))["mirror_ok"] is True
     assert [p["name"] for p in res.patches] == ["0001-mini-env-gated-series-banner.patch", "0003-mini-series-id-string-in-the-library.patch"]
     assert "PARITY_DEMO_BANNER" in (work / "common" / "common.c").read_text()
 
 
 def test_expected_tree_mismatch_is_gate_failure(work):
-    with pytest.raises(GateFailed, match="mirror invariant"):
-        patches.apply_series(LocalRunner(), str(work), str(SERIES), "0" * 40)
+    res = patches.apply_series(LocalRunner(), str(work), str(SERIES))
+    with pytest.raises(GateFailed, match=f"mirror invariant broken: series on the pin gives tree {res.tree_after}, expected 0000"):
+        mirror.verify(LocalRunner(), str(work), res.tree_after, mirror.Expectation("0" * 40, "the profile's expected_tree"))
 
 
 def test_no_series_keeps_the_tree(work):
-    res = patches.apply_series(LocalRunner(), str(work), None, None)
-    assert res.tree_after == res.tree_before and res.patches == [] and res.mirror_ok is None
+    res = patches.apply_series(LocalRunner(), str(work), None)
+    assert res.tree_after == res.tree_before and res.patches == []
 
 
 def _broken_series(tmp_path) -> Path:
@@ -118,7 +120,7 @@ def _broken_series(tmp_path) -> Path:
 
 def test_broken_patch_names_patch_and_hunk_and_stops(work, tmp_path):
     with pytest.raises(InfraError) as ei:
-        patches.apply_series(LocalRunner(), str(work), str(_broken_series(tmp_path)), None)
+        patches.apply_series(LocalRunner(), str(work), str(_broken_series(tmp_path)))
     msg = str(ei.value)
     assert "0002-drifted.patch" in msg and "common/common.c:" in msg
     assert "0005" not in msg
@@ -130,7 +132,7 @@ def test_strict_apply_refuses_fuzz(work, tmp_path):
     """A hunk whose context differs in one line does not apply (patch(1) would fuzz it)."""
     (work / "common" / "common.c").write_text((work / "common" / "common.c").read_text().replace("_IOLBF", "_IOFBF"))
     with pytest.raises(InfraError, match="0001-mini-env-gated-series-banner.patch"):
-        patches.apply_series(LocalRunner(), str(work), str(SERIES), None)
+        patches.apply_series(LocalRunner(), str(work), str(SERIES))
 
 
 def test_series_digest_and_expected_tree_format():
