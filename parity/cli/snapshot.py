@@ -127,5 +127,7 @@ def render_workload(out, doc: dict) -> None:
         out.warn(f"NOT HELD {p}")
     for p in doc["invalid_points"]:
         out.warn(f"INVALID {p}")
+    for p in doc.get("coarse_streams") or []:
+        out.warn(f"COARSE STREAM {p}")
     out.info(render_definitions(cols))
     out.info(f"-> {doc['run_dir']}")

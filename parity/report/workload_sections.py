@@ -12,7 +12,7 @@ from parity.report.sections import fmt
 # per kind: the table's columns, and the plots (title, file, function name, what it reads)
 COLUMNS = {
     "shared-prefix": ["ttft_mean_ms", "ttft_p99_ms", "prefill_tps", "prefix_hit_rate", "prefix_hits", "prefix_hits_derived", "cached_prompt_tokens", "prefix_share"],
-    "prefill-under-decode": ["stall_max_ms", "stall_p99_ms", "decode_gap_p50_ms", "stall_ratio", "long_ttft_mean_ms", "long_ttft_max_ms", "decode_perseq_tps"],
+    "prefill-under-decode": ["stall_max_ms", "stall_p99_ms", "decode_gap_p50_ms", "stall_ratio", "decode_tokens_per_chunk", "long_ttft_mean_ms", "long_ttft_max_ms", "decode_perseq_tps"],
     "open-loop": ["scheduled_rate", "achieved_rate", "sched_delay_p99_ms", "served_rate", "goodput_rps", "slo_attainment", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "e2e_p99_ms"],
     "multi-turn": ["prompt_tokens_mean", "ttft_mean_ms", "ttft_p99_ms", "prefill_tps", "prefix_hit_rate", "prefix_hits_derived", "cached_prompt_tokens"],
 }
@@ -91,6 +91,7 @@ def workload_section(rd, asset_dir: Path | None = None, rel: str = "", plots: bo
         "multi-turn": ("conversations", "turns", "turn_tokens", "gen"),
     }[kind]}  # fmt: skip
     notes = [f"NOT HELD: {p}" for p in s.get("not_held") or []] + [f"INVALID: {p}" for p in s.get("invalid_points") or []]
+    notes += [f"COARSE STREAM: {p}" for p in s.get("coarse_streams") or []]
     figs, plot_note = [], None
     if plots and asset_dir is not None:
         try:

@@ -168,6 +168,19 @@ def baseline_gaps(s: Sample) -> list[float]:
     return gaps
 
 
+# above this many tokens per chunk a decode stream's gaps time its frontend's flushes, not steps
+COARSE_TOKENS_PER_CHUNK = 1.5
+
+
+def decode_tokens_per_chunk(s: Sample) -> float:
+    """Tokens per distinct chunk arrival over the decode streams (1.0: one token per step)."""
+    decode = _need(s.decode, "decode stream")
+    arrivals = sum(len(set(r.token_times)) for r in decode)
+    if not arrivals:
+        raise NoValue("no decode stream received a chunk")
+    return sum(len(r.token_times) for r in decode) / arrivals
+
+
 def long_ttfts(s: Sample) -> list[float]:
     return [(r.first - r.send) * 1000 for r in _need(s.long, "long prompt")]
 
@@ -249,6 +262,7 @@ WORKLOAD_METRICS: dict[str, Metric] = {
         Metric("stall_p99_ms", "ms", "lower", "99th percentile of those admission-overlapping decode gaps", lambda s: percentile(stall_gaps(s), 99)),
         Metric("decode_gap_p50_ms", "ms", "lower", "median gap between successive chunk arrivals of the decode streams outside every admission (the undisturbed decode step)", lambda s: percentile(baseline_gaps(s), 50)),
         Metric("stall_ratio", "x", "lower", "stall_max_ms / decode_gap_p50_ms: how many undisturbed steps the worst freeze lasted", stall_ratio),
+        Metric("decode_tokens_per_chunk", "tok", "lower", "decode streams' tokens / their distinct chunk arrivals: 1.0 when the server streams each decode step; above 1.5 the gaps time the frontend's flushes, so stall figures compare only with engines of the same granularity", decode_tokens_per_chunk),
         Metric("long_ttft_mean_ms", "ms", "lower", "mean TTFT (first token arrival - send) of the long prompts", lambda s: sum(long_ttfts(s)) / len(long_ttfts(s))),
         Metric("long_ttft_max_ms", "ms", "lower", "longest TTFT of the long prompts", lambda s: max(long_ttfts(s))),
         # prefix cache
@@ -264,7 +278,7 @@ WORKLOAD_METRICS: dict[str, Metric] = {
 
 BY_KIND = {
     "shared-prefix": ["prefix_hit_rate", "prefix_hits", "prefix_queries", "prefix_hits_derived", "cached_prompt_tokens", "prefix_share"],
-    "prefill-under-decode": ["stall_max_ms", "stall_p99_ms", "decode_gap_p50_ms", "stall_ratio", "long_ttft_mean_ms", "long_ttft_max_ms"],
+    "prefill-under-decode": ["stall_max_ms", "stall_p99_ms", "decode_gap_p50_ms", "stall_ratio", "decode_tokens_per_chunk", "long_ttft_mean_ms", "long_ttft_max_ms"],
     "open-loop": ["scheduled_rate", "achieved_rate", "achieved_share", "sched_delay_p50_ms", "sched_delay_p99_ms", "sched_delay_max_ms", "served_rate", "served_share",
                   "goodput_rps", "slo_attainment", "e2e_p50_ms", "e2e_p99_ms", "tpot_p50_ms", "tpot_p99_ms"],  # fmt: skip
     "multi-turn": ["prompt_tokens_mean", "prefix_hit_rate", "prefix_hits", "prefix_queries", "prefix_hits_derived", "cached_prompt_tokens"],

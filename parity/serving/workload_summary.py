@@ -14,7 +14,7 @@ from parity.serving.workload_metrics import BY_KIND, HEADLINE
 # the serving metrics each kind's table shows first (every one is still in the rows and medians)
 SHOWN = {
     "shared-prefix": ["ttft_mean_ms", "ttft_p99_ms", "prefill_tps", "prefix_hit_rate", "prefix_share", "prefix_hits", "prefix_hits_derived", "cached_prompt_tokens"],
-    "prefill-under-decode": ["stall_max_ms", "stall_p99_ms", "decode_gap_p50_ms", "stall_ratio", "long_ttft_mean_ms", "long_ttft_max_ms", "decode_perseq_tps"],
+    "prefill-under-decode": ["stall_max_ms", "stall_p99_ms", "decode_gap_p50_ms", "stall_ratio", "decode_tokens_per_chunk", "long_ttft_mean_ms", "long_ttft_max_ms", "decode_perseq_tps"],
     "open-loop": ["scheduled_rate", "achieved_rate", "sched_delay_p99_ms", "served_rate", "goodput_rps", "slo_attainment", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "e2e_p99_ms"],
     "multi-turn": ["prompt_tokens_mean", "ttft_mean_ms", "ttft_p99_ms", "prefill_tps", "prefix_hit_rate", "prefix_hits_derived", "cached_prompt_tokens"],
 }
@@ -67,6 +67,7 @@ def write(ctx, plan, rows: list[dict], extra: dict | None = None) -> dict:
         r["point"] = points.get(r["n"])
     invalid = [f"{r['engine']} r{r['repeat']} {r['point']}: {'; '.join(r['invalid_reasons'])}" for r in rows if not r.get("valid", True)]
     not_held = [f"{r['engine']} r{r['repeat']} {r['point']}: {r['held_note']}" for r in rows if r.get("held") is False]
+    coarse = [f"{r['engine']} r{r['repeat']} {r['point']}: {r['coarse_note']}" for r in rows if r.get("coarse_note")]
     doc = {
         **summary.head(plan),
         "workload": wl.describe(),
@@ -77,6 +78,7 @@ def write(ctx, plan, rows: list[dict], extra: dict | None = None) -> dict:
         "shown": SHOWN[wl.kind],
         "invalid_points": invalid,
         "not_held": not_held,
+        "coarse_streams": coarse,
         "valid": not invalid,
         "rule": rule.text(),
         "metrics": definitions(keys(wl.kind)),

@@ -252,6 +252,10 @@ def point_row(kind: str, wl_cfg, m: Measured, server: dict | None, min_window_s:
             row["decode_gap_quantiles_ms"] = {f"p{q}": round(workload_metrics.percentile(gaps, q), 3) for q in (50, 90, 99, 100)}
         except workload_metrics.NoValue:
             row["decode_gap_quantiles_ms"] = None
+        per_chunk = row.get("decode_tokens_per_chunk")
+        if per_chunk is not None and per_chunk > workload_metrics.COARSE_TOKENS_PER_CHUNK:
+            row["coarse_note"] = (f"the decode streams arrived {per_chunk:.1f} tokens per chunk: their gaps time the server's flushes, not decode steps, "
+                                  "so this engine's stall figures compare only with an engine streaming as coarsely")  # fmt: skip
     row.update(requests=len(m.records), valid_requests=sum(r.valid for r in m.records), invalid_requests=sum(not r.valid for r in m.records),
                valid=not problems, invalid_reasons=problems)  # fmt: skip
     return row

@@ -31,6 +31,7 @@ SUMMARIES = {
         "medians": [med("stock", 3, "3 streams + 2 x 512-token prompts", stall_max_ms=900.0, stall_p99_ms=880.0, decode_gap_p50_ms=10.0, stall_ratio=90.0)],
         "rows": [{"engine": "stock", "n": 3, "repeat": 0, "valid": True, "stall_gaps_ms": [12.0, 40.0, 880.0, 900.0], "decode_gap_p50_ms": 10.0,
                   "long": [{"index": 0, "ttft_ms": 1000.0, "streams_running": 3, "stall_max_ms": 900.0, "stall_p99_ms": 899.0}]}],  # fmt: skip
+        "coarse_streams": ["vllm r0 3 streams: the decode streams arrived 7.5 tokens per chunk"],
     },
     "shared-prefix": {
         "workload": {"name": "sp", "kind": "shared-prefix", "groups": 2, "group_size": 3, "prefix_tokens": 256, "suffix_tokens": 16},
@@ -72,6 +73,8 @@ def test_open_loop_section_says_which_rates_were_not_held_or_invalid(tmp_path):
 def test_prefill_under_decode_lists_each_long_prompt(tmp_path):
     w = workload_section(SimpleNamespace(summary=SUMMARIES["prefill-under-decode"]), None, plots=False)
     assert w["long_prompts"] == [["stock", 0, 0, "1000.0", 3, "900.00", "899.00", ""]] and w["plots"] == []
+    assert w["notes"] == ["COARSE STREAM: vllm r0 3 streams: the decode streams arrived 7.5 tokens per chunk"]
+    assert "- COARSE STREAM: vllm r0" in _env().get_template("_workloads.md.j2").render(workload=w)
 
 
 def test_no_section_for_a_plain_sweep_and_no_plot_without_data(tmp_path):

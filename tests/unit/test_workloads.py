@@ -156,6 +156,19 @@ def test_streams_that_ended_before_the_long_prompt_give_no_stall_and_say_why():
     assert row["valid"] is False and any(p.startswith("long prompt 0: no decode stream produced a token") for p in row["invalid_reasons"])
 
 
+def test_a_stream_flushing_many_tokens_per_chunk_is_named_coarse_not_invalid():
+    # vLLM's frontend on a busy box: 4 tokens per chunk every 40 ms; a fine stream: 1 per 10 ms
+    coarse = rec(0.0, 0.1, times=[t / 1000 for t in range(100, 2001, 40) for _ in range(4)])
+    fine = rec(0.0, 0.1, times=decode_stream(100, 10, 2000))
+    long = rec(1.0, 1.2, gap=0.01, tokens=3)
+    row = row_of("prefill-under-decode", [coarse, long], decode=[coarse], long=[long])
+    assert row["decode_tokens_per_chunk"] == pytest.approx(4.0)
+    assert row["valid"] is True and "4.0 tokens per chunk" in row["coarse_note"]
+    row = row_of("prefill-under-decode", [fine, long], decode=[fine], long=[long])
+    assert row["decode_tokens_per_chunk"] == pytest.approx(1.0) and "coarse_note" not in row
+    assert wm.decode_tokens_per_chunk(wm.Sample([coarse, fine], decode=[coarse, fine], long=[])) == pytest.approx((len(coarse.token_times) + len(fine.token_times)) / (48 + 191))
+
+
 # ------------------------------------------------------------------ prefix cache
 
 
@@ -218,6 +231,7 @@ def test_workload_summary_medians_ratios_and_tsv(tmp_path):
                 "valid": True, "invalid_reasons": [], "requests": 8, "valid_requests": 8, "invalid_requests": 0}  # fmt: skip
 
     rows = [row("a", 0, 100.0, 0.8), row("b", 0, 200.0, 0.0), row("a", 1, 120.0, 0.8), row("b", 1, 220.0, 0.0)]
+    rows[1]["coarse_note"] = "the decode streams arrived 6.0 tokens per chunk"
     written = {}
     ctx = SimpleNamespace(profile=profile_from_dict({"name": "t"}), run=SimpleNamespace(write_json=lambda n, d: written.__setitem__(n, d), write_text=lambda n, t: written.__setitem__(n, t)))
     wl = SimpleNamespace(kind="shared-prefix", describe=lambda: {"name": "sp", "kind": "shared-prefix"})
@@ -230,6 +244,7 @@ def test_workload_summary_medians_ratios_and_tsv(tmp_path):
     assert r["ttft_mean_ms"] == pytest.approx(110 / 210, abs=1e-4) and r["prefix_hit_rate"] is None  # a ratio over a zero reference is none
     assert r["noise"].startswith("noise unknown: 2 valid repeats") and doc["headline"].startswith("a/b 2x4 prefix 64 + suffix 8: ttft_mean_ms 0.5238x")
     assert doc["valid"] is True and written["summary.json"] is doc
+    assert doc["coarse_streams"] == ["b r0 2x4 prefix 64 + suffix 8: the decode streams arrived 6.0 tokens per chunk"]
     lines = written["parity_summary.tsv"].splitlines()
     assert lines[0].split("\t")[:8] == ["kind", "engine", "n", "point", "repeat", "reference", "valid", "held"] and len(lines) == 1 + 4 + 2 + 1
 
