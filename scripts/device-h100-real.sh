@@ -14,6 +14,10 @@
 #   wait-stock   wait for the background stock build
 #   gates        md5 paged/nonpaged/stock per model + KL (campaign step md5-gates)
 #   sweep        gated serving sweep, paged vs stock, repeats 3 abab (snapshot + report)
+#   build-bg     check-series, then the paged and stock builds side by side in the background
+#   wait-builds  wait for both background builds (build-<e>.log ends with rc= and wall=)
+#   sweep-long   the gated sweep with windows of seconds: GEN (1024) tokens, REPEAT (5) abab,
+#                CTX (40960: 32 slots of 1280), then its report
 #   collect      copy timings, build.json files and run dirs (tarred) into $OUT
 set -uo pipefail
 CARRY=${CARRY:-$PWD/.carry/real}
@@ -54,6 +58,26 @@ for stage in "$@"; do
     ;;
   sweep)
     cd "$R/wt" && t $P campaign run $CAMP --only snapshot --only report 2>&1 | tail -30
+    ;;
+  build-bg)
+    cd "$R/wt"
+    t $P build -p $PROF --check-series --json > "$R/out/check-series.json" 2> "$R/out/check-series.err"
+    for e in paged stock; do
+      setsid nohup bash -c "cd $R/wt && s=\$(date +%s); $P build -p $PROF -e $e -j 16 > $R/out/build-$e.log 2>&1; echo rc=\$? wall=\$(( \$(date +%s) - s ))s >> $R/out/build-$e.log; touch $R/$e.done" < /dev/null > /dev/null 2>&1 &
+    done
+    ;;
+  wait-builds)
+    while [ ! -e $R/paged.done ] || [ ! -e $R/stock.done ]; do sleep 5; done
+    tail -n 2 $R/out/build-paged.log $R/out/build-stock.log
+    ;;
+  sweep-long)
+    cd "$R/wt" && t $P campaign run $CAMP --only synth 2>&1 | tail -5
+    t $P snapshot -p $PROF --gen "${GEN:-1024}" --ctx "${CTX:-40960}" --repeat "${REPEAT:-5}" --json > "$R/out/sweep-long.json" 2> "$R/out/sweep-long.err"
+    tail -n 25 "$R/out/sweep-long.err"
+    run=$(ls -td "$R"/runs/*/ | head -1)  # the snapshot's own (its JSON lacks run_dir when it fails)
+    t $P report "$run" --title "paged vs stock on H100, gen ${GEN:-1024}, ${REPEAT:-5} repeats" --out-dir "$R/reports" 2>&1 | tail -5
+    cp "$run"/summary.tsv "$R/out/sweep-long-summary.tsv" 2>/dev/null
+    cp "$R"/reports/*.md "$R/out/" 2>/dev/null
     ;;
   collect)
     for e in paged stock; do
