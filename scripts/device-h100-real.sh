@@ -74,7 +74,7 @@ for stage in "$@"; do
     cd "$R/wt" && t $P campaign run $CAMP --only synth 2>&1 | tail -5
     t $P snapshot -p $PROF --gen "${GEN:-1024}" --ctx "${CTX:-40960}" --repeat "${REPEAT:-5}" --json > "$R/out/sweep-long.json" 2> "$R/out/sweep-long.err"
     tail -n 25 "$R/out/sweep-long.err"
-    run=$(ls -td "$R"/runs/*/ | head -1)  # the snapshot's own (its JSON lacks run_dir when it fails)
+    run=$(ls -td "$R"/runs/*/ | head -1)  # the newest run dir: a snapshot stopped before its summary prints no JSON
     t $P report "$run" --title "paged vs stock on H100, gen ${GEN:-1024}, ${REPEAT:-5} repeats" --out-dir "$R/reports" 2>&1 | tail -5
     cp "$run"/summary.tsv "$R/out/sweep-long-summary.tsv" 2>/dev/null
     cp "$R"/reports/*.md "$R/out/" 2>/dev/null

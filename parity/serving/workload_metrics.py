@@ -145,7 +145,7 @@ def per_long(s: Sample) -> list[dict]:
         if gaps:
             item.update(stall_max_ms=round(max(gaps), 3), stall_p99_ms=round(percentile(gaps, 99), 3))
         else:
-            item["why"] = "no decode stream produced a token during its admission (the streams had finished: raise decode_gen)"
+            item["why"] = "no decode stream produced a token during its admission " + _why_no_gap(s)
         out.append(item)
     return out
 
@@ -155,8 +155,21 @@ def stall_gaps(s: Sample) -> list[float]:
     windows = [(r.send, r.first) for r in s.long if r.first is not None]
     gaps = [(b - a) * 1000 for r in _need(s.decode, "decode stream") for a, b in arrival_gaps(r) if any(b > lo and a < hi for lo, hi in windows)]
     if not gaps:
-        raise NoValue("no decode-stream gap overlaps any long prompt's admission (no long prompt got a token, or the streams had finished: raise decode_gen)")
+        raise NoValue("no decode-stream gap overlaps any long prompt's admission " + _why_no_gap(s))
     return gaps
+
+
+def _why_no_gap(s: Sample) -> str:
+    """Why the streams had no arrival inside an admission: they had ended, or the server held
+    their tokens back and sent them in a few bursts (vLLM's frontend on a starved CPU)."""
+    try:
+        per_chunk = decode_tokens_per_chunk(s)
+    except NoValue:
+        per_chunk = 1.0
+    if per_chunk > COARSE_TOKENS_PER_CHUNK:
+        return (f"(the streams arrived {per_chunk:.0f} tokens per chunk: the server buffered them and sent them in bursts, "
+                "so their arrivals do not show its decode steps; a longer decode_gen does not help, a less loaded server does)")  # fmt: skip
+    return "(the streams had finished: raise decode_gen)"
 
 
 def baseline_gaps(s: Sample) -> list[float]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import socket
+import warnings
 from pathlib import Path
 
 import pytest
@@ -291,16 +292,26 @@ def test_vllm_shared_prefix_hits_and_none_without_prefix_caching(parity_cli, wor
     assert "no prefix-cache queries" in off["why"]["prefix_hit_rate"]
 
 
-def test_vllm_prefill_under_decode_reports_a_stall(parity_cli, workload_profile, tmp_path, vllm_engine):
+def test_vllm_prefill_under_decode_reports_a_stall_or_names_buffered_streams(parity_cli, workload_profile, tmp_path, vllm_engine):
     engine, models = vllm_engine
     # decode_gen near max_model_len (1024): the streams outlast a 2.4 s stall of the whole box
     # (seen with two CPU hogs and a second suite running: 400 tokens ended before the first
     # long prompt could be sent, and the point was rightly invalid)
     wl = {"pud": {"kind": "prefill-under-decode", "decode_streams": 3, "decode_gen": 960, "long_prompts": 2, "long_ptok": 512, "long_every_s": 0.5, "gen": 4}}
     prof = vllm_profile(workload_profile, tmp_path, models, {"vllm": engine()}, wl)
-    doc = run_workload(parity_cli, tmp_path, prof, "pud", "vllm")
+    doc = run_workload(parity_cli, tmp_path, prof, "pud", "vllm", ok=(0, 6))
     (r,) = rows_by_engine(doc)["vllm"]
-    assert r["valid"], r["invalid_reasons"]
+    records = json.loads(next((Path(doc["run_dir"]) / "requests").glob("vllm-r0-pud-*.json")).read_text())
+    streams = [x for x in records if x["tokens"] == 960]
+    per_chunk = sum(len(x["token_times"]) for x in streams) / sum(len(set(x["token_times"])) for x in streams)
+    assert r["decode_tokens_per_chunk"] == pytest.approx(per_chunk, rel=1e-3)
+    if not r["valid"]:
+        # with two CPU hogs vLLM's frontend once held all 960 tokens of each stream for 5.5 s and
+        # sent them in five reads (192 tokens per chunk): parity must say so, not ask for a longer decode
+        assert per_chunk > 1.5, r["invalid_reasons"]
+        assert all("the server buffered them" in p for p in r["invalid_reasons"]), r["invalid_reasons"]
+        warnings.warn(f"vLLM buffered its streams on this busy box ({per_chunk:.0f} tokens per chunk): no stall was measurable; parity said so")
+        return
     assert [p["index"] for p in r["long"]] == [0, 1] and all(p["stall_max_ms"] > 0 for p in r["long"])
     # no stall >= median gap here: on a busy box vLLM's frontend flushes hundreds of tokens per
     # chunk (median chunk gap 2.7 s against a 39 ms stall, seen with two CPU hogs); that

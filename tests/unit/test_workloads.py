@@ -169,6 +169,19 @@ def test_a_stream_flushing_many_tokens_per_chunk_is_named_coarse_not_invalid():
     assert wm.decode_tokens_per_chunk(wm.Sample([coarse, fine], decode=[coarse, fine], long=[])) == pytest.approx((len(coarse.token_times) + len(fine.token_times)) / (48 + 191))
 
 
+def test_streams_the_server_buffered_give_no_stall_and_say_so_not_raise_decode_gen():
+    # seen with vLLM on a starved CPU: 960 tokens per stream in five reads within 50 ms, after the
+    # engine had finished; the long prompt was sent after the first burst
+    burst = [5.521] * 205 + [5.533] * 205 + [5.546] * 205 + [5.558] * 205 + [5.570] * 140
+    streams = [rec(0.0, 5.521, times=burst) for _ in range(3)]
+    long = rec(5.6, 5.65, gap=0.01, tokens=4)
+    row = row_of("prefill-under-decode", [*streams, long], decode=streams, long=[long])
+    assert row["decode_tokens_per_chunk"] == pytest.approx(192.0)
+    assert row["valid"] is False and "192 tokens per chunk: the server buffered them" in row["why"]["stall_max_ms"]
+    assert any(p.startswith("long prompt 0: no decode stream produced a token during its admission (the streams arrived 192 tokens per chunk") for p in row["invalid_reasons"])
+    assert not any("raise decode_gen" in p for p in row["invalid_reasons"])
+
+
 # ------------------------------------------------------------------ prefix cache
 
 
