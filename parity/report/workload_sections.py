@@ -9,13 +9,8 @@ from pathlib import Path
 
 from parity.report.sections import fmt
 
-# per kind: the table's columns, and the plots (title, file, function name, what it reads)
-COLUMNS = {
-    "shared-prefix": ["ttft_mean_ms", "ttft_p99_ms", "prefill_tps", "prefix_hit_rate", "prefix_hits", "prefix_hits_derived", "cached_prompt_tokens", "prefix_share"],
-    "prefill-under-decode": ["stall_max_ms", "stall_p99_ms", "decode_gap_p50_ms", "stall_ratio", "decode_tokens_per_chunk", "long_ttft_mean_ms", "long_ttft_max_ms", "decode_perseq_tps"],
-    "open-loop": ["scheduled_rate", "achieved_rate", "sched_delay_p99_ms", "served_rate", "goodput_rps", "slo_attainment", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "e2e_p99_ms"],
-    "multi-turn": ["prompt_tokens_mean", "ttft_mean_ms", "ttft_p99_ms", "prefill_tps", "prefix_hit_rate", "prefix_hits_derived", "cached_prompt_tokens"],
-}
+# per kind: the plots (title, file, function name, what it reads); the table's columns are
+# the run's own `shown` (workload_summary.SHOWN, what the CLI printed)
 PLOTS = {
     "shared-prefix": [("prefix-cache hit rate per engine", "workload_prefix_hits.png", "prefix_hits", "medians")],
     "prefill-under-decode": [("decode stall distribution", "workload_stalls.png", "stall_distribution", "rows")],
@@ -41,9 +36,9 @@ def _definitions(names: list[str], summary: dict) -> list[list]:
     return [[n, *table[n]] for n in names if n in table]
 
 
-def _point_table(summary: dict, kind: str) -> tuple[list[str], list[list]]:
+def _point_table(summary: dict) -> tuple[list[str], list[list]]:
     med = summary.get("medians") or []
-    cols = [c for c in COLUMNS[kind] if any(c in m for m in med)]
+    cols = [c for c in summary.get("shown") or [] if any(c in m for m in med)]
     has_held = any("held" in m for m in med)
     rows = []
     for m in med:
@@ -79,10 +74,10 @@ def workload_section(rd, asset_dir: Path | None = None, rel: str = "", plots: bo
     """None unless the run is a workload run; else its description, tables, notes and plots."""
     s = rd.summary or {}
     w = s.get("workload")
-    if not isinstance(w, dict) or w.get("kind") not in COLUMNS:
+    if not isinstance(w, dict) or w.get("kind") not in PLOTS:
         return None
     kind = w["kind"]
-    head, rows = _point_table(s, kind)
+    head, rows = _point_table(s)
     rhead, rrows = _ratios(s, kind)
     params = {k: w.get(k) for k in {
         "shared-prefix": ("groups", "group_size", "prefix_tokens", "suffix_tokens", "prime", "gen"),
@@ -122,5 +117,5 @@ def workload_section(rd, asset_dir: Path | None = None, rel: str = "", plots: bo
         "notes": notes,
         "plots": figs,
         "plot_note": plot_note,
-        "definitions": _definitions(list(dict.fromkeys(COLUMNS[kind])), s),
+        "definitions": _definitions(s.get("shown") or [], s),
     }

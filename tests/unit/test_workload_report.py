@@ -10,6 +10,7 @@ import pytest
 from parity.report import workload_plots
 from parity.report.render import _env
 from parity.report.workload_sections import workload_section
+from parity.serving.workload_summary import SHOWN
 
 
 def med(engine, n, point, **kw):
@@ -44,6 +45,9 @@ SUMMARIES = {
         "rows": [],
     },
 }
+for _kind, _summary in SUMMARIES.items():
+    _summary["shown"] = SHOWN[_kind]  # as workload_summary.write records it
+
 FILES = {"open-loop": ["workload_rate_latency.png", "workload_goodput.png"], "prefill-under-decode": ["workload_stalls.png"],
          "shared-prefix": ["workload_prefix_hits.png"], "multi-turn": ["workload_ttft_by_turn.png"]}  # fmt: skip
 
