@@ -1,0 +1,61 @@
+"""How often the paired verdict claims a change that is not there (A/A), and how often
+it finds a 3 % one that is, over synthetic sessions drawn from recorded noise.
+
+    python benchmarks/verdict_power.py [--sessions 1000] [--tsv FILE --metric M --a ENGINE --b ENGINE]
+
+Noise sources: the users' GB10 same-binary CV (seeds, Phase139: 7 runs, agg_tps CV
+1.349 %) and the per-block log ratios of parity runs (default: the H100 long sweep,
+N 1/8/32; --tsv adds another parity_summary.tsv).  Budgets: 5 fixed blocks, the
+recommended --until-ci 1.5 (3..20 blocks), and --until-ci 3.  Prints one row per
+source x budget; exits 1 when the recommended budget claims more than 5 % + 3
+Monte-Carlo standard errors on any source.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sessions", type=int, default=1000)
+    ap.add_argument("--effect", type=float, default=0.03)
+    ap.add_argument("--tsv", action="append", default=[])
+    ap.add_argument("--metric", default="decode_agg_tps")
+    ap.add_argument("--a", default="stock")
+    ap.add_argument("--b", default="paged")
+    args = ap.parse_args()
+
+    from parity.stats import adaptive, simulate
+
+    long_sweep = str(ROOT / "tests" / "data" / "h100-long-sweep-parity_summary.tsv")
+    sources = [simulate.Noise("GB10 users same-binary", "seeds Phase139 CV 1.349 %", arm_cv_pct=1.349)]
+    for tsv in [long_sweep, *args.tsv]:
+        for n in sorted({int(line.split("\t")[2]) for line in Path(tsv).read_text().splitlines()[1:] if line.startswith("row\t")}):
+            logs = simulate.logs_from_tsv(tsv, args.metric, n, args.a, args.b)
+            if len(logs) >= 2:
+                sources.append(simulate.Noise(f"{Path(tsv).parent.name or Path(tsv).stem} N={n}", tsv, block_logs=logs))
+    budgets = [("fixed 5", adaptive.Budget(None, 5, 5)), ("until-ci 1.5 (recommended)", adaptive.RECOMMENDED), ("until-ci 3", adaptive.Budget(3.0, 3, 20))]
+    bound = 0.05 + 3 * math.sqrt(0.05 * 0.95 / args.sessions)
+    print(f"{'noise source':<34} {'sd(log) %':>9} {'budget':<28} {'A/A claims':>10} {'A/A equiv':>9} {f'{args.effect:.0%} found':>9} {'blocks':>6}")
+    bad = []
+    for src in sources:
+        for label, budget in budgets:
+            aa = simulate.rates(src, 0.0, budget, args.sessions, seed=11)
+            ab = simulate.rates(src, args.effect, budget, args.sessions, seed=12)
+            print(f"{src.name:<34} {src.sd_log() * 100:>9.2f} {label:<28} {aa['claims']:>10.1%} {aa['equivalent']:>9.1%} {ab['improved']:>9.1%} {ab['mean_blocks']:>6.1f}")
+            if budget is adaptive.RECOMMENDED and aa["claims"] > bound:
+                bad.append(f"{src.name}: {aa['claims']:.1%} false claims")
+    print(f"{args.sessions} sessions per cell; a claim is improved or regressed; bound on A/A claims {bound:.1%}")
+    if bad:
+        print("FAIL: " + "; ".join(bad))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,166 @@
+"""Paired A/B statistics over blocks: the claim a same-session A/B can make.
+
+A block is one repeat in which every arm ran once, back to back.  Per block the
+ratio B/A of one metric; drift of the box that moves both arms of a block
+cancels in it.  The estimate is the geometric mean of the block ratios, its
+95 % interval a Student t interval on the log ratios.
+
+Why t on logs and not a bootstrap: the sessions have 3-20 blocks, where a
+percentile bootstrap's interval is too narrow (it cannot be wider than the
+observed range, and undercovers at n < ~20), while the t interval is exact for
+normal log ratios and robust enough for the mildly skewed ratios seen on
+recorded runs (benchmarks/verdict_power.py measures its false-claim rate from
+recorded noise).  Log ratios make A/B and B/A symmetric.
+
+Three outcomes, each with its numbers:
+- improved / regressed: the interval excludes 1 AND the estimate is beyond the
+  practical threshold (default 2 %, the users' floor);
+- equivalent: the whole interval lies inside +-threshold (a claim of no
+  difference);
+- inconclusive: neither, with the number of blocks that would settle it at
+  the observed spread.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+
+IMPROVED, REGRESSED, EQUIVALENT, INCONCLUSIVE = "improved", "regressed", "equivalent", "inconclusive"
+OUTCOMES = (IMPROVED, REGRESSED, EQUIVALENT, INCONCLUSIVE)
+METHOD = "geometric mean of per-block ratios B/A; 95 % Student t interval on the log ratios"
+MAX_BLOCKS_ESTIMATE = 1000
+
+
+@lru_cache(maxsize=512)
+def t_quantile(confidence: float, df: int) -> float:
+    from scipy.stats import t
+
+    return float(t.ppf(0.5 + confidence / 2, df))
+
+
+@dataclass
+class Paired:
+    better: str  # "higher" | "lower": which direction of B/A is an improvement
+    blocks: list = field(default_factory=list)  # block ids that had both arms
+    ratios: list = field(default_factory=list)  # B/A per block, same order
+    n: int = 0
+    ratio: float | None = None  # geometric mean of the block ratios
+    low: float | None = None  # interval on the ratio
+    high: float | None = None
+    half_width_pct: float | None = None  # (exp(t * s / sqrt(n)) - 1) x 100: the interval's half-width in log space, as %
+    sd_log: float | None = None  # sample stdev of the log ratios
+    stop_half_width_pct: float | None = None  # the same with a 90 % upper bound of the spread: what --until-ci compares
+    confidence: float = 0.95
+    threshold_pct: float = 2.0
+    outcome: str = INCONCLUSIVE
+    reason: str = ""
+    blocks_needed: int | None = None  # inconclusive: blocks at which the observed spread would settle it
+    method: str = METHOD
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        for k in ("ratio", "low", "high", "half_width_pct", "sd_log", "stop_half_width_pct"):
+            if d[k] is not None:
+                d[k] = round(d[k], 6)
+        d["ratios"] = [round(r, 6) for r in d["ratios"]]
+        return d
+
+
+@lru_cache(maxsize=512)
+def spread_upper(n: int, q: float = 0.10) -> float:
+    """Factor from a sample stdev of n values to its one-sided (1-q) upper bound.  Stopping
+    when the plain half-width first dips under the target picks runs of blocks that were
+    quiet by luck (too-narrow intervals: 8.6 % A/A claims at a 3.85 % spread, simulated);
+    stopping on this bound keeps that near the nominal 5 % (benchmarks/verdict_power.py)."""
+    from scipy.stats import chi2
+
+    return math.sqrt((n - 1) / float(chi2.ppf(q, n - 1)))
+
+
+def block_ratios(a: dict, b: dict) -> tuple[list, list[float]]:
+    """(blocks, B/A) over blocks where both arms have a positive finite value."""
+    ok = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0  # noqa: E731
+    common = sorted(k for k in set(a) & set(b) if ok(a[k]) and ok(b[k]))
+    return common, [b[k] / a[k] for k in common]
+
+
+def blocks_for(sd_log: float, target_log: float, confidence: float, have: int) -> int | None:
+    """Smallest n > have with t(n-1) * sd / sqrt(n) < target (None: beyond MAX_BLOCKS_ESTIMATE)."""
+    if target_log <= 0:
+        return None
+    if sd_log == 0:
+        return max(have + 1, 2)
+    z = t_quantile(confidence, 10**6)  # start from the normal approximation, then walk up
+    n = max(have + 1, 2, math.ceil((z * sd_log / target_log) ** 2))
+    while n <= MAX_BLOCKS_ESTIMATE:
+        if t_quantile(confidence, n - 1) * sd_log / math.sqrt(n) < target_log:
+            return n
+        n += 1
+    return None
+
+
+def paired(a: dict, b: dict, better: str = "higher", threshold_pct: float = 2.0, confidence: float = 0.95) -> Paired:
+    """a, b: {block: value} of one metric for the control (A) and the candidate (B)."""
+    blocks, ratios = block_ratios(a, b)
+    p = Paired(better=better, blocks=blocks, ratios=ratios, n=len(ratios), confidence=confidence, threshold_pct=threshold_pct)
+    if not ratios:
+        p.reason = "no block has both arms"
+        return p
+    logs = [math.log(r) for r in ratios]
+    n, mean = len(logs), sum(logs) / len(logs)
+    p.ratio = math.exp(mean)
+    if n < 2:
+        p.reason = "one block: no interval (need >= 2 blocks)"
+        return p
+    sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (n - 1))
+    hw = t_quantile(confidence, n - 1) * sd / math.sqrt(n)
+    p.sd_log, p.low, p.high = sd, math.exp(mean - hw), math.exp(mean + hw)
+    p.half_width_pct = (math.exp(hw) - 1) * 100
+    p.stop_half_width_pct = (math.exp(hw * spread_upper(n)) - 1) * 100
+    margin = math.log1p(threshold_pct / 100)
+    sign = -1.0 if better == "lower" else 1.0
+    gain = (p.ratio - 1) * 100 * sign  # positive = better
+    ci = f"{p.ratio:.4f} [{p.low:.4f}, {p.high:.4f}], {n} blocks"
+    if (p.low > 1 or p.high < 1) and abs(mean) >= margin:
+        p.outcome = IMPROVED if gain > 0 else REGRESSED
+        p.reason = f"{ci}: the interval excludes 1 and {gain:+.2f}% is beyond the {threshold_pct:g}% threshold"
+    elif -margin < mean - hw and mean + hw < margin:
+        p.outcome = EQUIVALENT
+        p.reason = f"{ci}: the whole interval lies inside +-{threshold_pct:g}%"
+    else:
+        # settle it: exclude 1 with the estimate beyond the threshold, or fit inside +-threshold
+        target = abs(mean) if abs(mean) >= margin else margin - abs(mean)
+        p.blocks_needed = blocks_for(sd, target, confidence, n)
+        more = f"about {p.blocks_needed} blocks at this spread would settle it" if p.blocks_needed else f"more than {MAX_BLOCKS_ESTIMATE} blocks at this spread (the estimate sits on the threshold)"
+        if p.low > 1 or p.high < 1:
+            p.reason = f"{ci}: a change, but {gain:+.2f}% is under the {threshold_pct:g}% threshold and the interval is not inside +-{threshold_pct:g}%; {more}"
+        else:
+            p.reason = f"{ci}: the interval (+-{p.half_width_pct:.2f}%) holds 1 and reaches past +-{threshold_pct:g}%; {more}"
+    return p
+
+
+def overall(outcomes) -> str:
+    """One word for several metrics' outcomes: a regression wins, then an improvement;
+    equivalent only when every metric is."""
+    vs = list(outcomes)
+    for o in (REGRESSED, IMPROVED):
+        if o in vs:
+            return o
+    return EQUIVALENT if vs and all(v == EQUIVALENT for v in vs) else INCONCLUSIVE
+
+
+def by_point(rows: list[dict], reference: str, metrics: list[str], better, threshold_pct: float = 2.0, confidence: float = 0.95, key: str = "n") -> list[dict]:
+    """Per engine (other than reference) x point (rows' `key`, N for a sweep) x metric: the
+    paired statistics of engine/reference over the blocks (rows' "repeat") where both
+    ran a valid point.  better(metric) -> "higher" | "lower"."""
+    out = []
+    ok = [r for r in rows if r.get("valid", True)]
+    for eng in sorted({r["engine"] for r in ok} - {reference}):
+        for pt in sorted({r[key] for r in ok if r["engine"] == eng}):
+            for m in metrics:
+                cell = lambda e: {r["repeat"]: r.get(m) for r in ok if r["engine"] == e and r[key] == pt}  # noqa: E731
+                p = paired(cell(reference), cell(eng), better(m), threshold_pct, confidence)
+                out.append({"engine": eng, "reference": reference, key: pt, "metric": m, **p.to_dict()})
+    return out
