@@ -45,7 +45,7 @@ class Paired:
     better: str  # "higher" | "lower": which direction of B/A is an improvement
     blocks: list = field(default_factory=list)  # block ids that had both arms
     ratios: list = field(default_factory=list)  # B/A per block, same order
-    n: int = 0
+    n_blocks: int = 0
     ratio: float | None = None  # geometric mean of the block ratios
     low: float | None = None  # interval on the ratio
     high: float | None = None
@@ -104,7 +104,7 @@ def blocks_for(sd_log: float, target_log: float, confidence: float, have: int) -
 def paired(a: dict, b: dict, better: str = "higher", threshold_pct: float = 2.0, confidence: float = 0.95) -> Paired:
     """a, b: {block: value} of one metric for the control (A) and the candidate (B)."""
     blocks, ratios = block_ratios(a, b)
-    p = Paired(better=better, blocks=blocks, ratios=ratios, n=len(ratios), confidence=confidence, threshold_pct=threshold_pct)
+    p = Paired(better=better, blocks=blocks, ratios=ratios, n_blocks=len(ratios), confidence=confidence, threshold_pct=threshold_pct)
     if not ratios:
         p.reason = "no block has both arms"
         return p
@@ -162,5 +162,5 @@ def by_point(rows: list[dict], reference: str, metrics: list[str], better, thres
             for m in metrics:
                 cell = lambda e: {r["repeat"]: r.get(m) for r in ok if r["engine"] == e and r[key] == pt}  # noqa: E731
                 p = paired(cell(reference), cell(eng), better(m), threshold_pct, confidence)
-                out.append({"engine": eng, "reference": reference, key: pt, "metric": m, **p.to_dict()})
+                out.append({"engine": eng, "reference": reference, "metric": m, **p.to_dict(), key: pt})
     return out

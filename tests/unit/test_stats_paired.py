@@ -26,7 +26,7 @@ def test_long_sweep_n8_is_a_regression_the_users_rule_called_noise():
     # geometric mean and t on log ratios; the 0.896 [0.853, 0.938] is the same t interval on the raw ratios
     assert p.ratio == pytest.approx(0.8953, abs=5e-4)
     assert (p.low, p.high) == (pytest.approx(0.8534, abs=5e-4), pytest.approx(0.9391, abs=5e-4))
-    assert p.outcome == REGRESSED and p.n == 5
+    assert p.outcome == REGRESSED and p.n_blocks == 5
 
 
 @pytest.mark.parametrize("n", [1, 32])
@@ -62,7 +62,7 @@ def test_a_real_change_under_the_threshold_is_not_a_claim():
 def test_one_block_and_no_blocks_say_why():
     assert "one block" in paired.paired({0: 1.0}, {0: 2.0}).reason
     assert paired.paired({0: 1.0}, {1: 2.0}).reason == "no block has both arms"
-    assert paired.paired({0: 1.0, 1: 0.0}, {0: 1.0, 1: 1.0}).n == 1  # a zero is not a ratio
+    assert paired.paired({0: 1.0, 1: 0.0}, {0: 1.0, 1: 1.0}).n_blocks == 1  # a zero is not a ratio
 
 
 def test_blocks_needed_is_where_the_interval_gets_narrow_enough():
