@@ -560,6 +560,9 @@ def load_raw(name_or_path: str, _seen: tuple = ()) -> tuple[dict, str]:
             raise ConfigError(label, "extends", "must be a profile name or file")
         if parent in _seen:
             raise ConfigError(label, "extends", f"cycle through {parent}")
+        beside = Path(path).parent / parent  # a file named relative to the profile that extends it
+        if parent not in available_profiles() and not Path(parent).is_file() and beside.is_file():
+            parent = str(beside)
         base, _ = load_raw(parent, _seen + (name_or_path,))
         data = _deep_merge(base, data)
     return data, label

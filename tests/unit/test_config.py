@@ -133,3 +133,29 @@ def test_localai_paged_cpu_reads_the_shared_data_beside_the_checkout():
     assert prof.engines["paged"].series == "auto" and prof.engines["stock"].series is None
     gb10 = load_profile("gb10-qwen36")
     assert all(e.expected_tree is None for e in gb10.engines.values())  # no stale constant (dedb1182)
+
+
+def test_extends_a_file_named_relative_to_the_profile_that_extends_it(tmp_path, monkeypatch):
+    from parity.config import load_profile
+
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles" / "base.yaml").write_text("extends: smoke\nname: base\nserving: {gen: 77}\n")
+    (tmp_path / "profiles" / "child.yaml").write_text("extends: base.yaml\nname: child\nserving: {ptok: 9}\n")
+    monkeypatch.chdir(tmp_path)  # not the profiles' directory
+    p = load_profile(str(tmp_path / "profiles" / "child.yaml"))
+    assert (p.serving.gen, p.serving.ptok) == (77, 9)
+
+
+def test_h100_noise_profile_arms_share_their_builds():
+    from pathlib import Path
+
+    from conftest import shared_or_skip
+
+    shared_or_skip("localai-paged", "llama.cpp-pin")  # the build keys hash the users' series and pin
+    from parity.config import load_profile
+    from parity.engine.build import plan
+
+    p = load_profile(str(Path(__file__).resolve().parents[2] / "campaigns" / "profiles" / "h100-noise.yaml"))
+    assert plan(p, "stock").key == plan(p, "stock_b").key  # the A/A arms are one binary
+    assert plan(p, "paged").key == plan(p, "paged_nofg").key  # a runtime lever: same build, env differs
+    assert p.engine("paged_nofg").env["LLAMA_MOE_NO_FORCE_GRAPHS"] == "1"
