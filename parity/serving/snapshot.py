@@ -163,6 +163,7 @@ def check_env(ctx, plan: SnapshotPlan, allow_env) -> None:
 
 
 def dry_run(ctx, plan: SnapshotPlan) -> dict:
+    from parity.gpu.lock import effective_dir as lock_effective_dir
     from parity.gpu.lock import preflight
     from parity.serving.engines import adapter, model_for
     from parity.serving.metrics import definitions
@@ -194,7 +195,7 @@ def dry_run(ctx, plan: SnapshotPlan) -> dict:
         "warmup": {"requests": s.warmup.requests, "gen": s.warmup.gen},
         "commands": commands,
         "preflight": preflight(ctx.runner, ctx.profile.lock),
-        "lock_dir": ctx.profile.lock.dir,
+        "lock_dir": str(lock_effective_dir(ctx.profile.lock)),
         "port_free": port_free(s.port),
         "metrics": definitions(),
         **({"workload": plan.workload.describe()} if plan.workload is not None else {}),

@@ -31,11 +31,13 @@ def test_doctor_json_has_every_capability():
 
 def test_empty_path_makes_build_tools_missing(tmp_path):
     rows, _ = _doctor({"PATH": str(tmp_path), "PARITY_NO_NVML": "1"})
-    for name in ("cmake", "ninja", "compilers", "nvcc", "gpu", "nsys", "vllm", "docker", "ssh"):
+    for name in ("cmake", "ninja", "compilers", "nvcc", "gpu", "nsys", "docker", "ssh"):
         assert rows[name]["status"] == "missing", rows[name]
         assert rows[name]["consequence"], rows[name]
     assert "cannot build llama.cpp" in rows["cmake"]["consequence"]
     assert "--host" in rows["ssh"]["consequence"]
+    # the default profile's vLLM is `vllm_bin: auto`: the cached venv, not PATH (tests/integration/test_vllm_real.py)
+    assert "vllm_bin: auto" in rows["vllm"]["found"]
 
 
 def test_gpu_row_from_nvidia_smi(tmp_path):

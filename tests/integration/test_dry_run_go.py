@@ -107,3 +107,22 @@ def test_campaign_dry_run_missing_model(setup, tmp_path):
     camp.write_text("name: gone\nsteps:\n  - {name: pre, kind: gate, with: {phase: pre, models: [gone]}}\n")
     r = parity("campaign", "run", str(camp), "--dry-run", "-p", str(prof), runs=runs, FAKE_NVIDIA_SMI="gb10-idle", FAKE_DOCKER="none")
     assert r.returncode == 2 and "model gone: /nonexistent/q36-35b-a3b-nvfp4.gguf does not exist" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("command", ["snapshot", "profile"])
+def test_dry_run_names_the_lock_the_run_would_take(setup, tmp_path, command):
+    """PARITY_LOCK_DIR (what --host sets from hosts.NAME.lock_dir) wins over the profile's
+    lock.dir in the run and in `lock status`: the dry run names that one too, and a holder
+    there is what makes it a no-go."""
+    prof, profile_lock, _, runs = setup
+    other = tmp_path / "host_lock"
+    args = ["snapshot", "--dry-run", "--npl", "1", "--engines", "paged,stock", "-p", str(prof), "--json"] if command == "snapshot" else ["profile", "--dry-run", "--graph-node", "--model", "tiny", "-p", str(prof), "--json"]
+    r = parity(*args, runs=runs, PARITY_LOCK_DIR=str(other), FAKE_NVIDIA_SMI="gb10-idle", FAKE_DOCKER="none")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads(r.stdout)["lock_dir"] == str(other)
+    status = parity("lock", "status", "-p", str(prof), "--json", runs=runs, PARITY_LOCK_DIR=str(other))
+    assert str(other) in status.stdout and str(profile_lock) not in status.stdout
+    other.mkdir()
+    (other / "owner").write_text(f"someone@box {int(time.time()) - 60} pid=4242 run=x\n")
+    held = parity(*args, runs=runs, PARITY_LOCK_DIR=str(other), FAKE_NVIDIA_SMI="gb10-idle", FAKE_DOCKER="none")
+    assert held.returncode == 4 and str(other) in held.stderr

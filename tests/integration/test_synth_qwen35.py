@@ -107,3 +107,19 @@ def test_qwen35moe_experts(tmp_path):
 def test_bad_specs(tmp_path, over, msg):
     with pytest.raises(UsageError, match=msg):
         synth_gguf(tmp_path / "x.gguf", replace(DENSE, **over))
+
+
+def test_cli_qwen35moe_with_nothing_but_its_required_arguments(tmp_path):
+    """A newcomer's call: no --experts; the tiny MoE's 8 experts top 2 are the default."""
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "m.gguf"
+    r = subprocess.run([sys.executable, "-m", "parity", "models", "synth", "--arch", "qwen35moe", "--out", str(out), "--json"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["spec"]["experts"] == 8 and out.is_file()
+    val, _ = _read(out)
+    assert (val("qwen35moe.expert_count"), val("qwen35moe.expert_used_count")) == (8, 2)
+    bad = subprocess.run([sys.executable, "-m", "parity", "models", "synth", "--arch", "qwen35moe", "--experts", "4", "--experts-used", "5", "--out", str(out)], capture_output=True, text=True)
+    assert bad.returncode == 2 and "needs --experts >= 2" in bad.stderr and "Traceback" not in bad.stderr

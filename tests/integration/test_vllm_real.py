@@ -141,3 +141,19 @@ def test_greedy_tokens_agree(servers):
         l_ids = ll["tokens"]
         assert len(v_ids) == len(l_ids) == 32
         assert v_ids == l_ids, f"{text!r}: first divergence at {next(i for i, (a, b) in enumerate(zip(v_ids, l_ids)) if a != b)}"
+
+
+def test_doctor_answers_for_the_venv_the_profile_would_use(vllm_venv, tmp_path):
+    """`vllm_bin: auto` (the smoke profile) is the cached venv, whatever PATH holds; before it
+    is installed the row says the first real run installs it, not 'missing from PATH'."""
+    import json
+
+    from tests.conftest import run_parity
+
+    r = run_parity("doctor", "-p", "smoke", "--json", timeout=300)
+    assert r.returncode == 0, r.stderr
+    row = {c["name"]: c for c in json.loads(r.stdout)["checks"]}["vllm"]
+    assert row["status"] == "ok" and str(vllm_venv.vllm) in row["found"] and "0.32" in row["found"]
+    empty = run_parity("doctor", "-p", "smoke", "--json", env={"PARITY_CACHE": str(tmp_path)}, timeout=300)
+    row = {c["name"]: c for c in json.loads(empty.stdout)["checks"]}["vllm"]
+    assert row["status"] == "degraded" and "first real run installs" in row["consequence"]

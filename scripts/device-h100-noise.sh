@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Issue 23 on the lent H100: noise against model size, an A/A of one stock build, and the
+# series' runtime lever LLAMA_MOE_NO_FORCE_GRAPHS=1, all with the paired statistics
+# (campaigns/profiles/h100-noise.yaml; docs/device-h100-noise/README.md says what came back).
+# The call runs in a copy of this checkout; it needs, git-ignored and carried:
+#   .carry/real/llama.cpp-0ed235ea.tar.gz   the pin (git archive, 33 MB)
+#   .carry/real/localai-paged/              the backend dir: Makefile + patches/paged
+#   .whl/                                   gguf, nvidia-ml-py (not installed there)
+# Stages (each call names some; a stage that needs an earlier one's files checks for them):
+#   setup      lay out /tmp/p/{wt,shared} (wt = this checkout, copied again at every call)
+#   build-bg   check-series, then paged and stock built side by side in the background
+#   synth-bg   the profile's models synthesized in the background (1, 4, 16 GB dense; the MoE)
+#   wait       wait for the builds and models; quantize the MoE to Q8_0 (stock's llama-quantize)
+#   noise      batched-bench A/A (stock vs stock_b) at 1, 4 and 16 GB, REPEAT blocks each
+#   aa         serving A/A, stock vs stock_b, N 1/8/32 on MODEL, --until-ci CI
+#   lever      paged vs paged_nofg on moe-big-q8: batched-bench and serving, --until-ci CI
+#   collect    everything small into $OUT
+set -uo pipefail
+SRC=$PWD
+CARRY=${CARRY:-$SRC/.carry/real}
+R=/tmp/p
+OUT=${OUT:-/tmp/parity-device-out}; mkdir -p "$OUT" "$R/out"
+export PARITY_CACHE=$R/cache PYTHONUNBUFFERED=1 GGML_NO_BACKTRACE=1 PARITY_SERIES_TREES=$R/series-trees.yaml
+export PYTHONPATH=/tmp/site:$R/wt
+PROF=campaigns/profiles/h100-noise.yaml
+P="python3 -m parity --artifacts $R/runs"
+t() { local s=$(date +%s%N); "$@"; local rc=$?; echo "[time] $(( ($(date +%s%N) - s) / 1000000 )) ms rc=$rc: $*" | tee -a "$R/out/timings.txt" >&2; return $rc; }
+need() { for f in "$@"; do [ -e "$f" ] || { echo "MISSING $f: this is a fresh machine, run the earlier stages first"; exit 3; }; done; }
+bg() { local name=$1; shift; setsid nohup bash -c "cd $R/wt && s=\$(date +%s); $* > $R/out/$name.log 2>&1; echo rc=\$? wall=\$(( \$(date +%s) - s ))s >> $R/out/$name.log; touch $R/$name.done" < /dev/null > /dev/null 2>&1 & }
+# this call's checkout, always (the code may have changed since the last call)
+mkdir -p "$R/wt" && (cd "$SRC" && tar cf - --exclude=./.carry --exclude=./.whl --exclude=./.git .) | (cd "$R/wt" && tar xf -)
+cd "$R/wt"
+for stage in "$@"; do
+  case $stage in
+  setup)
+    mkdir -p "$R/shared/llama.cpp-pin"
+    cp -r "$CARRY/localai-paged" "$R/shared/"
+    ln -sf "$CARRY/llama.cpp-0ed235ea.tar.gz" "$R/shared/llama.cpp-pin/"
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$SRC"/.whl/*.whl > /dev/null 2>&1
+    python3 -c "import scipy, pynvml, gguf; print('scipy', scipy.__version__, 'pynvml ok, gguf ok')"
+    t $P hw -p $PROF | tee "$R/out/hw.txt"
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,clocks.mem,power.limit --format=csv | tee -a "$R/out/hw.txt"
+    nproc | tee -a "$R/out/hw.txt"
+    ;;
+  build-bg)
+    t $P build -p $PROF --check-series --json > "$R/out/check-series.json" 2> "$R/out/check-series.err"
+    for e in paged stock; do bg build-$e "$P build -p $PROF -e $e -j 16"; done
+    ;;
+  synth-bg)
+    for m in dense-1g dense-4g dense-16g moe-big; do
+      bg synth-$m "python3 -c \"from parity.config import load_profile; from parity.models.synth import ensure_model; print(ensure_model(load_profile('$PROF'), '$m'))\""
+    done
+    ;;
+  wait)
+    for f in build-paged build-stock synth-dense-1g synth-dense-4g synth-dense-16g synth-moe-big; do
+      while [ ! -e $R/$f.done ]; do sleep 5; [ -e $R/out/$f.log ] || { echo "MISSING $f: not started on this machine"; exit 3; }; done
+      tail -n 1 $R/out/$f.log
+    done
+    q=$($P build -p $PROF -e stock --print-cmake --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["dir"])')/build/bin/llama-quantize
+    [ -e $PARITY_CACHE/models/moe-big-q8_0.gguf ] || t $q $PARITY_CACHE/models/moe-big-f16.gguf $PARITY_CACHE/models/moe-big-q8_0.gguf Q8_0 16 > $R/out/quantize.log 2>&1
+    tail -n 3 $R/out/quantize.log; ls -la $PARITY_CACHE/models/
+    ;;
+  noise)
+    for m in dense-1g dense-4g dense-16g; do
+      t $P bench -p $PROF --engines stock_b,stock -m $m --repeat ${REPEAT:-5} --json > $R/out/noise-bench-$m.json 2> $R/out/noise-bench-$m.err
+      tail -n 8 $R/out/noise-bench-$m.err
+    done
+    ;;
+  aa)
+    t $P snapshot -p $PROF --engines stock_b,stock -m ${MODEL:-dense-16g} --npl 1,8,32 --until-ci ${CI:-3} --max-repeats ${MAXREP:-12} --budget-s ${BUDGET:-420} --no-gates --json > $R/out/aa.json 2> $R/out/aa.err
+    tail -n 30 $R/out/aa.err
+    ;;
+  lever)
+    t $P bench -p $PROF --engines paged_nofg,paged -m moe-big-q8 --until-ci ${CI:-2} --max-repeats 10 --json > $R/out/lever-bench.json 2> $R/out/lever-bench.err
+    tail -n 12 $R/out/lever-bench.err
+    t $P snapshot -p $PROF --engines paged_nofg,paged -m moe-big-q8 --npl 1,8,32 --until-ci ${CI:-3} --max-repeats ${MAXREP:-10} --budget-s ${BUDGET:-300} --no-gates --json > $R/out/lever.json 2> $R/out/lever.err
+    tail -n 30 $R/out/lever.err
+    ;;
+  collect)
+    (cd $R && tar czf "$OUT/runs.tgz" --exclude='*.gguf' runs out 2>/dev/null)
+    cp $R/out/timings.txt "$OUT/" 2>/dev/null
+    ;;
+  esac
+done
