@@ -1,0 +1,98 @@
+"""The paired block statistics carried beside the users' rule wherever a verdict is shown:
+summary.json / paired.tsv, the headline, the run order's blocks, on the recorded H100 long
+sweep (tests/data/h100-long-sweep-parity_summary.tsv: paged vs stock, N=1,8,32, 5 repeats)."""
+
+import csv
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from parity import stats
+from parity.config import profile_from_dict
+from parity.serving import summary
+from parity.serving.snapshot import run_order
+
+LONG_SWEEP = Path(__file__).parent.parent / "data" / "h100-long-sweep-parity_summary.tsv"
+
+
+def _cell(k, v):
+    if k == "valid":
+        return v == "True"
+    for t in (int, float):
+        try:
+            return t(v)
+        except ValueError:
+            pass
+    return v
+
+
+def long_sweep_rows() -> list[dict]:
+    with open(LONG_SWEEP) as f:
+        return [{k: _cell(k, v) for k, v in r.items() if k not in ("kind", "noise", "reference")} for r in csv.DictReader(f, delimiter="\t") if r["kind"] == "row"]
+
+
+def written_summary(order="abab"):
+    rows = long_sweep_rows()
+    written = {}
+    ctx = SimpleNamespace(profile=profile_from_dict({"name": "t"}), run=SimpleNamespace(write_json=lambda n, d: written.__setitem__(n, d), write_text=lambda n, t: written.__setitem__(n, t)))
+    shape = SimpleNamespace(ptok=128, gen=1024, parallel=32, ctx=65536, prompt="tokens", min_window_s=1.0, invalid_tolerance=0.0, order=order)
+    plan = SimpleNamespace(model="m", engines=["paged", "stock"], reference="stock", shape=shape, npl=[1, 8, 32], repeat=5, order=run_order(["paged", "stock"], 5, order))
+    return summary.write(ctx, plan, rows), written
+
+
+def test_summary_records_paired_points_beside_the_users_verdicts():
+    doc, written = written_summary()
+    n8 = {p["metric"]: p for p in doc["paired"] if p["n"] == 8}
+    assert set(n8) == set(profile_from_dict({"name": "t"}).stats.metrics)
+    d = n8["decode_agg_tps"]
+    assert d["outcome"] == "regressed" and d["n_blocks"] == 5 and d["ratio"] == pytest.approx(0.8953, abs=5e-4)
+    assert n8["ttft_mean_ms"]["outcome"] == "improved"  # lower is better
+    (r8,) = [r for r in doc["ratios"] if r["n"] == 8]
+    # the users' rule stays, unchanged, with the paired entry beside it
+    assert r8["verdicts"]["decode_agg_tps"]["verdict"] == "within noise"
+    assert r8["paired"]["decode_agg_tps"] == {k: d[k] for k in summary.PAIRED_KEYS}
+    assert doc["paired_rule"]["threshold_pct"] == 2.0 and "log ratios" in doc["paired_rule"]["method"]
+
+
+def test_headline_says_both_rules():
+    doc, _ = written_summary()
+    h = doc["headline"]
+    assert h.startswith("paged/stock decode_agg at N=32: 0.9966x [0.8016, 1.2389] inconclusive (5 blocks")
+    assert "; users' rule: within noise (|+10.99%| <= " in h
+
+
+def test_paired_tsv_has_every_block_ratio_and_the_users_files_keep_their_layout():
+    doc, written = written_summary()
+    lines = written["paired.tsv"].splitlines()
+    assert lines[0].split("\t") == summary.PAIRED_COLUMNS
+    row = next(dict(zip(summary.PAIRED_COLUMNS, x.split("\t"))) for x in lines[1:] if x.startswith("paged\tstock\t8\tdecode_agg_tps\t"))
+    assert [round(float(v), 3) for v in row["block_ratios"].split(",")] == [0.900, 0.846, 0.886, 0.941, 0.906]
+    assert row["outcome"] == "regressed" and row["blocks_needed"] == ""
+    assert len(doc["paired"]) == 3 * 4 and len(lines) == 1 + len(doc["paired"])  # N=1,8,32 x the four stats.metrics
+    assert written["summary.tsv"].splitlines()[0] == "arm\tn\t" + "\t".join(summary.USERS_COLUMNS)
+    assert "paired" not in written["summary.tsv"] and "paired" not in written["parity_summary.tsv"]
+    with open(LONG_SWEEP) as f:
+        assert written["parity_summary.tsv"].splitlines()[0] == f.readline().rstrip("\n")
+
+
+@pytest.mark.parametrize("order,expect", [("abab", ["paged", "stock"]), ("abba", ["stock", "paged"]), ("aabb", ["paged", "stock"])])
+def test_blocks_record_the_order_engines_ran(order, expect):
+    doc, _ = written_summary(order)
+    assert doc["order_kind"] == order and [b["block"] for b in doc["blocks"]] == [0, 1, 2, 3, 4]
+    assert doc["blocks"][0]["order"] == ["paged", "stock"] and doc["blocks"][1]["order"] == expect
+
+
+def test_abba_rotates_for_any_number_of_engines():
+    assert [e for _, e in run_order(["a", "b"], 4, "abba")] == list("abbaabba")
+    three = run_order(["a", "b", "c"], 3, "abba")
+    assert [e for _, e in three] == list("abcbcacab")
+    assert [e for _, e in run_order(["a", "b"], 2, "abab")] == list("abab") and [e for _, e in run_order(["a", "b"], 2, "aabb")] == list("aabb")
+
+
+def test_a_ratio_row_says_why_with_one_block():
+    rows = [r for r in long_sweep_rows() if r["repeat"] == 0]
+    rat = summary.ratios(rows, summary.medians(rows), "stock", stats.Rule())
+    p = rat[0]["paired"]["decode_agg_tps"]
+    assert p["n_blocks"] == 1 and p["low"] is None and "one block" in p["reason"]
+    assert rat[0]["verdicts"] == {} and "one block" in summary.headline(rat) and "noise unknown" in summary.headline(rat)
