@@ -96,3 +96,60 @@ def test_a_ratio_row_says_why_with_one_block():
     p = rat[0]["paired"]["decode_agg_tps"]
     assert p["n_blocks"] == 1 and p["low"] is None and "one block" in p["reason"]
     assert rat[0]["verdicts"] == {} and "one block" in summary.headline(rat) and "noise unknown" in summary.headline(rat)
+
+
+# ----------------------------------------------------------------- the report
+
+
+def long_sweep_run(tmp_path) -> Path:
+    """A run dir holding the long sweep's summary as parity writes it now (manifest, gates,
+    hardware and builds of the captured smoke run)."""
+    import json
+    import shutil
+
+    doc, _ = written_summary()
+    run = tmp_path / "run"
+    shutil.copytree(Path(__file__).parent.parent / "data" / "report" / "captured", run)
+    (run / "summary.json").write_text(json.dumps(doc))
+    return run
+
+
+def test_report_shows_paired_verdicts_beside_the_users_rule_and_says_where_they_disagree(tmp_path):
+    from parity.config import load_profile
+    from parity.report.render import ReportRequest, render_report
+
+    res = render_report(load_profile("smoke"), ReportRequest(run=str(long_sweep_run(tmp_path)), out_dir=str(tmp_path / "out"), date="2026-11-22", plots=True))
+    text = Path(res["report"]).read_text()
+    assert "## Paired verdicts (same session, per block)" in text and "Source: recorded in summary.json." in text
+    assert "| paged | 8 | decode_agg_tps | 0.8953 | [0.8534, 0.9391] | +-4.90% | 5 | regressed | - | within noise (-11.28% vs 32.90%) |" in text
+    assert "| paged | 32 | decode_agg_tps | 0.9966 | [0.8016, 1.2389] | +-24.32% | 5 | inconclusive | 444 |" in text
+    assert "The rules disagree on: paged N=8 decode_agg_tps: paired regressed, users' rule within noise" in text
+    assert "Blocks (engines in the order they ran): 0: paged stock; 1: paged stock" in text
+    # the verdict line says which rule says what
+    assert res["verdict"] == "measurement-only" and "paired blocks (stock as B/A reference, same session): regressed -- 3 improved, 3 regressed" in res["verdict_rule"]
+    assert "users' rule: within noise" in res["verdict_rule"] and "the two rules disagree on paged N=8 decode_agg_tps" in res["verdict_rule"]
+    assert res["paired_overall"] == "regressed" and len(res["paired"]) == 12
+    assert "### Paired statistics" in text and "Why t on logs and not a bootstrap" in text
+    assert "paired_blocks.png" in {Path(p).name for p in res["plots"]}
+    fm = __import__("parity.report.ledger", fromlist=["x"]).front_matter(text)
+    assert fm["paired"] == "regressed" and fm["key_ratios"].endswith("@N=32 (within noise; paired inconclusive [0.8016, 1.2389])")
+
+
+def test_an_old_run_without_paired_still_renders_them_from_its_rows(tmp_path):
+    from parity.config import load_profile
+    from parity.report.render import ReportRequest, render_report
+
+    run = Path(__file__).parent.parent / "data" / "report" / "control"
+    res = render_report(load_profile("smoke"), ReportRequest(run=str(run), out_dir=str(tmp_path), date="2026-11-22", plots=False))
+    text = Path(res["report"]).read_text()
+    assert "not recorded in summary.json (older run): computed now from its rows" in text
+    assert "| paged | 4 | decode_agg_tps |" in text and res["paired_source"].startswith("not recorded")
+
+
+def test_paired_blocks_plot_draws_the_recorded_points(tmp_path):
+    from parity.report import plots
+
+    doc, _ = written_summary()
+    out = plots.paired_blocks(doc["paired"], tmp_path / "p.png", 2.0)
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert plots.paired_blocks([], tmp_path / "none.png") is None
