@@ -28,7 +28,7 @@ from parity.report import ledger
 from parity.report.rundata import RunData, gate_problems, load_run, values_by_cell
 from parity.report.sections import (RESULT_METRICS, ab_table, bench_section, buckets_section, definitions, fmt, gates_section, hardware_section, key_ratios,
                                     noise_section, output_parity_section, paired_definition, paired_section, paired_text, provenance_section, ratio_section, reconciliation_section,
-                                    reproduce, results_section, server_section, validity_section)
+                                    reproduce, results_section, server_section, sessions_table, validity_section)
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 USER_VERDICTS = ("keep", "reject", "default-off")
@@ -199,7 +199,7 @@ def render_report(profile, req: ReportRequest) -> dict:
         "gates": gates, "gate_rows": [[g.get(k) for k in ("phase", "check", "expected", "got", "status")] for g in gates["rows"]], "results": res, "noise": noise_section(rd, metrics), "ratios": ratio_section(rd), "paired": paired, "paired_text": ptext,
         "paired_definition": paired_definition(paired["threshold_pct"] if paired else profile.stats.min_delta_pct, paired["confidence"] if paired else profile.stats.confidence),
         "validity": validity_section(rd), "reconciliation": reconciliation_section(rd), "server": server_section(rd), "output_parity": output_parity_section(rd),
-        "buckets": buckets_section(rd), "bench": bench_section(rd), "ab": ab, "ab_rows": ab_table(ab) if ab else [], "plots": figs, "plot_note": plot_note,
+        "buckets": buckets_section(rd), "bench": bench_section(rd), "ab": ab, "ab_rows": ab_table(ab) if ab else [], "sessions_rows": sessions_table(ab) if ab else [], "plots": figs, "plot_note": plot_note,
         "definitions": defs, "definitions_note": defs_note, "reproduce": reproduce(rd), "notes": rd.notes, "workload": workload,
     }
     text = _env().get_template("report.md.j2").render(**ctx)

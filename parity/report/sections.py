@@ -251,9 +251,27 @@ def reproduce(rd: RunData) -> dict:
 def ab_table(ab: dict) -> list[list]:
     return [
         [r["engine"], r["n"], r["metric"], r["better"], fmt(r["a_median"]), fmt(r["b_median"]), f"{r['a_repeats']}/{r['b_repeats']}", pct(r["delta_pct"]), f"{r['threshold_pct']:.2f}%",
-         "-" if r["ci_pct"] is None else f"[{r['ci_pct'][0]:+.2f}, {r['ci_pct'][1]:+.2f}]%", {True: "yes", False: "no", None: "-"}[r["consistent"]], r["verdict"]]
+         "-" if r["ci_pct"] is None else f"[{r['ci_pct'][0]:+.2f}, {r['ci_pct'][1]:+.2f}]%", {True: "yes", False: "no", None: "-"}[r["consistent"]], r["verdict"],
+         *unpaired_cells(r.get("unpaired"))]
         for r in ab["rows"]
     ]
+
+
+def unpaired_cells(u: dict | None) -> list[str]:
+    """[B/A with its interval, outcome] of an unpaired (Welch) comparison; '-' when absent."""
+    if not u or u.get("ratio") is None:
+        return ["-", "-" if not u else f"- ({u.get('reason')})"]
+    return [f"{u['ratio']:.4f} {interval(u)}", u["outcome"]]
+
+
+def sessions_table(ab: dict, compact: bool = False) -> list[list]:
+    """compare's "sessions": each run's own paired estimate and the change of that ratio
+    (compact: without the intervals, for a terminal)."""
+
+    def cell(p: dict) -> str:
+        return f"{fmt(p.get('ratio'))} {p.get('outcome')}" if compact else f"{fmt(p.get('ratio'))} {interval(p)} {p.get('outcome')} ({p.get('n_blocks')} blocks)"
+
+    return [[x["engine"], x["n"], x["metric"], cell(x["a"]), cell(x["b"]), *unpaired_cells(x["change"])] for x in ab.get("sessions") or []]
 
 
 def output_parity_section(rd: RunData) -> dict | None:

@@ -153,3 +153,51 @@ def test_paired_blocks_plot_draws_the_recorded_points(tmp_path):
     out = plots.paired_blocks(doc["paired"], tmp_path / "p.png", 2.0)
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert plots.paired_blocks([], tmp_path / "none.png") is None
+
+
+# ----------------------------------------------------------------- compare: two sessions, unpaired
+
+
+def test_welch_interval_matches_scipy_on_the_long_sweep_arms():
+    import math
+
+    from scipy import stats as ss
+
+    from parity.stats.unpaired import welch
+
+    a = {r["repeat"]: r["decode_agg_tps"] for r in long_sweep_rows() if r["engine"] == "stock" and r["n"] == 8}
+    b = {r["repeat"]: r["decode_agg_tps"] for r in long_sweep_rows() if r["engine"] == "paged" and r["n"] == 8}
+    u = welch(a, b)
+    ci = ss.ttest_ind([math.log(v) for v in b.values()], [math.log(v) for v in a.values()], equal_var=False).confidence_interval(0.95)
+    assert (u["low"], u["high"]) == (pytest.approx(math.exp(ci.low), rel=1e-5), pytest.approx(math.exp(ci.high), rel=1e-5))
+    # the same cells, unpaired, cannot see what the blocks see: N=8 is a paired regression
+    assert u["outcome"] == "inconclusive" and "unpaired" in u["reason"] and "unpaired" in u["method"]
+
+
+def test_compare_keeps_the_users_rule_and_adds_an_unpaired_interval_and_each_sessions_paired_ratio():
+    from parity.report.compare import compare_runs
+    from parity.report.rundata import load_run
+    from parity.report.sections import sessions_table
+
+    data = Path(__file__).parent.parent / "data" / "report"
+    doc = compare_runs(load_run(data / "control"), load_run(data / "candidate"), ["decode_agg_tps", "ttft_mean_ms"], stats.Rule())
+    row = next(r for r in doc["rows"] if (r["engine"], r["n"], r["metric"]) == ("paged", 4, "decode_agg_tps"))
+    assert row["verdict"] == "improved" and row["unpaired"]["outcome"] == "improved" and row["unpaired"]["low"] > 1.02
+    assert doc["unpaired_method"].startswith("unpaired (different sessions)")
+    s = next(x for x in doc["sessions"] if (x["engine"], x["n"], x["metric"]) == ("paged", 4, "decode_agg_tps"))
+    assert s["a"]["n_blocks"] == s["b"]["n_blocks"] == 5 and s["change"]["ratio"] == pytest.approx(s["b"]["ratio"] / s["a"]["ratio"], rel=1e-4)
+    assert len(sessions_table(doc)) == len(doc["sessions"]) == 4  # paged x N=1,4 x two metrics (stock is the reference)
+    other = compare_runs(load_run(data / "control"), load_run(data / "captured"), ["decode_agg_tps"], stats.Rule())  # 1 repeat: no interval
+    assert all(r["unpaired"]["low"] is None and "fewer than 2" in r["unpaired"]["reason"] for r in other["rows"])
+
+
+def test_report_ab_table_has_the_unpaired_columns(tmp_path):
+    from parity.config import load_profile
+    from parity.report.render import ReportRequest, render_report
+
+    data = Path(__file__).parent.parent / "data" / "report"
+    res = render_report(load_profile("smoke"), ReportRequest(run=str(data / "candidate"), compare=str(data / "control"), out_dir=str(tmp_path), date="2026-11-22", plots=False))
+    text = Path(res["report"]).read_text()
+    assert "| consistent | verdict | unpaired B/A | unpaired outcome |" in text and "paired statistics do not apply" in text
+    assert "| paged | 4 | decode_agg_tps | higher |" in text and "| A: paired ratio (blocks) | B: paired ratio (blocks) | change B/A | change outcome |" in text
+    assert "users' rule, A vs B: 4 improved" in res["verdict_rule"] and "within B's session, paired blocks" in res["verdict_rule"]
