@@ -201,3 +201,17 @@ def test_report_ab_table_has_the_unpaired_columns(tmp_path):
     assert "| consistent | verdict | unpaired B/A | unpaired outcome |" in text and "paired statistics do not apply" in text
     assert "| paged | 4 | decode_agg_tps | higher |" in text and "| A: paired ratio (blocks) | B: paired ratio (blocks) | change B/A | change outcome |" in text
     assert "users' rule, A vs B: 4 improved" in res["verdict_rule"] and "within B's session, paired blocks" in res["verdict_rule"]
+
+
+def test_snapshot_human_output_shows_paired_outcomes_and_intervals_beside_the_users_rule():
+    from parity.cli.snapshot import paired_rows, render_summary
+
+    doc, _ = written_summary()
+    rows = paired_rows(doc)
+    assert ["paged", 8, "decode_agg_tps", "0.8953", "[0.8534, 0.9391]", 5, "regressed", "-", "within noise"] in rows
+    seen = []
+    out = SimpleNamespace(table=lambda title, cols, rs: seen.append((title, cols, rs)), info=seen.append, warn=seen.append)
+    render_summary(out, {**doc, "run_dir": "run"})
+    (paired,) = [t for t in seen if isinstance(t, tuple) and t[0].startswith("paired block statistics")]
+    assert paired[1][-3:] == ["outcome", "blocks needed", "users' rule"] and paired[2] == rows
+    assert any(isinstance(x, str) and x.startswith("paged/stock N=8:") and x.endswith("[users' rule: within noise; paired: regressed]") for x in seen)
