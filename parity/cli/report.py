@@ -23,7 +23,7 @@ def register(app: typer.Typer) -> None:
         from parity.cli.common import make_context
         from parity.report.compare import CompareRequest, check_regressions
         from parity.report.compare import compare as run
-        from parity.report.sections import fmt, pct
+        from parity.report.sections import fmt, pct, sessions_table, unpaired_cells
 
         ctx = make_context(profile, json)
         doc = run(ctx, CompareRequest(run_a=run_a, run_b=run_b, metrics=metric or None, noise_floor=noise_floor, force=force))
@@ -31,8 +31,13 @@ def register(app: typer.Typer) -> None:
         def human():
             if doc["forced"]:
                 ctx.out.warn("FORCED: " + "; ".join(doc["force_reasons"]))
-            rows = [[r["engine"], r["n"], r["metric"], fmt(r["a_median"]), fmt(r["b_median"]), f"{r['a_repeats']}/{r['b_repeats']}", pct(r["delta_pct"]), f"{r['threshold_pct']:.2f}%", r["verdict"]] for r in doc["rows"]]
-            ctx.out.table(f"A {doc['a_run']} vs B {doc['b_run']}", ["engine", "N", "metric", "A", "B", "repeats", "delta", "threshold", "verdict"], rows)
+            rows = [[r["engine"], r["n"], r["metric"], fmt(r["a_median"]), fmt(r["b_median"]), f"{r['a_repeats']}/{r['b_repeats']}", pct(r["delta_pct"]), f"{r['threshold_pct']:.2f}%", r["verdict"],
+                     *unpaired_cells(r.get("unpaired"))] for r in doc["rows"]]  # fmt: skip
+            ctx.out.table(f"A {doc['a_run']} vs B {doc['b_run']}", ["engine", "N", "metric", "A", "B", "repeats", "delta", "threshold", "verdict", "unpaired B/A", "unpaired"], rows)
+            if doc.get("sessions"):
+                ctx.out.table("each run's own paired ratio to its reference, and its change A -> B (unpaired across runs)",
+                              ["engine", "N", "metric", "A paired", "B paired", "change B/A", "change"], sessions_table(doc, compact=True))  # fmt: skip
+            ctx.out.info(f"{doc['unpaired_method']}: two runs are two sessions, no block holds both")
             c = doc["counts"]
             ctx.out.info(f"verdict: {doc['verdict']} ({c['improved']} improved, {c['regressed']} regressed, {c['within noise']} within noise); rule: {doc['rule']['text']}")
 

@@ -106,13 +106,28 @@ def render_summary(out, doc: dict) -> None:
     out.table("medians of valid repeats", ["engine", "N", "repeats", *cols], rows)
     for r in doc["ratios"]:
         verdict = r["verdicts"].get("decode_agg_tps", {}).get("verdict") or r["noise"]
-        out.info(f"{r['engine']}/{r['reference']} N={r['n']}: " + ", ".join(f"{k} {r.get(k)}" for k in HEADLINE) + f" [{verdict}]")
+        p = (r.get("paired") or {}).get("decode_agg_tps") or {}
+        out.info(f"{r['engine']}/{r['reference']} N={r['n']}: " + ", ".join(f"{k} {r.get(k)}" for k in HEADLINE) + f" [users' rule: {verdict}; paired: {p.get('outcome', 'not recorded')}]")
+    if doc.get("paired"):
+        out.table("paired block statistics (engine / reference per block; geometric mean, t interval on the logs) beside the users' rule", ["engine", "N", "metric", "ratio", "interval", "blocks", "outcome", "blocks needed", "users' rule"], paired_rows(doc))
     if doc["headline"]:
         out.info(f"headline: {doc['headline']}")
     for p in doc["invalid_points"]:
         out.warn(f"INVALID {p}")
     out.info(render_definitions(HEADLINE + ["prefill_tps", "wall_s", "decode_window_s"]))
     out.info(f"-> {doc['run_dir']}")
+
+
+def paired_rows(doc: dict) -> list[list]:
+    """One row per engine x N x metric of summary.json's "paired", with the users' verdict of the cell."""
+    users = {(r["engine"], r["n"], k): v["verdict"] for r in doc.get("ratios") or [] for k, v in (r.get("verdicts") or {}).items()}
+    noise = {(r["engine"], r["n"]): r.get("noise") for r in doc.get("ratios") or []}
+    rows = []
+    for p in doc["paired"]:
+        iv = "-" if p.get("low") is None else f"[{p['low']:.4f}, {p['high']:.4f}]"
+        rows.append([p["engine"], p.get("point") or p["n"], p["metric"], "-" if p.get("ratio") is None else f"{p['ratio']:.4f}", iv, p.get("n_blocks"), p.get("outcome"),
+                     p.get("blocks_needed") or "-", users.get((p["engine"], p["n"], p["metric"])) or noise.get((p["engine"], p["n"])) or "-"])  # fmt: skip
+    return rows
 
 
 def render_workload(out, doc: dict) -> None:
@@ -123,6 +138,8 @@ def render_workload(out, doc: dict) -> None:
     out.table(f"workload {w['name']} ({w['kind']}): medians of valid repeats", ["engine", "point", "repeats", *cols], rows)
     if doc["headline"]:
         out.info(f"headline: {doc['headline']}")
+    if doc.get("paired"):
+        out.table("paired block statistics beside the users' rule", ["engine", "point", "metric", "ratio", "interval", "blocks", "outcome", "blocks needed", "users' rule"], paired_rows(doc))
     for p in doc["not_held"]:
         out.warn(f"NOT HELD {p}")
     for p in doc["invalid_points"]:

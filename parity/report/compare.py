@@ -1,6 +1,13 @@
 """A vs B: per engine x N x metric, medians, delta, noise threshold and verdict.
 A is the control, B the candidate.  Runs whose gates are not green, or that ran
-on another hardware class, are refused unless forced (the output says so)."""
+on another hardware class, are refused unless forced (the output says so).
+
+Two runs are two sessions: no block holds both, so the paired block statistics do not
+apply to A vs B.  Beside the users' rule each row carries an UNPAIRED interval
+(parity.stats.unpaired: ratio of geometric means, Welch t on the log values), labelled so.
+When both runs hold the same engines and reference, "sessions" adds each run's own paired
+estimate (engine/reference, per block, drift-cancelled within its session) and how much
+that ratio moved from A to B (Welch on the two runs' log block ratios: unpaired across runs)."""
 
 from __future__ import annotations
 
@@ -10,6 +17,7 @@ from parity import stats
 from parity.errors import UsageError
 from parity.serving.metrics import direction as metric_direction
 from parity.report.rundata import RunData, gate_problems, load_run, values_by_cell
+from parity.stats.unpaired import METHOD, ratio_change, welch
 
 
 def refusal_reasons(a: RunData, b: RunData, *, current: RunData | None = None) -> list[str]:
@@ -59,7 +67,8 @@ def compare_runs(a: RunData, b: RunData, metrics: list[str], rule: stats.Rule, *
         unmatched |= set(ca) ^ set(cb)
         for engine, n in sorted(set(ca) & set(cb), key=lambda k: (k[0], k[1])):
             r = stats.compare_samples(ca[(engine, n)], cb[(engine, n)], rule, better, _floor_cell(floor, metric, engine, n))
-            rows.append({"engine": engine, "n": n, "metric": metric, **r.to_dict()})
+            up = welch(ca[(engine, n)], cb[(engine, n)], better, rule.min_delta_pct, rule.confidence)
+            rows.append({"engine": engine, "n": n, "metric": metric, **r.to_dict(), "unpaired": up})
     if not rows:
         raise UsageError(f"nothing to compare: runs {a.run_id} and {b.run_id} share no engine x N cell")
     counts = {v: sum(1 for r in rows if r["verdict"] == v) for v in stats.VERDICTS}
@@ -79,7 +88,30 @@ def compare_runs(a: RunData, b: RunData, metrics: list[str], rule: stats.Rule, *
         "skipped_metrics": skipped,
         "counts": counts,
         "verdict": stats.overall(r["verdict"] for r in rows),
+        "unpaired_method": METHOD.replace("95 %", f"{rule.confidence * 100:g} %"),
+        "sessions": sessions(a, b, metrics, rule),
     }
+
+
+def sessions(a: RunData, b: RunData, metrics: list[str], rule: stats.Rule) -> list[dict]:
+    """Both runs hold the same engines and reference: per engine x N x metric each run's own
+    paired estimate (engine/reference over its blocks) and the change of that ratio from A to
+    B (unpaired across the runs).  [] otherwise."""
+    from parity.report.sections import paired_points
+
+    sa, sb = a.summary or {}, b.summary or {}
+    ref = sa.get("reference_engine")
+    if not ref or ref != sb.get("reference_engine") or set(sa.get("engines") or []) != set(sb.get("engines") or []):
+        return []
+    pa = {(p["engine"], p["n"], p["metric"]): p for p in paired_points(a, metrics, rule.min_delta_pct, rule.confidence)[0]}
+    pb = {(p["engine"], p["n"], p["metric"]): p for p in paired_points(b, metrics, rule.min_delta_pct, rule.confidence)[0]}
+    out = []
+    for key in sorted(set(pa) & set(pb), key=lambda k: (k[0], k[1], metrics.index(k[2]) if k[2] in metrics else 99)):
+        x, y = pa[key], pb[key]
+        out.append({"engine": key[0], "reference": ref, "n": key[1], "metric": key[2],
+                    "a": {k: x.get(k) for k in ("ratio", "low", "high", "n_blocks", "outcome")}, "b": {k: y.get(k) for k in ("ratio", "low", "high", "n_blocks", "outcome")},
+                    "change": ratio_change(x.get("ratios") or [], y.get("ratios") or [], metric_direction(key[2]), rule.min_delta_pct, rule.confidence)})  # fmt: skip
+    return out
 
 
 def check_regressions(rows: list[dict], against: str = "") -> None:

@@ -162,3 +162,35 @@ def ab_deltas(rows: list[dict], path: Path) -> Path | None:
         ax.set_ylabel("delta %")
         ax.set_title(f"{metric} B vs A ({better} is better; band = noise threshold)", fontsize="small")
     return _save(fig, path)
+
+
+def paired_blocks(points: list[dict], path: Path, threshold_pct: float = 2.0) -> Path | None:
+    """Paired block statistics, one panel per metric: per engine x N the per-block ratios
+    engine/reference (dots), their geometric mean with its interval (error bar, coloured by
+    outcome), 1.0 and the +-threshold band of practical equivalence."""
+    pts = [p for p in points if p.get("ratios")]
+    if not pts:
+        return None
+    metrics = list(dict.fromkeys(p["metric"] for p in pts))
+    plt = _plt()
+    h = 2.3 * len(metrics) + 0.4
+    fig, axes = plt.subplots(len(metrics), 1, figsize=(7, h), squeeze=False)
+    fig.subplots_adjust(left=0.1, right=0.98, top=1 - 0.3 / h, bottom=0.6 / h, hspace=0.75)
+    colors = {"improved": "tab:green", "regressed": "tab:red", "equivalent": "tab:blue", "inconclusive": "tab:grey"}
+    band = (1 / (1 + threshold_pct / 100), 1 + threshold_pct / 100)
+    for ax, metric in zip(axes[:, 0], metrics):
+        ps = [p for p in pts if p["metric"] == metric]
+        ax.axhspan(*band, color="tab:orange", alpha=0.2, linewidth=0, zorder=0)
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        for i, p in enumerate(ps):
+            rs = p["ratios"]
+            ax.scatter([i - 0.15 + 0.3 * j / max(1, len(rs) - 1) for j in range(len(rs))], rs, s=10, color="black", alpha=0.6, zorder=2)
+            if p.get("ratio") is not None:
+                lo, hi = (p["ratio"] - p["low"], p["high"] - p["ratio"]) if p.get("low") is not None else (0, 0)
+                ax.errorbar([i + 0.3], [p["ratio"]], yerr=[[lo], [hi]], fmt="D", capsize=4, color=colors.get(p.get("outcome"), "tab:grey"), zorder=3)
+        ax.set_xticks(range(len(ps)))
+        ax.set_xticklabels([f"{p['engine']}\n{p.get('point') or 'N=' + str(p.get('n'))}" for p in ps], fontsize="x-small")
+        ax.set_xlim(-0.6, len(ps) - 0.3)
+        ax.set_ylabel(f"/ {ps[0].get('reference')}")
+        ax.set_title(f"{metric}: per-block ratios, geometric mean and {int(round((ps[0].get('confidence') or 0.95) * 100))}% interval ({ps[0].get('better')} is better; band +-{threshold_pct:g}%)", fontsize="small")
+    return _save(fig, path)

@@ -27,8 +27,8 @@ from parity.errors import UsageError
 from parity.report import ledger
 from parity.report.rundata import RunData, gate_problems, load_run, values_by_cell
 from parity.report.sections import (RESULT_METRICS, ab_table, bench_section, buckets_section, definitions, fmt, gates_section, hardware_section, key_ratios,
-                                    noise_section, output_parity_section, provenance_section, ratio_section, reconciliation_section, reproduce, results_section, server_section,
-                                    validity_section)
+                                    noise_section, output_parity_section, paired_definition, paired_section, paired_text, provenance_section, ratio_section, reconciliation_section,
+                                    reproduce, results_section, server_section, sessions_table, validity_section)
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 USER_VERDICTS = ("keep", "reject", "default-off")
@@ -72,20 +72,25 @@ def report(ctx, req: ReportRequest) -> dict:
     return render_report(ctx.profile, req)
 
 
-def decide(user: str | None, problems: list[str], ab: dict | None, rule: stats.Rule, session: str = "") -> tuple[str, str]:
-    """(verdict, the rule that produced it)."""
+def decide(user: str | None, problems: list[str], ab: dict | None, rule: stats.Rule, session: str = "", paired: str = "") -> tuple[str, str]:
+    """(verdict, the rule that produced it).  The verdict word is the users' rule's (theirs to
+    keep); `paired` (sections.paired_text: the paired block statistics of the run's own
+    session, engine/reference) is said beside it, with where the two rules disagree."""
+    also = f"; {paired}" if paired else ""
     if problems:
         if user in ("keep", "default-off"):
             raise UsageError(f"--verdict {user}: the run's gates are not green ({'; '.join(problems)}); only reject is allowed")
         return (user or "invalid"), "gates not green: " + "; ".join(problems) + " -- its numbers do not count"
     if user:
         basis = f" (A/B: {ab['counts']['improved']} improved, {ab['counts']['regressed']} regressed, {ab['counts']['within noise']} within noise)" if ab else ""
-        return user, f"set by the author (--verdict {user}){basis}"
+        return user, f"set by the author (--verdict {user}){basis}{also}"
     if ab is None:
         tail = f"; same session: {session}" if session else ""
-        return "measurement-only", f"no A/B control given (--compare): a measurement, not a claim{tail}"
+        return "measurement-only", f"no A/B control given (--compare): a measurement, not a claim{tail}{also}"
     c = ab["counts"]
-    tail = f"{c['improved']} improved, {c['regressed']} regressed, {c['within noise']} within noise under: {rule.text()}"
+    tail = f"users' rule, A vs B: {c['improved']} improved, {c['regressed']} regressed, {c['within noise']} within noise under: {rule.text()}"
+    if paired:
+        tail += f"; within B's session, {paired}"
     if c["regressed"]:
         return "reject", f"a metric regressed beyond noise ({tail})"
     if c["improved"]:
@@ -96,7 +101,7 @@ def decide(user: str | None, problems: list[str], ab: dict | None, rule: stats.R
 # ----------------------------------------------------------------- plots
 
 
-def draw_plots(rd: RunData, ab: dict | None, asset_dir: Path, rel: str) -> tuple[list[dict], str | None]:
+def draw_plots(rd: RunData, ab: dict | None, asset_dir: Path, rel: str, paired: dict | None = None) -> tuple[list[dict], str | None]:
     try:
         from parity.report import plots
     except ImportError as e:  # pragma: no cover - matplotlib is a dependency
@@ -112,6 +117,8 @@ def draw_plots(rd: RunData, ab: dict | None, asset_dir: Path, rel: str) -> tuple
         ("decode t/s vs N per engine", "decode_tps_vs_n.png", lambda p: plots.throughput_vs_n(summary.get("medians") or [], spreads, p)),
         (f"ratio vs {summary.get('reference_engine')} by N", "ratio_vs_n.png",
          lambda p: plots.ratio_vs_n(summary.get("ratios") or [], RATIO_PLOT_METRICS, p, plots.ratio_spreads(summary.get("rows") or [], summary.get("reference_engine"), RATIO_PLOT_METRICS))),
+        (f"paired block ratios vs {summary.get('reference_engine')} (geometric mean, interval, +-threshold band)", "paired_blocks.png",
+         lambda p: plots.paired_blocks(paired["points"], p, paired["threshold_pct"]) if paired else None),
         ("kernel buckets", "buckets.png", lambda p: plots.bucket_bars((rd.analysis or {}).get("captures") or [], p)),
         ("A/B deltas with noise bands", "ab_deltas.png", lambda p: plots.ab_deltas(ab["rows"], p) if ab else None),
     ]
@@ -173,33 +180,47 @@ def render_report(profile, req: ReportRequest) -> dict:
     if md_path.exists():
         raise UsageError(f"{md_path} already exists (the ledger is append-only): pick another --phase or --title")
     problems = gate_problems(rd, current=req.current)
-    verdict, verdict_rule = decide(req.verdict, problems, ab, rule, (rd.summary or {}).get("headline") or "")
-    figs, plot_note = draw_plots(rd, ab, out_dir / stem, stem) if req.plots else ([], "plots disabled")
+    paired = paired_section(rd, list(profile.stats.metrics), profile.stats.min_delta_pct, profile.stats.confidence) if rd.summary else None
+    ptext = paired_text(paired) if paired else ""
+    verdict, verdict_rule = decide(req.verdict, problems, ab, rule, (rd.summary or {}).get("headline") or "", ptext)
+    figs, plot_note = draw_plots(rd, ab, out_dir / stem, stem, paired) if req.plots else ([], "plots disabled")
     defs, defs_note = definitions(list(dict.fromkeys(RESULT_METRICS + metrics)), rd.summary)
-    row = {"date": date, "phase": phase, "title": title, "verdict": verdict, "key_ratios": key_ratios(rd), "report": md_path.name, "artifact": str(rd.path)}
+    row = {"date": date, "phase": phase, "title": title, "verdict": verdict, "key_ratios": key_ratios(rd, (paired or {}).get("points")), "report": md_path.name, "artifact": str(rd.path)}
     res = results_section(rd)
     from parity.report.workload_sections import workload_section
 
     workload = workload_section(rd, out_dir / stem, stem, plots=req.plots)
     prov, gates = provenance_section(rd), gates_section(rd, problems)
     ctx = {
-        "front": {"phase": phase, "date": date, "title": title, "verdict": verdict, "run": str(rd.path), "compare": ab["a"] if ab else None, "key_ratios": row["key_ratios"], "forced": bool(ab and ab["forced"])},
+        "front": {"phase": phase, "date": date, "title": title, "verdict": verdict, "run": str(rd.path), "compare": ab["a"] if ab else None, "key_ratios": row["key_ratios"], "forced": bool(ab and ab["forced"]),
+                  "paired": paired_overall(paired)},
         "phase": phase, "date": date, "title": title, "verdict": verdict, "verdict_rule": verdict_rule, "rule": rule.text(),
         "run": rd, "manifest": rd.manifest, "hardware": hardware_section(rd), "provenance": prov, "provenance_rows": [[p[k] for k in ("engine", "source", "series", "tree", "flags", "cuda_archs", "key")] for p in prov],
-        "gates": gates, "gate_rows": [[g.get(k) for k in ("phase", "check", "expected", "got", "status")] for g in gates["rows"]], "results": res, "noise": noise_section(rd, metrics), "ratios": ratio_section(rd),
+        "gates": gates, "gate_rows": [[g.get(k) for k in ("phase", "check", "expected", "got", "status")] for g in gates["rows"]], "results": res, "noise": noise_section(rd, metrics), "ratios": ratio_section(rd), "paired": paired, "paired_text": ptext,
+        "paired_definition": paired_definition(paired["threshold_pct"] if paired else profile.stats.min_delta_pct, paired["confidence"] if paired else profile.stats.confidence),
         "validity": validity_section(rd), "reconciliation": reconciliation_section(rd), "server": server_section(rd), "output_parity": output_parity_section(rd),
-        "buckets": buckets_section(rd), "bench": bench_section(rd), "ab": ab, "ab_rows": ab_table(ab) if ab else [], "plots": figs, "plot_note": plot_note,
+        "buckets": buckets_section(rd), "bench": bench_section(rd), "ab": ab, "ab_rows": ab_table(ab) if ab else [], "sessions_rows": sessions_table(ab) if ab else [], "plots": figs, "plot_note": plot_note,
         "definitions": defs, "definitions_note": defs_note, "reproduce": reproduce(rd), "notes": rd.notes, "workload": workload,
     }
     text = _env().get_template("report.md.j2").render(**ctx)
     atomic_write_text(md_path, text)
-    side = {"ledger": row, "verdict_rule": verdict_rule, "gate_problems": problems, "compare": ab, "plots": [f["file"] for f in figs] + [f["file"] for f in (workload or {}).get("plots", [])], "results": res}
+    side = {"ledger": row, "verdict_rule": verdict_rule, "gate_problems": problems, "compare": ab, "paired": paired and {k: paired[k] for k in ("points", "source", "counts", "disagree", "threshold_pct", "confidence")}, "plots": [f["file"] for f in figs] + [f["file"] for f in (workload or {}).get("plots", [])], "results": res}
     atomic_write_json(out_dir / f"{stem}.json", side)
     ledger.append(out_dir, row)
     if running is not None:  # the running ledger links the report where it lives (the run dir)
         ledger.append(running, {**row, "report": os.path.relpath(md_path.resolve(), running.resolve())})
     return {"report": str(md_path), "sidecar": str(out_dir / f"{stem}.json"), "ledger": str(out_dir / "BENCHMARK.md"), "phase": phase, "verdict": verdict, "verdict_rule": verdict_rule, "plots": [f["path"] for f in figs], "forced": bool(ab and ab["forced"]),
-            "ab_rows": ab["rows"] if ab else [], "running_ledger": str(running / "BENCHMARK.md") if running else None}
+            "ab_rows": ab["rows"] if ab else [], "running_ledger": str(running / "BENCHMARK.md") if running else None,
+            "paired": (paired or {}).get("points") or [], "paired_overall": paired_overall(paired), "paired_source": (paired or {}).get("source")}
+
+
+def paired_overall(paired: dict | None) -> str | None:
+    """One word over the run's paired outcomes (None: no paired statistics)."""
+    if not paired or not paired["points"]:
+        return None
+    from parity.stats.paired import overall
+
+    return overall(p.get("outcome") for p in paired["points"])
 
 
 def previous_run(rd) -> str | None:

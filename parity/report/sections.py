@@ -182,8 +182,10 @@ def ratio_section(rd: RunData) -> dict:
     return {"reference": (rd.summary or {}).get("reference_engine"), "cols": cols, "rows": rows, "headline": (rd.summary or {}).get("headline") or ""}
 
 
-def key_ratios(rd: RunData) -> str:
-    """The ledger's key ratios: top-N decode/agg ratios, with the verdict or 'noise unknown'."""
+def key_ratios(rd: RunData, paired: list[dict] | None = None) -> str:
+    """The ledger's key ratios: top-N decode/agg ratios, with the users' verdict or 'noise
+    unknown', and the paired outcome with its interval for decode_agg_tps (paired: the run's
+    paired points, when the ratio rows do not carry them)."""
     ratios = (rd.summary or {}).get("ratios") or []
     if (rd.summary or {}).get("workload"):  # a workload run's ratios are its own metrics: its headline says them
         return (rd.summary or {}).get("headline") or ""
@@ -194,8 +196,11 @@ def key_ratios(rd: RunData) -> str:
     for r in ratios:
         if r["n"] != top:
             continue
-        tail = _verdict(r, "decode_agg_tps")
-        out.append(f"{r['engine']}/{r['reference']} decode {fmt(r.get('decode_agg_tps'))}x agg {fmt(r.get('agg_tps'))}x @N={top}" + (f" ({tail})" if tail != "-" else ""))
+        tail = [t for t in (_verdict(r, "decode_agg_tps"),) if t != "-"]
+        p = (r.get("paired") or {}).get("decode_agg_tps") or next((x for x in paired or [] if (x["engine"], x["n"], x["metric"]) == (r["engine"], top, "decode_agg_tps")), None)
+        if p and p.get("outcome"):
+            tail.append(f"paired {p['outcome']} {interval(p)}" if p.get("low") is not None else f"paired: {p.get('reason')}")
+        out.append(f"{r['engine']}/{r['reference']} decode {fmt(r.get('decode_agg_tps'))}x agg {fmt(r.get('agg_tps'))}x @N={top}" + (f" ({'; '.join(tail)})" if tail else ""))
     return "; ".join(out)
 
 
@@ -246,9 +251,27 @@ def reproduce(rd: RunData) -> dict:
 def ab_table(ab: dict) -> list[list]:
     return [
         [r["engine"], r["n"], r["metric"], r["better"], fmt(r["a_median"]), fmt(r["b_median"]), f"{r['a_repeats']}/{r['b_repeats']}", pct(r["delta_pct"]), f"{r['threshold_pct']:.2f}%",
-         "-" if r["ci_pct"] is None else f"[{r['ci_pct'][0]:+.2f}, {r['ci_pct'][1]:+.2f}]%", {True: "yes", False: "no", None: "-"}[r["consistent"]], r["verdict"]]
+         "-" if r["ci_pct"] is None else f"[{r['ci_pct'][0]:+.2f}, {r['ci_pct'][1]:+.2f}]%", {True: "yes", False: "no", None: "-"}[r["consistent"]], r["verdict"],
+         *unpaired_cells(r.get("unpaired"))]
         for r in ab["rows"]
     ]
+
+
+def unpaired_cells(u: dict | None) -> list[str]:
+    """[B/A with its interval, outcome] of an unpaired (Welch) comparison; '-' when absent."""
+    if not u or u.get("ratio") is None:
+        return ["-", "-" if not u else f"- ({u.get('reason')})"]
+    return [f"{u['ratio']:.4f} {interval(u)}", u["outcome"]]
+
+
+def sessions_table(ab: dict, compact: bool = False) -> list[list]:
+    """compare's "sessions": each run's own paired estimate and the change of that ratio
+    (compact: without the intervals, for a terminal)."""
+
+    def cell(p: dict) -> str:
+        return f"{fmt(p.get('ratio'))} {p.get('outcome')}" if compact else f"{fmt(p.get('ratio'))} {interval(p)} {p.get('outcome')} ({p.get('n_blocks')} blocks)"
+
+    return [[x["engine"], x["n"], x["metric"], cell(x["a"]), cell(x["b"]), *unpaired_cells(x["change"])] for x in ab.get("sessions") or []]
 
 
 def output_parity_section(rd: RunData) -> dict | None:
@@ -259,3 +282,118 @@ def output_parity_section(rd: RunData) -> dict | None:
     rows = [[p.get("engine"), p.get("prompt"), p.get("prompt_tokens", "-"), p.get("tokens", "-"), fmt(p.get("agreement")), "-" if p.get("first_divergence") is None else p["first_divergence"],
              fmt(p.get("kl_mean")), fmt(p.get("kl_max")), p.get("status"), p.get("why")] for p in op.get("pairs") or []]  # fmt: skip
     return {"reference": op.get("reference"), "status": op.get("status"), "band": op.get("band") or {}, "rows": rows}
+
+
+# ----------------------------------------------------------------- paired block statistics
+
+
+def paired_points(rd: RunData, metrics: list[str], threshold_pct: float, confidence: float) -> tuple[list[dict], str]:
+    """The run's paired block statistics (engine/reference per block x point x metric) and where
+    they come from: summary.json's "paired" as recorded, else computed now from its rows (runs
+    written before parity recorded them), else none."""
+    s = rd.summary or {}
+    if isinstance(s.get("paired"), list):
+        return s["paired"], "recorded in summary.json"
+    ref, rows = s.get("reference_engine"), [r for r in s.get("rows") or [] if "repeat" in r and "n" in r and "engine" in r]
+    if not ref or not rows:
+        return [], "not recorded (no reference engine or no repeat rows in the run)"
+    from parity.serving.metrics import direction
+    from parity.stats.paired import by_point
+
+    ms = [m for m in metrics if any(isinstance(r.get(m), (int, float)) for r in rows)]
+    pts = by_point(rows, ref, ms, direction, threshold_pct, confidence)
+    points = {r["n"]: r.get("point") for r in rows if r.get("point")}
+    for p in pts:
+        if p["n"] in points:
+            p["point"] = points[p["n"]]
+    return pts, f"not recorded in summary.json (older run): computed now from its rows, threshold {threshold_pct:g}%"
+
+
+def _users_rule(ratio_rows: list[dict], p: dict) -> str:
+    r = next((x for x in ratio_rows if x.get("engine") == p["engine"] and x.get("n") == p["n"]), None)
+    if r is None:
+        return "-"
+    v = (r.get("verdicts") or {}).get(p["metric"])
+    if v:
+        return f"{v['verdict']} ({pct(v.get('delta_pct'))} vs {v['threshold_pct']:.2f}%)" if v.get("delta_pct") is not None else v["verdict"]
+    return r.get("noise") if r.get("noise", "known") != "known" else "-"
+
+
+def interval(p: dict) -> str:
+    return "-" if p.get("low") is None else f"[{p['low']:.4f}, {p['high']:.4f}]"
+
+
+def paired_section(rd: RunData, metrics: list[str], threshold_pct: float, confidence: float) -> dict:
+    """Per engine x N x metric: the paired block statistics beside the users' rule's verdict."""
+    pts, source = paired_points(rd, metrics, threshold_pct, confidence)
+    ratio_rows = (rd.summary or {}).get("ratios") or []
+    rows = [[p["engine"], p.get("point") or p["n"], p["metric"], "-" if p.get("ratio") is None else f"{p['ratio']:.4f}", interval(p),
+             "-" if p.get("half_width_pct") is None else f"+-{p['half_width_pct']:.2f}%", p.get("n_blocks", 0), p.get("outcome") or "-",
+             _needed(p), _users_rule(ratio_rows, p)] for p in pts]  # fmt: skip
+    recorded = (rd.summary or {}).get("paired_rule") or {}
+    thr = recorded.get("threshold_pct", threshold_pct)
+    disagree = [f"{p['engine']} N={p['n']} {p['metric']}: paired {p['outcome']}, users' rule {r[-1].split(' (')[0]}" for p, r in zip(pts, rows) if _disagrees(p.get("outcome"), r[-1])]
+    return {"rows": rows, "points": pts, "source": source, "reference": (rd.summary or {}).get("reference_engine"), "threshold_pct": thr,
+            "confidence": recorded.get("confidence", confidence), "counts": _counts(pts), "disagree": disagree, "blocks": (rd.summary or {}).get("blocks") or [],
+            "order_kind": (rd.summary or {}).get("order_kind")}  # fmt: skip
+
+
+def _needed(p: dict) -> str:
+    if p.get("blocks_needed"):
+        return str(p["blocks_needed"])
+    if p.get("n_blocks", 0) < 2:
+        return ">= 2 (no interval from one block)" if p.get("n_blocks") else "-"
+    if p.get("outcome") == "inconclusive" and p.get("low") is not None:
+        from parity.stats.paired import MAX_BLOCKS_ESTIMATE
+
+        return f"> {MAX_BLOCKS_ESTIMATE}"
+    return "-"
+
+
+def _disagrees(outcome: str | None, users: str) -> bool:
+    """Both rules gave a verdict and they differ in kind: a claim against none, or opposite claims."""
+    u = users.split(" (")[0]
+    if u not in stats.VERDICTS or outcome is None:
+        return False
+    if outcome in ("improved", "regressed"):
+        return u != outcome
+    return u in ("improved", "regressed")
+
+
+def _counts(pts: list[dict]) -> dict:
+    from parity.stats.paired import OUTCOMES
+
+    return {o: sum(1 for p in pts if p.get("outcome") == o) for o in OUTCOMES}
+
+
+def paired_text(sec: dict) -> str:
+    """One line: the paired outcomes over every engine x N x metric, and where the rules disagree."""
+    if not sec["points"]:
+        return f"paired block statistics: {sec['source']}"
+    from parity.stats.paired import overall
+
+    c = sec["counts"]
+    word = overall(p.get("outcome") for p in sec["points"])
+    claims = [f"{p['engine']} N={p['n']} {p['metric']} {p['ratio']:.4f}x {interval(p)}" for p in sec["points"] if p.get("outcome") in ("improved", "regressed")]
+    s = (f"paired blocks ({sec['reference']} as B/A reference, same session): {word} -- {c['improved']} improved, {c['regressed']} regressed, {c['equivalent']} equivalent, "
+         f"{c['inconclusive']} inconclusive over {len(sec['points'])} engine x N x metric")  # fmt: skip
+    if claims:
+        s += " (" + "; ".join(claims[:3]) + (f"; and {len(claims) - 3} more" if len(claims) > 3 else "") + ")"
+    if sec["disagree"]:
+        s += "; the two rules disagree on " + "; ".join(sec["disagree"])
+    return s
+
+
+def paired_definition(threshold_pct: float, confidence: float) -> list[str]:
+    """The method and the outcome rules, said once in the definitions."""
+    from parity.stats.paired import METHOD
+
+    return [
+        f"A block is one repeat in which every engine ran once, back to back (the run's order); per block the ratio engine/reference of a metric. "
+        f"Estimate and interval: {METHOD.replace('95 %', f'{confidence * 100:g} %')}. Drift of the box that moves both engines of a block cancels in its ratio.",
+        f"improved / regressed: the interval excludes 1 AND the estimate is beyond the practical threshold (+-{threshold_pct:g}%, stats.min_delta_pct); "
+        f"equivalent: the whole interval lies inside +-{threshold_pct:g}%; inconclusive: neither, with the blocks that would settle it at the observed spread.",
+        "Why t on logs and not a bootstrap: with 3-20 blocks a percentile bootstrap's interval cannot be wider than the observed range and undercovers; "
+        "the t interval is exact for normal log ratios and robust to the mild skew of recorded runs; logs make A/B and B/A symmetric.",
+        "The users' rule (|delta of medians| > max(min_delta_pct, noise_k x control stdev) and every repeat the same way) stays beside it; where the two disagree the report says so.",
+    ]

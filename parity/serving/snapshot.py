@@ -120,14 +120,15 @@ def check_shape(plan: SnapshotPlan, engine: str, ptok: int, gen: int, what: str)
 
 
 def run_order(engines: list[str], repeat: int, order: str) -> list[tuple[int, str]]:
-    """abab: A B A B (every repeat in engine order); abba: A B B A (alternating, cancels
-    linear drift); aabb: every repeat of A, then of B."""
+    """abab: A B A B (every repeat in engine order); abba: repeat r runs the engines rotated
+    by r (two engines: A B B A, cancels linear drift; three: ABC BCA CAB, each engine in each
+    slot); aabb: every repeat of A, then of B (not blocks: no engine pair runs back to back)."""
     if order == "aabb":
         return [(r, e) for e in engines for r in range(repeat)]
     out = []
     for r in range(repeat):
-        seq = list(reversed(engines)) if order == "abba" and r % 2 else engines
-        out += [(r, e) for e in seq]
+        k = r % len(engines) if order == "abba" and engines else 0
+        out += [(r, e) for e in engines[k:] + engines[:k]]
     return out
 
 

@@ -2,7 +2,12 @@
 with the noise rule's verdict, and the files: summary.json, parity_summary.tsv (every
 row, median and ratio) and summary.tsv in the users' own layout (their harness's
 write_summary: arm, n, agg_tps, decode_agg_tps, decode_perseq_tps, prefill_tps,
-ttft_mean_ms, wall_s; then the ratio block), so their tools read it unchanged."""
+ttft_mean_ms, wall_s; then the ratio block), so their tools read it unchanged.
+
+Beside the users' rule every ratio carries the paired block statistics
+(parity.stats.paired: a block = one repeat in which every engine ran once; geometric
+mean of the per-block ratios with a t interval on their logs), in summary.json
+("paired", and per ratio row) and in paired.tsv."""
 
 from __future__ import annotations
 
@@ -33,11 +38,30 @@ def medians(rows: list[dict], keys: list[str] = ROW_KEYS, spread: list[str] = HE
     return out
 
 
-def ratios(rows: list[dict], med: list[dict], reference: str | None, rule: stats.Rule, metrics: list[str] = HEADLINE) -> list[dict]:
-    """engine / reference per N and metric, from medians of valid repeats, each with the
-    noise rule's verdict (repeats paired by index: the session ran them back to back)."""
+PAIRED_KEYS = ("outcome", "ratio", "low", "high", "half_width_pct", "n_blocks", "blocks_needed", "reason")
+
+
+def paired_entry(p: dict) -> dict:
+    """The part of a paired.by_point row a ratio row carries beside the users' verdict."""
+    return {k: p.get(k) for k in PAIRED_KEYS}
+
+
+def paired_points(rows: list[dict], reference: str | None, metrics: list[str], threshold_pct: float, confidence: float) -> list[dict]:
+    """paired.by_point over the valid rows: engine/reference per block (repeat) x N x metric."""
     if not reference:
         return []
+    from parity.stats.paired import by_point
+
+    return by_point(rows, reference, list(metrics), direction, threshold_pct, confidence)
+
+
+def ratios(rows: list[dict], med: list[dict], reference: str | None, rule: stats.Rule, metrics: list[str] = HEADLINE) -> list[dict]:
+    """engine / reference per N and metric, from medians of valid repeats, each with the
+    noise rule's verdict (repeats paired by index: the session ran them back to back) and,
+    beside it, the paired block statistics ("paired": outcome, ratio, interval, blocks)."""
+    if not reference:
+        return []
+    pp = {(p["engine"], p["n"], p["metric"]): p for p in paired_points(rows, reference, metrics, rule.min_delta_pct, rule.confidence)}
     ref = {m["n"]: m for m in med if m["engine"] == reference}
     out = []
     for m in med:
@@ -56,19 +80,33 @@ def ratios(rows: list[dict], med: list[dict], reference: str | None, rule: stats
                 ab = stats.compare_samples(va, vb, rule, direction(k), paired=True)
                 verdicts[k] = {"verdict": ab.verdict, "reason": ab.reason, "threshold_pct": round(ab.threshold_pct, 3), "delta_pct": None if ab.delta_pct is None else round(ab.delta_pct, 3)}
         r["verdicts"] = verdicts
+        r["paired"] = {k: paired_entry(pp[(m["engine"], m["n"], k)]) for k in metrics if (m["engine"], m["n"], k) in pp}
         out.append(r)
     return out
 
 
+def paired_text(p: dict | None) -> str:
+    """'0.9953x [0.9712, 1.0199] equivalent (8 blocks)' (or why there is no interval)."""
+    if not p or p.get("ratio") is None:
+        return f"paired: {(p or {}).get('reason') or 'not recorded'}"
+    if p.get("low") is None:
+        return f"{p['ratio']:.4f}x, no interval ({p.get('reason')})"
+    more = f", ~{p['blocks_needed']} blocks would settle it" if p.get("blocks_needed") else ""
+    return f"{p['ratio']:.4f}x [{p['low']:.4f}, {p['high']:.4f}] {p['outcome']} ({p['n_blocks']} blocks{more})"
+
+
 def headline(rat: list[dict]) -> str:
-    """One line a human reads first: the top-N decode_agg ratio of each engine, with its verdict."""
+    """One line a human reads first: the top-N decode_agg ratio of each engine with the paired
+    block statistics' interval and outcome, then the users' rule's verdict."""
     parts = []
     for e in sorted({r["engine"] for r in rat}):
         rs = [r for r in rat if r["engine"] == e]
         top = max(rs, key=lambda r: r["n"])
         v = top["verdicts"].get("decode_agg_tps", {})
-        tail = f"{v['verdict']} ({v['reason']})" if v else top["noise"]
-        parts.append(f"{e}/{top['reference']} decode_agg {top.get('decode_agg_tps')}x at N={top['n']}: {tail}")
+        users = f"{v['verdict']} ({v['reason']})" if v else top["noise"]
+        p = (top.get("paired") or {}).get("decode_agg_tps")
+        est = paired_text(p) if p else f"{top.get('decode_agg_tps')}x (median ratio)"
+        parts.append(f"{e}/{top['reference']} decode_agg at N={top['n']}: {est}; users' rule: {users}")
     return "; ".join(parts)
 
 
@@ -104,6 +142,28 @@ def parity_tsv(rows: list[dict], med: list[dict], rat: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+PAIRED_COLUMNS = ["engine", "reference", "n", "metric", "n_blocks", "ratio", "low", "high", "half_width_pct", "outcome", "blocks_needed", "block_ratios"]
+
+
+def paired_tsv(points: list[dict], key: str = "n") -> str:
+    """paired.tsv: one row per engine x point x metric (block_ratios: B/A per block, comma-joined
+    in block order)."""
+    cols = [key if c == "n" else c for c in PAIRED_COLUMNS]
+    lines = ["\t".join(cols)]
+    for p in points:
+        r = {**p, "block_ratios": ",".join(f"{x:.6g}" for x in p.get("ratios") or [])}
+        lines.append("\t".join("" if r.get(c) is None else str(r.get(c)) for c in cols))
+    return "\n".join(lines) + "\n"
+
+
+def blocks(order: list[tuple[int, str]]) -> list[dict]:
+    """[{"block": r, "order": [engines in the order they ran in repeat r]}] from plan.order."""
+    out: dict[int, list[str]] = {}
+    for r, e in order:
+        out.setdefault(r, []).append(e)
+    return [{"block": r, "order": es} for r, es in sorted(out.items())]
+
+
 def head(plan) -> dict:
     """What every summary.json starts with: the sweep as planned."""
     return {
@@ -113,6 +173,8 @@ def head(plan) -> dict:
         "reference_engine": plan.reference,
         "shape": {k: getattr(plan.shape, k) for k in ("ptok", "gen", "parallel", "ctx", "prompt", "min_window_s", "invalid_tolerance")} | {"npl": plan.npl, "repeat": plan.repeat},
         "order": [f"r{r}:{e}" for r, e in plan.order],
+        "order_kind": getattr(plan.shape, "order", None),
+        "blocks": blocks(plan.order),
     }
 
 
@@ -120,6 +182,8 @@ def write(ctx, plan, rows: list[dict], extra: dict | None = None) -> dict:
     med = medians(rows)
     rule = stats.Rule.from_config(ctx.profile.stats)
     rat = ratios(rows, med, plan.reference, rule)
+    st = ctx.profile.stats
+    pts = paired_points(rows, plan.reference, st.metrics, st.min_delta_pct, st.confidence)
     invalid = [f"{r['engine']} r{r['repeat']} N={r['n']}: {'; '.join(r['invalid_reasons'])}" for r in rows if not r.get("valid", True)]
     doc = {
         **head(plan),
@@ -130,10 +194,23 @@ def write(ctx, plan, rows: list[dict], extra: dict | None = None) -> dict:
         "invalid_points": invalid,
         "valid": not invalid,
         "rule": rule.text(),
+        "paired": pts,
+        "paired_rule": paired_rule(st.min_delta_pct, st.confidence),
         "metrics": definitions(),
         **(extra or {}),
     }
     ctx.run.write_json("summary.json", doc)
     ctx.run.write_text("parity_summary.tsv", parity_tsv(rows, med, rat))
     ctx.run.write_text("summary.tsv", users_tsv(med, plan.reference))
+    ctx.run.write_text("paired.tsv", paired_tsv(pts))
     return doc
+
+
+def paired_rule(threshold_pct: float, confidence: float) -> dict:
+    """How the paired outcomes were decided (recorded once per summary)."""
+    from parity.stats.paired import METHOD
+
+    return {"method": METHOD.replace("95 %", f"{confidence * 100:g} %"), "threshold_pct": threshold_pct, "confidence": confidence,
+            "outcomes": {"improved / regressed": f"the interval excludes 1 and the estimate is beyond +-{threshold_pct:g}%",
+                         "equivalent": f"the whole interval lies inside +-{threshold_pct:g}%",
+                         "inconclusive": "neither; blocks_needed = blocks at which the observed spread would settle it"}}

@@ -1,7 +1,8 @@
 """A workload run's rows -> the snapshot's summary machinery (medians over valid repeats
 per engine x point, ratios against the reference engine with the noise rule's verdict)
 over the kind's metrics, and its files: summary.json (with "workload") and
-parity_summary.tsv (every row, median and ratio, the kind's columns).  The users'
+parity_summary.tsv (every row, median and ratio, the kind's columns), and the paired
+block statistics of the kind's headline metrics ("paired", paired.tsv) beside the rule.  The users'
 summary.tsv is the closed N sweep's layout, so a workload run does not write one."""
 
 from __future__ import annotations
@@ -42,7 +43,9 @@ def headline(rat: list[dict], kind: str) -> str:
         bits = []
         for k in HEADLINE[kind]:
             v = r["verdicts"].get(k, {})
-            bits.append(f"{k} {'-' if r.get(k) is None else r[k]}x" + (f" ({v['verdict']})" if v else ""))
+            p = (r.get("paired") or {}).get(k) or {}
+            pt = f"paired {p['outcome']} [{p['low']:.4f}, {p['high']:.4f}]" if p.get("low") is not None else ""
+            bits.append(f"{k} {'-' if r.get(k) is None else r[k]}x" + (f" ({'; '.join(x for x in (v.get('verdict'), pt) if x)})" if v or pt else ""))
         parts.append(f"{r['engine']}/{r['reference']} {r.get('point') or r['n']}: " + ", ".join(bits) + ("" if r["verdicts"] else f" [{r['noise']}]"))
     return "; ".join(parts)
 
@@ -65,6 +68,10 @@ def write(ctx, plan, rows: list[dict], extra: dict | None = None) -> dict:
     points = {m["n"]: m["point"] for m in med}
     for r in rat:
         r["point"] = points.get(r["n"])
+    st = ctx.profile.stats
+    pts = summary.paired_points(rows, plan.reference, HEADLINE[wl.kind], st.min_delta_pct, st.confidence)
+    for p in pts:
+        p["point"] = points.get(p["n"])
     invalid = [f"{r['engine']} r{r['repeat']} {r['point']}: {'; '.join(r['invalid_reasons'])}" for r in rows if not r.get("valid", True)]
     not_held = [f"{r['engine']} r{r['repeat']} {r['point']}: {r['held_note']}" for r in rows if r.get("held") is False]
     coarse = [f"{r['engine']} r{r['repeat']} {r['point']}: {r['coarse_note']}" for r in rows if r.get("coarse_note")]
@@ -81,9 +88,12 @@ def write(ctx, plan, rows: list[dict], extra: dict | None = None) -> dict:
         "coarse_streams": coarse,
         "valid": not invalid,
         "rule": rule.text(),
+        "paired": pts,
+        "paired_rule": summary.paired_rule(st.min_delta_pct, st.confidence),
         "metrics": definitions(keys(wl.kind)),
         **(extra or {}),
     }
     ctx.run.write_json("summary.json", doc)
     ctx.run.write_text("parity_summary.tsv", tsv(rows, med, rat, wl.kind))
+    ctx.run.write_text("paired.tsv", summary.paired_tsv(pts))
     return doc

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-SECTIONS = ["Summary", "Hardware", "Provenance", "Gates (pre / post)", "Results (medians over repeats)", "Ratios vs the reference engine (stock)",
+SECTIONS = ["Summary", "Hardware", "Provenance", "Gates (pre / post)", "Results (medians over repeats)", "Ratios vs the reference engine (stock)", "Paired verdicts (same session, per block)",
             "Validity (every point, with its measurement windows)", "Server-side reconciliation", "Cross-engine output parity", "Batched-bench", "A/B comparison", "Profile buckets", "Plots", "Verdict", "Metric definitions", "Reproduce"]
 
 
@@ -35,7 +35,11 @@ def test_report_from_a_real_smoke_snapshot(engine_bins, tiny_model, tmp_path, pa
     assert "| pre | md5 tiny/paged |" in text and "| post | op RMS_NORM [CPU] |" in text
     assert re.search(r"^\| paged \| 2 \| 2 \| \d", text, re.M)  # medians over 2 repeats
     pngs = [p for p in map(Path, doc["plots"])]
-    assert {p.name for p in pngs} == {"decode_tps_vs_n.png", "ratio_vs_n.png"}
+    assert {p.name for p in pngs} == {"decode_tps_vs_n.png", "ratio_vs_n.png", "paired_blocks.png"}
+    summary = json.loads((run / "summary.json").read_text())
+    assert len(summary["paired"]) == 2 * 4 and all(p["n_blocks"] == 2 for p in summary["paired"])  # N=1,2 x stats.metrics, 2 blocks each
+    assert [b["order"] for b in summary["blocks"]] == [["paged", "stock"], ["paged", "stock"]]
+    assert (run / "paired.tsv").read_text().count("\n") == 1 + 8 and "Source: recorded in summary.json." in text
     for target in re.findall(r"\]\(([^)\s]+)\)", text):
         p = md.parent / target
         assert p.is_file() and p.stat().st_size > 0, target
@@ -46,3 +50,5 @@ def test_report_from_a_real_smoke_snapshot(engine_bins, tiny_model, tmp_path, pa
     cmp = json.loads(same.stdout)
     assert not cmp["forced"] and cmp["counts"]["improved"] == cmp["counts"]["regressed"] == 0
     assert {r["delta_pct"] for r in cmp["rows"]} == {0.0}
+    assert {r["unpaired"]["ratio"] for r in cmp["rows"]} == {1.0} and cmp["sessions"]  # same engines: each session's paired ratio, unchanged
+    assert all(s["change"]["ratio"] == 1.0 for s in cmp["sessions"])

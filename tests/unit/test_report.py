@@ -16,7 +16,7 @@ from parity.report import ledger
 from parity.report.render import ReportRequest, render_report
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "report"
-SECTIONS = ["Summary", "Hardware", "Provenance", "Gates (pre / post)", "Results (medians over repeats)", "Ratios vs the reference engine (stock)",
+SECTIONS = ["Summary", "Hardware", "Provenance", "Gates (pre / post)", "Results (medians over repeats)", "Ratios vs the reference engine (stock)", "Paired verdicts (same session, per block)",
             "Validity (every point, with its measurement windows)", "Server-side reconciliation", "Batched-bench", "A/B comparison", "Profile buckets", "Plots", "Verdict", "Metric definitions", "Reproduce"]
 
 
@@ -52,7 +52,7 @@ def test_full_report_has_every_section_plots_and_links(profile, tmp_path):
     assert headings(text) == SECTIONS
     assert "_not available" not in text and "_not run" not in text  # every section has data
     pngs = [p for p in check_links(md) if p.suffix == ".png"]
-    assert {p.name for p in pngs} == {"decode_tps_vs_n.png", "ratio_vs_n.png", "buckets.png", "ab_deltas.png"}
+    assert {p.name for p in pngs} == {"decode_tps_vs_n.png", "ratio_vs_n.png", "paired_blocks.png", "buckets.png", "ab_deltas.png"}
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
     # the verdict and the rule that produced it
     assert res["verdict"] == "keep" and "4 improved, 0 regressed" in res["verdict_rule"]
@@ -114,7 +114,7 @@ def test_measurement_only_without_control_and_missing_sections_say_so(profile, t
     assert headings(text) == SECTIONS  # every section, even without data
     assert "_not run: no --compare control given._" in text
     assert "_not available: no profile/analysis.json in the run._" in text
-    assert {Path(p).name for p in res["plots"]} == {"decode_tps_vs_n.png", "ratio_vs_n.png"}
+    assert {Path(p).name for p in res["plots"]} == {"decode_tps_vs_n.png", "ratio_vs_n.png", "paired_blocks.png"}
     check_links(Path(res["report"]))
 
 
