@@ -237,7 +237,7 @@ def run_ab(ctx, req: ABRequest) -> dict:
 
     def on_block(k, hw):
         wide = ", ".join(f"{lbl} +-{v:.2f}%" if v is not None else f"{lbl} n/a" for lbl, v in sorted(hw.items()))
-        ctx.out.info(f"[bench] block {k} done" + (f"; S_TG stop half-widths: {wide}" if wide else ""))
+        ctx.out.info(f"[bench] {k} block(s) done" + (f"; S_TG stop half-widths: {wide}" if wide else ""))
 
     ctx.out.info(f"[bench] arms {', '.join(a.name for a in arms)} (reference {reference or 'none'}), order {order}; {budget.describe()}")
     with held_lock(ctx):
@@ -308,7 +308,7 @@ def table(doc: dict, metric: str = HEADLINE) -> tuple[list[str], list[list]]:
             if not p or p.get("ratio") is None:
                 row += ["-", "-", "-"]
                 continue
-            row += [f"{p['ratio']:.4f} [{_f(p['low'], 4)}, {_f(p['high'], 4)}]", p["outcome"] + (f" (~{p['blocks_needed']} blocks)" if p.get("blocks_needed") else ""), p["users_rule"]["verdict"]]
+            row += [f"{p['ratio']:.4f} [{_f(p['low'], 4)}, {_f(p['high'], 4)}]", p["outcome"] + (f" (~{p['blocks_needed']} blocks)" if p.get("blocks_needed") else " (> 1000 blocks)" if p["outcome"] == "inconclusive" and p.get("n_blocks", 0) >= 2 else ""), p["users_rule"]["verdict"]]
         rows.append(row)
     return cols, rows
 
