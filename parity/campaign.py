@@ -231,6 +231,9 @@ def snapshot_engines(ctx, options: dict) -> list[str]:
 
 def bench_engines(ctx, options: dict) -> list[str]:
     s = ctx.profile.serving
+    engines = options.get("engines")
+    if engines:
+        return [x.strip() for x in engines.split(",")] if isinstance(engines, str) else list(engines)
     return [options.get("engine") or next((e for e in s.engines if ctx.profile.engine(e).kind == "llama"), None)]
 
 

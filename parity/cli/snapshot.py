@@ -57,21 +57,47 @@ def register(app: typer.Typer) -> None:
         ntg: Optional[str] = typer.Option(None, "--ntg", metavar="N,...", help="Generated tokens."),
         npl: Optional[str] = typer.Option(None, "--npl", metavar="N,...", help="Parallel sequences."),
         engine: Optional[str] = typer.Option(None, "--engine", "-e", help="Engine (default: the first serving engine)."),
+        engines: Optional[str] = typer.Option(None, "--engines", metavar="A,B", help="A/B: blocks of one run per engine, paired statistics vs the reference (serving.reference_engine if listed, else the last)."),
+        aa: bool = typer.Option(False, "--aa", help="A/A: the one engine of --engine/--engines measured as two arms (E and E#2), the noise floor."),
+        repeat: Optional[int] = typer.Option(None, "--repeat", help="Blocks (with --until-ci: at least this many; default 3). One engine: its CV per point."),
+        until_ci: Optional[float] = typer.Option(None, "--until-ci", metavar="PCT", help="Add blocks until every S_TG half-width (B/A, 95 %) is <= PCT."),
+        max_repeats: Optional[int] = typer.Option(None, "--max-repeats", metavar="M", help="--until-ci: at most M blocks (default 20)."),
+        budget_s: Optional[float] = typer.Option(None, "--budget-s", metavar="S", help="--until-ci: stop before a block would pass S seconds."),
+        order: Optional[str] = typer.Option(None, "--order", help="Arm order across blocks: abba (default: reversed every other block) or abab."),
         model: Optional[str] = typer.Option(None, "--model", "-m", help="Model (default: serving.model)."),
         allow_env: Optional[List[str]] = typer.Option(None, "--allow-env", metavar="NAME"),
         profile: Optional[str] = ProfileOpt,
         json: bool = JsonOpt,
     ):
-        """llama-batched-bench (PP/TG/B table) into bench.json."""
-        from parity.cli.common import make_context, parse_int_list
+        """llama-batched-bench (PP/TG/B table) into bench.json; with --engines A,B / --aa / --repeat: blocks and paired statistics."""
+        from parity.cli.common import make_context, parse_int_list, parse_str_list
         from parity.serving.batched_bench import BenchRequest
         from parity.serving.batched_bench import bench as run
 
         ctx = make_context(profile, json)
-        req = BenchRequest(npp=parse_int_list(npp, "--npp"), ntg=parse_int_list(ntg, "--ntg"), npl=parse_int_list(npl, "--npl"), engine=engine, model=model, allow_env=allow_env or [])
+        req = BenchRequest(npp=parse_int_list(npp, "--npp"), ntg=parse_int_list(ntg, "--ntg"), npl=parse_int_list(npl, "--npl"), engine=engine, model=model, allow_env=allow_env or [],
+                           engines=parse_str_list(engines), aa=aa, repeat=repeat, until_ci=until_ci, max_repeats=max_repeats, budget_s=budget_s, order=order)  # fmt: skip
         doc = run(ctx, req)
+        if "paired" in doc:
+            ctx.out.emit(doc, lambda: render_bench_ab(ctx.out, doc))
+            return
         rows = [[r["pp"], r["tg"], r["b"], r["n_kv"], r["t_pp"], r["s_pp"], r["t_tg"], r["s_tg"], r["t"], r["s"]] for r in doc["rows"]]
         ctx.out.emit(doc, lambda: ctx.out.table(f"llama-batched-bench ({doc['engine']})", ["PP", "TG", "B", "N_KV", "T_PP s", "S_PP t/s", "T_TG s", "S_TG t/s", "T s", "S t/s"], rows))
+
+
+def render_bench_ab(out, doc: dict) -> None:
+    from parity.serving.bench_ab import table
+
+    ref = doc.get("reference")
+    what = f"A/B, reference {ref}" if ref else "repeats"
+    for metric in ("s_tg", "s_pp"):
+        cols, rows = table(doc, metric)
+        out.table(f"llama-batched-bench {what}: {metric.upper()} t/s, medians of {doc['blocks']} blocks", cols, rows)
+    out.info(f"order per block: {'; '.join(' '.join(o) for o in doc['order'])}")
+    out.info(f"stop: {doc['stop']['rule']}: {doc['stop']['why']}")
+    if ref:
+        out.info("B/A: geometric mean of per-block ratios, 95 % t interval on the log ratios; outcome by the paired rule (parity.stats.paired), the users' rule beside")
+    out.info(f"-> {doc['run_dir']}")
 
 
 def render_plan(out, doc: dict) -> None:

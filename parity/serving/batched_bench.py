@@ -138,12 +138,54 @@ class BenchRequest:
     ntg: list[int] | None = None
     npl: list[int] | None = None
     allow_env: list[str] = field(default_factory=list)
+    # the A/B (parity.serving.bench_ab): any of these makes blocks of runs
+    engines: list[str] | None = None
+    aa: bool = False
+    repeat: int | None = None
+    until_ci: float | None = None
+    max_repeats: int | None = None
+    budget_s: float | None = None
+    order: str | None = None
+
+    def blocks(self) -> bool:
+        """Blocks of runs (an A/B, an A/A, or one engine's repeats) rather than the single run."""
+        return bool((self.engines and len(self.engines) > 1) or self.aa or self.repeat is not None or self.until_ci is not None or self.max_repeats is not None or self.budget_s is not None)
+
+    def ab_request(self):
+        from parity.serving.bench_ab import ABRequest
+
+        if self.engine and self.engines:
+            raise UsageError("give --engine or --engines, not both")
+        engines = list(self.engines or ([self.engine] if self.engine else []))
+        return ABRequest(engines=engines, aa=self.aa, repeat=self.repeat, until_ci=self.until_ci, max_repeats=self.max_repeats, budget_s=self.budget_s,
+                         order=self.order, model=self.model, npp=self.npp, ntg=self.ntg, npl=self.npl, allow_env=list(self.allow_env or []))  # fmt: skip
+
+
+def default_engine(ctx) -> str | None:
+    s = ctx.profile.serving
+    return next((e for e in s.engines if ctx.profile.engine(e).kind == "llama"), None)
 
 
 def bench(ctx, req: BenchRequest) -> dict:
-    """`parity bench`: a run directory with bench.json."""
+    """`parity bench`: a run directory with bench.json (one run, or blocks: parity.serving.bench_ab)."""
     from parity.context import run_session
 
+    if req.blocks():
+        from parity.serving.bench_ab import run_ab
+
+        ab = req.ab_request()
+        if not ab.engines:
+            ab.engines = [e for e in [default_engine(ctx)] if e]
+        if not ab.engines:
+            raise UsageError("no llama engine to bench (serving.engines or --engines)")
+        from parity.serving.bench_ab import arms_for
+
+        arms_for(ab.engines, ab.aa)  # refuse a bad arm list before the run directory exists
+        with run_session(ctx, "bench", "bench-ab" if len(ab.engines) > 1 or ab.aa else "bench"):
+            doc = run_ab(ctx, ab)
+            return {"run_dir": str(ctx.run.path), **doc}
+    if req.engines:
+        req.engine = req.engines[0]
     with run_session(ctx, "bench", "bench"):
         doc = run_bench(ctx, req.engine, req.model, req.npp, req.ntg, req.npl, req.allow_env)
         return {"run_dir": str(ctx.run.path), **doc}
@@ -158,7 +200,7 @@ def run_bench(ctx, engine=None, model=None, npp=None, ntg=None, npl=None, allow_
 
     s = ctx.profile.serving
     b = s.bench
-    engine = engine or next((e for e in s.engines if ctx.profile.engine(e).kind == "llama"), None)
+    engine = engine or default_engine(ctx)
     if not engine:
         raise UsageError("no llama engine to bench (serving.engines or --engine)")
     if ctx.profile.engine(engine).kind != "llama":
@@ -188,11 +230,28 @@ def run_bench(ctx, engine=None, model=None, npp=None, ntg=None, npl=None, allow_
     return doc
 
 
+STEP_OPTIONS = {"engine", "model", "npp", "ntg", "npl", "allow_env", "engines", "aa", "repeat", "until_ci", "max_repeats", "budget_s", "order"}
+
+
 def campaign_step(ctx, options: dict) -> dict:
-    """kind: bench -- options {engine, model, npp, ntg, npl, allow_env}."""
+    """kind: bench -- options {engine, model, npp, ntg, npl, allow_env}; blocks (an A/B, an A/A,
+    repeats) with {engines (list or 'A,B'), aa, repeat, until_ci, max_repeats, budget_s, order}."""
     from parity.campaign import check_step_options
 
-    check_step_options("bench", options, {"engine", "model", "npp", "ntg", "npl", "allow_env"})
+    check_step_options("bench", options, STEP_OPTIONS)
+    engines = options.get("engines")
+    if isinstance(engines, str):
+        options = {**options, "engines": [x.strip() for x in engines.split(",") if x.strip()]}
     req = BenchRequest(**options)
+    if req.blocks():
+        from parity.serving.bench_ab import run_ab
+
+        ab = req.ab_request()
+        ab.engines = ab.engines or [e for e in [default_engine(ctx)] if e]
+        doc = run_ab(ctx, ab)
+        return {"engines": doc["engines"], "reference": doc["reference"], "blocks": doc["blocks"], "stop": doc["stop"],
+                "paired": [{k: p[k] for k in ("engine", "reference", "pp", "tg", "b", "metric", "ratio", "low", "high", "outcome")} for p in doc["paired"]]}  # fmt: skip
+    if req.engines:
+        req.engine = req.engines[0]
     doc = run_bench(ctx, req.engine, req.model, req.npp, req.ntg, req.npl, req.allow_env or ())
     return {"engine": doc["engine"], "rows": doc["rows"]}
