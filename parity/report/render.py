@@ -114,12 +114,21 @@ def draw_plots(rd: RunData, ab: dict | None, asset_dir: Path, rel: str) -> tuple
          lambda p: plots.ratio_vs_n(summary.get("ratios") or [], RATIO_PLOT_METRICS, p, plots.ratio_spreads(summary.get("rows") or [], summary.get("reference_engine"), RATIO_PLOT_METRICS))),
         ("kernel buckets", "buckets.png", lambda p: plots.bucket_bars((rd.analysis or {}).get("captures") or [], p)),
         ("A/B deltas with noise bands", "ab_deltas.png", lambda p: plots.ab_deltas(ab["rows"], p) if ab else None),
+        ("throughput per repeat beside SM clock and power", "telemetry.png", lambda p: telemetry_plot(rd, p)),
     ]
     for title, name, fn in jobs:
         path = fn(asset_dir / name)
         if path is not None:
             out.append({"title": title, "file": f"{rel}/{name}", "path": str(path)})
     return out, None
+
+
+def telemetry_plot(rd: RunData, path: Path):
+    """Only when the run has GPU telemetry (parity/telemetry)."""
+    from parity.report.telemetry_plots import throughput_vs_clock
+    from parity.report.telemetry_sections import plot_points
+
+    return throughput_vs_clock(plot_points(rd), path)
 
 
 # ----------------------------------------------------------------- render
@@ -178,6 +187,7 @@ def render_report(profile, req: ReportRequest) -> dict:
     defs, defs_note = definitions(list(dict.fromkeys(RESULT_METRICS + metrics)), rd.summary)
     row = {"date": date, "phase": phase, "title": title, "verdict": verdict, "key_ratios": key_ratios(rd), "report": md_path.name, "artifact": str(rd.path)}
     res = results_section(rd)
+    from parity.report.telemetry_sections import telemetry_section
     from parity.report.workload_sections import workload_section
 
     workload = workload_section(rd, out_dir / stem, stem, plots=req.plots)
@@ -190,6 +200,7 @@ def render_report(profile, req: ReportRequest) -> dict:
         "validity": validity_section(rd), "reconciliation": reconciliation_section(rd), "server": server_section(rd), "output_parity": output_parity_section(rd),
         "buckets": buckets_section(rd), "bench": bench_section(rd), "ab": ab, "ab_rows": ab_table(ab) if ab else [], "plots": figs, "plot_note": plot_note,
         "definitions": defs, "definitions_note": defs_note, "reproduce": reproduce(rd), "notes": rd.notes, "workload": workload,
+        "telemetry": telemetry_section(rd),
     }
     text = _env().get_template("report.md.j2").render(**ctx)
     atomic_write_text(md_path, text)
