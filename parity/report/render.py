@@ -125,7 +125,7 @@ def draw_plots(rd: RunData, ab: dict | None, asset_dir: Path, rel: str) -> tuple
 
 def telemetry_plot(rd: RunData, path: Path):
     """Only when the run has GPU telemetry (parity/telemetry)."""
-    from parity.report.telemetry_plots import throughput_vs_clock
+    from parity.report.plots import throughput_vs_clock
     from parity.report.telemetry_sections import plot_points
 
     return throughput_vs_clock(plot_points(rd), path)

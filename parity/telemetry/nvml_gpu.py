@@ -21,9 +21,9 @@ class NvmlGpu:
     @classmethod
     def open(cls) -> tuple[NvmlGpu | None, str]:
         """(sampler, "nvml") or (None, why NVML cannot answer here)."""
-        from parity.gpu.nvidia_smi import _nvml
+        from parity.gpu.nvidia_smi import open_nvml
 
-        nv, note = _nvml()
+        nv, note = open_nvml()
         if nv is None:
             return None, note
         try:

@@ -60,9 +60,9 @@ def summarize(samples: list[dict], gpu_source: str | None, gpu_note: str, cpu: d
 
 
 def _comm(pid: int) -> str:
-    from parity.gpu.nvidia_smi import _comm as comm
+    from parity.gpu.nvidia_smi import process_name
 
-    return comm(pid)
+    return process_name(pid)
 
 
 def verdict(summary: dict) -> tuple[list[str], list[str]]:
