@@ -145,6 +145,14 @@ def test_proc_parsers_on_captures():
     assert st["comm"] == "a (b) c" and st["utime_s"] == 250 / procfs.TICK and st["cstime_s"] == 3 / procfs.TICK
 
 
+def test_cpu_time_has_nanosecond_resolution():
+    assert procfs.parse_schedstat("123456789 2000 7\n") == pytest.approx(0.123456789)
+    assert procfs.parse_schedstat((DATA / "proc-task-schedstat.txt").read_text()) > 0
+    run = procfs.run_seconds(os.getpid())
+    assert run is None or run > 0  # this interpreter has run: more than zero, not a 10 ms tick's floor
+    assert procfs.cpu_seconds([os.getpid()])[os.getpid()] > 0 and procfs.self_cpu()["self_s"] > 0
+
+
 def test_proc_readers_on_this_process():
     assert procfs.tree(os.getpid())[0] == os.getpid()
     assert procfs.stat(2**22 + 12345) is None and procfs.tree(2**22 + 12345) == [2**22 + 12345]
