@@ -253,6 +253,17 @@ class WarmupConfig:
 
 
 @dataclass
+class TelemetryConfig:
+    """Around every serving point: GPU (NVML, else nvidia-smi) and host samples (parity/telemetry/)."""
+
+    enabled: bool = True
+    interval_s: float = 0.1  # ~10 Hz
+    pin_cpus: bool = True  # keep the load generator off the server's cores (taskset / sched_setaffinity)
+    pin_min_cpus: int = 8  # ... only where at least this many cores are usable
+    client_cpus: int = 2  # the last cores go to the client, the rest to the server
+
+
+@dataclass
 class OutputParityConfig:
     """Greedy outputs of every serving engine on the same prompts, compared token by token."""
 
@@ -364,6 +375,7 @@ class ServingConfig:
     settle_tolerance_mib: int = 1024
     output_parity: OutputParityConfig = field(default_factory=OutputParityConfig)
     workloads: dict[str, WorkloadConfig] = field(default_factory=dict)
+    telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
 
 
 @dataclass
@@ -668,6 +680,9 @@ def validate(p: Profile, label: str) -> None:
         check_workload(w, label, f"serving.workloads.{wname}")
     if s.warmup.requests < 0 or s.warmup.gen <= 0:
         raise ConfigError(label, "serving.warmup", "requests must be >= 0 (0: no warmup) and gen positive")
+    t = s.telemetry
+    if t.client_cpus < 1 or t.pin_min_cpus < t.client_cpus + 1:
+        raise ConfigError(label, "serving.telemetry", "client_cpus must be >= 1 and pin_min_cpus leave the server at least one core (pin_min_cpus > client_cpus)")
     op = s.output_parity
     if op.enabled and (not op.prompts or op.gen <= 0 or op.top_logprobs < 1 or not 0 <= op.min_agreement <= 1 or op.max_kl < 0):
         raise ConfigError(label, "serving.output_parity", "needs prompts, gen > 0, top_logprobs >= 1, min_agreement in [0, 1], max_kl >= 0")

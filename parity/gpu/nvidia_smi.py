@@ -92,6 +92,16 @@ def _nvml():
     return pynvml, "nvml"
 
 
+def open_nvml():
+    """An NVML session the caller keeps (and ends with nvmlShutdown): (pynvml, "nvml") or (None, why)."""
+    return _nvml()
+
+
+def process_name(pid: int) -> str:
+    """/proc/<pid>/comm, empty when the process is not visible from here."""
+    return _comm(pid)
+
+
 def nvml_call(fn):
     """(fn(pynvml), "nvml") inside one NVML session; (None, why) when NVML is unavailable or the query fails."""
     nv, note = _nvml()

@@ -121,12 +121,21 @@ def draw_plots(rd: RunData, ab: dict | None, asset_dir: Path, rel: str, paired: 
          lambda p: plots.paired_blocks(paired["points"], p, paired["threshold_pct"]) if paired else None),
         ("kernel buckets", "buckets.png", lambda p: plots.bucket_bars((rd.analysis or {}).get("captures") or [], p)),
         ("A/B deltas with noise bands", "ab_deltas.png", lambda p: plots.ab_deltas(ab["rows"], p) if ab else None),
+        ("throughput per repeat beside SM clock and power", "telemetry.png", lambda p: telemetry_plot(rd, p)),
     ]
     for title, name, fn in jobs:
         path = fn(asset_dir / name)
         if path is not None:
             out.append({"title": title, "file": f"{rel}/{name}", "path": str(path)})
     return out, None
+
+
+def telemetry_plot(rd: RunData, path: Path):
+    """Only when the run has GPU telemetry (parity/telemetry)."""
+    from parity.report.plots import throughput_vs_clock
+    from parity.report.telemetry_sections import plot_points
+
+    return throughput_vs_clock(plot_points(rd), path)
 
 
 # ----------------------------------------------------------------- render
@@ -188,6 +197,7 @@ def render_report(profile, req: ReportRequest) -> dict:
     row = {"date": date, "phase": phase, "title": title, "verdict": verdict, "key_ratios": key_ratios(rd, (paired or {}).get("points")), "report": md_path.name, "artifact": str(rd.path)}
     res = results_section(rd)
     from parity.report.bench_sections import bench_ab_section
+    from parity.report.telemetry_sections import telemetry_section
     from parity.report.workload_sections import workload_section
 
     workload = workload_section(rd, out_dir / stem, stem, plots=req.plots)
@@ -202,6 +212,7 @@ def render_report(profile, req: ReportRequest) -> dict:
         "validity": validity_section(rd), "reconciliation": reconciliation_section(rd), "server": server_section(rd), "output_parity": output_parity_section(rd),
         "buckets": buckets_section(rd), "bench": bench_section(rd), "bench_ab": bench_ab_section(rd), "ab": ab, "ab_rows": ab_table(ab) if ab else [], "sessions_rows": sessions_table(ab) if ab else [], "plots": figs, "plot_note": plot_note,
         "definitions": defs, "definitions_note": defs_note, "reproduce": reproduce(rd), "notes": rd.notes, "workload": workload,
+        "telemetry": telemetry_section(rd),
     }
     text = _env().get_template("report.md.j2").render(**ctx)
     atomic_write_text(md_path, text)

@@ -113,21 +113,24 @@ def client_side(recs: list[RequestRecord], row: dict) -> dict:
     }
 
 
-def run_point(ctx, plan, la, target, engine: str, rep: int, n: int, show) -> dict:
+def run_point(ctx, plan, la, target, engine: str, rep: int, n: int, show, server_pid: int | None = None, affinity: dict | None = None) -> dict:
     from parity.serving import loadgen
+    from parity.telemetry import watch
 
     s = plan.shape
     label = f"{engine} r{rep} N={n}"
     specs = build_specs(target, s, n, s.gen)
     check_fits(specs, plan.limits.get(engine), label, plan.limit_what.get(engine, "the engine"))
     before, _ = scrape_parsed(s.port, la.metrics_path)
-    recs = loadgen.drive(target, specs, s.request_timeout_s, show)
+    with watch.point(ctx, s.telemetry, server_pid, affinity) as tel:  # GPU + host samples, client pinned (parity/telemetry)
+        recs = loadgen.drive(target, specs, s.request_timeout_s, show)
     after, text = scrape_parsed(s.port, la.metrics_path)
     for r in recs:
         validity.check_request(r)
     metrics, why = compute([r for r in recs if r.valid])
     row = {"engine": engine, "n": n, "repeat": rep, **metrics, "why": why}
     problems = validity.point_verdict(recs, row, s.min_window_s, s.invalid_tolerance)
+    problems += tel.finish(ctx.run, row, recs, la.kind, before, after, f"telemetry/{engine}-r{rep}-n{n}.json")
     row.update(
         requests=len(recs),
         valid_requests=sum(r.valid for r in recs),
@@ -148,21 +151,31 @@ def run_point(ctx, plan, la, target, engine: str, rep: int, n: int, show) -> dic
     return row
 
 
+def cpu_plan(ctx, s) -> dict:
+    """Which cores the server and the client get (parity.telemetry.affinity; serving.telemetry.pin_cpus)."""
+    from parity.telemetry import affinity
+
+    return affinity.plan(s.telemetry, ctx.runner)
+
+
 def run_arm(ctx, plan, engine: str, rep: int, prog, task) -> dict:
     """Start the engine's server, warm it up, run every N, stop it, wait for its memory."""
     from parity.gpu.memory import used_mib, wait_back
     from parity.serving import loadgen
     from parity.serving.engines import adapter, model_for
     from parity.serving.server import died, serving
+    from parity.telemetry import affinity
 
     s = plan.shape
     e = ctx.profile.engine(engine)
     mf = model_for(ctx, engine, plan.model)
     la = adapter(ctx, engine).launch(ctx, engine, mf, s.port, s, model=plan.model)
+    pin = cpu_plan(ctx, s)
+    la = affinity.wrap(la, pin)  # taskset -c <server cores> in the recorded argv when the box has enough cores
     log = str(ctx.run.file(f"servers/{engine}-r{rep}.log"))
-    ctx.run.write_json(f"servers/{engine}-r{rep}.json", {"argv": la.argv, "env": la.env, "unset": la.unset, "served_name": la.served_name, "count": la.count, "request_extra": la.request_extra})
+    ctx.run.write_json(f"servers/{engine}-r{rep}.json", {"argv": la.argv, "env": la.env, "unset": la.unset, "served_name": la.served_name, "count": la.count, "request_extra": la.request_extra, "affinity": pin})
     mem_before, mem_source = used_mib()
-    rows, arm = [], {"engine": engine, "repeat": rep}
+    rows, arm = [], {"engine": engine, "repeat": rep, "affinity": pin}
     prog.update(task, status=f"{engine} r{rep}: starting server (budget {e.ready_timeout_s:g} s)")
     with serving(ctx, la, s.port, log, e.ready_timeout_s, e.ready_probe_timeout_s, e.stop_grace_s) as (proc, ready_s):
         arm["ready_s"] = round(ready_s, 2)
@@ -187,11 +200,12 @@ def run_arm(ctx, plan, engine: str, rep: int, prog, task) -> dict:
             def show(p, label=f"{engine} r{rep} N={n}", n=n):
                 prog.update(task, status=f"{label}: {p.done}/{n} requests, {p.tokens} tokens, {p.tps():.1f} tok/s")
 
-            row = run_point(ctx, plan, la, target, engine, rep, n, show)
+            row = run_point(ctx, plan, la, target, engine, rep, n, show, proc.pid, pin)
             row["server_ready_s"] = arm["ready_s"]
             rows.append(row)
             prog.advance(task)
             verdict = "valid" if row["valid"] else "INVALID: " + "; ".join(row["invalid_reasons"])
+            verdict += "".join(f"  [{f}]" for f in row.get("flags") or [])
             ctx.out.info(
                 f"  {engine:>8} r{rep} N={n:<4} decode_agg {row['decode_agg_tps']} perseq {row['decode_perseq_tps']} agg {row['agg_tps']} tok/s"
                 f"  ttft {row['ttft_mean_ms']} ms  windows {row['wall_s']}/{row['decode_window_s']} s  {verdict}"

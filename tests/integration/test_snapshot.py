@@ -163,11 +163,28 @@ def test_paged_vs_fake_vllm_full_snapshot(parity_cli, profile_file, tmp_path):
     assert ratio["engine"] == "paged" and ratio["reference"] == "vllm" and ratio["decode_agg_tps"] > 0
     assert all(row["valid_requests"] == 2 for row in doc["rows"])
     launched = json.loads((run / "servers/vllm-r0.json").read_text())
-    assert launched["argv"][1:3] == ["serve", str(tmp_path / "hf")] and "--served-model-name" in launched["argv"]
+    argv = launched["argv"][3:] if launched["affinity"]["applied"] else launched["argv"]  # a box with >= 8 cores: under taskset -c
+    assert launched["argv"][:2] == ["taskset", "-c"] if launched["affinity"]["applied"] else "not applied" in launched["affinity"]["why"]
+    assert argv[1:3] == ["serve", str(tmp_path / "hf")] and "--served-model-name" in argv
     assert json.loads((tmp_path / "vllm-record.json").read_text())["env"] == {"VLLM_LOGGING_LEVEL": "INFO"}
     assert "vllm:generation_tokens_total" in (run / "servers/vllm-r0-n2.metrics.txt").read_text()
     assert json.loads((run / "manifest.json").read_text())["valid"] is False  # --no-gates: ungated numbers are marked
     assert servers_on(port) == []
+    # telemetry around every point: host samples, the client's and the server tree's CPU time, the short summary on the row
+    for row in doc["rows"]:
+        tel = json.loads((run / f"telemetry/{row['engine']}-r{row['repeat']}-n2.json").read_text())
+        assert tel["samples"] and all(isinstance(s["load1"], float) for s in tel["samples"]), tel["summary"]
+        assert all(s["server_pids"] for s in tel["samples"])  # the server's process tree, seen in every sample
+        cpu = tel["summary"]["cpu"]
+        assert cpu["client_cpu_s"] > 0 and cpu["server_cpu_s"] > 0, cpu
+        assert tel["summary"]["gpu"]["source"] is None and "no GPU telemetry" in tel["summary"]["gpu"]["note"]  # this box: no NVML, no nvidia-smi
+        assert row["telemetry"]["file"] == f"telemetry/{row['engine']}-r{row['repeat']}-n2.json" and row["telemetry"]["server_cpu_s"] == cpu["server_cpu_s"]
+        assert row["flags"] == [] and row["telemetry"]["foreign_pids"] is None  # no GPU samples: nothing to judge
+        assert row["engine_timing"]["client_e2e_ms_mean"] > 0
+    paged = [row for row in doc["rows"] if row["engine"] == "paged"]
+    assert all(row["engine_timing"]["engine_decode_ms_mean"] > 0 and row["engine_timing"]["engine_decode_tps_mean"] > 0 for row in paged)  # llama-server's own timings
+    arms = doc.get("arms") or json.loads((run / "summary.json").read_text())["arms"]
+    assert all("applied" in a["affinity"] for a in arms)
 
 
 def test_dry_run_starts_nothing_and_shows_every_command(parity_cli, profile_file, tmp_path):

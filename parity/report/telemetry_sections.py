@@ -1,0 +1,67 @@
+"""The report's Telemetry section and plot inputs: read from summary.json rows
+(row["telemetry"], row["engine_timing"]); nothing is computed here but medians over repeats."""
+
+from __future__ import annotations
+
+import statistics
+
+from parity.report.rundata import RunData
+from parity.report.sections import fmt
+
+
+def _med(vals):
+    v = [x for x in vals if isinstance(x, (int, float))]
+    return statistics.median(v) if v else None
+
+
+def _max(vals):
+    v = [x for x in vals if isinstance(x, (int, float))]
+    return max(v) if v else None
+
+
+def telemetry_section(rd: RunData) -> dict | None:
+    """Per engine x N (over repeats): SM clock and power medians, max temperature, throttle events,
+    foreign processes, host load max, client and server CPU %; the engine-clock figures beside the client's."""
+    from parity.telemetry.engine_timing import DEFINITIONS
+
+    s = rd.summary or {}
+    rows = [r for r in s.get("rows") or [] if isinstance(r.get("telemetry"), dict)]
+    if not rows:
+        return None
+    cells: dict = {}
+    for r in rows:
+        cells.setdefault((r.get("engine"), r.get("n")), []).append(r)
+    table, timing = [], []
+    for (eng, n), rs in sorted(cells.items(), key=lambda kv: (str(kv[0][0]), kv[0][1] if isinstance(kv[0][1], (int, float)) else 0)):
+        t = [r["telemetry"] for r in rs]
+        throttle: dict = {}
+        for x in t:
+            for k, v in (x.get("throttle") or {}).items():
+                throttle[k] = throttle.get(k, 0) + v
+        foreign = sorted({p for x in t for p in x.get("foreign_pids") or []})
+        table.append([eng, n, len(rs), fmt(_med(x.get("sm_mhz_median") for x in t)), fmt(_med(x.get("power_w_median") for x in t)), fmt(_max(x.get("temp_c_max") for x in t)),
+                      ", ".join(f"{k} x{v}" for k, v in sorted(throttle.items())) or "none", ", ".join(map(str, foreign)) or "none", fmt(_max(x.get("load1_max") for x in t)),
+                      fmt(_med(x.get("client_cpu_pct") for x in t)), fmt(_med(x.get("server_cpu_pct") for x in t))])  # fmt: skip
+        et = [r.get("engine_timing") or {} for r in rs]
+        timing.append([eng, n] + [fmt(_med(e.get(k) for e in et)) for k in ("engine_decode_tps_mean", "engine_perseq_tps_mean", "engine_decode_ms_mean", "client_decode_ms_mean", "decode_overhead_ms_mean", "engine_e2e_ms_mean", "client_e2e_ms_mean", "client_overhead_ms_mean")])
+    gpu = any(r["telemetry"].get("gpu") for r in rows)
+    notes = sorted({r["telemetry"].get("gpu_note") for r in rows if r["telemetry"].get("gpu_note")})
+    affinity = sorted({_aff(a.get("affinity")) for a in s.get("arms") or [] if a.get("affinity")})
+    return {"rows": table, "timing": timing, "gpu": gpu, "note": None if gpu else ("no GPU telemetry in this run: " + "; ".join(notes) if notes else "no GPU telemetry in this run"),
+            "affinity": affinity, "definitions": [[k, u, f] for k, (u, f) in DEFINITIONS.items()]}  # fmt: skip
+
+
+def _aff(a: dict) -> str:
+    if a.get("applied"):
+        return f"server cores {a.get('server_cpus')}, client cores {a.get('client_cpus')} (of {a.get('cpus')})"
+    return a.get("why") or "not applied"
+
+
+def plot_points(rd: RunData) -> list[dict]:
+    """Per valid-or-not point with GPU telemetry: engine, n, repeat, decode_agg_tps, SM clock and power medians."""
+    out = []
+    for r in (rd.summary or {}).get("rows") or []:
+        t = r.get("telemetry") or {}
+        if t.get("gpu") and (t.get("sm_mhz_median") is not None or t.get("power_w_median") is not None):
+            out.append({"engine": r.get("engine"), "n": r.get("n"), "repeat": r.get("repeat"), "decode_agg_tps": r.get("decode_agg_tps"), "sm_mhz": t.get("sm_mhz_median"), "power_w": t.get("power_w_median")})
+    return out

@@ -1,0 +1,76 @@
+"""GPU samples through NVML (pynvml, the nvidia-ml-py package): one NVML session per point.
+
+Every query is asked on its own: one the GPU does not support (the GB10 answers
+Not Supported for memory) is None in the sample and named once in `unsupported`,
+never an error for the point."""
+
+from __future__ import annotations
+
+from parity.telemetry import throttle
+
+
+class NvmlGpu:
+    source = "nvml"
+
+    def __init__(self, nv):
+        self.nv = nv
+        self.handles = [nv.nvmlDeviceGetHandleByIndex(i) for i in range(nv.nvmlDeviceGetCount())]
+        self.table = throttle.table_from(nv)
+        self.unsupported: dict[str, str] = {}  # query -> the first error it gave
+
+    @classmethod
+    def open(cls) -> tuple[NvmlGpu | None, str]:
+        """(sampler, "nvml") or (None, why NVML cannot answer here)."""
+        from parity.gpu.nvidia_smi import open_nvml
+
+        nv, note = open_nvml()
+        if nv is None:
+            return None, note
+        try:
+            return cls(nv), "nvml"
+        except Exception as e:
+            _shutdown(nv)
+            return None, f"NVML: {e}"
+
+    def _ask(self, what: str, fn):
+        try:
+            return fn()
+        except Exception as e:  # NVMLError_NotSupported and friends
+            self.unsupported.setdefault(what, str(e) or type(e).__name__)
+            return None
+
+    def _reasons(self, h) -> int | None:
+        nv = self.nv
+        fn = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(nv, "nvmlDeviceGetCurrentClocksThrottleReasons")
+        return self._ask("clock_reasons", lambda: int(fn(h)))
+
+    def sample(self) -> list[dict]:
+        nv, out = self.nv, []
+        for i, h in enumerate(self.handles):
+            util = self._ask("utilization", lambda: nv.nvmlDeviceGetUtilizationRates(h))
+            mem = self._ask("memory", lambda: nv.nvmlDeviceGetMemoryInfo(h))
+            power = self._ask("power", lambda: nv.nvmlDeviceGetPowerUsage(h))  # milliwatts
+            procs = self._ask("processes", lambda: nv.nvmlDeviceGetComputeRunningProcesses(h))
+            out.append({
+                "index": i,
+                "sm_mhz": self._ask("sm_clock", lambda: int(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM))),
+                "mem_mhz": self._ask("mem_clock", lambda: int(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM))),
+                "power_w": None if power is None else round(power / 1000.0, 3),
+                "temp_c": self._ask("temperature", lambda: int(nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU))),
+                "util_gpu_pct": None if util is None else int(util.gpu),
+                "util_mem_pct": None if util is None else int(util.memory),
+                "mem_used_mib": None if mem is None else int(mem.used) // (1 << 20),
+                "reasons": throttle.decode(self._reasons(h), self.table),
+                "pids": None if procs is None else sorted(int(p.pid) for p in procs),
+            })  # fmt: skip
+        return out
+
+    def close(self) -> None:
+        _shutdown(self.nv)
+
+
+def _shutdown(nv) -> None:
+    try:
+        nv.nvmlShutdown()
+    except Exception:
+        pass

@@ -1,0 +1,93 @@
+"""The glue around one serving point (parity.serving.sweep.run_point):
+
+    with watch.point(ctx, shape, server_pid, affinity) as w:
+        records = drive(...)
+    problems += w.finish(ctx.run, row, records, kind, before, after, "telemetry/<engine>-r<k>-n<N>.json")
+
+Starting, sampling and summarizing never fail the point: an error is recorded in the
+file and on the row instead.  The sampler stops in the finally, also when the load
+generator raises."""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+
+
+class Watch:
+    def __init__(self, sampler, affinity: dict | None, client_cpus: str | None, server_cpus: str | None, error: str | None = None):
+        self.sampler, self.affinity, self.error = sampler, affinity, error
+        self.client_cpus, self.server_cpus = client_cpus, server_cpus
+
+    def finish(self, run, row: dict, recs, kind: str | None, before: dict | None, after: dict | None, path: str) -> list[str]:
+        """Write the point's telemetry file, put the short summary, flags and engine timing on the row;
+        return the problems that make the point invalid."""
+        from parity.telemetry import engine_timing, point_summary
+
+        problems: list[str] = []
+        row.setdefault("flags", [])
+        try:
+            row["engine_timing"] = engine_timing.compute(recs, kind, before, after)
+        except Exception as e:  # never the point's failure
+            row["engine_timing"] = {"error": repr(e)}
+        try:
+            s = self.sampler
+            if s is None:
+                summary, samples = {"error": self.error or "no sampler"}, []
+            else:
+                tree = s.server_tree_ever() if s.server_pid is not None else None
+                summary = point_summary.summarize(s.samples, s.gpu_source, s.gpu_note, s.cpu(), tree,
+                                                  getattr(s.gpu, "unsupported", None), s.errors, os.getpid())  # fmt: skip
+                samples = s.samples
+            summary["affinity"] = {"plan": self.affinity, "client": self.client_cpus, "server": self.server_cpus}
+            problems, flags = point_summary.verdict(summary)
+            row["flags"] += flags
+            run.write_json(path, {"summary": summary, "samples": samples, "engine_timing": row["engine_timing"]})
+            row["telemetry"] = {**point_summary.short(summary, path), "client_cpus": self.client_cpus, "server_cpus": self.server_cpus}
+        except Exception as e:
+            row["telemetry"] = {"error": f"telemetry failed: {e!r}"}
+        return problems
+
+
+def open_gpu(runner):
+    """(gpu sampler or None, note): NVML where importable (local), else nvidia-smi, else why neither."""
+    from parity.telemetry.nvml_gpu import NvmlGpu
+    from parity.telemetry.smi_gpu import SmiGpu
+
+    notes = []
+    if getattr(runner, "host", "local") == "local":
+        gpu, note = NvmlGpu.open()
+        if gpu is not None:
+            return gpu, note
+        notes.append(note)
+    gpu, note = SmiGpu.open(runner)
+    if gpu is not None:
+        return gpu, note
+    notes.append(note)
+    return None, "no GPU telemetry: " + "; ".join(notes)
+
+
+@contextmanager
+def point(ctx, cfg, server_pid: int | None, affinity: dict | None):
+    """Sample around the block (serving.telemetry: enabled, interval_s); the client thread pinned per the affinity plan."""
+    from parity.telemetry import affinity as aff
+    from parity.telemetry.sampler import Sampler
+
+    if not cfg.enabled:
+        yield Watch(None, affinity, None, None, "off (serving.telemetry.enabled: false)")
+        return
+    sampler, error = None, None
+    with aff.client_pinned(affinity) as client_cpus:
+        try:
+            gpu, note = open_gpu(ctx.runner)
+            sampler = Sampler(gpu, note, server_pid, cfg.interval_s).start()
+        except Exception as e:
+            sampler, error = None, f"telemetry did not start: {e!r}"
+        try:
+            yield Watch(sampler, affinity, client_cpus, aff.of_pid(server_pid), error)
+        finally:
+            if sampler is not None:
+                try:
+                    sampler.stop()
+                except Exception as e:
+                    sampler.errors.setdefault("sampler", {"first": f"stop: {e!r}", "count": 1})
