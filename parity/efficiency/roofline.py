@@ -31,11 +31,15 @@ def point(model_path: str, rate: float | None, n_seqs: int, context: float, bw: 
         out.update(achieved_gbps=None, pct_published=None, pct_measured=None, why="no rate at this point")
         return out
     gbps = rate / n_seqs * b["total"] / 1e9
-    out["achieved_gbps"] = round(gbps, 4)
+    out["achieved_gbps"] = _sig(gbps)
     for key, which in (("pct_published", "published"), ("pct_measured", "measured")):
         peak = ((bw or {}).get(which) or {}).get("gbps")
-        out[key] = round(100 * gbps / peak, 3) if peak else None
+        out[key] = _sig(100 * gbps / peak) if peak else None
     return out
+
+
+def _sig(x: float, digits: int = 6) -> float:
+    return float(f"{x:.{digits}g}")
 
 
 def _peaks(bw: dict | None) -> dict:
