@@ -111,3 +111,22 @@ def test_gap_from_rows():
     bench = [{"engine": e, "b": 4, "repeat": r, "s_tg": v} for e, r, v in [("a", 0, 200), ("b", 0, 190), ("a", 1, 210), ("b", 1, 196)]]
     st = gap.static_ratio(bench, "b", "a", 4)
     assert st["blocks"] == 2 and gap.chain(s, st)["links"][2]["low"] is not None
+
+
+def test_report_section_and_plot(model, tmp_path):
+    import json
+    from types import SimpleNamespace
+
+    from parity.report.efficiency_sections import efficiency_section
+
+    bw = {"published": {"gbps": None, "reason": "no GPU"}, "measured": {"gbps": 20.0, "method": "numpy copy", "counted": "bytes read + bytes written"}}
+    (tmp_path / "bandwidth.json").write_text(json.dumps(bw))
+    med = [{"engine": e, "n": n, "decode_agg_tps": 50.0 * n} for e in ("paged", "stock") for n in (1, 4)]
+    eff = roofline.serving(med, model, 64, 256, bw)
+    eff["memory"] = memory.summary([{"engine": "stock", "memory": {"before": 1, "peak": 5, "steady": 4, "process_peak": 30, "process_steady": 29, "process_source": "VmRSS"}}], "stock")
+    rd = SimpleNamespace(path=tmp_path, summary={"efficiency": eff}, bench={"efficiency": roofline.bench([{"pp": 32, "tg": 8, "b": 2, "s_tg": 80.0}], model, bw, engine="paged")})
+    sec = efficiency_section(rd, tmp_path / "assets", "assets")
+    md = sec["markdown"]
+    assert "20 GB/s (numpy copy" in md and "| paged | 4 |" in md and "| paged | 32 | 8 | 2 |" in md and "Memory per engine" in md
+    assert sec["plots"] and (tmp_path / "assets" / "roofline_vs_n.png").stat().st_size > 1000
+    assert efficiency_section(SimpleNamespace(path=tmp_path, summary={}, bench=None), tmp_path, "x") is None
