@@ -125,6 +125,8 @@ def bandwidth(info: dict, local: bool = True, measure: bool = True) -> dict:
         except Exception as e:  # noqa: BLE001 - a failed measurement is recorded, never fatal
             doc["measured"] = {"gbps": None, "reason": f"measurement failed: {type(e).__name__}: {e}"}
     doc["device"] = "gpu" if gpus else "cpu"
+    if not gpus:
+        doc["llc_bytes"] = llc_bytes()  # a step that fits here is not bound by the DRAM figures
     return doc
 
 

@@ -30,6 +30,9 @@ def point(model_path: str, rate: float | None, n_seqs: int, context: float, bw: 
     if not isinstance(rate, (int, float)) or rate <= 0:
         out.update(achieved_gbps=None, pct_published=None, pct_measured=None, why="no rate at this point")
         return out
+    llc = (bw or {}).get("llc_bytes")
+    if llc and b["total"] <= 2 * llc:  # CPU: the step's bytes (mostly) stay in the last-level cache
+        out["cache_resident"] = f"{b['total'] / 1e6:.1f} MB per step <= 2 x the {llc >> 20} MiB last-level cache: DRAM bandwidth does not bound this point"
     gbps = rate / n_seqs * b["total"] / 1e9
     out["achieved_gbps"] = _sig(gbps)
     for key, which in (("pct_published", "published"), ("pct_measured", "measured")):
@@ -96,7 +99,8 @@ def lines(eff: dict | None) -> list[str]:
             continue
         pct = lambda v: "-" if v is None else f"{v:.2f} %"  # noqa: E731
         out.append(f"  {p.get('engine') or '':>8} {where}: {p['bytes_per_step'] / 1e6:.3f} MB/step x {p['rate_tps'] / p['n']:.1f} steps/s = {p['achieved_gbps']:.3f} GB/s"
-                   f" = {pct(p['pct_published'])} of published, {pct(p['pct_measured'])} of measured copy")  # fmt: skip
+                   f" = {pct(p['pct_published'])} of published, {pct(p['pct_measured'])} of measured copy"
+                   + (" [fits the last-level cache]" if p.get("cache_resident") else ""))  # fmt: skip
     mem = eff.get("memory")
     if mem:
         for e, m in (mem.get("engines") or {}).items():
