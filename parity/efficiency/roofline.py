@@ -99,7 +99,7 @@ def lines(eff: dict | None) -> list[str]:
             continue
         pct = lambda v: "-" if v is None else f"{v:.2f} %"  # noqa: E731
         out.append(f"  {p.get('engine') or '':>8} {where}: {p['bytes_per_step'] / 1e6:.3f} MB/step x {p['rate_tps'] / p['n']:.1f} steps/s = {p['achieved_gbps']:.3f} GB/s"
-                   f" = {pct(p['pct_published'])} of published, {pct(p['pct_measured'])} of measured copy"
+                   + (f" = {pct(p['pct_published'])} of published" if p.get("pct_published") is not None else "") + f" = {pct(p['pct_measured'])} of measured copy"
                    + (" [fits the last-level cache]" if p.get("cache_resident") else ""))  # fmt: skip
     mem = eff.get("memory")
     if mem:
