@@ -82,7 +82,14 @@ def register(app: typer.Typer) -> None:
             ctx.out.emit(doc, lambda: render_bench_ab(ctx.out, doc))
             return
         rows = [[r["pp"], r["tg"], r["b"], r["n_kv"], r["t_pp"], r["s_pp"], r["t_tg"], r["s_tg"], r["t"], r["s"]] for r in doc["rows"]]
-        ctx.out.emit(doc, lambda: ctx.out.table(f"llama-batched-bench ({doc['engine']})", ["PP", "TG", "B", "N_KV", "T_PP s", "S_PP t/s", "T_TG s", "S_TG t/s", "T s", "S t/s"], rows))
+        def show():
+            from parity.efficiency.roofline import lines
+
+            ctx.out.table(f"llama-batched-bench ({doc['engine']})", ["PP", "TG", "B", "N_KV", "T_PP s", "S_PP t/s", "T_TG s", "S_TG t/s", "T s", "S t/s"], rows)
+            for line in lines(doc.get("efficiency")):
+                ctx.out.info(line)
+
+        ctx.out.emit(doc, show)
 
 
 def render_bench_ab(out, doc: dict) -> None:
@@ -140,6 +147,10 @@ def render_summary(out, doc: dict) -> None:
         out.info(f"headline: {doc['headline']}")
     for p in doc["invalid_points"]:
         out.warn(f"INVALID {p}")
+    from parity.efficiency.roofline import lines
+
+    for line in lines(doc.get("efficiency")):
+        out.info(line)
     out.info(render_definitions(HEADLINE + ["prefill_tps", "wall_s", "decode_window_s"]))
     out.info(f"-> {doc['run_dir']}")
 

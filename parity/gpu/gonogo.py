@@ -98,7 +98,7 @@ def go_no_go(ctx, *, paths: dict[str, str] | None = None, ports=(), gpu: bool = 
         port_state[port] = port_free(port)
         if not port_state[port]:
             reasons.append({"kind": "port", "what": f"port {port} is in use (another server?)"})
-    hw = write_hardware(ctx)  # hardware.txt/json, as the users' dry run records it
+    hw = write_hardware(ctx, bandwidth=False)  # hardware.txt/json, as the users' dry run records it
     code = EXIT_OK if not reasons else EXIT_USAGE if any(r["kind"] == "path" for r in reasons) else EXIT_INFRA
     doc = {
         "go": not reasons,

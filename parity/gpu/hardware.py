@@ -145,13 +145,18 @@ def render(info: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_hardware(ctx) -> dict:
+def write_hardware(ctx, bandwidth: bool = True) -> dict:
     """Inventory -> hardware.txt + hardware.json in ctx.run (when there is one); warns on a class
-    other than the profile's hardware_class.  Call before any server starts."""
+    other than the profile's hardware_class.  Call before any server starts.  bandwidth: also
+    bandwidth.json, the published and measured memory bandwidth (parity.efficiency.peak)."""
     info = inventory(ctx.runner)
     if ctx.run is not None:
         ctx.run.write_text("hardware.txt", render(info))
         ctx.run.write_json("hardware.json", info)
+        if bandwidth:
+            from parity.efficiency.peak import write_bandwidth
+
+            write_bandwidth(ctx, info)
     expected = ctx.profile.hardware_class
     if expected and info["hardware_class"] != expected:
         ctx.out.warn(f"hardware_class is {info['hardware_class']}, the profile expects {expected}: numbers are not comparable with that class")

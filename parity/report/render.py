@@ -201,6 +201,9 @@ def render_report(profile, req: ReportRequest) -> dict:
     from parity.report.workload_sections import workload_section
 
     workload = workload_section(rd, out_dir / stem, stem, plots=req.plots)
+    from parity.report.efficiency_sections import efficiency_section
+
+    efficiency = efficiency_section(rd, out_dir / stem, stem, plots=req.plots)
     prov, gates = provenance_section(rd), gates_section(rd, problems)
     ctx = {
         "front": {"phase": phase, "date": date, "title": title, "verdict": verdict, "run": str(rd.path), "compare": ab["a"] if ab else None, "key_ratios": row["key_ratios"], "forced": bool(ab and ab["forced"]),
@@ -211,12 +214,12 @@ def render_report(profile, req: ReportRequest) -> dict:
         "paired_definition": paired_definition(paired["threshold_pct"] if paired else profile.stats.min_delta_pct, paired["confidence"] if paired else profile.stats.confidence),
         "validity": validity_section(rd), "reconciliation": reconciliation_section(rd), "server": server_section(rd), "output_parity": output_parity_section(rd),
         "buckets": buckets_section(rd), "bench": bench_section(rd), "bench_ab": bench_ab_section(rd), "ab": ab, "ab_rows": ab_table(ab) if ab else [], "sessions_rows": sessions_table(ab) if ab else [], "plots": figs, "plot_note": plot_note,
-        "definitions": defs, "definitions_note": defs_note, "reproduce": reproduce(rd), "notes": rd.notes, "workload": workload,
+        "definitions": defs, "definitions_note": defs_note, "reproduce": reproduce(rd), "notes": rd.notes, "workload": workload, "efficiency": efficiency,
         "telemetry": telemetry_section(rd),
     }
     text = _env().get_template("report.md.j2").render(**ctx)
     atomic_write_text(md_path, text)
-    side = {"ledger": row, "verdict_rule": verdict_rule, "gate_problems": problems, "compare": ab, "paired": paired and {k: paired[k] for k in ("points", "source", "counts", "disagree", "threshold_pct", "confidence")}, "plots": [f["file"] for f in figs] + [f["file"] for f in (workload or {}).get("plots", [])], "results": res}
+    side = {"ledger": row, "verdict_rule": verdict_rule, "gate_problems": problems, "compare": ab, "paired": paired and {k: paired[k] for k in ("points", "source", "counts", "disagree", "threshold_pct", "confidence")}, "plots": [f["file"] for f in figs] + [f["file"] for f in (workload or {}).get("plots", [])] + [f["file"] for f in (efficiency or {}).get("plots", [])], "results": res}
     atomic_write_json(out_dir / f"{stem}.json", side)
     ledger.append(out_dir, row)
     if running is not None:  # the running ledger links the report where it lives (the run dir)

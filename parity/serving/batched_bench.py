@@ -225,6 +225,9 @@ def run_bench(ctx, engine=None, model=None, npp=None, ntg=None, npl=None, allow_
 
         res, rows, retried = run_complete(ctx.runner, cmd, env, b, npp, ntg, npl, log, ctx.out.warn)
     doc = {"kind": "bench", "engine": engine, "model": model or s.model, "command": cmd, "env": env, "rows": rows, "header": parse_header(res.stdout), "retried": retried}
+    from parity.efficiency import peak, roofline  # efficiency hook: % of roofline per row
+
+    doc["efficiency"] = roofline.bench(rows, model_file, peak.load(ctx.run.path) if ctx.run else None, engine=engine)
     if ctx.run:
         ctx.run.write_json("bench.json", doc)
     return doc
@@ -254,4 +257,8 @@ def campaign_step(ctx, options: dict) -> dict:
     if req.engines:
         req.engine = req.engines[0]
     doc = run_bench(ctx, req.engine, req.model, req.npp, req.ntg, req.npl, req.allow_env or ())
-    return {"engine": doc["engine"], "rows": doc["rows"]}
+    from parity.efficiency.roofline import lines
+
+    for line in lines(doc.get("efficiency")):
+        ctx.out.info(line)
+    return {"engine": doc["engine"], "rows": doc["rows"], "efficiency": doc.get("efficiency")}

@@ -230,6 +230,10 @@ def write_summary(ctx, plan: SnapshotPlan, arms: list[dict]) -> dict:
 
         op = plan.shape.output_parity
         extra["output_parity"] = compare_engines(outputs, plan.reference or plan.engines[0], op.min_agreement, op.max_kl)
+    if plan.workload is None:  # efficiency hook: % of roofline and memory per engine (parity.efficiency)
+        from parity.efficiency.roofline import for_snapshot
+
+        extra["efficiency"] = for_snapshot(ctx, plan, rows, arms)
     writer = summary if plan.workload is None else workload_summary  # workload hook: its metrics, same machinery
     doc = writer.write(ctx, plan, rows, extra)
     if not doc["valid"]:
@@ -262,4 +266,8 @@ def campaign_step(ctx, options: dict) -> dict:
     options["gates"] = bool(options["gates"])
     req = SnapshotRequest(**options)
     doc = run_snapshot(ctx, make_plan(ctx, req), gates=req.gates, allow_env=req.allow_env)
-    return {"medians": doc["medians"], "ratios": doc["ratios"], "headline": doc["headline"], "valid": doc["valid"]}
+    from parity.efficiency.roofline import lines
+
+    for line in lines(doc.get("efficiency")):
+        ctx.out.info(line)
+    return {"medians": doc["medians"], "ratios": doc["ratios"], "headline": doc["headline"], "valid": doc["valid"], "efficiency": doc.get("efficiency")}

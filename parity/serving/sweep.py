@@ -160,6 +160,7 @@ def cpu_plan(ctx, s) -> dict:
 
 def run_arm(ctx, plan, engine: str, rep: int, prog, task) -> dict:
     """Start the engine's server, warm it up, run every N, stop it, wait for its memory."""
+    from parity.efficiency import memory as memtrack
     from parity.gpu.memory import used_mib, wait_back
     from parity.serving import loadgen
     from parity.serving.engines import adapter, model_for
@@ -179,6 +180,7 @@ def run_arm(ctx, plan, engine: str, rep: int, prog, task) -> dict:
     prog.update(task, status=f"{engine} r{rep}: starting server (budget {e.ready_timeout_s:g} s)")
     with serving(ctx, la, s.port, log, e.ready_timeout_s, e.ready_probe_timeout_s, e.stop_grace_s) as (proc, ready_s):
         arm["ready_s"] = round(ready_s, 2)
+        mem = memtrack.start(mem_before, mem_source, proc, e)  # memory per engine (parity.efficiency.memory)
         target = loadgen.Target("127.0.0.1", s.port, la.served_name, la.tokenize, count=la.count, extra=la.request_extra)
         real = slot_context(s.port, la)
         if real is not None:  # what the server really gives a slot (it caps at the model's training context)
@@ -203,6 +205,7 @@ def run_arm(ctx, plan, engine: str, rep: int, prog, task) -> dict:
             row = run_point(ctx, plan, la, target, engine, rep, n, show, proc.pid, pin)
             row["server_ready_s"] = arm["ready_s"]
             rows.append(row)
+            mem.sample(f"N={n}")
             prog.advance(task)
             verdict = "valid" if row["valid"] else "INVALID: " + "; ".join(row["invalid_reasons"])
             verdict += "".join(f"  [{f}]" for f in row.get("flags") or [])
@@ -212,6 +215,7 @@ def run_arm(ctx, plan, engine: str, rep: int, prog, task) -> dict:
             )
             if (rc := proc.poll()) is not None:
                 raise died(engine, rc, log, f"N={n}")
+        arm["memory"] = mem.result()
     prog.update(task, status=f"{engine} r{rep}: waiting for its memory to come back")
     arm["settle"] = wait_back(mem_before, mem_source, s.settle_s, s.settle_timeout_s, s.settle_tolerance_mib, f"{engine} r{rep}")
     arm["rows"] = rows

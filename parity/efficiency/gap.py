@@ -1,0 +1,78 @@
+"""Where the gap lives: the serving ratio of two engines (B/A, decode_agg_tps) decomposed as
+
+    serving ratio = static engine decode ratio (llama-batched-bench S_TG, GPU-steady)
+                    x serving overhead ratio (serving / static)
+
+Each link has its 95 % interval.  The serving and static ratios come from parity's paired
+block statistics (parity.stats.paired: geometric mean of per-block ratios, t interval on
+the log ratios, so each interval is symmetric in log space).  The overhead is a quotient of
+two ratios measured in different sessions, i.e. independent: its log half-width is the two
+log half-widths combined in quadrature, sqrt(h_serving^2 + h_static^2), an approximation
+that treats each interval as a normal interval on the log scale (log-normal ratios)."""
+
+from __future__ import annotations
+
+import math
+
+METHOD = ("serving = static x overhead; overhead = serving / static; intervals: paired block statistics per ratio (t interval on log "
+          "ratios); the overhead's log half-width = sqrt(h_serving^2 + h_static^2) (independent sessions, log-normal ratios combined in quadrature)")  # fmt: skip
+
+
+def half_width(ratio: float, low: float | None, high: float | None) -> float | None:
+    """Half-width on the log scale of an interval [low, high] (None without one)."""
+    if low is None or high is None or low <= 0 or high <= 0:
+        return None
+    return (math.log(high) - math.log(low)) / 2
+
+
+def link(name: str, ratio: float, h: float | None, what: str) -> dict:
+    out = {"link": name, "ratio": round(ratio, 6), "what": what}
+    if h is None:
+        out.update(low=None, high=None, half_width_pct=None)
+    else:
+        out.update(low=round(ratio * math.exp(-h), 6), high=round(ratio * math.exp(h), 6), half_width_pct=round((math.exp(h) - 1) * 100, 3))
+    return out
+
+
+def chain(serving: dict, static: dict, engine: str = "B", reference: str = "A") -> dict:
+    """serving, static: {ratio, low, high} (B/A).  Returns the three links, each with its interval."""
+    hs, hb = half_width(serving["ratio"], serving.get("low"), serving.get("high")), half_width(static["ratio"], static.get("low"), static.get("high"))
+    ho = math.sqrt(hs**2 + hb**2) if hs is not None and hb is not None else None
+    over = serving["ratio"] / static["ratio"]
+    links = [
+        link("serving", serving["ratio"], hs, f"{engine}/{reference} decode_agg_tps under the serving load"),
+        link("static", static["ratio"], hb, f"{engine}/{reference} llama-batched-bench S_TG (engine decode, no server)"),
+        link("overhead", over, ho, "serving / static: what the server path (HTTP, scheduling, batching) adds or loses"),
+    ]
+    return {"engine": engine, "reference": reference, "links": links, "method": METHOD,
+            "reads": f"{serving['ratio']:.4f} = {static['ratio']:.4f} (static) x {over:.4f} (serving overhead)"}  # fmt: skip
+
+
+def serving_ratio(summary: dict, engine: str, reference: str, n: int, metric: str = "decode_agg_tps") -> dict:
+    """{ratio, low, high} of engine/reference at N from a snapshot summary's rows (paired blocks)."""
+    from parity.stats.paired import paired
+
+    ok = [r for r in summary.get("rows") or [] if r.get("valid", True) and r.get("n") == n]
+    cell = lambda e: {r["repeat"]: r.get(metric) for r in ok if r["engine"] == e}  # noqa: E731
+    p = paired(cell(reference), cell(engine))
+    return {"ratio": p.ratio, "low": p.low, "high": p.high, "blocks": p.n_blocks, "reason": p.reason}
+
+
+def static_ratio(rows: list[dict], engine: str, reference: str, b: int, metric: str = "s_tg") -> dict:
+    """{ratio, low, high} of engine/reference S_TG at B from batched-bench rows carrying
+    `engine` and `repeat` (an A/B bench: rows of both engines, repeats as blocks)."""
+    from parity.stats.paired import paired
+
+    ok = [r for r in rows if r.get("b") == b]
+    cell = lambda e: {r.get("repeat", 0): r.get(metric) for r in ok if r.get("engine") == e}  # noqa: E731
+    p = paired(cell(reference), cell(engine))
+    return {"ratio": p.ratio, "low": p.low, "high": p.high, "blocks": p.n_blocks, "reason": p.reason}
+
+
+def lines(doc: dict) -> list[str]:
+    out = [f"gap {doc['engine']}/{doc['reference']}: {doc['reads']}"]
+    for lk in doc["links"]:
+        iv = f"[{lk['low']:.4f}, {lk['high']:.4f}] (+-{lk['half_width_pct']:.2f} %)" if lk["low"] is not None else "(no interval)"
+        out.append(f"  {lk['link']:>8}: {lk['ratio']:.4f} {iv}  {lk['what']}")
+    out.append(f"  method: {doc['method']}")
+    return out
