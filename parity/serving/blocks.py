@@ -36,13 +36,18 @@ def half_widths(rows: list[dict], reference: str | None, metrics: list[str], thr
     return out
 
 
+def pct(v: float) -> str:
+    """A half-width for the screen: two blocks' conservative bound can be astronomically wide."""
+    return f"+-{v:.2f}%" if v < 1000 else "+->1000%"
+
+
 def block_line(block: int, counted: int, widths: dict, decision, budget: Budget) -> str:
     """One progress line after a block: which block, the widest half-width and where, the rule's state."""
     done = [(v, k) for k, v in widths.items() if v is not None]
     if widths and done:
         v, k = max(done)
         open_ = sum(1 for x in widths.values() if x is None or (budget.until_ci_pct is not None and x > budget.until_ci_pct))
-        wide = f"widest +-{v:.2f}% ({k})" + (f", {open_}/{len(widths)} over {budget.until_ci_pct:g}%" if budget.until_ci_pct is not None else "")
+        wide = f"widest {pct(v)} ({k})" + (f", {open_}/{len(widths)} over {budget.until_ci_pct:g}%" if budget.until_ci_pct is not None else "")
     elif widths:
         wide = "no interval yet (needs 2 blocks)"
     else:

@@ -121,6 +121,7 @@ def test_block_line_names_the_widest_and_the_rule():
     assert line.startswith("block 3 done (4 measured): widest +-2.50% (p N=1 a), 1/2 over 1.5%; next block")
     assert "stop: until-ci: why" in block_line(3, 4, {"x": 1.0}, ("until-ci", "why"), b)
     assert "no interval yet" in block_line(0, 1, {"x": None}, None, b)
+    assert "widest +->1000% (x)" in block_line(1, 2, {"x": 7.5e49}, None, b)
 
 
 def budget_for(req: SnapshotRequest, repeat=3, engines=("p", "s"), order="abab", stats=None, workload=None):

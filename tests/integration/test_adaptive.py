@@ -1,0 +1,52 @@
+"""Adaptive repeats and calibrated windows for real: two llama-server builds on the
+small synthesized model.  No wall-clock assertions: which rule stops a run, and how
+far calibration raises gen, depend on the box; the summary must say which."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.integration.test_snapshot import lock_free, profile_file, servers_on  # noqa: F401 (profile_file is a fixture)
+
+
+def test_until_ci_adds_blocks_and_the_summary_names_the_rule_that_stopped(parity_cli, profile_file, tmp_path):  # noqa: F811
+    prof, port = profile_file(model="small", npl=[1], gen=32, warmup={"requests": 1, "gen": 4})
+    r = parity_cli("--artifacts", str(tmp_path / "runs"), "snapshot", "--profile", str(prof), "--engines", "paged,stock", "--no-gates",
+                   "--repeat", "2", "--until-ci", "40", "--max-repeats", "4", "--order", "abba", "--json", timeout=900)  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    doc = json.loads(r.stdout)
+    stop = doc["stop"]
+    assert stop["rule"] in ("until-ci", "max-repeats") and 2 <= stop["blocks"] <= 4 and stop["why"]
+    assert "at least 2, at most 4 blocks" in stop["budget"]
+    assert doc["shape"]["repeat"] == stop["blocks"] and {row["repeat"] for row in doc["rows"]} == set(range(stop["blocks"]))
+    order = [f"r{b}:{e}" for b in range(stop["blocks"]) for e in (["paged", "stock"] if b % 2 == 0 else ["stock", "paged"])]
+    assert doc["order"] == order  # the abba rotation goes on past the planned repeats
+    assert "calibration" not in doc  # min_window_s 0: nothing to calibrate
+    assert f"block {stop['blocks'] - 1} done ({stop['blocks']} measured)" in r.stderr and f"stop: {stop['rule']}" in r.stderr
+    on_disk = json.loads((Path(doc["run_dir"]) / "summary.json").read_text())
+    assert on_disk["stop"] == stop and "partial" not in on_disk
+    assert servers_on(port) == [] and lock_free(tmp_path / "lock")
+
+
+def test_calibration_raises_a_short_gen_until_every_window_is_valid(parity_cli, profile_file, tmp_path):  # noqa: F811
+    # gen 8 gives windows of a few ms; min_window_s 0.5 would make every point invalid (exit 6) without calibration
+    prof, port = profile_file(model="small", npl=[1, 2], gen=8, parallel=2, ctx=2048, min_window_s=0.5, calibrate={"margin": 2.0},
+                              warmup={"requests": 1, "gen": 4})  # fmt: skip
+    r = parity_cli("--artifacts", str(tmp_path / "runs"), "snapshot", "--profile", str(prof), "--engines", "paged,stock", "--no-gates", "--repeat", "2", "--json", timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    doc = json.loads(r.stdout)
+    cal = doc["calibration"]
+    assert cal["trial_gen"] == 8 < cal["gen"] == doc["shape"]["gen"] and not cal["kept_trial"] and not cal["capped"]
+    assert {(p["engine"], p["n"]) for p in cal["points"]} == {("paged", 1), ("paged", 2), ("stock", 1), ("stock", 2)}
+    assert [a["repeat"] for a in cal["trial_arms"]] == [0, 0]  # block 0 was the trial ...
+    assert {row["repeat"] for row in doc["rows"]} == {1, 2} and doc["stop"] == {**doc["stop"], "rule": "fixed", "blocks": 2}  # ... and two measured blocks followed
+    assert doc["valid"] and all(row["valid"] for row in doc["rows"]) and all(row["decode_window_s"] >= 0.5 for row in doc["rows"])
+    assert all(row["gen_total"] == row["n"] * cal["gen"] for row in doc["rows"])
+    assert "calibration: gen 8 -> " in r.stderr
+    # an explicit --gen is respected exactly: no calibration (and here, a short window is invalid: exit 6)
+    r = parity_cli("--artifacts", str(tmp_path / "runs2"), "snapshot", "--profile", str(prof), "--engines", "paged,stock", "--no-gates", "--repeat", "1", "--npl", "1", "--gen", "8", "--json", timeout=900)
+    assert r.returncode == 6, r.stderr[-3000:]
+    doc = json.loads(r.stdout)
+    assert "calibration" not in doc and doc["shape"]["gen"] == 8
+    assert servers_on(port) == [] and lock_free(tmp_path / "lock")
