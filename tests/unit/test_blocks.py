@@ -160,3 +160,15 @@ def test_budget_fixed_by_default_adaptive_with_until_ci():
 def test_budget_bad_input_is_one_usage_error(req, kw, message):
     with pytest.raises(UsageError, match=message.replace("+", r"\+").replace("(", r"\(")):
         budget_for(req, **kw)
+
+
+def test_campaign_snapshot_step_takes_the_adaptive_options(monkeypatch):
+    from parity.serving import snapshot as snap
+
+    seen = {}
+    monkeypatch.setattr(snap, "make_plan", lambda ctx, req: seen.setdefault("req", req))
+    monkeypatch.setattr(snap, "run_snapshot", lambda ctx, plan, gates, allow_env: {"medians": [], "ratios": [], "headline": "", "valid": True, "stop": {"rule": "until-ci"}})
+    out = snap.campaign_step(SimpleNamespace(), {"until_ci": 1.5, "max_repeats": 8, "budget_s": 600})
+    assert (seen["req"].until_ci, seen["req"].max_repeats, seen["req"].budget_s) == (1.5, 8, 600) and out["stop"] == {"rule": "until-ci"}
+    with pytest.raises(Exception, match="with.until_cii: unknown snapshot option"):
+        snap.campaign_step(SimpleNamespace(), {"until_cii": 1.5})
