@@ -9,6 +9,7 @@ Every problem is a ConfigError naming file, key and problem.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 import types
@@ -276,6 +277,18 @@ class OutputParityConfig:
 
 
 @dataclass
+class CalibrateConfig:
+    """Before measuring, choose the generated tokens so that every point's windows last
+    min_window_s x margin (parity.stats.calibrate): block 0 runs at serving.gen; when a
+    point's window falls short, gen is raised (never lowered), block 0 becomes the
+    calibration trial and the measured blocks start after it.  Off with an explicit --gen."""
+
+    enabled: bool = True
+    margin: float = 1.5  # windows must reach min_window_s x margin (room for a noisier block)
+    max_gen: int = 4096  # never raise gen past this (nor past the context an engine gives a request)
+
+
+@dataclass
 class SloConfig:
     """Bounds a request must meet to count toward goodput (None: not bounded)."""
 
@@ -376,6 +389,7 @@ class ServingConfig:
     output_parity: OutputParityConfig = field(default_factory=OutputParityConfig)
     workloads: dict[str, WorkloadConfig] = field(default_factory=dict)
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
+    calibrate: CalibrateConfig = field(default_factory=CalibrateConfig)
 
 
 @dataclass
@@ -424,6 +438,9 @@ class StatsConfig:
     require_consistent_direction: bool = True
     metrics: list[str] = field(default_factory=lambda: ["decode_agg_tps", "decode_perseq_tps", "agg_tps", "ttft_mean_ms"])  # the users' headline set
     confidence: float = 0.95  # rank-based CI shown beside each A/B delta (informative, not part of the rule)
+    until_ci_pct: float | None = None  # adaptive repeats: add blocks until every headline paired half-width <= this (null: fixed serving.repeat)
+    max_repeats: int = 20  # ... but never more blocks than this
+    budget_s: float | None = None  # ... nor past this wall time of the measured blocks (null: no time budget)
 
 
 @dataclass
@@ -715,6 +732,15 @@ def validate(p: Profile, label: str) -> None:
         raise ConfigError(label, "stats.confidence", "must be between 0 and 1 (e.g. 0.95)")
     if not p.stats.metrics:
         raise ConfigError(label, "stats.metrics", "must name at least one metric")
+    if p.stats.until_ci_pct is not None and not (math.isfinite(p.stats.until_ci_pct) and p.stats.until_ci_pct > 0):
+        raise ConfigError(label, "stats.until_ci_pct", "must be a positive percentage (or null: a fixed number of repeats)")
+    if not positive_int(p.stats.max_repeats) or p.stats.max_repeats < 2:
+        raise ConfigError(label, "stats.max_repeats", "must be an integer >= 2 (an interval needs two blocks)")
+    c = s.calibrate
+    if not (math.isfinite(c.margin) and c.margin >= 1):
+        raise ConfigError(label, "serving.calibrate.margin", "must be >= 1 (the share of min_window_s a window must reach)")
+    if not positive_int(c.max_gen):
+        raise ConfigError(label, "serving.calibrate.max_gen", "must be a positive number of tokens")
     check_bounds(p, label)
 
 

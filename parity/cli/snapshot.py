@@ -19,6 +19,9 @@ def register(app: typer.Typer) -> None:
         model: Optional[str] = typer.Option(None, "--model", "-m", help="Model name (default: serving.model)."),
         repeat: Optional[int] = typer.Option(None, "--repeat", help="Repeats; >1 gives the noise floor (medians, ratios of medians)."),
         order: Optional[str] = typer.Option(None, "--order", help="Engine order across repeats: abab, abba or aabb (default: serving.order)."),
+        until_ci: Optional[float] = typer.Option(None, "--until-ci", metavar="PCT", help="Adaptive repeats: add blocks until every headline paired half-width (every engine vs the reference, every N) is <= PCT % (default: stats.until_ci_pct; off)."),
+        max_repeats: Optional[int] = typer.Option(None, "--max-repeats", metavar="N", help="With --until-ci: at most N blocks (default: stats.max_repeats, 20)."),
+        budget_s: Optional[float] = typer.Option(None, "--budget-s", metavar="S", help="With --until-ci: no block that would end past S seconds of measured blocks (default: stats.budget_s; none)."),
         no_gates: bool = typer.Option(False, "--no-gates", help="Skip pre/post gates (the run is marked ungated)."),
         allow_env: Optional[List[str]] = typer.Option(None, "--allow-env", metavar="NAME", help="Allow a forbidden bench env knob."),
         dry_run: bool = typer.Option(False, "--dry-run", help="Print every resolved command, env and the preflight; start nothing."),
@@ -35,6 +38,7 @@ def register(app: typer.Typer) -> None:
         req = SnapshotRequest(
             npl=parse_int_list(npl, "--npl"), engines=parse_str_list(engines), model=model, repeat=repeat, ptok=ptok, gen=gen,
             parallel=parallel, ctx=ctx_len, order=order, gates=not no_gates, allow_env=allow_env or [], dry_run=dry_run, workload=workload,
+            until_ci=until_ci, max_repeats=max_repeats, budget_s=budget_s,
         )  # fmt: skip
         doc = run(ctx, req)
         ctx.out.emit(doc, lambda: (render_plan if dry_run else render_workload if doc.get("workload") else render_summary)(ctx.out, doc))
@@ -111,6 +115,8 @@ def render_plan(out, doc: dict) -> None:
     import shlex
 
     out.info(f"snapshot plan: model {doc['model']}, engines {', '.join(doc['engines'])}, N {doc['npl']}, repeat {doc['repeat']}, order {' '.join(doc['order'])}")
+    out.info(f"blocks: {doc['budget']}")
+    out.info(f"calibration: {doc['calibration']}")
     if doc.get("workload"):
         w = doc["workload"]
         out.info(f"workload {w['name']} ({w['kind']}): points {'; '.join(w['points'])}")
@@ -145,6 +151,7 @@ def render_summary(out, doc: dict) -> None:
         out.table("paired block statistics (engine / reference per block; geometric mean, t interval on the logs) beside the users' rule", ["engine", "N", "metric", "ratio", "interval", "blocks", "outcome", "blocks needed", "users' rule"], paired_rows(doc))
     if doc["headline"]:
         out.info(f"headline: {doc['headline']}")
+    render_run_notes(out, doc)
     for p in doc["invalid_points"]:
         out.warn(f"INVALID {p}")
     from parity.efficiency.roofline import lines
@@ -167,6 +174,17 @@ def paired_rows(doc: dict) -> list[list]:
     return rows
 
 
+def render_run_notes(out, doc: dict) -> None:
+    """Which stop rule ended the sweep, and the gen calibration chose."""
+    c = doc.get("calibration")
+    if c:
+        pts = ", ".join(f"{p['engine']} N={p['n']} {p['decode_window_s']}/{p['wall_s']} s" for p in c.get("points", []))
+        out.info(f"calibration: gen {c['trial_gen']} -> {c['gen']} (target window {c['target_s']:g} s; trial windows decode/wall: {pts})" if c["gen"] != c["trial_gen"] else f"calibration: gen {c['gen']} kept (target window {c['target_s']:g} s; trial windows decode/wall: {pts})")
+    st = doc.get("stop")
+    if st and st.get("rule"):
+        out.info(f"stopped by {st['rule']} after {st['blocks']} blocks: {st['why']} ({st['budget']})")
+
+
 def render_workload(out, doc: dict) -> None:
     from parity.serving.metrics import render_definitions
 
@@ -177,6 +195,7 @@ def render_workload(out, doc: dict) -> None:
         out.info(f"headline: {doc['headline']}")
     if doc.get("paired"):
         out.table("paired block statistics beside the users' rule", ["engine", "point", "metric", "ratio", "interval", "blocks", "outcome", "blocks needed", "users' rule"], paired_rows(doc))
+    render_run_notes(out, doc)
     for p in doc["not_held"]:
         out.warn(f"NOT HELD {p}")
     for p in doc["invalid_points"]:

@@ -28,6 +28,11 @@ class SnapshotPlan:
     limits: dict[str, int] = field(default_factory=dict)  # engine -> tokens one request may use (prompt + generated)
     limit_what: dict[str, str] = field(default_factory=dict)  # engine -> what sets that limit, in words
     workload: object | None = None  # parity.serving.workloads.Workload: its points replace the N sweep
+    budget: object | None = None  # parity.stats.adaptive.Budget: how many blocks (fixed, or --until-ci)
+    calibrate: object | None = None  # serving.calibrate when the trial block may raise gen (None: gen as given)
+    calibration: dict | None = None  # what the calibration chose, with its evidence (summary.json "calibration")
+    trial_arms: list = field(default_factory=list)  # the calibration trial's arms when it did not count
+    stop: dict | None = None  # which stop rule ended the sweep (summary.json "stop")
 
 
 @dataclass
@@ -47,6 +52,9 @@ class SnapshotRequest:
     allow_env: list[str] = field(default_factory=list)
     dry_run: bool = False
     workload: str | dict | None = None  # serving.workloads.NAME (or a campaign's inline mapping)
+    until_ci: float | None = None  # adaptive repeats (None: stats.until_ci_pct)
+    max_repeats: int | None = None  # None: stats.max_repeats
+    budget_s: float | None = None  # None: stats.budget_s
 
 
 def make_plan(ctx, req: SnapshotRequest) -> SnapshotPlan:
@@ -89,6 +97,10 @@ def make_plan(ctx, req: SnapshotRequest) -> SnapshotPlan:
     repeat = req.repeat or s.repeat
     ref = s.reference_engine if s.reference_engine in engines else (engines[-1] if len(engines) > 1 else None)
     plan = SnapshotPlan(model, list(engines), ref, list(s.npl), repeat, s, run_order(list(engines), repeat, s.order))
+    plan.budget = make_budget(ctx, req, plan, workload)
+    cal = s.calibrate
+    if cal.enabled and req.gen is None and workload is None and s.min_window_s > 0 and s.order != "aabb":
+        plan.calibrate = cal  # an explicit --gen (or a step's gen) is respected exactly
     for e in engines:
         plan.limits[e], plan.limit_what[e] = adapter(ctx, e).context_need(ctx, e, s, existing_model(ctx, e, model))
         if workload is None:  # a workload checks its own shapes (attach, below)
@@ -100,6 +112,37 @@ def make_plan(ctx, req: SnapshotRequest) -> SnapshotPlan:
 
         attach(ctx, plan, workload)
     return plan
+
+
+def make_budget(ctx, req: SnapshotRequest, plan: SnapshotPlan, workload):
+    """The stop rule's budget: fixed (repeat blocks) or --until-ci's (at least repeat and
+    2 blocks, at most --max-repeats, within --budget-s).  Bad values: one-line UsageError."""
+    import math
+
+    from parity.stats.adaptive import Budget
+
+    st = ctx.profile.stats
+    for flag, v in (("--until-ci", req.until_ci), ("--budget-s", req.budget_s)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0):
+            raise UsageError(f"{flag} must be a positive number, got {v!r}")
+    if req.max_repeats is not None and not positive_int(req.max_repeats):
+        raise UsageError(f"--max-repeats must be a positive integer, got {req.max_repeats!r}")
+    pct = req.until_ci if req.until_ci is not None else st.until_ci_pct
+    if pct is None:
+        if req.max_repeats is not None or req.budget_s is not None:
+            raise UsageError(f"{'--max-repeats' if req.max_repeats is not None else '--budget-s'} bounds adaptive repeats: give --until-ci PCT too (or --repeat N for a fixed count)")
+        return Budget(until_ci_pct=None, min_blocks=plan.repeat, max_blocks=plan.repeat)
+    if workload is not None:
+        raise UsageError("--until-ci stops on the N sweep's headline intervals; a workload has its own points (run it with --repeat N)")
+    if plan.reference is None or len(plan.engines) < 2:
+        raise UsageError("--until-ci needs two engines: its intervals are paired ratios against the reference engine")
+    if plan.shape.order == "aabb":
+        raise UsageError("--until-ci adds blocks (every engine once, back to back); --order aabb has none: use abab or abba")
+    lo = max(plan.repeat, 2)
+    hi = req.max_repeats if req.max_repeats is not None else st.max_repeats
+    if hi < lo:
+        raise UsageError(f"--max-repeats {hi} is below the minimum of {lo} blocks (--repeat/serving.repeat {plan.repeat}, and an interval needs 2)")
+    return Budget(until_ci_pct=float(pct), min_blocks=lo, max_blocks=hi, max_seconds=req.budget_s if req.budget_s is not None else st.budget_s)
 
 
 def existing_model(ctx, engine: str, model: str) -> str | None:
@@ -125,11 +168,9 @@ def run_order(engines: list[str], repeat: int, order: str) -> list[tuple[int, st
     slot); aabb: every repeat of A, then of B (not blocks: no engine pair runs back to back)."""
     if order == "aabb":
         return [(r, e) for e in engines for r in range(repeat)]
-    out = []
-    for r in range(repeat):
-        k = r % len(engines) if order == "abba" and engines else 0
-        out += [(r, e) for e in engines[k:] + engines[:k]]
-    return out
+    from parity.serving.blocks import block_order
+
+    return [(r, e) for r in range(repeat) for e in block_order(engines, r, order)]
 
 
 def snapshot(ctx, req: SnapshotRequest) -> dict:
@@ -199,8 +240,18 @@ def dry_run(ctx, plan: SnapshotPlan) -> dict:
         "lock_dir": str(lock_effective_dir(ctx.profile.lock)),
         "port_free": port_free(s.port),
         "metrics": definitions(),
+        "budget": plan.budget.describe() + ("" if plan.budget.until_ci_pct is None else f"; the order above is the minimum, further blocks keep its rotation"),
+        "calibration": calibration_plan(plan),
         **({"workload": plan.workload.describe()} if plan.workload is not None else {}),
     }
+
+
+def calibration_plan(plan: SnapshotPlan) -> str:
+    s, c = plan.shape, plan.calibrate
+    if c is None:
+        why = "a workload sets its own shapes" if plan.workload is not None else "--gen given" if s.calibrate.enabled and s.min_window_s > 0 and s.order != "aabb" else "serving.calibrate.enabled false" if not s.calibrate.enabled else "min_window_s 0" if s.min_window_s <= 0 else "--order aabb has no trial block"
+        return f"off ({why}): gen {s.gen} as given"
+    return f"block 0 runs at gen {s.gen}; if a point's window is under {s.min_window_s * c.margin:g} s (min_window_s {s.min_window_s:g} x {c.margin:g}) gen is raised for every engine and N (at most {c.max_gen} and what each engine's context allows) and block 0 becomes the trial"
 
 
 def run_snapshot(ctx, plan: SnapshotPlan, gates: bool = True, allow_env=()) -> dict:
@@ -223,8 +274,8 @@ def write_summary(ctx, plan: SnapshotPlan, arms: list[dict]) -> dict:
     from parity.serving import summary, workload_summary
 
     rows = [r for a in arms for r in a["rows"]]
-    extra = {"arms": [{k: v for k, v in a.items() if k not in ("rows", "outputs")} for a in arms]}
-    outputs = {a["engine"]: a["outputs"] for a in arms if a.get("outputs")}
+    extra = {"arms": [{k: v for k, v in a.items() if k not in ("rows", "outputs")} for a in arms], **run_notes(plan)}
+    outputs = {a["engine"]: a["outputs"] for a in [*plan.trial_arms, *arms] if a.get("outputs")}  # the probe ran in the engine's first arm
     if len(outputs) > 1:
         from parity.serving.output_parity import compare_engines
 
@@ -243,25 +294,103 @@ def write_summary(ctx, plan: SnapshotPlan, arms: list[dict]) -> dict:
     return doc
 
 
+def run_notes(plan: SnapshotPlan) -> dict:
+    """What summary.json records beside the rows: the stop rule and the calibration."""
+    out = {}
+    if plan.stop is not None:
+        out["stop"] = plan.stop
+    if plan.calibration is not None:
+        out["calibration"] = plan.calibration
+        if plan.trial_arms:
+            out["calibration"] = {**plan.calibration, "trial_arms": [{k: v for k, v in a.items() if k != "outputs"} for a in plan.trial_arms]}
+    return out
+
+
 def sweep_all(ctx, plan: SnapshotPlan) -> list[dict]:
+    """Run the blocks: the fixed number, or until the stop rule (--until-ci) ends it; the
+    first block doubles as the calibration trial.  A partial summary after every arm."""
     from parity.serving import summary, workload_summary
+    from parity.serving.blocks import block_line, block_order, half_widths, run_blocks
     from parity.serving.sweep import run_arm
 
     arms: list[dict] = []
+    writer = summary if plan.workload is None else workload_summary
+    budget = plan.budget
+    st = ctx.profile.stats
+
+    def partial(blocks: int) -> None:  # partial results survive a later failure or Ctrl-C
+        plan.stop = {"rule": None, "why": f"running: {blocks} measured block(s) complete", "blocks": blocks, "budget": budget.describe()}
+        writer.write(ctx, plan, [r for a in arms for r in a["rows"]], {"partial": True, **run_notes(plan)})
+
     with ctx.out.progress(transient=False) as prog:
         task = prog.add_task("snapshot", total=len(plan.order) * len(plan.npl), status="")
-        for rep, engine in plan.order:
-            arms.append(run_arm(ctx, plan, engine, rep, prog, task))
-            (summary if plan.workload is None else workload_summary).write(ctx, plan, [r for a in arms for r in a["rows"]], {"partial": True})  # partial results survive a later failure
+        if plan.shape.order == "aabb":  # no blocks: the fixed order as planned
+            for rep, engine in plan.order:
+                arms.append(run_arm(ctx, plan, engine, rep, prog, task))
+                partial(0)
+            plan.stop = {"rule": "fixed", "why": f"{plan.repeat} repeats as asked (aabb)", "blocks": plan.repeat, "budget": budget.describe()}
+            return arms
+        counted = [0]
+
+        def run_block(b: int) -> bool:
+            for engine in block_order(plan.engines, b, plan.shape.order):
+                if (b, engine) not in plan.order:
+                    plan.order.append((b, engine))
+                    prog.update(task, total=len(plan.order) * len(plan.npl))
+                arms.append(run_arm(ctx, plan, engine, b, prog, task))
+                partial(counted[0])
+            if b == 0 and plan.calibrate is not None:
+                return calibrate_after_trial(ctx, plan, arms)
+            return True
+
+        def widths() -> dict:
+            return half_widths([r for a in arms for r in a["rows"]], plan.reference, st.metrics, st.min_delta_pct, st.confidence) if plan.workload is None else {}
+
+        def report(block, n, hw, decision) -> None:
+            counted[0] = n
+            ctx.out.info(block_line(block, n, hw, decision, budget))
+
+        rule, why, blocks, seconds = run_blocks(budget, run_block, widths, report)
+    plan.order = [(a["repeat"], a["engine"]) for a in [*plan.trial_arms, *arms]]  # as run
+    plan.repeat = blocks
+    plan.stop = {"rule": rule, "why": why, "blocks": blocks, "measured_s": round(seconds, 1), "budget": budget.describe()}
     return arms
 
 
+def calibrate_after_trial(ctx, plan: SnapshotPlan, arms: list[dict]) -> bool:
+    """After block 0: choose gen from its windows (parity.stats.calibrate).  True: block 0
+    reached the target and counts; False: gen was raised, block 0 was the trial (its arms
+    move to plan.trial_arms) and the measured blocks follow at the new gen."""
+    from parity.stats.calibrate import choose
+
+    s, c = plan.shape, plan.calibrate
+    rows = [r for a in arms for r in a["rows"]]
+    caps = {}
+    for e in plan.engines:
+        limit = plan.limits.get(e)
+        if limit:
+            sent = [r["prompt_tok_total"] / r["n"] for r in rows if r["engine"] == e and r.get("prompt_tok_total") and r.get("n")]
+            ptok = max([s.ptok, *sent]) if s.prompt == "tokens" else max(sent, default=s.ptok)
+            caps[e] = (int(limit - ptok), f"engine {e}'s {limit}-token request context ({plan.limit_what.get(e)}) less {int(ptok)} prompt tokens")
+    cal = choose(rows, s.gen, s.min_window_s, c.margin, caps, c.max_gen)
+    plan.calibration = cal.to_dict()
+    ctx.out.info(cal.line())
+    if (w := cal.warning()) is not None:
+        ctx.out.warn(w)
+    if cal.kept_trial:
+        return True
+    plan.shape = replace(s, gen=cal.gen)
+    plan.trial_arms = list(arms)
+    arms.clear()
+    return False
+
+
 def campaign_step(ctx, options: dict) -> dict:
-    """kind: snapshot -- options {npl, engines, model, repeat, ptok, gen, parallel, ctx, order, gates, allow_env, workload}
+    """kind: snapshot -- options {npl, engines, model, repeat, ptok, gen, parallel, ctx, order, gates, allow_env, workload, until_ci, max_repeats, budget_s}
     (workload: a serving.workloads name, or a mapping declaring one inline: {name, kind, ...})."""
     from parity.campaign import check_step_options
 
-    check_step_options("snapshot", options, {"npl", "engines", "model", "repeat", "ptok", "gen", "parallel", "ctx", "order", "gates", "allow_env", "workload"})
+    check_step_options("snapshot", options, {"npl", "engines", "model", "repeat", "ptok", "gen", "parallel", "ctx", "order", "gates", "allow_env", "workload", "until_ci", "max_repeats", "budget_s"})
     options = {"gates": False, **options}  # campaigns usually run gate steps around it
     options["gates"] = bool(options["gates"])
     req = SnapshotRequest(**options)
@@ -270,4 +399,4 @@ def campaign_step(ctx, options: dict) -> dict:
 
     for line in lines(doc.get("efficiency")):
         ctx.out.info(line)
-    return {"medians": doc["medians"], "ratios": doc["ratios"], "headline": doc["headline"], "valid": doc["valid"], "efficiency": doc.get("efficiency")}
+    return {"medians": doc["medians"], "ratios": doc["ratios"], "headline": doc["headline"], "valid": doc["valid"], "efficiency": doc.get("efficiency"), **{k: doc[k] for k in ("stop", "calibration") if k in doc}}

@@ -1,0 +1,90 @@
+"""Calibrated windows: how many tokens each request must generate so that every point's
+measurement windows last long enough to time (serving.min_window_s), as pyperf
+calibrates its loops before it measures.
+
+The evidence is a trial block run at the profile's gen: every engine x N once.  Per
+point the pace of its windows (decode: (gen - 1) token gaps between the first and the
+last token; wall: gen tokens from the first send to the last token) gives the gen at
+which the window would reach min_window_s x margin.  One gen for every engine and N
+(the arms stay comparable): the largest need, never below the profile's gen, capped by
+the context every engine gives a request and by serving.calibrate.max_gen.  Pure: the
+caller runs the block and applies the choice (parity.serving.snapshot)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+WINDOWS = ("decode_window_s", "wall_s")
+
+
+def needed_gen(gen: int, window_s: float | None, target_s: float, window: str = "decode_window_s") -> int | None:
+    """The gen at which a window measured at `gen` tokens would last target_s (None: no
+    usable window).  decode_window_s spans gen - 1 token gaps, wall_s about gen tokens."""
+    gaps = gen - 1 if window == "decode_window_s" else gen
+    if window_s is None or not window_s > 0 or gaps < 1 or not math.isfinite(window_s):
+        return None
+    pace = window_s / gaps  # seconds per token of one sequence at this point's concurrency
+    return math.ceil(target_s / pace - 1e-9) + (gen - gaps)
+
+
+@dataclass
+class Calibration:
+    gen: int  # the chosen gen
+    trial_gen: int  # the gen the trial block ran at (the floor)
+    target_s: float  # min_window_s x margin
+    min_window_s: float
+    margin: float
+    cap: int | None  # the most gen any engine's context (and max_gen) allows
+    cap_by: str = ""
+    need: int | None = None  # the largest need over the points (before the cap)
+    shortest: str = ""  # the point that set the need
+    capped: bool = False  # the cap kept gen under the need
+    kept_trial: bool = True  # the trial block reached the target: it is the first measured block
+    points: list = field(default_factory=list)  # per point: engine, n, repeat, windows, need
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def line(self) -> str:
+        if self.kept_trial and not self.capped:
+            return f"calibration: gen {self.gen} gives every point windows >= {self.target_s:g} s (min_window_s {self.min_window_s:g} x {self.margin:g}; shortest {self.shortest}); block 0 counts"
+        if self.kept_trial:
+            return f"calibration: gen {self.gen} kept (the cap is {self.cap}, {self.cap_by}); block 0 counts"
+        return f"calibration: gen {self.trial_gen} -> {self.gen} so every window reaches {self.target_s:g} s (min_window_s {self.min_window_s:g} x {self.margin:g}; shortest {self.shortest}); block 0 was the trial, measured blocks follow"
+
+    def warning(self) -> str | None:
+        if not self.capped:
+            return None
+        return f"calibration: {self.shortest} needs gen {self.need} for a {self.target_s:g} s window, capped at {self.gen} by {self.cap_by}: its windows may stay under the target (raise --ctx or lower --parallel, or raise min_window_s's tolerance)"
+
+
+def choose(rows: list[dict], gen: int, min_window_s: float, margin: float, caps: dict[str, tuple[int, str]] | None = None, max_gen: int | None = None) -> Calibration:
+    """rows: the trial block's rows (engine, n, repeat, decode_window_s, wall_s) at `gen`.
+    caps: engine -> (the most tokens it lets a request generate, what sets that)."""
+    target = min_window_s * margin
+    cal = Calibration(gen=gen, trial_gen=gen, target_s=round(target, 6), min_window_s=min_window_s, margin=margin, cap=None)
+    limits = [(c, why) for c, why in (caps or {}).values()]
+    if max_gen:
+        limits.append((max_gen, f"serving.calibrate.max_gen {max_gen}"))
+    if limits:
+        cal.cap, cal.cap_by = min(limits, key=lambda x: x[0])
+    worst = None
+    for r in rows:
+        needs = {w: needed_gen(gen, r.get(w), target, w) for w in WINDOWS}
+        usable = [v for v in needs.values() if v is not None]
+        need = max(usable) if usable else None
+        cal.points.append({"engine": r.get("engine"), "n": r.get("n"), "repeat": r.get("repeat"), **{w: r.get(w) for w in WINDOWS}, "need": need})
+        if need is not None and (worst is None or need > worst[0]):
+            worst = (need, f"{r.get('engine')} N={r.get('n')}")
+    if worst is None:
+        cal.shortest = "no point had a window to time"
+        return cal
+    cal.need, cal.shortest = worst
+    want = max(gen, cal.need)
+    if cal.cap is not None and want > cal.cap:
+        cal.capped = cal.need > gen
+        want = max(gen, cal.cap)  # never below the profile's gen: it ran (and fit) in the trial
+    cal.gen = want
+    cal.kept_trial = want == gen
+    return cal

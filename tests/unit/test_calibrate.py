@@ -1,0 +1,91 @@
+"""Calibrated windows: the gen at which every point's windows reach min_window_s x margin."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from parity.config import load_profile
+from parity.errors import ConfigError
+from parity.stats.calibrate import choose, needed_gen
+
+
+def test_needed_gen_scales_the_token_pace_of_each_window():
+    # decode window: 255 gaps in 0.45 s at gen 256 -> 1 + ceil(0.75 / (0.45 / 255)) = 1 + 425
+    assert needed_gen(256, 0.45, 0.75) == 426
+    # wall window: 256 tokens in 0.6 s -> ceil(0.75 / (0.6 / 256)) = 320
+    assert needed_gen(256, 0.6, 0.75, "wall_s") == 320
+    assert needed_gen(256, None, 0.75) is None and needed_gen(256, 0.0, 0.75) is None and needed_gen(1, 0.2, 0.75) is None
+    assert needed_gen(64, 2.0, 1.0) < 64  # already long enough: the need is below what ran
+
+
+def row(engine, n, dec, wall, rep=0):
+    return {"engine": engine, "n": n, "repeat": rep, "decode_window_s": dec, "wall_s": wall}
+
+
+def test_windows_long_enough_keep_the_trial_block_and_its_gen():
+    cal = choose([row("p", 4, 1.2, 1.4), row("s", 4, 1.0, 1.1)], gen=256, min_window_s=0.5, margin=1.5, caps={"p": (448, "x"), "s": (448, "y")}, max_gen=4096)
+    assert cal.gen == 256 and cal.kept_trial and not cal.capped and cal.warning() is None
+    assert cal.shortest == "s N=4" and len(cal.points) == 2 and "block 0 counts" in cal.line()
+
+
+def test_a_short_window_raises_gen_for_every_engine_to_the_slowest_need():
+    rows = [row("p", 1, 0.45, 0.5), row("p", 2, 0.60, 0.65), row("s", 1, 0.30, 0.35), row("s", 2, 0.5, 0.55)]
+    cal = choose(rows, gen=256, min_window_s=0.5, margin=1.5, caps={"p": (960, "a"), "s": (960, "b")}, max_gen=4096)
+    assert cal.need == needed_gen(256, 0.30, 0.75) == cal.gen and cal.shortest == "s N=1"
+    assert not cal.kept_trial and not cal.capped and "256 -> " in cal.line()
+    assert [p["need"] for p in cal.points][2] == cal.need
+
+
+def test_the_cap_stops_gen_and_says_so_in_one_line():
+    cal = choose([row("p", 1, 0.45, 0.5), row("v", 1, 0.3, 0.4)], gen=256, min_window_s=0.5, margin=2.0, caps={"p": (448, "engine p's 512-token slot"), "v": (960, "v")}, max_gen=4096)
+    assert cal.gen == 448 and cal.capped and not cal.kept_trial and cal.cap_by == "engine p's 512-token slot"
+    w = cal.warning()
+    assert "\n" not in w and "v N=1 needs gen" in w and "capped at 448" in w
+    # max_gen caps too, and never lowers the gen that ran
+    cal = choose([row("p", 1, 0.1, 0.12)], gen=256, min_window_s=0.5, margin=2.0, caps={}, max_gen=300)
+    assert cal.gen == 300 and cal.capped and "max_gen" in cal.cap_by
+    cal = choose([row("p", 1, 0.1, 0.12)], gen=256, min_window_s=0.5, margin=2.0, caps={"p": (200, "tight")}, max_gen=4096)
+    assert cal.gen == 256 and cal.kept_trial and cal.capped
+
+
+def test_no_window_no_change():
+    cal = choose([row("p", 1, None, None)], gen=64, min_window_s=0.5, margin=1.5)
+    assert cal.gen == 64 and cal.kept_trial and cal.need is None
+
+
+def write(tmp_path, text):
+    p = tmp_path / "p.yaml"
+    p.write_text(textwrap.dedent(text))
+    return str(p)
+
+
+def test_profile_keys_have_defaults():
+    prof = load_profile("smoke")
+    assert prof.stats.until_ci_pct is None and prof.stats.max_repeats == 20 and prof.stats.budget_s is None
+    assert prof.serving.calibrate.enabled is True and prof.serving.calibrate.margin == 1.5 and prof.serving.calibrate.max_gen == 4096
+
+
+@pytest.mark.parametrize(
+    "yaml,key,message",
+    [
+        ("stats: {until_ci_pct: 0}", "stats.until_ci_pct", "must be a positive percentage"),
+        ("stats: {until_ci_pct: -1.5}", "stats.until_ci_pct", "must be a positive percentage"),
+        ("stats: {max_repeats: 1}", "stats.max_repeats", "must be an integer >= 2"),
+        ("stats: {budget_s: 0}", "stats.budget_s", "must be a finite number of seconds > 0"),
+        ("serving: {calibrate: {margin: 0.5}}", "serving.calibrate.margin", "must be >= 1"),
+        ("serving: {calibrate: {max_gen: 0}}", "serving.calibrate.max_gen", "must be a positive number of tokens"),
+        ("serving: {calibrate: {enable: true}}", "serving.calibrate.enable", "unknown key"),
+    ],
+)
+def test_bad_keys_are_one_line_config_errors(tmp_path, yaml, key, message):
+    with pytest.raises(ConfigError) as e:
+        load_profile(write(tmp_path, f"extends: smoke\n{yaml}\n"))
+    assert key in str(e.value) and message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_good_keys_load(tmp_path):
+    prof = load_profile(write(tmp_path, "extends: smoke\nstats: {until_ci_pct: 1.5, max_repeats: 8, budget_s: 900}\nserving: {calibrate: {enabled: false, margin: 2, max_gen: 1024}}\n"))
+    assert (prof.stats.until_ci_pct, prof.stats.max_repeats, prof.stats.budget_s) == (1.5, 8, 900)
+    assert (prof.serving.calibrate.enabled, prof.serving.calibrate.margin, prof.serving.calibrate.max_gen) == (False, 2, 1024)
