@@ -16,7 +16,8 @@ from parity.stats.adaptive import FIXED, MAX_REPEATS, TIME_BUDGET, UNTIL_CI, Bud
 
 def test_block_order_keeps_the_rotation_past_the_planned_repeats():
     assert block_order(["a", "b"], 0, "abab") == ["a", "b"] == block_order(["a", "b"], 7, "abab")
-    assert [block_order(["a", "b", "c"], r, "abba") for r in range(4)] == [["a", "b", "c"], ["c", "b", "a"]] * 2
+    assert [block_order(["a", "b"], r, "abba") for r in range(4)] == [["a", "b"], ["b", "a"]] * 2
+    assert [block_order(["a", "b", "c"], r, "abba") for r in range(4)] == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"], ["a", "b", "c"]]
     with pytest.raises(ValueError):
         block_order(["a", "b"], 0, "aabb")
 
