@@ -38,7 +38,7 @@ def test_report_from_a_real_smoke_snapshot(engine_bins, tiny_model, tmp_path, pa
     assert {p.name for p in pngs} == {"decode_tps_vs_n.png", "ratio_vs_n.png", "paired_blocks.png"}
     summary = json.loads((run / "summary.json").read_text())
     assert len(summary["paired"]) == 2 * 4 and all(p["n_blocks"] == 2 for p in summary["paired"])  # N=1,2 x stats.metrics, 2 blocks each
-    assert [b["order"] for b in summary["blocks"]] == [["paged", "stock"], ["paged", "stock"]]
+    assert [b["order"] for b in summary["blocks"]] == [["paged", "stock"], ["stock", "paged"]]  # abba, the default
     assert (run / "paired.tsv").read_text().count("\n") == 1 + 8 and "Source: recorded in summary.json." in text
     for target in re.findall(r"\]\(([^)\s]+)\)", text):
         p = md.parent / target
