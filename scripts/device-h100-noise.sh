@@ -10,6 +10,7 @@
 #   setup      lay out /tmp/p/{wt,shared} (wt = this checkout, copied again at every call)
 #   build-bg   check-series, then paged and stock built side by side in the background
 #   synth-bg   the profile's models synthesized in the background (1, 4, 16 GB dense; the MoE)
+#   progress   wait up to WAIT_S seconds for them, a line a minute
 #   wait       wait for the builds and models; quantize the MoE to Q8_0 (stock's llama-quantize)
 #   noise      batched-bench A/A (stock vs stock_b) at 1, 4 and 16 GB, REPEAT blocks each
 #   aa         serving A/A, stock vs stock_b, N 1/8/32 on MODEL, --until-ci CI
@@ -49,6 +50,17 @@ for stage in "$@"; do
   synth-bg)
     for m in dense-1g dense-4g dense-16g moe-big; do
       bg synth-$m "python3 -c \"from parity.config import load_profile; from parity.models.synth import ensure_model; print(ensure_model(load_profile('$PROF'), '$m'))\""
+    done
+    ;;
+  progress)  # wait up to WAIT_S (default 500) seconds for the background work, a line a minute
+    end=$(( $(date +%s) + ${WAIT_S:-500} ))
+    while [ $(date +%s) -lt $end ]; do
+      left=0; line=""
+      for f in build-paged build-stock synth-dense-1g synth-dense-4g synth-dense-16g synth-moe-big; do
+        [ -e $R/$f.done ] && continue; left=$((left + 1))
+        line="$line $f:$(grep -o '\[[0-9]*/[0-9]*\]' $R/out/$f.log 2>/dev/null | tail -1)"
+      done
+      echo "$(date +%T) waiting for $left:$line"; [ $left -eq 0 ] && break; sleep 60
     done
     ;;
   wait)
