@@ -4,8 +4,9 @@ it finds a 3 % one that is, over synthetic sessions drawn from recorded noise.
     python benchmarks/verdict_power.py [--sessions 1000] [--tsv FILE --metric M --a ENGINE --b ENGINE]
 
 Noise sources: the users' GB10 same-binary CV (seeds, Phase139: 7 runs, agg_tps CV
-1.349 %) and the per-block log ratios of parity runs (default: the H100 long sweep,
-N 1/8/32; --tsv adds another parity_summary.tsv).  Budgets: 5 fixed blocks, the
+1.349 %) and the per-block log ratios of parity runs (the H100 long sweep on a
+host-bound 0.9 GB model, and the H100 A/A on a GPU-bound 16 GB model, N 1/8/32;
+--tsv adds another parity_summary.tsv).  Budgets: 5 fixed blocks, the
 recommended --until-ci 1.5 (3..20 blocks), and --until-ci 3.  Prints one row per
 source x budget; exits 1 when the recommended budget claims more than 5 % + 3
 Monte-Carlo standard errors on any source.
@@ -27,19 +28,22 @@ def main() -> int:
     ap.add_argument("--effect", type=float, default=0.03)
     ap.add_argument("--tsv", action="append", default=[])
     ap.add_argument("--metric", default="decode_agg_tps")
-    ap.add_argument("--a", default="stock")
-    ap.add_argument("--b", default="paged")
+    ap.add_argument("--a", default="stock", help="control engine of --tsv")
+    ap.add_argument("--b", default="paged", help="candidate engine of --tsv")
     args = ap.parse_args()
 
     from parity.stats import adaptive, simulate
 
-    long_sweep = str(ROOT / "tests" / "data" / "h100-long-sweep-parity_summary.tsv")
+    data = ROOT / "tests" / "data"
+    recorded = [("H100 long sweep paged/stock", data / "h100-long-sweep-parity_summary.tsv", "stock", "paged"),
+                ("H100 A/A 16 GB dense", data / "h100-noise" / "aa-parity_summary.tsv", "stock", "stock_b")]  # fmt: skip
+    recorded += [(Path(t).stem, Path(t), args.a, args.b) for t in args.tsv]
     sources = [simulate.Noise("GB10 users same-binary", "seeds Phase139 CV 1.349 %", arm_cv_pct=1.349)]
-    for tsv in [long_sweep, *args.tsv]:
-        for n in sorted({int(line.split("\t")[2]) for line in Path(tsv).read_text().splitlines()[1:] if line.startswith("row\t")}):
-            logs = simulate.logs_from_tsv(tsv, args.metric, n, args.a, args.b)
+    for name, tsv, a, b in recorded:
+        for n in sorted({int(line.split("\t")[2]) for line in tsv.read_text().splitlines()[1:] if line.startswith("row\t")}):
+            logs = simulate.logs_from_tsv(str(tsv), args.metric, n, a, b)
             if len(logs) >= 2:
-                sources.append(simulate.Noise(f"{Path(tsv).parent.name or Path(tsv).stem} N={n}", tsv, block_logs=logs))
+                sources.append(simulate.Noise(f"{name} N={n}", str(tsv), block_logs=logs))
     budgets = [("fixed 5", adaptive.Budget(None, 5, 5)), ("until-ci 1.5 (recommended)", adaptive.RECOMMENDED), ("until-ci 3", adaptive.Budget(3.0, 3, 20))]
     bound = 0.05 + 3 * math.sqrt(0.05 * 0.95 / args.sessions)
     print(f"{'noise source':<34} {'sd(log) %':>9} {'budget':<28} {'A/A claims':>10} {'A/A equiv':>9} {f'{args.effect:.0%} found':>9} {'blocks':>6}")

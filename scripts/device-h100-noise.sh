@@ -83,7 +83,7 @@ for stage in "$@"; do
     tail -n 30 $R/out/aa.err
     ;;
   lever)
-    t $P bench -p $PROF --engines paged_nofg,paged -m moe-big-q8 --until-ci ${CI:-2} --max-repeats 10 --json > $R/out/lever-bench.json 2> $R/out/lever-bench.err
+    t $P bench -p $PROF --engines paged_nofg,paged -m moe-big-q8 --until-ci 2 --max-repeats 8 --budget-s 120 --json > $R/out/lever-bench.json 2> $R/out/lever-bench.err
     tail -n 12 $R/out/lever-bench.err
     t $P snapshot -p $PROF --engines paged_nofg,paged -m moe-big-q8 --npl 1,8,32 --until-ci ${CI:-3} --max-repeats ${MAXREP:-10} --budget-s ${BUDGET:-300} --no-gates --json > $R/out/lever.json 2> $R/out/lever.err
     tail -n 30 $R/out/lever.err

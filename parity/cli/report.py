@@ -1,4 +1,4 @@
-"""parity compare -> parity.report.compare.compare; parity report -> parity.report.render.report"""
+"""parity compare -> parity.report.compare.compare; parity gap -> parity.efficiency.gap.between_runs; parity report -> parity.report.render.report"""
 
 from typing import List, Optional
 
@@ -44,6 +44,27 @@ def register(app: typer.Typer) -> None:
         ctx.out.emit(doc, human)
         if fail_on_regression:
             check_regressions(doc["rows"])  # after the table: the user sees what regressed
+
+    @app.command("gap")
+    def gap(
+        serving_run: str = typer.Argument(..., metavar="SERVING_RUN", help="A two-engine snapshot run directory."),
+        bench_run: str = typer.Argument(..., metavar="BENCH_RUN", help="A bench A/B run directory of the same engines (parity bench --engines A,B)."),
+        json: bool = JsonOpt,
+    ):
+        """Where the gap lives: the serving ratio = static engine decode (batched-bench) x serving overhead, each with its interval."""
+        from parity.cli.common import make_context
+        from parity.efficiency.gap import between_runs, lines
+
+        ctx = make_context(None, json)
+        doc = between_runs(serving_run, bench_run)
+
+        def human():
+            for p in doc["points"]:
+                ctx.out.info(f"N=B={p['n']}:")
+                for line in lines(p):
+                    ctx.out.info("  " + line)
+
+        ctx.out.emit(doc, human)
 
     @app.command("report")
     def report(

@@ -76,3 +76,38 @@ def lines(doc: dict) -> list[str]:
         out.append(f"  {lk['link']:>8}: {lk['ratio']:.4f} {iv}  {lk['what']}")
     out.append(f"  method: {doc['method']}")
     return out
+
+
+def between_runs(serving_dir: str, bench_dir: str) -> dict:
+    """`parity gap`: for the engines both runs hold (the serving run's reference and each
+    other engine), at every N the serving sweep has and the batched-bench A/B ran as B,
+    the chain serving = static x overhead with each link's interval."""
+    import json
+    from pathlib import Path
+
+    from parity.errors import UsageError
+
+    def load(d: str, name: str) -> dict:
+        p = Path(d) / name
+        try:
+            return json.loads(p.read_text())
+        except FileNotFoundError:
+            raise UsageError(f"{d}: no {name} (expected a {'snapshot' if name == 'summary.json' else 'bench A/B'} run directory)") from None
+        except ValueError as e:
+            raise UsageError(f"{p}: not JSON ({e})") from None
+
+    summary, bench = load(serving_dir, "summary.json"), load(bench_dir, "bench.json")
+    ref = summary.get("reference_engine")
+    if not ref or not bench.get("rows") or bench.get("reference") is None:
+        raise UsageError("parity gap needs a two-engine serving sweep and a two-engine bench A/B (parity bench --engines A,B)")
+    engines = sorted({r["engine"] for r in summary.get("rows") or []} & {r["engine"] for r in bench["rows"]} - {ref})
+    if ref not in {r["engine"] for r in bench["rows"]} or not engines:
+        raise UsageError(f"the runs share no engine pair: serving {sorted({r['engine'] for r in summary.get('rows') or []})}, bench {sorted({r['engine'] for r in bench['rows']})}")
+    out = []
+    for e in engines:
+        for n in sorted({r["n"] for r in summary["rows"]} & {r["b"] for r in bench["rows"]}):
+            doc = chain(serving_ratio(summary, e, ref, n), static_ratio(bench["rows"], e, ref, n), e, ref)
+            out.append({"n": n, **doc})
+    if not out:
+        raise UsageError("no N of the serving sweep is a batch size B of the bench A/B (bench --npl should list the sweep's N)")
+    return {"serving_run": str(serving_dir), "bench_run": str(bench_dir), "model": summary.get("model"), "bench_model": bench.get("model"), "points": out, "method": METHOD}
