@@ -84,6 +84,22 @@ def measure_cpu(size: int | None = None, repeats: int = 5) -> dict:
 
 
 def measure_gpu(size: int = GIB, repeats: int = 10) -> dict:
+    """measure_gpu_here in a child process: a CUDA context opened in parity's own process would
+    stay on the GPU (about 1 GiB, a compute process) through every measured point after it
+    (seen on the H100: the client's pid among the compute processes of each point)."""
+    import json
+    import subprocess
+    import sys
+
+    code = f"import json; from parity.efficiency.peak import measure_gpu_here; print(json.dumps(measure_gpu_here({size}, {repeats})))"
+    try:
+        res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+        return json.loads(res.stdout.strip().splitlines()[-1])
+    except (subprocess.TimeoutExpired, ValueError, IndexError, OSError) as e:
+        return {"gbps": None, "reason": f"device copy measurement failed: {e}"}
+
+
+def measure_gpu_here(size: int = GIB, repeats: int = 10) -> dict:
     """torch device-to-device copy_ of `size` bytes timed with CUDA events, best of `repeats`."""
     try:
         import torch
