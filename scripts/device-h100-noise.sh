@@ -15,6 +15,8 @@
 #   noise      batched-bench A/A (stock vs stock_b) at 1, 4 and 16 GB, REPEAT blocks each
 #   aa         serving A/A, stock vs stock_b, N 1/8/32 on MODEL, --until-ci CI
 #   lever      paged vs paged_nofg on moe-big-q8: batched-bench and serving, --until-ci CI
+#   aa-sizes   serving A/A at SIZES (dense-1g dense-4g), REPEAT fixed blocks
+#   paged-stock  paged vs stock on gpu-qwen35moe: bench A/B, gated serving sweep, parity gap
 #   collect    everything small into $OUT
 set -uo pipefail
 SRC=$PWD
@@ -48,7 +50,7 @@ for stage in "$@"; do
     for e in paged stock; do bg build-$e "$P build -p $PROF -e $e -j 16"; done
     ;;
   synth-bg)
-    for m in dense-1g dense-4g dense-16g moe-big; do
+    for m in ${MODELS:-dense-1g dense-4g dense-16g moe-big}; do
       bg synth-$m "python3 -c \"from parity.config import load_profile; from parity.models.synth import ensure_model; print(ensure_model(load_profile('$PROF'), '$m'))\""
     done
     ;;
@@ -56,7 +58,7 @@ for stage in "$@"; do
     end=$(( $(date +%s) + ${WAIT_S:-500} ))
     while [ $(date +%s) -lt $end ]; do
       left=0; line=""
-      for f in build-paged build-stock synth-dense-1g synth-dense-4g synth-dense-16g synth-moe-big; do
+      for f in build-paged build-stock $(for m in ${MODELS:-dense-1g dense-4g dense-16g moe-big}; do echo synth-$m; done); do
         [ -e $R/$f.done ] && continue; left=$((left + 1))
         line="$line $f:$(grep -o '\[[0-9]*/[0-9]*\]' $R/out/$f.log 2>/dev/null | tail -1)"
       done
@@ -64,12 +66,12 @@ for stage in "$@"; do
     done
     ;;
   wait)
-    for f in build-paged build-stock synth-dense-1g synth-dense-4g synth-dense-16g synth-moe-big; do
+    for f in build-paged build-stock $(for m in ${MODELS:-dense-1g dense-4g dense-16g moe-big}; do echo synth-$m; done); do
       while [ ! -e $R/$f.done ]; do sleep 5; [ -e $R/out/$f.log ] || { echo "MISSING $f: not started on this machine"; exit 3; }; done
       tail -n 1 $R/out/$f.log
     done
     q=$($P build -p $PROF -e stock --print-cmake --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["dir"])')/build/bin/llama-quantize
-    [ -e $PARITY_CACHE/models/moe-big-q8_0.gguf ] || t $q $PARITY_CACHE/models/moe-big-f16.gguf $PARITY_CACHE/models/moe-big-q8_0.gguf Q8_0 16 > $R/out/quantize.log 2>&1
+    [ -e $PARITY_CACHE/models/moe-big-q8_0.gguf ] || [ ! -e $PARITY_CACHE/models/moe-big-f16.gguf ] || t $q $PARITY_CACHE/models/moe-big-f16.gguf $PARITY_CACHE/models/moe-big-q8_0.gguf Q8_0 16 > $R/out/quantize.log 2>&1
     tail -n 3 $R/out/quantize.log; ls -la $PARITY_CACHE/models/
     ;;
   noise)
@@ -87,6 +89,20 @@ for stage in "$@"; do
     tail -n 12 $R/out/lever-bench.err
     t $P snapshot -p $PROF --engines paged_nofg,paged -m moe-big-q8 --npl 1,8,32 --until-ci ${CI:-3} --max-repeats ${MAXREP:-10} --budget-s ${BUDGET:-300} --no-gates --json > $R/out/lever.json 2> $R/out/lever.err
     tail -n 30 $R/out/lever.err
+    ;;
+  aa-sizes)  # serving A/A at the smaller sizes: REPEAT fixed blocks each
+    for m in ${SIZES:-dense-1g dense-4g}; do
+      t $P snapshot -p $PROF --engines stock_b,stock -m $m --npl 1,8,32 --repeat ${REPEAT:-4} --no-gates --json > $R/out/aa-$m.json 2> $R/out/aa-$m.err
+      tail -n 4 $R/out/aa-$m.err
+    done
+    ;;
+  paged-stock)  # issue 25: paged vs stock on gpu-qwen35moe, engine alone and serving (gated), then the gap chain
+    t $P bench -p $PROF --engines paged,stock -m gpu-qwen35moe --until-ci 2 --max-repeats 8 --budget-s 100 --json > $R/out/ps-bench.json 2> $R/out/ps-bench.err
+    tail -n 6 $R/out/ps-bench.err
+    t $P snapshot -p $PROF --engines paged,stock -m gpu-qwen35moe --npl 1,8,32 --until-ci 3 --max-repeats 10 --budget-s ${BUDGET:-180} --json > $R/out/ps.json 2> $R/out/ps.err
+    tail -n 25 $R/out/ps.err
+    s=$(ls -td $R/runs/*_snapshot-gpu-qwen35moe | head -1); b=$(ls -td $R/runs/*_bench-ab | head -1)
+    t $P gap "$s" "$b" 2>&1 | tee $R/out/ps-gap.txt
     ;;
   collect)
     (cd $R && tar czf "$OUT/runs.tgz" --exclude='*.gguf' runs out 2>/dev/null)
