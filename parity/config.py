@@ -303,7 +303,7 @@ class WorkloadConfig:
     with `parity snapshot --workload NAME` (parity.serving.workloads).  Each kind reads its own
     keys; gen / ptok None = serving.gen / serving.ptok."""
 
-    kind: Literal["shared-prefix", "prefill-under-decode", "open-loop", "multi-turn"]
+    kind: Literal["shared-prefix", "prefill-under-decode", "open-loop", "multi-turn"] | None = None  # None: the built-in of the same name
     description: str = ""
     gen: int | None = None
     ptok: int | None = None  # prompt tokens of the plain requests (decode streams, open-loop arrivals)
@@ -602,6 +602,10 @@ def load_profile(name_or_path: str) -> Profile:
     data.setdefault("name", Path(label).stem if not label.startswith("profile ") else label[8:])
     prof = from_dict(Profile, data, label)
     prof.source_file = label
+    for wname, raw in ((data.get("serving") or {}).get("workloads") or {}).items():  # a built-in's keys the YAML wrote
+        w = prof.serving.workloads.get(wname)
+        if w is not None and isinstance(raw, dict) and raw.get("kind", wname) == wname:
+            w._given = tuple(raw)
     _expand_paths(prof)
     validate(prof, label)
     return prof
@@ -629,6 +633,10 @@ def _expand_paths(p: Profile) -> None:
 def profile_from_dict(data: dict, label: str = "<dict>") -> Profile:
     prof = from_dict(Profile, data, label)
     prof.source_file = label
+    for wname, raw in ((data.get("serving") or {}).get("workloads") or {}).items():  # a built-in's keys the YAML wrote
+        w = prof.serving.workloads.get(wname)
+        if w is not None and isinstance(raw, dict) and raw.get("kind", wname) == wname:
+            w._given = tuple(raw)
     _expand_paths(prof)
     validate(prof, label)
     return prof
@@ -693,7 +701,13 @@ def validate(p: Profile, label: str) -> None:
             raise ConfigError(label, f"serving.{key}", "must not be negative")
     if not 0 <= s.invalid_tolerance < 1:
         raise ConfigError(label, "serving.invalid_tolerance", "must be a share in [0, 1)")
+    from parity.serving.workload_defaults import BUILTIN
+
     for wname, w in s.workloads.items():
+        if w.kind is None:
+            if wname not in BUILTIN:
+                raise ConfigError(label, f"serving.workloads.{wname}.kind", f"required key is missing (or name the workload after a built-in kind to override its fields: {', '.join(BUILTIN)})")
+            w.kind = wname
         check_workload(w, label, f"serving.workloads.{wname}")
     if s.warmup.requests < 0 or s.warmup.gen <= 0:
         raise ConfigError(label, "serving.warmup", "requests must be >= 0 (0: no warmup) and gen positive")

@@ -25,7 +25,8 @@ def register(app: typer.Typer) -> None:
         no_gates: bool = typer.Option(False, "--no-gates", help="Skip pre/post gates (the run is marked ungated)."),
         allow_env: Optional[List[str]] = typer.Option(None, "--allow-env", metavar="NAME", help="Allow a forbidden bench env knob."),
         dry_run: bool = typer.Option(False, "--dry-run", help="Print every resolved command, env and the preflight; start nothing."),
-        workload: Optional[str] = typer.Option(None, "--workload", "-w", metavar="NAME", help="Run the workload serving.workloads.NAME (shared-prefix, prefill-under-decode, open-loop, multi-turn) instead of the N sweep."),
+        workload: Optional[str] = typer.Option(None, "--workload", "-w", metavar="NAME", help="Run a workload instead of the N sweep: a built-in kind (shared-prefix, prefill-under-decode, open-loop, multi-turn; sized for the profile, no YAML needed) or serving.workloads.NAME."),
+        workload_opt: Optional[List[str]] = typer.Option(None, "--workload-opt", metavar="KEY=VALUE", help="Override one field of the workload (repeatable), e.g. groups=2, rates=[1,2]."),
         profile: Optional[str] = ProfileOpt,
         json: bool = JsonOpt,
     ):
@@ -37,7 +38,7 @@ def register(app: typer.Typer) -> None:
         ctx = make_context(profile, json)
         req = SnapshotRequest(
             npl=parse_int_list(npl, "--npl"), engines=parse_str_list(engines), model=model, repeat=repeat, ptok=ptok, gen=gen,
-            parallel=parallel, ctx=ctx_len, order=order, gates=not no_gates, allow_env=allow_env or [], dry_run=dry_run, workload=workload,
+            parallel=parallel, ctx=ctx_len, order=order, gates=not no_gates, allow_env=allow_env or [], dry_run=dry_run, workload=workload, workload_opts=workload_opt or [],
             until_ci=until_ci, max_repeats=max_repeats, budget_s=budget_s,
         )  # fmt: skip
         doc = run(ctx, req)

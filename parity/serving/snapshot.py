@@ -51,7 +51,8 @@ class SnapshotRequest:
     gates: bool = True
     allow_env: list[str] = field(default_factory=list)
     dry_run: bool = False
-    workload: str | dict | None = None  # serving.workloads.NAME (or a campaign's inline mapping)
+    workload: str | dict | None = None  # a built-in kind or serving.workloads.NAME (or a campaign's inline mapping)
+    workload_opts: list[str] = field(default_factory=list)  # --workload-opt KEY=VALUE
     until_ci: float | None = None  # adaptive repeats (None: stats.until_ci_pct)
     max_repeats: int | None = None  # None: stats.max_repeats
     budget_s: float | None = None  # None: stats.budget_s
@@ -81,7 +82,9 @@ def make_plan(ctx, req: SnapshotRequest) -> SnapshotPlan:
     if req.workload is not None:  # workload hook: parity.serving.workloads
         from parity.serving.workloads import resolve
 
-        workload = resolve(ctx, req.workload, s, npl=req.npl)
+        from parity.serving.workload_defaults import parse_options
+
+        workload = resolve(ctx, req.workload, s, npl=req.npl, options=parse_options(req.workload_opts))
     engines = engines or s.engines
     if not engines:
         raise UsageError(f"profile {ctx.profile.name}: no serving engines (serving.engines or --engines)")

@@ -80,10 +80,16 @@ class Workload:
         return {**dataclasses.asdict(self.cfg), "name": self.name, "gen": self.gen, "ptok": self.ptok, "points": [label for _, label in self.points()]}
 
 
-def resolve(ctx, spec, s, npl=None) -> Workload:
-    """A workload by name (serving.workloads.NAME) or inline (a campaign step's mapping,
-    with an optional name)."""
+def resolve(ctx, spec, s, npl=None, options: dict | None = None) -> Workload:
+    """A workload by name (a built-in kind, parity.serving.workload_defaults, or
+    serving.workloads.NAME) or inline (a campaign step's mapping, with an optional name);
+    options: --workload-opt overrides."""
+    from dataclasses import replace
+
     from parity.config import WorkloadConfig, check_workload, from_dict
+    from parity.serving.workload_defaults import BUILTIN, builtin
+
+    options = options or {}
 
     if npl:
         raise UsageError("--npl does not apply to a workload run: its points are the workload's own (rates, turns, ...)")
@@ -93,11 +99,18 @@ def resolve(ctx, spec, s, npl=None) -> Workload:
         name = str(spec.pop("name", None) or f"inline-{spec.get('kind', 'workload')}")
         cfg = from_dict(WorkloadConfig, spec, "campaign", "with.workload")
         check_workload(cfg, "campaign", "with.workload")
-    elif isinstance(spec, str) and spec in s.workloads:
-        name, cfg = spec, s.workloads[spec]
+    elif isinstance(spec, str) and (spec in BUILTIN or spec in s.workloads):
+        declared = s.workloads.get(spec)
+        name = spec
+        if spec in BUILTIN and (declared is None or hasattr(declared, "_given")):
+            cfg = builtin(spec, ctx.profile, s, declared, options)
+        else:
+            cfg = replace(declared, **options) if options else declared
     else:
         known = ", ".join(s.workloads) or "none declared"
-        raise UsageError(f"--workload {spec}: no such workload in profile {ctx.profile.name} (serving.workloads: {known})")
+        raise UsageError(f"--workload {spec}: no such workload in profile {ctx.profile.name} (serving.workloads: {known}; built in: {', '.join(BUILTIN)})")
+    if options and isinstance(spec, str):
+        check_workload(cfg, "--workload-opt", spec)
     return Workload(name, cfg, cfg.gen or s.gen, cfg.ptok or s.ptok)
 
 

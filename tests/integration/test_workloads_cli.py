@@ -40,11 +40,15 @@ def test_dry_run_names_the_workload_and_its_points(profile):
 @pytest.mark.parametrize(
     "args,text,body",
     [
-        (["--workload", "nope"], "--workload nope: no such workload in profile smoke (serving.workloads: sp, ol)", PROFILE),
+        (["--workload", "nope"], "--workload nope: no such workload in profile smoke (serving.workloads: sp, ol; built in: shared-prefix, prefill-under-decode, open-loop, multi-turn)", PROFILE),
         (["--workload", "ol", "--npl", "1,4"], "--npl does not apply to a workload run", PROFILE),
         (["--workload", "sp"], "workload sp: 8 requests in flight exceed --parallel 4: llama-server would queue them; raise --parallel", PROFILE),
         (["--workload", "sp", "--parallel", "8", "--ctx", "640"], "workload sp: a request needs 104 tokens (prompt + generated) but engine stock gives 80", PROFILE),
         (["--workload", "x"], "serving.workloads.x.rates: must be a non-empty list of distinct positive request rates", "extends: smoke\nserving:\n  workloads:\n    x: {kind: open-loop, rates: [1, -2]}\n"),
+        (["--workload", "x"], "serving.workloads.x.kind: required key is missing (or name the workload after a built-in kind", "extends: smoke\nserving:\n  workloads:\n    x: {groups: 2}\n"),
+        (["--workload", "open-loop", "--workload-opt", "rate=2"], "--workload-opt rate: unknown workload key (did you mean rates?)", PROFILE),
+        (["--workload", "open-loop", "--workload-opt", "rates=[1, -2]"], "rates: must be a non-empty list of distinct positive request rates", PROFILE),
+        (["--workload", "shared-prefix", "--workload-opt", "groups"], "--workload-opt 'groups': expected KEY=VALUE", PROFILE),
         (["--workload", "x"], "serving.workloads.x.kind: must be one of 'shared-prefix' | 'prefill-under-decode' | 'open-loop' | 'multi-turn', got 'burst'", "extends: smoke\nserving:\n  workloads:\n    x: {kind: burst}\n"),
     ],
 )
@@ -54,3 +58,28 @@ def test_bad_workload_input_is_one_line_and_exit_2(tmp_path, args, text, body):
     r = run_parity("snapshot", "--profile", str(p), "--engines", "stock", "--dry-run", *args)
     assert r.returncode == 2, r.stderr
     assert text in r.stderr and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("kind", ["shared-prefix", "prefill-under-decode", "open-loop", "multi-turn"])
+@pytest.mark.parametrize("profile_name", ["smoke", "localai-paged-cpu", "gb10-qwen36"])
+def test_every_kind_runs_by_name_on_every_embedded_profile(kind, profile_name, tmp_path):
+    """No YAML: the built-in is sized for the profile, fits the context each engine gives a
+    request and its --parallel (a shape that did not would be exit 2 before any plan).  gb10's
+    go/no-go fails here after planning, for want of the GB10's files and GPU (2 or 4)."""
+    r = run_parity("snapshot", "--profile", profile_name, "--workload", kind, "--dry-run", "--json", env={"PARITY_ARTIFACTS": str(tmp_path)})
+    assert r.returncode in ((0,) if profile_name != "gb10-qwen36" else (0, 2, 4)), r.stderr
+    assert "NO GO" in r.stderr or r.returncode == 0
+    w = json.loads(r.stdout)["workload"]
+    assert w["kind"] == kind and w["name"] == kind and w["points"]
+
+
+def test_yaml_overrides_a_builtin_field_by_field_and_the_command_line_overrides_both(tmp_path):
+    p = tmp_path / "p.yaml"
+    p.write_text("extends: smoke\nserving:\n  workloads:\n    open-loop: {requests_per_rate: 5}\n")
+    env = {"PARITY_ARTIFACTS": str(tmp_path / "runs")}
+    plan = lambda *a: json.loads(run_parity("snapshot", "--profile", str(p), "--workload", "open-loop", "--dry-run", "--json", *a, env=env).stdout)["workload"]  # noqa: E731
+    builtin = json.loads(run_parity("snapshot", "--profile", "smoke", "--workload", "open-loop", "--dry-run", "--json", env=env).stdout)["workload"]
+    w = plan()
+    assert w["requests_per_rate"] == 5 and w["rates"] == builtin["rates"] and w["gen"] == builtin["gen"]  # only the written key moved
+    w = plan("--workload-opt", "rates=[0.5, 1]", "--workload-opt", "gen=8")
+    assert (w["rates"], w["gen"], w["requests_per_rate"]) == ([0.5, 1.0], 8, 5)
