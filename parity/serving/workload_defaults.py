@@ -43,7 +43,7 @@ def sized(kind: str, profile, s) -> dict:
         return {"rates": [1.0, 2.0, 4.0] if gpu else [1.0, 2.0], "requests_per_rate": 32 if gpu else 8, "gen": gen, "ptok": max(8, min(s.ptok, slot - gen))}
     if kind == "multi-turn":  # the history is resent as text and tokenized again: half the context is margin
         turns = 4 if gpu else 2
-        gen = max(8, min(s.gen, slot // (4 * turns)))
+        gen = max(8, min(s.gen, slot // (2 * turns) - 8))
         return {"conversations": max(1, min(4 if gpu else 2, par)), "turns": turns, "gen": gen,
                 "turn_tokens": max(8, min(64, slot // (2 * turns) - gen))}  # fmt: skip
     raise KeyError(kind)
