@@ -76,11 +76,14 @@ def reference_arm(arms: list[Arm], reference_engine: str | None, aa: bool = Fals
 
 
 def block_order(arms: list[Arm], block: int, order: str = "abba") -> list[Arm]:
-    """abba: the arms' order reversed on every other block (A B, B A, ...: cancels linear drift);
-    abab: the same order in every block."""
+    """The arms of block `block` in run order (parity.serving.blocks.block_order: abba rotates
+    them by the block, A B, B A, ...: cancels linear drift; abab keeps one order)."""
+    from parity.serving.blocks import block_order as names_in_order
+
     if order not in ORDERS:
         raise UsageError(f"--order must be {' or '.join(ORDERS)}, got {order!r}")
-    return list(reversed(arms)) if order == "abba" and block % 2 else list(arms)
+    by_name = {a.name: a for a in arms}
+    return [by_name[n] for n in names_in_order([a.name for a in arms], block, order)]
 
 
 def point_of(r: dict) -> tuple:
@@ -135,30 +138,32 @@ def per_arm(rows: list[dict], arms: list[Arm]) -> list[dict]:
 
 def run_blocks(arms: list[Arm], run_one, budget: adaptive.Budget, order: str = "abba", reference: str | None = None,
                threshold_pct: float = 2.0, confidence: float = 0.95, clock=time.monotonic, on_block=None) -> dict:
-    """The block loop, pure but for run_one(arm, block) -> the tool's table rows (parse()).
-    Every block runs each arm once in block_order; after each block the stop rule decides
-    (with >= 2 arms on S_TG's paired half-widths at every point; one arm: a fixed count).
+    """The block loop (parity.serving.blocks.run_blocks, the snapshot's too), pure but for
+    run_one(arm, block) -> the tool's table rows (parse()).  Every block runs each arm once
+    in block_order; after each block the stop rule decides (with >= 2 arms on S_TG's paired
+    half-widths at every point; one arm: a fixed count).
     Returns {rows, blocks, order (per block), stop: {rule, why, blocks, elapsed_s}}."""
+    from parity.serving.blocks import run_blocks as loop
+
     rows: list[dict] = []
     orders: list[list[str]] = []
-    start = clock()
-    block = 0
-    while True:
-        t0 = clock()
+
+    def run_block(block: int) -> None:
         seq = block_order(arms, block, order)
         orders.append([a.name for a in seq])
         for slot, a in enumerate(seq):
             for r in run_one(a, block):
                 rows.append({"engine": a.name, "build": a.engine, "repeat": block, "slot": slot, **r})
-        block += 1
-        hw = half_widths(paired_table(rows, reference, threshold_pct, confidence)) if reference else {}
+
+    def widths() -> dict:
+        return half_widths(paired_table(rows, reference, threshold_pct, confidence)) if reference else {}
+
+    def report(block, counted, hw, decision) -> None:
         if on_block:
-            on_block(block, hw)
-        now = clock()
-        res = adaptive.stop(budget, block, hw, now - start, now - t0)
-        if res:
-            rule, why = res
-            return {"rows": rows, "blocks": block, "order": orders, "stop": {"rule": rule, "why": why, "blocks": block, "elapsed_s": round(now - start, 3), "budget": budget.describe(), "half_widths": hw}}
+            on_block(counted, hw)
+
+    rule, why, blocks, elapsed = loop(budget, run_block, widths, report, clock)
+    return {"rows": rows, "blocks": blocks, "order": orders, "stop": {"rule": rule, "why": why, "blocks": blocks, "elapsed_s": round(elapsed, 3), "budget": budget.describe(), "half_widths": widths()}}
 
 
 def budget_for(req: ABRequest, stats_cfg, n_arms: int) -> adaptive.Budget:

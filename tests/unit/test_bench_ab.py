@@ -101,7 +101,7 @@ def test_until_ci_stops_on_the_s_tg_half_widths():
     tight = run_blocks(arms, Replay("paged-stock"), adaptive.Budget(1e-6, min_blocks=2, max_blocks=n), "abba", "stock")
     assert tight["blocks"] == n and tight["stop"]["rule"] == adaptive.MAX_REPEATS and "paged PP=" in tight["stop"]["why"]
     # the time budget: a fake clock where each block takes 10 s; after 2 (20 s) a third would pass 25 s
-    t = iter([0] + [s for k in range(100) for s in (10 * k, 10 * k + 10)])  # start, then (block start, block end) pairs
+    t = iter([s for k in range(100) for s in (10 * k, 10 * k + 10)])  # (block start, block end) pairs: the loop reads the clock around each block
     timed = run_blocks(arms, Replay("paged-stock"), adaptive.Budget(1e-6, min_blocks=2, max_blocks=50, max_seconds=25), "abba", "stock", clock=lambda: next(t))
     assert timed["stop"]["rule"] == adaptive.TIME_BUDGET and timed["blocks"] == 2
 
