@@ -140,23 +140,3 @@ def test_quantities_declared_once():
     assert all(q.formula and q.unit for q in QUANTITIES.values())
 
 
-def _llama_quantize() -> Path | None:
-    root = Path(os.environ.get("PARITY_CACHE", Path.home() / ".cache/parity")) / "builds"
-    for p in sorted(root.glob("*/build/bin/llama-quantize")):
-        if os.access(p, os.X_OK):
-            return p
-    return None
-
-
-def test_llama_quantize_model(models, tmp_path):
-    """A model made by the built llama-quantize, when a build has that target (the embedded
-    profiles do not build it: adding it re-keys every cached build, a full rebuild)."""
-    tool = _llama_quantize()
-    if tool is None:
-        pytest.skip("llama-quantize is not among the built targets (profiles build llama-server, -completion, -batched-bench, -perplexity, test-backend-ops); the Q8_0 copy above covers a quantized file")
-    import subprocess
-
-    src, _ = models["llama"]
-    out = tmp_path / "llama-q8_0.gguf"
-    subprocess.run([str(tool), str(src), str(out), "Q8_0"], check=True, capture_output=True, env={**os.environ, "LD_LIBRARY_PATH": str(tool.parent)}, timeout=120)
-    assert decode_bytes(str(out), 10)["weights"] == pytest.approx(independent_weights(out), abs=1)
