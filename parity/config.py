@@ -440,7 +440,7 @@ class StatsConfig:
     confidence: float = 0.95  # rank-based CI shown beside each A/B delta (informative, not part of the rule)
     until_ci_pct: float | None = None  # adaptive repeats: add blocks until every headline paired half-width <= this (null: fixed serving.repeat)
     max_repeats: int = 20  # ... but never more blocks than this
-    budget_s: float | None = None  # ... nor past this wall time of the measured blocks (null: no time budget)
+    budget_s: float | None = 7200.0  # ... nor past this wall time of the measured blocks (every wait has a bound; null: max_repeats alone)
 
 
 @dataclass

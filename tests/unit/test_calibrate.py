@@ -63,7 +63,7 @@ def write(tmp_path, text):
 
 def test_profile_keys_have_defaults():
     prof = load_profile("smoke")
-    assert prof.stats.until_ci_pct is None and prof.stats.max_repeats == 20 and prof.stats.budget_s is None
+    assert prof.stats.until_ci_pct is None and prof.stats.max_repeats == 20 and prof.stats.budget_s == 7200.0
     assert prof.serving.calibrate.enabled is True and prof.serving.calibrate.margin == 1.5 and prof.serving.calibrate.max_gen == 4096
 
 
