@@ -136,8 +136,8 @@ def budget_for(req: SnapshotRequest, repeat=3, engines=("p", "s"), order="abab",
 
 def test_budget_fixed_by_default_adaptive_with_until_ci():
     assert budget_for(SnapshotRequest()) == Budget(None, 3, 3)
-    assert budget_for(SnapshotRequest(until_ci=1.5)) == Budget(1.5, 3, 20, None)
-    assert budget_for(SnapshotRequest(until_ci=1.5), repeat=1) == Budget(1.5, 2, 20, None)  # an interval needs 2
+    assert budget_for(SnapshotRequest(until_ci=1.5)) == Budget(1.5, 3, 20, 7200.0)  # stats.budget_s bounds it by default
+    assert budget_for(SnapshotRequest(until_ci=1.5), repeat=1) == Budget(1.5, 2, 20, 7200.0)  # an interval needs 2
     assert budget_for(SnapshotRequest(until_ci=3, max_repeats=8, budget_s=600)) == Budget(3.0, 3, 8, 600)
     assert budget_for(SnapshotRequest(), stats={"until_ci_pct": 2.0, "max_repeats": 10, "budget_s": 100.0}) == Budget(2.0, 3, 10, 100.0)
 
