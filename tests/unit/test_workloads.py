@@ -285,7 +285,7 @@ def test_resolve_and_attach_refuse_what_cannot_run():
                               "serving": {"workloads": {"sp": {"kind": "shared-prefix", "groups": 2, "group_size": 4, "prefix_tokens": 64, "suffix_tokens": 8}}}})  # fmt: skip
     ctx = SimpleNamespace(profile=prof)
     s = prof.serving
-    with pytest.raises(UsageError, match=r"--workload nope: no such workload in profile t \(serving.workloads: sp\)"):
+    with pytest.raises(UsageError, match=r"--workload nope: no such workload in profile t \(serving.workloads: sp; built in: shared-prefix, prefill-under-decode, open-loop, multi-turn\)"):
         resolve(ctx, "nope", s)
     wl = resolve(ctx, "sp", s)
     assert isinstance(wl, Workload) and wl.gen == s.gen and wl.points() == [(8, "2x4 prefix 64 + suffix 8")]
