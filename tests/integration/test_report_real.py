@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 SECTIONS = ["Summary", "Hardware", "Provenance", "Gates (pre / post)", "Results (medians over repeats)", "Ratios vs the reference engine (stock)", "Paired verdicts (same session, per block)",
-            "Validity (every point, with its measurement windows)", "Server-side reconciliation", "Cross-engine output parity", "Batched-bench", "A/B comparison", "Profile buckets", "Plots", "Verdict", "Metric definitions", "Reproduce"]
+            "Validity (every point, with its measurement windows)", "Server-side reconciliation", "Telemetry", "Cross-engine output parity",
+            "Efficiency (% of the memory-bandwidth roofline)", "Batched-bench", "A/B comparison", "Profile buckets", "Plots", "Verdict", "Metric definitions", "Reproduce"]
 
 
 @pytest.mark.slow
@@ -18,7 +19,7 @@ def test_report_from_a_real_smoke_snapshot(engine_bins, tiny_model, tmp_path, pa
     # the small model, long enough to time (the tiny one's windows are a few ms: invalid by serving.min_window_s)
     prof = tmp_path / "p.yaml"
     prof.write_text("extends: smoke\nserving: {min_window_s: 0.05, warmup: {requests: 2, gen: 4}, settle_s: 0}\n")
-    snap = parity_cli("--artifacts", str(arts), "snapshot", "-p", str(prof), "--engines", "paged,stock", "--model", "small", "--npl", "1,2", "--ptok", "16", "--gen", "48", "--repeat", "2", "--json", timeout=900)
+    snap = parity_cli("--artifacts", str(arts), "snapshot", "-p", str(prof), "--engines", "paged,stock", "--model", "small", "--npl", "1,2", "--ptok", "16", "--gen", "128", "--repeat", "2", "--json", timeout=900)
     assert snap.returncode == 0, snap.stderr[-3000:]
     run = Path(json.loads(snap.stdout)["run_dir"])
     for name in ("manifest.json", "hardware.json", "gates.json", "gate_summary.tsv", "summary.json", "builds.json"):
