@@ -116,7 +116,7 @@ def test_kl_lossy_path_bounded_by_the_nonpaged_path(real_builds, tmp_path):
 
 def test_gated_sweep_paged_server_against_stock(real_builds, tmp_path):
     """The same-session sweep: the real paged llama-server (LLAMA_KV_PAGED=1) against stock on
-    the small MoE hybrid, 3 repeats abab, pre/post gates, and its dated report."""
+    the small MoE hybrid, 3 repeats, pre/post gates, and its dated report."""
     import csv
     import json
     import socket
@@ -127,7 +127,7 @@ def test_gated_sweep_paged_server_against_stock(real_builds, tmp_path):
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     prof = tmp_path / "p.yaml"
-    prof.write_text(yaml.safe_dump({"extends": PROFILE, "lock": {"dir": str(tmp_path / "lock"), "poll_s": 0.5, "timeout_s": 60}, "serving": {"port": port}}))
+    prof.write_text(yaml.safe_dump({"extends": PROFILE, "lock": {"dir": str(tmp_path / "lock"), "poll_s": 0.5, "timeout_s": 60}, "serving": {"port": port, "calibrate": {"enabled": False}}}))  # the profile's shape, 3 blocks 0-2
     r = run_parity("--artifacts", str(tmp_path / "runs"), "snapshot", "-p", str(prof), "--json", timeout=1800)
     assert r.returncode == 0, r.stderr[-2000:]
     (run,) = (tmp_path / "runs").iterdir()
