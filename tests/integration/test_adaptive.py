@@ -83,7 +83,7 @@ def test_fake_engines_calibrate_then_add_blocks_to_a_named_stop(parity_cli, fake
     prof, port = fake_profile
     dry = parity_cli("--artifacts", str(tmp_path / "runs"), "snapshot", "--profile", str(prof), "--until-ci", "25", "--max-repeats", "4", "--dry-run", "--json", timeout=300)
     plan = json.loads(dry.stdout)
-    assert "until every headline half-width <= 25% (at least 2, at most 4 blocks)" in plan["budget"] and "block 0 runs at gen 16" in plan["calibration"]
+    assert "until every headline half-width <= 25% (at least 2, at most 4 blocks, or 7200 s)" in plan["budget"] and "block 0 runs at gen 16" in plan["calibration"]
     r = parity_cli("--artifacts", str(tmp_path / "runs"), "snapshot", "--profile", str(prof), "--no-gates", "--until-ci", "25", "--max-repeats", "4", timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     out = r.stdout + r.stderr
