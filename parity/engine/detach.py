@@ -30,7 +30,8 @@ def start_detached(parity_args: list[str], runner) -> dict:
     state = detach_dir() / f"{stamp}.json"
     done = state.with_suffix(".done")
     cmd = " ".join(shlex.quote(a) for a in [sys.executable, "-m", "parity", *parity_args])
-    proc = runner.spawn(["sh", "-c", f"{cmd}; echo $? > {shlex.quote(str(done))}"], log_path=str(log), detached=True)  # outlives this parity
+    tmp = done.with_suffix(".done.tmp")
+    proc = runner.spawn(["sh", "-c", f"{cmd}; echo $? > {shlex.quote(str(tmp))} && mv {shlex.quote(str(tmp))} {shlex.quote(str(done))}"], log_path=str(log), detached=True)  # outlives this parity; the exit status appears whole
     doc = {"id": stamp, "pid": proc.pid, "argv": parity_args, "log": str(log), "started": stamp}
     state.write_text(json.dumps(doc))
     return doc
@@ -57,13 +58,14 @@ def detached_status() -> list[dict]:
     for st in sorted(detach_dir().glob("*.json")):
         doc = json.loads(st.read_text())
         done = st.with_suffix(".done")
+        from parity.gpu.lock import pid_alive
+
+        alive = pid_alive(doc["pid"])  # before looking for the exit status: one written in between is then seen
         if done.exists():
             rc = int(done.read_text().strip() or 1)
             doc["state"], doc["rc"] = ("done" if rc == 0 else "failed"), rc
         else:
-            from parity.gpu.lock import pid_alive
-
-            doc["state"] = "running" if pid_alive(doc["pid"]) else "failed"  # failed: died without writing its exit status
+            doc["state"], doc["rc"] = ("running", None) if alive else ("failed", None)  # failed: died without writing its exit status
         try:
             text = Path(doc["log"]).read_text(errors="replace")
         except OSError:
