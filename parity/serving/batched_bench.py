@@ -151,14 +151,13 @@ class BenchRequest:
         """Blocks of runs (an A/B, an A/A, or one engine's repeats) rather than the single run."""
         return bool((self.engines and len(self.engines) > 1) or self.aa or self.repeat is not None or self.until_ci is not None or self.max_repeats is not None or self.budget_s is not None)
 
-    def ab_request(self):
-        from parity.serving.bench_ab import ABRequest
+    def ab_request(self) -> "BenchRequest":
+        """The same request with --engine folded into engines (what parity.serving.bench_ab reads)."""
+        from dataclasses import replace
 
         if self.engine and self.engines:
             raise UsageError("give --engine or --engines, not both")
-        engines = list(self.engines or ([self.engine] if self.engine else []))
-        return ABRequest(engines=engines, aa=self.aa, repeat=self.repeat, until_ci=self.until_ci, max_repeats=self.max_repeats, budget_s=self.budget_s,
-                         order=self.order, model=self.model, npp=self.npp, ntg=self.ntg, npl=self.npl, allow_env=list(self.allow_env or []))  # fmt: skip
+        return replace(self, engine=None, engines=list(self.engines or ([self.engine] if self.engine else [])), allow_env=list(self.allow_env or []))
 
 
 def default_engine(ctx) -> str | None:

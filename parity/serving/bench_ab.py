@@ -16,7 +16,7 @@ beside.  --until-ci adds blocks until every S_TG half-width is narrow enough
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from parity.errors import UsageError
 from parity.stats import adaptive
@@ -34,22 +34,8 @@ class Arm:
     engine: str  # the profile's engine (its build and env)
 
 
-@dataclass
-class ABRequest:
-    """What `parity bench --engines` (or a campaign bench step) asks for."""
-
-    engines: list[str] = field(default_factory=list)
-    aa: bool = False
-    repeat: int | None = None
-    until_ci: float | None = None
-    max_repeats: int | None = None
-    budget_s: float | None = None
-    order: str | None = None
-    model: str | None = None
-    npp: list[int] | None = None
-    ntg: list[int] | None = None
-    npl: list[int] | None = None
-    allow_env: list[str] = field(default_factory=list)
+# `parity bench --engines` asks with the same request as `parity bench` (engines resolved)
+from parity.serving.batched_bench import BenchRequest as ABRequest  # noqa: E402
 
 
 def arms_for(engines: list[str], aa: bool = False) -> list[Arm]:
