@@ -156,7 +156,7 @@ def _build(profile: Profile, p: BuildPlan, runner, out) -> BuildResult:
     log_path = p.dir / "build.log"
     with open(log_path, "w", buffering=1) as log:
         log.write("$ " + " ".join(p.configure) + "\n")
-        res = runner.run(p.configure, timeout=1800, on_line=lambda s, ln: log.write(ln + "\n"))
+        res = runner.run(p.configure, env=cmake.ccache_env(p.dir.parent), timeout=1800, on_line=lambda s, ln: log.write(ln + "\n"))
         if not res.ok:
             raise InfraError(f"cmake configure of {p.engine} failed (log: {log_path}): {res.tail(3)}")
         unused = cmake.parse_unused_variables(res.stdout + "\n" + res.stderr)
@@ -231,7 +231,7 @@ def _compile(p: BuildPlan, runner, out, log, log_path) -> None:
             if nm:
                 prog.update(task, completed=nm[0], total=nm[1], status=line.split("] ", 1)[-1][-50:])
 
-        res = runner.run(p.build, timeout=4 * 3600, on_line=on_line)
+        res = runner.run(p.build, env=cmake.ccache_env(p.dir.parent), timeout=4 * 3600, on_line=on_line)
     if not res.ok:
         raise InfraError(f"build of {p.engine} failed (log: {log_path}): {res.tail(4)}")
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
+from pathlib import Path
 
 BASE_FLAGS = [
     "-G",
@@ -28,8 +30,28 @@ def cuda_flags(archs: str | None) -> list[str]:
     return ["-DGGML_CUDA=ON", f"-DCMAKE_CUDA_ARCHITECTURES={archs}"]
 
 
+def ccache_flags() -> list[str]:
+    """C/C++ through ccache when it is installed (PARITY_CCACHE=0 turns it off): a build that
+    differs from a cached one by a patch or two (a lever's arm, a bisection probe) recompiles
+    only what the patch touched.  Not for nvcc: CUDA objects go through the plain compiler."""
+    if os.environ.get("PARITY_CCACHE", "1") == "0" or not shutil.which("ccache"):
+        return []
+    return ["-DCMAKE_C_COMPILER_LAUNCHER=ccache", "-DCMAKE_CXX_COMPILER_LAUNCHER=ccache"]
+
+
+def ccache_env(builds_root: Path) -> dict[str, str]:
+    """ccache's settings for builds under builds_root/<key>/{src,build}: paths relative to that
+    root, so the same file in two build directories is one cache entry."""
+    return {
+        "CCACHE_DIR": str(builds_root.parent / "ccache"),
+        "CCACHE_BASEDIR": str(builds_root),
+        "CCACHE_NOHASHDIR": "1",
+        "CCACHE_MAXSIZE": os.environ.get("CCACHE_MAXSIZE", "5G"),
+    }
+
+
 def configure_argv(src: str, build: str, archs: str | None, extra: list[str]) -> list[str]:
-    return ["cmake", "-S", src, "-B", build, *BASE_FLAGS, *cuda_flags(archs), *extra]
+    return ["cmake", "-S", src, "-B", build, *BASE_FLAGS, *cuda_flags(archs), *ccache_flags(), *extra]
 
 
 def build_argv(build: str, targets: list[str], jobs: int | None = None) -> list[str]:

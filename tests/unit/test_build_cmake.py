@@ -141,3 +141,18 @@ def test_bad_define_is_a_usage_error(parity_cli, cuda_profile):
     r = parity_cli("build", "--print-cmake", "-p", str(cuda_profile), "-D", "NOEQUALS")
     assert r.returncode == 2
     assert "VAR=VALUE" in r.stderr
+
+
+def test_ccache_launcher_when_installed_and_not_turned_off(monkeypatch, tmp_path):
+    monkeypatch.setattr(cmake.shutil, "which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.delenv("PARITY_CCACHE", raising=False)
+    argv = cmake.configure_argv("/s", "/b", None, [])
+    assert _value(argv, "CMAKE_CXX_COMPILER_LAUNCHER") == "ccache" and _value(argv, "CMAKE_C_COMPILER_LAUNCHER") == "ccache"
+    assert _value(argv, "CMAKE_CUDA_COMPILER_LAUNCHER") is None
+    monkeypatch.setenv("PARITY_CCACHE", "0")
+    assert _value(cmake.configure_argv("/s", "/b", None, []), "CMAKE_CXX_COMPILER_LAUNCHER") is None
+    monkeypatch.delenv("PARITY_CCACHE")
+    monkeypatch.setattr(cmake.shutil, "which", lambda name: None)
+    assert _value(cmake.configure_argv("/s", "/b", None, []), "CMAKE_CXX_COMPILER_LAUNCHER") is None
+    env = cmake.ccache_env(tmp_path / "builds")
+    assert env["CCACHE_BASEDIR"] == str(tmp_path / "builds") and env["CCACHE_DIR"] == str(tmp_path / "ccache")
