@@ -162,6 +162,10 @@ class EngineConfig:
     expected_tree: str | None = None  # mirror invariant: git tree after the series (a constant; prefer fork)
     fork: str | None = None  # mirror invariant: a checkout of the fork branch the series mirrors (its fork_ref tree)
     fork_ref: str = "HEAD"
+    # a variant of the series (a build lever's arm, a bisection probe): patches numbered <= series_until,
+    # none of series_without; the mirror invariant is not checked for a variant
+    series_until: str | None = None
+    series_without: list[str] = field(default_factory=list)
     cuda_archs: str | None = None  # "121", "121a", "90;121a"; None = CPU build
     cmake_flags: list[str] = field(default_factory=list)
     targets: list[str] = field(

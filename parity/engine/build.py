@@ -70,6 +70,12 @@ def toolchain(cuda: bool) -> dict:
     return tc
 
 
+def selection(e: EngineConfig) -> patches.Selection:
+    if (e.series_until or e.series_without) and not e.series:
+        raise UsageError("series_until / series_without need an engine with a series")
+    return patches.Selection(e.series_until, tuple(e.series_without))
+
+
 def _series_dir(e: EngineConfig, src: srcmod.Source) -> str | None:
     if e.series == "auto":
         if not src.series_dir:
@@ -86,7 +92,7 @@ def plan(profile: Profile, engine: str, extra_flags: list[str] | None = None, jo
         raise UsageError(f"engine {engine} has no source to build (it uses prebuilt binaries from {e.bin_dir})")
     src = srcmod.describe(e.source, profile.sources[e.source])
     series_dir = _series_dir(e, src)
-    series = patches.series_digest(series_dir)
+    series = patches.series_digest(series_dir, selection(e))
     patches.check_expected_tree(e.expected_tree, f"{profile.source_file}: engines.{engine}")
     flags = [*e.cmake_flags, *(extra_flags or [])]
     tc = toolchain(bool(e.cuda_archs))
@@ -182,6 +188,7 @@ def _build(profile: Profile, p: BuildPlan, runner, out) -> BuildResult:
         "tree_before": series.tree_before,
         "tree_after": series.tree_after,
         "series_digest": patches.digest_of(series.patches) if p.series_dir else None,
+        "series_selection": selection(e).describe() if selection(e) else None,
         "expected_tree": mirror_doc["expected_tree"],
         "expected_from": mirror_doc["expected_from"],
         "preimage_mismatch": len({m["patch"] for m in series.preimage_mismatch}),
@@ -212,8 +219,11 @@ def _patch(runner, p: BuildPlan, workdir: str, e: EngineConfig, out) -> tuple[pa
     source's fixups (not part of the invariant)."""
     from parity.engine import mirror
 
-    series = patches.apply_series(runner, workdir, p.series_dir, out)
-    if p.series_dir:
+    sel = selection(e)
+    series = patches.apply_series(runner, workdir, p.series_dir, out, sel=sel)
+    if sel:
+        doc = {"mirror_ok": None, "expected_tree": None, "expected_from": f"a variant of the series ({sel.describe()}): no mirror to check", "differing": []}
+    elif p.series_dir:
         exp = mirror.expectation(e, runner, patches.digest_of(series.patches), series.tree_before)
         doc = mirror.verify(runner, workdir, series.tree_after, exp)
     else:

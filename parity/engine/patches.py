@@ -48,10 +48,51 @@ def list_series(series_dir: str | Path) -> list[Path]:
     return [p for _, _, p in sorted(found)]
 
 
-def series_digest(series_dir: str | None) -> list[dict]:
+@dataclass(frozen=True)
+class Selection:
+    """A variant of a series: only patches numbered <= until, and none of `without` (numbers as
+    written, e.g. "0055" or "55").  The empty selection is the whole series."""
+
+    until: str | None = None
+    without: tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.until or self.without)
+
+    def describe(self) -> str:
+        parts = ([f"until {self.until}"] if self.until else []) + ([f"without {', '.join(self.without)}"] if self.without else [])
+        return "; ".join(parts) or "whole series"
+
+
+def _number(value: str, what: str) -> int:
+    if not re.fullmatch(r"\d{1,6}", str(value).strip()):
+        raise UsageError(f"{what}: {value!r} is not a patch number (NNNN, as in NNNN-title.patch)")
+    return int(value)
+
+
+def select(found: list[Path], sel: Selection | None, series_dir: str | Path = "") -> list[Path]:
+    """The patches of a selection, in order; a number the series does not hold is an error."""
+    if not sel:
+        return found
+    nums = {int(_NUM.match(p.name).group(1)): p for p in found}
+    drop = set()
+    for w in sel.without:
+        n = _number(w, "series without")
+        if n not in nums:
+            raise UsageError(f"series {series_dir}: no patch {int(w):04d} to leave out (it holds {min(nums, default=0):04d}..{max(nums, default=0):04d})")
+        drop.add(n)
+    last = None
+    if sel.until:
+        last = _number(sel.until, "series until")
+        if last not in nums:
+            raise UsageError(f"series {series_dir}: no patch {last:04d} to stop at (it holds {min(nums, default=0):04d}..{max(nums, default=0):04d})")
+    return [p for n, p in sorted(nums.items()) if n not in drop and (last is None or n <= last)]
+
+
+def series_digest(series_dir: str | None, sel: Selection | None = None) -> list[dict]:
     if not series_dir:
         return []
-    return [{"name": p.name, "sha256": sha256(p)} for p in list_series(series_dir)]
+    return [{"name": p.name, "sha256": sha256(p)} for p in select(list_series(series_dir), sel, series_dir)]
 
 
 def digest_of(series: list[dict]) -> str:
@@ -95,13 +136,13 @@ def _check_preimages(runner, workdir: str, patch: Path, text: str) -> list[dict]
     return [{"patch": patch.name, "file": f, "index": i, "blob": b} for (f, i), b in zip(pre, blobs) if not b.startswith(i)]
 
 
-def apply_series(runner, workdir: str, series_dir: str | None, out=None, tree_before: str | None = None, what: str = "series") -> SeriesResult:
+def apply_series(runner, workdir: str, series_dir: str | None, out=None, tree_before: str | None = None, what: str = "series", sel: Selection | None = None) -> SeriesResult:
     """Apply in place (workdir must be a scratch copy). Stops at the first failure.
     tree_before: the workdir's tree when the caller already knows it. The mirror invariant
     (the result against the fork or a recorded tree) is mirror.verify's job."""
     before = tree_before or gitmod.tree_hash(runner, workdir)
     applied, mismatch = [], []
-    for p in list_series(series_dir) if series_dir else []:
+    for p in select(list_series(series_dir), sel, series_dir) if series_dir else []:
         text = p.read_text(errors="surrogateescape")
         mismatch += _check_preimages(runner, workdir, p, text)
         res = gitmod.apply_patch(runner, workdir, str(p))
