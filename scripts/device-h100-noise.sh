@@ -17,7 +17,9 @@
 #   lever      paged vs paged_nofg on moe-big-q8: batched-bench and serving, --until-ci CI
 #   aa-sizes   serving A/A at SIZES (dense-1g dense-4g), REPEAT fixed blocks
 #   paged-stock  paged vs stock on gpu-qwen35moe: bench A/B, gated serving sweep, parity gap
+#   ab-runtime / ab-build / levers   issue 24: parity ab on a runtime and a build lever, the map
 #   collect    everything small into $OUT
+# Another profile: PROF=... ENGINES="paged paged_wo0011" MODELS="dense-16g moe-big" QUANT_ENGINE=paged
 set -uo pipefail
 SRC=$PWD
 CARRY=${CARRY:-$SRC/.carry/real}
@@ -25,7 +27,8 @@ R=/tmp/p
 OUT=${OUT:-/tmp/parity-device-out}; mkdir -p "$OUT" "$R/out"
 export PARITY_CACHE=$R/cache PYTHONUNBUFFERED=1 GGML_NO_BACKTRACE=1 PARITY_SERIES_TREES=$R/series-trees.yaml
 export PYTHONPATH=/tmp/site:$R/wt
-PROF=campaigns/profiles/h100-noise.yaml
+PROF=${PROF:-campaigns/profiles/h100-noise.yaml}
+ENGINES=${ENGINES:-paged stock}  # built by build-bg; QUANT_ENGINE's llama-quantize makes moe-big-q8
 P="python3 -m parity --artifacts $R/runs"
 t() { local s=$(date +%s%N); "$@"; local rc=$?; echo "[time] $(( ($(date +%s%N) - s) / 1000000 )) ms rc=$rc: $*" | tee -a "$R/out/timings.txt" >&2; return $rc; }
 need() { for f in "$@"; do [ -e "$f" ] || { echo "MISSING $f: this is a fresh machine, run the earlier stages first"; exit 3; }; done; }
@@ -47,7 +50,7 @@ for stage in "$@"; do
     ;;
   build-bg)
     t $P build -p $PROF --check-series --json > "$R/out/check-series.json" 2> "$R/out/check-series.err"
-    for e in paged stock; do bg build-$e "$P build -p $PROF -e $e -j 16"; done
+    for e in $ENGINES; do bg build-$e "$P build -p $PROF -e $e -j ${JOBS:-16}"; done
     ;;
   synth-bg)
     for m in ${MODELS:-dense-1g dense-4g dense-16g moe-big}; do
@@ -58,7 +61,7 @@ for stage in "$@"; do
     end=$(( $(date +%s) + ${WAIT_S:-500} ))
     while [ $(date +%s) -lt $end ]; do
       left=0; line=""
-      for f in build-paged build-stock $(for m in ${MODELS:-dense-1g dense-4g dense-16g moe-big}; do echo synth-$m; done); do
+      for f in $(for e in $ENGINES; do echo build-$e; done) $(for m in ${MODELS:-dense-1g dense-4g dense-16g moe-big}; do echo synth-$m; done); do
         [ -e $R/$f.done ] && continue; left=$((left + 1))
         line="$line $f:$(grep -o '\[[0-9]*/[0-9]*\]' $R/out/$f.log 2>/dev/null | tail -1)"
       done
@@ -66,11 +69,11 @@ for stage in "$@"; do
     done
     ;;
   wait)
-    for f in build-paged build-stock $(for m in ${MODELS:-dense-1g dense-4g dense-16g moe-big}; do echo synth-$m; done); do
+    for f in $(for e in $ENGINES; do echo build-$e; done) $(for m in ${MODELS:-dense-1g dense-4g dense-16g moe-big}; do echo synth-$m; done); do
       while [ ! -e $R/$f.done ]; do sleep 5; [ -e $R/out/$f.log ] || { echo "MISSING $f: not started on this machine"; exit 3; }; done
       tail -n 1 $R/out/$f.log
     done
-    q=$($P build -p $PROF -e stock --print-cmake --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["dir"])')/build/bin/llama-quantize
+    q=$($P build -p $PROF -e ${QUANT_ENGINE:-stock} --print-cmake --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["dir"])')/build/bin/llama-quantize
     [ -e $PARITY_CACHE/models/moe-big-q8_0.gguf ] || [ ! -e $PARITY_CACHE/models/moe-big-f16.gguf ] || t $q $PARITY_CACHE/models/moe-big-f16.gguf $PARITY_CACHE/models/moe-big-q8_0.gguf Q8_0 16 > $R/out/quantize.log 2>&1
     tail -n 3 $R/out/quantize.log; ls -la $PARITY_CACHE/models/
     ;;
@@ -103,6 +106,17 @@ for stage in "$@"; do
     tail -n 25 $R/out/ps.err
     s=$(ls -td $R/runs/*_snapshot-gpu-qwen35moe | head -1); b=$(ls -td $R/runs/*_bench-ab | head -1)
     t $P gap "$s" "$b" 2>&1 | tee $R/out/ps-gap.txt
+    ;;
+  ab-runtime)  # issue 24: a runtime lever of the series with parity ab (PROF=campaigns/profiles/h100-levers.yaml)
+    t $P ab -p $PROF --engine paged --env LLAMA_MOE_NO_FORCE_GRAPHS=1 -m moe-big-q8 --until-ci 2 --max-repeats 8 --budget-s ${BUDGET:-150} --json > $R/out/ab-runtime.json 2> $R/out/ab-runtime.err
+    tail -n 25 $R/out/ab-runtime.err
+    ;;
+  ab-build)  # issue 24: a build lever (the series without 0011; arm B primed by build-bg as paged_wo0011)
+    t $P ab -p $PROF --engine paged --series-without 0011 -m ${MODEL:-dense-16g} --until-ci 2 --max-repeats 8 --budget-s ${BUDGET:-150} ${AB_ARGS:-} --json > $R/out/ab-build.json 2> $R/out/ab-build.err
+    tail -n 25 $R/out/ab-build.err
+    ;;
+  levers)
+    $P levers -p $PROF --markdown | tee $R/out/levers.md
     ;;
   collect)
     (cd $R && tar czf "$OUT/runs.tgz" --exclude='*.gguf' runs out 2>/dev/null)
