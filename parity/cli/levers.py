@@ -68,24 +68,17 @@ def register(app: typer.Typer) -> None:
         json: bool = JsonOpt,
     ):
         """The lever map: every A/B's verdict, key number, gates and artifact, filtered."""
-        from pathlib import Path
-
         from parity.cli.common import make_context
-        from parity.levers import map as levermap
+        from parity.levers.map import LeversRequest, listing
 
         ctx = make_context(profile, json)
-        path = Path(map_file).expanduser() if map_file else levermap.default_path(ctx.profile, ctx.artifacts_root)
-        if map_file and not path.exists():
-            from parity.errors import UsageError
-
-            raise UsageError(f"--map {map_file}: no such file")
-        rows = levermap.filter_rows(levermap.load(path), verdict, hardware, lever)
+        doc = listing(ctx, LeversRequest(map=map_file, verdict=verdict, hardware=hardware, lever=lever))
+        rows, path = doc["rows"], doc["map"]
         if markdown and not json:
             import sys
 
-            sys.stdout.write(levermap.render_markdown(rows, path.name))
+            sys.stdout.write(doc["markdown"])
             return
-        doc = {"map": str(path), "rows": rows, "count": len(rows)}
 
         def human():
             ctx.out.table(f"lever map {path} ({len(rows)} row(s))", ["#", "lever", "hardware", "pin", "verdict", "key number", "gates", "date", "artifact"],

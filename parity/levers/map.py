@@ -11,6 +11,7 @@ Refusal: a lever whose latest row on the same hardware class and pin holds a clo
 from __future__ import annotations
 
 import datetime as _dt
+from dataclasses import dataclass
 from pathlib import Path
 
 from parity.errors import ConfigError, UsageError
@@ -164,6 +165,25 @@ def write_markdown(path: Path, rows: list[dict]) -> Path:
     md = Path(path).with_suffix(".md")
     atomic_write_text(md, render_markdown(rows, Path(path).name))
     return md
+
+
+@dataclass
+class LeversRequest:
+    """What `parity levers` asks for."""
+
+    map: str | None = None  # None: levers.map, else <artifacts>/lever_map.yaml
+    verdict: str | None = None
+    hardware: str | None = None
+    lever: str | None = None
+
+
+def listing(ctx, req: LeversRequest) -> dict:
+    """`parity levers`: the map's rows, filtered, and their markdown table."""
+    path = Path(req.map).expanduser() if req.map else default_path(ctx.profile, ctx.artifacts_root)
+    if req.map and not path.exists():
+        raise UsageError(f"--map {req.map}: no such file")
+    rows = filter_rows(load(path), req.verdict, req.hardware, req.lever)
+    return {"map": str(path), "rows": rows, "count": len(rows), "markdown": render_markdown(rows, path.name)}
 
 
 def today() -> str:

@@ -13,7 +13,7 @@ def write_report(ctx, doc: dict, measured: dict, serving: bool) -> str:
     from parity.artifacts import atomic_write_text, slugify
     from parity.levers.map import today
     from parity.report import ledger
-    from parity.report.render import _env
+    from parity.report.render import template_env
 
     out_dir = ctx.run.path / "reports"
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -38,7 +38,7 @@ def write_report(ctx, doc: dict, measured: dict, serving: bool) -> str:
     st = doc["measurement"].get("stop") or {}
     stop = f"{st.get('rule')}: {st.get('why')}" if st else "-"
     title = f"lever {doc['lever']}"
-    text = _env().get_template("lever.md.j2").render(doc=doc, phase=phase, date=date, title=title, gate_rows=gate_rows, kl_rows=kl_rows, point_rows=point_rows,
+    text = template_env().get_template("lever.md.j2").render(doc=doc, phase=phase, date=date, title=title, gate_rows=gate_rows, kl_rows=kl_rows, point_rows=point_rows,
                                                        bench_tables=bench_tables, stop=stop)  # fmt: skip
     name = f"{date}-phase{phase:03d}-{slugify(title)[:50]}.md"
     atomic_write_text(out_dir / name, text)
