@@ -253,6 +253,8 @@ def session(ctx, req: ABRequest, p: dict) -> dict:
     metric = BENCH_HEADLINE if not req.serving else ctx.profile.stats.metrics[0]
     cells = measure_cells(measured, req.serving, metric)
     dec = decide(gate, cells, metric)
+    if measured.get("invalid_points"):  # left out of the paired statistics (parity.serving.summary), said beside the verdict
+        dec["why"] += f"; {len(measured['invalid_points'])} invalid serving point(s) left out, first: {measured['invalid_points'][0]}"
     facts = {**p["facts"], "hardware_class": hw["hardware_class"]}
     run_dir = str(ctx.run.path)
     doc = {
@@ -262,7 +264,7 @@ def session(ctx, req: ABRequest, p: dict) -> dict:
         "gates": {**gate, "phases": [{k: v for k, v in ph.items()} for ph in phases]}, "lossy": req.lossy,
         "measurement": {"kind": "serving" if req.serving else "batched-bench", "metric": metric, "points": [_cell(c) for c in cells],
                         "blocks": measured.get("blocks"), "stop": measured.get("stop"), "order": measured.get("order"),
-                        "file": "serving_summary.json" if req.serving else "bench.json"},
+                        "file": "serving_summary.json" if req.serving else "bench.json", "invalid_points": measured.get("invalid_points") or []},
         "reopen": req.reopen, "reopens": levermap.describe(p["closed"]) if p["closed"] else None, "map": str(p["map_path"]), "run_dir": run_dir,
     }  # fmt: skip
     doc["report"] = write_report(ctx, doc, measured, req.serving)

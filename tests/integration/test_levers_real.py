@@ -110,3 +110,26 @@ def test_build_lever_cached_then_map_refuses(shared, tmp_path):
     assert [x["lever"] for x in json.loads(r.stdout)["rows"]] == ["series-without=0055"]
     r = run_parity("levers", "--map", str(path), "--markdown")
     assert r.returncode == 0 and "## Drop / closed (do NOT pursue)" in r.stdout and "| series-without=0055 | **REJECTED**" in r.stdout
+
+
+def test_runtime_lever_lossy_and_serving(shared, tmp_path):
+    """--lossy holds arm B in arm A's KL band (md5s kept as evidence); --serving measures with the sweep."""
+    r = _ab(tmp_path, "--env", "LLAMA_PAGED_NO_BT_CACHE=1", "--lossy", "--model", "tiny-qwen35moe", "--npl", "1", "--npp", "32", "--ntg", "8", "--repeat", "2",
+            "--gate-models", "tiny", "--no-post-gates")  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    doc = json.loads(r.stdout)
+    kl = doc["gates"]["phases"][0]["kl"]
+    assert doc["gates"]["kind"] == "KL" and doc["gates"]["ok"] and kl["status"] == "pass" and kl["model"] == "tiny-qwen35moe" and kl["reference"] == "tiny-qwen35moe-f32"
+    assert kl["kld"]["paged+lever"] <= kl["kld"]["paged"] and kl["arms"]["paged+lever"]["env"]["LLAMA_PAGED_NO_BT_CACHE"] == "1"
+    assert doc["gates"]["summary"].startswith("KL band 1/1 pass")
+    # the lever is now in the map as INCONCLUSIVE/GO/...: serving runs it again unless closed
+    r = _ab(tmp_path, "--env", "LLAMA_PAGED_NO_BT_CACHE=1", "--serving", "--model", "tiny-qwen35moe", "--npl", "1", "--repeat", "2", "--gate-models", "tiny", "--no-post-gates",
+            "--reopen", "serving this time")  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    doc = json.loads(r.stdout)
+    run = Path(doc["run_dir"])
+    assert doc["measurement"]["kind"] == "serving" and doc["measurement"]["metric"] == "decode_agg_tps" and [p["point"] for p in doc["measurement"]["points"]] == ["N=1"]
+    serving = json.loads((run / "serving_summary.json").read_text())
+    assert serving["engines"] == ["paged", "paged+lever"] and json.loads((run / "summary.json").read_text())["kind"] == "lever-ab"
+    p = next(x for x in serving["paired"] if x["metric"] == "decode_agg_tps")
+    assert (p["engine"], p["reference"]) == ("paged+lever", "paged") and doc["measurement"]["points"][0]["ratio"] == p["ratio"]
