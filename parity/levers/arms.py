@@ -103,8 +103,13 @@ def derive(profile, base: str, lever: Lever):
             raise UsageError(f"engine {base} uses prebuilt binaries ({e.bin_dir}): a build lever needs an engine parity builds (a source)")
         if not (e.series or lever.series):
             raise UsageError(f"engine {base} has no patch series: --series-without / --series-until need one (or give --series DIR)")
+    if not lever.builds() and all(e.env.get(k) == v and all(pe.get(k, v) == v for pe in e.paths.values()) for k, v in lever.env.items()):
+        raise UsageError(f"--env {' '.join(f'{k}={v}' for k, v in lever.env.items())}: engine {base} already runs with it, arm B would be arm A "
+                         f"(for an A/A of one build: parity bench --aa --engines {base})")  # fmt: skip
     prof = copy.deepcopy(profile)
-    b = replace(copy.deepcopy(e), env={**e.env, **lever.env})
+    # the lever's env wins over the engine's and every path's own (a path's env is applied last)
+    paths = {p: {**penv, **lever.env} for p, penv in e.paths.items()}
+    b = replace(copy.deepcopy(e), env={**e.env, **lever.env}, paths=paths)
     if lever.builds():
         series = expand_path(lever.series) if lever.series else e.series
         without = [*e.series_without, *(n for n in lever.series_without if n not in e.series_without)]

@@ -163,7 +163,10 @@ def test_derive_runtime_and_build_arms():
     p2, a, b = derive(prof, "paged", make_lever(["LLAMA_X=1"], None, None, None, None))
     assert (a, b) == ("paged", "paged+lever") and "paged+lever" not in prof.engines  # the caller's profile is untouched
     eb = p2.engine(b)
-    assert eb.env == {"K": "1", "LLAMA_X": "1"} and eb.paths == {"paged": {"P": "1"}} and eb.series == "/x/series" and not eb.series_without
+    assert eb.env == {"K": "1", "LLAMA_X": "1"} and eb.paths == {"paged": {"P": "1", "LLAMA_X": "1"}} and eb.series == "/x/series" and not eb.series_without
+    assert prof.engine("paged").paths == {"paged": {"P": "1"}}
+    p5, _, b = derive(prof, "paged", make_lever(["P=0"], None, None, None, None))  # a path's own env does not hide the lever
+    assert p5.engine(b).paths == {"paged": {"P": "0"}}
     assert p2.serving.reference_engine == "paged" and p2.engine("paged").env == {"K": "1"}
     p3, _, b = derive(prof, "paged", make_lever(None, ["0055"], "0054", None, None))
     assert p3.engine(b).series_without == ["0055"] and p3.engine(b).series_until == "0054" and p3.engine(b).env == {"K": "1"}
@@ -175,6 +178,7 @@ def test_derive_runtime_and_build_arms():
     ("v", (["A=1"], None, None, None), "needs a llama engine"),
     ("stock", (None, ["0055"], None, None), "has no patch series"),
     ("nope", (["A=1"], None, None, None), "no such engine"),
+    ("paged", (["K=1"], None, None, None), "already runs with it"),
 ])  # fmt: skip
 def test_derive_refuses(engine, lever, msg):
     with pytest.raises(UsageError, match=msg):
