@@ -246,6 +246,9 @@ def session(ctx, req: ABRequest, p: dict) -> dict:
     with held_lock(ctx):
         hw = write_hardware(ctx)
         phases.append(gatesmod.run_gates(ctx, a, b, p["gate_models"], p["gate_paths"], req.lossy, "pre-"))
+        # kept if the measurement fails or is interrupted; replaced by the verdict below
+        ctx.run.write_json("summary.json", {"kind": "lever-ab", "lever": p["name"], "arms": {"A": a, "B": b}, "verdict": None, "state": "measuring",
+                                            "gates": {**gatesmod.verdict(phases, req.lossy), "phases": phases}})  # fmt: skip
         measured = measure(ctx, req, a, b, lever)
         if req.post_gates:
             phases.append(gatesmod.run_gates(ctx, a, b, p["gate_models"], p["gate_paths"], req.lossy, "post-"))
