@@ -113,9 +113,9 @@ def decide(gate: dict | None, cells: list[dict], metric: str) -> dict:
     """GO / NO-GO / FLAT / INCONCLUSIVE with the key cell and why (pure: unit-tested)."""
 
     def key_of(c: dict | None) -> dict:
-        if not c or c.get("ratio") is None:
+        if not c or c.get("ratio") is None or c.get("low") is None:
             return {"metric": metric, "point": c.get("point") if c else None, "ratio": None, "low": None, "high": None, "n_blocks": c.get("n_blocks") if c else 0,
-                    "text": f"{metric.upper()} B/A: no interval" + (f" at {c['point']}" if c else "")}  # fmt: skip
+                    "text": f"{metric.upper()} B/A " + (f"{c['ratio']:.4f} " if c and c.get("ratio") is not None else "") + "(no interval: fewer than 2 blocks with both arms)" + (f" at {c['point']}" if c else "")}  # fmt: skip
         return {"metric": metric, "point": c["point"], "ratio": c["ratio"], "low": c["low"], "high": c["high"], "n_blocks": c.get("n_blocks"), "outcome": c.get("outcome"),
                 "text": f"{metric.upper()} B/A {c['ratio']:.4f} [{c['low']:.4f}, {c['high']:.4f}] at {c['point']} ({c.get('n_blocks')} blocks)"}  # fmt: skip
 

@@ -122,6 +122,8 @@ def test_decide_go_no_go_flat_inconclusive():
     d = decide(GATE_OK, [eq, _cell("B=32", 1.0, 0.9, 1.1, "inconclusive", blocks_needed=40)], "s_tg")
     assert d["verdict"] == INCONCLUSIVE and d["key"]["point"] == "B=32" and "40 blocks" in d["why"]
     assert decide(GATE_OK, [], "s_tg")["verdict"] == INCONCLUSIVE
+    one = decide(GATE_OK, [_cell("B=1", 1.3, None, None, "inconclusive", n_blocks=1)], "s_tg")  # one block: a ratio, no interval
+    assert one["verdict"] == INCONCLUSIVE and one["key"]["text"] == "S_TG B/A 1.3000 (no interval: fewer than 2 blocks with both arms) at B=1"
 
 
 def test_decide_red_gate_is_no_go_whatever_the_numbers():
