@@ -81,9 +81,8 @@ def register(app: typer.Typer) -> None:
             return
 
         def human():
-            ctx.out.table(f"lever map {path} ({len(rows)} row(s))", ["#", "lever", "hardware", "pin", "verdict", "key number", "gates", "date", "artifact"],
-                          [[i, r.get("lever"), r.get("hardware_class"), str(r.get("pin") or "-")[:12], r.get("verdict"), r.get("key_number"), r.get("gates"), r.get("date"),
-                            r.get("artifact")] for i, r in enumerate(rows, 1)])  # fmt: skip
+            ctx.out.table(f"lever map {path} ({len(rows)} row(s); artifacts and pins: --json or --markdown)", ["#", "lever", "verdict", "key number", "gates", "hardware", "date"],
+                          [[i, r.get("lever"), r.get("verdict"), r.get("key_number"), r.get("gates"), r.get("hardware_class"), r.get("date")] for i, r in enumerate(rows, 1)])  # fmt: skip
 
         ctx.out.emit(doc, human)
 

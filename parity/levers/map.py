@@ -139,6 +139,11 @@ def _cell(v) -> str:
     return str("" if v is None else v).replace("|", "\\|").replace("\n", " ")
 
 
+def _gate_cell(r: dict) -> str:
+    kind, gates = str(r.get("gate_kind") or ""), str(r.get("gates") or "")
+    return gates if not kind or gates.startswith(kind) else f"{kind}: {gates}"
+
+
 def render_markdown(rows: list[dict], source: str = MAP_NAME) -> str:
     """The users' layout: a master table (every row, numbered) and the closed ones with why."""
     lines = ["# Lever map", "", f"Rendered by parity from `{source}` (edit the YAML, not this file). Gate key: BE = bit-exact (greedy md5 per path equal in both arms); "
@@ -149,7 +154,7 @@ def render_markdown(rows: list[dict], source: str = MAP_NAME) -> str:
         pin = f"{str(r.get('pin') or '-')[:8]} / {str(r.get('series_digest') or '-')[:8]}"
         reopen = f" (reopened: {r['reopen']})" if r.get("reopen") else ""
         lines.append("| " + " | ".join(_cell(c) for c in [i, f"**{r.get('lever')}**", r.get("changes"), r.get("hardware_class"), pin,
-                                                                f"{r.get('gate_kind') or ''} {r.get('gates') or ''}".strip(), r.get("key_number"),
+                                                                _gate_cell(r), r.get("key_number"),
                                                                 f"**{r.get('verdict')}**{reopen}", r.get("artifact"), r.get("date")]) + " |")  # fmt: skip
     closed = [r for r in rows if str(r.get("verdict", "")).strip().upper() in CLOSING]
     lines += ["", "## Drop / closed (do NOT pursue)", "", "| Lever | Why dropped |", "|-------|-------------|"]
