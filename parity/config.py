@@ -453,6 +453,13 @@ class ReportsConfig:
 
 
 @dataclass
+class LeversConfig:
+    """`parity ab` / `parity levers`: where the lever map lives (None: <artifacts>/lever_map.yaml)."""
+
+    map: str | None = None
+
+
+@dataclass
 class PolicyConfig:
     # env names refused in benchmark contexts, with the reason shown in the refusal
     forbidden_bench_env: dict[str, str] = field(
@@ -481,6 +488,7 @@ class Profile:
     stats: StatsConfig = field(default_factory=StatsConfig)
     reports: ReportsConfig = field(default_factory=ReportsConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
+    levers: LeversConfig = field(default_factory=LeversConfig)
     source_file: str = ""  # where it was loaded from (not a YAML key)
 
     # ---- lookups with clear errors ------------------------------------------------
@@ -630,6 +638,7 @@ def _expand_paths(p: Profile) -> None:
         s.fixups = expand_path(s.fixups)
         s.archive = expand_path(s.archive)
     p.lock.dir = expand_path(p.lock.dir) or p.lock.dir
+    p.levers.map = expand_path(p.levers.map)
     if p.gates.kl.text:
         p.gates.kl.text = expand_path(p.gates.kl.text)
 

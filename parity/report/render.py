@@ -141,6 +141,11 @@ def telemetry_plot(rd: RunData, path: Path):
 # ----------------------------------------------------------------- render
 
 
+def template_env():
+    """The jinja environment of parity's report templates (filters fmt, cell, tojson_line)."""
+    return _env()
+
+
 def _env():
     import jinja2
 

@@ -1,0 +1,117 @@
+"""parity ab -> parity.levers.ab.run; parity levers -> parity.levers.map (list, filter, render)"""
+
+from typing import List, Optional
+
+import typer
+
+from parity.cli.common import JsonOpt, ProfileOpt
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("ab")
+    def ab(
+        engine: Optional[str] = typer.Option(None, "--engine", "-e", help="Base engine: arm A (default: gates.engine, else the first llama engine)."),
+        env: Optional[List[str]] = typer.Option(None, "--env", metavar="NAME=VALUE", help="Runtime lever: arm B is the same build with this env (repeatable)."),
+        series_without: Optional[List[str]] = typer.Option(None, "--series-without", metavar="NNNN", help="Build lever: arm B without this patch (repeatable)."),
+        series_until: Optional[str] = typer.Option(None, "--series-until", metavar="NNNN", help="Build lever: arm B with the patches numbered <= NNNN only."),
+        series: Optional[str] = typer.Option(None, "--series", metavar="DIR", help="Build lever: arm B built with another series directory."),
+        name: Optional[str] = typer.Option(None, "--name", metavar="LEVER", help="The lever's name in the map (default: derived from the lever, e.g. 'LLAMA_X=1' or 'series-without=0055')."),
+        reopen: Optional[str] = typer.Option(None, "--reopen", metavar="REASON", help="Run a lever the map closed (REJECTED, FLAT, NO-GO, DROPPED here) again; the reason is recorded."),
+        lossy: bool = typer.Option(False, "--lossy", help="The lever may change output: gate it by the KL band (gates.kl) instead of equal md5s."),
+        serving: bool = typer.Option(False, "--serving", help="Measure with the serving sweep (paired blocks) instead of llama-batched-bench."),
+        model: Optional[str] = typer.Option(None, "--model", "-m", help="Model to measure (default: serving.model)."),
+        npl: Optional[str] = typer.Option(None, "--npl", metavar="N,...", help="Parallel sequences / concurrency (default: serving.bench.npl, or serving.npl with --serving)."),
+        npp: Optional[str] = typer.Option(None, "--npp", metavar="N,...", help="batched-bench prompt lengths (default: serving.bench.npp)."),
+        ntg: Optional[str] = typer.Option(None, "--ntg", metavar="N,...", help="batched-bench generated tokens (default: serving.bench.ntg)."),
+        repeat: Optional[int] = typer.Option(None, "--repeat", help="Blocks (with --until-ci: at least this many)."),
+        until_ci: Optional[float] = typer.Option(None, "--until-ci", metavar="PCT", help="Add blocks until every headline half-width is <= PCT %."),
+        max_repeats: Optional[int] = typer.Option(None, "--max-repeats", metavar="N", help="--until-ci: at most N blocks."),
+        budget_s: Optional[float] = typer.Option(None, "--budget-s", metavar="S", help="--until-ci: no block past S seconds."),
+        order: Optional[str] = typer.Option(None, "--order", help="Arm order across blocks: abba (default) or abab."),
+        gate_models: Optional[str] = typer.Option(None, "--gate-models", metavar="M,...", help="Models the md5 gate runs (default: gates.models)."),
+        gate_paths: Optional[str] = typer.Option(None, "--gate-paths", metavar="P,...", help="Paths the md5 gate runs (default: gates.paths)."),
+        no_post_gates: bool = typer.Option(False, "--no-post-gates", help="Gate both arms before the measurement only."),
+        map_file: Optional[str] = typer.Option(None, "--map", metavar="FILE", help="The lever map (default: levers.map, else <artifacts>/lever_map.yaml)."),
+        dry_run: bool = typer.Option(False, "--dry-run", help="Say what would be built, gated, measured, locked and which map row is checked; start nothing."),
+        profile: Optional[str] = ProfileOpt,
+        json: bool = JsonOpt,
+    ):
+        """One lever A/B: both arms built, gated (md5 per path, or --lossy KL), measured in paired blocks; verdict GO / NO-GO / FLAT / INCONCLUSIVE into the lever map."""
+        from parity.cli.common import make_context, parse_int_list, parse_str_list
+        from parity.levers.ab import ABRequest
+        from parity.levers.ab import run as run_ab
+
+        ctx = make_context(profile, json)
+        req = ABRequest(engine=engine, env=env or [], series_without=series_without or [], series_until=series_until, series=series, name=name, reopen=reopen, lossy=lossy,
+                        serving=serving, model=model, npl=parse_int_list(npl, "--npl"), npp=parse_int_list(npp, "--npp"), ntg=parse_int_list(ntg, "--ntg"), repeat=repeat,
+                        until_ci=until_ci, max_repeats=max_repeats, budget_s=budget_s, order=order, gate_models=parse_str_list(gate_models), gate_paths=parse_str_list(gate_paths),
+                        post_gates=not no_post_gates, map=map_file, dry_run=dry_run)  # fmt: skip
+        doc = run_ab(ctx, req)
+        ctx.out.emit(doc, lambda: (render_plan if dry_run else render_result)(ctx.out, doc))
+        if dry_run and doc["map"]["refusal"] and not reopen:
+            from parity.levers.map import LeverRefused
+
+            raise LeverRefused(f"lever {doc['lever']!r} {doc['map']['refusal']}")
+        if not dry_run and not doc["gates"]["ok"]:
+            from parity.errors import GateFailed
+
+            raise GateFailed(f"lever {doc['lever']}: NO-GO, gate red: {doc['gates']['problem']} (measured and recorded: {doc['run_dir']})")
+
+    @app.command("levers")
+    def levers(
+        verdict: Optional[str] = typer.Option(None, "--verdict", metavar="V[,V]", help="Only rows with this verdict (GO, NO-GO, FLAT, INCONCLUSIVE, or your own words)."),
+        hardware: Optional[str] = typer.Option(None, "--hardware", metavar="CLASS", help="Only rows of this hardware class (hopper, cpu_only, ...)."),
+        lever: Optional[str] = typer.Option(None, "--lever", metavar="TEXT", help="Only levers whose name holds TEXT."),
+        markdown: bool = typer.Option(False, "--markdown", help="Print the map as the markdown table (the users' layout)."),
+        map_file: Optional[str] = typer.Option(None, "--map", metavar="FILE", help="The lever map (default: levers.map, else <artifacts>/lever_map.yaml)."),
+        profile: Optional[str] = ProfileOpt,
+        json: bool = JsonOpt,
+    ):
+        """The lever map: every A/B's verdict, key number, gates and artifact, filtered."""
+        from parity.cli.common import make_context
+        from parity.levers.map import LeversRequest, listing
+
+        ctx = make_context(profile, json)
+        doc = listing(ctx, LeversRequest(map=map_file, verdict=verdict, hardware=hardware, lever=lever))
+        rows, path = doc["rows"], doc["map"]
+        if markdown and not json:
+            import sys
+
+            sys.stdout.write(doc["markdown"])
+            return
+
+        def human():
+            ctx.out.table(f"lever map {path} ({len(rows)} row(s); artifacts and pins: --json or --markdown)", ["#", "lever", "verdict", "key number", "gates", "hardware", "date"],
+                          [[i, r.get("lever"), r.get("verdict"), r.get("key_number"), r.get("gates"), r.get("hardware_class"), r.get("date")] for i, r in enumerate(rows, 1)])  # fmt: skip
+
+        ctx.out.emit(doc, human)
+
+
+def render_plan(out, doc: dict) -> None:
+    import shlex
+
+    out.info(f"ab plan: lever {doc['lever']} ({doc['kind']}): {doc['changes']}; A = {doc['arms']['A']}, B = {doc['arms']['B']}")
+    for arm, b in doc["builds"].items():
+        what = f"prebuilt {b['prebuilt']}" if "prebuilt" in b else f"build {b['key']} ({'cached' if b['cached'] else 'to build, before the lock'}; {b['patches']} patches" + (f", {b['series_selection']}" if b.get("series_selection") else "") + ")"
+        out.info(f"  {arm}: {what}")
+    g = doc["gates"]
+    out.info(f"gates ({g['kind']}, {' and '.join(g['phases'])}): models {', '.join(g['models'])} x paths {', '.join(str(p) for p in g['paths'])}, both arms" + (f"; KL reference {g['kl']['reference']}, candidate {g['kl']['candidate']}" if g.get("kl") else ""))
+    m = doc["measure"]
+    out.info(f"measure: {m['kind']} on {m['model']}, {m['metric']} B/A, blocks: {m['blocks']}")
+    for arm, c in (m.get("commands") or {}).items():
+        out.info(f"  {arm}: env {' '.join(f'{k}={shlex.quote(v)}' for k, v in c['env'].items())} {' '.join(shlex.quote(x) for x in c['argv'])}")
+    out.info(f"lock: {doc['lock']['dir']}; preflight gpu: {doc['lock']['preflight'].get('gpu')}")
+    mp = doc["map"]
+    ident = mp["identity"]
+    out.info(f"map: {mp['path']} ({mp['rows']} rows); row checked: lever {ident['lever']!r} on {ident['hardware_class']} at pin {str(ident['pin'])[:12]}"
+             + (f"; {mp['refusal']}" if mp["refusal"] else f"; earlier: {mp['earlier']['verdict']} {mp['earlier'].get('date')}" if mp["earlier"] else "; no earlier row"))  # fmt: skip
+
+
+def render_result(out, doc: dict) -> None:
+    out.table(f"lever {doc['lever']}: {doc['measurement']['metric']} B/A per point ({doc['arms']['B']} / {doc['arms']['A']})", ["point", "B/A", "interval", "blocks", "outcome"],
+              [[c["point"], "-" if c["ratio"] is None else f"{c['ratio']:.4f}", "-" if c["low"] is None else f"[{c['low']:.4f}, {c['high']:.4f}]", c["n_blocks"], c["outcome"]]
+               for c in doc["measurement"]["points"]])  # fmt: skip
+    out.info(f"gates ({doc['gates']['kind']}): {doc['gates']['summary']}" + (f"; {doc['gates']['problem']}" if doc["gates"]["problem"] else ""))
+    out.info(f"verdict: {doc['verdict']}: {doc['key']['text']}; {doc['why']}")
+    out.info(f"map: {doc['map']} (+ {doc['map_markdown']}); report: {doc['run_dir']}/{doc['report']}")
+    out.info(f"-> {doc['run_dir']}")

@@ -1,0 +1,310 @@
+"""`parity ab`: one lever, two arms, one session, one verdict.
+
+Order of work: derive the arms (arms.py) and check the lever map (a closed lever stops here
+unless --reopen); build both arms BEFORE the GPU lock; under the lock: hardware.txt, gate
+both arms (gates.py), measure both in paired blocks (llama-batched-bench by default,
+the serving sweep with --serving), gate both again; decide; write summary.json, the phase
+report (report.py) and the lever map row (map.py).
+
+Verdict (decide()), on the headline metric (S_TG for batched-bench, the first of
+stats.metrics for serving) at every point, B/A paired over the blocks:
+- NO-GO when a gate is red (bit-exact lever: an md5 differs or a run failed; lossy: out of
+  the KL band), whatever the numbers, or when any point regressed;
+- GO when a point improved and none regressed;
+- FLAT only when every point is equivalent (the whole interval inside +-stats.min_delta_pct);
+- INCONCLUSIVE otherwise: the interval cannot tell noise from a change, never called FLAT.
+Exit: 0 with a verdict, 3 when a gate is red (the measurement is still written)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from parity.errors import UsageError
+
+GO, NO_GO, FLAT, INCONCLUSIVE = "GO", "NO-GO", "FLAT", "INCONCLUSIVE"
+BENCH_HEADLINE = "s_tg"
+
+
+@dataclass
+class ABRequest:
+    """What `parity ab` asks for."""
+
+    engine: str | None = None  # the base engine (arm A); None: gates.engine, else the first llama engine
+    env: list[str] = field(default_factory=list)  # NAME=VALUE: runtime lever
+    series_without: list[str] = field(default_factory=list)  # build lever
+    series_until: str | None = None
+    series: str | None = None
+    name: str | None = None
+    reopen: str | None = None
+    lossy: bool = False
+    serving: bool = False
+    model: str | None = None
+    npl: list[int] | None = None
+    npp: list[int] | None = None
+    ntg: list[int] | None = None
+    repeat: int | None = None
+    until_ci: float | None = None
+    max_repeats: int | None = None
+    budget_s: float | None = None
+    order: str | None = None
+    gate_models: list[str] | None = None  # None: gates.models
+    gate_paths: list[str] | None = None  # None: gates.paths, else the engine's paths
+    post_gates: bool = True
+    map: str | None = None  # None: levers.map, else <artifacts>/lever_map.yaml
+    dry_run: bool = False
+
+
+def base_engine(profile, engine: str | None) -> str:
+    if engine:
+        profile.engine(engine)
+        return engine
+    cands = [profile.gates.engine] if profile.gates.engine else []
+    cands += [n for n, e in profile.engines.items() if e.kind == "llama"]
+    if not cands:
+        raise UsageError(f"profile {profile.name} has no llama engine to take as arm A (--engine)")
+    return cands[0]
+
+
+def gate_plan(profile, arm: str, req: ABRequest) -> tuple[list[str], list[str | None]]:
+    g = profile.gates
+    models = req.gate_models or g.models or [req.model or profile.serving.model]
+    models = [m for m in models if m]
+    if not models:
+        raise UsageError("no model to gate (gates.models, --gate-models or serving.model)")
+    for m in models:
+        profile.model(m)
+    e = profile.engine(arm)
+    paths = req.gate_paths or [p for p in g.paths if not e.paths or p in e.paths] or list(e.paths) or [None]
+    for p in paths:
+        if p is not None and e.paths and p not in e.paths:
+            raise UsageError(f"--gate-paths: engine {arm} has no path {p!r} (paths: {', '.join(e.paths)})")
+    return models, paths
+
+
+def context_facts(ctx, arm_a: str) -> dict:
+    """hardware class (this machine's), pin and series digest of arm A: the map's identity of a row."""
+    from parity.engine import patches
+    from parity.engine.build import plan
+    from parity.gpu.hardware import inventory
+
+    facts = {"hardware_class": inventory(ctx.runner)["hardware_class"], "pin": None, "series_digest": None}
+    try:
+        p = plan(ctx.profile, arm_a)
+        facts["pin"] = p.source.info.get("pin") or p.source.identity
+        facts["series_digest"] = patches.digest_of(p.series) if p.series_dir else None
+    except UsageError:
+        e = ctx.profile.engine(arm_a)
+        facts["pin"] = f"prebuilt:{e.bin_dir}" if e.bin_dir else None
+    return facts
+
+
+def measure_cells(doc: dict, serving: bool, headline: str) -> list[dict]:
+    """The headline's paired rows B/A, one per point, in point order: {point, ratio, low, high, outcome, ...}."""
+    if serving:
+        rows = [p for p in doc.get("paired") or [] if p["metric"] == headline]
+        rows.sort(key=lambda p: p.get("n") or 0)
+        return [{**p, "point": f"N={p.get('n')}"} for p in rows]
+    rows = [p for p in doc.get("paired") or [] if p["metric"] == BENCH_HEADLINE]
+    rows.sort(key=lambda p: (p["pp"], p["tg"], p["b"]))
+    return [{**p, "point": f"PP={p['pp']} TG={p['tg']} B={p['b']}"} for p in rows]
+
+
+def decide(gate: dict | None, cells: list[dict], metric: str) -> dict:
+    """GO / NO-GO / FLAT / INCONCLUSIVE with the key cell and why (pure: unit-tested)."""
+
+    def key_of(c: dict | None) -> dict:
+        if not c or c.get("ratio") is None or c.get("low") is None:
+            return {"metric": metric, "point": c.get("point") if c else None, "ratio": None, "low": None, "high": None, "n_blocks": c.get("n_blocks") if c else 0,
+                    "text": f"{metric.upper()} B/A " + (f"{c['ratio']:.4f} " if c and c.get("ratio") is not None else "") + "(no interval: fewer than 2 blocks with both arms)" + (f" at {c['point']}" if c else "")}  # fmt: skip
+        return {"metric": metric, "point": c["point"], "ratio": c["ratio"], "low": c["low"], "high": c["high"], "n_blocks": c.get("n_blocks"), "outcome": c.get("outcome"),
+                "text": f"{metric.upper()} B/A {c['ratio']:.4f} [{c['low']:.4f}, {c['high']:.4f}] at {c['point']} ({c.get('n_blocks')} blocks)"}  # fmt: skip
+
+    outs = [c.get("outcome") for c in cells]
+    largest = cells[-1] if cells else None
+    regressed = [c for c in cells if c.get("outcome") == "regressed"]
+    improved = [c for c in cells if c.get("outcome") == "improved"]
+    if gate is not None and not gate["ok"]:
+        worst = min(regressed, key=lambda c: c["ratio"]) if regressed else largest
+        return {"verdict": NO_GO, "why": f"gate red: {gate['problem']}", "key": key_of(worst)}
+    if not cells:
+        return {"verdict": INCONCLUSIVE, "why": "no paired measurement", "key": key_of(None)}
+    if regressed:
+        worst = min(regressed, key=lambda c: c["ratio"])
+        return {"verdict": NO_GO, "why": f"{metric} regressed at {', '.join(c['point'] for c in regressed)}", "key": key_of(worst)}
+    if improved:
+        best = max(improved, key=lambda c: c["ratio"])
+        return {"verdict": GO, "why": f"{metric} improved at {', '.join(c['point'] for c in improved)}, no point regressed", "key": key_of(best)}
+    if all(o == "equivalent" for o in outs):
+        return {"verdict": FLAT, "why": f"{metric} equivalent at every point (each interval inside +-threshold)", "key": key_of(largest)}
+    undecided = [c for c in cells if c.get("outcome") != "equivalent"]
+    need = [c.get("blocks_needed") for c in undecided if c.get("blocks_needed")]
+    more = f"; about {max(need)} blocks would settle it at the observed spread" if need else ""
+    return {"verdict": INCONCLUSIVE, "why": f"the interval at {', '.join(c['point'] for c in undecided)} holds 1 and reaches past the threshold: noise cannot be told from a change{more}",
+            "key": key_of(undecided[-1])}  # fmt: skip
+
+
+def prepare(ctx, req: ABRequest) -> dict:
+    """Everything checked before a run dir exists: the lever, the arms (profile copy on ctx),
+    builds planned (unknown patch numbers fail here), gates, map row.  Raises UsageError."""
+    from parity.levers import arms as armsmod
+    from parity.levers import map as levermap
+    from parity.levers.gates import check_lossy
+
+    lever = armsmod.make_lever(req.env, req.series_without, req.series_until, req.series, req.name)
+    base = base_engine(ctx.profile, req.engine)
+    prof, arm_a, arm_b = armsmod.derive(ctx.profile, base, lever)
+    ctx.profile = prof
+    if req.lossy:
+        check_lossy(prof)
+    if req.model:
+        prof.model(req.model)
+    builds = {arm: armsmod.check_build(prof, arm) for arm in (arm_a, arm_b)}
+    models, paths = gate_plan(prof, arm_a, req)
+    facts = context_facts(ctx, arm_a)
+    map_path = levermap.default_path(prof, ctx.artifacts_root) if not req.map else __import__("pathlib").Path(req.map).expanduser()
+    rows = levermap.load(map_path)
+    name = lever.label()
+    same = levermap.matching(rows, name, facts["hardware_class"], facts["pin"])
+    closed = levermap.closing_row(rows, name, facts["hardware_class"], facts["pin"])
+    return {"lever": lever, "name": name, "arm_a": arm_a, "arm_b": arm_b, "builds": builds, "gate_models": models, "gate_paths": paths, "facts": facts,
+            "map_path": map_path, "map_rows": rows, "earlier": same[-1] if same else None, "closed": closed}  # fmt: skip
+
+
+def dry_run(ctx, req: ABRequest, p: dict) -> dict:
+    """What a real run would build, gate, measure, lock and check in the map; starts nothing."""
+    from parity.engine.build import dry_tool_path
+    from parity.gates.common import path_env
+    from parity.gpu.lock import effective_dir, preflight
+    from parity.serving.batched_bench import argv
+
+    prof = ctx.profile
+    a, b = p["arm_a"], p["arm_b"]
+    bench = prof.serving.bench
+    model = req.model or prof.serving.model
+    mf = prof.model(model).path if model in prof.models else model
+    npp, ntg, npl = req.npp or bench.npp, req.ntg or bench.ntg, req.npl or (prof.serving.npl if req.serving else bench.npl)
+    if req.serving:
+        measure = {"kind": "serving", "engines": [a, b], "model": model, "npl": npl, "reference": a, "metric": prof.stats.metrics[0]}
+    else:
+        measure = {"kind": "batched-bench", "model": model, "npp": npp, "ntg": ntg, "npl": npl, "reference": a, "metric": BENCH_HEADLINE,
+                   "commands": {arm: {"env": path_env(ctx, arm, None), "argv": argv(dry_tool_path(prof, arm, "llama-batched-bench", ctx.runner, ctx.out), mf, npp, ntg, npl, bench)} for arm in (a, b)}}  # fmt: skip
+    from parity.serving.batched_bench import BenchRequest
+    from parity.serving.bench_ab import budget_for
+
+    measure["blocks"] = budget_for(BenchRequest(repeat=req.repeat, until_ci=req.until_ci, max_repeats=req.max_repeats, budget_s=req.budget_s), prof.stats, 2).describe()
+    closed = p["closed"]
+    refusal = None
+    if closed is not None:
+        refusal = f"closed by {levermap_describe(closed)}" + (f"; --reopen {req.reopen!r} reopens it" if req.reopen else ": a real run stops here (exit 2) without --reopen REASON")
+    return {
+        "dry_run": True, "lever": p["name"], "kind": p["lever"].kind, "changes": p["lever"].changes(a), "arms": {"A": a, "B": b},
+        "env": {"A": path_env(ctx, a, None), "B": path_env(ctx, b, None)}, "builds": p["builds"],
+        "gates": {"kind": "KL" if req.lossy else "BE", "models": p["gate_models"], "paths": p["gate_paths"], "phases": ["pre", "post"] if req.post_gates else ["pre"],
+                  "kl": {"reference": prof.gates.kl.reference, "candidate": prof.gates.kl.candidate} if req.lossy else None},
+        "measure": measure, "lock": {"dir": str(effective_dir(prof.lock)), "preflight": preflight(ctx.runner, prof.lock)},
+        "map": {"path": str(p["map_path"]), "rows": len(p["map_rows"]), "identity": {"lever": p["name"], **p["facts"]}, "earlier": p["earlier"], "refusal": refusal},
+    }  # fmt: skip
+
+
+def levermap_describe(row: dict) -> str:
+    from parity.levers.map import describe
+
+    return describe(row)
+
+
+def run(ctx, req: ABRequest) -> dict:
+    """`parity ab`: the plan (--dry-run) or a run directory with the gated, measured lever."""
+    from parity.levers import map as levermap
+
+    p = prepare(ctx, req)
+    if req.dry_run:
+        return dry_run(ctx, req, p)
+    levermap.refuse_if_closed(p["map_rows"], p["name"], p["facts"]["hardware_class"], p["facts"]["pin"], req.reopen, p["map_path"])
+    from parity.artifacts import slugify
+    from parity.context import run_session
+
+    with run_session(ctx, "ab", f"ab-{slugify(p['name'])[:40]}"):
+        doc = session(ctx, req, p)
+        return doc
+
+
+def session(ctx, req: ABRequest, p: dict) -> dict:
+    from parity.engine.build import ensure_engines_built
+    from parity.gpu.hardware import write_hardware
+    from parity.gpu.lock import held_lock
+    from parity.levers import gates as gatesmod
+    from parity.levers import map as levermap
+    from parity.levers.report import write_report
+
+    a, b = p["arm_a"], p["arm_b"]
+    lever = p["lever"]
+    ctx.out.info(f"[ab] lever {p['name']}: A = {a}, B = {b} ({lever.changes(a)})")
+    built = ensure_engines_built(ctx, [a, b])  # before the shared GPU is taken
+    for arm in (a, b):
+        ctx.out.info(f"[ab] {arm}: build {built[arm].get('key') or built[arm]} ({'cached' if built[arm].get('cached') else 'built now'})")
+    phases = []
+    with held_lock(ctx):
+        hw = write_hardware(ctx)
+        phases.append(gatesmod.run_gates(ctx, a, b, p["gate_models"], p["gate_paths"], req.lossy, "pre-"))
+        # kept if the measurement fails or is interrupted; replaced by the verdict below
+        ctx.run.write_json("summary.json", {"kind": "lever-ab", "lever": p["name"], "arms": {"A": a, "B": b}, "verdict": None, "state": "measuring",
+                                            "gates": {**gatesmod.verdict(phases, req.lossy), "phases": phases}})  # fmt: skip
+        measured = measure(ctx, req, a, b, lever)
+        if req.post_gates:
+            phases.append(gatesmod.run_gates(ctx, a, b, p["gate_models"], p["gate_paths"], req.lossy, "post-"))
+    gate = gatesmod.verdict(phases, req.lossy)
+    metric = BENCH_HEADLINE if not req.serving else ctx.profile.stats.metrics[0]
+    cells = measure_cells(measured, req.serving, metric)
+    dec = decide(gate, cells, metric)
+    if measured.get("invalid_points"):  # left out of the paired statistics (parity.serving.summary), said beside the verdict
+        dec["why"] += f"; {len(measured['invalid_points'])} invalid serving point(s) left out, first: {measured['invalid_points'][0]}"
+    facts = {**p["facts"], "hardware_class": hw["hardware_class"]}
+    run_dir = str(ctx.run.path)
+    doc = {
+        "kind": "lever-ab", "lever": p["name"], "lever_kind": lever.kind, "changes": lever.changes(a), "arms": {"A": a, "B": b},
+        "engine": a, "env": lever.env, "series_without": lever.series_without, "series_until": lever.series_until, "series": lever.series,
+        **facts, "builds": {arm: built[arm] for arm in (a, b)}, "verdict": dec["verdict"], "why": dec["why"], "key": dec["key"],
+        "gates": {**gate, "phases": [{k: v for k, v in ph.items()} for ph in phases]}, "lossy": req.lossy,
+        "measurement": {"kind": "serving" if req.serving else "batched-bench", "metric": metric, "points": [_cell(c) for c in cells],
+                        "blocks": measured.get("blocks"), "stop": measured.get("stop"), "order": measured.get("order"),
+                        "file": "serving_summary.json" if req.serving else "bench.json", "invalid_points": measured.get("invalid_points") or []},
+        "reopen": req.reopen, "reopens": levermap.describe(p["closed"]) if p["closed"] else None, "map": str(p["map_path"]), "run_dir": run_dir,
+    }  # fmt: skip
+    doc["report"] = write_report(ctx, doc, measured, req.serving)
+    ctx.run.write_json("summary.json", doc)
+    row = {"lever": p["name"], "kind": lever.kind, "engine": a, "changes": doc["changes"], "hardware_class": facts["hardware_class"], "pin": facts["pin"],
+           "series_digest": facts["series_digest"], "verdict": dec["verdict"], "key_number": dec["key"]["text"], "metric": metric, "point": dec["key"]["point"],
+           "ratio": dec["key"]["ratio"], "low": dec["key"]["low"], "high": dec["key"]["high"], "gates": gate["summary"], "gate_kind": gate["kind"],
+           "artifact": run_dir, "report": doc["report"], "date": levermap.today(), "reopen": req.reopen, "reopens": doc["reopens"]}  # fmt: skip
+    rows = levermap.append(p["map_path"], row)
+    doc["map_markdown"] = str(levermap.write_markdown(p["map_path"], rows))
+    ctx.run.write_json("summary.json", doc)
+    ctx.out.info(f"[ab] {dec['verdict']}: {dec['key']['text']}; {dec['why']}")
+    return doc
+
+
+def _cell(c: dict) -> dict:
+    keep = ("point", "ratio", "low", "high", "outcome", "n_blocks", "ratios", "blocks", "half_width_pct", "blocks_needed", "reason", "threshold_pct")
+    return {k: c.get(k) for k in keep}
+
+
+def measure(ctx, req: ABRequest, a: str, b: str, lever) -> dict:
+    """Both arms in paired blocks under the held lock: batched-bench (parity.serving.bench_ab) or
+    the serving sweep (parity.serving.snapshot, no gates of its own: the arms' gates are ours)."""
+    allow = [k for k in lever.env if k in ctx.profile.policy.forbidden_bench_env]  # the lever's own env is the point of arm B, not a knob to refuse
+    if req.serving:
+        from parity.serving.snapshot import SnapshotRequest, make_plan, run_snapshot
+
+        sreq = SnapshotRequest(npl=req.npl, engines=[a, b], model=req.model, repeat=req.repeat, order=req.order, gates=False, allow_env=allow,
+                               until_ci=req.until_ci, max_repeats=req.max_repeats, budget_s=req.budget_s)  # fmt: skip
+        doc = run_snapshot(ctx, make_plan(ctx, sreq), gates=False, allow_env=allow)
+        src = ctx.run.file("summary.json")
+        if src.exists():
+            src.replace(ctx.run.file("serving_summary.json"))  # summary.json is the lever's
+        return doc
+    from parity.serving.bench_ab import run_ab
+    from parity.serving.batched_bench import BenchRequest
+
+    breq = BenchRequest(engines=[a, b], model=req.model, npp=req.npp, ntg=req.ntg, npl=req.npl, allow_env=allow, repeat=req.repeat, until_ci=req.until_ci,
+                        max_repeats=req.max_repeats, budget_s=req.budget_s, order=req.order)  # fmt: skip
+    return run_ab(ctx, breq)

@@ -1,0 +1,137 @@
+"""The two arms of a lever A/B, derived from one base engine of the profile.
+
+A runtime lever (--env NAME=VALUE) runs the base build twice: arm B is the same engine
+config with the extra env, so the same build key and binaries.  A build lever
+(--series-without NNNN, --series-until NNNN, --series DIR) is the users' "separately
+built in-backend A/B": arm B is the base config with another patch selection (its own
+build key; ccache recompiles only what the patches touch).  Both may be combined (a
+patch compiled in and switched on by env)."""
+
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass, field, replace
+
+from parity.errors import UsageError
+
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+ARM_B_SUFFIX = "+lever"
+
+
+@dataclass
+class Lever:
+    env: dict[str, str] = field(default_factory=dict)
+    series_without: list[str] = field(default_factory=list)
+    series_until: str | None = None
+    series: str | None = None  # another series directory
+    name: str | None = None  # --name; None: derived
+
+    @property
+    def kind(self) -> str:
+        return "build" if self.builds() else "runtime"
+
+    def builds(self) -> bool:
+        return bool(self.series_without or self.series_until or self.series)
+
+    def derived_name(self) -> str:
+        parts = [f"{k}={v}" for k, v in self.env.items()]
+        if self.series:
+            parts.append(f"series={self.series.rstrip('/').rsplit('/', 1)[-1]}")
+        if self.series_until:
+            parts.append(f"series-until={self.series_until}")
+        parts += [f"series-without={n}" for n in self.series_without]
+        return " ".join(parts)
+
+    def label(self) -> str:
+        return self.name or self.derived_name()
+
+    def changes(self, base: str) -> str:
+        """What arm B changes against arm A, in words (the map's `changes` column)."""
+        out = []
+        if self.env:
+            out.append("env " + " ".join(f"{k}={v}" for k, v in self.env.items()) + f" on the {base} build")
+        if self.series:
+            out.append(f"series {self.series} instead of {base}'s")
+        if self.series_until:
+            out.append(f"series patches <= {self.series_until} only")
+        if self.series_without:
+            out.append(f"series without patch {', '.join(self.series_without)}")
+        return "; ".join(out)
+
+
+def parse_env(items: list[str] | None) -> dict[str, str]:
+    """--env NAME=VALUE (repeatable) -> {NAME: VALUE}; a malformed item is a one-line UsageError."""
+    env: dict[str, str] = {}
+    for item in items or []:
+        name, sep, value = str(item).partition("=")
+        if not sep or not ENV_NAME.match(name):
+            raise UsageError(f"--env {item!r}: expected NAME=VALUE with NAME an environment variable name")
+        if name in env and env[name] != value:
+            raise UsageError(f"--env {name} given twice with different values ({env[name]!r}, {value!r})")
+        env[name] = value
+    return env
+
+
+def patch_number(value: str, flag: str) -> str:
+    v = str(value).strip()
+    if not re.fullmatch(r"\d{1,6}", v):
+        raise UsageError(f"{flag} {value!r}: not a patch number (NNNN, as in NNNN-title.patch)")
+    return v
+
+
+def make_lever(env: list[str] | None, series_without: list[str] | None, series_until: str | None, series: str | None, name: str | None) -> Lever:
+    lever = Lever(parse_env(env), [patch_number(n, "--series-without") for n in series_without or []],
+                  patch_number(series_until, "--series-until") if series_until else None, series, name)  # fmt: skip
+    if not lever.env and not lever.builds():
+        raise UsageError("no lever given: --env NAME=VALUE (runtime lever), --series-without NNNN, --series-until NNNN or --series DIR (build lever)")
+    if name is not None and not str(name).strip():
+        raise UsageError("--name: empty lever name")
+    return lever
+
+
+def derive(profile, base: str, lever: Lever):
+    """(profile copy with arm B added, arm A name, arm B name).  The copy's serving reference is
+    arm A, so every ratio reads B/A.  Bad combinations are one-line UsageErrors."""
+    from parity.config import expand_path
+
+    e = profile.engine(base)
+    if e.kind != "llama":
+        raise UsageError(f"engine {base} is a {e.kind} engine: a lever A/B needs a llama engine (its build and env)")
+    if lever.builds():
+        if e.bin_dir:
+            raise UsageError(f"engine {base} uses prebuilt binaries ({e.bin_dir}): a build lever needs an engine parity builds (a source)")
+        if not (e.series or lever.series):
+            raise UsageError(f"engine {base} has no patch series: --series-without / --series-until need one (or give --series DIR)")
+    if not lever.builds() and all(e.env.get(k) == v and all(pe.get(k, v) == v for pe in e.paths.values()) for k, v in lever.env.items()):
+        raise UsageError(f"--env {' '.join(f'{k}={v}' for k, v in lever.env.items())}: engine {base} already runs with it, arm B would be arm A "
+                         f"(for an A/A of one build: parity bench --aa --engines {base})")  # fmt: skip
+    prof = copy.deepcopy(profile)
+    # the lever's env wins over the engine's and every path's own (a path's env is applied last)
+    paths = {p: {**penv, **lever.env} for p, penv in e.paths.items()}
+    b = replace(copy.deepcopy(e), env={**e.env, **lever.env}, paths=paths)
+    if lever.builds():
+        series = expand_path(lever.series) if lever.series else e.series
+        without = [*e.series_without, *(n for n in lever.series_without if n not in e.series_without)]
+        b = replace(b, series=series, series_until=lever.series_until or e.series_until, series_without=without,
+                    expected_tree=None, fork=None, description=f"{base} with {lever.changes(base)}")  # fmt: skip
+    else:
+        b.description = f"{base} with {lever.changes(base)}"
+    name_b = base + ARM_B_SUFFIX
+    prof.engines[name_b] = b
+    prof.serving.reference_engine = base
+    return prof, base, name_b
+
+
+def check_build(profile, arm: str) -> dict:
+    """Plan arm's build now (an unknown patch number or series directory is a one-line
+    UsageError before anything runs): {key, cached, series_selection, patches}."""
+    from parity.engine.build import OK_MARKER, plan, selection
+
+    e = profile.engine(arm)
+    if e.bin_dir or not e.source:
+        return {"prebuilt": e.bin_dir}
+    p = plan(profile, arm)
+    sel = selection(e)
+    return {"key": p.key, "cached": (p.dir / OK_MARKER).exists(), "dir": str(p.dir), "series_dir": p.series_dir,
+            "patches": len(p.series), "series_selection": sel.describe() if sel else None}  # fmt: skip

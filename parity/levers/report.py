@@ -1,0 +1,46 @@
+"""The dated phase report of one lever A/B (parity/report's templates and ledger): the verdict,
+key number and interval, both arms' gates, the per-point paired table with per-block ratios.
+It goes to <run dir>/reports/ with its ledger row there (the lever map is the memory across runs)."""
+
+from __future__ import annotations
+
+
+def _f(v, nd=4) -> str:
+    return "-" if v is None else f"{v:.{nd}f}"
+
+
+def write_report(ctx, doc: dict, measured: dict, serving: bool) -> str:
+    from parity.artifacts import atomic_write_text, slugify
+    from parity.levers.map import today
+    from parity.report import ledger
+    from parity.report.render import template_env
+
+    out_dir = ctx.run.path / "reports"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    phase, date = ledger.next_phase(out_dir), today()
+    gate_rows, kl_rows = [], []
+    for ph in doc["gates"]["phases"]:
+        for p in ph["md5"]:
+            a, b = (p["arms"][doc["arms"][k]] for k in ("A", "B"))
+            gate_rows.append([p["phase"], p["model"], p["path"] or "-", a["md5"] or "-", b["md5"] or "-", p["status"], p["detail"] if p["status"] != "equal" else ""])
+        if k := ph.get("kl"):
+            kld = k.get("kld") or {}
+            kl_rows.append([k["phase"], k["model"], k["path"] or "-", _f(kld.get(doc["arms"]["A"]), 6), _f(kld.get(doc["arms"]["B"]), 6), k["status"], k["detail"]])
+    point_rows = [[c["point"], _f(c["ratio"]), f"[{_f(c['low'])}, {_f(c['high'])}]", c.get("n_blocks"), c.get("outcome"), ", ".join(_f(r) for r in c.get("ratios") or []),
+                   c.get("reason") or ""] for c in doc["measurement"]["points"]]  # fmt: skip
+    bench_tables = []
+    if not serving and measured.get("paired") is not None:
+        from parity.serving.bench_ab import table
+
+        for metric in ("s_tg", "s_pp"):
+            cols, rows = table(measured, metric)
+            bench_tables.append({"metric": metric.upper(), "cols": cols, "rows": rows})
+    st = doc["measurement"].get("stop") or {}
+    stop = f"{st.get('rule')}: {st.get('why')}" if st else "-"
+    title = f"lever {doc['lever']}"
+    text = template_env().get_template("lever.md.j2").render(doc=doc, phase=phase, date=date, title=title, gate_rows=gate_rows, kl_rows=kl_rows, point_rows=point_rows,
+                                                       bench_tables=bench_tables, stop=stop)  # fmt: skip
+    name = f"{date}-phase{phase:03d}-{slugify(title)[:50]}.md"
+    atomic_write_text(out_dir / name, text)
+    ledger.append(out_dir, {"date": date, "phase": phase, "title": title, "verdict": doc["verdict"], "key_ratios": doc["key"]["text"], "report": name, "artifact": doc["run_dir"]})
+    return f"reports/{name}"
