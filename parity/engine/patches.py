@@ -22,6 +22,19 @@ _INDEX = re.compile(r"^index ([0-9a-f]{4,40})\.\.([0-9a-f]{4,40})")
 _HUNK = re.compile(r"^@@ -(\d+)(?:,\d+)? \+\d+(?:,\d+)? @@")
 
 
+class PatchDoesNotApply(InfraError):
+    """The strict apply stopped at a patch: which one, where (file, hunk start line), its hunk
+    header, and git's first message line (a canary or a pin bisection reads these)."""
+
+    def __init__(self, patch: str, where: dict, hunk: str | None):
+        self.patch, self.file, self.line, self.hunk, self.detail = patch, where.get("file"), where.get("line"), hunk, where["message"]
+        at = f" at {self.file}:{self.line}" if self.line is not None else (f" in {self.file}" if self.file else "")
+        super().__init__(f"patch {patch} does not apply{at}" + (f" (hunk {hunk})" if hunk else "") + f": {self.detail}")
+
+    def to_dict(self) -> dict:
+        return {"patch": self.patch, "file": self.file, "line": self.line, "hunk": self.hunk, "message": self.detail}
+
+
 @dataclass
 class SeriesResult:
     tree_before: str
@@ -148,9 +161,7 @@ def apply_series(runner, workdir: str, series_dir: str | None, out=None, tree_be
         res = gitmod.apply_patch(runner, workdir, str(p))
         if not res.ok:
             where = gitmod.parse_apply_error(res.stderr)
-            hunk = f" at {where['file']}:{where['line']}" if "line" in where else (f" in {where['file']}" if "file" in where else "")
-            header = failing_hunk(text, where["file"], where["line"]) if "line" in where else None
-            raise InfraError(f"patch {p.name} does not apply{hunk}" + (f" (hunk {header})" if header else "") + f": {where['message']}")
+            raise PatchDoesNotApply(p.name, where, failing_hunk(text, where["file"], where["line"]) if "line" in where else None)
         applied.append({"name": p.name, "sha256": sha256(p)})
         if out:
             out.debug(f"applied {p.name}")
