@@ -9,7 +9,7 @@ def series_dir(profile, engine: str, override: str | None = None) -> str:
     """--series DIR, else the engine's series (series: auto = the localai source's patches/paged)."""
     from parity.config import expand_path
     from parity.engine import source as srcmod
-    from parity.engine.build import _series_dir
+    from parity.engine.build import resolved_series_dir
 
     if override:
         return expand_path(override)
@@ -18,7 +18,7 @@ def series_dir(profile, engine: str, override: str | None = None) -> str:
         raise UsageError(f"engine {engine} has no series (give --series DIR or an engine with one)")
     if not e.source:
         raise UsageError(f"engine {engine} has no source")
-    return _series_dir(e, srcmod.describe(e.source, profile.sources[e.source]))
+    return resolved_series_dir(e, srcmod.describe(e.source, profile.sources[e.source]))
 
 
 def repo_of(profile, engine: str, override: str | None = None) -> str:

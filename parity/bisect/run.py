@@ -107,8 +107,8 @@ def _series_plan(ctx, req: BisectRequest) -> dict:
     sdir = common.series_dir(ctx.profile, req.engine, req.series)
     found = patches.list_series(sdir)
     nums = [int(_num(p.name)) for p in found]
-    lo = int(patches._number(req.first, "--first")) if req.first else nums[0]
-    hi = int(patches._number(req.last, "--last")) if req.last else nums[-1]
+    lo = int(patches.patch_number(req.first, "--first")) if req.first else nums[0]
+    hi = int(patches.patch_number(req.last, "--last")) if req.last else nums[-1]
     cand = [p for p, n in zip(found, nums) if lo <= n <= hi]
     if not cand or lo > hi:
         raise UsageError(f"series {sdir}: no patch in {lo:04d}..{hi:04d}")

@@ -77,7 +77,7 @@ class Selection:
         return "; ".join(parts) or "whole series"
 
 
-def _number(value: str, what: str) -> int:
+def patch_number(value: str, what: str) -> int:
     if not re.fullmatch(r"\d{1,6}", str(value).strip()):
         raise UsageError(f"{what}: {value!r} is not a patch number (NNNN, as in NNNN-title.patch)")
     return int(value)
@@ -90,13 +90,13 @@ def select(found: list[Path], sel: Selection | None, series_dir: str | Path = ""
     nums = {int(_NUM.match(p.name).group(1)): p for p in found}
     drop = set()
     for w in sel.without:
-        n = _number(w, "series without")
+        n = patch_number(w, "series without")
         if n not in nums:
             raise UsageError(f"series {series_dir}: no patch {int(w):04d} to leave out (it holds {min(nums, default=0):04d}..{max(nums, default=0):04d})")
         drop.add(n)
     last = None
     if sel.until:
-        last = _number(sel.until, "series until")
+        last = patch_number(sel.until, "series until")
         if last not in nums:
             raise UsageError(f"series {series_dir}: no patch {last:04d} to stop at (it holds {min(nums, default=0):04d}..{max(nums, default=0):04d})")
     return [p for n, p in sorted(nums.items()) if n not in drop and (last is None or n <= last)]
