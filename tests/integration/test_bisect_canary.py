@@ -99,3 +99,16 @@ def test_pin_bisection_refuses_a_bad_that_is_good(upstream, tmp_path):
                    "--good", upstream["pin"], "--bad", upstream["commits"][2], timeout=1200)  # fmt: skip
     assert r.returncode == 1, r.stderr
     assert r.stderr.strip().splitlines()[-1].startswith(f"parity: error: the bad endpoint {upstream['commits'][2][:12]} upstream: docs 3 is not bad (46/46 apply")
+
+
+def test_canary_clones_a_url_once(upstream, tmp_path):
+    """--repo URL: a bare clone under the cache (here a private one), fetched again on the next run."""
+    env = {"PARITY_CACHE": str(tmp_path / "cache")}
+    url = f"file://{upstream['repo']}"
+    for _ in range(2):
+        r = run_parity("--artifacts", str(tmp_path / "runs"), "canary", "--profile", "localai-paged-cpu", "--repo", url, "--upstream", "master", "--json", env=env)
+        assert r.returncode == 1, r.stderr
+        doc = json.loads(r.stdout)
+        assert doc["commit"] == upstream["commits"][-1] and doc["failure"]["patch"] == upstream["breaker"].patch
+        assert doc["repo"].startswith(str(tmp_path / "cache" / "sources" / "clones"))
+    assert len(list((tmp_path / "cache" / "sources" / "clones").iterdir())) == 1
