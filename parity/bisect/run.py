@@ -158,6 +158,8 @@ def _pin_plan(ctx, req: BisectRequest) -> dict:
 def _plan(ctx, req: BisectRequest, good_cfg, labels: list[str], variant, info: dict, verify_good: bool) -> dict:
     """Probes that build state k's variant and judge it against the good endpoint, which is built
     and measured first, once, as the reference (the log's row 'ref', not counted)."""
+    from parity.gpu.lock import held_lock
+
     state: dict = {}
 
     def reference() -> search.Probe:
@@ -166,7 +168,8 @@ def _plan(ctx, req: BisectRequest, good_cfg, labels: list[str], variant, info: d
             from parity.errors import InfraError
 
             raise InfraError(f"the good endpoint {labels[0]} does not build: {b['error']}")
-        state["ref"] = probe.Reference(ctx, "bisect-good", req.judge)
+        with held_lock(ctx):  # gates run under the GPU lock, builds before it
+            state["ref"] = probe.Reference(ctx, "bisect-good", req.judge)
         return search.Probe(0, "reference", 0, labels[0], search.GOOD, state["ref"].result(), b, {"md5": state["ref"].md5, "ops": state["ref"].ops})
 
     def run(k: int) -> search.Probe:
@@ -176,7 +179,8 @@ def _plan(ctx, req: BisectRequest, good_cfg, labels: list[str], variant, info: d
             return search.Probe(0, "", k, "", search.BAD, f"build failed: {b['error']}", b, {"build_error": b["error"], "apply": b.get("apply")})
         if req.criterion == "build":
             return search.Probe(0, "", k, "", search.GOOD, "built", b, {})
-        verdict, words, ev = probe.judge(ctx, state["ref"], name, tag=f"probe-{k}-")
+        with held_lock(ctx):
+            verdict, words, ev = probe.judge(ctx, state["ref"], name, tag=f"probe-{k}-")
         return search.Probe(0, "", k, "", verdict, words, b, ev)
 
     return {"labels": labels, "probe": run, "reference": reference, "verify_good": verify_good, "info": info}
