@@ -116,16 +116,32 @@ def _oracle(ctx, ref: Reference, name: str, tag: str) -> tuple[str, str, dict]:
     return GOOD, ", ".join(f"{op} {c.got}" for op, c in checks.items() if c.status == PASS) or "no op ran at both states", ev
 
 
+def metric_verdict(points: list[dict], threshold_pct: float) -> str:
+    """bad: regressed at any point; good: not slower than 1/(1 + t) at every point (the paired
+    interval's low end); else undecided (more blocks)."""
+    from parity.stats.paired import REGRESSED
+
+    floor = 1 / (1 + threshold_pct / 100)
+    if any(p["outcome"] == REGRESSED for p in points):
+        return BAD
+    if points and all(p.get("low") is not None and p["low"] >= floor for p in points):
+        return GOOD
+    return UNDECIDED
+
+
 def measure(ctx, good: str, probe: str, j: Judge, tag: str) -> tuple[str, str, dict]:
     """Paired blocks (good, probe) of llama-batched-bench, the arms' order rotated per block (ABBA),
-    probe/good per block, the verdict rule at every point on `metric`: regressed at any point =
-    bad; equivalent or improved at every point = good; else more blocks, up to max_blocks."""
+    probe/good per block on `metric` at every point (parity.stats.paired): regressed at any point
+    (the interval below 1, the estimate beyond the threshold) = bad; at every point not slower
+    than the threshold (the interval's low end >= 1/(1 + t): a non-inferiority claim, since a
+    regression bisection does not ask whether a probe is faster) = good; else more blocks, up to
+    max_blocks, then undecided."""
     from parity.engine.build import tool_path
     from parity.gates.common import path_env, resolve_model
     from parity.gpu.lock import held_lock
     from parity.serving.batched_bench import argv, run_complete
     from parity.serving.bench_ab import Arm, block_order, paired_table
-    from parity.stats.paired import EQUIVALENT, IMPROVED, REGRESSED
+    from parity.stats.paired import REGRESSED
 
     b = ctx.profile.serving.bench
     npp, ntg, npl = j.npp or b.npp, j.ntg or b.ntg, j.npl or b.npl
@@ -134,7 +150,8 @@ def measure(ctx, good: str, probe: str, j: Judge, tag: str) -> tuple[str, str, d
     cmds = {a.name: argv(tool_path(ctx.profile, a.engine, "llama-batched-bench", ctx.runner, ctx.out), model_file, npp, ntg, npl, b) for a in arms}
     envs = {a.name: path_env(ctx, a.engine, j.path) for a in arms}
     rows: list[dict] = []
-    verdict, why, points = UNDECIDED, "", []
+    verdict, points = UNDECIDED, []
+    floor = 1 / (1 + j.threshold_pct / 100)  # not slower than the threshold
     with held_lock(ctx):
         for block in range(j.max_blocks):
             for a in block_order(arms, block, "abba"):
@@ -147,17 +164,14 @@ def measure(ctx, good: str, probe: str, j: Judge, tag: str) -> tuple[str, str, d
             if block + 1 < max(2, j.blocks):
                 continue
             points = [p for p in paired_table(rows, "good", j.threshold_pct, ctx.profile.stats.confidence) if p["metric"] == j.metric]
-            outcomes = [p["outcome"] for p in points]
-            if REGRESSED in outcomes:
-                verdict = BAD
+            verdict = metric_verdict(points, j.threshold_pct)
+            if verdict != UNDECIDED:
                 break
-            if outcomes and all(o in (EQUIVALENT, IMPROVED) for o in outcomes):
-                verdict = GOOD
-                break
-    words = "; ".join(f"B={p['b']} {j.metric.upper()} {p['ratio']:.3f} [{p['low']:.3f}, {p['high']:.3f}] {p['outcome']}" for p in points if p.get("ratio") is not None)
+    words = "; ".join(f"B={p['b']} {j.metric.upper()} {p['ratio']:.3f} [{p['low']:.3f}, {p['high']:.3f}] " + ("regressed" if p["outcome"] == REGRESSED else f"not slower (low >= {floor:.3f})" if p["low"] >= floor else p["outcome"])
+                      for p in points if p.get("low") is not None)  # fmt: skip
     n = rows[-1]["repeat"] + 1 if rows else 0
     result = f"{words} ({n} blocks, threshold {j.threshold_pct:g}%)" + ("" if verdict != UNDECIDED else f"; inconclusive after {j.max_blocks} blocks")
-    ev = {"blocks": n, "threshold_pct": j.threshold_pct, "metric": j.metric, "paired": [{k: p.get(k) for k in ("pp", "tg", "b", "ratio", "low", "high", "outcome", "reason")} for p in points],
+    ev = {"blocks": n, "threshold_pct": j.threshold_pct, "good_floor": round(floor, 6), "metric": j.metric, "paired": [{k: p.get(k) for k in ("pp", "tg", "b", "ratio", "low", "high", "outcome", "reason")} for p in points],
           "rows": rows, "commands": cmds, "env": envs}  # fmt: skip
     return verdict, result, ev
 

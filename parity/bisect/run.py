@@ -193,6 +193,6 @@ def section(doc: dict) -> str:
     out.append(f"- probes: {doc.get('probes_counted', len(probes))} (the known-bad endpoint and the halvings; the good endpoint is the reference, built and measured once, not counted)")
     if doc["criterion"] == "metric":
         j = doc["judge"]
-        out.append(f"- rule: {j['metric'].upper()} probe/good in paired blocks (ABBA), regressed beyond {j['threshold_pct']:g}% = bad; {j['blocks']} blocks, up to {j['max_blocks']} when inconclusive")
+        out.append(f"- rule: {j['metric'].upper()} probe/good in paired blocks (ABBA), regressed beyond {j['threshold_pct']:g}% = bad, not slower than that at every point (interval low end >= {1 / (1 + j['threshold_pct'] / 100):.3f}) = good; {j['blocks']} blocks, up to {j['max_blocks']} when undecided")
     out += ["", f"**{'culprit: `' + doc['culprit'] + '`' if doc.get('culprit') else 'no culprit'}**: {doc.get('reason', '')}", "", search.markdown(probes)]
     return "\n".join(out)

@@ -64,3 +64,24 @@ def test_probe_log_table():
     assert "| 1 | endpoint | 0004-d\\|e.patch | built 12 s | state 4 | bad |" in md
     assert "| 2 | bisect | 0002-b.patch | cached | state 2 | good |" in md
     assert search.tsv(out.probes).splitlines()[3].split("\t") == ["3", "bisect", "0003-c.patch", "-", "state 3", "bad"]
+
+
+def test_metric_verdict_is_regressed_or_not_slower_than_the_rule():
+    """A metric probe: bad when paired-regressed beyond the threshold; good when the interval's low
+    end shows it is not slower than 1/(1 + t) (non-inferiority: a faster probe is good too); else
+    undecided, which asks for more blocks."""
+    from parity.bisect.probe import metric_verdict
+    from parity.stats.paired import paired
+
+    def point(good, probe):
+        return paired(dict(enumerate(good)), dict(enumerate(probe)), "higher", threshold_pct=40).to_dict()
+
+    slow = point([300, 320, 310], [40, 41, 39])
+    assert slow["outcome"] == "regressed" and metric_verdict([slow], 40) == "bad"
+    same = point([300, 330, 310, 290, 305], [310, 320, 300, 300, 315])
+    assert metric_verdict([same], 40) == "good"
+    faster = point([300, 320, 310], [600, 640, 590])
+    assert faster["outcome"] == "improved" and metric_verdict([faster], 40) == "good"
+    noisy = point([300, 900, 250], [320, 200, 700])
+    assert noisy["low"] < 1 / 1.4 and metric_verdict([noisy], 40) == "undecided"
+    assert metric_verdict([same, slow], 40) == "bad" and metric_verdict([], 40) == "undecided"
