@@ -11,12 +11,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid", "-c", "commit.gpgsign=false"]
+# fixed dates: the same history gets the same commit ids run to run (builds of them stay cached)
+DATES = {"GIT_AUTHOR_DATE": "2026-11-01T00:00:00Z", "GIT_COMMITTER_DATE": "2026-11-01T00:00:00Z"}
 _DIFF = re.compile(r"^diff --git a/(\S+) b/(\S+)$")
 _HUNK = re.compile(r"^@@ -(\d+)(?:,\d+)? \+\d+(?:,\d+)? @@")
 
 
 def git(repo: Path, *args: str) -> str:
-    return subprocess.run([*GIT, *args], cwd=repo, check=True, capture_output=True, text=True).stdout.strip()
+    import os
+
+    return subprocess.run([*GIT, *args], cwd=repo, check=True, capture_output=True, text=True, env={**os.environ, **DATES}).stdout.strip()
 
 
 def pin_repo(archive: Path, dest: Path) -> Path:
@@ -75,6 +79,15 @@ def find_breaker(series: list[Path], tree: Path) -> Breaker:
 def break_commit(repo: Path, b: Breaker, message: str = "upstream: edit a line a middle patch needs") -> str:
     f = repo / b.file
     f.write_text(f.read_text(errors="surrogateescape").replace(b.line, b.line + " // upstream edit", 1), errors="surrogateescape")
+    git(repo, "commit", "-qam", message)
+    return git(repo, "rev-parse", "HEAD")
+
+
+def edit_commit(repo: Path, rel: str, old: str, new: str, message: str) -> str:
+    f = repo / rel
+    text = f.read_text()
+    assert text.count(old) == 1, f"{rel}: {old!r} is not unique"
+    f.write_text(text.replace(old, new))
     git(repo, "commit", "-qam", message)
     return git(repo, "rev-parse", "HEAD")
 
