@@ -24,6 +24,7 @@ COMMAND_MODULES = [
     "report",
     "campaign",
     "levers",
+    "bisect",
 ]
 
 app = typer.Typer(

@@ -76,7 +76,7 @@ def selection(e: EngineConfig) -> patches.Selection:
     return patches.Selection(e.series_until, tuple(e.series_without))
 
 
-def _series_dir(e: EngineConfig, src: srcmod.Source) -> str | None:
+def resolved_series_dir(e: EngineConfig, src: srcmod.Source) -> str | None:
     if e.series == "auto":
         if not src.series_dir:
             raise UsageError("series: auto needs a localai source (series from its patches/paged/)")
@@ -91,7 +91,7 @@ def plan(profile: Profile, engine: str, extra_flags: list[str] | None = None, jo
     if not e.source:
         raise UsageError(f"engine {engine} has no source to build (it uses prebuilt binaries from {e.bin_dir})")
     src = srcmod.describe(e.source, profile.sources[e.source])
-    series_dir = _series_dir(e, src)
+    series_dir = resolved_series_dir(e, src)
     series = patches.series_digest(series_dir, selection(e))
     patches.check_expected_tree(e.expected_tree, f"{profile.source_file}: engines.{engine}")
     flags = [*e.cmake_flags, *(extra_flags or [])]

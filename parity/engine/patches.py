@@ -22,6 +22,19 @@ _INDEX = re.compile(r"^index ([0-9a-f]{4,40})\.\.([0-9a-f]{4,40})")
 _HUNK = re.compile(r"^@@ -(\d+)(?:,\d+)? \+\d+(?:,\d+)? @@")
 
 
+class PatchDoesNotApply(InfraError):
+    """The strict apply stopped at a patch: which one, where (file, hunk start line), its hunk
+    header, and git's first message line (a canary or a pin bisection reads these)."""
+
+    def __init__(self, patch: str, where: dict, hunk: str | None):
+        self.patch, self.file, self.line, self.hunk, self.detail = patch, where.get("file"), where.get("line"), hunk, where["message"]
+        at = f" at {self.file}:{self.line}" if self.line is not None else (f" in {self.file}" if self.file else "")
+        super().__init__(f"patch {patch} does not apply{at}" + (f" (hunk {hunk})" if hunk else "") + f": {self.detail}")
+
+    def to_dict(self) -> dict:
+        return {"patch": self.patch, "file": self.file, "line": self.line, "hunk": self.hunk, "message": self.detail}
+
+
 @dataclass
 class SeriesResult:
     tree_before: str
@@ -64,7 +77,7 @@ class Selection:
         return "; ".join(parts) or "whole series"
 
 
-def _number(value: str, what: str) -> int:
+def patch_number(value: str, what: str) -> int:
     if not re.fullmatch(r"\d{1,6}", str(value).strip()):
         raise UsageError(f"{what}: {value!r} is not a patch number (NNNN, as in NNNN-title.patch)")
     return int(value)
@@ -77,13 +90,13 @@ def select(found: list[Path], sel: Selection | None, series_dir: str | Path = ""
     nums = {int(_NUM.match(p.name).group(1)): p for p in found}
     drop = set()
     for w in sel.without:
-        n = _number(w, "series without")
+        n = patch_number(w, "series without")
         if n not in nums:
             raise UsageError(f"series {series_dir}: no patch {int(w):04d} to leave out (it holds {min(nums, default=0):04d}..{max(nums, default=0):04d})")
         drop.add(n)
     last = None
     if sel.until:
-        last = _number(sel.until, "series until")
+        last = patch_number(sel.until, "series until")
         if last not in nums:
             raise UsageError(f"series {series_dir}: no patch {last:04d} to stop at (it holds {min(nums, default=0):04d}..{max(nums, default=0):04d})")
     return [p for n, p in sorted(nums.items()) if n not in drop and (last is None or n <= last)]
@@ -148,9 +161,7 @@ def apply_series(runner, workdir: str, series_dir: str | None, out=None, tree_be
         res = gitmod.apply_patch(runner, workdir, str(p))
         if not res.ok:
             where = gitmod.parse_apply_error(res.stderr)
-            hunk = f" at {where['file']}:{where['line']}" if "line" in where else (f" in {where['file']}" if "file" in where else "")
-            header = failing_hunk(text, where["file"], where["line"]) if "line" in where else None
-            raise InfraError(f"patch {p.name} does not apply{hunk}" + (f" (hunk {header})" if header else "") + f": {where['message']}")
+            raise PatchDoesNotApply(p.name, where, failing_hunk(text, where["file"], where["line"]) if "line" in where else None)
         applied.append({"name": p.name, "sha256": sha256(p)})
         if out:
             out.debug(f"applied {p.name}")

@@ -1,0 +1,33 @@
+"""What the bisection and the canary share: the engine's series and where its llama.cpp comes from."""
+
+from __future__ import annotations
+
+from parity.errors import UsageError
+
+
+def series_dir(profile, engine: str, override: str | None = None) -> str:
+    """--series DIR, else the engine's series (series: auto = the localai source's patches/paged)."""
+    from parity.config import expand_path
+    from parity.engine import source as srcmod
+    from parity.engine.build import resolved_series_dir
+
+    if override:
+        return expand_path(override)
+    e = profile.engine(engine)
+    if not e.series:
+        raise UsageError(f"engine {engine} has no series (give --series DIR or an engine with one)")
+    if not e.source:
+        raise UsageError(f"engine {engine} has no source")
+    return resolved_series_dir(e, srcmod.describe(e.source, profile.sources[e.source]))
+
+
+def repo_of(profile, engine: str, override: str | None = None) -> str:
+    """--repo PATH|URL, else the engine's source checkout, else its url."""
+    if override:
+        return override
+    e = profile.engine(engine)
+    cfg = profile.sources.get(e.source) if e.source else None
+    where = cfg and (cfg.checkout or cfg.url)
+    if not where:
+        raise UsageError(f"engine {engine}: its source names no llama.cpp checkout or url: give --repo PATH|URL")
+    return where

@@ -1,0 +1,198 @@
+"""`parity bisect`: over the series (the first patch whose application turns a gate red or
+moves a metric beyond the rule) or over the pin (the first llama.cpp commit where the series
+stops applying, the build fails or the md5 moves).  A run dir holds the probe log
+(probes.tsv, bisect.json) and a report section (bisect.md)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+
+from parity.bisect import common, probe, search
+from parity.errors import ParityError, UsageError
+
+CRITERIA = {"series": ("md5", "oracle", "metric"), "pin": ("apply", "build", "md5")}
+
+
+class NoCulprit(ParityError):
+    """The bisection ended without naming a culprit (exit 1): its document is kept for --json."""
+
+    def __init__(self, reason: str, doc: dict):
+        super().__init__(reason)
+        self.doc = doc
+
+
+@dataclass
+class BisectRequest:
+    over: str = "series"  # series | pin
+    criterion: str = "md5"
+    engine: str = "paged"
+    series: str | None = None  # a series dir instead of the engine's
+    first: str | None = None  # series: the first patch of the range (the good endpoint = the patches before it)
+    last: str | None = None  # series: the last patch of the range (the bad endpoint)
+    repo: str | None = None  # pin: the llama.cpp checkout or clone
+    good: str | None = None  # pin: the good commit
+    bad: str | None = None  # pin: the bad commit
+    targets: list[str] | None = None  # what each probe builds (default: what the criterion runs)
+    judge: probe.Judge = field(default_factory=lambda: probe.Judge("md5"))
+
+
+def bisect(ctx, req: BisectRequest) -> dict:
+    from parity.context import run_session
+
+    if req.over not in CRITERIA:
+        raise UsageError(f"--over must be series or pin, got {req.over!r}")
+    if req.criterion not in CRITERIA[req.over]:
+        raise UsageError(f"--criterion {req.criterion!r}: over the {req.over} it is one of {', '.join(CRITERIA[req.over])}")
+    req.judge.criterion = req.criterion
+    _defaults(ctx, req)
+    plan = _series_plan(ctx, req) if req.over == "series" else _pin_plan(ctx, req)
+    with run_session(ctx, "bisect", f"bisect-{req.over}-{req.criterion}"):
+        doc = {"kind": "bisect", "over": req.over, "criterion": req.criterion, "engine": req.engine, **plan["info"], "labels": plan["labels"], "n": len(plan["labels"]) - 1,
+               "bound": search.bound(len(plan["labels"]) - 1), "judge": dataclasses.asdict(req.judge), "probes": [], "run_dir": str(ctx.run.path)}  # fmt: skip
+        ctx.out.info(f"[bisect] {req.over}, {req.criterion}: {doc['n']} candidates between {plan['labels'][0]} (good) and {plan['labels'][-1]} (bad); at most {doc['bound']} probes")
+
+        def on_probe(p: search.Probe) -> None:
+            doc["probes"].append(p.to_dict())
+            ctx.run.write_json("bisect.json", doc)
+            ctx.run.write_text("probes.tsv", search.tsv([search.Probe(**d) for d in doc["probes"]]))
+            ctx.out.info(f"[bisect] probe {p.n if p.role != 'reference' else 'ref'} ({p.role}) {p.label}: {search.build_cell(p.build)}; {p.result} -> {p.verdict}")
+
+        if "reference" in plan:
+            on_probe(plan["reference"]())
+        res = search.bisect(doc["n"], plan["labels"], plan["probe"], verify_good=plan["verify_good"], on_probe=on_probe)
+        doc.update(culprit=None if res.culprit is None else plan["labels"][res.culprit], culprit_state=res.culprit, reason=res.reason, probes_counted=res.counted, within_bound=res.counted <= res.bound)
+        if res.culprit is not None:
+            doc["evidence"] = next(p.to_dict() for p in res.probes if p.state == res.culprit)
+        ctx.run.write_json("bisect.json", doc)
+        ctx.run.write_text("bisect.md", section(doc))
+        if res.culprit is None:
+            raise NoCulprit(res.reason, doc)
+    return doc
+
+
+def _defaults(ctx, req: BisectRequest) -> None:
+    j, g = req.judge, ctx.profile.gates
+    if req.criterion == "md5":
+        j.model = j.model or (g.models[0] if g.models else None)
+        if not j.model:
+            raise UsageError("--model: the profile has no gates.models to take one from")
+        j.path = j.path or ctx.profile.engine(req.engine).default_path
+    if req.criterion == "oracle":
+        j.ops = j.ops or list(g.ops)
+        if not j.ops:
+            raise UsageError("--ops: the profile has no gates.ops to take them from")
+    if req.criterion == "metric":
+        j.threshold_pct = j.threshold_pct if j.threshold_pct is not None else ctx.profile.stats.min_delta_pct
+        if not (1 <= j.blocks <= j.max_blocks):
+            raise UsageError(f"--blocks {j.blocks} / --max-blocks {j.max_blocks}: need 1 <= blocks <= max-blocks")
+
+
+def _variant(ctx, req: BisectRequest, **changes):
+    base = ctx.profile.engine(req.engine)
+    targets = req.targets or probe.TARGETS[req.criterion] or list(base.targets)
+    return dataclasses.replace(base, targets=targets, expected_tree=None, fork=None, **changes)
+
+
+def _num(name: str) -> str:
+    return re.match(r"^(\d+)-", name).group(1)
+
+
+def _series_plan(ctx, req: BisectRequest) -> dict:
+    from parity.engine import patches
+
+    if req.repo or req.good or req.bad:
+        raise UsageError("--repo, --good and --bad go with --over pin")
+    sdir = common.series_dir(ctx.profile, req.engine, req.series)
+    found = patches.list_series(sdir)
+    nums = [int(_num(p.name)) for p in found]
+    lo = int(patches.patch_number(req.first, "--first")) if req.first else nums[0]
+    hi = int(patches.patch_number(req.last, "--last")) if req.last else nums[-1]
+    cand = [p for p, n in zip(found, nums) if lo <= n <= hi]
+    if not cand or lo > hi:
+        raise UsageError(f"series {sdir}: no patch in {lo:04d}..{hi:04d}")
+    before = [p for p, n in zip(found, nums) if n < lo]
+    good_label = f"{before[-1].name} (the patches before the range)" if before else "stock (no patch)"
+    # the good endpoint: the patches before the range, or the pin without any (the stock twin)
+    good = _variant(ctx, req, series=sdir, series_until=_num(before[-1].name), series_without=[]) if before else _variant(ctx, req, series=None, series_until=None, series_without=[])
+    info = {"series_dir": sdir, "range": [cand[0].name, cand[-1].name], "good_endpoint": good_label}
+    return _plan(ctx, req, good, [good_label] + [p.name for p in cand], lambda k: _variant(ctx, req, series=sdir, series_until=_num(cand[k - 1].name), series_without=[]), info, verify_good=False)
+
+
+def _pin_plan(ctx, req: BisectRequest) -> dict:
+    from parity.bisect import upstream
+    from parity.config import SourceConfig
+
+    if req.first or req.last:
+        raise UsageError("--first and --last go with --over series")
+    if not (req.good and req.bad):
+        raise UsageError("--over pin needs --good COMMIT and --bad COMMIT")
+    sdir = common.series_dir(ctx.profile, req.engine, req.series)
+    repo = upstream.repository(common.repo_of(ctx.profile, req.engine, req.repo), ctx.runner, ctx.out)
+    good, bad = upstream.commit_of(repo, req.good, ctx.runner), upstream.commit_of(repo, req.bad, ctx.runner)
+    commits = [good] + upstream.commits_between(repo, good, bad, ctx.runner)
+    if len(commits) < 2:
+        raise UsageError(f"no commit between {req.good} and {req.bad}")
+    labels = [f"{c[:12]} {upstream.subject(repo, c, ctx.runner)}".strip() for c in commits]
+    info = {"series_dir": sdir, "repo": str(repo), "good": good, "bad": bad, "commits": commits}
+    if req.criterion == "apply":
+        from parity.bisect.apply import apply_at, failure_line
+
+        def apply_probe(k: int) -> search.Probe:
+            r = apply_at(repo, commits[k], sdir, ctx.runner, ctx.out)
+            words = f"{r['applied']}/{r['patches']} apply, tree {r['tree_after']}" if r["ok"] else failure_line(r["failure"])
+            return search.Probe(0, "", k, "", search.GOOD if r["ok"] else search.BAD, words, {}, r)
+
+        return {"labels": labels, "probe": apply_probe, "verify_good": True, "info": info}
+    fixups = ctx.profile.sources[ctx.profile.engine(req.engine).source].fixups
+
+    def at(k: int):
+        name = f"pin-{commits[k][:12]}"
+        ctx.profile.sources[name] = SourceConfig(kind="git", checkout=str(repo), pin=commits[k], fixups=fixups)
+        return _variant(ctx, req, source=name, series=sdir, series_until=None, series_without=[])
+
+    return _plan(ctx, req, at(0), labels, at, info, verify_good=False)
+
+
+def _plan(ctx, req: BisectRequest, good_cfg, labels: list[str], variant, info: dict, verify_good: bool) -> dict:
+    """Probes that build state k's variant and judge it against the good endpoint, which is built
+    and measured first, once, as the reference (the log's row 'ref', not counted)."""
+    from parity.gpu.lock import held_lock
+
+    state: dict = {}
+
+    def reference() -> search.Probe:
+        b = probe.build(ctx, "bisect-good", good_cfg)
+        if b.get("failed"):
+            from parity.errors import InfraError
+
+            raise InfraError(f"the good endpoint {labels[0]} does not build: {b['error']}")
+        with held_lock(ctx):  # gates run under the GPU lock, builds before it
+            state["ref"] = probe.Reference(ctx, "bisect-good", req.judge)
+        return search.Probe(0, "reference", 0, labels[0], search.GOOD, state["ref"].result(), b, {"md5": state["ref"].md5, "ops": state["ref"].ops})
+
+    def run(k: int) -> search.Probe:
+        name = f"bisect-{k}"
+        b = probe.build(ctx, name, variant(k))
+        if b.get("failed"):
+            return search.Probe(0, "", k, "", search.BAD, f"build failed: {b['error']}", b, {"build_error": b["error"], "apply": b.get("apply")})
+        if req.criterion == "build":
+            return search.Probe(0, "", k, "", search.GOOD, "built", b, {})
+        with held_lock(ctx):
+            verdict, words, ev = probe.judge(ctx, state["ref"], name, tag=f"probe-{k}-")
+        return search.Probe(0, "", k, "", verdict, words, b, ev)
+
+    return {"labels": labels, "probe": run, "reference": reference, "verify_good": verify_good, "info": info}
+
+
+def section(doc: dict) -> str:
+    probes = [search.Probe(**d) for d in doc["probes"]]
+    out = [f"## Bisection over the {doc['over']}: {doc['criterion']}", ""]
+    out.append(f"- candidates: {doc['n']} between `{doc['labels'][0]}` (good) and `{doc['labels'][-1]}` (bad); bound ceil(log2 {doc['n']}) + 1 = {doc['bound']} probes")
+    out.append(f"- probes: {doc.get('probes_counted', len(probes))} (the known-bad endpoint and the halvings; the good endpoint is the reference, built and measured once, not counted)")
+    if doc["criterion"] == "metric":
+        j = doc["judge"]
+        out.append(f"- rule: {j['metric'].upper()} probe/good in paired blocks (ABBA), regressed beyond {j['threshold_pct']:g}% = bad, not slower than that at every point (interval low end >= {1 / (1 + j['threshold_pct'] / 100):.3f}) = good; {j['blocks']} blocks, up to {j['max_blocks']} when undecided")
+    out += ["", f"**{'culprit: `' + doc['culprit'] + '`' if doc.get('culprit') else 'no culprit'}**: {doc.get('reason', '')}", "", search.markdown(probes)]
+    return "\n".join(out)

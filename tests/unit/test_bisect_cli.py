@@ -1,0 +1,43 @@
+"""`parity bisect` / `parity canary` refuse bad input with one line and exit 2, before any
+run directory or build exists."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import run_parity
+
+
+@pytest.fixture
+def series(tmp_path):
+    d = tmp_path / "series"
+    d.mkdir()
+    for n in (1, 2, 5):
+        (d / f"{n:04d}-p{n}.patch").write_text(f"patch {n}\n")
+    return d
+
+
+@pytest.mark.parametrize("args, msg", [
+    (["--criterion", "nope"], "--criterion 'nope': over the series it is one of md5, oracle, metric"),
+    (["--over", "pin", "--criterion", "metric"], "--criterion 'metric': over the pin it is one of apply, build, md5"),
+    (["--over", "sideways"], "--over must be series or pin, got 'sideways'"),
+    (["--first", "0006"], "series {series}: no patch in 0006..0005"),
+    (["--first", "two"], "--first: 'two' is not a patch number (NNNN, as in NNNN-title.patch)"),
+    (["--good", "abc"], "--repo, --good and --bad go with --over pin"),
+    (["--over", "pin", "--criterion", "apply"], "--over pin needs --good COMMIT and --bad COMMIT"),
+    (["--criterion", "metric", "--blocks", "9", "--max-blocks", "4"], "--blocks 9 / --max-blocks 4: need 1 <= blocks <= max-blocks"),
+    (["--criterion", "metric", "--npl", "0"], "--npl: expected positive integers, got '0'"),
+])  # fmt: skip
+def test_bad_input_is_one_line_exit_2(series, tmp_path, args, msg):
+    r = run_parity("--artifacts", str(tmp_path / "runs"), "bisect", "--profile", "smoke", "--series", str(series), *args)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().splitlines() == [f"parity: error: {msg.format(series=series)}"]
+    assert not (tmp_path / "runs").exists()
+
+
+def test_canary_without_a_repository(tmp_path, series):
+    r = run_parity("--artifacts", str(tmp_path / "runs"), "canary", "--profile", "smoke", "--series", str(series), "--upstream", "master", "--repo", str(tmp_path))
+    assert r.returncode == 2 and r.stderr.strip() == f"parity: error: {tmp_path}: not a git checkout or clone (nor a url)"
+    r = run_parity("--artifacts", str(tmp_path / "runs"), "canary", "--profile", "smoke", "--upstream", "master")
+    assert r.returncode == 2 and r.stderr.strip() == "parity: error: engine paged: its source names no llama.cpp checkout or url: give --repo PATH|URL"
+    assert not (tmp_path / "runs").exists()
