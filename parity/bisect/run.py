@@ -122,7 +122,7 @@ def _series_plan(ctx, req: BisectRequest) -> dict:
 
 def _pin_plan(ctx, req: BisectRequest) -> dict:
     from parity.bisect import upstream
-    from parity.config import SourceConfig
+    from parity.engine.source import add_pinned_source
 
     if req.first or req.last:
         raise UsageError("--first and --last go with --over series")
@@ -145,11 +145,8 @@ def _pin_plan(ctx, req: BisectRequest) -> dict:
             return search.Probe(0, "", k, "", search.GOOD if r["ok"] else search.BAD, words, {}, r)
 
         return {"labels": labels, "probe": apply_probe, "verify_good": True, "info": info}
-    fixups = ctx.profile.sources[ctx.profile.engine(req.engine).source].fixups
-
     def at(k: int):
-        name = f"pin-{commits[k][:12]}"
-        ctx.profile.sources[name] = SourceConfig(kind="git", checkout=str(repo), pin=commits[k], fixups=fixups)
+        name = add_pinned_source(ctx.profile, req.engine, str(repo), commits[k])
         return _variant(ctx, req, source=name, series=sdir, series_until=None, series_without=[])
 
     return _plan(ctx, req, at(0), labels, at, info, verify_good=False)

@@ -15,6 +15,8 @@ def register(app: typer.Typer) -> None:
         series_without: Optional[List[str]] = typer.Option(None, "--series-without", metavar="NNNN", help="Build lever: arm B without this patch (repeatable)."),
         series_until: Optional[str] = typer.Option(None, "--series-until", metavar="NNNN", help="Build lever: arm B with the patches numbered <= NNNN only."),
         series: Optional[str] = typer.Option(None, "--series", metavar="DIR", help="Build lever: arm B built with another series directory."),
+        pin: Optional[str] = typer.Option(None, "--pin", metavar="REF", help="Build lever: arm B is the series applied at this llama.cpp commit (of --repo)."),
+        repo: Optional[str] = typer.Option(None, "--repo", metavar="PATH|URL", help="--pin: the llama.cpp checkout or clone (default: the engine's source checkout or url)."),
         name: Optional[str] = typer.Option(None, "--name", metavar="LEVER", help="The lever's name in the map (default: derived from the lever, e.g. 'LLAMA_X=1' or 'series-without=0055')."),
         reopen: Optional[str] = typer.Option(None, "--reopen", metavar="REASON", help="Run a lever the map closed (REJECTED, FLAT, NO-GO, DROPPED here) again; the reason is recorded."),
         lossy: bool = typer.Option(False, "--lossy", help="The lever may change output: gate it by the KL band (gates.kl) instead of equal md5s."),
@@ -42,7 +44,7 @@ def register(app: typer.Typer) -> None:
         from parity.levers.ab import run as run_ab
 
         ctx = make_context(profile, json)
-        req = ABRequest(engine=engine, env=env or [], series_without=series_without or [], series_until=series_until, series=series, name=name, reopen=reopen, lossy=lossy,
+        req = ABRequest(engine=engine, env=env or [], series_without=series_without or [], series_until=series_until, series=series, pin=pin, repo=repo, name=name, reopen=reopen, lossy=lossy,
                         serving=serving, model=model, npl=parse_int_list(npl, "--npl"), npp=parse_int_list(npp, "--npp"), ntg=parse_int_list(ntg, "--ntg"), repeat=repeat,
                         until_ci=until_ci, max_repeats=max_repeats, budget_s=budget_s, order=order, gate_models=parse_str_list(gate_models), gate_paths=parse_str_list(gate_paths),
                         post_gates=not no_post_gates, map=map_file, dry_run=dry_run)  # fmt: skip

@@ -267,3 +267,15 @@ def _download_sdist(cfg: SourceConfig, runner, dl: Path, out=None) -> Path:
         if p.name.lower().startswith(base) and p.name.endswith((".tar.gz", ".zip")):
             return p
     raise InfraError(f"pip download {pkg}: no sdist file appeared in {dl}")
+
+
+def add_pinned_source(profile, engine: str, repo: str, commit: str) -> str:
+    """Register (in this profile object) a git source: llama.cpp at `commit` of the checkout or
+    bare clone `repo`, with the engine's source's fixups; returns its name.  What a build at
+    another pin (a lever arm, a bisection probe over the pin) builds from."""
+    from parity.config import SourceConfig
+
+    fixups = profile.sources[profile.engine(engine).source].fixups if profile.engine(engine).source else None
+    name = f"pin-{commit[:12]}"
+    profile.sources[name] = SourceConfig(kind="git", checkout=str(repo), pin=commit, fixups=fixups)
+    return name

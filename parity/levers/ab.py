@@ -34,6 +34,8 @@ class ABRequest:
     series_without: list[str] = field(default_factory=list)  # build lever
     series_until: str | None = None
     series: str | None = None
+    pin: str | None = None  # build lever: arm B at another llama.cpp commit
+    repo: str | None = None
     name: str | None = None
     reopen: str | None = None
     lossy: bool = False
@@ -150,8 +152,9 @@ def prepare(ctx, req: ABRequest) -> dict:
     from parity.levers import map as levermap
     from parity.levers.gates import check_lossy
 
-    lever = armsmod.make_lever(req.env, req.series_without, req.series_until, req.series, req.name)
+    lever = armsmod.make_lever(req.env, req.series_without, req.series_until, req.series, req.name, req.pin, req.repo)
     base = base_engine(ctx.profile, req.engine)
+    armsmod.resolve_pin(ctx.profile, base, lever, ctx.runner, ctx.out)
     prof, arm_a, arm_b = armsmod.derive(ctx.profile, base, lever)
     ctx.profile = prof
     if req.lossy:

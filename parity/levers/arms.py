@@ -26,13 +26,17 @@ class Lever:
     series_until: str | None = None
     series: str | None = None  # another series directory
     name: str | None = None  # --name; None: derived
+    pin: str | None = None  # another llama.cpp commit (--pin REF of --repo), the series applied there
+    repo: str | None = None  # --repo PATH|URL; None: the engine's source checkout or url
+    pin_commit: str | None = None  # pin resolved to a commit (ab.prepare)
+    repo_path: str | None = None  # repo resolved to a local checkout or clone
 
     @property
     def kind(self) -> str:
         return "build" if self.builds() else "runtime"
 
     def builds(self) -> bool:
-        return bool(self.series_without or self.series_until or self.series)
+        return bool(self.series_without or self.series_until or self.series or self.pin)
 
     def derived_name(self) -> str:
         parts = [f"{k}={v}" for k, v in self.env.items()]
@@ -41,6 +45,8 @@ class Lever:
         if self.series_until:
             parts.append(f"series-until={self.series_until}")
         parts += [f"series-without={n}" for n in self.series_without]
+        if self.pin:
+            parts.append(f"pin={self.pin}")
         return " ".join(parts)
 
     def label(self) -> str:
@@ -57,6 +63,8 @@ class Lever:
             out.append(f"series patches <= {self.series_until} only")
         if self.series_without:
             out.append(f"series without patch {', '.join(self.series_without)}")
+        if self.pin:
+            out.append(f"llama.cpp at {self.pin}" + (f" ({self.pin_commit[:12]})" if self.pin_commit and not self.pin_commit.startswith(self.pin) else "") + " instead of the pin")
         return "; ".join(out)
 
 
@@ -80,11 +88,14 @@ def patch_number(value: str, flag: str) -> str:
     return v
 
 
-def make_lever(env: list[str] | None, series_without: list[str] | None, series_until: str | None, series: str | None, name: str | None) -> Lever:
+def make_lever(env: list[str] | None, series_without: list[str] | None, series_until: str | None, series: str | None, name: str | None,
+               pin: str | None = None, repo: str | None = None) -> Lever:  # fmt: skip
     lever = Lever(parse_env(env), [patch_number(n, "--series-without") for n in series_without or []],
-                  patch_number(series_until, "--series-until") if series_until else None, series, name)  # fmt: skip
+                  patch_number(series_until, "--series-until") if series_until else None, series, name, pin or None, repo or None)  # fmt: skip
+    if repo and not pin:
+        raise UsageError("--repo goes with --pin REF (the llama.cpp commit arm B is built at)")
     if not lever.env and not lever.builds():
-        raise UsageError("no lever given: --env NAME=VALUE (runtime lever), --series-without NNNN, --series-until NNNN or --series DIR (build lever)")
+        raise UsageError("no lever given: --env NAME=VALUE (runtime lever), --series-without NNNN, --series-until NNNN, --series DIR or --pin REF (build lever)")
     if name is not None and not str(name).strip():
         raise UsageError("--name: empty lever name")
     return lever
@@ -110,17 +121,38 @@ def derive(profile, base: str, lever: Lever):
     # the lever's env wins over the engine's and every path's own (a path's env is applied last)
     paths = {p: {**penv, **lever.env} for p, penv in e.paths.items()}
     b = replace(copy.deepcopy(e), env={**e.env, **lever.env}, paths=paths)
+    if lever.pin and not lever.pin_commit:
+        raise UsageError("--pin: resolve it first (levers.arms.resolve_pin)")
     if lever.builds():
         series = expand_path(lever.series) if lever.series else e.series
+        if lever.pin:  # the base's series (auto = the localai source's) applied at the other commit
+            from parity.bisect.common import series_dir
+
+            series = series if lever.series else series_dir(profile, base)
         without = [*e.series_without, *(n for n in lever.series_without if n not in e.series_without)]
         b = replace(b, series=series, series_until=lever.series_until or e.series_until, series_without=without,
                     expected_tree=None, fork=None, description=f"{base} with {lever.changes(base)}")  # fmt: skip
     else:
         b.description = f"{base} with {lever.changes(base)}"
+    if lever.pin:
+        from parity.engine.source import add_pinned_source
+
+        b = replace(b, source=add_pinned_source(prof, base, lever.repo_path, lever.pin_commit))
     name_b = base + ARM_B_SUFFIX
     prof.engines[name_b] = b
     prof.serving.reference_engine = base
     return prof, base, name_b
+
+
+def resolve_pin(profile, base: str, lever: Lever, runner, out=None) -> None:
+    """--pin REF of --repo (or the engine's source checkout / url) -> a commit and a local repo."""
+    if not lever.pin:
+        return
+    from parity.bisect import upstream
+    from parity.bisect.common import repo_of
+
+    repo = upstream.repository(repo_of(profile, base, lever.repo), runner, out)
+    lever.repo_path, lever.pin_commit = str(repo), upstream.commit_of(repo, lever.pin, runner)
 
 
 def check_build(profile, arm: str) -> dict:

@@ -133,3 +133,23 @@ def test_runtime_lever_lossy_and_serving(shared, tmp_path):
     assert serving["engines"] == ["paged", "paged+lever"] and json.loads((run / "summary.json").read_text())["kind"] == "lever-ab"
     p = next(x for x in serving["paired"] if x["metric"] == "decode_agg_tps")
     assert (p["engine"], p["reference"]) == ("paged+lever", "paged") and doc["measurement"]["points"][0]["ratio"] == p["ratio"]
+
+
+def test_pin_lever_builds_the_series_at_another_commit(shared, tmp_path):
+    """--pin REF --repo PATH: arm B is the series applied at another llama.cpp commit (here the
+    pin plus one upstream commit the series does not touch: it applies, builds, and its greedy
+    output is the pin's)."""
+    from upstream_helpers import harmless_commit, pin_repo
+
+    repo = pin_repo(shared / "llama.cpp-pin" / "llama.cpp-0ed235ea.tar.gz", tmp_path / "llama.cpp")
+    newer = harmless_commit(repo, 1)
+    r = _ab(tmp_path, "--pin", "master", "--repo", str(repo), *SMALL, "--gate-models", "tiny", "--no-post-gates")
+    assert r.returncode == 0, r.stderr[-3000:]
+    doc = json.loads(r.stdout)
+    assert doc["lever"] == "pin=master" and doc["lever_kind"] == "build" and f"llama.cpp at master ({newer[:12]}) instead of the pin" in doc["changes"]
+    prov = json.loads((Path(doc["builds"]["paged+lever"]["bin_dir"]).parent.parent / "build.json").read_text())
+    assert prov["source"]["pin"] == newer and len(prov["patches"]) == 46 and doc["pin"] == "0ed235ea2c17a19fc8238668653946721ed136fd"
+    assert doc["gates"]["ok"] and doc["gates"]["summary"].startswith("md5 ") and "equal" in doc["gates"]["summary"]
+    _check_verdict(doc)
+    r = _ab(tmp_path, "--repo", str(repo), *SMALL)
+    assert r.returncode == 2 and r.stderr.strip() == "parity: error: --repo goes with --pin REF (the llama.cpp commit arm B is built at)"
