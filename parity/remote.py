@@ -218,7 +218,20 @@ class Delegated:
     stdout: str
 
 
+# host kind (hosts.NAME.kind) -> "module:function" that runs the command there and pulls its run dir back
+DELEGATES = {"ssh": "parity.remote:ssh_delegate", "slurm": "parity.slurm.job:delegate"}
+
+
 def delegate(host: str, profile, argv: list[str], local_root: Path, *, echo_stdout: bool = True, prefix: str = "", out=None) -> Delegated:
+    """Run argv on host (an SSH host, or a Slurm host: one batch job) and pull its run dir back."""
+    import importlib
+
+    cfg = profile.host(host) if profile is not None else None
+    mod, fn = DELEGATES[cfg.kind if cfg is not None else "ssh"].split(":")
+    return getattr(importlib.import_module(mod), fn)(host, profile, argv, local_root, echo_stdout=echo_stdout, prefix=prefix, out=out)
+
+
+def ssh_delegate(host: str, profile, argv: list[str], local_root: Path, *, echo_stdout: bool = True, prefix: str = "", out=None) -> Delegated:
     from parity.runners.ssh import SSHRunner
 
     runner = SSHRunner.for_host(host, profile)
