@@ -23,6 +23,7 @@ COMMAND_MODULES = [
     "profile",
     "report",
     "campaign",
+    "matrix",
 ]
 
 app = typer.Typer(
