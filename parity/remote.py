@@ -297,7 +297,7 @@ def _delegate(runner, argv, local_root: Path, echo_stdout: bool, prefix: str, ou
         if remote_dir:
             local_dir = local_root / Path(remote_dir).name
             runner.get(remote_dir, str(local_dir))
-            _annotate(local_dir, runner, remote_dir, None if res is None else res.rc, lost)
+            annotate(local_dir, runner, remote_dir, None if res is None else res.rc, lost)
             sys.stderr.write(f"{prefix}run dir ({runner.host}:{remote_dir}) -> {local_dir}\n")
     except Exception as e:  # noqa: BLE001 -- whatever the reason, say what was not pulled back
         if not (lost or interrupted):
@@ -339,7 +339,7 @@ def _status(local_dir: Path) -> str | None:
         return None
 
 
-def _annotate(local_dir: Path, runner, remote_dir: str, rc: int | None, lost: Exception | None = None) -> None:
+def annotate(local_dir: Path, runner, remote_dir: str, rc: int | None, lost: Exception | None = None) -> None:
     from parity.artifacts import RunDir
 
     if (local_dir / "manifest.json").is_file():

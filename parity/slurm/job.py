@@ -222,14 +222,14 @@ class Submission:
         return text or (self.announced[0] if self.announced else None)
 
     def pull(self, local_root: Path, info: sl.JobInfo | None, why: str | None = None) -> Path | None:
-        from parity.remote import _annotate
+        from parity.remote import annotate
 
         remote_dir = self.remote_dir()
         if not remote_dir:
             return None
         local_dir = local_root / Path(remote_dir).name
         self.runner.get(remote_dir, str(local_dir))
-        _annotate(local_dir, self.runner, remote_dir, None if info is None else info.exit_code)
+        annotate(local_dir, self.runner, remote_dir, None if info is None else info.exit_code)
         record_job(local_dir, self.job_id, info, why)
         self.say(f"run dir ({self.runner.host}:{remote_dir}) -> {local_dir}")
         return local_dir
