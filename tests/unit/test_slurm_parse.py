@@ -112,3 +112,36 @@ def test_run_inside_a_job_records_it():
     assert slurm_job({"PATH": "/bin"}) == {}
     env = {"SLURM_JOB_ID": "12", "SLURM_JOB_PARTITION": "gpu", "SLURMD_NODENAME": "n3", "SLURM_CLUSTER_NAME": "c"}
     assert slurm_job(env) == {"slurm": {"job_id": "12", "partition": "gpu", "node": "n3", "cluster": "c"}}
+
+
+def test_job_script_quotes_the_command_and_sets_the_delegation_env(tmp_path):
+    from parity.config import HostConfig, SlurmConfig
+    from parity.slurm.job import Submission
+    from parity.slurm.login import LocalLogin
+
+    cfg = HostConfig(kind="slurm", slurm=SlurmConfig(), workdir=str(tmp_path), lock_dir="/locks/gpu")
+    sub = Submission(LocalLogin("b200", cfg), cfg, "", True)
+    sub.files = {"run_dir": "/w/jobs/1/run_dir"}
+    text = sub.script(["/w/venv/bin/python", "-m", "parity", "campaign", "run", "it's a file.yaml"], "/w/src")
+    lines = text.splitlines()
+    assert lines[0] == "#!/bin/sh" and "cd /w/src || exit 2" in lines and "unset PARITY_PROC_TAG" in lines
+    assert "export PARITY_RUN_DIR_FILE=/w/jobs/1/run_dir" in lines and "export PARITY_LOCK_DIR=/locks/gpu" in lines
+    assert lines[-1] == "exec /w/venv/bin/python -m parity campaign run 'it'\"'\"'s a file.yaml'"
+
+
+def test_a_run_slurm_ended_is_interrupted_with_its_reason(tmp_path):
+    from parity.artifacts import RunDir
+    from parity.slurm.job import job_name, record_job
+
+    assert job_name(["--artifacts", "x", "campaign", "run", "f.yaml", "--json"]) == "parity-campaign-run"
+    timeout = sl.parse_scontrol_job(read("scontrol-job-timeout.txt"))
+    rd = RunDir.create(tmp_path, "long", argv=["parity"], kind="campaign")
+    rd.finish("interrupted", "interrupted by SIGTERM")
+    record_job(rd.path, "2", timeout, None)
+    m = rd.manifest()
+    assert m["status"] == "interrupted" and m["slurm"]["state"] == "TIMEOUT" and m["slurm"]["job_id"] == "2"
+    assert m["error"].startswith("slurm job 2 was ended by Slurm: TIMEOUT (TimeLimit) after 00:01:08 of 00:01:00") and "SIGTERM" in m["error"]
+    done = RunDir.create(tmp_path, "ok", argv=["parity"], kind="campaign")
+    done.finish("complete")
+    record_job(done.path, "1", sl.parse_scontrol_job(read("scontrol-job-completed.txt")), None)
+    assert done.manifest()["status"] == "complete" and done.manifest()["slurm"]["state"] == "COMPLETED"
