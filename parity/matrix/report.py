@@ -93,8 +93,8 @@ def _fmt(v) -> str:
 def render_markdown(doc: dict) -> str:
     names = [t["target"] for t in doc["targets"]]
     head = "| | " + " | ".join(names) + " |\n|---|" + "---|" * len(names) + "\n"
-    out = [f"# Cross-hardware report: {doc['matrix']}\n", "The same campaign on each target (host x profile); every value from that target's run dir.\n",
-           "## Targets and provenance\n", head]  # fmt: skip
+    out = [f"# Cross-hardware report: {doc['matrix']}\n\n", "The same campaign on each target (host x profile); every value from that target's run dir.\n\n",
+           "## Targets and provenance\n\n", head]  # fmt: skip
     by = {t["target"]: t for t in doc["targets"]}
     rows = [("host", lambda t: f"{t['host']} ({t.get('kind') or 'ssh'})"), ("exit code", lambda t: t.get("exit_code"))]
     for key in ("status", "hardware_class", "hostname", "gpu", "driver", "cuda", "cpu", "pin", "series_digest", "sm_clock_mhz", "mem_clock_mhz", "slurm_job", "parity_git_sha"):

@@ -16,7 +16,7 @@ from conftest import REPO, slurm_host_entry
 CAMPAIGN = """name: mini-parity
 steps:
   - {name: pre-gates, kind: gate, with: {phase: pre, models: [tiny], engines: [paged, stock], paths: [paged], ops: [RMS_NORM], kl: false, backend: CPU}}
-  - {name: snapshot, kind: snapshot, with: {engines: [paged, stock], repeat: 3, gen: 64}}
+  - {name: snapshot, kind: snapshot, with: {engines: [paged, stock], repeat: 3}}
   - {name: post-gates, kind: gate, always_run: true, with: {phase: post, models: [tiny], engines: [paged, stock], paths: [paged], ops: [RMS_NORM], kl: false, backend: CPU}}
 """
 
