@@ -99,7 +99,7 @@ class Submission:
             interrupted = True
             info = self.cancel("the submitting parity was interrupted")
         except InfraError as e:  # bounded waits ran out: the job must not outlive us
-            info = self.cancel(str(e), quiet=True)
+            info = self.cancel(str(e))
             self.pull(local_root, info, why=str(e))
             raise
         local_dir = self.pull(local_root, info, why=f"interrupted: the submitting parity was interrupted; slurm job {self.job_id} cancelled (scancel)" if interrupted else None)
@@ -137,18 +137,23 @@ class Submission:
         from parity.runners import ssh
 
         s, start = self.slurm, time.monotonic()
-        last_state, last_line, unreachable_since, info = None, 0.0, None, None
+        last_state, last_line, unreachable_since = None, 0.0, None
         while True:
             if ssh.abort_event.is_set():  # a fan-out was interrupted (threads get no KeyboardInterrupt)
                 raise KeyboardInterrupt
             try:
                 info = sl.job_info(self.runner, self.job_id, self.where, env=self.slurm.env)
                 unreachable_since = None
-            except InfraError as e:
+            except InfraError as e:  # the controller is not answering: wait for it, bounded
                 unreachable_since = unreachable_since or time.monotonic()
                 if time.monotonic() - unreachable_since > s.controller_timeout_s:
                     raise InfraError(f"{e} for more than controller_timeout_s ({s.controller_timeout_s:g}s) while following job {self.job_id}") from None
-                info = info  # keep the last known state
+                if last_state != "unreachable":
+                    self.say(f"slurm job {self.job_id}: {e}; still trying for up to {s.controller_timeout_s:g}s")
+                    last_state = "unreachable"
+                self.stream()
+                time.sleep(s.poll_s)
+                continue
             self.stream()
             if info is None:  # neither scontrol nor sacct knows it any more
                 return None
@@ -192,7 +197,7 @@ class Submission:
                 f.write(f"{self.prefix}{line}\n")
                 f.flush()
 
-    def cancel(self, why: str, quiet: bool = False) -> sl.JobInfo | None:
+    def cancel(self, why: str) -> sl.JobInfo | None:
         """scancel the job and wait (bounded by kill_grace_s) until Slurm says it ended."""
         self.say(f"cancelling slurm job {self.job_id} ({why})")
         try:

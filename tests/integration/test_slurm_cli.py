@@ -5,6 +5,7 @@ parity on the node, is followed, and its run dir comes back as an SSH run's does
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
 import signal
@@ -155,7 +156,9 @@ def test_smoke_campaign_as_a_job_has_the_files_of_a_local_run(slurm_profile, tmp
     camp = str(REPO / "campaigns" / "smoke.yaml")
     r = parity("--artifacts", str(arts), "--host", "slurm-local", "campaign", "run", camp, "--profile", str(slurm_profile), "--json", timeout=1800)
     assert r.returncode == 0, r.stderr[-3000:]
-    loc = parity("--artifacts", str(local_arts), "campaign", "run", camp, "--profile", str(slurm_profile), "--json", timeout=1800, cwd=tmp_path)
+    # run from tmp_path so its report ledger (./reports) is its own; PYTHONPATH keeps this checkout's parity
+    loc = parity("--artifacts", str(local_arts), "campaign", "run", camp, "--profile", str(slurm_profile), "--json", timeout=1800, cwd=tmp_path,
+                 env={**os.environ, "PYTHONPATH": str(REPO)})
     assert loc.returncode == 0, loc.stderr[-3000:]
     (job_run,) = list(arts.iterdir())
     (local_run,) = list(local_arts.iterdir())
@@ -165,3 +168,28 @@ def test_smoke_campaign_as_a_job_has_the_files_of_a_local_run(slurm_profile, tmp
         return {re.sub(r"phase\d+", "phaseN", str(p.relative_to(run))) for p in run.rglob("*") if p.is_file()}
 
     assert files(job_run) == files(local_run)
+
+
+def test_a_controller_restart_while_following_is_waited_out(slurm_cluster, slurm_profile, tmp_path):
+    """slurmctld stops while the job runs (slurmd keeps running it) and comes back within
+    controller_timeout_s: parity says so, keeps following, and the job completes."""
+    camp = tmp_path / "nap.yaml"
+    camp.write_text("name: nap\nsteps:\n  - {name: nap, kind: shell, with: {argv: [sleep, '30.25']}}\n")
+    prof = tmp_path / "profile.yaml"  # scontrol itself retries for ~18 s before it gives up
+    prof.write_text(yaml.safe_dump({"extends": "smoke", "hosts": {"patient": slurm_host_entry(slurm_cluster, tmp_path / "work", controller_timeout_s=120.0)}}))
+    arts = tmp_path / "runs"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "parity", "--artifacts", str(arts), "--host", "patient", "campaign", "run", str(camp), "--profile", str(prof)],
+        cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        assert wait_until(lambda: pids("^sleep 30.25"), 120)
+        slurm_cluster.stop_ctld()
+        time.sleep(25)
+    finally:
+        slurm_cluster.start_ctld()
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    assert "the Slurm controller is unreachable" in err and "still trying for up to 120s" in err
+    (local,) = list(arts.iterdir())
+    assert manifest(local)["status"] == "complete" and manifest(local)["slurm"]["state"] == "COMPLETED"
