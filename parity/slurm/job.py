@@ -106,6 +106,10 @@ class Submission:
         if interrupted:
             raise KeyboardInterrupt
         remote_dir = self.remote_dir()
+        finished = local_dir is not None and run_status(local_dir) == "complete"
+        if finished and (info is None or info.state in sl.ENDED_BY_SLURM):  # the work was done before Slurm stepped in
+            self.say(f"slurm job {self.job_id}: the run completed; Slurm then recorded {describe(info, self.job_id)}")
+            return Delegated(r.host, 0, str(local_dir), remote_dir, "")
         if info is None or info.state != "COMPLETED" and info.state in sl.ENDED_BY_SLURM:
             what = describe(info, self.job_id)
             where = f"; run dir {r.host}:{remote_dir} pulled back to {local_dir} (interrupted): continue it with --resume {local_dir}" if local_dir else "; the job's parity had not started a run dir"
@@ -273,3 +277,11 @@ def record_job(local_dir: Path, job_id: str, info: sl.JobInfo | None, why: str |
             prior = m.get("error") or ""
             rd.finish("interrupted", f"{reason}" + (f" ({prior})" if prior and prior not in reason else ""))
 
+
+def run_status(local_dir: Path) -> str | None:
+    from parity.artifacts import RunDir
+
+    try:
+        return RunDir(local_dir).manifest().get("status")
+    except (OSError, ValueError):
+        return None

@@ -119,14 +119,16 @@ def test_sigint_cancels_the_job_and_leaves_nothing(slurm_cluster, slurm_profile,
 
 
 def test_job_over_its_time_limit_is_interrupted_and_resume_finishes_it(slurm_cluster, slurm_profile, tmp_path):
-    """slurm-short has --time=1: step a (35 s) ends inside the minute, step b (35 s) does not;
-    Slurm ends the job (TIMEOUT), the run is interrupted with Slurm's reason, --resume runs b only."""
+    """slurm-short has --time=1: step a (20 s) ends inside the minute, step b (75 s) cannot
+    (Slurm enforces the limit within about 30 s of it); Slurm ends the job (TIMEOUT), the run is
+    interrupted with Slurm's reason.  --resume on slurm-local (same cluster and workdir, no
+    limit: more time, as a user would ask for) runs b only and completes the run."""
     camp = tmp_path / "long.yaml"
-    camp.write_text("name: long\nsteps:\n  - {name: a, kind: shell, with: {argv: [sleep, '35']}}\n"
-                    "  - {name: b, kind: shell, with: {argv: [sleep, '35.5']}}\n")
+    camp.write_text("name: long\nsteps:\n  - {name: a, kind: shell, with: {argv: [sleep, '20']}}\n"
+                    "  - {name: b, kind: shell, with: {argv: [sleep, '75.5']}}\n")
     arts = tmp_path / "runs"
-    base = ("--artifacts", str(arts), "--host", "slurm-short", "campaign", "run", str(camp), "--profile", str(slurm_profile))
-    r = parity(*base)
+    rest = ("campaign", "run", str(camp), "--profile", str(slurm_profile))
+    r = parity("--artifacts", str(arts), "--host", "slurm-short", *rest)
     assert r.returncode == 4, r.stderr
     line = one_error_line(r.stderr)
     (local,) = list(arts.iterdir())
@@ -135,9 +137,10 @@ def test_job_over_its_time_limit_is_interrupted_and_resume_finishes_it(slurm_clu
     assert m["status"] == "interrupted" and "TIMEOUT (TimeLimit)" in m["error"]
     assert m["slurm"]["state"] == "TIMEOUT" and m["slurm"]["time_limit"] == "00:01:00"
     assert m["steps"]["a"]["status"] == "complete" and m["steps"]["b"]["status"] == "interrupted"
+    assert not pids("^sleep 75.5")
     first_job = m["slurm"]["job_id"]
 
-    r2 = parity(*base, "--resume", str(local))
+    r2 = parity("--artifacts", str(arts), "--host", "slurm-local", *rest, "--resume", str(local))
     assert r2.returncode == 0, r2.stderr
     assert list(arts.iterdir()) == [local]
     m2 = manifest(local)
@@ -193,3 +196,18 @@ def test_a_controller_restart_while_following_is_waited_out(slurm_cluster, slurm
     assert "the Slurm controller is unreachable" in err and "still trying for up to 120s" in err
     (local,) = list(arts.iterdir())
     assert manifest(local)["status"] == "complete" and manifest(local)["slurm"]["state"] == "COMPLETED"
+
+
+def test_a_slurm_host_in_a_campaign_fan_out(slurm_cluster, slurm_profile, tmp_path):
+    """hosts: [slurm-local] in a campaign: the fan-out delegates to the Slurm host as to an SSH one."""
+    camp = tmp_path / "fan.yaml"
+    camp.write_text("name: fan\nhosts: [slurm-local]\nsteps:\n  - {name: say, kind: shell, with: {argv: [sh, -c, 'echo \"job=$SLURM_JOB_ID\"']}}\n")
+    arts = tmp_path / "runs"
+    r = parity("--artifacts", str(arts), "campaign", "run", str(camp), "--profile", str(slurm_profile), "--json")
+    assert r.returncode == 0, r.stderr
+    (parent,) = list(arts.iterdir())
+    (row,) = json.loads((parent / "hosts.json").read_text())
+    assert row["host"] == "slurm-local" and row["exit_code"] == 0 and row["status"] == "complete"
+    sub = parent / row["run_dir"]
+    job = manifest(sub)["slurm"]["job_id"]
+    assert "[slurm-local] slurm job " in r.stderr and (sub / "steps" / "say.log").read_text() == f"job={job}\n"
