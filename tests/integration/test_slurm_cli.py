@@ -50,7 +50,7 @@ def one_error_line(stderr: str) -> str:
 def test_campaign_runs_as_a_job_and_its_run_dir_comes_back(slurm_cluster, slurm_profile, tmp_path):
     camp = tmp_path / "small.yaml"
     camp.write_text("name: small\nsteps:\n  - {name: synth, kind: synth, with: {models: [tiny]}}\n"
-                    "  - {name: say, kind: shell, with: {argv: [sh, -c, 'echo \"job=$SLURM_JOB_ID\"; hostname']}}\n")
+                    "  - {name: say, kind: shell, with: {argv: [sh, -c, 'echo \"job=$SLURM_JOB_ID\"; hostname; sleep 6']}}\n")  # seen RUNNING at poll_s 1
     arts = tmp_path / "runs"
     r = parity("--artifacts", str(arts), "--host", "slurm-local", "campaign", "run", str(camp), "--profile", str(slurm_profile), "--json")
     assert r.returncode == 0, r.stderr
