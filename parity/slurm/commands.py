@@ -1,6 +1,6 @@
-"""The Slurm client commands parity uses: sbatch, scontrol show job, squeue, sacct,
-scancel.  Pure `parse_*` functions over their captured text (samples from a real
-Slurm 22.05 in tests/data/slurm/), and thin functions that run them through a Runner
+"""The Slurm client commands parity uses: sbatch, scontrol show job, sacct, scancel.
+Pure `parse_*` functions over their captured text (samples from a real Slurm 22.05 in
+tests/data/slurm/), and thin functions that run them through a Runner
 (local on a login node, SSH to one).  Slurm does the scheduling; parity only reads it.
 """
 
@@ -75,19 +75,6 @@ def parse_scontrol_job(text: str) -> JobInfo | None:
                 run_time=f.get("RunTime", ""), time_limit=f.get("TimeLimit", ""), name=f.get("JobName", ""),
             )  # fmt: skip
     return None
-
-
-def parse_squeue(text: str) -> list[JobInfo]:
-    """`squeue -h -o '%i|%T|%r|%M|%l|%N'` lines."""
-    jobs = []
-    for line in text.splitlines():
-        parts = line.strip().split("|")
-        if len(parts) < 2 or not parts[0].strip():
-            continue
-        parts += [""] * (6 - len(parts))
-        reason = parts[2] if parts[2] != "None" else ""
-        jobs.append(JobInfo(job_id=parts[0], state=parts[1], reason=reason, run_time=parts[3], time_limit=parts[4], node=parts[5]))
-    return jobs
 
 
 def parse_sacct(text: str) -> JobInfo | None:
