@@ -109,6 +109,15 @@ def git_sha(cwd: Path | None = None) -> str | None:
         return None
 
 
+def slurm_job(env: Mapping[str, str]) -> dict:
+    """{"slurm": {...}} for a run inside a Slurm job (its id, partition, node), else {}."""
+    if not env.get("SLURM_JOB_ID"):
+        return {}
+    keys = {"job_id": "SLURM_JOB_ID", "job_name": "SLURM_JOB_NAME", "partition": "SLURM_JOB_PARTITION",
+            "node": "SLURMD_NODENAME", "cluster": "SLURM_CLUSTER_NAME", "gpus": "SLURM_JOB_GPUS"}  # fmt: skip
+    return {"slurm": {k: env[v] for k, v in keys.items() if env.get(v)}}
+
+
 class RunDir:
     """One run's directory and its manifest."""
 
@@ -165,6 +174,7 @@ class RunDir:
                 "config": _plain(config),
                 "env": redact_env(env if env is not None else os.environ),
                 "steps": {},
+                **slurm_job(os.environ),
             }
         )
         return rd

@@ -553,7 +553,9 @@ def run_request(req: CampaignRequest, open_context: Callable[[str | None], Any])
     if rd is not None:
         ctx.run, ctx.run_id = rd, rd.run_id
         prior = rd.manifest()
-        rd.update(status="running", resumed=True, ended=None, resumed_at=now_iso(), error=None,
+        from parity.artifacts import slurm_job
+
+        rd.update(status="running", resumed=True, ended=None, resumed_at=now_iso(), error=None, **slurm_job(os.environ),
                   previous={"status": prior.get("status"), "error": prior.get("error"), "ended": prior.get("ended")})  # fmt: skip
         with run_session_existing(ctx, rd):
             return run_campaign(ctx, c, steps, resume=True)

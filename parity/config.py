@@ -60,8 +60,28 @@ def expand_path(value: str | None) -> str | None:
 
 
 @dataclass
+class SlurmConfig:
+    """How a `kind: slurm` host submits its job (parity.slurm): sbatch options and bounds."""
+
+    partition: str | None = None  # --partition; None: the cluster's default partition
+    gres: str | None = None  # --gres, e.g. gpu:b200:1
+    gpus: str | None = None  # --gpus, e.g. 1 or b200:1
+    account: str | None = None  # --account
+    qos: str | None = None  # --qos
+    time: str | None = None  # --time (Slurm's forms: minutes, HH:MM:SS, D-HH:MM:SS)
+    sbatch_args: list[str] = field(default_factory=list)  # more sbatch options, e.g. [--exclusive, --constraint=b200]
+    env: dict[str, str] = field(default_factory=dict)  # environment of the Slurm commands, e.g. {SLURM_CONF: /etc/slurm-b/slurm.conf}
+    poll_s: float = 10.0  # how often the job's state is read (scontrol show job)
+    pending_timeout_s: float = 86400.0  # a job still pending after this is cancelled (exit 4)
+    controller_timeout_s: float = 300.0  # how long the controller may stay unreachable while following (then exit 4)
+    kill_grace_s: float = 120.0  # after scancel: how long to wait for the job to end (Slurm's KillWait and cleanup)
+
+
+@dataclass
 class HostConfig:
-    hostname: str = ""
+    kind: Literal["ssh", "slurm"] = "ssh"  # slurm: submit a batch job (parity.slurm); ssh: run over SSH
+    slurm: SlurmConfig | None = None  # the sbatch options of a kind: slurm host
+    hostname: str = ""  # ssh: the host; slurm: the login node (empty: sbatch runs on this machine)
     user: str | None = None
     port: int = 22
     identity_file: str | None = None
@@ -693,6 +713,17 @@ def validate(p: Profile, label: str) -> None:
             raise ConfigError(label, f"sources.{sname}.archive", f"only a localai source takes an archive of the pin (a {s.kind} source does not)")
         if s.archive and (s.url or s.checkout):
             raise ConfigError(label, f"sources.{sname}", "give llama.cpp at the pin one way: archive, checkout or url (set the others to null)")
+    for hname, h in p.hosts.items():
+        if h.kind == "ssh" and h.slurm is not None:
+            raise ConfigError(label, f"hosts.{hname}.slurm", "only a kind: slurm host takes slurm: options")
+        if h.kind == "slurm":
+            h.slurm = h.slurm or SlurmConfig()
+            for key in ("poll_s", "pending_timeout_s", "controller_timeout_s", "kill_grace_s"):
+                v = getattr(h.slurm, key)
+                if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+                    raise ConfigError(label, f"hosts.{hname}.slurm.{key}", "must be a number of seconds > 0")
+            if h.slurm.time is not None and not re.fullmatch(r"\d+(-\d+)?(:\d+){0,2}|UNLIMITED|INFINITE", str(h.slurm.time)):
+                raise ConfigError(label, f"hosts.{hname}.slurm.time", f"not a Slurm time limit (minutes, HH:MM:SS or D-HH:MM:SS): {h.slurm.time!r}")
     s = p.serving
     for key in ("model",):
         if s.model and s.model not in p.models:

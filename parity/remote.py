@@ -218,7 +218,20 @@ class Delegated:
     stdout: str
 
 
+# host kind (hosts.NAME.kind) -> "module:function" that runs the command there and pulls its run dir back
+DELEGATES = {"ssh": "parity.remote:ssh_delegate", "slurm": "parity.slurm.job:delegate"}
+
+
 def delegate(host: str, profile, argv: list[str], local_root: Path, *, echo_stdout: bool = True, prefix: str = "", out=None) -> Delegated:
+    """Run argv on host (an SSH host, or a Slurm host: one batch job) and pull its run dir back."""
+    import importlib
+
+    cfg = profile.host(host) if profile is not None else None
+    mod, fn = DELEGATES[cfg.kind if cfg is not None else "ssh"].split(":")
+    return getattr(importlib.import_module(mod), fn)(host, profile, argv, local_root, echo_stdout=echo_stdout, prefix=prefix, out=out)
+
+
+def ssh_delegate(host: str, profile, argv: list[str], local_root: Path, *, echo_stdout: bool = True, prefix: str = "", out=None) -> Delegated:
     from parity.runners.ssh import SSHRunner
 
     runner = SSHRunner.for_host(host, profile)
@@ -284,7 +297,7 @@ def _delegate(runner, argv, local_root: Path, echo_stdout: bool, prefix: str, ou
         if remote_dir:
             local_dir = local_root / Path(remote_dir).name
             runner.get(remote_dir, str(local_dir))
-            _annotate(local_dir, runner, remote_dir, None if res is None else res.rc, lost)
+            annotate(local_dir, runner, remote_dir, None if res is None else res.rc, lost)
             sys.stderr.write(f"{prefix}run dir ({runner.host}:{remote_dir}) -> {local_dir}\n")
     except Exception as e:  # noqa: BLE001 -- whatever the reason, say what was not pulled back
         if not (lost or interrupted):
@@ -326,7 +339,7 @@ def _status(local_dir: Path) -> str | None:
         return None
 
 
-def _annotate(local_dir: Path, runner, remote_dir: str, rc: int | None, lost: Exception | None = None) -> None:
+def annotate(local_dir: Path, runner, remote_dir: str, rc: int | None, lost: Exception | None = None) -> None:
     from parity.artifacts import RunDir
 
     if (local_dir / "manifest.json").is_file():

@@ -198,3 +198,55 @@ def mini_build(tmp_path, monkeypatch):
 
     make.src = src
     return make
+
+
+# --------------------------------------------------------------------------- real Slurm (slurm hosts)
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    """A real single-node Slurm on localhost (tests/slurmd.py: munged, slurmctld, slurmd from
+    Debian's slurm-wlm and munge), shared by every Slurm test; SLURM_CONF points the client
+    commands (and every parity subprocess) at it."""
+    import shutil
+
+    if not shutil.which("slurmctld") or not shutil.which("munged"):
+        if os.environ.get("CI"):
+            pytest.fail("slurm-wlm and munge are required (scripts/ensure-system-deps installs them)")
+        pytest.skip("no slurmctld/munged here (apt-get install slurm-wlm munge)")
+    import slurmd as _slurmd
+
+    cluster = _slurmd.start_slurm()
+    before = os.environ.get("SLURM_CONF")
+    os.environ["SLURM_CONF"] = str(cluster.conf)
+    yield cluster
+    cluster.stop()
+    if before is None:
+        os.environ.pop("SLURM_CONF", None)
+    else:
+        os.environ["SLURM_CONF"] = before
+    _slurmd.remove(cluster)
+
+
+def slurm_host_entry(cluster, workdir: Path, **slurm) -> dict:
+    """A profile `hosts:` entry submitting to the test cluster from this machine."""
+    return {"kind": "slurm", "workdir": str(workdir), "python": sys.executable,
+            "slurm": {"partition": cluster.partition, "poll_s": 1.0, "controller_timeout_s": 20.0, "kill_grace_s": 60.0, **slurm}}
+
+
+@pytest.fixture(scope="session")
+def slurm_profile(slurm_cluster, tmp_path_factory) -> Path:
+    """A profile (extends smoke) whose hosts submit to slurm_cluster: slurm-local (good),
+    slurm-short (--time=1), slurm-bad-partition."""
+    import yaml
+
+    base = tmp_path_factory.mktemp("slurm-remote")
+    work = base / "work"  # one workdir: the bootstrapped venv is shared, run dirs stay for --resume
+    hosts = {
+        "slurm-local": slurm_host_entry(slurm_cluster, work),
+        "slurm-short": slurm_host_entry(slurm_cluster, work, time="1"),
+        "slurm-bad-partition": slurm_host_entry(slurm_cluster, work, partition="no-such-partition"),
+    }
+    path = base / "profile.yaml"
+    path.write_text(yaml.safe_dump({"extends": "smoke", "name": "smoke-slurm", "hosts": hosts}))
+    return path

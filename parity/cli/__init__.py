@@ -25,6 +25,7 @@ COMMAND_MODULES = [
     "campaign",
     "levers",
     "bisect",
+    "matrix",
 ]
 
 app = typer.Typer(

@@ -1,0 +1,93 @@
+"""Run a matrix: each target is `parity --host HOST campaign run CAMPAIGN --profile P`
+(parity.remote.delegate: over SSH, or one sbatch job on a Slurm host), its run dir
+pulled into <matrix run>/targets/<name>/.  Hosts run at the same time (one thread
+each), a host's targets one after another.  Then the cross-hardware report."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from parity.errors import ParityError
+
+
+@dataclass
+class MatrixRequest:
+    file: str
+    profile: str | None = None  # overrides the matrix's profile: (where hosts resolve)
+
+
+def target_argv(mx, t) -> list[str]:
+    prof = t.profile or mx.profile
+    return ["campaign", "run", mx.campaign, *(["--profile", prof] if prof else []), "--json"]
+
+
+def run_matrix(ctx, mx) -> dict:
+    from parity.matrix.report import write_report
+    from parity.remote import delegate
+    from parity.runners import ssh
+
+    rd = ctx.require_run()
+    rd.update(matrix={"name": mx.name, "file": mx.source, "sha256": mx.sha256, "campaign": mx.campaign,
+                      "targets": [t.__dict__ for t in mx.targets]})  # fmt: skip
+    rows: dict[str, dict] = {}
+
+    def one(t) -> None:
+        rd.record_step(t.name, "running", kind="target", host=t.host)
+        prefix, dest = f"[{t.name}] ", rd.path / "targets" / t.name
+        row = {"target": t.name, "host": t.host, "kind": _kind(ctx.profile, t.host), "profile": t.profile or mx.profile}
+        try:
+            res = delegate(t.host, ctx.profile, target_argv(mx, t), dest, echo_stdout=False, prefix=prefix)
+            row.update(exit_code=res.rc, error=None)
+        except ParityError as e:
+            ctx.out.info(f"{prefix}error: {e}")
+            row.update(exit_code=e.exit_code, error=str(e))
+        pulled = sorted(p for p in dest.iterdir() if (p / "manifest.json").is_file()) if dest.is_dir() else []
+        row["run_dir"] = str(pulled[-1].relative_to(rd.path)) if pulled else None
+        rows[t.name] = row
+        rd.record_step(t.name, "complete" if row["exit_code"] == 0 else "failed", exit_code=row["exit_code"], run_dir=row["run_dir"])
+
+    def host_thread(host: str) -> None:
+        for t in mx.targets:
+            if t.host == host and not ssh.abort_event.is_set():
+                one(t)
+
+    threads = [threading.Thread(target=host_thread, args=(h,), daemon=True, name=f"matrix-{h}") for h in mx.hosts]
+    try:
+        for th in threads:
+            th.start()
+        for th in threads:
+            while th.is_alive():
+                th.join(0.2)
+    except KeyboardInterrupt:
+        ssh.abort_event.set()  # SSH runs stop their remote group, Slurm jobs are cancelled; run dirs still come back
+        for th in threads:
+            th.join(180)
+        raise
+    table = [rows.get(t.name, {"target": t.name, "host": t.host, "exit_code": None, "run_dir": None, "error": "not run"}) for t in mx.targets]
+    rd.write_json("matrix.json", table)
+    report = write_report(rd.path, mx.name, table)
+    doc = {"matrix": mx.name, "run_dir": str(rd.path), "targets": table, "report": report["files"]}
+    bad = [r for r in table if r.get("exit_code") != 0]
+    if bad:
+        err = ParityError(f"matrix {mx.name}: failed on {', '.join(r['target'] for r in bad)} (exit {bad[0]['exit_code']}); "
+                          f"the cross-hardware report is written: {rd.path}/{report['files']['markdown']}")  # fmt: skip
+        err.exit_code = bad[0]["exit_code"] or 1
+        err.summary = doc
+        raise err
+    return doc
+
+
+def _kind(profile, host: str) -> str:
+    cfg = profile.host(host) if profile is not None else None
+    return cfg.kind if cfg is not None else "ssh"
+
+
+def run_request(req: MatrixRequest, open_context) -> dict:
+    from parity.context import run_session
+    from parity.matrix.spec import load_matrix
+
+    mx = load_matrix(req.file)
+    ctx = open_context(req.profile or mx.profile)
+    with run_session(ctx, "matrix", f"{mx.name}-matrix"):
+        return run_matrix(ctx, mx)
