@@ -4,6 +4,9 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
+# make test runs the suite in PYTEST_WORKERS processes (pytest-xdist), one test file per worker at a
+# time, the longest files first (tests/conftest.py LONGEST_FIRST); PYTEST_WORKERS=0: one process
+PYTEST_WORKERS ?= 2
 
 .PHONY: setup smoke test clean
 
@@ -20,7 +23,7 @@ smoke: setup
 	$(BIN)/parity campaign run campaigns/smoke.yaml
 
 test: setup
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

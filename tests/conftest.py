@@ -32,6 +32,33 @@ def run_parity(*args: str, env: dict | None = None, cwd: str | Path | None = Non
     )
 
 
+# The files that hold most of the suite's minutes (vLLM starts, full campaigns, real sweeps),
+# longest first: collected first, so that `make test`'s workers (pytest-xdist, --dist loadfile,
+# --no-loadscope-reorder) start them at once and the short files fill in behind them.  Only the
+# order changes; a file not named here keeps its place after them.
+LONGEST_FIRST = [
+    "integration/test_remote_cli.py",
+    "integration/test_workloads_real.py",
+    "integration/test_snapshot.py",
+    "integration/test_vllm_real.py",
+    "integration/test_real_engine.py",
+    "integration/test_real_series.py",
+    "integration/test_lock_contention.py",
+    "integration/test_gates_real.py",
+    "integration/test_adaptive.py",
+]
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+
+    def key(item):
+        rel = Path(str(item.fspath)).relative_to(REPO / "tests").as_posix() if str(item.fspath).startswith(str(REPO / "tests")) else ""
+        return rank.get(rel, len(rank))
+
+    items.sort(key=key)  # stable: within a file, and among the others, the collected order
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _isolated_series_registry(tmp_path_factory):
     """The series-tree registry (parity.engine.mirror) of a test run is its own, never the

@@ -153,10 +153,22 @@ def test_hosts_fan_out_collects_run_dirs_under_one_parent(ssh_profile, tmp_path)
 
 @pytest.mark.slow
 def test_smoke_campaign_over_ssh(ssh_profile, tmp_path, engine_bins, tiny_model):
-    """campaigns/smoke.yaml through --host: the remote reuses ~/.cache/parity (same machine)."""
+    """campaigns/smoke.yaml through --host: the remote reuses ~/.cache/parity (same machine).
+    Every step, the three engines (real vLLM included) once: one block, not the profile's three
+    (each vLLM start is 1-2 minutes on a 2-core box; the blocks' rotation and statistics are
+    test_snapshot.py's, and `make smoke` runs the campaign as shipped)."""
+    import yaml
+
+    from sshd import free_port
+
     arts = tmp_path / "runs"
+    doc = yaml.safe_load(ssh_profile.read_text())
+    doc["hosts"]["local-ssh"]["lock_dir"] = str(tmp_path / "lock")  # its own lock and port: never waits on another suite's smoke run
+    doc["serving"] = {"repeat": 1, "port": free_port()}
+    prof = tmp_path / "one-block.yaml"
+    prof.write_text(yaml.safe_dump(doc))
     r = parity("--artifacts", str(arts), "--host", "local-ssh", "campaign", "run", "campaigns/smoke.yaml",
-               "--profile", str(ssh_profile), "--json", timeout=1800)
+               "--profile", str(prof), "--json", timeout=1800)
     assert r.returncode == 0, r.stderr[-3000:]
     (local,) = list(arts.iterdir())
     m = json.loads((local / "manifest.json").read_text())
@@ -164,6 +176,9 @@ def test_smoke_campaign_over_ssh(ssh_profile, tmp_path, engine_bins, tiny_model)
     for step in json.loads(r.stdout)["steps"]:
         assert m["steps"][step]["status"] == "complete"
         assert (local / "steps" / f"{step}.json").is_file()
+    summary = json.loads((local / "summary.json").read_text())
+    # one measured block of the three engines (a calibration trial block before it, when this box needed one)
+    assert {a["engine"] for a in summary["arms"]} == {"paged", "stock", "vllm"} and len({row["repeat"] for row in summary["rows"]}) == 1
 
 
 def test_host_lock_dir_is_the_remote_lock(ssh_profile, tmp_path):

@@ -4,6 +4,7 @@ workload and its points; bad input is one line and exit 2."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -19,11 +20,27 @@ serving:
 """
 
 
+@pytest.fixture(autouse=True)
+def _own_lock(tmp_path, monkeypatch):
+    """A dry run's go/no-go looks at the lock and the port: this machine's own (~/gpu_bench_lock,
+    the profile's port) may be held by another suite's smoke run, which made these exit 4."""
+    monkeypatch.setenv("PARITY_LOCK_DIR", str(tmp_path / "lock"))
+
+
+def own_port(tmp_path, extends: str) -> str:
+    """A profile file that is `extends` on a port of its own (nothing else changed)."""
+    from tests.integration.test_snapshot import free_port
+
+    p = tmp_path / f"{Path(extends).name}-own-port.yaml"
+    p.write_text(f"extends: {extends}\nserving: {{port: {free_port()}}}\n")
+    return str(p)
+
+
 @pytest.fixture
 def profile(tmp_path):
     p = tmp_path / "p.yaml"
     p.write_text(PROFILE)
-    return p
+    return own_port(tmp_path, str(p))
 
 
 def test_dry_run_names_the_workload_and_its_points(profile):
@@ -66,7 +83,7 @@ def test_every_kind_runs_by_name_on_every_embedded_profile(kind, profile_name, t
     """No YAML: the built-in is sized for the profile, fits the context each engine gives a
     request and its --parallel (a shape that did not would be exit 2 before any plan).  gb10's
     go/no-go fails here after planning, for want of the GB10's files and GPU (2 or 4)."""
-    r = run_parity("snapshot", "--profile", profile_name, "--workload", kind, "--dry-run", "--json", env={"PARITY_ARTIFACTS": str(tmp_path)})
+    r = run_parity("snapshot", "--profile", own_port(tmp_path, profile_name), "--workload", kind, "--dry-run", "--json", env={"PARITY_ARTIFACTS": str(tmp_path / "runs")})
     assert r.returncode in ((0,) if profile_name != "gb10-qwen36" else (0, 2, 4)), r.stderr
     assert "NO GO" in r.stderr or r.returncode == 0
     w = json.loads(r.stdout)["workload"]
