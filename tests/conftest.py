@@ -37,7 +37,9 @@ def run_parity(*args: str, env: dict | None = None, cwd: str | Path | None = Non
 # --no-loadscope-reorder) start them at once and the short files fill in behind them.  Only the
 # order changes; a file not named here keeps its place after them.
 LONGEST_FIRST = [
+    "integration/test_slurm_cli.py",
     "integration/test_remote_cli.py",
+    "integration/test_slurm_smoke.py",
     "integration/test_workloads_real.py",
     "integration/test_snapshot.py",
     "integration/test_vllm_real.py",
@@ -46,6 +48,10 @@ LONGEST_FIRST = [
     "integration/test_lock_contention.py",
     "integration/test_gates_real.py",
     "integration/test_adaptive.py",
+    "integration/test_levers_real.py",
+    "integration/test_bisect_canary.py",
+    "integration/test_bisect_series.py",
+    "integration/test_matrix_cli.py",
 ]
 
 
