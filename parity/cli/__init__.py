@@ -77,11 +77,15 @@ for _name in COMMAND_MODULES:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from parity import interrupts
+
     signals: list[int] = []
+    interrupts.reset()
 
     def _term(signum, frame):
         # the first signal interrupts; later ones must not break the (bounded) cleanup
         signals.append(signum)
+        interrupts.note(signum)
         if len(signals) == 1:
             raise KeyboardInterrupt(f"signal {signum}")
 

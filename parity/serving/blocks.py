@@ -64,8 +64,11 @@ def run_blocks(budget: Budget, run_block: Callable[[int], bool | None], widths: 
     measured block nor measured time).  widths() -> the half-widths over the blocks so far.
     report(block, counted, widths, decision) after each counted block.
     Returns (rule, why, measured blocks, measured seconds)."""
+    from parity import interrupts
+
     counted, elapsed, b = 0, 0.0, 0
     while True:
+        interrupts.check()  # a Ctrl-C whose KeyboardInterrupt was swallowed inside the last block
         t0 = clock()
         kept = run_block(b)
         dt = clock() - t0

@@ -173,3 +173,25 @@ def test_campaign_snapshot_step_takes_the_adaptive_options(monkeypatch):
     assert (seen["req"].until_ci, seen["req"].max_repeats, seen["req"].budget_s) == (1.5, 8, 600) and out["stop"] == {"rule": "until-ci"}
     with pytest.raises(Exception, match="with.until_cii: unknown snapshot option"):
         snap.campaign_step(SimpleNamespace(), {"until_cii": 1.5})
+
+
+def test_an_interrupt_swallowed_inside_a_block_still_ends_the_loop():
+    """The first signal's KeyboardInterrupt can be lost where it lands; the flag it left ends the
+    loop at the next block boundary (a snapshot once kept adding blocks after Ctrl-C)."""
+    from parity import interrupts
+
+    ran = []
+
+    def block(b):
+        ran.append(b)
+        if b == 1:
+            interrupts.note(2)  # the handler ran; its KeyboardInterrupt was swallowed in the block
+
+    interrupts.reset()
+    try:
+        with pytest.raises(KeyboardInterrupt, match="signal 2"):
+            run_blocks(Budget(until_ci_pct=0.001, min_blocks=3, max_blocks=50), block, lambda: {"x": 50.0})
+    finally:
+        interrupts.reset()
+    assert ran == [0, 1]
+    assert run_blocks(Budget(min_blocks=2), lambda b: None, lambda: {"x": 50.0})[2] == 2  # no signal: runs on
