@@ -571,10 +571,12 @@ def read_utf8(path: Path, label: str, missing: str = "file not found") -> str:
         raise ConfigError(label, f"line {line}", f"not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start})") from None
 
 
-def _read_yaml(path: Path, label: str) -> dict:
+def read_yaml(path: Path, label: str, missing: str = "file not found", not_mapping: str | None = None) -> dict:
+    """A YAML file whose top level is a mapping (empty -> {}); every way it is not is one
+    ConfigError naming the line (profiles, campaigns, matrices, the lever map)."""
     import yaml
 
-    text = read_utf8(path, label)
+    text = read_utf8(path, label, missing)
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
@@ -585,8 +587,11 @@ def _read_yaml(path: Path, label: str) -> dict:
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise ConfigError(label, "", f"top level must be a mapping, got {type(data).__name__}")
+        raise ConfigError(label, "", not_mapping or f"top level must be a mapping, got {type(data).__name__}")
     return data
+
+
+_read_yaml = read_yaml
 
 
 def _deep_merge(base: dict, over: dict) -> dict:

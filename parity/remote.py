@@ -242,9 +242,9 @@ def ssh_delegate(host: str, profile, argv: list[str], local_root: Path, *, echo_
         runner.close()
 
 
-def _delegate(runner, argv, local_root: Path, echo_stdout: bool, prefix: str, out) -> Delegated:
-    parity_cmd, cwd = ensure_remote_parity(runner, out)
-    workdir = runner.expand(runner.cfg.workdir)
+def uploaded_argv(runner, argv: list[str], workdir: str) -> list[str]:
+    """argv for the remote side: every local file it names put under <workdir>/inputs/<digest>/
+    (once each), run dirs under <workdir>/runs."""
     uploaded: dict[str, str] = {}
 
     def upload(path: str) -> str:
@@ -255,7 +255,13 @@ def _delegate(runner, argv, local_root: Path, echo_stdout: bool, prefix: str, ou
             uploaded[path] = dest
         return uploaded[path]
 
-    args = remote_argv(argv, f"{workdir}/runs", upload)
+    return remote_argv(argv, f"{workdir}/runs", upload)
+
+
+def _delegate(runner, argv, local_root: Path, echo_stdout: bool, prefix: str, out) -> Delegated:
+    parity_cmd, cwd = ensure_remote_parity(runner, out)
+    workdir = runner.expand(runner.cfg.workdir)
+    args = uploaded_argv(runner, argv, workdir)
     run_dir_file = f"{workdir}/tmp/run-dir-{uuid.uuid4().hex}.txt"
     runner.makedirs(f"{workdir}/tmp")
     env = {RUN_DIR_FILE_ENV: run_dir_file, DELEGATED_ENV: socket.gethostname()}

@@ -39,23 +39,15 @@ def default_path(profile, artifacts_root) -> Path:
 
 def load(path: Path) -> list[dict]:
     """The rows of a map file (none when it does not exist); a broken file is a ConfigError."""
-    import yaml
-
     path = Path(path)
     if not path.exists():
         return []
-    from parity.config import read_utf8
+    from parity.config import read_yaml
 
-    text = read_utf8(path, str(path))
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        raise ConfigError(str(path), f"line {mark.line + 1}" if mark else "", f"YAML syntax error: {getattr(e, 'problem', None) or e}") from None
-    if data is None:
-        return []
-    if not isinstance(data, dict) or not isinstance(data.get("levers", []), (list, type(None))):
-        raise ConfigError(str(path), "levers", "a lever map is a mapping with a `levers:` list of rows")
+    shape = "a lever map is a mapping with a `levers:` list of rows"
+    data = read_yaml(path, str(path), not_mapping=shape)
+    if not isinstance(data.get("levers", []), (list, type(None))):
+        raise ConfigError(str(path), "levers", shape)
     rows = data.get("levers") or []
     for i, r in enumerate(rows):
         if not isinstance(r, dict) or not r.get("lever"):

@@ -52,19 +52,11 @@ def _path(value: str, base: Path) -> str:
 
 
 def load_matrix(path: str) -> Matrix:
-    import yaml
+    from parity.config import read_yaml
 
-    from parity.config import read_utf8
-
-    p = Path(path).expanduser()
     label = str(path)
-    text = read_utf8(p, label, missing="matrix file not found")
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise ConfigError(label, "", f"YAML syntax error: {getattr(e, 'problem', e)}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(label, "", "a matrix must be a mapping with campaign: and targets:")
+    p = Path(path).expanduser()
+    data = read_yaml(p, label, missing="matrix file not found", not_mapping="a matrix must be a mapping with campaign: and targets:")
     bad = set(data) - KEYS
     if bad:
         raise ConfigError(label, sorted(bad)[0], f"unknown key (known: {', '.join(sorted(KEYS))})")

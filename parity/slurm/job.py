@@ -23,7 +23,6 @@ account...) is one line, exit 2; a controller that does not answer is one line, 
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shlex
 import socket
@@ -68,22 +67,12 @@ class Submission:
 
     # ---- the whole delegation -------------------------------------------------------
     def run(self, argv: list[str], local_root: Path, out):
-        from parity.remote import Delegated, ensure_remote_parity, remote_argv
+        from parity.remote import Delegated, ensure_remote_parity, uploaded_argv
 
         r = self.runner
         parity_cmd, cwd = ensure_remote_parity(r, out)
         workdir = r.expand(self.cfg.workdir)
-        uploaded: dict[str, str] = {}
-
-        def upload(path: str) -> str:
-            if path not in uploaded:
-                digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()[:12]
-                dest = f"{workdir}/inputs/{digest}/{Path(path).name}"
-                r.put(path, dest)
-                uploaded[path] = dest
-            return uploaded[path]
-
-        args = remote_argv(argv, f"{workdir}/runs", upload)
+        args = uploaded_argv(r, argv, workdir)
         jobdir = f"{workdir}/jobs/{time.strftime('%Y%m%d_%H%M%S')}-{uuid.uuid4().hex[:8]}"
         r.makedirs(jobdir)
         self.files = {"stdout": f"{jobdir}/job.out", "stderr": f"{jobdir}/job.err", "run_dir": f"{jobdir}/run_dir"}
