@@ -96,5 +96,5 @@ def load_matrix(path: str) -> Matrix:
         if tp is not None and not isinstance(tp, str):
             raise ConfigError(label, f"{key}.profile", "must be a profile name or file")
         targets.append(Target(name, host, _path(tp, p.parent) if tp else None))
-    return Matrix(str(data.get("name") or p.stem), camp, targets, prof, label, hashlib.sha256(text.encode()).hexdigest(),
+    return Matrix(str(data.get("name") or p.stem), camp, targets, prof, label, hashlib.sha256(p.read_bytes()).hexdigest(),
                   list(dict.fromkeys(t.host for t in targets)))  # fmt: skip
