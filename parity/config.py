@@ -591,8 +591,6 @@ def read_yaml(path: Path, label: str, missing: str = "file not found", not_mappi
     return data
 
 
-_read_yaml = read_yaml
-
 
 def _deep_merge(base: dict, over: dict) -> dict:
     out = dict(base)
@@ -619,7 +617,7 @@ def resolve_profile_path(name_or_path: str) -> tuple[Path, str]:
 
 def load_raw(name_or_path: str, _seen: tuple = ()) -> tuple[dict, str]:
     path, label = resolve_profile_path(name_or_path)
-    data = _read_yaml(path, label)
+    data = read_yaml(path, label)
     parent = data.pop("extends", None)
     if parent is not None:
         if not isinstance(parent, str):

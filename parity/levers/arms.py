@@ -82,10 +82,11 @@ def parse_env(items: list[str] | None) -> dict[str, str]:
 
 
 def patch_number(value: str, flag: str) -> str:
-    v = str(value).strip()
-    if not re.fullmatch(r"\d{1,6}", v):
-        raise UsageError(f"{flag} {value!r}: not a patch number (NNNN, as in NNNN-title.patch)")
-    return v
+    """The number as written (the lever's name keeps it), checked by the series' own rule."""
+    from parity.engine.patches import patch_number as checked
+
+    checked(value, flag)
+    return str(value).strip()
 
 
 def make_lever(env: list[str] | None, series_without: list[str] | None, series_until: str | None, series: str | None, name: str | None,
