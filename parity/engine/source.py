@@ -4,8 +4,6 @@ at the pin from a url, a checkout holding the pin, or a `git archive` tarball of
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import re
 import shutil
@@ -18,6 +16,7 @@ from pathlib import Path
 from parity.artifacts import sha256_file
 from parity.config import SourceConfig, cache_dir, expand_path
 from parity.errors import InfraError, UsageError
+from parity.filelock import locked
 
 _PIN = re.compile(r"^\s*LLAMA_VERSION\s*\??=\s*([0-9a-f]{7,40})\s*$", re.M)
 
@@ -28,15 +27,6 @@ class Source:
     identity: str  # cheap, stable identity for the cache key
     info: dict  # provenance for build.json
     series_dir: str | None = None  # localai: patches/paged
-
-
-@contextlib.contextmanager
-def _locked(path: Path):
-    """Serialize materialization of one source (paged and stock share it)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        yield
 
 
 def localai_pin(name: str, cfg: SourceConfig) -> str:
@@ -155,13 +145,13 @@ def materialize(name: str, cfg: SourceConfig, runner, out=None) -> Path:
     root = cache_dir() / "sources"
     if cfg.kind in ("pypi-sdist", "archive"):
         dest = root / cfg.sha256
-        with _locked(root / f"{cfg.sha256}.lock"):
+        with locked(root / f"{cfg.sha256}.lock"):
             if not (dest / ".complete").exists():
                 _unpack_checked(name, cfg, runner, root, dest, out)
         return _subdir(name, cfg, dest)
     pin = cfg.pin if cfg.kind == "git" else localai_pin(name, cfg)
     dest = root / f"git-{pin}"
-    with _locked(root / f"git-{pin}.lock"):
+    with locked(root / f"git-{pin}.lock"):
         if not (dest / ".complete").exists():
             if cfg.kind == "localai" and cfg.archive:
                 _unpack_pin_archive(name, cfg, pin, dest)

@@ -223,9 +223,19 @@ def is_current(out_dir: str | Path, spec: HfTinySpec) -> bool:
     return rec.get("spec") == asdict(spec) and all((d / n).is_file() for n in rec.get("files", {}))
 
 
+def _lock_of(path: str | Path) -> Path:
+    """The lock beside a checkpoint or GGUF: two runs making it at once share one `.partial`."""
+    path = Path(path)
+    return path.with_name(path.name + ".lock")
+
+
 def ensure_checkpoint(out_dir: str | Path, spec: HfTinySpec, tokenizer_model: str | Path) -> Path:
+    from parity.filelock import locked
+
     if not is_current(out_dir, spec):
-        write_checkpoint(out_dir, spec, tokenizer_model)
+        with locked(_lock_of(out_dir)):
+            if not is_current(out_dir, spec):
+                write_checkpoint(out_dir, spec, tokenizer_model)
     return Path(out_dir)
 
 
@@ -245,14 +255,22 @@ def ensure_gguf(hf_dir: str | Path, out_file: str | Path, llama_tree: str | Path
     script = tree / "convert_hf_to_gguf.py"
     key = {"checkpoint": files, "converter_sha256": sha256_file(script) if script.is_file() else None, "outtype": outtype}
     side = out_file.with_name(out_file.name + ".hf-tiny.json")
-    try:
-        if out_file.is_file() and json.loads(side.read_text()).get("key") == key:
-            return out_file
-    except (OSError, ValueError):
-        pass
-    side.unlink(missing_ok=True)
-    convert_to_gguf(hf_dir, out_file, tree, python, runner, outtype)
-    atomic_write_json(side, {"key": key, "tree": str(tree), "sha256": sha256_file(out_file)})
+
+    def current() -> bool:
+        try:
+            return out_file.is_file() and json.loads(side.read_text()).get("key") == key
+        except (OSError, ValueError):
+            return False
+
+    if current():
+        return out_file
+    from parity.filelock import locked
+
+    with locked(_lock_of(out_file)):
+        if not current():
+            side.unlink(missing_ok=True)
+            convert_to_gguf(hf_dir, out_file, tree, python, runner, outtype)
+            atomic_write_json(side, {"key": key, "tree": str(tree), "sha256": sha256_file(out_file)})
     return out_file
 
 

@@ -296,7 +296,11 @@ def ensure_model(profile: Profile, name: str) -> str:
         return str(path)
     if is_current(path, m.synth):
         return str(path)
-    write_model(path, m.synth, label=f"model {name}: ")
+    from parity.filelock import locked
+
+    with locked(path.with_name(path.name + ".lock")):  # two runs synthesizing one model: one makes it
+        if not is_current(path, m.synth):
+            write_model(path, m.synth, label=f"model {name}: ")
     return str(path)
 
 

@@ -157,3 +157,20 @@ def test_doctor_answers_for_the_venv_the_profile_would_use(vllm_venv, tmp_path):
     empty = run_parity("doctor", "-p", "smoke", "--json", env={"PARITY_CACHE": str(tmp_path)}, timeout=300)
     row = {c["name"]: c for c in json.loads(empty.stdout)["checks"]}["vllm"]
     assert row["status"] == "degraded" and "first real run installs" in row["consequence"]
+
+
+def test_two_runs_converting_one_gguf_at_once_both_get_it(vllm_venv, smoke_profile, tmp_path):
+    """Two parity runs (a Slurm job and an SSH run of a cold suite did) making the same GGUF at
+    once: one converts, the other waits and finds it made; without the lock both wrote one
+    `.partial` and the loser failed with 'convert_hf_to_gguf.py failed (exit 0)'."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from parity.engine import source
+    from parity.models import hf_tiny
+
+    tree = source.materialize("sdist", smoke_profile.sources["sdist"], LocalRunner())
+    hf = hf_tiny.ensure_checkpoint(cache_dir() / "models" / "hf-tiny-s0", hf_tiny.HfTinySpec(), hf_tiny.find_tokenizer(vllm_venv.site_packages()))
+    out = tmp_path / "m.f32.gguf"
+    with ThreadPoolExecutor(2) as pool:  # flock excludes two opens of the lock file in one process too
+        done = list(pool.map(lambda _: hf_tiny.ensure_gguf(hf, out, tree, vllm_venv.python), range(2)))
+    assert done == [out, out] and out.stat().st_size > 0 and not out.with_name(out.name + ".partial").exists()

@@ -1,0 +1,19 @@
+"""An exclusive lock on a file (fcntl.flock): one process at a time makes a cached thing
+(a source tree, a model), the others wait and then find it made."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+from pathlib import Path
+
+
+@contextlib.contextmanager
+def locked(path: str | Path):
+    """Hold path's lock for the block (released when the process dies, however it dies).
+    Not re-entrant: a second `locked` on the same path in the same process waits forever."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
