@@ -287,8 +287,11 @@ def _capture_serve(ctx, c: Capture, plan: ProfilePlan) -> list[dict]:
     base = c.server
     la = replace(base, argv=c.argv)  # the nsys-wrapped command; readiness, model check, names as launched
     os.makedirs(os.path.dirname(c.out_base), exist_ok=True)
-    # nsys writes the report after the server stops: give it time before SIGKILL
-    with serving(ctx, la, s.port, c.out_base + ".log", e.ready_timeout_s * 2, e.ready_probe_timeout_s, e.stop_grace_s + 120):
+    # nsys writes the report after the server stops: give it time before SIGKILL.  The stop
+    # signal goes to nsys alone: it ends the server itself (its --kill: SIGTERM), and a second
+    # signal sends llama-server down its "terminating immediately" exit(1), which hung at exit
+    # here (a busy 2-core box) until the SIGKILL, so nsys wrote no report
+    with serving(ctx, la, s.port, c.out_base + ".log", e.ready_timeout_s * 2, e.ready_probe_timeout_s, e.stop_grace_s + 120, leader_only=True):
         t = Target("127.0.0.1", s.port, base.served_name, base.tokenize, count=base.count, extra=base.request_extra)
         specs = asyncio.run(token_prompts(t, plan.npl, plan.npp, c.ntg))
         recs = [check_request(r) for r in drive(t, specs, s.request_timeout_s)]

@@ -43,8 +43,9 @@ class Process(Protocol):
 
     def wait(self, timeout: float | None = None) -> int | None: ...
 
-    def stop(self, grace_s: float = 10.0) -> int | None:
-        """SIGTERM the whole process group, wait up to grace_s, then SIGKILL."""
+    def stop(self, grace_s: float = 10.0, leader_only: bool = False) -> int | None:
+        """SIGTERM the whole process group (leader_only: its leader, a wrapper such as nsys that
+        stops its own command), wait up to grace_s, then SIGKILL the group."""
         ...
 
 

@@ -9,6 +9,7 @@ Group listeners (the GPU lock's owner record) hear when a group starts and ends.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import shutil
@@ -129,11 +130,16 @@ def _group_alive(pgid: int) -> bool:
         return True
 
 
-def stop_group(popen: subprocess.Popen, grace_s: float, tag: str | None = None) -> int | None:
-    """SIGTERM the group, wait up to grace_s for the leader and the group, SIGKILL the rest
-    and whatever carries the child's tag (escaped the group with setsid)."""
+def stop_group(popen: subprocess.Popen, grace_s: float, tag: str | None = None, leader_only: bool = False) -> int | None:
+    """SIGTERM the group (leader_only: the leader alone, a wrapper that stops its own command),
+    wait up to grace_s for the leader and the group, SIGKILL the rest and whatever carries the
+    child's tag (escaped the group with setsid)."""
     pgid = popen.pid
-    _kill_group(pgid, signal.SIGTERM)
+    if leader_only:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pgid, signal.SIGTERM)
+    else:
+        _kill_group(pgid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
         if popen.poll() is not None and not _group_alive(pgid):
@@ -190,8 +196,8 @@ class LocalProcess(_Waitable):
         if not ended:
             _notify("end", self.pid)
 
-    def stop(self, grace_s: float = 10.0) -> int | None:
-        rc = stop_group(self._popen, grace_s, self.tag)
+    def stop(self, grace_s: float = 10.0, leader_only: bool = False) -> int | None:
+        rc = stop_group(self._popen, grace_s, self.tag, leader_only)
         self._end()
         if self._log_file:
             self._log_file.close()
@@ -205,8 +211,8 @@ class DetachedProcess(_Waitable):
     def __init__(self, popen: subprocess.Popen, argv: list[str], log_path: str | None):
         self._popen, self.pid, self.argv, self.log_path = popen, popen.pid, argv, log_path
 
-    def stop(self, grace_s: float = 10.0) -> int | None:
-        return stop_group(self._popen, grace_s)
+    def stop(self, grace_s: float = 10.0, leader_only: bool = False) -> int | None:
+        return stop_group(self._popen, grace_s, leader_only=leader_only)
 
 
 def wait_exit(popen: subprocess.Popen, timeout: float | None) -> int:

@@ -134,10 +134,10 @@ def _await_group(pid: str) -> str:
     return f"i=0; while kill -0 {pid} && ! kill -0 -{pid} && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done 2>/dev/null; "
 
 
-def kill_group_script(pgid: int | str, grace_s: float, first: str = "TERM") -> str:
+def kill_group_script(pgid: int | str, grace_s: float, first: str = "TERM", leader_only: bool = False) -> str:
     steps = max(1, int(grace_s / 0.1))
     return (
-        f"kill -{first} -{pgid} 2>/dev/null; i=0; "
+        f"kill -{first} {'' if leader_only else '-'}{pgid} 2>/dev/null; i=0; "
         f"while kill -0 -{pgid} 2>/dev/null && [ $i -lt {steps} ]; do sleep 0.1; i=$((i+1)); done; "
         f"kill -KILL -{pgid} 2>/dev/null; true"
     )
@@ -391,13 +391,13 @@ class SSHRunner:
         chan.close()
         return CommandResult(argv, rc, out.text("stdout"), out.text("stderr"), time.monotonic() - start, timed_out, dict(env or {}))
 
-    def _kill(self, pgid: list[int], chan, grace_s: float) -> None:
+    def _kill(self, pgid: list[int], chan, grace_s: float, leader_only: bool = False) -> None:
         """SIGTERM the remote group, wait, SIGKILL (second channel); closing the
         main channel also trips the remote watchdog if that channel failed."""
         if pgid:
             try:
                 c2 = self._channel()
-                c2.exec_command("sh -c " + q(kill_group_script(pgid[0], grace_s)))
+                c2.exec_command("sh -c " + q(kill_group_script(pgid[0], grace_s, leader_only=leader_only)))
                 c2.recv_exit_status()
                 c2.close()
             except Exception:
@@ -576,9 +576,9 @@ class SSHProcess:
             self._pump(0.2)
         return rc
 
-    def stop(self, grace_s: float = 10.0) -> int | None:
+    def stop(self, grace_s: float = 10.0, leader_only: bool = False) -> int | None:
         if self.poll() is None:
-            self.runner._kill(self._pgid, self._chan, grace_s)
+            self.runner._kill(self._pgid, self._chan, grace_s, leader_only)
         return self._chan.recv_exit_status() if self._chan.exit_status_ready() else None
 
 

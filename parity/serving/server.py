@@ -138,8 +138,9 @@ def scrape(port: int, path: str | None, timeout: float = 10.0) -> str | None:
 
 
 @contextmanager
-def serving(ctx, launch: Launch, port: int, log_path: str, budget_s: float, probe_timeout_s: float, grace_s: float):
-    """Start the server, wait until ready, yield (process, ready_seconds), always stop it."""
+def serving(ctx, launch: Launch, port: int, log_path: str, budget_s: float, probe_timeout_s: float, grace_s: float, leader_only: bool = False):
+    """Start the server, wait until ready, yield (process, ready_seconds), always stop it
+    (leader_only: the stop signal goes to the launched wrapper alone, see Process.stop)."""
     check_port(port)
     proc = ctx.runner.spawn(launch.argv, env=launch.env, unset=launch.unset, log_path=log_path)
     try:
@@ -154,7 +155,7 @@ def serving(ctx, launch: Launch, port: int, log_path: str, budget_s: float, prob
             # what the client saw (a refused connection) is not the news: the server died
             raise died(launch.engine or "server", rc, proc.log_path, f"serving (the client then saw {type(e).__name__})") from e
     finally:
-        proc.stop(grace_s)
+        proc.stop(grace_s, leader_only=leader_only)
 
 
 def died(engine: str, rc: int, log_path: str | None, during: str) -> InfraError:
