@@ -121,10 +121,12 @@ def test_job_over_its_time_limit_is_interrupted_and_resume_finishes_it(slurm_clu
     """slurm-short has --time=1: step a (20 s) ends inside the minute, step b (75 s) cannot
     (Slurm enforces the limit within about 30 s of it); Slurm ends the job (TIMEOUT), the run is
     interrupted with Slurm's reason.  --resume on slurm-local (same cluster and workdir, no
-    limit: more time, as a user would ask for) runs b only and completes the run."""
+    limit: more time, as a user would ask for) runs b only and completes the run; b sleeps only
+    while its `slept` file is missing, so the resumed b is quick (its 75 s proved nothing new)."""
+    slept = tmp_path / "slept"
     camp = tmp_path / "long.yaml"
     camp.write_text("name: long\nsteps:\n  - {name: a, kind: shell, with: {argv: [sleep, '20']}}\n"
-                    "  - {name: b, kind: shell, with: {argv: [sleep, '75.5']}}\n")
+                    f"  - {{name: b, kind: shell, with: {{argv: [sh, -c, 'test -e {slept} || exec sleep 75.5']}}}}\n")
     arts = tmp_path / "runs"
     rest = ("campaign", "run", str(camp), "--profile", str(slurm_profile))
     r = parity("--artifacts", str(arts), "--host", "slurm-short", *rest)
@@ -138,6 +140,7 @@ def test_job_over_its_time_limit_is_interrupted_and_resume_finishes_it(slurm_clu
     assert m["steps"]["a"]["status"] == "complete" and m["steps"]["b"]["status"] == "interrupted"
     assert not pids("^sleep 75.5")
     first_job = m["slurm"]["job_id"]
+    slept.touch()
 
     r2 = parity("--artifacts", str(arts), "--host", "slurm-local", *rest, "--resume", str(local))
     assert r2.returncode == 0, r2.stderr

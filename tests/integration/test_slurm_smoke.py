@@ -18,15 +18,17 @@ from test_slurm_cli import manifest, parity
 @pytest.mark.slow
 def test_smoke_campaign_as_a_job_has_the_files_of_a_local_run(slurm_profile, tmp_path, engine_bins, tiny_model):
     """campaigns/smoke.yaml submitted as a job (the node reuses ~/.cache/parity: same machine)
-    and the same campaign run locally: the run dirs hold the same files.  One block (one vLLM
-    start per run, not three; the block rotation is test_snapshot's) with its own lock dir and
-    port, so neither run waits on another suite's smoke run."""
+    and the same campaign run locally: the run dirs hold the same files.  One block of paged and
+    stock (the block rotation is test_snapshot's; the campaign with real vLLM in it runs over
+    SSH in test_remote_cli, and vLLM serving in five other tests: two more vLLM starts here
+    would show nothing about Slurm), with its own lock dir and port, so neither run waits on
+    another suite's smoke run."""
     from sshd import free_port
 
     doc = yaml.safe_load(slurm_profile.read_text())
     doc["hosts"]["slurm-local"]["lock_dir"] = str(tmp_path / "lock")
     doc["lock"] = {"dir": str(tmp_path / "lock")}
-    doc["serving"] = {"repeat": 1, "port": free_port()}
+    doc["serving"] = {"repeat": 1, "port": free_port(), "engines": ["paged", "stock"]}
     prof = tmp_path / "one-block.yaml"
     prof.write_text(yaml.safe_dump(doc))
     arts, local_arts = tmp_path / "runs", tmp_path / "local-runs"
