@@ -151,7 +151,9 @@ def test_sigint_mid_sweep_stops_every_server(profile_file, tmp_path):
 
 
 def test_paged_vs_fake_vllm_full_snapshot(parity_cli, profile_file, tmp_path):
-    prof, port = profile_file(npl=[2])
+    # 128 tokens: 16 once arrived in one read on a box with three suite workers (a decode window
+    # of 0 s, so no decode rate: rightly None, but not what this test is about)
+    prof, port = profile_file(npl=[2], gen=128)
     env = {"VLLM_MODEL": "old-harness-value", "FAKE_VLLM_RECORD": str(tmp_path / "vllm-record.json")}
     r = parity_cli("--artifacts", str(tmp_path / "runs"), "snapshot", "--profile", str(prof), "--engines", "paged,vllm", "--no-gates", "--repeat", "2", "--order", "abba", "--json", env=env, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
