@@ -19,6 +19,7 @@ from pathlib import Path
 
 from parity.config import HfShape
 from parity.errors import InfraError, UsageError
+from parity.filelock import locked
 
 TOKENIZER_FILE = "tokenizer.model.v1"  # in mistral_common/data/
 # the v1 model as shipped by mistral_common 1.x; another file would change token ids
@@ -230,8 +231,6 @@ def _lock_of(path: str | Path) -> Path:
 
 
 def ensure_checkpoint(out_dir: str | Path, spec: HfTinySpec, tokenizer_model: str | Path) -> Path:
-    from parity.filelock import locked
-
     if not is_current(out_dir, spec):
         with locked(_lock_of(out_dir)):
             if not is_current(out_dir, spec):
@@ -264,8 +263,6 @@ def ensure_gguf(hf_dir: str | Path, out_file: str | Path, llama_tree: str | Path
 
     if current():
         return out_file
-    from parity.filelock import locked
-
     with locked(_lock_of(out_file)):
         if not current():
             side.unlink(missing_ok=True)
