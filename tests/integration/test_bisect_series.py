@@ -122,13 +122,15 @@ models:
 
 def test_metric_bisection_finds_the_planted_slow_patch(pin_tree, tmp_path):
     """About 3 ms a decode step (S_TG ~300 t/s, 256 steps) against 20 ms slept: the culprit's
-    S_TG falls to ~0.13x; good probes must show they are not slower than 1/1.4 (a 40 % rule, far
-    from both that and the A/A spread of this box: +-20 % in 5 blocks under load)."""
+    S_TG falls to ~0.13x (~0.25x with its compute time-sliced); good probes must show they are
+    not slower than 1/3 (a 200 % rule).  That wide because the suite's three workers on two cores
+    time-slice this single-threaded bench: CI saw a good probe at 0.848 [0.608, 1.181] after 10
+    blocks, so a 40 % rule (floor 0.714) left it undecided."""
     series, pos, planted = planted_series(pin_tree, tmp_path / "series", SLOW_FILE, SLOW_EDITS, "slow-decode")
     prof = tmp_path / "bisect-metric.yaml"
     prof.write_text(BENCH_MODEL)
-    r = _bisect(series, tmp_path / "runs", "--criterion", "metric", "--model", "bench-llama", "--npp", "16", "--ntg", "256", "--npl", "1", "--min-delta-pct", "40",
-                "--blocks", "3", "--max-blocks", "10", profile=str(prof))  # fmt: skip
+    r = _bisect(series, tmp_path / "runs", "--criterion", "metric", "--model", "bench-llama", "--npp", "16", "--ntg", "256", "--npl", "1", "--min-delta-pct", "200",
+                "--blocks", "3", "--max-blocks", "16", profile=str(prof))  # fmt: skip
     doc = _check(r, pos, planted)
     ev = doc["evidence"]["evidence"]
     assert ev["paired"][0]["outcome"] == "regressed" and ev["paired"][0]["ratio"] < 0.5 and ev["blocks"] >= 3
