@@ -263,8 +263,10 @@ def vllm_engine(tmp_path_factory):
     hf = hf_tiny.ensure_checkpoint(cache_dir() / "models" / "hf-tiny-s0", hf_tiny.HfTinySpec(), hf_tiny.find_tokenizer(v.site_packages()))
 
     def engine(*extra: str) -> dict:
+        # started as the smoke profile starts it (eager, the worker in the engine-core process:
+        # half the start on 2 cores); test_vllm_real keeps vLLM's own defaults
         return {"kind": "vllm", "vllm_bin": str(v.vllm), "dtype": "float32", "gpu_memory_utilization": 0.1, "max_model_len": 1024, "max_num_seqs": 8,
-                "ready_timeout_s": 900, "extra_args": list(extra)}  # fmt: skip
+                "ready_timeout_s": 900, "extra_args": ["--enforce-eager", *extra], "env": {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}}  # fmt: skip
 
     return engine, {"hf": {"path": str(hf), "vllm_path": str(hf), "served_name": "hf-tiny"}}
 
