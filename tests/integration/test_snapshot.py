@@ -290,8 +290,10 @@ def test_forbidden_bench_env_is_refused_before_anything_starts(parity_cli, profi
 @pytest.mark.slow
 def test_three_engines_on_the_same_weights_real_vllm(parity_cli, engine_bins, tmp_path):
     """paged and stock llama-server and real vLLM (CPU venv) on the smoke profile's tiny-hf
-    weights, 2 repeats ABAB: tokens and requests reconcile exactly with the servers' own
-    /metrics, and the three engines' greedy outputs agree token for token."""
+    weights, one block: tokens and requests reconcile exactly with the servers' own /metrics,
+    and the three engines' greedy outputs agree token for token.  One block, not two: a second
+    was a second vLLM start (~40 s of the box's CPU) for the block rotation, which the fake-vLLM
+    snapshot above asserts."""
     from parity.serving import vllm_install
     from parity.ui import Output
 
@@ -304,11 +306,11 @@ def test_three_engines_on_the_same_weights_real_vllm(parity_cli, engine_bins, tm
     port = free_port()
     prof = tmp_path / "three.yaml"
     prof.write_text(f"extends: smoke\nlock: {{dir: {tmp_path}/lock, poll_s: 0.5, timeout_s: 600}}\n"
-                    f"serving: {{port: {port}, repeat: 2, gen: 128, settle_tolerance_mib: 8192, calibrate: {{enabled: false}}}}\n")  # fmt: skip  (the shape under test: no calibration trial block)
+                    f"serving: {{port: {port}, repeat: 1, gen: 128, settle_tolerance_mib: 8192, calibrate: {{enabled: false}}}}\n")  # fmt: skip  (the shape under test: no calibration trial block)
     r = parity_cli("--artifacts", str(tmp_path / "runs"), "snapshot", "--profile", str(prof), "--no-gates", "--json", timeout=2400)
     assert r.returncode in (0, 6), r.stderr[-3000:]  # 6: a window a loaded box made too short, said per point
     doc = json.loads(r.stdout)
-    assert doc["engines"] == ["paged", "stock", "vllm"] and doc["order"] == ["r0:paged", "r0:stock", "r0:vllm", "r1:stock", "r1:vllm", "r1:paged"]  # abba rotates
+    assert doc["engines"] == ["paged", "stock", "vllm"] and doc["order"] == ["r0:paged", "r0:stock", "r0:vllm"]
     for row in doc["rows"]:
         recon = {q["quantity"]: q for q in row["reconciliation"]}
         assert recon["generation_tokens"]["status"] == recon["prompt_tokens"]["status"] == "ok", (row["engine"], recon)
@@ -319,7 +321,7 @@ def test_three_engines_on_the_same_weights_real_vllm(parity_cli, engine_bins, tm
     assert op["status"] == "pass" and {p["engine"] for p in op["pairs"]} == {"paged", "vllm"}
     assert all(p["agreement"] == 1.0 and p["kl_mean"] <= 0.01 for p in op["pairs"]), op["pairs"]
     assert {m["engine"] for m in doc["medians"]} == {"paged", "stock", "vllm"}
-    assert all(r["noise"].startswith("noise unknown: 2 valid repeats") or r["repeats"] < 2 for r in doc["ratios"])  # 2 repeats: no verdict
+    assert doc["ratios"] and all(r["noise"].startswith(f"noise unknown: {r['repeats']} valid repeat") and r["repeats"] <= 1 for r in doc["ratios"])  # one block: no verdict
     users = (Path(doc["run_dir"]) / "summary.tsv").read_text()
     assert "ratio\tn\tvllm_decode_over_stock" in users and "ratio\tn\tpaged_decode_over_stock" in users
     assert servers_on(port) == []
