@@ -32,20 +32,22 @@ def test_until_ci_adds_blocks_and_the_summary_names_the_rule_that_stopped(parity
 
 
 def test_calibration_raises_a_short_gen_until_every_window_is_valid(parity_cli, profile_file, tmp_path):  # noqa: F811
-    # gen 8 gives windows of a few ms; min_window_s 0.5 would make every point invalid (exit 6) without calibration
-    prof, port = profile_file(model="small", npl=[1, 2], gen=8, parallel=2, ctx=2048, min_window_s=0.5, calibrate={"margin": 2.0},
+    # gen 16 gives windows of tens of ms; min_window_s 0.5 would make every point invalid (exit 6) without
+    # calibration.  Not gen 8: once under load an 8-token trial's chunks arrived in one read (decode
+    # window 0.2 ms of a 99 ms request), its need came out 35001 and the cap (992) took over
+    prof, port = profile_file(model="small", npl=[1, 2], gen=16, parallel=2, ctx=2048, min_window_s=0.5, calibrate={"margin": 2.0},
                               warmup={"requests": 1, "gen": 4})  # fmt: skip
     r = parity_cli("--artifacts", str(tmp_path / "runs"), "snapshot", "--profile", str(prof), "--engines", "paged,stock", "--no-gates", "--repeat", "2", "--json", timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     doc = json.loads(r.stdout)
     cal = doc["calibration"]
-    assert cal["trial_gen"] == 8 < cal["gen"] == doc["shape"]["gen"] and not cal["kept_trial"] and not cal["capped"]
+    assert cal["trial_gen"] == 16 < cal["gen"] == doc["shape"]["gen"] and not cal["kept_trial"] and not cal["capped"]
     assert {(p["engine"], p["n"]) for p in cal["points"]} == {("paged", 1), ("paged", 2), ("stock", 1), ("stock", 2)}
     assert [a["repeat"] for a in cal["trial_arms"]] == [0, 0]  # block 0 was the trial ...
     assert {row["repeat"] for row in doc["rows"]} == {1, 2} and doc["stop"] == {**doc["stop"], "rule": "fixed", "blocks": 2}  # ... and two measured blocks followed
     assert doc["valid"] and all(row["valid"] for row in doc["rows"]) and all(row["decode_window_s"] >= 0.5 for row in doc["rows"])
     assert all(row["gen_total"] == row["n"] * cal["gen"] for row in doc["rows"])
-    assert "calibration: gen 8 -> " in r.stderr
+    assert "calibration: gen 16 -> " in r.stderr
     # an explicit --gen is respected exactly: no calibration (and here, a short window is invalid: exit 6)
     r = parity_cli("--artifacts", str(tmp_path / "runs2"), "snapshot", "--profile", str(prof), "--engines", "paged,stock", "--no-gates", "--repeat", "1", "--npl", "1", "--gen", "8", "--json", timeout=900)
     assert r.returncode == 6, r.stderr[-3000:]
