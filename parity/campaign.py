@@ -134,6 +134,7 @@ def load_campaign(path: str, extra_vars: dict[str, str] | None = None) -> Campai
     import hashlib
 
     import yaml
+    from parity.yamlload import safe_load
 
     p = Path(path).expanduser()
     label = str(path)
@@ -141,7 +142,7 @@ def load_campaign(path: str, extra_vars: dict[str, str] | None = None) -> Campai
 
     text = read_utf8(p, label, missing="campaign file not found")
     try:
-        data = yaml.safe_load(text)
+        data = safe_load(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         raise ConfigError(label, f"line {mark.line + 1}" if mark else "", f"YAML syntax error: {getattr(e, 'problem', e)}") from None

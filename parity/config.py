@@ -575,10 +575,11 @@ def read_yaml(path: Path, label: str, missing: str = "file not found", not_mappi
     """A YAML file whose top level is a mapping (empty -> {}); every way it is not is one
     ConfigError naming the line (profiles, campaigns, matrices, the lever map)."""
     import yaml
+    from parity.yamlload import safe_load
 
     text = read_utf8(path, label, missing)
     try:
-        data = yaml.safe_load(text)
+        data = safe_load(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark else ""

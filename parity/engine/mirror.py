@@ -40,11 +40,12 @@ def registry_path() -> Path:
 
 def _read_registry(path: Path) -> dict:
     import yaml
+    from parity.yamlload import safe_load
 
     if not path.exists():
         return {}
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = safe_load(path.read_text()) or {}
     except yaml.YAMLError as e:
         raise ConfigError(str(path), "", f"YAML syntax error: {getattr(e, 'problem', e)}") from None
     if not isinstance(data, dict) or not isinstance(data.get("series") or {}, dict):

@@ -30,6 +30,7 @@ def registry_path(override: str | None = None) -> Path:
 
 def _read(path: Path) -> dict:
     import yaml
+    from parity.yamlload import safe_load
 
     from parity.config import read_utf8
 
@@ -37,7 +38,7 @@ def _read(path: Path) -> dict:
         return {}
     text = read_utf8(path, str(path))
     try:
-        data = yaml.safe_load(text) or {}
+        data = safe_load(text) or {}
     except yaml.YAMLError as e:
         raise ConfigError(str(path), "", f"YAML syntax error: {getattr(e, 'problem', e)}") from None
     if not isinstance(data, dict) or not isinstance(data.get("models") or {}, dict):

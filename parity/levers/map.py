@@ -81,9 +81,9 @@ def append(path: Path, row: dict) -> list[dict]:
 
 
 def load_text(text: str) -> list[dict]:
-    import yaml
+    from parity.yamlload import safe_load
 
-    data = yaml.safe_load(text) or {}
+    data = safe_load(text) or {}
     return list(data.get("levers") or [])
 
 

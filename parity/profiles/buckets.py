@@ -54,10 +54,11 @@ class BucketTable:
 
 def load_table_file(path: str | Path) -> BucketTable:
     import yaml
+    from parity.yamlload import safe_load
 
     label = str(path)
     try:
-        data = yaml.safe_load(Path(path).read_text())
+        data = safe_load(Path(path).read_text())
     except FileNotFoundError:
         raise ConfigError(label, "", "bucket table not found") from None
     except yaml.YAMLError as e:

@@ -71,6 +71,7 @@ def parse_options(items: list[str]) -> dict:
     import typing
 
     import yaml
+    from parity.yamlload import safe_load
 
     from parity.config import ConfigError, WorkloadConfig, decode_value
     from parity.errors import UsageError
@@ -89,7 +90,7 @@ def parse_options(items: list[str]) -> dict:
             close = difflib.get_close_matches(key, names, n=1)
             raise UsageError(f"--workload-opt {key}: unknown workload key{f' (did you mean {close[0]}?)' if close else ''}")
         try:
-            out[key] = decode_value(hints[key], yaml.safe_load(raw), "--workload-opt", key)
+            out[key] = decode_value(hints[key], safe_load(raw), "--workload-opt", key)
         except (ConfigError, yaml.YAMLError) as e:
             raise UsageError(f"--workload-opt {item}: {e}") from None
     return out
