@@ -102,6 +102,14 @@ def decode_window_s(rs) -> float:
     return max(r.end for r in rs) - max(r.first for r in rs)
 
 
+def decode_window_reads(rs) -> int:
+    """Distinct arrival instants after the last first token: the reads that carried the decode
+    window's tokens (far fewer than its token gaps: the stream came in bursts)."""
+    rs = _need(rs)
+    lo = max(r.first for r in rs)
+    return len({t for r in rs for t in r.token_times if t > lo})
+
+
 def decode_agg_tps(rs) -> float:
     rs = _need(rs)
     return _rate(gen_total(rs), decode_window_s(rs), "the decode window (last first token -> last token)")

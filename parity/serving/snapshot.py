@@ -378,6 +378,8 @@ def calibrate_after_trial(ctx, plan: SnapshotPlan, arms: list[dict]) -> bool:
     cal = choose(rows, s.gen, s.min_window_s, c.margin, caps, c.max_gen)
     plan.calibration = cal.to_dict()
     ctx.out.info(cal.line())
+    if (b := cal.burst_note()) is not None:
+        ctx.out.warn(b)
     if (w := cal.warning()) is not None:
         ctx.out.warn(w)
     if cal.kept_trial:

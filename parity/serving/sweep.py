@@ -13,7 +13,7 @@ import asyncio
 
 from parity.errors import InfraError
 from parity.serving import server_metrics, validity
-from parity.serving.metrics import RequestRecord, compute
+from parity.serving.metrics import NoValue, RequestRecord, compute, decode_window_reads
 
 
 def records_json(recs: list[RequestRecord]) -> list[dict]:
@@ -127,8 +127,13 @@ def run_point(ctx, plan, la, target, engine: str, rep: int, n: int, show, server
     after, text = scrape_parsed(s.port, la.metrics_path)
     for r in recs:
         validity.check_request(r)
-    metrics, why = compute([r for r in recs if r.valid])
+    ok = [r for r in recs if r.valid]
+    metrics, why = compute(ok)
     row = {"engine": engine, "n": n, "repeat": rep, **metrics, "why": why}
+    try:  # the calibration's evidence that the decode window is a pace, not a burst (parity.stats.calibrate)
+        row["decode_window_reads"] = decode_window_reads(ok)
+    except NoValue:
+        row["decode_window_reads"] = None
     problems = validity.point_verdict(recs, row, s.min_window_s, s.invalid_tolerance)
     problems += tel.finish(ctx.run, row, recs, la.kind, before, after, f"telemetry/{engine}-r{rep}-n{n}.json")
     row.update(

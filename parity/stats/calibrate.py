@@ -5,7 +5,10 @@ calibrates its loops before it measures.
 The evidence is a trial block run at the profile's gen: every engine x N once.  Per
 point the pace of its windows (decode: (gen - 1) token gaps between the first and the
 last token; wall: gen tokens from the first send to the last token) gives the gen at
-which the window would reach min_window_s x margin.  One gen for every engine and N
+which the window would reach min_window_s x margin.  A decode window whose tokens came in
+fewer reads than half its token gaps (decode_window_reads) was delivered in bursts, by a
+client starved of CPU or a server that buffers its stream: its length is when the client
+read, not how fast the engine decoded, so it is not a pace and the wall window decides.  One gen for every engine and N
 (the arms stay comparable): the largest need, never below the profile's gen, capped by
 the context every engine gives a request and by serving.calibrate.max_gen.  Pure: the
 caller runs the block and applies the choice (parity.serving.snapshot)."""
@@ -16,6 +19,11 @@ import math
 from dataclasses import asdict, dataclass, field
 
 WINDOWS = ("decode_window_s", "wall_s")
+
+
+def burst(gen: int, reads: int | None) -> bool:
+    """The decode window's tokens came in fewer reads than half its gen - 1 token gaps (None: not counted)."""
+    return reads is not None and gen > 1 and reads < max(2, math.ceil((gen - 1) / 2))
 
 
 def needed_gen(gen: int, window_s: float | None, target_s: float, window: str = "decode_window_s") -> int | None:
@@ -42,6 +50,7 @@ class Calibration:
     capped: bool = False  # the cap kept gen under the need
     kept_trial: bool = True  # the trial block reached the target: it is the first measured block
     points: list = field(default_factory=list)  # per point: engine, n, repeat, windows, need
+    bursts: list = field(default_factory=list)  # points whose decode window was a burst, not a pace
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -52,6 +61,11 @@ class Calibration:
         if self.kept_trial:
             return f"calibration: gen {self.gen} kept (the cap is {self.cap}, {self.cap_by}); block 0 counts"
         return f"calibration: gen {self.trial_gen} -> {self.gen} so every window reaches {self.target_s:g} s (min_window_s {self.min_window_s:g} x {self.margin:g}; shortest {self.shortest}); block 0 was the trial, measured blocks follow"
+
+    def burst_note(self) -> str | None:
+        if not self.bursts:
+            return None
+        return f"calibration: the decode window of {', '.join(self.bursts)} came in fewer reads than half its {self.trial_gen - 1} token gaps (a client starved of CPU, or a server buffering its stream): not a pace, so its wall window decided"
 
     def warning(self) -> str | None:
         if not self.capped:
@@ -72,9 +86,13 @@ def choose(rows: list[dict], gen: int, min_window_s: float, margin: float, caps:
     worst = None
     for r in rows:
         needs = {w: needed_gen(gen, r.get(w), target, w) for w in WINDOWS}
+        reads = r.get("decode_window_reads")
+        if burst(gen, reads):
+            needs["decode_window_s"] = None
+            cal.bursts.append(f"{r.get('engine')} N={r.get('n')} ({reads} read{'s' if reads != 1 else ''})")
         usable = [v for v in needs.values() if v is not None]
         need = max(usable) if usable else None
-        cal.points.append({"engine": r.get("engine"), "n": r.get("n"), "repeat": r.get("repeat"), **{w: r.get(w) for w in WINDOWS}, "need": need})
+        cal.points.append({"engine": r.get("engine"), "n": r.get("n"), "repeat": r.get("repeat"), **{w: r.get(w) for w in WINDOWS}, "decode_window_reads": reads, "need": need})
         if need is not None and (worst is None or need > worst[0]):
             worst = (need, f"{r.get('engine')} N={r.get('n')}")
     if worst is None:

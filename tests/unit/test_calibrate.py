@@ -8,7 +8,8 @@ import pytest
 
 from parity.config import load_profile
 from parity.errors import ConfigError
-from parity.stats.calibrate import choose, needed_gen
+from parity.serving.metrics import RequestRecord, decode_window_reads
+from parity.stats.calibrate import burst, choose, needed_gen
 
 
 def test_needed_gen_scales_the_token_pace_of_each_window():
@@ -53,6 +54,36 @@ def test_the_cap_stops_gen_and_says_so_in_one_line():
 def test_no_window_no_change():
     cal = choose([row("p", 1, None, None)], gen=64, min_window_s=0.5, margin=1.5)
     assert cal.gen == 64 and cal.kept_trial and cal.need is None
+
+
+def test_a_decode_window_read_in_one_burst_is_not_a_pace():
+    """Seen under load (2026-11-25): paged N=2 at an 8-token trial, every chunk read at once,
+    a decode window of 0.2 ms in a 99 ms request; taken as a pace it asked for gen 35001."""
+    t0 = 10.0
+    a = RequestRecord(send=t0, first=t0 + 0.0988, token_times=[t0 + 0.0988] * 8, tokens=8)
+    b = RequestRecord(send=t0, first=t0 + 0.0988, token_times=[t0 + 0.0988] * 7 + [t0 + 0.099], tokens=8)
+    assert decode_window_reads([a, b]) == 1
+    starved = {**row("p", 2, 0.0002, 0.099), "decode_window_reads": 1}
+    cal = choose([starved], gen=8, min_window_s=0.5, margin=1.5, caps={"p": (992, "slot")}, max_gen=4096)
+    assert cal.need == needed_gen(8, 0.099, 0.75, "wall_s") == 61 and cal.gen == 61 and not cal.capped
+    assert cal.points[0]["decode_window_reads"] == 1 and cal.bursts == ["p N=2 (1 read)"]
+    note = cal.burst_note()
+    assert "\n" not in note and "p N=2 (1 read)" in note and "7 token gaps" in note and "wall window decided" in note
+    # the same row without the count: the burst is taken as a pace and only the cap stops it
+    blind = choose([row("p", 2, 0.0002, 0.099)], gen=8, min_window_s=0.5, margin=1.5, caps={"p": (992, "slot")}, max_gen=4096)
+    assert blind.need > 20000 and blind.capped and blind.gen == 992 and blind.burst_note() is None
+
+
+def test_a_streamed_decode_window_stays_a_pace():
+    # one read per token of each of two streams: 2 x 7 reads after the last first token
+    t0 = 10.0
+    recs = [RequestRecord(send=t0, first=t0 + 0.1 + d, token_times=[t0 + 0.1 + d + 0.003 * i for i in range(8)], tokens=8) for d in (0.0, 0.001)]
+    assert decode_window_reads(recs) == 14
+    cal = choose([{**row("p", 2, 0.022, 0.122), "decode_window_reads": 14}], gen=8, min_window_s=0.5, margin=1.5)
+    assert cal.need == needed_gen(8, 0.022, 0.75) and cal.bursts == [] and cal.burst_note() is None
+    # the boundary: half the token gaps (and at least 2 reads)
+    assert burst(8, 3) and not burst(8, 4) and burst(256, 127) and not burst(256, 128) and burst(3, 1) and not burst(3, 2)
+    assert not burst(8, None) and not burst(1, 0)
 
 
 def write(tmp_path, text):
