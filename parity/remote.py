@@ -161,7 +161,8 @@ def ensure_remote_parity(runner, out=None) -> tuple[list[str], str]:
     unpack = 'set -e; rm -rf "$1.new"; mkdir -p "$1.new"; tar -xzf "$2" -C "$1.new"; rm -rf "$1"; mv "$1.new" "$1"; rm -f "$2"'
     _check(runner, runner.run(["sh", "-c", unpack, "sh", src, tgz], timeout=cfg.bootstrap_timeout_s), "unpack the source archive")
     if not runner.exists(py):
-        res = runner.run([cfg.python, "-m", "venv", "--system-site-packages", venv], timeout=cfg.bootstrap_timeout_s)
+        # no pip in it: nothing is installed there (the .pth files below are the whole install)
+        res = runner.run([cfg.python, "-m", "venv", "--without-pip", "--system-site-packages", venv], timeout=cfg.bootstrap_timeout_s)
         if res.rc == 127:
             raise UsageError(f"--host {runner.host}: remote python {cfg.python!r} not found (hosts.{runner.host}.python)")
         _check(runner, res, "create the venv")
@@ -169,9 +170,10 @@ def ensure_remote_parity(runner, out=None) -> tuple[list[str], str]:
     _check(runner, site, "locate the venv's site-packages")
     venv_site = site.stdout.strip()
     _inherit_packages(runner, cfg.python, venv_site)
-    pip = runner.run([py, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index", "-e", src], timeout=cfg.bootstrap_timeout_s)
-    if not pip.ok:  # no setuptools/wheel for an offline build: put the source on the venv's path
-        runner.write_text(f"{venv_site}/_parity_src.pth", src + "\n")
+    runner.write_text(f"{venv_site}/_parity_src.pth", src + "\n")  # `python -m parity` imports from src
+    # every remote start imports ~100 modules: compiled once here, not at each start where the
+    # environment sets PYTHONDONTWRITEBYTECODE (a Slurm job inherits the submitter's)
+    _check(runner, runner.run([py, "-m", "compileall", "-q", f"{src}/parity"], timeout=cfg.bootstrap_timeout_s), "compile the source")
     check = runner.run([py, "-c", "import parity, typer, yaml, rich; print(parity.__file__)"], cwd=workdir, timeout=cfg.bootstrap_timeout_s)
     missing = missing_module(check.stdout + check.stderr)
     if missing and missing != "parity":

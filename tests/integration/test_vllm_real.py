@@ -77,10 +77,14 @@ def servers(vllm_venv, same_weights, engine_bins, tmp_path_factory):
     hf, gguf = same_weights
     logs = tmp_path_factory.mktemp("vllm-real")
     vport, lport = free_port(), free_port()
-    # vLLM's own defaults (torch.compile, a separate worker process), as a GPU profile runs it;
-    # the smoke profile and test_workloads_real start it eager, the worker in the engine core
+    # vLLM's own process layout (API server, engine core, a separate worker: the one place a
+    # three-process vLLM is stopped as a group); the smoke profile and test_workloads_real also
+    # keep the worker in the engine core.  Eager: on CPU torch.compile builds C++ kernels with
+    # g++ at every start (vLLM 0.32 cannot reload its cache), ~12 s of vLLM's own work that no
+    # assertion here reads, and nothing like what a GPU profile compiles
     vargv = [str(vllm_venv.vllm), "serve", str(hf), "--dtype", "float32", "--gpu-memory-utilization", "0.1", "--max-model-len", str(MAX_MODEL_LEN),
-             "--max-num-seqs", "8", "--tokenizer-mode", "mistral", "--served-model-name", SERVED, "--host", "127.0.0.1", "--port", str(vport)]  # fmt: skip
+             "--max-num-seqs", "8", "--tokenizer-mode", "mistral", "--served-model-name", SERVED, "--host", "127.0.0.1", "--port", str(vport),
+             "--enforce-eager"]  # fmt: skip
     largv = [str(engine_bins["stock"] / "llama-server"), "-m", str(gguf), "-c", "1024", "--parallel", "2", "--host", "127.0.0.1", "--port", str(lport), "--no-webui", "--metrics"]
     llama = _serve(largv, {}, lport, "llama-server", logs / "llama-server.log", None, gguf.name, 120)
     try:
