@@ -17,8 +17,8 @@ $(BIN)/parity: pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	@touch $@
 
-# compileall: every parity start (the suite makes ~700) imports ~100 modules; with
-# PYTHONDONTWRITEBYTECODE set and no .pyc each start compiles them again (2.4 CPU-s, not 0.4)
+# compileall: every parity start (the suite makes ~650) imports ~100 modules; with
+# PYTHONDONTWRITEBYTECODE set and no .pyc each start compiles them again (~0.08 CPU-s a start)
 setup: $(BIN)/parity
 	@./scripts/ensure-system-deps
 	@$(BIN)/python -m compileall -q parity tests

@@ -113,11 +113,9 @@ def _popen(argv: list[str], *, tag: str | None, detached: bool = False, stable_t
     return subprocess.Popen(argv, start_new_session=True, preexec_fn=setup, **kw)
 
 
-def _kill_group(pid: int, sig: int) -> None:
-    try:
-        os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
+def _kill_group(pid: int, sig: int, leader_only: bool = False) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        (os.kill if leader_only else os.killpg)(pid, sig)
 
 
 def _group_alive(pgid: int) -> bool:
@@ -135,11 +133,7 @@ def stop_group(popen: subprocess.Popen, grace_s: float, tag: str | None = None, 
     wait up to grace_s for the leader and the group, SIGKILL the rest and whatever carries the
     child's tag (escaped the group with setsid)."""
     pgid = popen.pid
-    if leader_only:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pgid, signal.SIGTERM)
-    else:
-        _kill_group(pgid, signal.SIGTERM)
+    _kill_group(pgid, signal.SIGTERM, leader_only)
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
         if popen.poll() is not None and not _group_alive(pgid):
