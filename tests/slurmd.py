@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -25,17 +24,9 @@ PARTITION = "parity"
 
 def free_port_pair() -> int:
     """A port p with p and p+1 both free (slurmctld, slurmd)."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            p = s.getsockname()[1]
-        try:
-            with socket.socket() as s2:
-                s2.bind(("127.0.0.1", p + 1))
-            return p
-        except OSError:
-            continue
-    raise RuntimeError("no free port pair")
+    from ports import free_port
+
+    return free_port(pair=True)
 
 
 def node_line() -> tuple[str, str]:

@@ -16,14 +16,11 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from ports import free_port
 
 SSHD = "/usr/sbin/sshd"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def keygen(path: Path) -> Path:

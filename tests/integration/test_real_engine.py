@@ -119,13 +119,12 @@ def test_gated_sweep_paged_server_against_stock(real_builds, tmp_path):
     the small MoE hybrid, 3 repeats, pre/post gates, and its dated report."""
     import csv
     import json
-    import socket
 
     import yaml
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    from ports import free_port
+
+    port = free_port()
     prof = tmp_path / "p.yaml"
     prof.write_text(yaml.safe_dump({"extends": PROFILE, "lock": {"dir": str(tmp_path / "lock"), "poll_s": 0.5, "timeout_s": 60}, "serving": {"port": port, "calibrate": {"enabled": False}}}))  # the profile's shape, 3 blocks 0-2
     r = run_parity("--artifacts", str(tmp_path / "runs"), "snapshot", "-p", str(prof), "--json", timeout=1800)

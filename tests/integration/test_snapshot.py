@@ -8,7 +8,6 @@ import csv
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,14 +16,11 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
+from ports import free_port
 
 FAKE_BIN = REPO / "tests" / "fakes" / "bin"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def servers_on(port: int) -> list[int]:

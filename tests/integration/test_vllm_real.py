@@ -9,7 +9,6 @@ vLLM takes 1-4 minutes to become ready on 2 busy cores."""
 from __future__ import annotations
 
 import asyncio
-import socket
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ from parity.serving.engines import Launch
 from parity.serving.http import request_json
 from parity.runners.local import LocalRunner
 from parity.serving.server import wait_ready
+from ports import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -29,10 +29,6 @@ MAX_MODEL_LEN = 512
 TEXTS = ["The quick brown fox jumps over the lazy dog.", "Paged attention stores the KV cache in fixed-size blocks.", "Ünïcödé and 你好 and emoji 🙂 tokens.", "def f(x):\n    return x * 2\n"]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="session")  # session scope: set up before the session-scoped llama builds, so the skip comes first

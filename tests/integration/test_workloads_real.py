@@ -16,19 +16,15 @@ depends on how fast the box is, only on how the quantities relate."""
 from __future__ import annotations
 
 import json
-import socket
 import warnings
 from pathlib import Path
 
 import pytest
+from ports import free_port
 
 NOCACHE_ARGS = ["--no-cache-prompt", "--cache-ram", "0"]  # no slot prompt reuse, no host prompt cache
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def smoke_engine(**over) -> dict:

@@ -17,14 +17,11 @@ from parity.serving.engines import VLLM_HARNESS_VARS, Launch, adapter, model_for
 from parity.runners.local import LocalRunner
 from parity.serving.server import check_port, parse_proc_net_tcp, serving
 from parity.ui import Output
+from ports import free_port
 
 FAKE_VLLM = Path(__file__).resolve().parent.parent / "fakes" / "bin" / "vllm"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def make_ctx(tmp_path, extra: str = "") -> Context:

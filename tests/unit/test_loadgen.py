@@ -18,6 +18,7 @@ from parity.serving.http import BodyDecoder, Connection, HttpError, SSEParser, p
 from parity.serving.loadgen import RequestSpec, Target, drive, run_requests
 from parity.serving.prompts import token_prompts
 from parity.serving.validity import check_request
+from ports import free_port
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "serving"
 FAKE_VLLM = Path(__file__).resolve().parent.parent / "fakes" / "bin" / "vllm"
@@ -101,10 +102,6 @@ def test_chunked_decoder_rejects_garbage_and_reports_leftover():
 # --------------------------------------------------------------------------- against the fake vLLM
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture
