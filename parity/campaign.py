@@ -134,6 +134,7 @@ def load_campaign(path: str, extra_vars: dict[str, str] | None = None) -> Campai
     import hashlib
 
     import yaml
+
     from parity.yamlload import safe_load
 
     p = Path(path).expanduser()

@@ -40,6 +40,7 @@ def registry_path() -> Path:
 
 def _read_registry(path: Path) -> dict:
     import yaml
+
     from parity.yamlload import safe_load
 
     if not path.exists():

@@ -30,9 +30,9 @@ def registry_path(override: str | None = None) -> Path:
 
 def _read(path: Path) -> dict:
     import yaml
-    from parity.yamlload import safe_load
 
     from parity.config import read_utf8
+    from parity.yamlload import safe_load
 
     if not path.exists():
         return {}

@@ -54,6 +54,7 @@ class BucketTable:
 
 def load_table_file(path: str | Path) -> BucketTable:
     import yaml
+
     from parity.yamlload import safe_load
 
     label = str(path)

@@ -71,10 +71,10 @@ def parse_options(items: list[str]) -> dict:
     import typing
 
     import yaml
-    from parity.yamlload import safe_load
 
     from parity.config import ConfigError, WorkloadConfig, decode_value
     from parity.errors import UsageError
+    from parity.yamlload import safe_load
 
     hints = typing.get_type_hints(WorkloadConfig)
     names = [f.name for f in dataclasses.fields(WorkloadConfig) if f.name not in ("kind", "description")]

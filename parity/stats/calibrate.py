@@ -8,10 +8,11 @@ last token; wall: gen tokens from the first send to the last token) gives the ge
 which the window would reach min_window_s x margin.  A decode window whose tokens came in
 fewer reads than half its token gaps (decode_window_reads) was delivered in bursts, by a
 client starved of CPU or a server that buffers its stream: its length is when the client
-read, not how fast the engine decoded, so it is not a pace and the wall window decides.  One gen for every engine and N
-(the arms stay comparable): the largest need, never below the profile's gen, capped by
-the context every engine gives a request and by serving.calibrate.max_gen.  Pure: the
-caller runs the block and applies the choice (parity.serving.snapshot)."""
+read, not how fast the engine decoded, so it is not a pace and the wall window decides.
+One gen for every engine and N (the arms stay comparable): the largest need, never below
+the profile's gen, capped by the context every engine gives a request and by
+serving.calibrate.max_gen.  Pure: the caller runs the block and applies the choice
+(parity.serving.snapshot)."""
 
 from __future__ import annotations
 
