@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import re
+import shlex
 
 from parity.errors import InfraError
 
 _ID = ["-c", "user.name=parity", "-c", "user.email=parity@localhost", "-c", "core.autocrlf=false", "-c", "core.fileMode=true"]
+_ENV = {"GIT_CONFIG_NOSYSTEM": "1", "LC_ALL": "C"}
 
 
 def git(runner, args: list[str], cwd: str, timeout: float = 600):
-    return runner.run(["git", *_ID, *args], cwd=cwd, timeout=timeout, env={"GIT_CONFIG_NOSYSTEM": "1", "LC_ALL": "C"})
+    return runner.run(["git", *_ID, *args], cwd=cwd, timeout=timeout, env=_ENV)
 
 
 def is_tree_id(value) -> bool:
@@ -18,12 +20,24 @@ def is_tree_id(value) -> bool:
 
 
 def tree_hash(runner, workdir: str) -> str:
-    """git tree hash of a directory's content (initialises a repo when needed)."""
+    """git tree hash of a directory's content, ignored files included (initialises a repo when
+    needed): the tree `git add -A -f` + `git write-tree` names, without storing the blobs.
+    update-index --info-only hashes each file but writes no object (the 157 MB pin: ~3x less CPU
+    than add), and its stat cache skips files unchanged since the last hash."""
     if not runner.exists(f"{workdir}/.git"):
         _ok(git(runner, ["init", "-q"], workdir), "git init")
-    # the objects only name the tree: stored, not deflated (the 157 MB pin: ~1/3 of the CPU)
-    _ok(git(runner, ["-c", "core.looseCompression=0", "add", "-A", "-f", "."], workdir, timeout=1800), "git add")
-    return _ok(git(runner, ["write-tree"], workdir), "git write-tree").stdout.strip()
+    gitc = shlex.join(["git", *_ID])
+    listed = ".git/parity-paths"
+    script = (
+        f"{gitc} ls-files -z --cached --others > {listed} && "
+        f"{gitc} update-index -z --add --remove --info-only --stdin < {listed}; rc=$?; rm -f {listed}; exit $rc"
+    )
+    res = runner.run(["sh", "-c", script], cwd=workdir, timeout=1800, env=_ENV)
+    if not res.ok or "Ignoring path" in res.stderr:
+        # a nested repository is listed as a directory, which update-index skips ("Ignoring
+        # path sub/"): git add records it as a gitlink
+        _ok(git(runner, ["-c", "core.looseCompression=0", "add", "-A", "-f", "."], workdir, timeout=1800), "git add")
+    return _ok(git(runner, ["write-tree", "--missing-ok"], workdir), "git write-tree").stdout.strip()
 
 
 def _ok(res, what: str):

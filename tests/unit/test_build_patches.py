@@ -76,6 +76,48 @@ def test_tree_hash_equals_git_commit_tree(work, tmp_path):
     assert gitmod.tree_hash(LocalRunner(), str(work)) == _git(repo, "rev-parse", "HEAD^{tree}")
 
 
+def _added_tree(d: Path, tmp_path) -> str:
+    """The tree `git add -A -f` + `git write-tree` names for a copy of d's content."""
+    ref = tmp_path / "ref"
+    shutil.rmtree(ref, ignore_errors=True)
+    shutil.copytree(d, ref, symlinks=True, ignore=shutil.ignore_patterns(".git"))
+    _git(ref, "init", "-q")
+    _git(ref, "-c", "core.fileMode=true", "add", "-A", "-f", ".")
+    return _git(ref, "write-tree")
+
+
+def test_tree_hash_follows_edits_deletions_modes_and_ignored_files(work, tmp_path):
+    """The second hash reuses the first's index (stat cache): an edit, a deletion, a mode change,
+    a new file, a symlink and a gitignored file all reach the tree, as they would with git add."""
+    first = gitmod.tree_hash(LocalRunner(), str(work))
+    assert first == _added_tree(work, tmp_path)
+    victim, edited = sorted(p for p in work.rglob("*") if p.is_file() and ".git" not in p.parts)[:2]
+    victim.unlink()
+    edited.write_text(edited.read_text() + "// edited\n")
+    edited.chmod(0o755)
+    (work / ".gitignore").write_text("*.o\n")
+    (work / "built.o").write_bytes(b"\0\1")
+    (work / "new dir").mkdir()
+    (work / "new dir" / "x y.txt").write_text("new\n")
+    (work / "link").symlink_to("new dir/x y.txt")
+    second = gitmod.tree_hash(LocalRunner(), str(work))
+    assert second != first
+    assert second == _added_tree(work, tmp_path)
+
+
+def test_tree_hash_of_a_tree_holding_a_nested_repository(work, tmp_path):
+    """update-index refuses a nested repository's directory; the hash falls back to git add,
+    which records it as a gitlink."""
+    nested = work / "vendor" / "sub"
+    nested.mkdir(parents=True)
+    (nested / "f.txt").write_text("f\n")
+    _git(nested, "init", "-q")
+    _git(nested, "add", "-A")
+    _git(nested, "commit", "-qm", "sub")
+    got = gitmod.tree_hash(LocalRunner(), str(work))
+    assert "160000 commit" in _git(work, "ls-tree", "-r", got, "vendor")
+
+
 def test_series_matches_fork_branch_mirror_invariant(work, tmp_path):
     """Seeds' invariant: strict-apply the series on the pin == `git am` of the same
     format-patch files on a branch (the fork)."""
