@@ -1,4 +1,4 @@
-"""Bytes one decode step moves, from the model file (a GGUF, read with gguf's GGUFReader).
+"""Bytes one decode step moves, from the model file (a GGUF's header, parity.models.gguf_header).
 
 Declared once (QUANTITIES: name, unit, formula in words); reports print these, so the figure
 and its meaning never drift apart.  `decode_bytes(model, context, n_seqs)` is the one entry.
@@ -114,32 +114,26 @@ def expected_experts(experts: int, used: int, n_seqs: int = 1) -> float:
     return experts * expert_share(experts, used, n_seqs)
 
 
-def _field(reader, key: str, default=None):
-    f = reader.fields.get(key)
-    if f is None:
-        return default
-    v = f.contents()
-    return v
-
-
 @functools.lru_cache(maxsize=16)
 def _parse(path: str, size: int, mtime: float) -> ModelBytes:
     import gguf
 
-    r = gguf.GGUFReader(path)
-    arch = _field(r, "general.architecture", "llama")
-    k = lambda name, default=None: _field(r, f"{arch}.{name}", default)  # noqa: E731
+    from parity.models.gguf_header import read_header
+
+    h = read_header(path)
+    arch = h.fields.get("general.architecture", "llama")
+    k = lambda name, default=None: h.fields.get(f"{arch}.{name}", default)  # noqa: E731
     mb = ModelBytes(path=path, arch=arch)
     names = set()
-    for t in r.tensors:
+    for t in h.tensors:
         tname = gguf.GGMLQuantizationType(t.tensor_type).name
-        n = int(t.n_elements)
+        n = t.n_elements
         nbytes = type_bytes(tname, n)
         mb.tensors.append((t.name, tname, n, nbytes))
         names.add(t.name)
         if t.name == EMBD:
             mb.embd_table = nbytes
-            mb.embd_row = type_bytes(tname, int(t.shape[0]))  # ne0: one row
+            mb.embd_row = type_bytes(tname, t.shape[0])  # ne0: one row
         elif ROUTED.match(t.name):
             mb.routed += nbytes
         else:

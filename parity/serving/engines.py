@@ -145,16 +145,14 @@ ADAPTERS = {"llama": LlamaServer(), "vllm": VllmServer()}
 
 def gguf_context_length(path: str) -> int | None:
     """<arch>.context_length from a GGUF's header (None when it is not a readable GGUF)."""
-    try:
-        from gguf import GGUFReader
+    from parity.models.gguf_header import GGUFHeaderError, read_header
 
-        r = GGUFReader(path)
-        arch = r.fields["general.architecture"]
-        name = bytes(arch.parts[arch.data[0]]).decode()
-        f = r.fields.get(f"{name}.context_length")
-        return int(f.parts[f.data[0]][0]) if f is not None else None
-    except Exception:  # a missing or foreign file: the run-time /props check still holds
+    try:
+        fields = read_header(path).fields
+    except (OSError, GGUFHeaderError):  # a missing or foreign file: the run-time /props check still holds
         return None
+    n = fields.get(f"{fields.get('general.architecture')}.context_length")
+    return int(n) if isinstance(n, int) and not isinstance(n, bool) else None
 
 
 def adapter(ctx, engine: str):
