@@ -123,3 +123,14 @@ def test_recorded_aa_on_a_gpu_bound_model_is_never_a_claim():
     cells = paired.by_point(rows, "stock", HEADLINE, direction)
     assert len(cells) == 12 and {c["outcome"] for c in cells} <= {EQUIVALENT, INCONCLUSIVE}
     assert {c["n"]: c["outcome"] for c in cells if c["metric"] == "decode_agg_tps"}[1] == EQUIVALENT
+
+
+@pytest.mark.parametrize("df", [1, 2, 5, 30, 999])
+def test_quantiles_are_scipy_stats_own(df):
+    """t_quantile and spread_upper call scipy.special (lighter to import): the same numbers
+    scipy.stats.t.ppf and chi2.ppf give, to the bit."""
+    from scipy.stats import chi2, t
+
+    for c in (0.9, 0.95, 0.99):
+        assert paired.t_quantile(c, df) == float(t.ppf(0.5 + c / 2, df))
+    assert paired.spread_upper(df + 1) == math.sqrt(df / float(chi2.ppf(0.10, df)))
