@@ -49,11 +49,10 @@ class _Cursor:
         return self.many(code, 1)[0]
 
     def many(self, code: str, count: int) -> tuple:
-        fmt = f"{self.order}{count}{code}"
-        size = struct.calcsize(fmt)
+        size = count * struct.calcsize(code)  # checked before a format is built from a corrupt count
         if self.pos + size > len(self.buf):
             raise GGUFHeaderError(f"truncated at byte {self.pos}")
-        out = struct.unpack_from(fmt, self.buf, self.pos)
+        out = struct.unpack_from(f"{self.order}{count}{code}", self.buf, self.pos)
         self.pos += size
         return out
 
@@ -89,6 +88,8 @@ def read_header(path: str) -> Header:
     with buf:
         if buf[:4] != MAGIC:
             raise GGUFHeaderError("not a GGUF (magic)")
+        if len(buf) < 24:
+            raise GGUFHeaderError("truncated at byte 4")
         # a big-endian file's version reads as a huge number in little-endian order
         order = "<" if struct.unpack_from("<I", buf, 4)[0] & 0xFFFF else ">"
         c = _Cursor(buf, order)

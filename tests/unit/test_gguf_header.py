@@ -88,7 +88,19 @@ def test_big_endian_file(tmp_path):
     assert [(t.name, t.shape, t.tensor_type) for t in h.tensors] == [(n, s, ty) for n, s, ty, _, _ in tensors] == [("t", (3, 2), 0)]
 
 
-@pytest.mark.parametrize("content, why", [(b"", "empty"), (b"GGML\x03\x00\x00\x00", "magic"), (b"GGUF\x01\x00\x00\x00" + b"\0" * 16, "version 1")])
+@pytest.mark.parametrize(
+    "content, why",
+    [
+        (b"", "empty"),
+        (b"GGML\x03\x00\x00\x00", "magic"),
+        (b"GGUF", "truncated"),
+        (b"GGUF\x01\x00\x00\x00" + b"\0" * 16, "version 1"),
+        # one kv whose key claims 2^60 bytes, then an array of 2^60 u32
+        (b"GGUF\x03\x00\x00\x00" + (0).to_bytes(8, "little") + (1).to_bytes(8, "little") + (1 << 60).to_bytes(8, "little"), "truncated"),
+        (b"GGUF\x03\x00\x00\x00" + (0).to_bytes(8, "little") + (1).to_bytes(8, "little") + (1).to_bytes(8, "little") + b"k"
+         + (9).to_bytes(4, "little") + (4).to_bytes(4, "little") + (1 << 60).to_bytes(8, "little"), "truncated"),
+    ],
+)  # fmt: skip
 def test_not_a_readable_gguf(tmp_path, content, why):
     p = tmp_path / "x.gguf"
     p.write_bytes(content)
