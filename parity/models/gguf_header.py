@@ -42,8 +42,8 @@ class Header:
 
 
 class _Cursor:
-    def __init__(self, buf, order: str):
-        self.buf, self.pos, self.order = buf, 0, order
+    def __init__(self, buf, order: str, pos: int):
+        self.buf, self.order, self.pos = buf, order, pos
 
     def take(self, code: str):
         return self.many(code, 1)[0]
@@ -60,7 +60,7 @@ class _Cursor:
         n = self.take("Q")
         if self.pos + n > len(self.buf):
             raise GGUFHeaderError(f"truncated string at byte {self.pos}")
-        s = bytes(self.buf[self.pos : self.pos + n]).decode("utf-8", errors="replace")
+        s = self.buf[self.pos : self.pos + n].decode("utf-8", errors="replace")  # an mmap slice is bytes already
         self.pos += n
         return s
 
@@ -92,8 +92,7 @@ def read_header(path: str) -> Header:
             raise GGUFHeaderError("truncated at byte 4")
         # a big-endian file's version reads as a huge number in little-endian order
         order = "<" if struct.unpack_from("<I", buf, 4)[0] & 0xFFFF else ">"
-        c = _Cursor(buf, order)
-        c.pos = 4
+        c = _Cursor(buf, order, 4)
         version = c.take("I")
         if version not in (2, 3):
             raise GGUFHeaderError(f"GGUF version {version} (2 or 3 read here)")
