@@ -9,10 +9,12 @@ BUILD_OK is written last: a failed or interrupted build is never "good".
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import functools
 import hashlib
 import json
+import os
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -160,7 +162,7 @@ def _build(profile: Profile, p: BuildPlan, runner, out) -> BuildResult:
     # the scratch repo only served the tree hash; without it llama.cpp's build-info does not run git on it
     shutil.rmtree(p.dir / "src" / ".git", ignore_errors=True)
     log_path = p.dir / "build.log"
-    with open(log_path, "w", buffering=1) as log:
+    with _compile_slot(p, out), open(log_path, "w", buffering=1) as log:
         log.write("$ " + " ".join(p.configure) + "\n")
         res = runner.run(p.configure, env=cmake.ccache_env(p.dir.parent), timeout=1800, on_line=lambda s, ln: log.write(ln + "\n"))
         if not res.ok:
@@ -212,6 +214,27 @@ def _build(profile: Profile, p: BuildPlan, runner, out) -> BuildResult:
     atomic_write_text(p.dir / OK_MARKER, p.key + "\n")
     out.info(f"built {p.engine} in {prov['wall_s']} s -> {bin_dir}")
     return BuildResult(p.engine, p.key, bin_dir, p.dir / "build", prov, False)
+
+
+@contextlib.contextmanager
+def _compile_slot(p: BuildPlan, out):
+    """One compile at a time per cache.  Two builds at once on the same cores both miss ccache
+    for every object they share (a pin's stock build and a bisection's good end, say); one
+    after the other, the second takes the first's objects from ccache and the total is the same
+    or less, since each build already uses every core.  Held by a lock file, so a killed
+    build frees it."""
+    with open(p.dir.parent / "compile.lock", "a+") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip() or "another parity"
+            out.info(f"{p.engine} ({p.key}): waiting for the build compiling now ({holder}): one compile at a time per cache, so this one reuses its objects")
+            fcntl.flock(f, fcntl.LOCK_EX)
+        f.truncate(0)
+        f.write(f"{p.engine} {p.key}, pid {os.getpid()}\n")
+        f.flush()
+        yield
 
 
 def _patch(runner, p: BuildPlan, workdir: str, e: EngineConfig, out) -> tuple[patches.SeriesResult, patches.SeriesResult, dict]:

@@ -1,6 +1,6 @@
 """ensure_built on a real tiny CMake project (tests/data/build/mini-llama): cache
 keys, hits without cmake, provenance, failures never marked good, a concurrent
-second builder waits, tool_path, the campaign step, and the CLI (--check-series,
+second builder waits, one compile at a time per cache, tool_path, the campaign step, and the CLI (--check-series,
 --detach/--status)."""
 
 from __future__ import annotations
@@ -170,6 +170,34 @@ def test_concurrent_builders_build_once(mini_build):
     assert docs[0]["key"] == docs[1]["key"]
     log = (build.plan(load_profile(str(path)), "stock").dir / "build.log").read_text()
     assert log.count("$ cmake -S") == 1
+
+
+def test_a_second_key_waits_for_the_compile_slot_then_builds(mini_build, tmp_path):
+    """One compile at a time per cache: a build of another key waits, names the build that
+    holds the slot, compiles nothing meanwhile, and builds once the slot is free."""
+    import fcntl
+
+    path = mini_build()
+    stock = build.plan(load_profile(str(path)), "stock")
+    stock.dir.parent.mkdir(parents=True)
+    err = tmp_path / "child.err"
+    with open(stock.dir.parent / "compile.lock", "a+") as slot:
+        fcntl.flock(slot, fcntl.LOCK_EX)
+        slot.write("paged 0123abcd, pid 4242\n")
+        slot.flush()
+        with open(err, "w") as ef:
+            child = subprocess.Popen([sys.executable, "-c", _CHILD, str(path)], stdout=subprocess.PIPE, stderr=ef, text=True)
+        deadline = time.monotonic() + 120
+        while "waiting for the build compiling now" not in err.read_text():
+            assert child.poll() is None and time.monotonic() < deadline, err.read_text()
+            time.sleep(0.2)
+        assert "(paged 0123abcd, pid 4242)" in err.read_text()
+        time.sleep(1)
+        assert child.poll() is None and not (stock.dir / "build.log").exists()
+    out, _ = child.communicate(timeout=300)
+    assert child.returncode == 0, err.read_text()
+    assert json.loads(out) == {"cached": False, "key": stock.key} and (stock.dir / build.OK_MARKER).exists()
+    assert (stock.dir.parent / "compile.lock").read_text() == f"stock {stock.key}, pid {child.pid}\n"
 
 
 def test_tool_path_prebuilt_and_built(mini_build, tmp_path):
