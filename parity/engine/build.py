@@ -218,12 +218,13 @@ def _build(profile: Profile, p: BuildPlan, runner, out) -> BuildResult:
 
 @contextlib.contextmanager
 def _compile_slot(p: BuildPlan, out):
-    """One compile at a time per cache.  Two builds at once on the same cores both miss ccache
-    for every object they share (a pin's stock build and a bisection's good end, say); one
-    after the other, the second takes the first's objects from ccache and the total is the same
-    or less, since each build already uses every core.  Held by a lock file, so a killed
-    build frees it."""
-    with open(p.dir.parent / "compile.lock", "a+") as f:
+    """One compile at a time per source (a pin, an sdist): two builds of one source at once
+    both miss ccache for every object they share (a pin's stock build and a bisection's good
+    end, say); one after the other, the second takes the first's objects from ccache, and
+    the total is the same or less, since each build already uses every core.  Builds of other
+    sources share little and do not wait.  Held by a lock file, so a killed build frees it."""
+    slot = hashlib.sha256(p.source.identity.encode()).hexdigest()[:16]
+    with open(p.dir.parent / f"compile-{slot}.lock", "a+") as f:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

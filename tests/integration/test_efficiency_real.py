@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.integration.test_snapshot import profile_file  # noqa: F401 - the fixture
+from tests.integration.test_snapshot import GEN, profile_file  # noqa: F401 - the fixture
 
 
 def _run_dir(root: Path, kind: str) -> Path:
@@ -15,7 +15,7 @@ def _run_dir(root: Path, kind: str) -> Path:
 
 
 def test_snapshot_and_bench_efficiency(parity_cli, profile_file, tmp_path):  # noqa: F811
-    prof, _ = profile_file(model="small", gen=32)
+    prof, _ = profile_file(model="small", gen=GEN)
     runs = tmp_path / "runs"
     r = parity_cli("--artifacts", str(runs), "snapshot", "--profile", str(prof), "--engines", "paged,stock", "--no-gates", timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -25,7 +25,7 @@ def test_snapshot_and_bench_efficiency(parity_cli, profile_file, tmp_path):  # n
     assert "memory_bandwidth=" in (run / "hardware.txt").read_text()
     doc = json.loads((run / "summary.json").read_text())
     eff = doc["efficiency"]
-    assert eff["model_file"].endswith("small-llama-f16.gguf") and eff["context"] == 32 + 16
+    assert eff["model_file"].endswith("small-llama-f16.gguf") and eff["context"] == 32 + GEN // 2
     assert {(p["engine"], p["n"]) for p in eff["points"]} == {(m["engine"], m["n"]) for m in doc["medians"]}
     for p in eff["points"]:
         # the small model (38 MB/step) sits in a 32 MiB L3 box's cache: there DRAM does not bound it, and it says so

@@ -1,6 +1,6 @@
 """ensure_built on a real tiny CMake project (tests/data/build/mini-llama): cache
 keys, hits without cmake, provenance, failures never marked good, a concurrent
-second builder waits, one compile at a time per cache, tool_path, the campaign step, and the CLI (--check-series,
+second builder waits, one compile at a time per source, tool_path, the campaign step, and the CLI (--check-series,
 --detach/--status)."""
 
 from __future__ import annotations
@@ -173,15 +173,21 @@ def test_concurrent_builders_build_once(mini_build):
 
 
 def test_a_second_key_waits_for_the_compile_slot_then_builds(mini_build, tmp_path):
-    """One compile at a time per cache: a build of another key waits, names the build that
-    holds the slot, compiles nothing meanwhile, and builds once the slot is free."""
+    """One compile at a time per source: a build of another key of the same source waits,
+    names the build that holds the slot, compiles nothing meanwhile, and builds once the slot
+    is free; a build of another source has a slot of its own."""
     import fcntl
+    import hashlib
 
     path = mini_build()
     stock = build.plan(load_profile(str(path)), "stock")
     stock.dir.parent.mkdir(parents=True)
+    lock = stock.dir.parent / f"compile-{hashlib.sha256(stock.source.identity.encode()).hexdigest()[:16]}.lock"
+    other = tmp_path / "other-source.yaml"  # the same project copied elsewhere: a source of its own
+    src = shutil.copytree(mini_build.src, tmp_path / "other-src")
+    other.write_text(json.dumps({"name": "other", "sources": {"other": {"kind": "path", "path": str(src)}}, "engines": {"stock": {"source": "other", "targets": ["llama-completion"]}}}))
     err = tmp_path / "child.err"
-    with open(stock.dir.parent / "compile.lock", "a+") as slot:
+    with open(lock, "a+") as slot:
         fcntl.flock(slot, fcntl.LOCK_EX)
         slot.write("paged 0123abcd, pid 4242\n")
         slot.flush()
@@ -194,10 +200,13 @@ def test_a_second_key_waits_for_the_compile_slot_then_builds(mini_build, tmp_pat
         assert "(paged 0123abcd, pid 4242)" in err.read_text()
         time.sleep(1)
         assert child.poll() is None and not (stock.dir / "build.log").exists()
+        elsewhere = subprocess.run([sys.executable, "-c", _CHILD, str(other)], capture_output=True, text=True, timeout=300)
+        assert elsewhere.returncode == 0 and json.loads(elsewhere.stdout)["cached"] is False, elsewhere.stderr
+        assert "waiting for the build compiling now" not in elsewhere.stderr and child.poll() is None
     out, _ = child.communicate(timeout=300)
     assert child.returncode == 0, err.read_text()
     assert json.loads(out) == {"cached": False, "key": stock.key} and (stock.dir / build.OK_MARKER).exists()
-    assert (stock.dir.parent / "compile.lock").read_text() == f"stock {stock.key}, pid {child.pid}\n"
+    assert lock.read_text() == f"stock {stock.key}, pid {child.pid}\n"
 
 
 def test_tool_path_prebuilt_and_built(mini_build, tmp_path):
