@@ -53,8 +53,6 @@ def point_verdict(records: Sequence[RequestRecord], row: dict, min_window_s: flo
         v = row.get(key)
         if v is None:
             problems.append(f"no {key}: {row.get('why', {}).get(key, 'not computed')}")
-        elif v <= 0:  # with min_window_s 0 too: the rates over it are not numbers
-            problems.append(f"{key} is 0: every token it spans arrived in one read (a starved client or a too-short gen), nothing to time")
         elif v < min_window_s:
             problems.append(f"{key} {v * 1000:.1f} ms is shorter than serving.min_window_s ({min_window_s * 1000:g} ms): too short to time")
     return problems
