@@ -5,6 +5,7 @@ key hashes the source identity, its fixups, the series content, the cmake args, 
 targets and the compiler versions, so a rebuild with nothing changed is a
 lookup.  Builds happen in place (binaries carry an rpath to their libs) and
 BUILD_OK is written last: a failed or interrupted build is never "good".
+<cache>/builds/<key>.lock: one builder per key; compile-<source>.lock: one compile per source.
 """
 
 from __future__ import annotations
