@@ -11,7 +11,6 @@ BUILD_OK is written last: a failed or interrupted build is never "good".
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import functools
 import hashlib
 import json
@@ -25,6 +24,7 @@ from parity.config import EngineConfig, Profile, cache_dir
 from parity.engine import cmake, patches
 from parity.engine import source as srcmod
 from parity.errors import ConfigError, InfraError, UsageError
+from parity.filelock import locked
 
 OK_MARKER = "BUILD_OK"
 
@@ -131,18 +131,9 @@ def ensure_built(profile: Profile, engine: str, runner, out, force: bool = False
     p = plan(profile, engine, extra_flags, jobs)
     if not force and (hit := _cached(p)):
         return hit
-    p.dir.parent.mkdir(parents=True, exist_ok=True)
-    with open(p.dir.parent / f"{p.key}.lock", "w") as lockf:
-        if not force:
-            try:
-                fcntl.flock(lockf, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                out.info(f"waiting for another build of {engine} ({p.key}) to finish")
-                fcntl.flock(lockf, fcntl.LOCK_EX)
-            if hit := _cached(p):
-                return hit
-        else:
-            fcntl.flock(lockf, fcntl.LOCK_EX)
+    with locked(p.dir.parent / f"{p.key}.lock", on_wait=None if force else lambda f: out.info(f"waiting for another build of {engine} ({p.key}) to finish")):
+        if not force and (hit := _cached(p)):
+            return hit
         return _build(profile, p, runner, out)
 
 
@@ -217,6 +208,10 @@ def _build(profile: Profile, p: BuildPlan, runner, out) -> BuildResult:
     return BuildResult(p.engine, p.key, bin_dir, p.dir / "build", prov, False)
 
 
+def compile_slot_path(p: BuildPlan) -> Path:
+    return p.dir.parent / f"compile-{hashlib.sha256(p.source.identity.encode()).hexdigest()[:16]}.lock"
+
+
 @contextlib.contextmanager
 def _compile_slot(p: BuildPlan, out):
     """One compile at a time per source (a pin, an sdist): two builds of one source at once
@@ -224,15 +219,13 @@ def _compile_slot(p: BuildPlan, out):
     end, say); one after the other, the second takes the first's objects from ccache, and
     the total is the same or less, since each build already uses every core.  Builds of other
     sources share little and do not wait.  Held by a lock file, so a killed build frees it."""
-    slot = hashlib.sha256(p.source.identity.encode()).hexdigest()[:16]
-    with open(p.dir.parent / f"compile-{slot}.lock", "a+") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            f.seek(0)
-            holder = f.read().strip() or "another parity"
-            out.info(f"{p.engine} ({p.key}): waiting for the build compiling now ({holder}): one compile at a time per cache, so this one reuses its objects")
-            fcntl.flock(f, fcntl.LOCK_EX)
+
+    def waiting(f):
+        f.seek(0)
+        holder = f.read().strip() or "another parity"
+        out.info(f"{p.engine} ({p.key}): waiting for the build compiling now ({holder}): one compile at a time per source, so this one reuses its objects")
+
+    with locked(compile_slot_path(p), on_wait=waiting) as f:
         f.truncate(0)
         f.write(f"{p.engine} {p.key}, pid {os.getpid()}\n")
         f.flush()

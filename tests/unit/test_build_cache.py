@@ -177,12 +177,11 @@ def test_a_second_key_waits_for_the_compile_slot_then_builds(mini_build, tmp_pat
     names the build that holds the slot, compiles nothing meanwhile, and builds once the slot
     is free; a build of another source has a slot of its own."""
     import fcntl
-    import hashlib
 
     path = mini_build()
     stock = build.plan(load_profile(str(path)), "stock")
     stock.dir.parent.mkdir(parents=True)
-    lock = stock.dir.parent / f"compile-{hashlib.sha256(stock.source.identity.encode()).hexdigest()[:16]}.lock"
+    lock = build.compile_slot_path(stock)
     other = tmp_path / "other-source.yaml"  # the same project copied elsewhere: a source of its own
     src = shutil.copytree(mini_build.src, tmp_path / "other-src")
     other.write_text(json.dumps({"name": "other", "sources": {"other": {"kind": "path", "path": str(src)}}, "engines": {"stock": {"source": "other", "targets": ["llama-completion"]}}}))
