@@ -64,6 +64,24 @@ class _Cursor:
         self.pos += n
         return s
 
+    def strings(self, count: int) -> list[str]:
+        # a vocabulary is most of a header (32k-151k strings, twice with merges): one tight
+        # loop, not a method call per string (0.09 -> 0.02 CPU-s for 32k tokens)
+        buf, pos, end = self.buf, self.pos, len(self.buf)
+        length = struct.Struct(self.order + "Q").unpack_from
+        out = []
+        for _ in range(count):
+            if pos + 8 > end:
+                raise GGUFHeaderError(f"truncated at byte {pos}")
+            (n,) = length(buf, pos)
+            pos += 8
+            if pos + n > end:
+                raise GGUFHeaderError(f"truncated string at byte {pos}")
+            out.append(buf[pos : pos + n].decode("utf-8", errors="replace"))
+            pos += n
+        self.pos = pos
+        return out
+
     def value(self, vtype: int):
         if vtype in _SCALAR:
             return self.take(_SCALAR[vtype])
@@ -73,6 +91,8 @@ class _Cursor:
             etype, count = self.take("I"), self.take("Q")
             if etype in _SCALAR:
                 return list(self.many(_SCALAR[etype], count))
+            if etype == _STRING:
+                return self.strings(count)
             return [self.value(etype) for _ in range(count)]
         raise GGUFHeaderError(f"unknown value type {vtype} at byte {self.pos}")
 

@@ -88,6 +88,11 @@ def test_big_endian_file(tmp_path):
     assert [(t.name, t.shape, t.tensor_type) for t in h.tensors] == [(n, s, ty) for n, s, ty, _, _ in tensors] == [("t", (3, 2), 0)]
 
 
+_LE = lambda n, size=8: n.to_bytes(size, "little")  # noqa: E731
+# v3, no tensors, one kv: "k" = an array (9) of 2 strings (8), the first "a"; the second starts at byte 58
+_STRINGS = b"GGUF" + _LE(3, 4) + _LE(0) + _LE(1) + _LE(1) + b"k" + _LE(9, 4) + _LE(8, 4) + _LE(2) + _LE(1) + b"a"
+
+
 @pytest.mark.parametrize(
     "content, why",
     [
@@ -99,6 +104,9 @@ def test_big_endian_file(tmp_path):
         (b"GGUF\x03\x00\x00\x00" + (0).to_bytes(8, "little") + (1).to_bytes(8, "little") + (1 << 60).to_bytes(8, "little"), "truncated"),
         (b"GGUF\x03\x00\x00\x00" + (0).to_bytes(8, "little") + (1).to_bytes(8, "little") + (1).to_bytes(8, "little") + b"k"
          + (9).to_bytes(4, "little") + (4).to_bytes(4, "little") + (1 << 60).to_bytes(8, "little"), "truncated"),
+        # an array of 2 strings ("a", then one that claims 2^60 bytes), and one cut inside the second's length
+        (_STRINGS + (1 << 60).to_bytes(8, "little"), "truncated string"),
+        (_STRINGS + b"\x01\x00\x00", "truncated at byte 58"),
     ],
 )  # fmt: skip
 def test_not_a_readable_gguf(tmp_path, content, why):
