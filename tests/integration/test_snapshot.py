@@ -167,7 +167,7 @@ def test_paged_vs_fake_vllm_full_snapshot(parity_cli, profile_file, tmp_path):
     argv = launched["argv"][3:] if launched["affinity"]["applied"] else launched["argv"]  # a box with >= 8 cores: under taskset -c
     assert launched["argv"][:2] == ["taskset", "-c"] if launched["affinity"]["applied"] else "not applied" in launched["affinity"]["why"]
     assert argv[1:3] == ["serve", str(tmp_path / "hf")] and "--served-model-name" in argv
-    assert json.loads((tmp_path / "vllm-record.json").read_text())["env"] == {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_LOGGING_LEVEL": "INFO"}  # the smoke profile's and this one's
+    assert json.loads((tmp_path / "vllm-record.json").read_text())["env"] == {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_OMP_THREADS_BIND": "nobind", "VLLM_LOGGING_LEVEL": "INFO"}  # the smoke profile's and this one's
     assert "vllm:generation_tokens_total" in (run / "servers/vllm-r0-n2.metrics.txt").read_text()
     assert json.loads((run / "manifest.json").read_text())["valid"] is False  # --no-gates: ungated numbers are marked
     assert servers_on(port) == []

@@ -64,7 +64,8 @@ def test_vllm_launch_exact_argv_and_env(tmp_path):
     ]  # fmt: skip
     # as the users start it: no hub lookups, the vLLM binary's own bin first on PATH
     # engines.X.env merges over the smoke profile's (its worker in the engine-core process)
-    assert la.env == {"HF_HUB_OFFLINE": "1", "PATH": f"{FAKE_VLLM.parent}{os.pathsep}{os.environ['PATH']}", "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_LOGGING_LEVEL": "DEBUG"}
+    assert la.env == {"HF_HUB_OFFLINE": "1", "PATH": f"{FAKE_VLLM.parent}{os.pathsep}{os.environ['PATH']}", "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_LOGGING_LEVEL": "DEBUG",
+                      "VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1"}  # fmt: skip
     assert set(la.unset) == set(VLLM_HARNESS_VARS) and "VLLM_LOGGING_LEVEL" not in la.unset
     assert la.count == "usage" and la.request_extra == {"stream_options": {"include_usage": True, "continuous_usage_stats": True}}
     assert (la.ready_path, la.models_path, la.metrics_path, la.tokenize, la.served_name) == ("/health", "/v1/models", "/metrics", "vllm", "small-served")
@@ -105,7 +106,7 @@ def test_vllm_lifecycle_scrubs_harness_env_and_stops_the_group(tmp_path, monkeyp
     assert proc.poll() is not None
     check_port(port)  # free again
     rec = json.loads((tmp_path / "record.json").read_text())
-    assert rec["env"] == {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_LOGGING_LEVEL": "DEBUG"}  # harness knobs gone, the profiles' runtime variables kept
+    assert rec["env"] == {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_LOGGING_LEVEL": "DEBUG", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}  # harness knobs gone, the profiles' runtime variables kept
     text = log.read_text()
     assert "Unknown vLLM environment variable" not in text and "Application startup complete" in text
 
