@@ -258,11 +258,11 @@ def vllm_engine(tmp_path_factory):
     v = vllm_install.venv()
     hf = hf_tiny.ensure_checkpoint(cache_dir() / "models" / "hf-tiny-s0", hf_tiny.HfTinySpec(), hf_tiny.find_tokenizer(v.site_packages()))
 
-    def engine(*extra: str) -> dict:
+    def engine() -> dict:
         # started as the smoke profile starts it (eager, the worker in the engine-core process:
         # half the start on 2 cores; one OpenMP thread); test_vllm_real keeps vLLM's separate worker process
         return {"kind": "vllm", "vllm_bin": str(v.vllm), "dtype": "float32", "gpu_memory_utilization": 0.1, "max_model_len": 1024, "max_num_seqs": 8,
-                "ready_timeout_s": 900, "extra_args": ["--enforce-eager", *extra], "env": {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1"}}  # fmt: skip
+                "ready_timeout_s": 900, "extra_args": ["--enforce-eager"], "env": {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1"}}  # fmt: skip
 
     return engine, {"hf": {"path": str(hf), "vllm_path": str(hf), "served_name": "hf-tiny"}}
 
@@ -275,19 +275,20 @@ def vllm_profile(workload_profile, tmp_path, models: dict, engines: dict, worklo
     return prof
 
 
-def test_vllm_shared_prefix_hits_and_none_without_prefix_caching(parity_cli, workload_profile, tmp_path, vllm_engine):
+def test_vllm_shared_prefix_hits(parity_cli, workload_profile, tmp_path, vllm_engine):
+    """The shared-prefix workload on real vLLM: its own prefix-cache counters give the hit rate.
+    vLLM started with --no-enable-prefix-caching (no queries counted, the hit rate a reason) is
+    test_workloads.py's, on that server's captured /metrics: a second vLLM start here (~40 CPU-s,
+    a minute of a 2-core box) checked vLLM's behaviour, not parity's, and the venv pins vLLM 0.32."""
     engine, models = vllm_engine
     wl = {"sp": {"kind": "shared-prefix", "groups": 2, "group_size": 3, "prefix_tokens": 256, "suffix_tokens": 16, "gen": 8}}
-    prof = vllm_profile(workload_profile, tmp_path, models, {"vllm": engine(), "vllm-nocache": engine("--no-enable-prefix-caching")}, wl)
-    doc = run_workload(parity_cli, tmp_path, prof, "sp", "vllm,vllm-nocache")
-    (on,), (off,) = rows_by_engine(doc)["vllm"], rows_by_engine(doc)["vllm-nocache"]
-    for r in (on, off):
-        assert r["valid"], r["invalid_reasons"]
-        assert r["ttft_mean_ms"] > 0 and r["prefill_tps"] > 0
+    prof = vllm_profile(workload_profile, tmp_path, models, {"vllm": engine()}, wl)
+    doc = run_workload(parity_cli, tmp_path, prof, "sp", "vllm")
+    (on,) = rows_by_engine(doc)["vllm"]
+    assert on["valid"], on["invalid_reasons"]
+    assert on["ttft_mean_ms"] > 0 and on["prefill_tps"] > 0
     # vllm:prefix_cache_hits_total / queries_total: the shared 256 tokens (16 full blocks) of each measured request hit
     assert on["prefix_queries"] == 6 * 272 and on["prefix_hits"] > 0 and 0 < on["prefix_hit_rate"] <= on["prefix_share"] + 1e-4
-    assert off["prefix_hits"] == 0 and off["prefix_queries"] == 0  # caching off: vLLM does not even look
-    assert "no prefix-cache queries" in off["why"]["prefix_hit_rate"]
 
 
 def test_vllm_prefill_under_decode_reports_a_stall_or_names_buffered_streams(parity_cli, workload_profile, tmp_path, vllm_engine):

@@ -326,3 +326,29 @@ def test_cached_prompt_tokens_are_read_from_a_real_llama_server_stream():
     for k, ev in enumerate(events):  # a build whose usage has no details still says cache_n in its timings
         h(float(k), ev.replace(b'"prompt_tokens_details":{"cached_tokens":8}', b'"x":0'))
     assert rec.cached_tokens == 8
+
+
+VLLM_DATA = __import__("pathlib").Path(__file__).resolve().parents[1] / "data" / "vllm"
+
+
+@pytest.mark.parametrize("caching", ["on", "off"])
+def test_vllm_prefix_counters_with_caching_on_and_off(caching):
+    """Real vLLM 0.32 /metrics after the shared-prefix workload (2 x 3 requests, 256 shared +
+    16 own tokens, primers and warmup before them), once as it starts by default and once with
+    --no-enable-prefix-caching (tests/data/vllm/metrics-*-after-sp.txt).  Off, vLLM never
+    looks: both counters stay 0 while it took 2240 prompt tokens, and the hit rate is a reason,
+    not 0 %.  test_workloads_real serves the "on" case live."""
+    from parity.serving.server_metrics import parse
+
+    after = parse((VLLM_DATA / f"metrics-{'cache' if caching == 'on' else 'nocache'}-after-sp.txt").read_text())
+    assert after["vllm:prompt_tokens_total"] == 2240.0
+    before = {k: 0.0 for k in after if k.startswith("vllm:")}  # a fresh server's counters
+    d = server_deltas("vllm", before, after)
+    recs = [rec(0.0, 0.2, tokens=8, prompt=272) for _ in range(6)]
+    row = row_of("shared-prefix", recs, server=d, prefix_tokens=256)
+    if caching == "on":
+        assert (d["prefix_queries"], d["prefix_hits"]) == (2240.0, 1536.0)
+        assert row["prefix_hit_rate"] == pytest.approx(1536 / 2240, abs=1e-4)
+    else:
+        assert (d["prefix_queries"], d["prefix_hits"]) == (0.0, 0.0) and d["prefix_hit_rate"] is None
+        assert row["prefix_hit_rate"] is None and "no prefix-cache queries" in row["why"]["prefix_hit_rate"]
