@@ -3,15 +3,44 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Any, Callable
+
+# what rich's Text strips from a plain line (bell, backspace, vertical tab, form feed, CR)
+_CONTROL = dict.fromkeys((7, 8, 11, 12, 13))
+
+
+def _plain_stream(stderr: bool):
+    """The stream itself where rich would only style a plain line (not a terminal, no
+    FORCE_COLOR): rich's import is ~50 ms of a parity start, and most starts print only lines
+    into a log or a pipe (the suite makes ~650).  The line goes out as rich prints it, less
+    its emoji codes and tab expansion: data such as ":warning:" or a TSV row stays verbatim.
+    None: use rich."""
+    f = sys.stderr if stderr else sys.stdout
+    if os.environ.get("FORCE_COLOR") or os.environ.get("TTY_COMPATIBLE") == "1":
+        return None
+    try:
+        return None if f.isatty() else f
+    except (AttributeError, ValueError):  # replaced or closed
+        return None
+
+
+def _write_line(f, msg: str) -> None:
+    from parity.errors import OutputClosed
+
+    try:
+        f.write(msg.translate(_CONTROL) + "\n")
+        f.flush()
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, f.fileno())  # no second broken pipe at exit
+        raise OutputClosed("output stream closed") from None
 
 
 def _console(stderr: bool):
     """A rich Console whose broken pipe is an interrupt (rich's own handler exits 1, which a
     run dir would record as `failed: SystemExit: 1`)."""
-    import os
-
     from rich.console import Console
 
     from parity.errors import OutputClosed
@@ -47,15 +76,22 @@ class Output:
             self._err = _console(stderr=True)
         return self._err
 
+    def _line(self, stderr: bool, msg: str, style: str | None = None) -> None:
+        f = _plain_stream(stderr)
+        if f is not None:
+            _write_line(f, msg)
+        else:
+            (self.err if stderr else self.console).print(msg, markup=False, style=style)
+
     def info(self, msg: str) -> None:
-        self.err.print(msg, markup=False) if self.json_mode else self.console.print(msg, markup=False)
+        self._line(self.json_mode, msg)
 
     def debug(self, msg: str) -> None:
         if self.verbose:
-            self.err.print(msg, markup=False, style="dim")
+            self._line(True, msg, "dim")
 
     def warn(self, msg: str) -> None:
-        self.err.print(f"warning: {msg}", markup=False, style="yellow")
+        self._line(True, f"warning: {msg}", "yellow")
 
     def emit(self, data: Any, human: Callable[[], None] | None = None) -> None:
         """The command's result: JSON on stdout in --json mode, else human()."""
