@@ -35,8 +35,10 @@ def test_calibration_raises_a_short_gen_until_every_window_is_valid(parity_cli, 
     # gen 16 gives windows of tens of ms; min_window_s 0.5 would make every point invalid (exit 6) without
     # calibration.  Not gen 8: once under load an 8-token trial's chunks arrived in one read (decode
     # window 0.2 ms of a 99 ms request) and its need came out 35001; calibration now takes such a
-    # burst for no pace (the wall window decides), and gen 16 keeps this trial's decode window a pace
-    prof, port = profile_file(model="small", npl=[1, 2], gen=16, parallel=2, ctx=2048, min_window_s=0.5, calibrate={"margin": 2.0},
+    # burst for no pace (the wall window decides), and gen 16 keeps this trial's decode window a pace.
+    # Margin 3, not 2: a busy box once ran the trial at half speed (paged N=1 83 tok/s, then 170 in
+    # block 1), so gen 16 -> 80 left that point a 0.47 s window
+    prof, port = profile_file(model="small", npl=[1, 2], gen=16, parallel=2, ctx=2048, min_window_s=0.5, calibrate={"margin": 3.0},
                               warmup={"requests": 1, "gen": 4})  # fmt: skip
     r = parity_cli("--artifacts", str(tmp_path / "runs"), "snapshot", "--profile", str(prof), "--engines", "paged,stock", "--no-gates", "--repeat", "2", "--json", timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]

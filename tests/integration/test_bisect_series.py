@@ -85,7 +85,9 @@ SERIES = Path(__file__).resolve().parents[2].parent / "shared" / "localai-paged"
 
 
 def _bisect(series: Path, artifacts: Path, *args: str, profile: str = "localai-paged-cpu"):
-    return run_parity("--artifacts", str(artifacts), "bisect", "--profile", profile, "--series", str(series), "--path", "nonpaged", *args, "--json", timeout=7200)
+    # its own lock: the profile's is ~/gpu_bench_lock, the real GPU lock of a box that runs the suite
+    return run_parity("--artifacts", str(artifacts), "bisect", "--profile", profile, "--series", str(series), "--path", "nonpaged", *args, "--json",
+                      env={"PARITY_LOCK_DIR": str(artifacts.parent / "lock")}, timeout=7200)  # fmt: skip
 
 
 def _check(r, pos: int, planted: str, n: int = 47) -> dict:
@@ -97,6 +99,7 @@ def _check(r, pos: int, planted: str, n: int = 47) -> dict:
     assert doc["probes_counted"] <= math.ceil(math.log2(n)) + 1 == doc["bound"] == 7, log
     assert doc["probes"][0]["role"] == "reference" and doc["probes"][0]["label"] == "stock (no patch)"
     md = (Path(doc["run_dir"]) / "bisect.md").read_text()
+    assert json.loads((Path(doc["run_dir"]) / "lock.json").read_text())["dir"] == str(Path(doc["run_dir"]).parents[1] / "lock")
     assert f"**culprit: `{planted}`**" in md and md.count("\n| ") == len(doc["probes"]) + 1
     return doc
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import time
 
@@ -61,22 +62,22 @@ def test_wrapper_quotes_every_word_and_reports_pgid(tmp_path):
     assert (r.returncode, r.stdout) == (5, "a'b\n")
 
 
-# the HUP ends the group at once; the grace is only how long the watchdog waits before KILL.
-# 0.5 s was too short on a busy box (both tests saw 137, KILL, under a 4-worker suite with
-# process accounting writing every exit): a long grace costs nothing when the HUP works
-GRACE_S = 10.0
+def _hup_default():
+    # as sshd starts a session: a suite run under nohup (SIGHUP ignored, which exec inherits and
+    # sh cannot undo) made the command ignore the watchdog's HUP, and both tests saw 137 (KILL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 def test_wrapper_stops_the_command_when_stdin_closes():
     """EOF on the channel's stdin (the connection dropped) stops the command's group."""
-    script = wrapper_script(inner_script(["sleep", "30"], {}, [], None), grace_s=GRACE_S)
-    p = subprocess.Popen(["sh", "-c", script], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    script = wrapper_script(inner_script(["sleep", "30"], {}, [], None), grace_s=0.5)
+    p = subprocess.Popen(["sh", "-c", script], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, preexec_fn=_hup_default)
     pgid = int(p.stderr.readline().split()[1])
     deadline = time.monotonic() + 10
     while os.getpgid(pgid) != pgid and time.monotonic() < deadline:  # the inner command has its own group
         time.sleep(0.05)
     p.stdin.close()
-    assert p.wait(timeout=60) == 129  # SIGHUP: a dropped connection is a hangup
+    assert p.wait(timeout=20) == 129  # SIGHUP: a dropped connection is a hangup
     with pytest.raises(ProcessLookupError):
         os.killpg(pgid, 0)
 
@@ -84,9 +85,9 @@ def test_wrapper_stops_the_command_when_stdin_closes():
 def test_wrapper_stops_the_command_when_stdin_is_at_eof_from_the_start():
     """The watchdog can see EOF before the command has made its own group: it must wait
     for the group, not kill a group that does not exist yet (missed 16 of 20 before)."""
-    script = wrapper_script(inner_script(["sleep", "30"], {}, [], None), grace_s=GRACE_S)
+    script = wrapper_script(inner_script(["sleep", "30"], {}, [], None), grace_s=0.5)
     for _ in range(10):
-        r = subprocess.run(["sh", "-c", script], stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+        r = subprocess.run(["sh", "-c", script], stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=20, preexec_fn=_hup_default)
         assert r.returncode == 129, r.stderr  # SIGHUP
 
 
