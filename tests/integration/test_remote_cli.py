@@ -156,7 +156,10 @@ def test_smoke_campaign_over_ssh(ssh_profile, tmp_path, engine_bins, tiny_model)
     """campaigns/smoke.yaml through --host: the remote reuses ~/.cache/parity (same machine).
     Every step, the three engines (real vLLM included) once: one block, not the profile's three
     (each vLLM start is 1-2 minutes on a 2-core box; the blocks' rotation and statistics are
-    test_snapshot.py's, and `make smoke` runs the campaign as shipped)."""
+    test_snapshot.py's, and `make smoke` runs the campaign as shipped).  The suite's one
+    snapshot of paged and stock llama-server and real vLLM on the same weights: tokens and
+    requests reconcile with the servers' own /metrics, and the greedy outputs agree token for
+    token (test_snapshot.py had its own local run of that: a second vLLM start, ~50 CPU-s)."""
     import yaml
 
     from sshd import free_port
@@ -179,6 +182,20 @@ def test_smoke_campaign_over_ssh(ssh_profile, tmp_path, engine_bins, tiny_model)
     summary = json.loads((local / "summary.json").read_text())
     # one measured block of the three engines (a calibration trial block before it, when this box needed one)
     assert {a["engine"] for a in summary["arms"]} == {"paged", "stock", "vllm"} and len({row["repeat"] for row in summary["rows"]}) == 1
+    gen = summary["shape"]["gen"]
+    for row in summary["rows"]:
+        recon = {q["quantity"]: q for q in row["reconciliation"]}
+        assert recon["generation_tokens"]["status"] == recon["prompt_tokens"]["status"] == "ok", (row["engine"], recon)
+        assert recon["generation_tokens"]["server"] == row["n"] * gen
+        want = "ok" if row["engine"] == "vllm" else "not exposed"  # llama-server has no request counter
+        assert recon["requests"]["status"] == want and (want != "ok" or recon["requests"]["server"] == row["n"])
+    op = summary["output_parity"]
+    assert op["status"] == "pass" and {p["engine"] for p in op["pairs"]} == {"paged", "vllm"}
+    assert all(p["agreement"] == 1.0 and p["kl_mean"] <= 0.01 for p in op["pairs"]), op["pairs"]
+    assert {m["engine"] for m in summary["medians"]} == {"paged", "stock", "vllm"}
+    assert all(r["noise"].startswith(f"noise unknown: {r['repeats']} valid repeat") and r["repeats"] <= 1 for r in summary["ratios"])  # one block: no verdict
+    users = (local / "summary.tsv").read_text()
+    assert "ratio\tn\tvllm_decode_over_stock" in users and "ratio\tn\tpaged_decode_over_stock" in users
 
 
 def test_host_lock_dir_is_the_remote_lock(ssh_profile, tmp_path):
