@@ -80,9 +80,13 @@ def pytest_sessionfinish(session):
     import re
 
     factory = getattr(session.config, "_tmp_path_factory", None)
-    if hasattr(session.config, "workerinput") or factory is None or session.config.option.basetemp:
+    if hasattr(session.config, "workerinput") or factory is None:
         return
     base = getattr(factory, "_basetemp", None)  # None: no test made a temp dir (nothing was numbered)
+    if base is not None:
+        _no_run_took_the_users_lock(session, base)
+    if session.config.option.basetemp:
+        return
     m = re.fullmatch(r"pytest-(\d+)", base.name) if base else None
     if not m:
         return
@@ -95,6 +99,28 @@ def pytest_sessionfinish(session):
             old.rename(trash / old.name)
     if any(base.parent.glob("parity-trash-*")):
         subprocess.Popen(["sh", "-c", f'rm -rf "{base.parent}"/parity-trash-*'], start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _no_run_took_the_users_lock(session, base: Path) -> None:
+    """A test's run must take a lock of its own, never ~/gpu_bench_lock (the profiles' default):
+    on the GB10 that is the real GPU lock, and a suite run there would hold up, or wait on, a
+    benchmark.  Four tests took it before this check.  A run dir whose lock.json names it fails
+    the session (~0.6 s to look through a whole suite's 49k temp files)."""
+    import json
+
+    users = os.path.expanduser("~/gpu_bench_lock")
+    took = []
+    for p in base.rglob("lock.json"):
+        try:
+            if json.loads(p.read_text()).get("dir") == users:
+                took.append(str(p.parent))
+        except (OSError, ValueError, AttributeError):
+            continue
+    if took:
+        tw = session.config.get_terminal_writer()
+        tw.line()
+        tw.line(f"these runs took the user's own GPU lock {users} (give them a lock dir of their own): {', '.join(sorted(took))}", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -32,7 +32,7 @@ def test_pin_md5_bisection_names_the_commit_that_moves_the_md5(tmp_path):
     culprit = edit_commit(repo, "tools/completion/completion.cpp", OLD, NEW, "upstream: greedy takes the neighbour token")
     commits += [culprit] + [harmless_commit(repo, i) for i in (5, 6)]
     r = run_parity("--artifacts", str(tmp_path / "runs"), "bisect", "--over", "pin", "--criterion", "md5", "--profile", "localai-paged-cpu", "--repo", str(repo),
-                   "--good", pin, "--bad", "master", "--model", "tiny", "--path", "nonpaged", "--json", timeout=5400)  # fmt: skip
+                   "--good", pin, "--bad", "master", "--model", "tiny", "--path", "nonpaged", "--json", env={"PARITY_LOCK_DIR": str(tmp_path / "lock")}, timeout=5400)  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]
     doc = json.loads(r.stdout)
     log = "\n".join(f"{p['n']} {p['role']} {p['label']} {p['build']} {p['result']} {p['verdict']}" for p in doc["probes"])

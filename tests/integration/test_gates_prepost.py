@@ -104,7 +104,8 @@ def test_campaign_step_pre_and_post(ctx):
 def test_smoke_campaign_gate_steps(engine_bins, tiny_model, parity_cli, tmp_path):
     import json
 
-    res = parity_cli("--artifacts", str(tmp_path / "runs"), "campaign", "run", "campaigns/smoke.yaml", "--only", "pre-gates", "--only", "post-gates", "--json")
+    res = parity_cli("--artifacts", str(tmp_path / "runs"), "campaign", "run", "campaigns/smoke.yaml", "--only", "pre-gates", "--only", "post-gates", "--json",
+                     env={"PARITY_LOCK_DIR": str(tmp_path / "lock")})  # fmt: skip  (not the smoke profile's ~/gpu_bench_lock)
     assert res.returncode == 0, res.stderr
     run_dir = tmp_path / "runs" / json.loads(res.stdout)["run_dir"].split("/")[-1]
     rows = [line.split("\t") for line in (run_dir / "gate_checks.tsv").read_text().splitlines()[1:]]

@@ -44,14 +44,17 @@ def profile(tmp_path):
 
 
 def test_dry_run_names_the_workload_and_its_points(profile):
-    r = run_parity("snapshot", "--profile", str(profile), "--workload", "ol", "--engines", "stock", "--dry-run", "--json")
+    runs = Path(profile).parent / "runs"  # a dry run writes its run dir: not into the checkout's runs/
+    arts = ("--artifacts", str(runs))
+    r = run_parity(*arts, "snapshot", "--profile", str(profile), "--workload", "ol", "--engines", "stock", "--dry-run", "--json")
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["npl"] == [1.0, 2.5]
     w = doc["workload"]
     assert (w["name"], w["kind"], w["points"], w["slo"]["ttft_ms"]) == ("ol", "open-loop", ["1 req/s", "2.5 req/s"], 500)
-    r = run_parity("snapshot", "--profile", str(profile), "--workload", "ol", "--engines", "stock", "--dry-run")
+    r = run_parity(*arts, "snapshot", "--profile", str(profile), "--workload", "ol", "--engines", "stock", "--dry-run")
     assert r.returncode == 0 and "workload ol (open-loop): points 1 req/s; 2.5 req/s" in r.stderr + r.stdout
+    assert len(list(runs.iterdir())) == 2
 
 
 @pytest.mark.parametrize(
