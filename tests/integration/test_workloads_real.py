@@ -78,8 +78,11 @@ def test_shared_prefix_hits_with_the_prefix_cache_and_none_without(parity_cli, w
         # the server counted every measured prompt token as a prefix-cache query (primers are outside the deltas)
         assert r["prefix_queries"] == 6 * 272
         assert [x["status"] for x in r["reconciliation"] if x["quantity"] in ("generation_tokens", "prompt_tokens")] == ["ok", "ok"]
-    # the server's own counters (llamacpp:prompt_tokens_cached_total): hits with the cache, none without
-    assert on["prefix_hits"] > 0 and 0 < on["prefix_hit_rate"] <= on["prefix_share"]
+    # the server's own counters (llamacpp:prompt_tokens_cached_total): hits with the cache, none without.
+    # At most the shared 256 + 7 a request: llama-server reuses by token, and each suffix starts
+    # with a uuid nonce that differs from its siblings' within 8 ids, not at the first one (beside
+    # two CPU hogs a request landed in a sibling's slot and reused 257: hit rate 0.9418 > share 0.9412)
+    assert 0 < on["prefix_hits"] <= 6 * (256 + 7) and on["prefix_hit_rate"] > 0
     assert off["prefix_hits"] == 0 and off["prefix_hit_rate"] == 0
     # three server-side figures agree: the counter, computed-vs-sent, and the responses' own cache_n
     assert on["prefix_hits_derived"] == on["prefix_hits"] == on["cached_prompt_tokens"]
