@@ -26,30 +26,31 @@ def _plain_stream(stderr: bool):
         return None
 
 
-def _write_line(f, msg: str) -> None:
+def _output_closed(f):
+    """The reader of f went away: an interrupt, not a failure (rich's own handler exits 1,
+    which a run dir would record as `failed: SystemExit: 1`)."""
     from parity.errors import OutputClosed
 
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, f.fileno())  # no second broken pipe at exit
+    return OutputClosed("output stream closed")
+
+
+def _write_line(f, msg: str) -> None:
     try:
         f.write(msg.translate(_CONTROL) + "\n")
         f.flush()
     except BrokenPipeError:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, f.fileno())  # no second broken pipe at exit
-        raise OutputClosed("output stream closed") from None
+        raise _output_closed(f) from None
 
 
 def _console(stderr: bool):
-    """A rich Console whose broken pipe is an interrupt (rich's own handler exits 1, which a
-    run dir would record as `failed: SystemExit: 1`)."""
+    """A rich Console whose broken pipe is an interrupt (_output_closed)."""
     from rich.console import Console
-
-    from parity.errors import OutputClosed
 
     class _Console(Console):
         def on_broken_pipe(self) -> None:
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, (sys.stderr if stderr else sys.stdout).fileno())  # no second broken pipe
-            raise OutputClosed("output stream closed")
+            raise _output_closed(sys.stderr if stderr else sys.stdout)
 
     return _Console(stderr=stderr, highlight=False, soft_wrap=True)
 

@@ -108,7 +108,9 @@ def _no_run_took_the_users_lock(session, base: Path) -> None:
     the session (~0.6 s to look through a whole suite's 49k temp files)."""
     import json
 
-    users = os.path.expanduser("~/gpu_bench_lock")
+    from parity.config import LockConfig, expand_path
+
+    users = expand_path(LockConfig().dir)
     took = []
     for p in base.rglob("lock.json"):
         try:

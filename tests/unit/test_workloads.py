@@ -5,6 +5,7 @@ workload summary; the workload configs and plan checks."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -328,7 +329,7 @@ def test_cached_prompt_tokens_are_read_from_a_real_llama_server_stream():
     assert rec.cached_tokens == 8
 
 
-VLLM_DATA = __import__("pathlib").Path(__file__).resolve().parents[1] / "data" / "vllm"
+VLLM_DATA = Path(__file__).resolve().parents[1] / "data" / "vllm"
 
 
 @pytest.mark.parametrize("caching", ["on", "off"])
