@@ -111,7 +111,7 @@ def test_smoke_campaign_gate_steps(engine_bins, tiny_model, parity_cli, tmp_path
     rows = [line.split("\t") for line in (run_dir / "gate_checks.tsv").read_text().splitlines()[1:]]
     checks = {(r[0], r[1]) for r in rows}
     for phase in ("pre", "post"):
-        assert {(phase, "md5 tiny/paged"), (phase, "md5 tiny/nonpaged [stock]"), (phase, "op SOFT_MAX [CPU]"), (phase, "kl tiny-perturbed/paged vs tiny")} <= checks
+        assert {(phase, "md5 tiny/paged"), (phase, "md5 tiny/nonpaged [stock]"), (phase, "op SOFT_MAX (m_prec=f16) [CPU]"), (phase, "kl tiny-perturbed/paged vs tiny")} <= checks
     assert all(r[4] == "pass" for r in rows)
     users = [line.split("\t") for line in (run_dir / "gate_summary.tsv").read_text().splitlines()[1:]]
     names = {(r[0], r[1]) for r in users}

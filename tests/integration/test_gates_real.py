@@ -39,7 +39,7 @@ def test_gate_json_is_one_object_with_every_check(built, parity_cli, tmp_path):
     res, doc = gate(parity_cli, tmp_path, "--model", "tiny")
     assert res.returncode == 0, res.stderr
     assert doc["status"] == PASS and doc["green"] is True
-    assert [c["check"] for c in doc["checks"]] == ["md5 tiny/paged", "op RMS_NORM [CPU]", "op SOFT_MAX [CPU]"]
+    assert [c["check"] for c in doc["checks"]] == ["md5 tiny/paged", "op RMS_NORM [CPU]", "op SOFT_MAX (m_prec=f16) [CPU]"]
     for c in doc["checks"]:
         assert {"check", "kind", "model", "path", "expected", "got", "status", "detail"} <= set(c)
     md5 = doc["checks"][0]
