@@ -36,27 +36,29 @@ def run_parity(*args: str, env: dict | None = None, cwd: str | Path | None = Non
 # longest first: collected first, so that `make test`'s workers (pytest-xdist, --dist loadfile,
 # --no-loadscope-reorder) start them at once and the short files fill in behind them.  Only the
 # order changes; a file not named here keeps its place after them.
-LONGEST_FIRST = [  # by their minutes in a warm two-worker run (2026-11-25, 2-core box)
+LONGEST_FIRST = [  # by their seconds in a warm four-worker run (2026-11-26, 2-core box: 258 s down to 24)
     "integration/test_workloads_real.py",
-    "integration/test_slurm_cli.py",
-    "integration/test_slurm_smoke.py",
-    "integration/test_snapshot.py",
-    "integration/test_bisect_canary.py",
-    "integration/test_real_engine.py",
     "integration/test_remote_cli.py",
     "integration/test_bisect_series.py",
-    "integration/test_real_series.py",
+    "integration/test_real_engine.py",
+    "integration/test_slurm_cli.py",
+    "integration/test_bisect_canary.py",
     "integration/test_vllm_real.py",
-    "integration/test_matrix_cli.py",
-    "integration/test_lock_contention.py",
+    "integration/test_real_series.py",
     "integration/test_adaptive.py",
     "integration/test_levers_real.py",
+    "integration/test_lock_contention.py",
+    "integration/test_slurm_smoke.py",
+    "integration/test_matrix_cli.py",
     "integration/test_workloads_cli.py",
-    "integration/test_build_llama.py",
-    "integration/test_gates_real.py",
+    "integration/test_snapshot.py",
     "integration/test_gates_prepost.py",
-    "unit/test_build_before_lock.py",
     "integration/test_report_real.py",
+    "unit/test_build_before_lock.py",
+    "integration/test_gates_real.py",
+    "unit/test_build_cache.py",
+    "integration/test_bisect_pin_build.py",
+    "integration/test_build_llama.py",
 ]
 
 
