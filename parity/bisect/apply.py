@@ -1,5 +1,7 @@
 """The series applied, strictly, to one upstream commit: the canary's check and the pin
-bisection's cheapest criterion."""
+bisection's cheapest criterion.  The commit is read into a scratch index, not exported: the
+patches apply there (`git apply --cached`, the same strict rules) and write-tree names the
+result, the tree a build of that commit and series would have."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from parity.bisect import upstream
+from parity.engine import git as gitmod
 from parity.engine import patches
 
 
@@ -17,10 +19,10 @@ def apply_at(repo: Path, commit: str, series_dir: str, runner, out=None) -> dict
     t0 = time.monotonic()
     tmp = Path(tempfile.mkdtemp(prefix="parity-apply-"))
     try:
-        work = upstream.export(repo, commit, tmp / "src", runner)
         n = len(patches.list_series(series_dir))
+        index = gitmod.IndexTree(runner, str(repo), commit, str(tmp))
         try:
-            res = patches.apply_series(runner, str(work), series_dir, out)
+            res = patches.apply_series(runner, index, series_dir, out)
         except patches.PatchDoesNotApply as e:
             return {"ok": False, "commit": commit, "patches": n, "applied": _applied_before(series_dir, e.patch), "failure": e.to_dict(), "seconds": round(time.monotonic() - t0, 1)}
         return {"ok": True, "commit": commit, "patches": n, "applied": len(res.patches), "tree_before": res.tree_before, "tree_after": res.tree_after, "failure": None,

@@ -1,6 +1,6 @@
 """A llama.cpp checkout or clone as the bisection and the canary see it: resolve a ref to a
-commit, list the commits between two, export one commit's files into a scratch directory
-(git archive: the repository's index and work tree are never touched)."""
+commit, list the commits between two, name a commit's subject (the repository's index and
+work tree are never touched)."""
 
 from __future__ import annotations
 
@@ -58,17 +58,3 @@ def commits_between(repo: Path, good: str, bad: str, runner) -> list[str]:
 def subject(repo: Path, commit: str, runner) -> str:
     res = runner.run(["git", "-C", str(repo), "log", "-1", "--format=%s", commit])
     return res.stdout.strip() if res.ok else ""
-
-
-def export(repo: Path, commit: str, dest: Path, runner) -> Path:
-    """commit's files into dest (which must not exist)."""
-    dest.mkdir(parents=True)
-    tar = dest.parent / (dest.name + ".tar")
-    res = runner.run(["git", "-C", str(repo), "archive", "--format=tar", "-o", str(tar), commit], timeout=1800)
-    if not res.ok:
-        raise InfraError(f"git archive {commit[:12]} failed: {res.tail(2)}")
-    res = runner.run(["tar", "-xf", str(tar), "-C", str(dest)], timeout=1800)
-    tar.unlink(missing_ok=True)
-    if not res.ok:
-        raise InfraError(f"unpacking {commit[:12]} failed: {res.tail(2)}")
-    return dest

@@ -48,8 +48,9 @@ def _ok(res, what: str):
 
 _FAILED = re.compile(r"error: patch failed: (?P<file>\S+):(?P<line>\d+)")
 _NOAPPLY = re.compile(r"error: (?P<file>\S+): patch does not apply")
-_MISSING = re.compile(r"error: (?P<file>\S+): No such file or directory")
-_EXISTS = re.compile(r"error: (?P<file>\S+): already exists in working directory")
+# a work tree's words, then a scratch index's (IndexTree)
+_MISSING = re.compile(r"error: (?P<file>\S+): (?:No such file or directory|does not exist in index)")
+_EXISTS = re.compile(r"error: (?P<file>\S+): already exists in (?:working directory|index)")
 
 
 def parse_apply_error(stderr: str) -> dict:
@@ -68,3 +69,57 @@ def parse_apply_error(stderr: str) -> dict:
 def apply_patch(runner, workdir: str, patch: str):
     """Strict git apply: no fuzz, whitespace must match.  Returns the CommandResult."""
     return git(runner, ["apply", "--whitespace=nowarn", "-p1", patch], workdir)
+
+
+class WorkTree:
+    """Files in a directory (a scratch copy): patches apply to the files, the tree is tree_hash's."""
+
+    def __init__(self, runner, workdir: str):
+        self.runner, self.workdir = runner, workdir
+
+    def tree(self) -> str:
+        return tree_hash(self.runner, self.workdir)
+
+    def blobs(self, files: list[str]) -> dict[str, str]:
+        here = [f for f in files if self.runner.exists(f"{self.workdir}/{f}")]
+        if not here:
+            return {}
+        res = git(self.runner, ["hash-object", "--", *here], self.workdir)
+        ids = res.stdout.split() if res.ok else []
+        return dict(zip(here, ids)) if len(ids) == len(here) else {}
+
+    def apply(self, patch: str):
+        return apply_patch(self.runner, self.workdir, patch)
+
+
+class IndexTree:
+    """A commit of repo (a checkout or a bare clone) in a scratch index: patches apply with
+    `git apply --cached`, and write-tree names the result, without exporting the commit's files
+    (the pin: 157 MB, ~4 CPU-s a probe to export and hash).  New objects go to a scratch object
+    directory with the repository's as alternate, so neither its objects nor its index change."""
+
+    def __init__(self, runner, repo: str, commit: str, scratch: str):
+        self.runner, self.repo = runner, repo
+        res = runner.run(["git", "-C", repo, "rev-parse", "--path-format=absolute", "--git-path", "objects"], env=_ENV)
+        objects = _ok(res, "git rev-parse --git-path objects").stdout.strip()
+        runner.run(["mkdir", "-p", f"{scratch}/objects"])
+        self.env = {**_ENV, "GIT_INDEX_FILE": f"{scratch}/index", "GIT_OBJECT_DIRECTORY": f"{scratch}/objects", "GIT_ALTERNATE_OBJECT_DIRECTORIES": objects}
+        _ok(self._git(["read-tree", commit]), f"git read-tree {commit[:12]}")
+
+    def _git(self, args: list[str]):
+        return self.runner.run(["git", *_ID, "-C", self.repo, *args], timeout=600, env=self.env)
+
+    def tree(self) -> str:
+        return _ok(self._git(["write-tree"]), "git write-tree").stdout.strip()
+
+    def blobs(self, files: list[str]) -> dict[str, str]:
+        res = self._git(["ls-files", "-s", "-z", "--", *files]) if files else None
+        out = {}
+        for entry in (res.stdout.split("\0") if res is not None and res.ok else []):
+            meta, _, path = entry.partition("\t")
+            if path:
+                out[path] = meta.split()[1]
+        return out
+
+    def apply(self, patch: str):
+        return self._git(["apply", "--cached", "--whitespace=nowarn", "-p1", patch])

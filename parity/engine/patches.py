@@ -138,27 +138,24 @@ def failing_hunk(text: str, file: str, line: int) -> str | None:
     return None
 
 
-def _check_preimages(runner, workdir: str, patch: Path, text: str) -> list[dict]:
-    pre = [(f, i) for f, i in preimages(text) if runner.exists(f"{workdir}/{f}")]
-    if not pre:
-        return []
-    res = gitmod.git(runner, ["hash-object", "--", *[f for f, _ in pre]], workdir)
-    blobs = res.stdout.split() if res.ok else []
-    if len(blobs) != len(pre):
-        return []  # cannot tell; git apply will say what is wrong with the patch
-    return [{"patch": patch.name, "file": f, "index": i, "blob": b} for (f, i), b in zip(pre, blobs) if not b.startswith(i)]
+def _check_preimages(target, patch: Path, text: str) -> list[dict]:
+    pre = preimages(text)
+    blobs = target.blobs([f for f, _ in pre]) if pre else {}
+    return [{"patch": patch.name, "file": f, "index": i, "blob": blobs[f]} for f, i in pre if f in blobs and not blobs[f].startswith(i)]
 
 
-def apply_series(runner, workdir: str, series_dir: str | None, out=None, tree_before: str | None = None, what: str = "series", sel: Selection | None = None) -> SeriesResult:
-    """Apply in place (workdir must be a scratch copy). Stops at the first failure.
+def apply_series(runner, workdir, series_dir: str | None, out=None, tree_before: str | None = None, what: str = "series", sel: Selection | None = None) -> SeriesResult:
+    """Apply in place: workdir is a scratch copy's path (its files change) or a git.IndexTree
+    (a commit in a scratch index). Stops at the first failure.
     tree_before: the workdir's tree when the caller already knows it. The mirror invariant
     (the result against the fork or a recorded tree) is mirror.verify's job."""
-    before = tree_before or gitmod.tree_hash(runner, workdir)
+    target = gitmod.WorkTree(runner, workdir) if isinstance(workdir, str) else workdir
+    before = tree_before or target.tree()
     applied, mismatch = [], []
     for p in select(list_series(series_dir), sel, series_dir) if series_dir else []:
         text = p.read_text(errors="surrogateescape")
-        mismatch += _check_preimages(runner, workdir, p, text)
-        res = gitmod.apply_patch(runner, workdir, str(p))
+        mismatch += _check_preimages(target, p, text)
+        res = target.apply(str(p))
         if not res.ok:
             where = gitmod.parse_apply_error(res.stderr)
             raise PatchDoesNotApply(p.name, where, failing_hunk(text, where["file"], where["line"]) if "line" in where else None)
@@ -171,7 +168,7 @@ def apply_series(runner, workdir: str, series_dir: str | None, out=None, tree_be
             f"{what if Path(series_dir).name == what else what + ' ' + Path(series_dir).name}: {len(names)} of {len(applied)} patches carry `index` preimage ids that differ from the files they apply to "
             f"({', '.join(names)}): exported from another base; git apply ignores them"
         )
-    after = gitmod.tree_hash(runner, workdir) if applied else before
+    after = target.tree() if applied else before
     return SeriesResult(before, after, applied, mismatch)
 
 

@@ -1,7 +1,7 @@
 """`parity canary` and `parity bisect --over pin --criterion apply` on a synthetic upstream:
 the pin archive committed in a temp repo, plus commits on top, one of which edits a line that
 a middle patch of the users' real series (46 patches) has in a hunk's context.  No compiling:
-each probe exports a commit and applies the series strictly."""
+each probe reads a commit into a scratch index and applies the series strictly there."""
 
 from __future__ import annotations
 

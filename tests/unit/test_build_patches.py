@@ -56,6 +56,8 @@ def test_list_series_missing_dir(tmp_path):
         ("bad-context", "common/common.cpp", 2, "error: patch failed: common/common.cpp:2"),
         ("missing-file", "tools/absent.cpp", None, "error: tools/absent.cpp: No such file or directory"),
         ("already-exists", "exists.txt", None, "error: exists.txt: already exists in working directory"),
+        ("cached-missing-file", "tools/absent.cpp", None, "error: tools/absent.cpp: does not exist in index"),
+        ("cached-already-exists", "exists.txt", None, "error: exists.txt: already exists in index"),
         ("corrupt", None, None, "error: corrupt patch at line 7"),
     ],
 )
@@ -136,6 +138,40 @@ def test_series_matches_fork_branch_mirror_invariant(work, tmp_path):
     assert mirror.verify(LocalRunner(), str(work), res.tree_after, mirror.Expectation(fork_tree, "test fork"))["mirror_ok"] is True
     assert [p["name"] for p in res.patches] == ["0001-mini-env-gated-series-banner.patch", "0003-mini-series-id-string-in-the-library.patch"]
     assert "PARITY_DEMO_BANNER" in (work / "common" / "common.c").read_text()
+
+
+def _committed(work: Path, tmp_path) -> tuple[Path, str]:
+    """work's files as the one commit of a bare clone (the canary's cached upstream)."""
+    src = tmp_path / "upstream"
+    shutil.copytree(work, src)
+    _git(src, "init", "-q")
+    _git(src, "add", "-A")
+    _git(src, "commit", "-qm", "pin")
+    _git(tmp_path, "clone", "-q", "--bare", str(src), "upstream.git")
+    return tmp_path / "upstream.git", _git(src, "rev-parse", "HEAD")
+
+
+def test_series_in_a_scratch_index_gives_the_work_trees_trees_and_writes_nothing(work, tmp_path):
+    """The canary's way (a commit read into a scratch index, `git apply --cached`) names the same
+    trees as applying to exported files, and the repository gains no object."""
+    repo, commit = _committed(work, tmp_path)
+    objects = sorted(p.name for p in (repo / "objects").rglob("*"))
+    on_files = patches.apply_series(LocalRunner(), str(work), str(SERIES))
+    in_index = patches.apply_series(LocalRunner(), gitmod.IndexTree(LocalRunner(), str(repo), commit, str(tmp_path / "scratch")), str(SERIES))
+    assert (in_index.tree_before, in_index.tree_after) == (on_files.tree_before, on_files.tree_after)
+    assert in_index.patches == on_files.patches and in_index.preimage_mismatch == on_files.preimage_mismatch
+    assert sorted(p.name for p in (repo / "objects").rglob("*")) == objects
+
+
+def test_series_in_a_scratch_index_stops_where_the_files_do(work, tmp_path):
+    repo, commit = _committed(work, tmp_path)
+    broken = _broken_series(tmp_path)
+    with pytest.raises(patches.PatchDoesNotApply) as on_files:
+        patches.apply_series(LocalRunner(), str(work), str(broken))
+    with pytest.raises(patches.PatchDoesNotApply) as in_index:
+        patches.apply_series(LocalRunner(), gitmod.IndexTree(LocalRunner(), str(repo), commit, str(tmp_path / "scratch")), str(broken))
+    assert in_index.value.to_dict() == on_files.value.to_dict()
+    assert in_index.value.patch == "0002-drifted.patch" and in_index.value.line is not None
 
 
 def test_expected_tree_mismatch_is_gate_failure(work):
