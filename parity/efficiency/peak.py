@@ -2,7 +2,10 @@
 class and the GPU's name: SXM and PCIe H100s share a class), and a measured one where the
 machine allows (a device-to-device copy through torch on a GPU; a numpy copy of a buffer
 much larger than the last-level cache on a CPU).  Both go to bandwidth.json beside
-hardware.txt, and one line is appended to hardware.txt."""
+hardware.txt, and one line is appended to hardware.txt.  A measured figure is kept per machine
+and boot (cache_dir()/bandwidth): later runs reuse it and say when it was measured, instead of
+paying the copy again (a torch start and a 1 GiB device buffer on a GPU, a 256 MiB-1 GiB copy
+on a CPU); PARITY_BANDWIDTH=fresh measures anew, off skips it."""
 
 from __future__ import annotations
 
@@ -126,7 +129,7 @@ def measure_gpu_here(size: int = GIB, repeats: int = 10) -> dict:
             "bytes": 2 * size, "counted": "bytes read + bytes written", "best_s": round(best, 6)}  # fmt: skip
 
 
-def bandwidth(info: dict, local: bool = True, measure: bool = True) -> dict:
+def bandwidth(info: dict, local: bool = True, measure: bool = True, fresh: bool = False) -> dict:
     """bandwidth.json for a hardware inventory (parity.gpu.hardware.inventory)."""
     gpus = info.get("gpus") or []
     name = gpus[0]["name"] if gpus else None
@@ -136,29 +139,84 @@ def bandwidth(info: dict, local: bool = True, measure: bool = True) -> dict:
     elif not local:
         doc["measured"] = {"gbps": None, "reason": "not measured: the run's host is remote (parity measures on its own host)"}
     else:
-        try:
-            doc["measured"] = measure_gpu() if gpus else measure_cpu()
-        except Exception as e:  # noqa: BLE001 - a failed measurement is recorded, never fatal
-            doc["measured"] = {"gbps": None, "reason": f"measurement failed: {type(e).__name__}: {e}"}
+        key = _machine_key("gpu:" + str(name) if gpus else "cpu")
+        doc["measured"] = (None if fresh else _cached(key)) or _remember(key, _measure(bool(gpus)))
     doc["device"] = "gpu" if gpus else "cpu"
     if not gpus:
         doc["llc_bytes"] = llc_bytes()  # a step that fits here is not bound by the DRAM figures
     return doc
 
 
+def _measure(gpu: bool) -> dict:
+    try:
+        return measure_gpu() if gpu else measure_cpu()
+    except Exception as e:  # noqa: BLE001 - a failed measurement is recorded, never fatal
+        return {"gbps": None, "reason": f"measurement failed: {type(e).__name__}: {e}"}
+
+
+def _machine_key(device: str) -> str:
+    """This machine, this boot, this device: a reboot (new clocks, a new driver) measures again."""
+    import hashlib
+    import socket
+
+    try:
+        boot = open("/proc/sys/kernel/random/boot_id").read().strip()
+    except OSError:
+        boot = "no-boot-id"
+    return hashlib.sha256(f"{socket.gethostname()}|{boot}|{device}".encode()).hexdigest()[:20]
+
+
+def _cache_file(key: str):
+    from parity.config import cache_dir
+
+    return cache_dir() / "bandwidth" / f"{key}.json"
+
+
+def _cached(key: str) -> dict | None:
+    import json
+
+    try:
+        m = json.loads(_cache_file(key).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(m, dict) or not m.get("gbps") or not m.get("measured_at"):
+        return None
+    return {**m, "cached": True}
+
+
+def _remember(key: str, m: dict) -> dict:
+    """A figure (never a failure: the next run tries again) kept for this machine and boot."""
+    import json
+
+    if m.get("gbps"):
+        m = {**m, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        f = _cache_file(key)
+        try:
+            f.parent.mkdir(parents=True, exist_ok=True)
+            tmp = f.with_name(f"{f.name}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(m))
+            os.replace(tmp, f)  # two runs measuring at once: either figure, never half a file
+        except OSError:
+            pass  # an unwritable cache only costs the next run a measurement
+    return {**m, "cached": False} if m.get("gbps") else m
+
+
 def line(doc: dict) -> str:
     """The hardware.txt line: memory_bandwidth=<published>; measured <figure>."""
     p, m = doc["published"], doc["measured"]
     pub = f"{p['gbps']:g} GB/s published ({p['source']})" if p.get("gbps") else "no published figure"
-    meas = f"{m['gbps']:g} GB/s measured ({m['method']})" if m.get("gbps") else f"not measured ({m.get('reason')})"
+    when = f", measured {m['measured_at']} this boot" + (" (kept from an earlier run)" if m.get("cached") else "") if m.get("measured_at") else ""
+    meas = f"{m['gbps']:g} GB/s measured ({m['method']}{when})" if m.get("gbps") else f"not measured ({m.get('reason')})"
     return f"memory_bandwidth={pub}; {meas}"
 
 
 def write_bandwidth(ctx, info: dict) -> dict | None:
-    """bandwidth.json (and its hardware.txt line) in ctx.run; PARITY_BANDWIDTH=off skips the copy."""
+    """bandwidth.json (and its hardware.txt line) in ctx.run; PARITY_BANDWIDTH=off skips the copy,
+    fresh measures even when this boot has a figure."""
     if ctx.run is None:
         return None
-    doc = bandwidth(info, local=getattr(ctx.runner, "host", "local") == "local", measure=os.environ.get("PARITY_BANDWIDTH", "on") != "off")
+    mode = os.environ.get("PARITY_BANDWIDTH", "on")
+    doc = bandwidth(info, local=getattr(ctx.runner, "host", "local") == "local", measure=mode != "off", fresh=mode == "fresh")
     ctx.run.write_json("bandwidth.json", doc)
     hw = ctx.run.path / "hardware.txt"
     if hw.is_file():

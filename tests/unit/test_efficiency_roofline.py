@@ -39,6 +39,46 @@ def test_cpu_copy_measured_small():
     assert m["gbps"] > 0 and m["bytes"] == 32 << 20 and "read + bytes written" in m["counted"]
 
 
+@pytest.fixture
+def small_copies(tmp_path, monkeypatch):
+    """The real CPU copy at 16 MiB, counted; a cache of its own."""
+    monkeypatch.setenv("PARITY_CACHE", str(tmp_path / "cache"))
+    real, calls = peak.measure_cpu, []
+
+    def counted():
+        calls.append(1)
+        return real(16 << 20, repeats=2)
+
+    monkeypatch.setattr(peak, "measure_cpu", counted)
+    return calls
+
+
+def test_measured_copy_is_kept_for_this_boot_and_said_so(small_copies):
+    first = peak.bandwidth({"hardware_class": "cpu_only"})["measured"]
+    second = peak.bandwidth({"hardware_class": "cpu_only"})["measured"]
+    assert len(small_copies) == 1 and first["cached"] is False and second["cached"] is True
+    assert second["gbps"] == first["gbps"] > 0 and second["measured_at"] == first["measured_at"]
+    assert f"measured {first['measured_at']} this boot (kept from an earlier run)" in peak.line({"published": {"gbps": None}, "measured": second})
+    assert "kept" not in peak.line({"published": {"gbps": None}, "measured": first})
+    peak.bandwidth({"hardware_class": "cpu_only"}, fresh=True)  # PARITY_BANDWIDTH=fresh
+    assert len(small_copies) == 2
+
+
+def test_failed_measurement_is_not_kept(small_copies, monkeypatch):
+    counted = peak.measure_cpu
+    monkeypatch.setattr(peak, "measure_cpu", lambda: 1 / 0)
+    assert "ZeroDivisionError" in peak.bandwidth({"hardware_class": "cpu_only"})["measured"]["reason"]
+    monkeypatch.setattr(peak, "measure_cpu", counted)
+    assert peak.bandwidth({"hardware_class": "cpu_only"})["measured"]["cached"] is False and len(small_copies) == 1
+
+
+def test_a_gpu_figure_is_not_a_cpu_figure(small_copies, monkeypatch):
+    monkeypatch.setattr(peak, "measure_gpu", lambda: {"gbps": 3000.0, "method": "torch copy_"})
+    gpu = peak.bandwidth({"hardware_class": "hopper", "gpus": [{"name": "NVIDIA H100 80GB HBM3"}]})["measured"]
+    cpu = peak.bandwidth({"hardware_class": "cpu_only"})["measured"]
+    assert gpu["gbps"] == 3000.0 and cpu["cached"] is False and len(small_copies) == 1
+
+
 def test_serving_point_arithmetic(model):
     bw = {"published": {"gbps": 100.0, "source": "x"}, "measured": {"gbps": 50.0, "method": "y"}}
     med = [{"engine": "paged", "n": 4, "decode_agg_tps": 400.0}, {"engine": "stock", "n": 4, "decode_agg_tps": None}]
