@@ -73,9 +73,10 @@ def servers(vllm_venv, same_weights, engine_bins, tmp_path_factory):
     hf, gguf = same_weights
     logs = tmp_path_factory.mktemp("vllm-real")
     vport, lport = free_port(), free_port()
-    # vLLM's own process layout (API server, engine core, a separate worker: the one place a
-    # three-process vLLM is stopped as a group); the smoke profile and test_workloads_real also
-    # keep the worker in the engine core.  Eager: on CPU torch.compile builds C++ kernels with
+    # started as the smoke profile starts it: the worker in the engine-core process, one OpenMP
+    # thread, unbound.  vLLM's own layout (a third process, the worker) cost ~30 CPU-s a start
+    # here and no assertion read it: parity stops every engine as a process group, tested on
+    # real process trees in test_orphans.  Eager: on CPU torch.compile builds C++ kernels with
     # g++ at every start (vLLM 0.32 cannot reload its cache), ~12 s of vLLM's own work that no
     # assertion here reads, and nothing like what a GPU profile compiles
     vargv = [str(vllm_venv.vllm), "serve", str(hf), "--dtype", "float32", "--gpu-memory-utilization", "0.1", "--max-model-len", str(MAX_MODEL_LEN),
@@ -84,7 +85,8 @@ def servers(vllm_venv, same_weights, engine_bins, tmp_path_factory):
     largv = [str(engine_bins["stock"] / "llama-server"), "-m", str(gguf), "-c", "1024", "--parallel", "2", "--host", "127.0.0.1", "--port", str(lport), "--no-webui", "--metrics"]
     llama = _serve(largv, {}, lport, "llama-server", logs / "llama-server.log", None, gguf.name, 120)
     try:
-        vllm = _serve(vargv, vllm_venv.serve_env(), vport, "vllm", logs / "vllm.log", "/v1/models", SERVED, 900)
+        venv = {**vllm_venv.serve_env(), "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1"}
+        vllm = _serve(vargv, venv, vport, "vllm", logs / "vllm.log", "/v1/models", SERVED, 900)
     except BaseException:
         llama.stop(10)
         raise

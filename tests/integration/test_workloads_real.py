@@ -263,7 +263,7 @@ def vllm_engine(tmp_path_factory):
 
     def engine() -> dict:
         # started as the smoke profile starts it (eager, the worker in the engine-core process:
-        # half the start on 2 cores; one OpenMP thread); test_vllm_real keeps vLLM's separate worker process
+        # half the start on 2 cores; one OpenMP thread), as test_vllm_real's
         return {"kind": "vllm", "vllm_bin": str(v.vllm), "dtype": "float32", "gpu_memory_utilization": 0.1, "max_model_len": 1024, "max_num_seqs": 8,
                 "ready_timeout_s": 900, "extra_args": ["--enforce-eager"], "env": {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1"}}  # fmt: skip
 
