@@ -59,10 +59,11 @@ def definitions() -> list[dict]:
 
 def type_bytes(type_name: str, elements: int = 1) -> float:
     """Bytes of `elements` values of a ggml type ("F16", "Q8_0", "f16"): elements / block x type size."""
-    import gguf
+    from parity.models.gguf_constants import constants
 
-    t = gguf.GGMLQuantizationType[type_name.upper()]
-    block, size = gguf.GGML_QUANT_SIZES[t]
+    c = constants()
+    t = c.GGMLQuantizationType[type_name.upper()]
+    block, size = c.GGML_QUANT_SIZES[t]
     return elements * size / block
 
 
@@ -116,9 +117,10 @@ def expected_experts(experts: int, used: int, n_seqs: int = 1) -> float:
 
 @functools.lru_cache(maxsize=16)
 def _parse(path: str, size: int, mtime: float) -> ModelBytes:
-    import gguf
-
+    from parity.models.gguf_constants import constants
     from parity.models.gguf_header import read_header
+
+    gguf = constants()
 
     h = read_header(path)
     arch = h.fields.get("general.architecture", "llama")
