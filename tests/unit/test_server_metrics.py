@@ -54,3 +54,50 @@ def test_a_real_disagreement_is_a_mismatch_naming_the_quantity(server, over, bad
 def test_what_an_engine_does_not_expose_is_said_not_guessed():
     rows = reconcile({"generation_tokens": 4}, {"generation_tokens": 4, "requests": 1})
     assert {r["quantity"]: r["status"] for r in rows}["requests"] == "not exposed"
+
+
+def _oracle(text: str) -> dict[str, float]:
+    """prometheus_client's parser, summed the same way: what parse() must equal, but for one
+    thing: a counter's sample written without `_total` (llama-server's llamacpp:n_tokens_max)
+    keeps the name the server wrote, where prometheus_client appends `_total`."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    written = {ln.split("{")[0].split(" ")[0] for ln in text.splitlines() if ln and not ln.startswith("#")}
+    out: dict[str, float] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            name = s.name[: -len("_total")] if fam.type == "counter" and s.name not in written and s.name.endswith("_total") else s.name
+            if not name.endswith(("_bucket", "_created")):
+                out[name] = out.get(name, 0.0) + float(s.value)
+    return out
+
+
+def _captured() -> list[tuple[str, str]]:
+    from pathlib import Path
+
+    data = Path(__file__).resolve().parent.parent / "data"
+    files = sorted((data / "vllm").glob("metrics-*")) + sorted((data / "llama_server").glob("metrics-*"))
+    out = []
+    for f in files:
+        raw = f.read_bytes()
+        text = raw.split(b"\r\n\r\n", 1)[1] if raw.startswith(b"HTTP/") else raw  # .raw: the whole HTTP response
+        out.append((f"{f.parent.name}/{f.name}", text.decode()))
+    return out
+
+
+@pytest.mark.parametrize("name,text", _captured(), ids=[n for n, _ in _captured()])
+def test_parse_equals_prometheus_clients_parser_on_captured_metrics(name, text):
+    got, want = parse(text), _oracle(text)
+    assert got.keys() == want.keys() and len(got) > 5
+    assert all(got[k] == pytest.approx(want[k], rel=1e-12, nan_ok=True) for k in want)
+
+
+def test_parse_reads_quoted_label_values_special_values_and_timestamps():
+    text = ('# HELP x_total what\n# TYPE x_total counter\n'
+            'x_total{model_name="/m/a b}{\\"q\\",c",engine="0"} 2.0\nx_total{engine="1"} 3 1712345678000\n'
+            'g NaN\nh +Inf\ny_bucket{le="+Inf"} 9\ny_count 4\n')  # fmt: skip
+    got = parse(text)
+    assert got == pytest.approx(_oracle(text), nan_ok=True)
+    assert got["x_total"] == 5.0 and got["y_count"] == 4.0 and "y_bucket" not in got
+    with pytest.raises(ValueError, match="unterminated labels"):
+        parse('x_total{engine="0 1\n')
