@@ -113,7 +113,7 @@ class IndexTree:
         return _ok(self._git(["write-tree"]), "git write-tree").stdout.strip()
 
     def blobs(self, files: list[str]) -> dict[str, str]:
-        res = self._git(["ls-files", "-s", "-z", "--", *files]) if files else None
+        res = self._git(["--literal-pathspecs", "ls-files", "-s", "-z", "--", *files]) if files else None  # a name with [ or * is a name
         out = {}
         for entry in (res.stdout.split("\0") if res is not None and res.ok else []):
             meta, _, path = entry.partition("\t")

@@ -223,3 +223,16 @@ def test_series_digest_and_expected_tree_format():
 
     with pytest.raises(ConfigError, match="40-hex"):
         patches.check_expected_tree("dedb118", "x")
+
+
+def test_scratch_index_blobs_take_names_literally(tmp_path):
+    """A preimage path with glob characters names that file, not the files it would match."""
+    src = tmp_path / "r"
+    src.mkdir()
+    (src / "w[1].txt").write_text("bracketed\n")
+    (src / "w1.txt").write_text("plain\n")
+    _git(src, "init", "-q")
+    _git(src, "add", "-A")
+    _git(src, "commit", "-qm", "x")
+    blobs = gitmod.IndexTree(LocalRunner(), str(src), "HEAD", str(tmp_path / "scratch")).blobs(["w[1].txt"])
+    assert blobs == {"w[1].txt": _git(src, "rev-parse", "HEAD:w[1].txt")}
