@@ -17,8 +17,9 @@ from tests.unit.test_loadgen import fake_vllm  # noqa: F401  (the fixture starti
 REAL = Path(__file__).resolve().parents[1] / "data" / "vllm"
 
 
-def body_of_raw(name: str) -> bytes:
-    raw = (REAL / name).read_bytes()
+def body_of_raw(name: str | Path) -> bytes:
+    """The body of a captured HTTP response: a name under tests/data/vllm, or a path."""
+    raw = (name if isinstance(name, Path) else REAL / name).read_bytes()
     i = raw.find(b"\r\n\r\n")
     _, headers = parse_head(raw[:i])
     return BodyDecoder(headers).feed(raw[i + 4 :])

@@ -77,12 +77,8 @@ def _captured() -> list[tuple[str, str]]:
 
     data = Path(__file__).resolve().parent.parent / "data"
     files = sorted((data / "vllm").glob("metrics-*")) + sorted((data / "llama_server").glob("metrics-*"))
-    out = []
-    for f in files:
-        raw = f.read_bytes()
-        text = raw.split(b"\r\n\r\n", 1)[1] if raw.startswith(b"HTTP/") else raw  # .raw: the whole HTTP response
-        out.append((f"{f.parent.name}/{f.name}", text.decode()))
-    return out
+    # .raw: the whole HTTP response, decoded as the client does
+    return [(f"{f.parent.name}/{f.name}", body_of_raw(f).decode() if f.suffix == ".raw" else f.read_text()) for f in files]
 
 
 @pytest.mark.parametrize("name,text", _captured(), ids=[n for n, _ in _captured()])
