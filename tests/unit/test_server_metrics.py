@@ -81,7 +81,10 @@ def _captured() -> list[tuple[str, str]]:
     return [(f"{f.parent.name}/{f.name}", body_of_raw(f).decode() if f.suffix == ".raw" else f.read_text()) for f in files]
 
 
-@pytest.mark.parametrize("name,text", _captured(), ids=[n for n, _ in _captured()])
+CAPTURED = _captured()
+
+
+@pytest.mark.parametrize("name,text", CAPTURED, ids=[n for n, _ in CAPTURED])
 def test_parse_equals_prometheus_clients_parser_on_captured_metrics(name, text):
     got, want = parse(text), _oracle(text)
     assert got.keys() == want.keys() and len(got) > 5
