@@ -63,15 +63,15 @@ LONGEST_FIRST = [  # by their seconds in a warm four-worker run (2026-11-26, 2-c
 
 
 # xdist (LoadScopeScheduling._reschedule) gives a worker whose file has at most 2 tests left its
-# next file at once: with four workers, the fifth file waits behind the series bisection (2 tests,
+# next file at once: with N >= 3 workers, file N+1 waits behind the series bisection (2 tests,
 # most of a cold run).  That place gets a short file: with test_slurm_cli.py there (its minutes are
 # Slurm's waits, not CPU), a cold run ended on 3 minutes of an idle box after the bisection.
 BEHIND_THE_BISECTION = "unit/test_server_metrics.py"
-WORKERS_AT_ONCE = 4  # make test's PYTEST_WORKERS default
 
 
 def pytest_collection_modifyitems(config, items):
-    order = LONGEST_FIRST[:WORKERS_AT_ONCE] + [BEHIND_THE_BISECTION] + LONGEST_FIRST[WORKERS_AT_ONCE:]
+    workers = int(getattr(config, "workerinput", {}).get("workercount", 0))  # the scheduler orders by the workers' collections
+    order = LONGEST_FIRST[:workers] + [BEHIND_THE_BISECTION] + LONGEST_FIRST[workers:] if workers else LONGEST_FIRST
     rank = {name: i for i, name in enumerate(order)}
 
     def key(item):
