@@ -176,11 +176,12 @@ def paired_rows(doc: dict) -> list[list]:
 
 
 def render_run_notes(out, doc: dict) -> None:
-    """Which stop rule ended the sweep, and the gen calibration chose."""
+    """Which stop rule ended the sweep, and what the calibration chose (gen, or a workload's field)."""
     c = doc.get("calibration")
     if c:
-        pts = ", ".join(f"{p['engine']} N={p['n']} {p['decode_window_s']}/{p['wall_s']} s" for p in c.get("points", []))
-        out.info(f"calibration: gen {c['trial_gen']} -> {c['gen']} (target window {c['target_s']:g} s; trial windows decode/wall: {pts})" if c["gen"] != c["trial_gen"] else f"calibration: gen {c['gen']} kept (target window {c['target_s']:g} s; trial windows decode/wall: {pts})")
+        knob = c.get("knob", "gen")
+        pts = ", ".join(f"{p['engine']} {p.get('point') or 'N=%s' % p['n']} {p['decode_window_s']}/{p['wall_s']} s" for p in c.get("points", []))
+        out.info(f"calibration: {knob} {c['trial_gen']} -> {c['gen']} (target window {c['target_s']:g} s; trial windows decode/wall: {pts})" if c["gen"] != c["trial_gen"] else f"calibration: {knob} {c['gen']} kept (target window {c['target_s']:g} s; trial windows decode/wall: {pts})")
     st = doc.get("stop")
     if st and st.get("rule"):
         out.info(f"stopped by {st['rule']} after {st['blocks']} blocks: {st['why']} ({st['budget']})")

@@ -70,6 +70,22 @@ def _ratios(summary: dict, kind: str) -> tuple[list[str], list[list]]:
     return ["engine", "reference", "point", *cols, "noise"], rows
 
 
+def calibration_notes(cal) -> list[str]:
+    """What the trial block chose for a built-in's field (parity.serving.workload_calibration)."""
+    if not isinstance(cal, dict) or not cal.get("knob"):
+        return []
+    knob, trial, chosen = cal["knob"], cal.get("trial_gen"), cal.get("gen")
+    if chosen == trial:
+        out = [f"calibration: {knob} {chosen} kept: block 0's windows were long enough, and it counts"]
+    else:
+        trial_blocks = len({a.get("repeat") for a in cal.get("trial_arms") or []}) or 1
+        out = [f"CALIBRATED: {knob} {trial} -> {chosen} so every window lasts min_window_s {cal.get('min_window_s')} s at {cal.get('margin')} x its trial pace "
+               f"(shortest: {cal.get('shortest')}); {trial_blocks} trial block not counted, the parameters above are the measured blocks'"]  # fmt: skip
+    if cal.get("capped"):
+        out.append(f"CAPPED: {cal.get('shortest')} needed {knob} {cal.get('need')}, kept at {chosen} by {cal.get('cap_by')}")
+    return out
+
+
 def workload_section(rd, asset_dir: Path | None = None, rel: str = "", plots: bool = True) -> dict | None:
     """None unless the run is a workload run; else its description, tables, notes and plots."""
     s = rd.summary or {}
@@ -85,7 +101,8 @@ def workload_section(rd, asset_dir: Path | None = None, rel: str = "", plots: bo
         "open-loop": ("rates", "requests_per_rate", "burstiness", "seed", "exact_rate", "max_delay_p99_ms", "min_achieved_share", "slo", "ptok", "gen"),
         "multi-turn": ("conversations", "turns", "turn_tokens", "gen"),
     }[kind]}  # fmt: skip
-    notes = [f"NOT HELD: {p}" for p in s.get("not_held") or []] + [f"INVALID: {p}" for p in s.get("invalid_points") or []]
+    notes = calibration_notes(s.get("calibration"))
+    notes += [f"NOT HELD: {p}" for p in s.get("not_held") or []] + [f"INVALID: {p}" for p in s.get("invalid_points") or []]
     notes += [f"COARSE STREAM: {p}" for p in s.get("coarse_streams") or []]
     figs, plot_note = [], None
     if plots and asset_dir is not None:

@@ -30,6 +30,7 @@ class SnapshotPlan:
     workload: object | None = None  # parity.serving.workloads.Workload: its points replace the N sweep
     budget: object | None = None  # parity.stats.adaptive.Budget: how many blocks (fixed, or --until-ci)
     calibrate: object | None = None  # serving.calibrate when the trial block may raise gen (None: gen as given)
+    calibration_off: str | None = None  # a workload's: why its trial may not raise its field
     calibration: dict | None = None  # what the calibration chose, with its evidence (summary.json "calibration")
     trial_arms: list = field(default_factory=list)  # the calibration trial's arms when it did not count
     stop: dict | None = None  # which stop rule ended the sweep (summary.json "stop")
@@ -102,7 +103,12 @@ def make_plan(ctx, req: SnapshotRequest) -> SnapshotPlan:
     plan = SnapshotPlan(model, list(engines), ref, list(s.npl), repeat, s, run_order(list(engines), repeat, s.order))
     plan.budget = make_budget(ctx, req, plan, workload)
     cal = s.calibrate
-    if cal.enabled and req.gen is None and workload is None and s.min_window_s > 0 and s.order != "aabb":
+    if workload is not None:  # a built-in's sized field (parity.serving.workload_calibration)
+        from parity.serving.workload_calibration import why_off
+
+        plan.calibration_off = why_off(s, workload, req.gen is not None)
+        plan.calibrate = cal if plan.calibration_off is None else None
+    elif cal.enabled and req.gen is None and s.min_window_s > 0 and s.order != "aabb":
         plan.calibrate = cal  # an explicit --gen (or a step's gen) is respected exactly
     for e in engines:
         plan.limits[e], plan.limit_what[e] = adapter(ctx, e).context_need(ctx, e, s, existing_model(ctx, e, model))
@@ -251,8 +257,12 @@ def dry_run(ctx, plan: SnapshotPlan) -> dict:
 
 def calibration_plan(plan: SnapshotPlan) -> str:
     s, c = plan.shape, plan.calibrate
+    if plan.workload is not None:
+        from parity.serving.workload_calibration import plan_text
+
+        return plan_text(plan)
     if c is None:
-        why = "a workload sets its own shapes" if plan.workload is not None else "--gen given" if s.calibrate.enabled and s.min_window_s > 0 and s.order != "aabb" else "serving.calibrate.enabled false" if not s.calibrate.enabled else "min_window_s 0" if s.min_window_s <= 0 else "--order aabb has no trial block"
+        why = "--gen given" if s.calibrate.enabled and s.min_window_s > 0 and s.order != "aabb" else "serving.calibrate.enabled false" if not s.calibrate.enabled else "min_window_s 0" if s.min_window_s <= 0 else "--order aabb has no trial block"
         return f"off ({why}): gen {s.gen} as given"
     return f"block 0 runs at gen {s.gen}; if a point's window is under {s.min_window_s * c.margin:g} s (min_window_s {s.min_window_s:g} x {c.margin:g}) gen is raised for every engine and N (at most {c.max_gen} and what each engine's context allows) and block 0 becomes the trial"
 
@@ -366,6 +376,10 @@ def calibrate_after_trial(ctx, plan: SnapshotPlan, arms: list[dict]) -> bool:
     move to plan.trial_arms) and the measured blocks follow at the new gen."""
     from parity.stats.calibrate import choose
 
+    if plan.workload is not None:
+        from parity.serving.workload_calibration import after_trial
+
+        return after_trial(ctx, plan, arms)
     s, c = plan.shape, plan.calibrate
     rows = [r for a in arms for r in a["rows"]]
     caps = {}

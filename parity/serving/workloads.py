@@ -41,6 +41,8 @@ class Workload:
     cfg: object  # parity.config.WorkloadConfig
     gen: int
     ptok: int
+    builtin: bool = False  # one of the four kinds by name (parity.serving.workload_defaults)
+    sized: tuple = ()  # the fields parity sized for the profile (not written in YAML or --workload-opt)
 
     @property
     def kind(self) -> str:
@@ -87,9 +89,10 @@ def resolve(ctx, spec, s, npl=None, options: dict | None = None) -> Workload:
     from dataclasses import replace
 
     from parity.config import WorkloadConfig, check_workload, from_dict
-    from parity.serving.workload_defaults import BUILTIN, builtin
+    from parity.serving.workload_defaults import BUILTIN, builtin, sized
 
     options = options or {}
+    made: dict = {}  # a built-in's: what parity sized (parity.serving.workload_calibration may raise it)
 
     if npl:
         raise UsageError("--npl does not apply to a workload run: its points are the workload's own (rates, turns, ...)")
@@ -104,6 +107,8 @@ def resolve(ctx, spec, s, npl=None, options: dict | None = None) -> Workload:
         name = spec
         if spec in BUILTIN and (declared is None or hasattr(declared, "_given")):
             cfg = builtin(spec, ctx.profile, s, declared, options)
+            given = {*getattr(declared, "_given", ()), *options}
+            made = {"builtin": True, "sized": tuple(k for k in sized(spec, ctx.profile, s) if k not in given)}
         else:
             cfg = replace(declared, **options) if options else declared
     else:
@@ -111,7 +116,7 @@ def resolve(ctx, spec, s, npl=None, options: dict | None = None) -> Workload:
         raise UsageError(f"--workload {spec}: no such workload in profile {ctx.profile.name} (serving.workloads: {known}; built in: {', '.join(BUILTIN)})")
     if options and isinstance(spec, str):
         check_workload(cfg, "--workload-opt", spec)
-    return Workload(name, cfg, cfg.gen or s.gen, cfg.ptok or s.ptok)
+    return Workload(name, cfg, cfg.gen or s.gen, cfg.ptok or s.ptok, **made)
 
 
 def attach(ctx, plan, wl: Workload) -> None:
@@ -235,6 +240,7 @@ def point_row(kind: str, wl_cfg, m: Measured, server: dict | None, min_window_s:
     the valid ones, the kind's own metrics, and the point's verdict (pure: no server)."""
     from parity.serving import validity, workload_metrics
     from parity.serving.metrics import compute
+    from parity.serving.workload_calibration import basis
 
     for r in m.records:
         validity.check_request(r)
@@ -242,6 +248,7 @@ def point_row(kind: str, wl_cfg, m: Measured, server: dict | None, min_window_s:
     sample = workload_metrics.Sample(m.records, decode=m.decode, long=m.long, slo=getattr(wl_cfg, "slo", None), server=server, prefix_tokens=m.prefix_tokens)
     wmetrics, wwhy = workload_metrics.compute(kind, sample)
     row = {"n": m.key, "point": m.label, **metrics, **wmetrics, "why": {**why, **wwhy}, **m.extra}
+    row["calibration_basis"] = basis(kind, m.records, m.decode, workload_metrics.WINDOWS[kind])  # what a trial block's rows tell parity.serving.workload_calibration
     problems = validity.point_verdict(m.records, row, min_window_s, tolerance, workload_metrics.WINDOWS[kind]) + list(m.problems)
     if kind == "open-loop":
         problems += open_loop_problems(row, wl_cfg)

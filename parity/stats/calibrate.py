@@ -52,16 +52,17 @@ class Calibration:
     kept_trial: bool = True  # the trial block reached the target: it is the first measured block
     points: list = field(default_factory=list)  # per point: engine, n, repeat, windows, need
     bursts: list = field(default_factory=list)  # points whose decode window was a burst, not a pace
+    knob: str = "gen"  # the field calibrated (a built-in workload's decode streams: decode_gen)
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     def line(self) -> str:
         if self.kept_trial and not self.capped:
-            return f"calibration: gen {self.gen} gives every point windows >= {self.target_s:g} s (min_window_s {self.min_window_s:g} x {self.margin:g}; shortest {self.shortest}); block 0 counts"
+            return f"calibration: {self.knob} {self.gen} gives every point windows >= {self.target_s:g} s (min_window_s {self.min_window_s:g} x {self.margin:g}; shortest {self.shortest}); block 0 counts"
         if self.kept_trial:
-            return f"calibration: gen {self.gen} kept (the cap is {self.cap}, {self.cap_by}); block 0 counts"
-        return f"calibration: gen {self.trial_gen} -> {self.gen} so every window reaches {self.target_s:g} s (min_window_s {self.min_window_s:g} x {self.margin:g}; shortest {self.shortest}); block 0 was the trial, measured blocks follow"
+            return f"calibration: {self.knob} {self.gen} kept (the cap is {self.cap}, {self.cap_by}); block 0 counts"
+        return f"calibration: {self.knob} {self.trial_gen} -> {self.gen} so every window reaches {self.target_s:g} s (min_window_s {self.min_window_s:g} x {self.margin:g}; shortest {self.shortest}); block 0 was the trial, measured blocks follow"
 
     def burst_note(self) -> str | None:
         if not self.bursts:
@@ -71,14 +72,29 @@ class Calibration:
     def warning(self) -> str | None:
         if not self.capped:
             return None
-        return f"calibration: {self.shortest} needs gen {self.need} for a {self.target_s:g} s window, capped at {self.gen} by {self.cap_by}: its windows may stay under the target (raise --ctx or lower --parallel, or raise min_window_s's tolerance)"
+        return f"calibration: {self.shortest} needs {self.knob} {self.need} for a {self.target_s:g} s window, capped at {self.gen} by {self.cap_by}: its windows may stay under the target (raise --ctx or lower --parallel, or raise min_window_s's tolerance)"
 
 
-def choose(rows: list[dict], gen: int, min_window_s: float, margin: float, caps: dict[str, tuple[int, str]] | None = None, max_gen: int | None = None) -> Calibration:
+def stream_need(lead_s: float | None, pace_s: float | None, min_window_s: float, margin: float) -> int | None:
+    """Tokens a stream must generate so that a window it ends lasts min_window_s even at
+    `margin` times its trial pace (None: no pace).  The window starts lead_s before the
+    stream's first token (negative: after it, as when long prompts arrive on a schedule
+    while the stream decodes); the stream's tokens then come pace_s apart.  With lead 0
+    this is needed_gen's rule: (tokens - 1) x pace >= min_window_s x margin."""
+    if lead_s is None or pace_s is None or not pace_s > 0 or not math.isfinite(lead_s):
+        return None
+    span = max(min_window_s * margin - lead_s, margin * (min_window_s - lead_s))
+    return 1 + max(1, math.ceil(span / pace_s - 1e-9))
+
+
+def choose(rows: list[dict], gen: int, min_window_s: float, margin: float, caps: dict[str, tuple[int, str]] | None = None, max_gen: int | None = None,
+           need_of=None, knob: str = "gen") -> Calibration:  # fmt: skip
     """rows: the trial block's rows (engine, n, repeat, decode_window_s, wall_s) at `gen`.
-    caps: engine -> (the most tokens it lets a request generate, what sets that)."""
+    caps: engine -> (the most tokens it lets a request generate, what sets that).
+    need_of(row) -> {window: tokens or None}: a workload's own rule (default: the sweep's,
+    from the row's windows, with bursts set aside); knob: the name of what is calibrated."""
     target = min_window_s * margin
-    cal = Calibration(gen=gen, trial_gen=gen, target_s=round(target, 6), min_window_s=min_window_s, margin=margin, cap=None)
+    cal = Calibration(gen=gen, trial_gen=gen, target_s=round(target, 6), min_window_s=min_window_s, margin=margin, cap=None, knob=knob)
     limits = [(c, why) for c, why in (caps or {}).values()]
     if max_gen:
         limits.append((max_gen, f"serving.calibrate.max_gen {max_gen}"))
@@ -86,16 +102,20 @@ def choose(rows: list[dict], gen: int, min_window_s: float, margin: float, caps:
         cal.cap, cal.cap_by = min(limits, key=lambda x: x[0])
     worst = None
     for r in rows:
-        needs = {w: needed_gen(gen, r.get(w), target, w) for w in WINDOWS}
         reads = r.get("decode_window_reads")
-        if burst(gen, reads):
-            needs["decode_window_s"] = None
-            cal.bursts.append(f"{r.get('engine')} N={r.get('n')} ({reads} read{'s' if reads != 1 else ''})")
+        if need_of is not None:
+            needs = need_of(r)
+        else:
+            needs = {w: needed_gen(gen, r.get(w), target, w) for w in WINDOWS}
+            if burst(gen, reads):
+                needs["decode_window_s"] = None
+                cal.bursts.append(f"{r.get('engine')} N={r.get('n')} ({reads} read{'s' if reads != 1 else ''})")
         usable = [v for v in needs.values() if v is not None]
         need = max(usable) if usable else None
-        cal.points.append({"engine": r.get("engine"), "n": r.get("n"), "repeat": r.get("repeat"), **{w: r.get(w) for w in WINDOWS}, "decode_window_reads": reads, "need": need})
+        cal.points.append({"engine": r.get("engine"), "n": r.get("n"), **({"point": r["point"]} if r.get("point") else {}), "repeat": r.get("repeat"),
+                           **{w: r.get(w) for w in WINDOWS}, "decode_window_reads": reads, "need": need})  # fmt: skip
         if need is not None and (worst is None or need > worst[0]):
-            worst = (need, f"{r.get('engine')} N={r.get('n')}")
+            worst = (need, f"{r.get('engine')} {r['point']}" if r.get("point") else f"{r.get('engine')} N={r.get('n')}")
     if worst is None:
         cal.shortest = "no point had a window to time"
         return cal

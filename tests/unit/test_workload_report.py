@@ -88,3 +88,18 @@ def test_no_section_for_a_plain_sweep_and_no_plot_without_data(tmp_path):
     assert workload_plots.stall_distribution([{"engine": "a", "stall_gaps_ms": []}], tmp_path / "y.png") is None
     assert workload_plots.prefix_hits([{"engine": "a"}], tmp_path / "z.png") is None
     assert not list(tmp_path.glob("*.png"))
+
+
+def test_a_calibrated_run_says_what_its_trial_chose_from_a_real_summary():
+    import json
+    from pathlib import Path
+
+    real = json.loads((Path(__file__).parent.parent / "data" / "workloads" / "smoke-pud-calibrated-summary.json").read_text())
+    w = workload_section(SimpleNamespace(summary=real), plots=False)
+    assert w["notes"][0].startswith("CALIBRATED: decode_gen 384 -> 919 so every window lasts min_window_s 0.5 s at 2.0 x its trial pace")
+    assert "1 trial block not counted" in w["notes"][0] and ["decode_gen", "919"] in w["params"]
+    assert not any(n.startswith("CAPPED") for n in w["notes"])
+    kept = {**real["calibration"], "gen": 384, "kept_trial": True, "trial_arms": []}
+    assert workload_section(SimpleNamespace(summary={**real, "calibration": kept}), plots=False)["notes"][0].startswith("calibration: decode_gen 384 kept")
+    sweep = {**real, "calibration": {k: v for k, v in real["calibration"].items() if k != "knob"}}  # a run from before the field was recorded
+    assert not any("alibrat" in n for n in workload_section(SimpleNamespace(summary=sweep), plots=False)["notes"])
