@@ -30,7 +30,7 @@ class SnapshotPlan:
     workload: object | None = None  # parity.serving.workloads.Workload: its points replace the N sweep
     budget: object | None = None  # parity.stats.adaptive.Budget: how many blocks (fixed, or --until-ci)
     calibrate: object | None = None  # serving.calibrate when the trial block may raise gen (None: gen as given)
-    calibration_off: str | None = None  # a workload's: why its trial may not raise its field
+    calibration_off: str | None = None  # why the trial block may not raise gen (or a workload's field); None: it may
     calibration: dict | None = None  # what the calibration chose, with its evidence (summary.json "calibration")
     trial_arms: list = field(default_factory=list)  # the calibration trial's arms when it did not count
     stop: dict | None = None  # which stop rule ended the sweep (summary.json "stop")
@@ -102,14 +102,13 @@ def make_plan(ctx, req: SnapshotRequest) -> SnapshotPlan:
     ref = s.reference_engine if s.reference_engine in engines else (engines[-1] if len(engines) > 1 else None)
     plan = SnapshotPlan(model, list(engines), ref, list(s.npl), repeat, s, run_order(list(engines), repeat, s.order))
     plan.budget = make_budget(ctx, req, plan, workload)
-    cal = s.calibrate
     if workload is not None:  # a built-in's sized field (parity.serving.workload_calibration)
         from parity.serving.workload_calibration import why_off
 
         plan.calibration_off = why_off(s, workload, req.gen is not None)
-        plan.calibrate = cal if plan.calibration_off is None else None
-    elif cal.enabled and req.gen is None and s.min_window_s > 0 and s.order != "aabb":
-        plan.calibrate = cal  # an explicit --gen (or a step's gen) is respected exactly
+    else:  # an explicit --gen (or a step's gen) is respected exactly
+        plan.calibration_off = calibration_off(s, req.gen is not None)
+    plan.calibrate = s.calibrate if plan.calibration_off is None else None
     for e in engines:
         plan.limits[e], plan.limit_what[e] = adapter(ctx, e).context_need(ctx, e, s, existing_model(ctx, e, model))
         if workload is None:  # a workload checks its own shapes (attach, below)
@@ -255,6 +254,17 @@ def dry_run(ctx, plan: SnapshotPlan) -> dict:
     }
 
 
+def calibration_off(s, gen_given: bool) -> str | None:
+    """Why the trial block may not raise gen (None: it may)."""
+    if not s.calibrate.enabled:
+        return "serving.calibrate.enabled false"
+    if s.min_window_s <= 0:
+        return "min_window_s 0"
+    if s.order == "aabb":
+        return "--order aabb has no trial block"
+    return "--gen given" if gen_given else None
+
+
 def calibration_plan(plan: SnapshotPlan) -> str:
     s, c = plan.shape, plan.calibrate
     if plan.workload is not None:
@@ -262,8 +272,7 @@ def calibration_plan(plan: SnapshotPlan) -> str:
 
         return plan_text(plan)
     if c is None:
-        why = "--gen given" if s.calibrate.enabled and s.min_window_s > 0 and s.order != "aabb" else "serving.calibrate.enabled false" if not s.calibrate.enabled else "min_window_s 0" if s.min_window_s <= 0 else "--order aabb has no trial block"
-        return f"off ({why}): gen {s.gen} as given"
+        return f"off ({plan.calibration_off}): gen {s.gen} as given"
     return f"block 0 runs at gen {s.gen}; if a point's window is under {s.min_window_s * c.margin:g} s (min_window_s {s.min_window_s:g} x {c.margin:g}) gen is raised for every engine and N (at most {c.max_gen} and what each engine's context allows) and block 0 becomes the trial"
 
 
@@ -371,26 +380,19 @@ def sweep_all(ctx, plan: SnapshotPlan) -> list[dict]:
 
 
 def calibrate_after_trial(ctx, plan: SnapshotPlan, arms: list[dict]) -> bool:
-    """After block 0: choose gen from its windows (parity.stats.calibrate).  True: block 0
-    reached the target and counts; False: gen was raised, block 0 was the trial (its arms
-    move to plan.trial_arms) and the measured blocks follow at the new gen."""
-    from parity.stats.calibrate import choose
-
-    if plan.workload is not None:
-        from parity.serving.workload_calibration import after_trial
-
-        return after_trial(ctx, plan, arms)
-    s, c = plan.shape, plan.calibrate
+    """After block 0: choose gen (or a built-in workload's field) from its windows
+    (parity.stats.calibrate).  True: block 0 reached the target and counts; False: it was
+    raised, block 0 was the trial (its arms move to plan.trial_arms) and the measured blocks
+    follow at the new value."""
     rows = [r for a in arms for r in a["rows"]]
-    caps = {}
-    for e in plan.engines:
-        limit = plan.limits.get(e)
-        if limit:
-            sent = [r["prompt_tok_total"] / r["n"] for r in rows if r["engine"] == e and r.get("prompt_tok_total") and r.get("n")]
-            ptok = max([s.ptok, *sent]) if s.prompt == "tokens" else max(sent, default=s.ptok)
-            caps[e] = (int(limit - ptok), f"engine {e}'s {limit}-token request context ({plan.limit_what.get(e)}) less {int(ptok)} prompt tokens")
-    cal = choose(rows, s.gen, s.min_window_s, c.margin, caps, c.max_gen)
-    plan.calibration = cal.to_dict()
+    if plan.workload is not None:  # a built-in's field instead of gen (parity.serving.workload_calibration)
+        from parity.serving.workload_calibration import choose_for
+
+        cal = choose_for(plan, rows)
+        plan.calibration = {**cal.to_dict(), "workload": plan.workload.name}
+    else:
+        cal = choose_gen(plan, rows)
+        plan.calibration = cal.to_dict()
     ctx.out.info(cal.line())
     if (b := cal.burst_note()) is not None:
         ctx.out.warn(b)
@@ -398,10 +400,30 @@ def calibrate_after_trial(ctx, plan: SnapshotPlan, arms: list[dict]) -> bool:
         ctx.out.warn(w)
     if cal.kept_trial:
         return True
-    plan.shape = replace(s, gen=cal.gen)
+    if plan.workload is not None:
+        from parity.serving.workload_calibration import with_value
+
+        plan.workload = with_value(plan.workload, cal.gen)
+    else:
+        plan.shape = replace(plan.shape, gen=cal.gen)
     plan.trial_arms = list(arms)
     arms.clear()
     return False
+
+
+def choose_gen(plan: SnapshotPlan, rows: list[dict]):
+    """The sweep's Calibration of gen, capped by each engine's request context less the prompt it sent."""
+    from parity.stats.calibrate import choose
+
+    s, c = plan.shape, plan.calibrate
+    caps = {}
+    for e in plan.engines:
+        limit = plan.limits.get(e)
+        if limit:
+            sent = [r["prompt_tok_total"] / r["n"] for r in rows if r["engine"] == e and r.get("prompt_tok_total") and r.get("n")]
+            ptok = max([s.ptok, *sent]) if s.prompt == "tokens" else max(sent, default=s.ptok)
+            caps[e] = (int(limit - ptok), f"engine {e}'s {limit}-token request context ({plan.limit_what.get(e)}) less {int(ptok)} prompt tokens")
+    return choose(rows, s.gen, s.min_window_s, c.margin, caps, c.max_gen)
 
 
 def campaign_step(ctx, options: dict) -> dict:

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from parity.serving.workload_defaults import HISTORY_MARGIN
+
 KNOB = {"shared-prefix": "gen", "prefill-under-decode": "decode_gen", "open-loop": "gen", "multi-turn": "gen"}
-HISTORY_MARGIN = 1.5  # multi-turn resends responses as text, tokenized again: as workload_defaults.sized
 
 
 def knob_value(wl) -> int:
@@ -25,26 +26,21 @@ def knob_value(wl) -> int:
 
 
 def why_off(s, wl, gen_given: bool) -> str | None:
-    """Why the trial may not raise this workload's field (None: it may)."""
+    """Why the trial may not raise this workload's field (None: it may): as the sweep's gen
+    (parity.serving.snapshot.calibration_off), and only a field parity sized."""
+    from parity.serving.snapshot import calibration_off
+
     knob = KNOB[wl.kind]
     if knob not in wl.sized:
         return f"{knob} set in YAML or --workload-opt" if wl.builtin else "a declared workload keeps its shapes"
-    if knob == "gen" and gen_given:
-        return "--gen given"
-    if not s.calibrate.enabled:
-        return "serving.calibrate.enabled false"
-    if s.min_window_s <= 0:
-        return "min_window_s 0"
-    if s.order == "aabb":
-        return "--order aabb has no trial block"
-    return None
+    return calibration_off(s, knob == "gen" and gen_given)
 
 
 def plan_text(plan) -> str:
     wl, s = plan.workload, plan.shape
     knob, v = KNOB[wl.kind], knob_value(wl)
     if plan.calibrate is None:
-        return f"off ({plan.calibration_off or 'not enabled'}): {knob} {v} as given"
+        return f"off ({plan.calibration_off}): {knob} {v} as given"
     c = plan.calibrate
     return (f"block 0 runs at {knob} {v}; if a point's window would fall under min_window_s {s.min_window_s:g} s at {c.margin:g} x its pace, "
             f"{knob} is raised for every engine (at most {c.max_gen} and what each engine's context allows) and block 0 becomes the trial")  # fmt: skip
@@ -59,10 +55,12 @@ def basis(kind: str, records, decode, windows) -> dict | None:
     streams = [r for r in (decode if kind == "prefill-under-decode" else records) if id(r) in counted and r.tokens >= 2]
     if not streams:
         return None
+    from parity.serving import metrics
     from parity.stats.calibrate import burst
 
     last = max(streams, key=lambda r: r.end)
-    starts = {"wall_s": min(r.send for r in ok), "decode_window_s": max(r.first for r in ok)}
+    end = max(r.end for r in ok)  # every window ends at the last token: it starts its own length before that
+    starts = {w: end - getattr(metrics, w)(ok) for w in windows}
     reads = len({t for t in last.token_times if t > last.first})
     # tokens that came in a few reads (a client starved of CPU, a buffering server) time the
     # reads, not decode steps: then its whole request, send to last token, is the pace (as the
@@ -100,24 +98,13 @@ def caps(plan, wl) -> dict[str, tuple[int, str]]:
     return out
 
 
-def after_trial(ctx, plan, arms: list[dict]) -> bool:
-    """After block 0, as parity.serving.snapshot.calibrate_after_trial: True, block 0 counts;
-    False, the field was raised (plan.workload replaced), block 0 was the trial."""
+def choose_for(plan, rows: list[dict]):
+    """The trial block's Calibration of the workload's field (parity.stats.calibrate.choose
+    with the stream rule); parity.serving.snapshot.calibrate_after_trial applies it."""
     from parity.stats.calibrate import choose
 
     s, c, wl = plan.shape, plan.calibrate, plan.workload
-    rows = [r for a in arms for r in a["rows"]]
-    cal = choose(rows, knob_value(wl), s.min_window_s, c.margin, caps(plan, wl), c.max_gen, need_of=need_of(s.min_window_s, c.margin), knob=KNOB[wl.kind])
-    plan.calibration = {**cal.to_dict(), "workload": wl.name}
-    ctx.out.info(cal.line())
-    if (w := cal.warning()) is not None:
-        ctx.out.warn(w)
-    if cal.kept_trial:
-        return True
-    plan.workload = with_value(wl, cal.gen)
-    plan.trial_arms = list(arms)
-    arms.clear()
-    return False
+    return choose(rows, knob_value(wl), s.min_window_s, c.margin, caps(plan, wl), c.max_gen, need_of=need_of(s.min_window_s, c.margin), knob=KNOB[wl.kind])
 
 
 def with_value(wl, v: int):

@@ -7,6 +7,7 @@ YAML (only the keys written there), then `--workload-opt KEY=VALUE` on the comma
 from __future__ import annotations
 
 BUILTIN = ("shared-prefix", "prefill-under-decode", "open-loop", "multi-turn")
+HISTORY_MARGIN = 1.5  # multi-turn resends responses as text, tokenized again: a history may take more tokens than it had
 
 
 def request_context(profile, s) -> int:
@@ -46,7 +47,7 @@ def sized(kind: str, profile, s) -> dict:
                 **({} if gpu else {"max_delay_p99_ms": 1000.0})}  # fmt: skip
     if kind == "multi-turn":  # the history is resent as text and tokenized again: half the context is margin
         turns = 4 if gpu else 2
-        gen = max(8, min(s.gen, int(slot / (1.5 * turns)) - 8))
+        gen = max(8, min(s.gen, int(slot / (HISTORY_MARGIN * turns)) - 8))
         return {"conversations": max(1, min(4 if gpu else 2, par)), "turns": turns, "gen": gen,
                 "turn_tokens": max(8, min(64, slot // (2 * turns) - gen))}  # fmt: skip
     raise KeyError(kind)

@@ -103,19 +103,20 @@ def choose(rows: list[dict], gen: int, min_window_s: float, margin: float, caps:
     worst = None
     for r in rows:
         reads = r.get("decode_window_reads")
+        where = f"{r.get('engine')} {r['point']}" if r.get("point") else f"{r.get('engine')} N={r.get('n')}"  # a workload's points have labels
         if need_of is not None:
             needs = need_of(r)
         else:
             needs = {w: needed_gen(gen, r.get(w), target, w) for w in WINDOWS}
             if burst(gen, reads):
                 needs["decode_window_s"] = None
-                cal.bursts.append(f"{r.get('engine')} N={r.get('n')} ({reads} read{'s' if reads != 1 else ''})")
+                cal.bursts.append(f"{where} ({reads} read{'s' if reads != 1 else ''})")
         usable = [v for v in needs.values() if v is not None]
         need = max(usable) if usable else None
         cal.points.append({"engine": r.get("engine"), "n": r.get("n"), **({"point": r["point"]} if r.get("point") else {}), "repeat": r.get("repeat"),
                            **{w: r.get(w) for w in WINDOWS}, "decode_window_reads": reads, "need": need})  # fmt: skip
         if need is not None and (worst is None or need > worst[0]):
-            worst = (need, f"{r.get('engine')} {r['point']}" if r.get("point") else f"{r.get('engine')} N={r.get('n')}")
+            worst = (need, where)
     if worst is None:
         cal.shortest = "no point had a window to time"
         return cal
