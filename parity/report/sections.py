@@ -8,6 +8,7 @@ from pathlib import Path
 
 from parity import stats
 from parity.report.rundata import RunData, values_by_cell
+from parity.stats.calibrate import outran_line
 
 RESULT_METRICS = ["decode_agg_tps", "decode_perseq_tps", "agg_tps", "prefill_tps", "ttft_mean_ms", "wall_s", "decode_window_s", "prompt_tok_total", "gen_total"]
 HEADLINE = ["decode_agg_tps", "decode_perseq_tps", "agg_tps", "ttft_mean_ms"]
@@ -126,7 +127,9 @@ def validity_section(rd: RunData) -> dict:
     rows = s.get("rows") or []
     windows = [[r.get("engine"), r.get("repeat"), r.get("n"), fmt(r.get("wall_s")), fmt(r.get("decode_window_s")), f"{r.get('valid_requests', '-')}/{r.get('requests', '-')}",
                 "valid" if r.get("valid", True) else "INVALID: " + "; ".join(r.get("invalid_reasons") or [])] for r in rows]  # fmt: skip
-    return {"invalid": s.get("invalid_points") or [], "rows": windows, "min_window_s": (s.get("shape") or {}).get("min_window_s")}
+    cal, mw = s.get("calibration") or {}, (s.get("shape") or {}).get("min_window_s")
+    outran = outran_line(cal.get("outran") or [], cal.get("margin"), mw) if cal.get("outran") else None
+    return {"invalid": s.get("invalid_points") or [], "rows": windows, "min_window_s": mw, "outran": outran}
 
 
 def reconciliation_section(rd: RunData) -> list[list]:

@@ -296,6 +296,8 @@ def write_summary(ctx, plan: SnapshotPlan, arms: list[dict]) -> dict:
     from parity.serving import summary, workload_summary
 
     rows = [r for a in arms for r in a["rows"]]
+    if plan.calibration is not None and not plan.calibration.get("capped"):  # capped: its warning said so already
+        note_outran(ctx, plan, rows)
     extra = {"arms": [{k: v for k, v in a.items() if k not in ("rows", "outputs")} for a in arms], **run_notes(plan)}
     outputs = {a["engine"]: a["outputs"] for a in [*plan.trial_arms, *arms] if a.get("outputs")}  # the probe ran in the engine's first arm
     if len(outputs) > 1:
@@ -314,6 +316,18 @@ def write_summary(ctx, plan: SnapshotPlan, arms: list[dict]) -> dict:
     if doc.get("output_parity", {}).get("status") == "fail":
         ctx.run.mark_invalid(f"cross-engine output parity: {doc['output_parity']['failures'][0]}")
     return doc
+
+
+def note_outran(ctx, plan: SnapshotPlan, rows: list[dict]) -> None:
+    """Calibrated windows that still fell short: recorded (calibration.outran) and said, with
+    how much faster than the trial they ran (parity.stats.calibrate.outran)."""
+    from parity.stats.calibrate import outran, outran_line
+
+    trial = [r for a in plan.trial_arms for r in a["rows"]] or [r for r in rows if r.get("repeat") == 0]
+    items = outran(plan.calibration, trial, rows, plan.shape.min_window_s)
+    if items:
+        plan.calibration["outran"] = items
+        ctx.out.warn(outran_line(items, plan.calibration["margin"], plan.shape.min_window_s))
 
 
 def run_notes(plan: SnapshotPlan) -> dict:

@@ -128,3 +128,56 @@ def choose(rows: list[dict], gen: int, min_window_s: float, margin: float, caps:
     cal.gen = want
     cal.kept_trial = want == gen
     return cal
+
+
+def _pace(row: dict, gen: int, window: str) -> float | None:
+    """Seconds per token of one stream at this point: a workload row's stream pace
+    (calibration_basis), else the window over its token gaps at `gen`."""
+    b = row.get("calibration_basis")
+    if isinstance(b, dict):
+        return b.get("pace_s")
+    if window == "decode_window_s" and burst(gen, row.get("decode_window_reads")):
+        return None  # read in a burst: its length is when the client read, not a pace
+    v, gaps = row.get(window), gen - 1 if window == "decode_window_s" else gen
+    return v / gaps if v and gaps > 0 else None
+
+
+def outran(cal: dict, trial_rows: list[dict], rows: list[dict], min_window_s: float) -> list[dict]:
+    """Measured points whose window still fell under min_window_s: how many times faster
+    than in the trial their tokens came.  The choice covers `margin` times the trial pace,
+    so `faster` above the margin means the box sped up past it (other load went away,
+    clocks rose); at or below it, the trial did not predict this window."""
+    def key(r: dict):
+        return r.get("engine"), r.get("point") or r.get("n")
+
+    trial = {key(r): r for r in trial_rows}
+    out = []
+    for r in rows:
+        for w in WINDOWS:
+            v = r.get(w)
+            if v is None or v >= min_window_s or not any(str(x).startswith(f"{w} ") for x in r.get("invalid_reasons") or []):
+                continue  # only the windows a validity rule timed (parity.serving.validity)
+            t = trial.get(key(r))
+            was, now = (_pace(t, cal["trial_gen"], w) if t else None), _pace(r, cal["gen"], w)
+            out.append({"engine": r.get("engine"), "n": r.get("n"), **({"point": r["point"]} if r.get("point") else {}), "repeat": r.get("repeat"), "window": w,
+                        "window_s": v, "trial_pace_ms": None if was is None else round(was * 1000, 4), "pace_ms": None if now is None else round(now * 1000, 4),
+                        "faster": round(was / now, 3) if was and now else None})  # fmt: skip
+    return out
+
+
+def outran_line(items: list[dict], margin: float, min_window_s: float) -> str | None:
+    """One line for the console and the report: which calibrated windows fell short, and why."""
+    if not items:
+        return None
+
+    def one(o: dict) -> str:
+        where = f"{o['engine']} r{o['repeat']} {o.get('point') or 'N=%s' % o['n']} {o['window']}"
+        if o["faster"] is None:
+            return f"{where} (no pace to compare: the trial's window came in a burst, or has none)"
+        return f"{where}: {o['faster']:g}x the trial's pace ({o['trial_pace_ms']:g} -> {o['pace_ms']:g} ms a token)"
+
+    within = [o for o in items if o["faster"] is not None and o["faster"] <= margin]
+    why = ("the box ran faster than in the trial by more than serving.calibrate.margin: something that competed for it during the trial stopped, or its clocks changed; "
+           "run where nothing else competes, or raise the margin") if not within else \
+          "some ran within the margin of the trial's pace: the trial did not predict their windows (a calibration defect worth reporting)"  # fmt: skip
+    return f"calibration: {len(items)} calibrated window(s) fell under min_window_s {min_window_s:g} s: {'; '.join(one(o) for o in items)}. {why}"

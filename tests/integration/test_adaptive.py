@@ -37,20 +37,32 @@ def test_calibration_raises_a_short_gen_until_every_window_is_valid(parity_cli, 
     # window 0.2 ms of a 99 ms request) and its need came out 35001; calibration now takes such a
     # burst for no pace (the wall window decides), and gen 16 keeps this trial's decode window a pace.
     # Margin 3, not 2: a busy box once ran the trial at half speed (paged N=1 83 tok/s, then 170 in
-    # block 1), so gen 16 -> 80 left that point a 0.47 s window
+    # block 1), so gen 16 -> 80 left that point a 0.47 s window.  No margin covers every swing: CI's
+    # 2-core box ran a trial at 104 tok/s and stock r2 N=1 at 312 (gen 16 -> 149: 0.477 s).  So a
+    # window may still fall short, but only for a box that sped up past the margin, and it is named
     prof, port = profile_file(model="small", npl=[1, 2], gen=16, parallel=2, ctx=2048, min_window_s=0.5, calibrate={"margin": 3.0},
                               warmup={"requests": 1, "gen": 4})  # fmt: skip
     r = parity_cli("--artifacts", str(tmp_path / "runs"), "snapshot", "--profile", str(prof), "--engines", "paged,stock", "--no-gates", "--repeat", "2", "--json", timeout=900)
-    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.returncode in (0, 6), r.stderr[-3000:]
     doc = json.loads(r.stdout)
     cal = doc["calibration"]
     assert cal["trial_gen"] == 16 < cal["gen"] == doc["shape"]["gen"] and not cal["kept_trial"] and not cal["capped"]
     assert {(p["engine"], p["n"]) for p in cal["points"]} == {("paged", 1), ("paged", 2), ("stock", 1), ("stock", 2)}
     assert [a["repeat"] for a in cal["trial_arms"]] == [0, 0]  # block 0 was the trial ...
     assert {row["repeat"] for row in doc["rows"]} == {1, 2} and doc["stop"] == {**doc["stop"], "rule": "fixed", "blocks": 2}  # ... and two measured blocks followed
-    assert doc["valid"] and all(row["valid"] for row in doc["rows"]) and all(row["decode_window_s"] >= 0.5 for row in doc["rows"])
     assert all(row["gen_total"] == row["n"] * cal["gen"] for row in doc["rows"])
     assert "calibration: gen 16 -> " in r.stderr
+    trial = {(p["engine"], p["n"]): p for p in cal["points"]}
+    short = [(row, w) for row in doc["rows"] for w in ("decode_window_s", "wall_s") if row[w] < 0.5]
+    assert all(row["valid"] == (not any(rw is row for rw, _ in short)) for row in doc["rows"]) and doc["valid"] == (not short) == (r.returncode == 0)  # windows only
+    for row, w in short:  # the choice covered 3x the trial's pace: a short window ran faster than that (windows rounded to 0.1 ms)
+        gaps = (cal["trial_gen"] - 1, cal["gen"] - 1) if w == "decode_window_s" else (cal["trial_gen"], cal["gen"])
+        t = trial[(row["engine"], row["n"])]
+        if w == "decode_window_s" and t["decode_window_reads"] is not None and t["decode_window_reads"] < 8:
+            continue  # a burst in the trial: no pace, its wall window decided
+        assert (t[w] / gaps[0]) / (row[w] / gaps[1]) > cal["margin"] * (1 - 1e-3), (row, w, t)
+    assert {(o["engine"], o["repeat"], o["n"], o["window"]) for o in cal.get("outran", [])} == {(row["engine"], row["repeat"], row["n"], w) for row, w in short}
+    assert ("calibrated window(s) fell under min_window_s 0.5 s" in r.stderr) == bool(short)
     # an explicit --gen is respected exactly: no calibration (and here, a short window is invalid: exit 6)
     r = parity_cli("--artifacts", str(tmp_path / "runs2"), "snapshot", "--profile", str(prof), "--engines", "paged,stock", "--no-gates", "--repeat", "1", "--npl", "1", "--gen", "8", "--json", timeout=900)
     assert r.returncode == 6, r.stderr[-3000:]

@@ -183,6 +183,9 @@ def test_a_builtin_by_name_raises_its_gen_when_the_trial_windows_are_short(parit
         assert r["repeat"] == 1 and {q["tokens"] for q in json.loads((run / f"requests/stock-r1-multi-turn-turn-{r['n']}.json").read_text())} == {cal["gen"]}
         assert r["calibration_basis"]["tokens"] == cal["gen"] and r["decode_window_s"] > trial[r["point"]]["decode_window_s"]
         assert all("shorter than serving.min_window_s" in why for why in r["invalid_reasons"]), r["invalid_reasons"]
+    short = {(r["point"], w) for r in doc["rows"] for w in ("wall_s", "decode_window_s") if any(x.startswith(f"{w} ") for x in r["invalid_reasons"])}
+    assert {(o["point"], o["window"]) for o in cal.get("outran", [])} == short  # each one named, with its pace against the trial's
+    assert ("calibrated window(s) fell under min_window_s" in doc["_stderr"]) == bool(short)
 
 
 # ------------------------------------------------------------------ the users' real paged series

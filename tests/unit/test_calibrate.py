@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import textwrap
+from pathlib import Path
 
 import pytest
 
 from parity.config import load_profile
 from parity.errors import ConfigError
 from parity.serving.metrics import RequestRecord, decode_window_reads
-from parity.stats.calibrate import burst, choose, needed_gen
+from parity.stats.calibrate import burst, choose, needed_gen, outran, outran_line
+
+CAPTURE = Path(__file__).resolve().parents[1] / "data" / "calibration" / "outran-summary.json"  # a real run (README there)
 
 
 def test_needed_gen_scales_the_token_pace_of_each_window():
@@ -121,3 +125,52 @@ def test_good_keys_load(tmp_path):
     prof = load_profile(write(tmp_path, "extends: smoke\nstats: {until_ci_pct: 1.5, max_repeats: 8, budget_s: 900}\nserving: {calibrate: {enabled: false, margin: 2, max_gen: 1024}}\n"))
     assert (prof.stats.until_ci_pct, prof.stats.max_repeats, prof.stats.budget_s) == (1.5, 8, 900)
     assert (prof.serving.calibrate.enabled, prof.serving.calibrate.margin, prof.serving.calibrate.max_gen) == (False, 2, 1024)
+
+
+def _capture():
+    s = json.loads(CAPTURE.read_text())
+    cal = s["calibration"]
+    return s, cal, [r for a in cal["trial_arms"] for r in a["rows"]]
+
+
+def test_outran_names_every_short_calibrated_window_and_how_much_faster_than_the_trial_it_ran():
+    s, cal, trial = _capture()
+    assert (cal["trial_gen"], cal["gen"], cal["margin"]) == (16, 179, 1.0)
+    items = outran(cal, trial, s["rows"], 0.5)
+    short = {(r["engine"], r["repeat"], r["n"], w) for r in s["rows"] for w in ("decode_window_s", "wall_s") if r[w] < 0.5}
+    assert {(o["engine"], o["repeat"], o["n"], o["window"]) for o in items} == short and len(short) == 11
+    # stock r1 N=1: the trial's decode window over 15 token gaps, the measured one over 178
+    t = next(p for p in cal["points"] if (p["engine"], p["n"]) == ("stock", 1))
+    o = next(o for o in items if (o["engine"], o["repeat"], o["n"], o["window"]) == ("stock", 1, 1, "decode_window_s"))
+    assert o["window_s"] == 0.3629 and o["pace_ms"] == round(0.3629 / 178 * 1000, 4) == 2.0388
+    assert o["trial_pace_ms"] == round(t["decode_window_s"] / 15 * 1000, 4) and o["faster"] == round(t["decode_window_s"] / 15 / (0.3629 / 178), 3)
+    w = next(o for o in items if (o["engine"], o["repeat"], o["n"], o["window"]) == ("stock", 1, 1, "wall_s"))
+    assert w["pace_ms"] == round(0.3875 / 179 * 1000, 4) and w["trial_pace_ms"] == round(t["wall_s"] / 16 * 1000, 4)  # wall: gen tokens
+    assert all(o["faster"] > 1 for o in items)  # margin 1: a short window means a faster pace than the trial's
+    line = outran_line(items, cal["margin"], 0.5)
+    assert "\n" not in line and line.startswith("calibration: 11 calibrated window(s) fell under min_window_s 0.5 s: ")
+    assert "stock r1 N=1 decode_window_s: 1.596x the trial's pace (" in line and "raise the margin" in line and "defect" not in line
+    assert "calibration defect" in outran_line(items, 2.0, 0.5)  # the same windows within a margin of 2: the trial failed to predict them
+    assert outran(cal, trial, [r for r in s["rows"] if r["valid"]], 0.5) == [] and outran_line([], 1.0, 0.5) is None
+
+
+def test_outran_leaves_out_windows_no_rule_timed_and_has_no_pace_for_a_burst_trial():
+    s, cal, trial = _capture()
+    row = next(r for r in s["rows"] if (r["engine"], r["repeat"], r["n"]) == ("paged", 1, 1))
+    untimed = {**row, "invalid_reasons": [x for x in row["invalid_reasons"] if not x.startswith("decode_window_s ")]}  # as open-loop's rows: wall only
+    assert [o["window"] for o in outran(cal, trial, [untimed], 0.5)] == ["wall_s"]
+    burst_trial = [{**r, "decode_window_reads": 1} if (r["engine"], r["n"]) == ("paged", 1) else r for r in trial]
+    o = outran(cal, burst_trial, [row], 0.5)[0]
+    assert o["window"] == "decode_window_s" and o["trial_pace_ms"] is None and o["faster"] is None
+    assert "(no pace to compare: the trial's window came in a burst" in outran_line([o], 1.0, 0.5)
+
+
+def test_the_report_says_which_calibrated_windows_fell_short_and_why():
+    from parity.report.rundata import RunData
+    from parity.report.sections import validity_section
+
+    s, cal, trial = _capture()
+    assert validity_section(RunData(path=CAPTURE.parent, manifest={}, summary=s))["outran"] is None
+    s["calibration"]["outran"] = outran(cal, trial, s["rows"], 0.5)
+    sec = validity_section(RunData(path=CAPTURE.parent, manifest={}, summary=s))
+    assert sec["outran"] == outran_line(s["calibration"]["outran"], 1.0, 0.5) and len(sec["invalid"]) == 7
