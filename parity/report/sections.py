@@ -128,8 +128,7 @@ def validity_section(rd: RunData) -> dict:
     windows = [[r.get("engine"), r.get("repeat"), r.get("n"), fmt(r.get("wall_s")), fmt(r.get("decode_window_s")), f"{r.get('valid_requests', '-')}/{r.get('requests', '-')}",
                 "valid" if r.get("valid", True) else "INVALID: " + "; ".join(r.get("invalid_reasons") or [])] for r in rows]  # fmt: skip
     cal, mw = s.get("calibration") or {}, (s.get("shape") or {}).get("min_window_s")
-    outran = outran_line(cal.get("outran") or [], cal.get("margin"), mw) if cal.get("outran") else None
-    return {"invalid": s.get("invalid_points") or [], "rows": windows, "min_window_s": mw, "outran": outran}
+    return {"invalid": s.get("invalid_points") or [], "rows": windows, "min_window_s": mw, "outran": outran_line(cal.get("outran") or [], cal.get("margin"), mw)}
 
 
 def reconciliation_section(rd: RunData) -> list[list]:

@@ -296,7 +296,7 @@ def write_summary(ctx, plan: SnapshotPlan, arms: list[dict]) -> dict:
     from parity.serving import summary, workload_summary
 
     rows = [r for a in arms for r in a["rows"]]
-    if plan.calibration is not None and not plan.calibration.get("capped"):  # capped: its warning said so already
+    if plan.calibration is not None:
         note_outran(ctx, plan, rows)
     extra = {"arms": [{k: v for k, v in a.items() if k not in ("rows", "outputs")} for a in arms], **run_notes(plan)}
     outputs = {a["engine"]: a["outputs"] for a in [*plan.trial_arms, *arms] if a.get("outputs")}  # the probe ran in the engine's first arm
@@ -321,10 +321,17 @@ def write_summary(ctx, plan: SnapshotPlan, arms: list[dict]) -> dict:
 def note_outran(ctx, plan: SnapshotPlan, rows: list[dict]) -> None:
     """Calibrated windows that still fell short: recorded (calibration.outran) and said, with
     how much faster than the trial they ran (parity.stats.calibrate.outran)."""
-    from parity.stats.calibrate import outran, outran_line
+    from parity.stats.calibrate import WINDOWS, outran, outran_line
 
+    if plan.calibration.get("capped"):
+        return  # the cap's warning said its windows may stay short
+    windows = WINDOWS
+    if plan.workload is not None:
+        from parity.serving.workload_metrics import WINDOWS as KIND_WINDOWS
+
+        windows = KIND_WINDOWS[plan.workload.kind]
     trial = [r for a in plan.trial_arms for r in a["rows"]] or [r for r in rows if r.get("repeat") == 0]
-    items = outran(plan.calibration, trial, rows, plan.shape.min_window_s)
+    items = outran(plan.calibration, trial, rows, plan.shape.min_window_s, windows)
     if items:
         plan.calibration["outran"] = items
         ctx.out.warn(outran_line(items, plan.calibration["margin"], plan.shape.min_window_s))

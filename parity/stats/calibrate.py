@@ -27,6 +27,11 @@ def burst(gen: int, reads: int | None) -> bool:
     return reads is not None and gen > 1 and reads < max(2, math.ceil((gen - 1) / 2))
 
 
+def point_label(r: dict) -> str:
+    """A workload's point label, else the sweep's N=n."""
+    return r["point"] if r.get("point") else f"N={r.get('n')}"
+
+
 def needed_gen(gen: int, window_s: float | None, target_s: float, window: str = "decode_window_s") -> int | None:
     """The gen at which a window measured at `gen` tokens would last target_s (None: no
     usable window).  decode_window_s spans gen - 1 token gaps, wall_s about gen tokens."""
@@ -103,7 +108,7 @@ def choose(rows: list[dict], gen: int, min_window_s: float, margin: float, caps:
     worst = None
     for r in rows:
         reads = r.get("decode_window_reads")
-        where = f"{r.get('engine')} {r['point']}" if r.get("point") else f"{r.get('engine')} N={r.get('n')}"  # a workload's points have labels
+        where = f"{r.get('engine')} {point_label(r)}"
         if need_of is not None:
             needs = need_of(r)
         else:
@@ -142,21 +147,22 @@ def _pace(row: dict, gen: int, window: str) -> float | None:
     return v / gaps if v and gaps > 0 else None
 
 
-def outran(cal: dict, trial_rows: list[dict], rows: list[dict], min_window_s: float) -> list[dict]:
+def outran(cal: dict, trial_rows: list[dict], rows: list[dict], min_window_s: float, windows=WINDOWS) -> list[dict]:
     """Measured points whose window still fell under min_window_s: how many times faster
     than in the trial their tokens came.  The choice covers `margin` times the trial pace,
     so `faster` above the margin means the box sped up past it (other load went away,
-    clocks rose); at or below it, the trial did not predict this window."""
+    clocks rose); at or below it, the trial did not predict this window.  windows: those
+    the validity rule times (parity.serving.validity.point_verdict's)."""
     def key(r: dict):
         return r.get("engine"), r.get("point") or r.get("n")
 
     trial = {key(r): r for r in trial_rows}
     out = []
     for r in rows:
-        for w in WINDOWS:
+        for w in windows:
             v = r.get(w)
-            if v is None or v >= min_window_s or not any(str(x).startswith(f"{w} ") for x in r.get("invalid_reasons") or []):
-                continue  # only the windows a validity rule timed (parity.serving.validity)
+            if v is None or v >= min_window_s:
+                continue
             t = trial.get(key(r))
             was, now = (_pace(t, cal["trial_gen"], w) if t else None), _pace(r, cal["gen"], w)
             out.append({"engine": r.get("engine"), "n": r.get("n"), **({"point": r["point"]} if r.get("point") else {}), "repeat": r.get("repeat"), "window": w,
@@ -171,7 +177,7 @@ def outran_line(items: list[dict], margin: float, min_window_s: float) -> str | 
         return None
 
     def one(o: dict) -> str:
-        where = f"{o['engine']} r{o['repeat']} {o.get('point') or 'N=%s' % o['n']} {o['window']}"
+        where = f"{o['engine']} r{o['repeat']} {point_label(o)} {o['window']}"
         if o["faster"] is None:
             return f"{where} (no pace to compare: the trial's window came in a burst, or has none)"
         return f"{where}: {o['faster']:g}x the trial's pace ({o['trial_pace_ms']:g} -> {o['pace_ms']:g} ms a token)"

@@ -157,8 +157,7 @@ def test_outran_names_every_short_calibrated_window_and_how_much_faster_than_the
 def test_outran_leaves_out_windows_no_rule_timed_and_has_no_pace_for_a_burst_trial():
     s, cal, trial = _capture()
     row = next(r for r in s["rows"] if (r["engine"], r["repeat"], r["n"]) == ("paged", 1, 1))
-    untimed = {**row, "invalid_reasons": [x for x in row["invalid_reasons"] if not x.startswith("decode_window_s ")]}  # as open-loop's rows: wall only
-    assert [o["window"] for o in outran(cal, trial, [untimed], 0.5)] == ["wall_s"]
+    assert [o["window"] for o in outran(cal, trial, [row], 0.5, windows=("wall_s",))] == ["wall_s"]  # as open-loop's rule: wall only
     burst_trial = [{**r, "decode_window_reads": 1} if (r["engine"], r["n"]) == ("paged", 1) else r for r in trial]
     o = outran(cal, burst_trial, [row], 0.5)[0]
     assert o["window"] == "decode_window_s" and o["trial_pace_ms"] is None and o["faster"] is None
