@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from parity.artifacts import RunDir
-from parity.config import Profile
 from parity.errors import ParityError
 from parity.ui import Output
 
@@ -22,7 +21,7 @@ RUN_DIR_MARK = "__PARITY_RUN_DIR__"  # stderr line of a delegated run naming its
 
 @dataclass
 class Context:
-    profile: Profile
+    profile: Any  # parity.config.Profile
     runner: Any  # parity.runners.base.Runner
     out: Output
     artifacts_root: Path

@@ -121,7 +121,7 @@ def source_files(root: Path) -> list[str]:
 
 def source_archive(root: Path | None = None) -> tuple[bytes, str]:
     """(tar.gz bytes, stamp) of the parity checkout; the stamp hashes names + contents."""
-    from parity.config import PARITY_ROOT
+    from parity.paths import PARITY_ROOT
 
     root = Path(root or PARITY_ROOT)
     h = hashlib.sha256()

@@ -52,7 +52,7 @@ def parse_str_list(value: Optional[str]) -> Optional[list[str]]:
 
 
 def render_go(out, doc: dict) -> None:
-    """A dry run's go/no-go verdict (parity.gpu.gonogo), its reasons and where the evidence is."""
+    """A dry run's go/no-go verdict (parity.gonogo), its reasons and where the evidence is."""
     g = doc["go_no_go"]
     verdict = "GO" if g["go"] else f"NO GO (exit {g['exit_code']})"
     out.info(f"go/no-go: {verdict}; lock: {g['lock']}" + "".join(f"\n  - {r['what']}" for r in g["reasons"]) + f"\n-> {doc['run_dir']} (hardware.txt, preflight.txt, go_no_go.json)")

@@ -46,7 +46,7 @@ def register(app: typer.Typer) -> None:
         doc = run(ctx, req)
         ctx.out.emit(doc, lambda: (render_plan if dry_run else render)(ctx.out, doc))
         if dry_run:
-            from parity.gpu.gonogo import raise_if_no_go
+            from parity.gonogo import raise_if_no_go
 
             raise_if_no_go(doc["go_no_go"], doc["run_dir"])  # after the plan: the user sees what would run
 

@@ -167,7 +167,7 @@ def _machine_key(device: str) -> str:
 
 
 def _cache_file(key: str):
-    from parity.config import cache_dir
+    from parity.paths import cache_dir
 
     return cache_dir() / "bandwidth" / f"{key}.json"
 

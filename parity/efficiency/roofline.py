@@ -127,13 +127,10 @@ def for_snapshot(ctx, plan, rows: list[dict], arms: list[dict]) -> dict:
 def snapshot_model_file(ctx, plan) -> str | None:
     import os
 
-    from parity.serving.engines import model_for
+    from parity.engines import kind_of
 
     for e in plan.engines:
-        if ctx.profile.engine(e).kind == "llama":
-            try:
-                return model_for(ctx, e, plan.model)
-            except Exception:  # noqa: BLE001 - no file: the efficiency says why
-                return None
+        if kind_of(ctx.profile, e).model_source == "gguf":  # the GGUF an engine reads: its bytes per token
+            return kind_of(ctx.profile, e).local_model_file(ctx.profile, e, plan.model) or (plan.model if os.path.isfile(plan.model) else None)
     m = ctx.profile.models.get(plan.model)
     return m.path if m is not None and os.path.isfile(m.path) and m.path.endswith(".gguf") else None

@@ -9,7 +9,7 @@ import re
 import time
 from pathlib import Path
 
-from parity.config import cache_dir
+from parity.paths import cache_dir
 from parity.engine import cmake
 
 

@@ -77,7 +77,7 @@ def _details(c: dict, run_path: Path | None) -> str:
 def rows_from_sets(sets: dict[str, dict], profile, run_path: Path | None = None) -> list[list[str]]:
     """parity's gate sets (gates.json phases) as the users' rows."""
     g = profile.gates
-    defaults = {n: e.default_path for n, e in profile.engines.items()}
+    defaults = {n: getattr(e, "default_path", None) for n, e in profile.engines.items()}
     rows = []
     for phase, s in sets.items():
         for c in s.get("checks", []):

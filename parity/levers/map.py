@@ -42,7 +42,7 @@ def load(path: Path) -> list[dict]:
     path = Path(path)
     if not path.exists():
         return []
-    from parity.config import read_yaml
+    from parity.decode import read_yaml
 
     shape = "a lever map is a mapping with a `levers:` list of rows"
     data = read_yaml(path, str(path), not_mapping=shape)

@@ -30,7 +30,7 @@ def write_report(ctx, doc: dict, measured: dict, serving: bool) -> str:
                    c.get("reason") or ""] for c in doc["measurement"]["points"]]  # fmt: skip
     bench_tables = []
     if not serving and measured.get("paired") is not None:
-        from parity.serving.bench_ab import table
+        from parity.bench.ab import table
 
         for metric in ("s_tg", "s_pp"):
             cols, rows = table(measured, metric)

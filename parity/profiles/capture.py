@@ -16,6 +16,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, replace
 
+from parity import session
+from parity.engines import kind_of
 from parity.errors import InfraError, UsageError
 
 WORKLOADS = ("bench", "serve")
@@ -63,7 +65,6 @@ def check_graph_node(graph_node: bool | None, allow_collapsed: bool) -> bool:
 
 
 def make_plan(ctx, *, engine=None, workload="bench", ntgs=None, npl=None, npp=None, model=None, graph_node=None, allow_collapsed=False, out_dir="<run>/profile", dry=False) -> ProfilePlan:
-    from parity.gates.run import path_env
     from parity.profiles import nsys as nsysmod
 
     collapsed = check_graph_node(graph_node, allow_collapsed)
@@ -72,9 +73,11 @@ def make_plan(ctx, *, engine=None, workload="bench", ntgs=None, npl=None, npp=No
     prof = ctx.profile
     p = prof.profiling
     engine = engine or _default_engine(ctx, workload)
-    e = prof.engine(engine)
-    if workload == "bench" and e.kind != "llama":
+    e, kind = prof.engine(engine), kind_of(prof, engine)
+    if workload == "bench" and not kind.binary_gates:
         raise UsageError(f"engine {engine} is {e.kind}: the bench workload runs llama-batched-bench; profile {e.kind} with --workload serve")
+    if workload == "serve" and not kind.profiled_serving:
+        raise UsageError(f"engine {engine} is {e.kind}: parity does not start its server, so it cannot run it under the profiler (profile it where it runs)")
     ntgs = list(ntgs or p.ntg)
     if len(set(ntgs)) != len(ntgs):
         raise UsageError(f"--ntg {ntgs}: values must differ")
@@ -86,7 +89,7 @@ def make_plan(ctx, *, engine=None, workload="bench", ntgs=None, npl=None, npp=No
     # what does not depend on ntg: the model, the engine's binary, env, the server launch
     if workload == "bench":
         model_file, binary = _model_file(ctx, model, dry), _bench_binary(ctx, engine, dry)
-        env, unset, server = path_env(ctx, engine, None), [], None
+        env, unset, server = kind.env(prof, engine), [], None
     else:
         server = _serve_launch(ctx, engine, model, npl, dry)
         env, unset = server.env, server.unset
@@ -95,7 +98,7 @@ def make_plan(ctx, *, engine=None, workload="bench", ntgs=None, npl=None, npp=No
         label = f"{engine}-{workload}-ntg{ntg}{'-collapsed' if collapsed else ''}"
         out_base = os.path.join(out_dir, label)
         wl = _bench_argv(ctx, binary, model_file, npp, ntg, npl) if workload == "bench" else server.argv
-        argv = nsysmod.profile_argv(nsys_bin, out_base, wl, graph_node=not collapsed, trace=p.trace, extra=p.extra_args, fork=(e.kind == "vllm"))
+        argv = nsysmod.profile_argv(nsys_bin, out_base, wl, graph_node=not collapsed, trace=p.trace, extra=p.extra_args, fork=kind.forks)
         captures.append(Capture(label, engine, ntg, out_base, argv, wl, env, unset, server))
     return ProfilePlan(engine, workload, model, ntgs, npl, npp, not collapsed, collapsed, captures, nsys_bin)
 
@@ -103,10 +106,8 @@ def make_plan(ctx, *, engine=None, workload="bench", ntgs=None, npl=None, npp=No
 def _model_file(ctx, model: str, dry: bool) -> str:
     """The model's file; a dry run on a workstation shows the configured path even when it is
     not there (the capture runs on the GPU box)."""
-    from parity.gates.common import resolve_model
-
     try:
-        return resolve_model(ctx, model)[1]
+        return session.model_file(ctx, model) if not dry else session.model_file_if_there(ctx, model)
     except UsageError:
         if dry and model in ctx.profile.models and ctx.profile.models[model].path:
             return ctx.profile.models[model].path
@@ -116,7 +117,8 @@ def _model_file(ctx, model: str, dry: bool) -> str:
 def _default_engine(ctx, workload: str) -> str:
     s = ctx.profile.serving
     for name in s.engines or list(ctx.profile.engines):
-        if workload == "serve" or ctx.profile.engine(name).kind == "llama":
+        kind = kind_of(ctx.profile, name)
+        if kind.binary_gates if workload == "bench" else kind.profiled_serving:
             return name
     raise UsageError(f"profile {ctx.profile.name}: no engine to profile (--engine)")
 
@@ -132,24 +134,20 @@ def _nsys_binary(ctx, dry: bool) -> str:
 
 
 def _bench_binary(ctx, engine: str, dry: bool) -> str:
-    from parity.engine.build import dry_tool_path, tool_path
-
-    find = dry_tool_path if dry else tool_path
-    return find(ctx.profile, engine, "llama-batched-bench", ctx.runner, ctx.out)
+    return kind_of(ctx.profile, engine).tool_path(ctx.profile, engine, "llama-batched-bench", ctx.runner, ctx.out, dry=dry)
 
 
 def _bench_argv(ctx, binary: str, model_file: str, npp: int, ntg: int, npl: int) -> list[str]:
-    from parity.serving.batched_bench import argv
+    from parity.bench.batched_bench import argv
 
     return argv(binary, model_file, [npp], [ntg], [npl], ctx.profile.serving.bench)
 
 
 def _serve_launch(ctx, engine: str, model: str, npl: int, dry: bool):
-    from parity.serving.engines import adapter, model_for
-
     s = _serve_shape(ctx, npl)
+    kind = kind_of(ctx.profile, engine)
     # as in snapshot: --model names the served model, and a dry run builds nothing
-    return adapter(ctx, engine).launch(ctx, engine, model_for(ctx, engine, model), s.port, s, dry=dry, model=model)
+    return kind.launch(ctx.profile, engine, kind.model_file(ctx.profile, engine, model), s.port, s, dry=dry, model=model, out=ctx.out)
 
 
 def _serve_shape(ctx, npl: int):
@@ -195,10 +193,7 @@ def dry_paths(ctx, plan: ProfilePlan) -> dict[str, str]:
 
 def run_profile(ctx, plan: ProfilePlan, allow_env=()) -> dict:
     """Capture every ntg under the GPU lock, export, bucket, difference; write profile/*."""
-    from parity.engine.build import ensure_engines_built
-    from parity.serving.envpolicy import check_bench_env
-    from parity.gpu.hardware import write_hardware
-    from parity.gpu.lock import held_lock
+    from parity.engines.envpolicy import check_bench_env
     from parity.profiles.analysis import auto_differences, build_doc, write_outputs
     from parity.profiles.buckets import table_for
 
@@ -206,15 +201,10 @@ def run_profile(ctx, plan: ProfilePlan, allow_env=()) -> dict:
     for c in plan.captures:
         check_bench_env(c.env, ctx.profile.policy, allow_env, context=f"profile (engine {c.engine})")
     rd.update(collapsed=plan.collapsed, profile={"graph_node": plan.graph_node, "collapsed": plan.collapsed, "workload": plan.workload, "engine": plan.engine, "commands": [c.argv for c in plan.captures]})
-    ensure_engines_built(ctx, [plan.engine])  # before the lock (make_plan found or built it already)
-    write_hardware(ctx)
-    if ctx.profile.engine(plan.engine).kind == "llama":
-        from parity.engine.build import write_builds_json
-
-        write_builds_json(ctx, [plan.engine])
+    session.prepare(ctx, [plan.engine], [plan.model])  # before the lock (make_plan found or built it already)
     table = table_for(ctx.profile.profiling)
     captures = []
-    with held_lock(ctx):
+    with session.measuring(ctx, [plan.engine]):
         for c in plan.captures:
             ctx.out.info(f"[profile] {c.label}: {' '.join(c.argv[:4])} ... ({plan.workload}, ntg {c.ntg}, npl {plan.npl})")
             rows = _capture_bench(ctx, c, plan) if plan.workload == "bench" else _capture_serve(ctx, c, plan)
@@ -254,7 +244,7 @@ def check_analysis(log_path: str) -> None:
 
 def _capture_bench(ctx, c: Capture, plan: ProfilePlan) -> list[dict]:
     """Run nsys around llama-batched-bench; returns the bench table rows (maybe empty, see below)."""
-    from parity.serving import batched_bench
+    from parity.bench import batched_bench
 
     os.makedirs(os.path.dirname(c.out_base), exist_ok=True)
     res = ctx.runner.run(c.argv, env=c.env, unset=c.unset, timeout=ctx.profile.profiling.timeout_s)
@@ -277,10 +267,10 @@ def _capture_bench(ctx, c: Capture, plan: ProfilePlan) -> list[dict]:
 def _capture_serve(ctx, c: Capture, plan: ProfilePlan) -> list[dict]:
     import asyncio
 
-    from parity.serving.loadgen import Target, drive
-    from parity.serving.prompts import token_prompts
-    from parity.serving.server import serving
-    from parity.serving.validity import check_request, reason
+    from parity.loadgen.client import Target, drive
+    from parity.loadgen.prompts import token_prompts
+    from parity.engines.server import serving
+    from parity.metrics.validity import check_request, reason
 
     e = ctx.profile.engine(c.engine)
     s = _serve_shape(ctx, plan.npl)
@@ -292,7 +282,7 @@ def _capture_serve(ctx, c: Capture, plan: ProfilePlan) -> list[dict]:
     # signal sends llama-server down its "terminating immediately" exit(1), which hung at exit
     # here (a busy 2-core box) until the SIGKILL, so nsys wrote no report
     with serving(ctx, la, s.port, c.out_base + ".log", e.ready_timeout_s * 2, e.ready_probe_timeout_s, e.stop_grace_s + 120, leader_only=True):
-        t = Target("127.0.0.1", s.port, base.served_name, base.tokenize, count=base.count, extra=base.request_extra)
+        t = Target(base.host, base.port, base.served_name, base.tokenize, count=base.count, extra=base.request_extra)
         specs = asyncio.run(token_prompts(t, plan.npl, plan.npp, c.ntg))
         recs = [check_request(r) for r in drive(t, specs, s.request_timeout_s)]
     bad = [r for r in recs if not r.valid]
@@ -327,7 +317,7 @@ def profile(ctx, req: ProfileRequest) -> dict:
             raise UsageError(f"{name} must be positive")
     options = dict(engine=req.engine, workload=req.workload, ntgs=req.ntgs, npl=req.npl, npp=req.npp, model=req.model, graph_node=req.graph_node, allow_collapsed=req.allow_collapsed)
     if req.dry_run:  # a go/no-go with its evidence in a `dry-run` run dir; the CLI exits with its code
-        from parity.gpu.gonogo import dry_run_session, go_no_go
+        from parity.gonogo import dry_run_session, go_no_go
 
         plan = make_plan(ctx, **options, dry=True)
         doc = dry_run(ctx, plan)
@@ -337,7 +327,9 @@ def profile(ctx, req: ProfileRequest) -> dict:
             doc["run_dir"] = str(rd.path)
             rd.write_json("plan.json", doc)
         return doc
+    make_plan(ctx, **options, dry=True)  # every check of the real plan, before the run dir
     with run_session(ctx, "profile", f"profile-{req.engine or 'default'}-{req.workload}"):
+        session.prepare(ctx, [req.engine or _default_engine(ctx, req.workload)], [req.model or ctx.profile.serving.model])
         plan = make_plan(ctx, **options, out_dir=str(ctx.run.path / "profile"))
         doc = run_profile(ctx, plan, req.allow_env)
         return {"run_dir": str(ctx.run.path), **doc}

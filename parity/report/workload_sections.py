@@ -28,7 +28,7 @@ WHAT = {
 
 def _definitions(names: list[str], summary: dict) -> list[list]:
     try:
-        from parity.serving.metrics import all_metrics
+        from parity.metrics.serving import all_metrics
 
         table = {n: (m.unit, m.better, m.formula) for n, m in all_metrics().items()}
     except ImportError:
@@ -57,7 +57,7 @@ def _long_prompts(summary: dict) -> list[list]:
 
 
 def _ratios(summary: dict, kind: str) -> tuple[list[str], list[list]]:
-    from parity.serving.workload_metrics import HEADLINE
+    from parity.metrics.workload import HEADLINE
 
     cols = HEADLINE[kind]
     rows = []

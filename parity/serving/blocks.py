@@ -29,7 +29,7 @@ def half_widths(rows: list[dict], reference: str | None, metrics: list[str], thr
     the valid rows, every engine but the reference, every point, every headline metric."""
     if reference is None:
         return {}
-    from parity.serving.metrics import direction
+    from parity.metrics.serving import direction
     from parity.stats.paired import by_point
 
     out = {}

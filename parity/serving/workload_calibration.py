@@ -49,13 +49,13 @@ def plan_text(plan) -> str:
 def basis(kind: str, records, decode, windows) -> dict | None:
     """One point's evidence (pure): the stream that ends last among those the field sets, its
     pace (seconds per token after its first) and each window's lead (the stream's first token
-    less the window's start, as parity.serving.metrics computes them over the valid requests)."""
+    less the window's start, as parity.metrics.serving computes them over the valid requests)."""
     ok = [r for r in records if r.valid and r.first is not None and r.end is not None]
     counted = {id(r) for r in ok}
     streams = [r for r in (decode if kind == "prefill-under-decode" else records) if id(r) in counted and r.tokens >= 2]
     if not streams:
         return None
-    from parity.serving import metrics
+    from parity.metrics import serving as metrics
     from parity.stats.calibrate import burst
 
     last = max(streams, key=lambda r: r.end)

@@ -6,21 +6,21 @@ YAML (only the keys written there), then `--workload-opt KEY=VALUE` on the comma
 
 from __future__ import annotations
 
-BUILTIN = ("shared-prefix", "prefill-under-decode", "open-loop", "multi-turn")
+from parity.engines import kind_of
+
+from parity.workloads.spec import BUILTIN  # noqa: F401 (re-exported)
 HISTORY_MARGIN = 1.5  # multi-turn resends responses as text, tokenized again: a history may take more tokens than it had
 
 
 def request_context(profile, s) -> int:
-    """Tokens the tightest engine gives one request: llama-server -c / --parallel, vLLM max_model_len."""
-    limits = []
-    for e in s.engines:
-        eng = profile.engine(e)
-        limits.append(eng.max_model_len if eng.kind == "vllm" else s.ctx // max(1, s.parallel))
+    """Tokens the tightest engine gives one request, as each kind says (llama-server -c / --parallel,
+    vLLM max_model_len); an engine that does not say counts as -c / --parallel."""
+    limits = [kind_of(profile, e).context_need(profile, e, s).tokens or s.ctx // max(1, s.parallel) for e in s.engines]
     return min(limits) if limits else s.ctx // max(1, s.parallel)
 
 
 def on_gpu(profile, s) -> bool:
-    return bool(profile.hardware_class) or any(profile.engine(e).cuda_archs for e in s.engines)
+    return bool(profile.hardware_class) or any(kind_of(profile, e).on_gpu(profile.engine(e)) for e in s.engines)
 
 
 def sized(kind: str, profile, s) -> dict:
@@ -56,7 +56,7 @@ def sized(kind: str, profile, s) -> dict:
 def builtin(kind: str, profile, s, declared=None, options: dict | None = None):
     """WorkloadConfig of the built-in `kind`: sized(), then the keys the YAML wrote
     (declared._given), then the command line's (options)."""
-    from parity.config import WorkloadConfig
+    from parity.workloads.spec import WorkloadConfig
 
     fields = {"kind": kind, "description": f"built in: {kind}, sized for profile {profile.name}", **sized(kind, profile, s)}
     if declared is not None:
@@ -73,7 +73,10 @@ def parse_options(items: list[str]) -> dict:
 
     import yaml
 
-    from parity.config import ConfigError, WorkloadConfig, decode_value
+    from parity.errors import ConfigError
+    from parity.workloads.spec import WorkloadConfig
+
+    from parity.decode import decode_value
     from parity.errors import UsageError
     from parity.yamlload import safe_load
 

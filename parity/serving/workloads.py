@@ -13,7 +13,7 @@ numeric key (requests, rate or turn), a "point" label and the kind's own fields.
   them decode, long_prompts prompts of long_ptok tokens arrive every long_every_s.  The
   stall of each: the decode gaps overlapping its admission (send -> its first token).
 - open-loop: for each rate, requests_per_rate requests due at seeded gamma arrival times
-  (parity.serving.arrivals; exact_rate: scaled so the schedule's mean rate is the
+  (parity.loadgen.arrivals; exact_rate: scaled so the schedule's mean rate is the
   requested one), sent whatever is in flight.  A load generator that fell
   behind makes the point invalid; a server that did not keep up makes it "not held".
 - multi-turn: conversations in lockstep: turn k of every conversation goes at once, its
@@ -27,12 +27,10 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 
+from parity.engines import kind_of
 from parity.errors import InfraError, UsageError
-from parity.serving.metrics import RequestRecord
+from parity.metrics.serving import RequestRecord
 
-# llama-server's prompt counter that excludes reused tokens ("Number of prompt tokens
-# processed, excluding cached tokens"): the reuse a build without a cached counter did
-COMPUTED_PROMPT = {"llama": "llamacpp:prompt_tokens_total"}
 
 
 @dataclass
@@ -88,7 +86,9 @@ def resolve(ctx, spec, s, npl=None, options: dict | None = None) -> Workload:
     options: --workload-opt overrides."""
     from dataclasses import replace
 
-    from parity.config import WorkloadConfig, check_workload, from_dict
+    from parity.workloads.spec import WorkloadConfig, check_workload
+
+    from parity.decode import from_dict
     from parity.serving.workload_defaults import BUILTIN, builtin, sized
 
     options = options or {}
@@ -126,8 +126,9 @@ def attach(ctx, plan, wl: Workload) -> None:
     s = plan.shape
     width = wl.concurrency()
     for e in plan.engines:
-        if width and width > s.parallel and ctx.profile.engine(e).kind == "llama":
-            raise UsageError(f"workload {wl.name}: {width} requests in flight exceed --parallel {s.parallel}: llama-server would queue them; raise --parallel")
+        slots = kind_of(ctx.profile, e).queue_limit(ctx.profile.engine(e), s)
+        if width and slots is not None and width > slots:
+            raise UsageError(f"workload {wl.name}: {width} requests in flight exceed --parallel {s.parallel}: engine {e} would queue them; raise --parallel")
         limit = plan.limits.get(e)
         if limit and wl.need() > limit:
             raise UsageError(f"workload {wl.name}: a request needs {wl.need()} tokens (prompt + generated) but engine {e} gives {limit}: {plan.limit_what.get(e)}")
@@ -161,7 +162,7 @@ class Arm:
     def scrape(self) -> tuple[dict | None, str | None]:
         from parity.serving.sweep import scrape_parsed
 
-        return scrape_parsed(self.shape.port, self.la.metrics_path)
+        return scrape_parsed(self.la)
 
     def fits(self, specs, label: str) -> None:
         from parity.serving.sweep import check_fits
@@ -173,7 +174,7 @@ class Arm:
 
     def alive(self, label: str) -> None:
         if self.proc is not None and (rc := self.proc.poll()) is not None:
-            from parity.serving.server import died
+            from parity.engines.server import died
 
             raise died(self.engine, rc, self.log, label)
 
@@ -211,7 +212,7 @@ def run_points(ctx, plan, la, target, engine: str, rep: int, prog, task, proc=No
 
 
 def headline_of(kind: str) -> list[str]:
-    from parity.serving.workload_metrics import HEADLINE
+    from parity.metrics.workload import HEADLINE
 
     return HEADLINE[kind]
 
@@ -224,13 +225,14 @@ def verdict_text(row: dict) -> str:
 # ------------------------------------------------------------------ rows
 
 
-def server_deltas(kind: str, before: dict | None, after: dict | None) -> dict | None:
-    from parity.serving import server_metrics
+def server_deltas(family, before: dict | None, after: dict | None) -> dict | None:
+    """The point's server figures under the engine's /metrics family (its kind's)."""
+    from parity.metrics import prometheus as server_metrics
 
     if before is None or after is None:
         return None
-    d = server_metrics.deltas(kind, before, after)
-    name = COMPUTED_PROMPT.get(kind)
+    d = server_metrics.deltas(family, before, after)
+    name = family.prompt_computed
     d["prompt_tokens_computed"] = after[name] - before.get(name, 0.0) if name and name in after else None
     return d
 
@@ -238,8 +240,9 @@ def server_deltas(kind: str, before: dict | None, after: dict | None) -> dict | 
 def point_row(kind: str, wl_cfg, m: Measured, server: dict | None, min_window_s: float, tolerance: float) -> dict:
     """The point's row from its records: validity of each request, the serving metrics over
     the valid ones, the kind's own metrics, and the point's verdict (pure: no server)."""
-    from parity.serving import validity, workload_metrics
-    from parity.serving.metrics import compute
+    from parity.metrics import validity
+    from parity.metrics import workload as workload_metrics
+    from parity.metrics.serving import compute
     from parity.serving.workload_calibration import basis
 
     for r in m.records:
@@ -309,11 +312,11 @@ def held_verdict(row: dict, cfg) -> dict:
 def finish(arm: Arm, wl: Workload, m: Measured) -> dict:
     """Row + files of one measured point (requests/, servers/), server reconciled."""
     from parity.artifacts import slugify
-    from parity.serving import server_metrics
+    from parity.metrics import prometheus as server_metrics
     from parity.serving.sweep import client_side, records_json
 
     s = arm.shape
-    server = server_deltas(arm.la.kind, m.before, m.after)
+    server = server_deltas(arm.la.family, m.before, m.after)
     row = {"engine": arm.engine, "repeat": arm.rep, "workload": wl.name, "kind": wl.kind,
            **point_row(wl.kind, wl.cfg, m, server, s.min_window_s, s.invalid_tolerance), "prompt": "tokens"}  # fmt: skip
     if server is not None:
@@ -346,8 +349,8 @@ def explain_reuse(recon: list[dict], server: dict, row: dict) -> None:
 
 async def _batch(t, specs, timeout: float, keep_text: bool = False) -> list[tuple[RequestRecord, str | None]]:
     """Every spec at once, each on its own connection; (record, text when keep_text)."""
-    from parity.serving.http import Connection
-    from parity.serving.loadgen import one_request, request_body
+    from parity.loadgen.http import Connection
+    from parity.loadgen.client import one_request, request_body
 
     async def one(spec):
         rec = RequestRecord(sent_prompt_tokens=spec.prompt_tokens or len(spec.prompt), expected_tokens=spec.gen)
@@ -362,8 +365,9 @@ async def _batch(t, specs, timeout: float, keep_text: bool = False) -> list[tupl
 
 
 def shared_prefix(arm: Arm, wl: Workload):
-    from parity.serving import loadgen, validity
-    from parity.serving.prompts import shared_prefix_prompts
+    from parity.loadgen import client as loadgen
+    from parity.metrics import validity
+    from parity.loadgen.prompts import shared_prefix_prompts
 
     c, t = wl.cfg, arm.target
     (key, label), = wl.points()
@@ -390,8 +394,8 @@ def shared_prefix(arm: Arm, wl: Workload):
 async def _under_decode(t, decode_specs, long_specs, every_s: float, timeout: float) -> tuple[list[RequestRecord], list[RequestRecord]]:
     """The decode streams first; once every one of them has its first token (or ended), the
     long prompts at every_s apart, each on its own connection."""
-    from parity.serving.http import Connection
-    from parity.serving.loadgen import one_request, request_body
+    from parity.loadgen.http import Connection
+    from parity.loadgen.client import one_request, request_body
 
     conns: list = []
 
@@ -419,7 +423,7 @@ async def _under_decode(t, decode_specs, long_specs, every_s: float, timeout: fl
 
 
 def prefill_under_decode(arm: Arm, wl: Workload):
-    from parity.serving.prompts import token_prompts
+    from parity.loadgen.prompts import token_prompts
 
     c, t = wl.cfg, arm.target
     (key, label), = wl.points()
@@ -435,9 +439,9 @@ def prefill_under_decode(arm: Arm, wl: Workload):
 
 
 def open_loop(arm: Arm, wl: Workload):
-    from parity.serving import loadgen
-    from parity.serving.arrivals import open_loop_times
-    from parity.serving.prompts import token_prompts
+    from parity.loadgen import client as loadgen
+    from parity.loadgen.arrivals import open_loop_times
+    from parity.loadgen.prompts import token_prompts
 
     c, t = wl.cfg, arm.target
     for rate, label in wl.points():
@@ -453,8 +457,8 @@ def open_loop(arm: Arm, wl: Workload):
 
 
 def multi_turn(arm: Arm, wl: Workload):
-    from parity.serving.loadgen import RequestSpec, tokenize
-    from parity.serving.prompts import token_prompts
+    from parity.loadgen.client import RequestSpec, tokenize
+    from parity.loadgen.prompts import token_prompts
 
     c, t = wl.cfg, arm.target
     chunks = asyncio.run(token_prompts(t, c.conversations * c.turns, c.turn_tokens, wl.gen))

@@ -152,7 +152,7 @@ def outran(cal: dict, trial_rows: list[dict], rows: list[dict], min_window_s: fl
     than in the trial their tokens came.  The choice covers `margin` times the trial pace,
     so `faster` above the margin means the box sped up past it (other load went away,
     clocks rose); at or below it, the trial did not predict this window.  windows: those
-    the validity rule times (parity.serving.validity.point_verdict's)."""
+    the validity rule times (parity.metrics.validity.point_verdict's)."""
     def key(r: dict):
         return r.get("engine"), r.get("point") or r.get("n")
 

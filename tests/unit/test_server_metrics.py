@@ -2,7 +2,8 @@
 
 import pytest
 
-from parity.serving.server_metrics import deltas, mismatches, parse, reconcile
+from parity.engines import vllm
+from parity.metrics.prometheus import deltas, mismatches, parse, reconcile
 
 from tests.unit.test_fake_vllm_vs_real import body_of_raw
 
@@ -13,7 +14,7 @@ def body(name: str) -> str:
 
 @pytest.fixture(scope="module")
 def server():
-    return deltas("vllm", parse(body("metrics-1-before-batch.raw")), parse(body("metrics-2-after-batch.raw")))
+    return deltas(vllm.FAMILY, parse(body("metrics-1-before-batch.raw")), parse(body("metrics-2-after-batch.raw")))
 
 
 def client(server, **over):

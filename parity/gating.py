@@ -1,11 +1,15 @@
-"""`parity gate`: check a request, run the gate set in a run directory, record canonical md5s."""
+"""`parity gate` and the campaign's gate step: check a request, run the gate set in a measurement
+session (prepared, then under the GPU lock), record canonical md5s."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
+from parity import session
+from parity.context import run_session
 from parity.errors import GateFailed, UsageError
+from parity.gates.prepost import GateSpec, gate_engines, run_gate_set, spec_from_options, write_summary
 
 
 @dataclass
@@ -44,7 +48,7 @@ def _validate(ctx, model, path, engine, expect, form, ops) -> None:
 
 def _record(ctx, result: dict, form: str, registry_file: str | None) -> list[str]:
     """Record each produced md5 whose (model, path) has a green KL check; refuse otherwise."""
-    from parity.config import CanonicalMd5
+    from parity.gates.canonical import CanonicalMd5
     from parity.gates import registry
 
     md5s = [c for c in result["checks"] if c["kind"] == "md5" and (c["status"] in ("pass", "fail") or c["data"].get("no_expectation"))]
@@ -67,11 +71,6 @@ def _record(ctx, result: dict, form: str, registry_file: str | None) -> list[str
 
 def gate(ctx, req: GateRequest) -> dict:
     """The gate set in a new run directory; the run is marked invalid unless green."""
-    from parity.context import run_session
-    from parity.engine.build import ensure_engines_built
-    from parity.gates.prepost import GateSpec, gate_engines, run_gate_set, write_summary
-    from parity.gpu.lock import held_lock
-
     op_list = req.ops
     _validate(ctx, req.model, req.path, req.engine, req.expect, req.form, op_list)
     if op_list == ["none"]:
@@ -90,8 +89,8 @@ def gate(ctx, req: GateRequest) -> dict:
         backend=req.backend,
     )
     with run_session(ctx, "gate", f"gate-{Path(req.model).stem if req.model else 'default'}"):
-        ensure_engines_built(ctx, gate_engines(ctx, spec))  # every build first, before the lock and any check
-        with held_lock(ctx):  # the gates run llama-completion, test-backend-ops and KL on the GPU
+        session.prepare(ctx, gates=spec)  # every build and model first, before the lock and any check
+        with session.locked(ctx):  # the gates run llama-completion, test-backend-ops and KL on the GPU
             result = run_gate_set(ctx, spec, "gate")
         write_summary(ctx, {"gate": result})
         recorded, record_error = [], None
@@ -113,3 +112,16 @@ def gate(ctx, req: GateRequest) -> dict:
             "recorded": recorded,
             "record_error": record_error,
         }
+
+
+def step_engines(ctx, options: dict) -> list[str]:
+    """The engines a gate step will run (the campaign builds them before its lock step)."""
+    _, over = spec_from_options(dict(options))
+    return gate_engines(ctx, GateSpec.from_profile(ctx.profile, **over))
+
+
+def campaign_step(ctx, options: dict) -> dict:
+    """kind: gate -- options {phase: pre|post|<name>, models, paths, ops, kl, engine, engines, expect, form, backend}."""
+    phase, over = spec_from_options(options)
+    result = session.gate_phase(ctx, phase, GateSpec.from_profile(ctx.profile, **over))
+    return {"phase": phase, "status": result["status"], "checks": [{k: c[k] for k in ("check", "expected", "got", "status")} for c in result["checks"]]}

@@ -18,6 +18,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from parity import session
+from parity.engines import kind_of, with_binaries
 from parity.errors import UsageError
 from parity.stats import adaptive
 
@@ -35,7 +37,7 @@ class Arm:
 
 
 # `parity bench --engines` asks with the same request as `parity bench` (engines resolved)
-from parity.serving.batched_bench import BenchRequest as ABRequest  # noqa: E402
+from parity.bench.batched_bench import BenchRequest as ABRequest  # noqa: E402
 
 
 def arms_for(engines: list[str], aa: bool = False) -> list[Arm]:
@@ -156,7 +158,7 @@ def budget_for(req: ABRequest, stats_cfg, n_arms: int) -> adaptive.Budget:
     """--repeat N: N blocks (with --until-ci: at least N).  --until-ci / --max-repeats / --budget-s
     default to the profile's stats.until_ci_pct / max_repeats / budget_s where it has them
     (an A/B without --repeat only)."""
-    from parity.config import positive_int
+    from parity.options import positive_int
 
     for name, v in (("--repeat", req.repeat), ("--max-repeats", req.max_repeats)):
         if v is not None and not positive_int(v):
@@ -180,21 +182,17 @@ def budget_for(req: ABRequest, stats_cfg, n_arms: int) -> adaptive.Budget:
 
 def run_ab(ctx, req: ABRequest) -> dict:
     """Blocks of llama-batched-bench over the arms under one lock; bench.json + bench_ab.tsv."""
-    from parity.config import positive_int
-    from parity.engine.build import tool_path, write_builds_json
-    from parity.gates.run import path_env, resolve_model
-    from parity.gpu.hardware import write_hardware
-    from parity.gpu.lock import held_lock
-    from parity.serving.batched_bench import argv, parse_header, run_complete, split_kv_problem
-    from parity.serving.envpolicy import check_bench_env
+    from parity.options import positive_int
+    from parity.bench.batched_bench import argv, parse_header, run_complete, split_kv_problem
+    from parity.engines.envpolicy import check_bench_env
     from parity.stats import Rule
 
     s, st = ctx.profile.serving, ctx.profile.stats
     b = s.bench
     arms = arms_for(list(req.engines), req.aa)
     for a in arms:
-        if ctx.profile.engine(a.engine).kind != "llama":
-            raise UsageError(f"engine {a.engine} is {ctx.profile.engine(a.engine).kind}: llama-batched-bench needs a llama engine")
+        if a.engine not in with_binaries(ctx.profile, [a.engine]):
+            raise UsageError(f"engine {a.engine} is {ctx.profile.engine(a.engine).kind}: llama-batched-bench needs an engine with llama.cpp binaries")
     order = req.order or "abba"
     block_order(arms, 0, order)  # validates
     budget = budget_for(req, st, len(arms))
@@ -205,12 +203,13 @@ def run_ab(ctx, req: ABRequest) -> dict:
     if problem := split_kv_problem(npp, ntg, npl, b):
         raise UsageError(problem)
     engines = list(dict.fromkeys(a.engine for a in arms))
-    envs = {e: path_env(ctx, e, None) for e in engines}
+    envs = {e: kind_of(ctx.profile, e).env(ctx.profile, e) for e in engines}
     for e in engines:
         check_bench_env(envs[e], ctx.profile.policy, req.allow_env)
     model = req.model or s.model
-    model_file = resolve_model(ctx, model)[1]
-    cmds = {e: argv(tool_path(ctx.profile, e, "llama-batched-bench", ctx.runner, ctx.out), model_file, npp, ntg, npl, b) for e in engines}
+    session.prepare(ctx, engines, [model])  # the builds and the model, before the lock
+    model_file = session.model_file(ctx, model)
+    cmds = {e: argv(kind_of(ctx.profile, e).tool_path(ctx.profile, e, "llama-batched-bench", ctx.runner, ctx.out), model_file, npp, ntg, npl, b) for e in engines}
     reference = reference_arm(arms, s.reference_engine, req.aa)
     threshold, confidence = st.min_delta_pct, st.confidence
     headers: dict = {}
@@ -231,10 +230,7 @@ def run_ab(ctx, req: ABRequest) -> dict:
         ctx.out.info(f"[bench] {k} block(s) done" + (f"; S_TG stop half-widths: {wide}" if wide else ""))
 
     ctx.out.info(f"[bench] arms {', '.join(a.name for a in arms)} (reference {reference or 'none'}), order {order}; {budget.describe()}")
-    with held_lock(ctx):
-        if ctx.run:
-            write_hardware(ctx)
-            write_builds_json(ctx, engines)
+    with session.measuring(ctx, engines):
         res = run_blocks(arms, run_one, budget, order, reference, threshold, confidence, on_block=on_block)
     paired = paired_table(res["rows"], reference, threshold, confidence, Rule.from_config(st))
     doc = {

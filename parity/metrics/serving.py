@@ -8,7 +8,7 @@ decode_perseq_tps, prefill_tps, ttft_mean_ms, wall_s, gen_total,
 prompt_tok_total.  Every other quantity has its own name.
 
 A metric reads the records it is given; the point's validity (which records
-count, whether the point counts at all) is decided in parity.serving.validity.
+count, whether the point counts at all) is decided in parity.metrics.validity.
 A metric that cannot be computed raises NoValue with the reason, and the row
 carries that reason instead of an empty cell."""
 
@@ -230,8 +230,8 @@ def compute(records: Sequence[RequestRecord], names: Sequence[str] | None = None
 
 
 def all_metrics() -> dict[str, Metric]:
-    """These and the workloads' own (parity.serving.workload_metrics), declared the same way."""
-    from parity.serving.workload_metrics import WORKLOAD_METRICS
+    """These and the workloads' own (parity.metrics.workload), declared the same way."""
+    from parity.metrics.workload import WORKLOAD_METRICS
 
     return {**METRICS, **WORKLOAD_METRICS}
 

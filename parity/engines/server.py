@@ -1,6 +1,8 @@
-"""Server lifecycle, written once for every adapter: port check (naming who
+"""Server lifecycle, written once for every engine kind: port check (naming who
 holds it), spawn into the run dir's log, bounded readiness (per-probe timeout,
-overall budget, early-exit detection), bounded stop of the whole process group."""
+overall budget, early-exit detection), bounded stop of the whole process group.
+A server parity does not start (an endpoint) skips the port check and the spawn: its
+own start command may run instead, and its stop command after."""
 
 from __future__ import annotations
 
@@ -11,8 +13,8 @@ import time
 from contextlib import contextmanager
 
 from parity.errors import InfraError
-from parity.serving.engines import Launch
-from parity.serving.http import HttpError
+from parity.engines.base import Launch
+from parity.loadgen.http import HttpError
 
 
 def port_free(port: int, host: str = "127.0.0.1") -> bool:
@@ -82,10 +84,10 @@ def log_tail(path: str | None, n: int = 15) -> str:
         return ""
 
 
-def probe(port: int, path: str, timeout: float) -> tuple[int, object]:
-    from parity.serving.http import request_json
+def probe(port: int, path: str, timeout: float, host: str = "127.0.0.1") -> tuple[int, object]:
+    from parity.loadgen.http import request_json
 
-    return asyncio.run(request_json("127.0.0.1", port, "GET", path, None, timeout))
+    return asyncio.run(request_json(host, port, "GET", path, None, timeout))
 
 
 def wait_ready(proc, port: int, launch: Launch, budget_s: float, probe_timeout_s: float, poll_s: float = 0.5) -> float:
@@ -101,7 +103,7 @@ def wait_ready(proc, port: int, launch: Launch, budget_s: float, probe_timeout_s
             break
         attempts += 1
         try:
-            status, body = probe(port, launch.ready_path, probe_timeout_s)
+            status, body = probe(port, launch.ready_path, probe_timeout_s, launch.host)
             if status == 200:
                 _check_models(port, launch, probe_timeout_s, proc)
                 return time.monotonic() - t0
@@ -118,20 +120,20 @@ def wait_ready(proc, port: int, launch: Launch, budget_s: float, probe_timeout_s
 def _check_models(port: int, launch: Launch, timeout: float, proc) -> None:
     if not launch.models_path:
         return
-    status, body = probe(port, launch.models_path, timeout)
+    status, body = probe(port, launch.models_path, timeout, launch.host)
     ids = [m.get("id") for m in body.get("data", [])] if status == 200 and isinstance(body, dict) else []
     if launch.served_name not in ids:
         raise InfraError(f"{launch.engine} is up but does not serve {launch.served_name!r} (GET {launch.models_path}: HTTP {status}, models {ids}); log tail:\n{log_tail(proc.log_path)}")
 
 
-def scrape(port: int, path: str | None, timeout: float = 10.0) -> str | None:
+def scrape(port: int, path: str | None, timeout: float = 10.0, host: str = "127.0.0.1") -> str | None:
     """The server's metrics text (None when it has no such endpoint or fails)."""
     if not path:
         return None
-    from parity.serving.http import request_text
+    from parity.loadgen.http import request_text
 
     try:
-        status, text = asyncio.run(request_text("127.0.0.1", port, path, timeout))
+        status, text = asyncio.run(request_text(host, port, path, timeout))
     except (OSError, asyncio.TimeoutError, ValueError, HttpError):
         return None
     return text if status == 200 else None
@@ -141,6 +143,10 @@ def scrape(port: int, path: str | None, timeout: float = 10.0) -> str | None:
 def serving(ctx, launch: Launch, port: int, log_path: str, budget_s: float, probe_timeout_s: float, grace_s: float, leader_only: bool = False):
     """Start the server, wait until ready, yield (process, ready_seconds), always stop it
     (leader_only: the stop signal goes to the launched wrapper alone, see Process.stop)."""
+    if not launch.spawned:
+        with external(ctx, launch, log_path, grace_s) as proc:
+            yield proc, wait_ready(proc, launch.port, launch, budget_s, probe_timeout_s)
+        return
     check_port(port)
     proc = ctx.runner.spawn(launch.argv, env=launch.env, unset=launch.unset, log_path=log_path)
     try:
@@ -174,3 +180,37 @@ def exit_words(rc: int) -> str:
         except ValueError:
             return f"on signal {-rc}"
     return f"with code {rc}"
+
+
+class External:
+    """A server parity did not start: never 'exited' (its process is not ours), no pid (memory
+    per process does not apply), its own start command's process stopped at the end."""
+
+    pid = None
+
+    def __init__(self, started=None, log_path: str | None = None):
+        self.started, self.log_path = started, log_path
+
+    def poll(self):
+        return None
+
+    def stop(self, grace_s: float, leader_only: bool = False) -> None:
+        if self.started is not None:
+            self.started.stop(grace_s)
+
+
+@contextmanager
+def external(ctx, launch: Launch, log_path: str, grace_s: float):
+    """An endpoint's lifecycle: its start command (when it has one) before, its stop command after."""
+    started = ctx.runner.spawn(launch.start, env=launch.env, unset=launch.unset, log_path=log_path) if launch.start else None
+    proc = External(started, log_path if started else None)
+    try:
+        yield proc
+    finally:
+        try:
+            if launch.stop:
+                r = ctx.runner.run(launch.stop, env=launch.env, timeout=max(grace_s, 1.0) * 4)
+                if not r.ok:
+                    ctx.out.warn(f"{launch.engine}: its stop command exited {r.rc}: {r.tail(2)}")
+        finally:
+            proc.stop(grace_s)

@@ -37,29 +37,8 @@ class Series:
     kv_usage: str | None = None  # gauge, 0..1
     ttft: str | None = None  # histogram base name
     e2e: str | None = None
-
-
-FAMILIES = {
-    "vllm": Series(
-        requests=("vllm:request_success_total",),
-        prompt_tokens=("vllm:prompt_tokens_total",),
-        generation_tokens=("vllm:generation_tokens_total",),
-        preemptions=("vllm:num_preemptions_total",),
-        prefix_queries=("vllm:prefix_cache_queries_total",),
-        prefix_hits=("vllm:prefix_cache_hits_total",),
-        kv_usage="vllm:kv_cache_usage_perc",
-        ttft="vllm:time_to_first_token_seconds",
-        e2e="vllm:e2e_request_latency_seconds",
-    ),
-    # llama-server --metrics: prompt_tokens_total excludes cached tokens, so the prompt total is
-    # prompt + cached, and the prefix-cache queries are that total
-    "llama": Series(
-        prompt_tokens=("llamacpp:prompt_tokens_total", "llamacpp:prompt_tokens_cached_total"),
-        generation_tokens=("llamacpp:tokens_predicted_total",),
-        prefix_queries=("llamacpp:prompt_tokens_total", "llamacpp:prompt_tokens_cached_total"),
-        prefix_hits=("llamacpp:prompt_tokens_cached_total",),
-    ),
-}
+    decode: str | None = None  # histogram of a request's decode time (the engine clock)
+    prompt_computed: str | None = None  # counter of prompt tokens computed, reused ones excluded
 
 
 def parse(text: str) -> dict[str, float]:
@@ -123,9 +102,8 @@ def _hist_mean(before: dict, after: dict, base: str | None) -> float | None:
     return s / n if n and s is not None else None
 
 
-def deltas(kind: str, before: dict, after: dict) -> dict:
-    """The point's server-side figures (None: the engine does not expose it)."""
-    f = FAMILIES.get(kind, Series())
+def deltas(f: Series, before: dict, after: dict) -> dict:
+    """The point's server-side figures under the engine's family (None: it does not expose it)."""
     queries, hits = _delta(before, after, f.prefix_queries), _delta(before, after, f.prefix_hits)
     return {
         "requests": _delta(before, after, f.requests),

