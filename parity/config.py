@@ -453,6 +453,9 @@ class ProfilingConfig:
     top_unmatched: int = 10
     decode_after_nvtx: str | None = None  # regex: analyze only kernels after the last matching NVTX range
     timeout_s: float = 3600.0  # one capture (nsys + workload)
+    tracer: str = "auto"  # nsys | cupti | auto (nsys where it is installed and runs, else parity's CUPTI tracer)
+    cupti: str | None = None  # a CUPTI root (include/, lib/); default: the toolkit's extras/CUPTI, else the nvidia-cuda-cupti wheel
+    blocks: int = 3  # blocks per profile: each runs every arm traced (every ntg) and untraced, for the tracer's cost and paired buckets
 
 
 @dataclass
@@ -781,6 +784,10 @@ def validate(p: Profile, label: str) -> None:
         val = getattr(p.gates.kl, key)
         if val and val not in p.models:
             raise ConfigError(label, f"gates.kl.{key}", f"unknown model {val!r}")
+    if p.profiling.tracer not in ("auto", "cupti", "nsys"):
+        raise ConfigError(label, "profiling.tracer", f"must be auto, cupti or nsys, got {p.profiling.tracer!r}")
+    if not positive_int(p.profiling.blocks):
+        raise ConfigError(label, "profiling.blocks", "must be a positive integer")
     for i, b in enumerate(p.profiling.buckets):
         try:
             re.compile(b.pattern)

@@ -1,4 +1,4 @@
-"""Is there a CUDA device to trace, and which CUDA does its driver run (for the CUPTI to use)."""
+"""Is there a CUDA device (for kernel tracing), and which CUDA its driver runs: nvidia-smi, NVML, /dev/nvidia0."""
 
 from __future__ import annotations
 
