@@ -463,7 +463,7 @@ def _capture_serve(ctx, c: Capture, plan: ProfilePlan) -> list[dict]:
     e = ctx.profile.engine(c.engine)
     s = _serve_shape(ctx, plan.npl)
     base = c.server
-    la = replace(base, argv=c.argv)  # the nsys-wrapped command; readiness, model check, names as launched
+    la = replace(base, argv=c.argv, env=c.env)  # the nsys-wrapped command (or the CUPTI env); readiness, model check, names as launched
     os.makedirs(os.path.dirname(c.out_base), exist_ok=True)
     # nsys writes the report after the server stops: give it time before SIGKILL.  The stop
     # signal goes to nsys alone: it ends the server itself (its --kill: SIGTERM), and a second

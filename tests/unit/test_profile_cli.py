@@ -114,3 +114,20 @@ def test_analyze_nsys_rep_without_nsys_is_one_line(parity_cli, tmp_path):
 def test_analyze_missing_file(parity_cli, tmp_path):
     r = parity_cli("profile", "analyze", str(tmp_path / "nope.sqlite"), env={"PARITY_ARTIFACTS": str(tmp_path / "runs")})
     assert r.returncode == 2 and "no such file" in r.stderr and not (tmp_path / "runs").exists()
+
+
+def test_cupti_dry_run_loads_the_tracer_into_the_bench_itself(parity_cli, prof, tmp_path):
+    import os
+
+    fakes = Path(__file__).resolve().parents[1] / "fakes" / "bin"  # an idle GPU, no containers; nsys on PATH, yet cupti is asked for
+    env = {"PARITY_ARTIFACTS": str(tmp_path / "runs"), "PATH": f"{fakes}{os.pathsep}{os.environ['PATH']}", "PARITY_NO_NVML": "1", "FAKE_NVIDIA_SMI": "h100-idle", "FAKE_DOCKER": "none"}
+    r = parity_cli("profile", "--graph-node", "--tracer", "cupti", "--engines", "paged,stock", "--blocks", "2", "--dry-run", "--json", "-p", prof, "--model", "tiny", "--ntg", "8,4", env=env)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["tracer"] == "cupti" and doc["tracer_choice"] == "asked for cupti" and doc["engines"] == ["paged", "stock"] and doc["blocks"] == 2
+    traced = [c for c in doc["commands"] if c["traced"]]
+    assert len(traced) == 2 * 2 * 2 and len(doc["commands"]) == 2 * 2 * 3
+    for c in traced:
+        assert "nsys" not in c["argv"][0] and "llama-batched-bench" in c["argv"][0]
+        assert c["env"]["PARITY_CUPTI_OUT"].endswith(f"{c['label']}.cupti.%p.tsv") and "CUDA_INJECTION64_PATH" in c["env"]
+    assert all("CUDA_INJECTION64_PATH" not in c["env"] for c in doc["commands"] if not c["traced"])
