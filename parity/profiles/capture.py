@@ -330,7 +330,7 @@ def run_profile(ctx, plan: ProfilePlan, allow_env=()) -> dict:
                     ctx.out.info(f"[profile] {c.label}: {'traced (' + plan.tracer + ')' if c.traced else 'untraced'}, {plan.workload}, ntg {c.ntg}, npl {plan.npl}")
                     rows = _capture_bench(ctx, c, plan) if plan.workload == "bench" else _capture_serve(ctx, c, plan)
                     runs.append({"engine": c.engine, "block": c.block if c.block is not None else 0, "traced": c.traced, "ntg": c.ntg, "rows": rows,
-                                 "s_tg": rows[0]["s_tg"] if len(rows) == 1 else None})  # fmt: skip
+                                 "s_tg": rows[0].get("s_tg") if len(rows) == 1 else None})  # fmt: skip
                     if c.traced:
                         cap = _analyze_capture(ctx, c, plan, table)
                         cap["workload_rows"] = rows
