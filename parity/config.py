@@ -502,6 +502,10 @@ def validate(p: Profile, label: str) -> None:
             re.compile(b.pattern)
         except re.error as err:
             raise ConfigError(label, f"profiling.buckets[{i}].pattern", f"bad regex: {err}") from None
+    if p.profiling.tracer not in ("auto", "cupti", "nsys"):
+        raise ConfigError(label, "profiling.tracer", f"must be auto, cupti or nsys, got {p.profiling.tracer!r}")
+    if not positive_int(p.profiling.blocks):
+        raise ConfigError(label, "profiling.blocks", "must be a positive integer")
     if p.lock.idle_checks < 1:
         raise ConfigError(label, "lock.idle_checks", "must be at least 1")
     for key in ("min_delta_pct", "noise_k"):

@@ -36,6 +36,9 @@ class ProfilingConfig:
     top_unmatched: int = 10
     decode_after_nvtx: str | None = None  # regex: analyze only kernels after the last matching NVTX range
     timeout_s: float = 3600.0  # one capture (nsys + workload)
+    tracer: str = "auto"  # nsys | cupti | auto (nsys where it is installed and runs, else parity's CUPTI tracer)
+    cupti: str | None = None  # a CUPTI root (include/, lib/); default: the toolkit's extras/CUPTI, else the nvidia-cuda-cupti wheel
+    blocks: int = 3  # blocks per profile: each runs every arm traced (every ntg) and untraced, for the tracer's cost and paired buckets
 
 
 @dataclass
