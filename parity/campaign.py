@@ -42,7 +42,7 @@ STEP_KINDS: dict[str, str] = {
     "lock": "parity.session:lock_step",
     "gate": "parity.gating:campaign_step",
     "snapshot": "parity.serving.snapshot:campaign_step",
-    "bench": "parity.bench.batched_bench:campaign_step",
+    "bench": "parity.bench.run:campaign_step",
     "profile": "parity.profiles.capture:campaign_step",
     "report": "parity.report.render:campaign_step",
     "shell": "parity.campaign:shell_step",
@@ -407,7 +407,7 @@ def run_fanout(ctx, c: Campaign, argv: list[str]) -> dict:
     {host, exit_code, run_dir (relative), status, hardware_class} per host."""
     import threading
 
-    from parity.remote import delegate
+    from parity.hosts.registry import delegate
     from parity.runners import ssh
 
     rd = ctx.require_run()
@@ -509,7 +509,7 @@ def run_request(req: CampaignRequest, open_context: Callable[[str | None], Any])
 
     from parity.artifacts import RunDir, now_iso
     from parity.context import run_session, run_session_existing
-    from parity.remote import DELEGATED_ENV
+    from parity.hosts.delegation import DELEGATED_ENV
 
     c = load_campaign(req.file, req.vars)
     steps = plan(c, req.only)

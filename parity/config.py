@@ -190,7 +190,7 @@ class ServingConfig:
     batch: int = 2048
     ubatch: int = 512
     repeat: int = 1
-    order: Literal["abab", "abba", "aabb"] = "abba"  # engine order across blocks: abba rotates them (serving.blocks.block_order), so a drift of the box cancels
+    order: Literal["abab", "abba", "aabb"] = "abba"  # engine order across blocks: abba rotates them (stats.blocks.block_order), so a drift of the box cancels
     port: int = 8090
     request_timeout_s: float = 600.0
     server_args: list[str] = field(default_factory=lambda: ["-ngl", "99", "-fa", "on"])

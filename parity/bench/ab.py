@@ -37,7 +37,7 @@ class Arm:
 
 
 # `parity bench --engines` asks with the same request as `parity bench` (engines resolved)
-from parity.bench.batched_bench import BenchRequest as ABRequest  # noqa: E402
+from parity.bench.request import BenchRequest as ABRequest  # noqa: E402
 
 
 def arms_for(engines: list[str], aa: bool = False) -> list[Arm]:
@@ -64,9 +64,9 @@ def reference_arm(arms: list[Arm], reference_engine: str | None, aa: bool = Fals
 
 
 def block_order(arms: list[Arm], block: int, order: str = "abba") -> list[Arm]:
-    """The arms of block `block` in run order (parity.serving.blocks.block_order: abba rotates
+    """The arms of block `block` in run order (parity.stats.blocks.block_order: abba rotates
     them by the block, A B, B A, ...: cancels linear drift; abab keeps one order)."""
-    from parity.serving.blocks import block_order as names_in_order
+    from parity.stats.blocks import block_order as names_in_order
 
     if order not in ORDERS:
         raise UsageError(f"--order must be {' or '.join(ORDERS)}, got {order!r}")
@@ -126,12 +126,12 @@ def per_arm(rows: list[dict], arms: list[Arm]) -> list[dict]:
 
 def run_blocks(arms: list[Arm], run_one, budget: adaptive.Budget, order: str = "abba", reference: str | None = None,
                threshold_pct: float = 2.0, confidence: float = 0.95, clock=time.monotonic, on_block=None) -> dict:
-    """The block loop (parity.serving.blocks.run_blocks, the snapshot's too), pure but for
+    """The block loop (parity.stats.blocks.run_blocks, the snapshot's too), pure but for
     run_one(arm, block) -> the tool's table rows (parse()).  Every block runs each arm once
     in block_order; after each block the stop rule decides (with >= 2 arms on S_TG's paired
     half-widths at every point; one arm: a fixed count).
     Returns {rows, blocks, order (per block), stop: {rule, why, blocks, elapsed_s}}."""
-    from parity.serving.blocks import run_blocks as loop
+    from parity.stats.blocks import run_blocks as loop
 
     rows: list[dict] = []
     orders: list[list[str]] = []

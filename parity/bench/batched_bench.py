@@ -130,66 +130,9 @@ def run_complete(runner, cmd: list[str], env: dict, b, npp, ntg, npl, log=None, 
     raise AssertionError("unreachable")
 
 
-@dataclass
-class BenchRequest:
-    """What `parity bench` (or a campaign's bench step) asks for; None keeps serving.bench's value."""
-
-    engine: str | None = None
-    model: str | None = None
-    npp: list[int] | None = None
-    ntg: list[int] | None = None
-    npl: list[int] | None = None
-    allow_env: list[str] = field(default_factory=list)
-    # the A/B (parity.bench.ab): any of these makes blocks of runs
-    engines: list[str] | None = None
-    aa: bool = False
-    repeat: int | None = None
-    until_ci: float | None = None
-    max_repeats: int | None = None
-    budget_s: float | None = None
-    order: str | None = None
-
-    def blocks(self) -> bool:
-        """Blocks of runs (an A/B, an A/A, or one engine's repeats) rather than the single run."""
-        return bool((self.engines and len(self.engines) > 1) or self.aa or self.repeat is not None or self.until_ci is not None or self.max_repeats is not None or self.budget_s is not None)
-
-    def ab_request(self) -> "BenchRequest":
-        """The same request with --engine folded into engines (what parity.bench.ab reads)."""
-        from dataclasses import replace
-
-        if self.engine and self.engines:
-            raise UsageError("give --engine or --engines, not both")
-        return replace(self, engine=None, engines=list(self.engines or ([self.engine] if self.engine else [])), allow_env=list(self.allow_env or []))
-
-
 def default_engine(ctx) -> str | None:
     """The first serving engine with llama.cpp binaries of its own."""
     return next(iter(with_binaries(ctx.profile, ctx.profile.serving.engines)), None)
-
-
-def bench(ctx, req: BenchRequest) -> dict:
-    """`parity bench`: a run directory with bench.json (one run, or blocks: parity.bench.ab)."""
-    from parity.context import run_session
-
-    if req.blocks():
-        from parity.bench.ab import run_ab
-
-        ab = req.ab_request()
-        if not ab.engines:
-            ab.engines = [e for e in [default_engine(ctx)] if e]
-        if not ab.engines:
-            raise UsageError("no llama engine to bench (serving.engines or --engines)")
-        from parity.bench.ab import arms_for
-
-        arms_for(ab.engines, ab.aa)  # refuse a bad arm list before the run directory exists
-        with run_session(ctx, "bench", "bench-ab" if len(ab.engines) > 1 or ab.aa else "bench"):
-            doc = run_ab(ctx, ab)
-            return {"run_dir": str(ctx.run.path), **doc}
-    if req.engines:
-        req.engine = req.engines[0]
-    with run_session(ctx, "bench", "bench"):
-        doc = run_bench(ctx, req.engine, req.model, req.npp, req.ntg, req.npl, req.allow_env)
-        return {"run_dir": str(ctx.run.path), **doc}
 
 
 def run_bench(ctx, engine=None, model=None, npp=None, ntg=None, npl=None, allow_env=()) -> dict:
@@ -220,40 +163,10 @@ def run_bench(ctx, engine=None, model=None, npp=None, ntg=None, npl=None, allow_
 
         res, rows, retried = run_complete(ctx.runner, cmd, env, b, npp, ntg, npl, log, ctx.out.warn)
     doc = {"kind": "bench", "engine": engine, "model": model or s.model, "command": cmd, "env": env, "rows": rows, "header": parse_header(res.stdout), "retried": retried}
-    from parity.efficiency import peak, roofline  # efficiency hook: % of roofline per row
+    from parity.efficiency import roofline
+    from parity.gpu import bandwidth as peak  # efficiency hook: % of roofline per row
 
     doc["efficiency"] = roofline.bench(rows, model_file, peak.load(ctx.run.path) if ctx.run else None, engine=engine)
     if ctx.run:
         ctx.run.write_json("bench.json", doc)
     return doc
-
-
-STEP_OPTIONS = {"engine", "model", "npp", "ntg", "npl", "allow_env", "engines", "aa", "repeat", "until_ci", "max_repeats", "budget_s", "order"}
-
-
-def campaign_step(ctx, options: dict) -> dict:
-    """kind: bench -- options {engine, model, npp, ntg, npl, allow_env}; blocks (an A/B, an A/A,
-    repeats) with {engines (list or 'A,B'), aa, repeat, until_ci, max_repeats, budget_s, order}."""
-    from parity.options import check_step_options
-
-    check_step_options("bench", options, STEP_OPTIONS)
-    engines = options.get("engines")
-    if isinstance(engines, str):
-        options = {**options, "engines": [x.strip() for x in engines.split(",") if x.strip()]}
-    req = BenchRequest(**options)
-    if req.blocks():
-        from parity.bench.ab import run_ab
-
-        ab = req.ab_request()
-        ab.engines = ab.engines or [e for e in [default_engine(ctx)] if e]
-        doc = run_ab(ctx, ab)
-        return {"engines": doc["engines"], "reference": doc["reference"], "blocks": doc["blocks"], "stop": doc["stop"],
-                "paired": [{k: p[k] for k in ("engine", "reference", "pp", "tg", "b", "metric", "ratio", "low", "high", "outcome")} for p in doc["paired"]]}  # fmt: skip
-    if req.engines:
-        req.engine = req.engines[0]
-    doc = run_bench(ctx, req.engine, req.model, req.npp, req.ntg, req.npl, req.allow_env or ())
-    from parity.efficiency.roofline import lines
-
-    for line in lines(doc.get("efficiency")):
-        ctx.out.info(line)
-    return {"engine": doc["engine"], "rows": doc["rows"], "efficiency": doc.get("efficiency")}

@@ -198,7 +198,7 @@ def _build(profile, p: BuildPlan, runner, out) -> BuildResult:
         "wall_s": round(time.monotonic() - t0, 1),
         "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
-    from parity.artifacts import atomic_write_json, atomic_write_text
+    from parity.files import atomic_write_json, atomic_write_text
 
     atomic_write_json(p.dir / "build.json", prov)
     atomic_write_text(p.dir / OK_MARKER, p.key + "\n")

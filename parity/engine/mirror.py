@@ -66,7 +66,9 @@ def record(digest: str, pin_tree: str, tree: str, n_patches: int, how: str) -> P
     """Add or replace the (series digest, pin tree) entry in the series registry."""
     import yaml
 
-    from parity.artifacts import atomic_write_text, now_iso
+    from parity.artifacts import now_iso
+
+    from parity.files import atomic_write_text
 
     for t in (pin_tree, tree):
         if not gitmod.is_tree_id(t):

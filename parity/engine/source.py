@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Literal
 from pathlib import Path
 
-from parity.artifacts import sha256_file
+from parity.files import sha256_file
 from parity.paths import cache_dir, expand_path
 from parity.errors import InfraError, UsageError
 from parity.filelock import locked

@@ -236,7 +236,7 @@ def _build(v: VllmVenv, version: str, torch_version: str, index: str | None, pyt
         "install_s": round(time.monotonic() - t0, 1),
         "bytes": _tree_bytes(v.root),
     }
-    from parity.artifacts import atomic_write_json
+    from parity.files import atomic_write_json
 
     atomic_write_json(v.marker, record)
     if out is not None:

@@ -64,7 +64,7 @@ def sha256_file(path: str) -> str:
         index = {}
     if key in index:
         return index[key]
-    from parity.artifacts import atomic_write_json, sha256_file as hash_file
+    from parity.files import atomic_write_json, sha256_file as hash_file
 
     index[key] = hash_file(path)
 

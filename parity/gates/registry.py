@@ -90,7 +90,7 @@ def record(model: str, entry: CanonicalMd5, kl_green: bool, transcript: bytes | 
         raise UsageError(f"refusing to record {entry.md5!r}: not the md5 of a non-empty output")
     import yaml
 
-    from parity.artifacts import atomic_write_bytes, atomic_write_text
+    from parity.files import atomic_write_bytes, atomic_write_text
 
     path = registry_path(registry)
     data = _read(path)

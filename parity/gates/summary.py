@@ -180,7 +180,7 @@ def summarize(ctx, req: SummarizeRequest) -> dict:
     else:
         expected = req.expect if req.expect is not None else expected_md5s(ctx.profile, ctx.vars.get("registry"))
         rows = summarize_dir(art, expected, req.backend or ctx.profile.gates.op_backend)
-    from parity.artifacts import atomic_write_text
+    from parity.files import atomic_write_text
 
     out = art / FILE
     atomic_write_text(out, render(rows))

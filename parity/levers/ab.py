@@ -193,7 +193,7 @@ def dry_run(ctx, req: ABRequest, p: dict) -> dict:
     else:
         measure = {"kind": "batched-bench", "model": model, "npp": npp, "ntg": ntg, "npl": npl, "reference": a, "metric": BENCH_HEADLINE,
                    "commands": {arm: {"env": path_env(ctx, arm, None), "argv": argv(dry_tool_path(prof, arm, "llama-batched-bench", ctx.runner, ctx.out), mf, npp, ntg, npl, bench)} for arm in (a, b)}}  # fmt: skip
-    from parity.bench.batched_bench import BenchRequest
+    from parity.bench.request import BenchRequest
     from parity.bench.ab import budget_for
 
     measure["blocks"] = budget_for(BenchRequest(repeat=req.repeat, until_ci=req.until_ci, max_repeats=req.max_repeats, budget_s=req.budget_s), prof.stats, 2).describe()
@@ -306,7 +306,7 @@ def measure(ctx, req: ABRequest, a: str, b: str, lever) -> dict:
             src.replace(ctx.run.file("serving_summary.json"))  # summary.json is the lever's
         return doc
     from parity.bench.ab import run_ab
-    from parity.bench.batched_bench import BenchRequest
+    from parity.bench.request import BenchRequest
 
     breq = BenchRequest(engines=[a, b], model=req.model, npp=req.npp, ntg=req.ntg, npl=req.npl, allow_env=allow, repeat=req.repeat, until_ci=req.until_ci,
                         max_repeats=req.max_repeats, budget_s=req.budget_s, order=req.order)  # fmt: skip

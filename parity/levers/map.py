@@ -59,7 +59,7 @@ def append(path: Path, row: dict) -> list[dict]:
     """Append one row (as text, keeping the file's comments); returns every row."""
     import yaml
 
-    from parity.artifacts import atomic_write_text
+    from parity.files import atomic_write_text
 
     path = Path(path)
     before = load(path)
@@ -157,7 +157,7 @@ def render_markdown(rows: list[dict], source: str = MAP_NAME) -> str:
 
 
 def write_markdown(path: Path, rows: list[dict]) -> Path:
-    from parity.artifacts import atomic_write_text
+    from parity.files import atomic_write_text
 
     md = Path(path).with_suffix(".md")
     atomic_write_text(md, render_markdown(rows, Path(path).name))

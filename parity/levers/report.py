@@ -10,7 +10,8 @@ def _f(v, nd=4) -> str:
 
 
 def write_report(ctx, doc: dict, measured: dict, serving: bool) -> str:
-    from parity.artifacts import atomic_write_text, slugify
+    from parity.artifacts import slugify
+    from parity.files import atomic_write_text
     from parity.levers.map import today
     from parity.report import ledger
     from parity.report.render import template_env

@@ -38,7 +38,7 @@ def achieved(records, skip: int = 0) -> dict:
     sends = sorted(r.send for r in records)
     delays = sorted((r.send - r.scheduled) * 1000 for r in records if r.scheduled is not None)
     span = sends[-1] - sends[0] if len(sends) > 1 else 0.0
-    from parity.metrics.serving import percentile
+    from parity.stats import percentile
 
     return {
         "sent": len(sends),

@@ -25,7 +25,7 @@ from typing import Callable
 
 from parity.errors import InfraError
 from parity.loadgen.http import Connection, HttpError, request_json
-from parity.metrics.serving import RequestRecord
+from parity.loadgen.record import RequestRecord
 
 COUNTERS = {"usage": b'"completion_tokens":', "timings": b'"predicted_n":', "chunks": None}
 

@@ -1,6 +1,6 @@
 """Serving metrics, each declared once: name, unit, direction, the formula in
 words and the function that computes it.  Reports print these definitions
-(`definitions()`), so numbers and their meaning never drift apart.
+(parity.metrics.registry), so numbers and their meaning never drift apart.
 
 The headline set is the users' own h2h client (h2h_cli3.py, the GB10 harness's
 `n<N>.json` rows; docs/GB10_PARITY_PHASE0_RESULTS.md): agg_tps, decode_agg_tps,
@@ -18,53 +18,14 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
+from parity.loadgen.record import RequestRecord
+from parity.stats import percentile
+
 HEADLINE = ["decode_agg_tps", "decode_perseq_tps", "agg_tps", "ttft_mean_ms"]
-
-
-@dataclass
-class RequestRecord:
-    send: float = 0.0  # perf_counter seconds when the request was written
-    first: float | None = None  # arrival of the first chunk carrying a generated token
-    token_times: list[float] = field(default_factory=list)  # one arrival per generated token (a merged chunk's tokens share it)
-    chunks: int = 0  # chunks that carried at least one token
-    tokens: int = 0  # generated tokens counted from the stream itself
-    usage_tokens: int | None = None  # the server's usage.completion_tokens
-    prompt_tokens: int | None = None  # the server's usage.prompt_tokens
-    sent_prompt_tokens: int = 0  # len(prompt) we sent (token prompts), or the server's count of our text
-    expected_tokens: int = 0  # the GEN we asked for (max_tokens, ignore_eos)
-    finish_reason: str | None = None
-    error: str | None = None  # transport/HTTP/server error
-    invalid: str | None = None  # set by validity.check_request: why this request does not count
-    response_id: str | None = None
-    server_timings: dict | None = None  # llama-server's own "timings" (last one seen)
-    scheduled: float | None = None  # open loop: when it was due to be sent (perf_counter)
-    cached_tokens: int | None = None  # prompt tokens the server says came from its cache (usage details or timings.cache_n)
-
-    @property
-    def valid(self) -> bool:
-        return self.error is None and self.invalid is None
-
-    @property
-    def end(self) -> float | None:
-        return self.token_times[-1] if self.token_times else None
-
-    @property
-    def last(self) -> float | None:  # the old name
-        return self.end
 
 
 class NoValue(Exception):
     """A metric that cannot be computed from these records; the message says why."""
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default)."""
-    if not values:
-        return math.nan
-    v = sorted(values)
-    k = (len(v) - 1) * q / 100
-    lo, hi = math.floor(k), math.ceil(k)
-    return v[lo] + (v[hi] - v[lo]) * (k - lo)
 
 
 def _need(rs) -> list[RequestRecord]:
@@ -227,26 +188,3 @@ def compute(records: Sequence[RequestRecord], names: Sequence[str] | None = None
         except NoValue as e:
             row[name], why[name] = None, str(e)
     return row, why
-
-
-def all_metrics() -> dict[str, Metric]:
-    """These and the workloads' own (parity.metrics.workload), declared the same way."""
-    from parity.metrics.workload import WORKLOAD_METRICS
-
-    return {**METRICS, **WORKLOAD_METRICS}
-
-
-def definitions(names: Sequence[str] | None = None) -> list[dict]:
-    return [{"name": m.name, "unit": m.unit, "better": m.better, "formula": m.formula} for n, m in all_metrics().items() if names is None or n in names]
-
-
-def render_definitions(names: Sequence[str] | None = None) -> str:
-    return "\n".join(f"{d['name']} [{d['unit']}, {d['better']} is better]: {d['formula']}" for d in definitions(names))
-
-
-def direction(metric: str) -> str:
-    """'higher' or 'lower' is better: declared here, else guessed from a time unit suffix."""
-    known = all_metrics()
-    if metric in known:
-        return known[metric].better
-    return "lower" if metric.endswith(("_ms", "_s")) else "higher"

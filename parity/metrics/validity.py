@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from parity.metrics.serving import RequestRecord
+from parity.loadgen.record import RequestRecord
 
 MIN_REPEATS_FOR_VERDICT = 3
 

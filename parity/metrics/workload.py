@@ -13,7 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from parity.metrics.serving import Metric, NoValue, RequestRecord, percentile
+from parity.loadgen.record import RequestRecord
+from parity.metrics.serving import Metric, NoValue
+from parity.stats import percentile
 
 KINDS = ("shared-prefix", "prefill-under-decode", "open-loop", "multi-turn")
 

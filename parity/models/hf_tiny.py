@@ -56,7 +56,7 @@ def check_spec(spec: HfTinySpec) -> None:
 
 def find_tokenizer(site_packages: str | Path) -> Path:
     """mistral_common's SentencePiece model inside a venv's site-packages, checked by sha256."""
-    from parity.artifacts import sha256_file
+    from parity.files import sha256_file
 
     path = Path(site_packages) / "mistral_common" / "data" / TOKENIZER_FILE
     if not path.is_file():
@@ -200,7 +200,7 @@ def write_checkpoint(out_dir: str | Path, spec: HfTinySpec, tokenizer_model: str
     the sidecar record {spec, files: {name: sha256}}."""
     import hashlib
 
-    from parity.artifacts import atomic_write_json
+    from parity.files import atomic_write_json
 
     out_dir = Path(out_dir)
     content = files(spec, Path(tokenizer_model))
@@ -247,7 +247,7 @@ def ensure_checkpoint(out_dir: str | Path, spec: HfTinySpec, tokenizer_model: st
 def ensure_gguf(hf_dir: str | Path, out_file: str | Path, llama_tree: str | Path, python: str | Path, runner=None, outtype: str = "f32") -> Path:
     """convert_to_gguf once per (checkpoint files, converter script, outtype): a sidecar
     `<out>.hf-tiny.json` records them and is written after the GGUF."""
-    from parity.artifacts import atomic_write_json, sha256_file
+    from parity.files import atomic_write_json, sha256_file
 
     hf_dir, out_file, tree = Path(hf_dir), Path(out_file), Path(llama_tree)
     try:

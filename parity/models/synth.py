@@ -21,7 +21,7 @@ import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
-from parity.artifacts import sha256_file
+from parity.files import sha256_file
 from parity.models.spec import SynthSpec
 from parity.errors import ConfigError, UsageError
 from parity.gpu.lock import refuse_while_held
@@ -320,7 +320,7 @@ def recorded_sha256(path: str | Path) -> str | None:
 
 def write_model(path: str | Path, spec: SynthSpec, label: str = "") -> str:
     """Synthesize to path and write the `<path>.synth.json` sidecar; returns the sha256."""
-    from parity.artifacts import atomic_write_json
+    from parity.files import atomic_write_json
 
     path = Path(path)
     refuse_while_held(f"{label}the synthesis of {path}")

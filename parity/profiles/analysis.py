@@ -209,7 +209,7 @@ def auto_differences(captures: list[dict]) -> list[dict]:
 
 def write_outputs(directory: Path, doc: dict) -> dict:
     """profile/analysis.json + buckets.tsv (+ difference.tsv, comparison.tsv) under directory."""
-    from parity.artifacts import atomic_write_json, atomic_write_text
+    from parity.files import atomic_write_json, atomic_write_text
 
     d = Path(directory)
     atomic_write_json(d / "analysis.json", doc)

@@ -298,7 +298,7 @@ def run_profile(ctx, plan: ProfilePlan, allow_env=()) -> dict:
     """Blocks under the GPU lock: each block runs every arm (ABBA order) traced at each ntg and
     untraced at the longest; export, bucket, difference per arm and block; the tracer's cost per
     arm; with two arms the paired bucket table.  Writes profile/*."""
-    from parity.serving.blocks import block_order
+    from parity.stats.blocks import block_order
     from parity.engines.envpolicy import check_bench_env
     from parity.profiles.analysis import auto_differences, build_doc, write_outputs
     from parity.profiles.buckets import table_for

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from parity import stats
-from parity.artifacts import atomic_write_json, atomic_write_text, slugify
+from parity.artifacts import slugify
+from parity.files import atomic_write_json, atomic_write_text
 from parity.errors import UsageError
 from parity.report import ledger
 from parity.report.rundata import RunData, gate_problems, load_run, values_by_cell

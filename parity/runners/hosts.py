@@ -8,7 +8,7 @@ from typing import Literal
 
 @dataclass
 class SlurmConfig:
-    """How a `kind: slurm` host submits its job (parity.slurm): sbatch options and bounds."""
+    """How a `kind: slurm` host submits its job (parity.hosts.slurm): sbatch options and bounds."""
 
     partition: str | None = None  # --partition; None: the cluster's default partition
     gres: str | None = None  # --gres, e.g. gpu:b200:1
@@ -26,7 +26,7 @@ class SlurmConfig:
 
 @dataclass
 class HostConfig:
-    kind: Literal["ssh", "slurm"] = "ssh"  # slurm: submit a batch job (parity.slurm); ssh: run over SSH
+    kind: Literal["ssh", "slurm"] = "ssh"  # slurm: submit a batch job (parity.hosts.slurm); ssh: run over SSH
     slurm: SlurmConfig | None = None  # the sbatch options of a kind: slurm host
     hostname: str = ""  # ssh: the host; slurm: the login node (empty: sbatch runs on this machine)
     user: str | None = None

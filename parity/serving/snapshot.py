@@ -17,6 +17,7 @@ from parity.engines import kind_of
 from parity.errors import UsageError
 from parity.gates.prepost import GateSpec
 from parity.options import positive_int
+from parity.stats.calibrate import calibration_off
 
 
 @dataclass
@@ -84,7 +85,7 @@ def make_plan(ctx, req: SnapshotRequest) -> SnapshotPlan:
     if req.workload is not None:  # workload hook: parity.serving.workloads
         from parity.serving.workloads import resolve
 
-        from parity.serving.workload_defaults import parse_options
+        from parity.workloads.defaults import parse_options
 
         workload = resolve(ctx, req.workload, s, npl=req.npl, options=parse_options(req.workload_opts))
     engines = engines or s.engines
@@ -105,8 +106,8 @@ def make_plan(ctx, req: SnapshotRequest) -> SnapshotPlan:
     ref = s.reference_engine if s.reference_engine in engines else (engines[-1] if len(engines) > 1 else None)
     plan = SnapshotPlan(model, list(engines), ref, list(s.npl), repeat, s, run_order(list(engines), repeat, s.order))
     plan.budget = make_budget(ctx, req, plan, workload)
-    if workload is not None:  # a built-in's sized field (parity.serving.workload_calibration)
-        from parity.serving.workload_calibration import why_off
+    if workload is not None:  # a built-in's sized field (parity.workloads.calibration)
+        from parity.workloads.calibration import why_off
 
         plan.calibration_off = why_off(s, workload, req.gen is not None)
     else:  # an explicit --gen (or a step's gen) is respected exactly
@@ -181,7 +182,7 @@ def run_order(engines: list[str], repeat: int, order: str) -> list[tuple[int, st
     slot); aabb: every repeat of A, then of B (not blocks: no engine pair runs back to back)."""
     if order == "aabb":
         return [(r, e) for e in engines for r in range(repeat)]
-    from parity.serving.blocks import block_order
+    from parity.stats.blocks import block_order
 
     return [(r, e) for r in range(repeat) for e in block_order(engines, r, order)]
 
@@ -219,7 +220,7 @@ def check_env(ctx, plan: SnapshotPlan, allow_env) -> None:
 def dry_run(ctx, plan: SnapshotPlan) -> dict:
     from parity.gpu.lock import effective_dir as lock_effective_dir
     from parity.gpu.lock import preflight
-    from parity.metrics.serving import definitions
+    from parity.metrics.registry import definitions
     from parity.engines.server import port_free
 
     commands = []
@@ -256,21 +257,10 @@ def dry_run(ctx, plan: SnapshotPlan) -> dict:
     }
 
 
-def calibration_off(s, gen_given: bool) -> str | None:
-    """Why the trial block may not raise gen (None: it may)."""
-    if not s.calibrate.enabled:
-        return "serving.calibrate.enabled false"
-    if s.min_window_s <= 0:
-        return "min_window_s 0"
-    if s.order == "aabb":
-        return "--order aabb has no trial block"
-    return "--gen given" if gen_given else None
-
-
 def calibration_plan(plan: SnapshotPlan) -> str:
     s, c = plan.shape, plan.calibrate
     if plan.workload is not None:
-        from parity.serving.workload_calibration import plan_text
+        from parity.workloads.calibration import plan_text
 
         return plan_text(plan)
     if c is None:
@@ -303,7 +293,7 @@ def write_summary(ctx, plan: SnapshotPlan, arms: list[dict]) -> dict:
         op = plan.shape.output_parity
         extra["output_parity"] = compare_engines(outputs, plan.reference or plan.engines[0], op.min_agreement, op.max_kl)
     if plan.workload is None:  # efficiency hook: % of roofline and memory per engine (parity.efficiency)
-        from parity.efficiency.roofline import for_snapshot
+        from parity.serving.efficiency import for_snapshot
 
         extra["efficiency"] = for_snapshot(ctx, plan, rows, arms)
     writer = summary if plan.workload is None else workload_summary  # workload hook: its metrics, same machinery
@@ -350,7 +340,8 @@ def sweep_all(ctx, plan: SnapshotPlan) -> list[dict]:
     """Run the blocks: the fixed number, or until the stop rule (--until-ci) ends it; the
     first block doubles as the calibration trial.  A partial summary after every arm."""
     from parity.serving import summary, workload_summary
-    from parity.serving.blocks import block_line, block_order, half_widths, run_blocks
+    from parity.metrics.registry import direction
+    from parity.stats.blocks import block_line, block_order, half_widths, run_blocks
     from parity.serving.sweep import run_arm
 
     arms: list[dict] = []
@@ -384,7 +375,7 @@ def sweep_all(ctx, plan: SnapshotPlan) -> list[dict]:
             return True
 
         def widths() -> dict:
-            return half_widths([r for a in arms for r in a["rows"]], plan.reference, st.metrics, st.min_delta_pct, st.confidence) if plan.workload is None else {}
+            return half_widths([r for a in arms for r in a["rows"]], plan.reference, st.metrics, st.min_delta_pct, st.confidence, direction) if plan.workload is None else {}
 
         def report(block, n, hw, decision) -> None:
             counted[0] = n
@@ -403,8 +394,8 @@ def calibrate_after_trial(ctx, plan: SnapshotPlan, arms: list[dict]) -> bool:
     raised, block 0 was the trial (its arms move to plan.trial_arms) and the measured blocks
     follow at the new value."""
     rows = [r for a in arms for r in a["rows"]]
-    if plan.workload is not None:  # a built-in's field instead of gen (parity.serving.workload_calibration)
-        from parity.serving.workload_calibration import choose_for
+    if plan.workload is not None:  # a built-in's field instead of gen (parity.workloads.calibration)
+        from parity.workloads.calibration import choose_for
 
         cal = choose_for(plan, rows)
         plan.calibration = {**cal.to_dict(), "workload": plan.workload.name}
@@ -419,7 +410,7 @@ def calibrate_after_trial(ctx, plan: SnapshotPlan, arms: list[dict]) -> bool:
     if cal.kept_trial:
         return True
     if plan.workload is not None:
-        from parity.serving.workload_calibration import with_value
+        from parity.workloads.calibration import with_value
 
         plan.workload = with_value(plan.workload, cal.gen)
     else:

@@ -12,60 +12,12 @@ from __future__ import annotations
 import asyncio
 
 from parity.engines import kind_of
-from parity.engines.server import died, probe, scrape, serving
+from parity.engines.server import died, serving
 from parity.errors import InfraError
-from parity.metrics import validity
 from parity.metrics import prometheus as server_metrics
-from parity.metrics.serving import NoValue, RequestRecord, compute, decode_window_reads
-
-
-def records_json(recs: list[RequestRecord]) -> list[dict]:
-    out = []
-    for r in recs:
-        d = dict(r.__dict__)
-        d["valid"] = r.valid
-        out.append(d)
-    return out
-
-
-def scrape_parsed(la) -> tuple[dict | None, str | None]:
-    """The server's /metrics, parsed (None when it has none or it is not Prometheus text)."""
-    text = scrape(la.port, la.metrics_path, host=la.host)
-    if text is None:
-        return None, None
-    try:
-        return server_metrics.parse(text), text
-    except ValueError:  # not Prometheus text
-        return None, text
-
-
-def slot_context(la) -> int | None:
-    """The context one llama-server slot really has (GET /props), None when it does not say."""
-    if not la.props_path:
-        return None
-    try:
-        status, body = probe(la.port, la.props_path, 10.0, la.host)
-    except (OSError, asyncio.TimeoutError, ValueError):
-        return None
-    settings = body.get("default_generation_settings") if status == 200 and isinstance(body, dict) else None
-    n = settings.get("n_ctx") if isinstance(settings, dict) else None
-    return n if isinstance(n, int) and n > 0 else None
-
-
-def build_specs(target, s, n: int, gen: int):
-    from parity.loadgen.prompts import prompts
-
-    return asyncio.run(prompts(target, s.prompt, n, s.ptok, gen))
-
-
-def check_fits(specs, limit: int | None, label: str, what: str) -> None:
-    """Refuse requests that do not fit the context the engine really gives them (a
-    word prompt's length is only known once tokenized, after the server started)."""
-    from parity.loadgen.prompts import shortest_context_need
-
-    need = shortest_context_need(specs)
-    if limit and need > limit:
-        raise InfraError(f"{label}: a request needs {need} tokens (prompt + generated) but {what} gives {limit}")
+from parity.metrics import validity
+from parity.metrics.serving import NoValue, compute, decode_window_reads
+from parity.serving.point import build_specs, check_fits, client_side, records_json, scrape_parsed, slot_context
 
 
 def warmup(ctx, target, s, engine: str, rep: int, timeout: float, plan) -> dict:
@@ -99,18 +51,6 @@ def probe_outputs(ctx, target, la, s, engine: str) -> list[dict]:
         raise InfraError(f"{engine}: output-parity probe failed: {e}") from None
     ctx.run.write_json(f"outputs/{engine}.json", answers)
     return answers
-
-
-def client_side(recs: list[RequestRecord], row: dict) -> dict:
-    ok = [r for r in recs if r.valid]
-    e2e = [(r.end - r.send) * 1000 for r in ok if r.end is not None]
-    return {
-        "requests": len(ok),
-        "prompt_tokens": row.get("prompt_tok_total"),
-        "generation_tokens": row.get("gen_total"),
-        "ttft_mean_ms": row.get("ttft_mean_ms"),
-        "e2e_mean_ms": round(sum(e2e) / len(e2e), 3) if e2e else None,
-    }
 
 
 def run_point(ctx, plan, la, target, engine: str, rep: int, n: int, show, server_pid: int | None = None, affinity: dict | None = None) -> dict:

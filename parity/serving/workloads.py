@@ -28,8 +28,9 @@ import time
 from dataclasses import dataclass, field
 
 from parity.engines import kind_of
+from parity.serving.point import check_fits, client_side, records_json, scrape_parsed
 from parity.errors import InfraError, UsageError
-from parity.metrics.serving import RequestRecord
+from parity.loadgen.record import RequestRecord
 
 
 
@@ -39,7 +40,7 @@ class Workload:
     cfg: object  # parity.config.WorkloadConfig
     gen: int
     ptok: int
-    builtin: bool = False  # one of the four kinds by name (parity.serving.workload_defaults)
+    builtin: bool = False  # one of the four kinds by name (parity.workloads.defaults)
     sized: tuple = ()  # the fields parity sized for the profile (not written in YAML or --workload-opt)
 
     @property
@@ -81,7 +82,7 @@ class Workload:
 
 
 def resolve(ctx, spec, s, npl=None, options: dict | None = None) -> Workload:
-    """A workload by name (a built-in kind, parity.serving.workload_defaults, or
+    """A workload by name (a built-in kind, parity.workloads.defaults, or
     serving.workloads.NAME) or inline (a campaign step's mapping, with an optional name);
     options: --workload-opt overrides."""
     from dataclasses import replace
@@ -89,10 +90,10 @@ def resolve(ctx, spec, s, npl=None, options: dict | None = None) -> Workload:
     from parity.workloads.spec import WorkloadConfig, check_workload
 
     from parity.decode import from_dict
-    from parity.serving.workload_defaults import BUILTIN, builtin, sized
+    from parity.workloads.defaults import BUILTIN, builtin, sized
 
     options = options or {}
-    made: dict = {}  # a built-in's: what parity sized (parity.serving.workload_calibration may raise it)
+    made: dict = {}  # a built-in's: what parity sized (parity.workloads.calibration may raise it)
 
     if npl:
         raise UsageError("--npl does not apply to a workload run: its points are the workload's own (rates, turns, ...)")
@@ -160,13 +161,9 @@ class Arm:
         return self.plan.shape.request_timeout_s
 
     def scrape(self) -> tuple[dict | None, str | None]:
-        from parity.serving.sweep import scrape_parsed
-
         return scrape_parsed(self.la)
 
     def fits(self, specs, label: str) -> None:
-        from parity.serving.sweep import check_fits
-
         check_fits(specs, self.plan.limits.get(self.engine), label, self.plan.limit_what.get(self.engine, "the engine"))
 
     def show(self, label: str):
@@ -243,7 +240,7 @@ def point_row(kind: str, wl_cfg, m: Measured, server: dict | None, min_window_s:
     from parity.metrics import validity
     from parity.metrics import workload as workload_metrics
     from parity.metrics.serving import compute
-    from parity.serving.workload_calibration import basis
+    from parity.workloads.calibration import basis
 
     for r in m.records:
         validity.check_request(r)
@@ -251,7 +248,7 @@ def point_row(kind: str, wl_cfg, m: Measured, server: dict | None, min_window_s:
     sample = workload_metrics.Sample(m.records, decode=m.decode, long=m.long, slo=getattr(wl_cfg, "slo", None), server=server, prefix_tokens=m.prefix_tokens)
     wmetrics, wwhy = workload_metrics.compute(kind, sample)
     row = {"n": m.key, "point": m.label, **metrics, **wmetrics, "why": {**why, **wwhy}, **m.extra}
-    row["calibration_basis"] = basis(kind, m.records, m.decode, workload_metrics.WINDOWS[kind])  # what a trial block's rows tell parity.serving.workload_calibration
+    row["calibration_basis"] = basis(kind, m.records, m.decode, workload_metrics.WINDOWS[kind])  # what a trial block's rows tell parity.workloads.calibration
     problems = validity.point_verdict(m.records, row, min_window_s, tolerance, workload_metrics.WINDOWS[kind]) + list(m.problems)
     if kind == "open-loop":
         problems += open_loop_problems(row, wl_cfg)
@@ -313,7 +310,6 @@ def finish(arm: Arm, wl: Workload, m: Measured) -> dict:
     """Row + files of one measured point (requests/, servers/), server reconciled."""
     from parity.artifacts import slugify
     from parity.metrics import prometheus as server_metrics
-    from parity.serving.sweep import client_side, records_json
 
     s = arm.shape
     server = server_deltas(arm.la.family, m.before, m.after)

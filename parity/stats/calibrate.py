@@ -187,3 +187,14 @@ def outran_line(items: list[dict], margin: float, min_window_s: float) -> str | 
            "run where nothing else competes, or raise the margin") if not within else \
           "some ran within the margin of the trial's pace: the trial did not predict their windows (a calibration defect worth reporting)"  # fmt: skip
     return f"calibration: {len(items)} calibrated window(s) fell under min_window_s {min_window_s:g} s: {'; '.join(one(o) for o in items)}. {why}"
+
+
+def calibration_off(s, gen_given: bool) -> str | None:
+    """Why the trial block may not raise gen (None: it may)."""
+    if not s.calibrate.enabled:
+        return "serving.calibrate.enabled false"
+    if s.min_window_s <= 0:
+        return "min_window_s 0"
+    if s.order == "aabb":
+        return "--order aabb has no trial block"
+    return "--gen given" if gen_given else None

@@ -173,7 +173,8 @@ def test_budget_from_flags_and_profile_defaults():
 
 def test_campaign_bench_step_options():
     from parity.campaign import check_step_options
-    from parity.bench.batched_bench import STEP_OPTIONS, BenchRequest
+    from parity.bench.request import BenchRequest
+    from parity.bench.run import STEP_OPTIONS
 
     check_step_options("bench", {"engines": ["paged", "stock"], "repeat": 3, "until_ci": 1.5, "max_repeats": 10}, STEP_OPTIONS)
     with pytest.raises(ConfigError, match="unknown bench option"):

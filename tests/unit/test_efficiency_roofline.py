@@ -9,7 +9,8 @@ import pytest
 from parity.engines.vllm import MEMORY_NOTE
 
 from parity.config import SynthSpec
-from parity.efficiency import gap, memory, peak, roofline
+from parity.efficiency import gap, memory, roofline
+from parity.gpu import bandwidth as peak
 from parity.efficiency.bytes_per_token import decode_bytes
 from parity.models.synth import synth_gguf
 

@@ -194,7 +194,7 @@ def test_snapshot_step_checks_numbers_like_the_cli(tmp_path, options, message):
 @pytest.mark.parametrize("options,message", [({"npl": [0]}, "--npl: expected positive integers"), ({"npp": [32, -1]}, "--npp: expected positive integers")])
 def test_bench_step_checks_numbers_like_the_cli(tmp_path, options, message):
     from parity.errors import UsageError
-    from parity.bench.batched_bench import campaign_step
+    from parity.bench.run import campaign_step
 
     with pytest.raises(UsageError, match=message):
         campaign_step(make_ctx(tmp_path), dict(options))

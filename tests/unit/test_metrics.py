@@ -7,7 +7,8 @@ import math
 
 import pytest
 
-from parity.metrics.serving import METRICS, RequestRecord, compute, definitions, percentile, render_definitions
+from parity.metrics.registry import definitions, render_definitions
+from parity.metrics.serving import METRICS, RequestRecord, compute, percentile
 from parity.metrics.validity import check_request, noise_note, point_verdict
 
 

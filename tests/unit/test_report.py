@@ -199,18 +199,15 @@ def test_gates_only_run_still_gets_every_section(profile, tmp_path):
         render(profile, tmp_path / "out", run_path=run, title="x", compare=str(DATA / "control"))
 
 
-def test_definitions_degrade_without_parity_metrics(monkeypatch):
-    import sys
-
+def test_definitions_are_the_runs_own_else_the_registrys():
+    from parity.metrics.registry import all_metrics
     from parity.report.sections import definitions
 
     rows, note = definitions(["ttft_p50_ms"])
-    assert rows[0][:3] == ["ttft_p50_ms", "ms", "lower"] and note is None
-    monkeypatch.setitem(sys.modules, "parity.metrics.serving", None)  # import now raises ImportError
+    assert rows == [["ttft_p50_ms", "ms", "lower", all_metrics()["ttft_p50_ms"].formula]] and note is None
     recorded = {"metrics": [{"name": "ttft_p50_ms", "unit": "ms", "better": "lower", "formula": "median of (first token - send)"}]}
     assert definitions(["ttft_p50_ms"], recorded) == ([["ttft_p50_ms", "ms", "lower", "median of (first token - send)"]], None)
-    rows, note = definitions(["ttft_p50_ms"], {})
-    assert rows == [] and note.startswith("metric definitions unavailable (parity.metrics.serving")
+    assert definitions(["no_such_metric"], {}) == ([], "no definitions for these metrics")
 
 
 def test_collapsed_profile_is_flagged(profile, tmp_path):

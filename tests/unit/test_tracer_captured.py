@@ -17,7 +17,7 @@ import pytest
 from parity.profiles.analysis import analyze_file, difference
 from parity.profiles.buckets import default_table
 from parity.profiles.synthetic import Kernel, write_export
-from parity.serving import batched_bench
+from parity.bench import batched_bench
 from parity.tracer import trace
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "profile" / "cupti"

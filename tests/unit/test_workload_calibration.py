@@ -12,7 +12,7 @@ import pytest
 
 from parity.metrics import validity
 from parity.metrics.serving import RequestRecord, compute
-from parity.serving.workload_calibration import KNOB, basis, caps, need_of, why_off
+from parity.workloads.calibration import KNOB, basis, caps, need_of, why_off
 from parity.metrics.workload import WINDOWS
 from parity.stats.calibrate import choose, needed_gen, stream_need
 

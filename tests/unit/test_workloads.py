@@ -14,7 +14,8 @@ from parity.config import profile_from_dict
 from parity.workloads.spec import SloConfig, WorkloadConfig, check_workload
 from parity.errors import ConfigError, UsageError
 from parity.metrics import workload as wm
-from parity.metrics.serving import RequestRecord, definitions, direction
+from parity.metrics.registry import definitions, direction
+from parity.metrics.serving import RequestRecord
 from parity.metrics.validity import check_request
 from parity.engines import llama, vllm
 from parity.serving.workloads import Measured, explain_reuse, held_verdict, open_loop_problems, point_row, server_deltas

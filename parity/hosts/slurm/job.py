@@ -1,6 +1,6 @@
 """`parity --host NAME ...` for a `kind: slurm` host: the same command, run by one sbatch
 job on the node Slurm allocates, followed until it ends, its run dir brought back as an
-SSH run's is (parity.remote).
+SSH run's is (parity.hosts.delegation).
 
 Slurm does the queueing, the exclusive allocation, the time limit, the cancellation.
 parity writes a batch script into <workdir>/jobs/<id>/ (workdir: a filesystem the
@@ -33,13 +33,13 @@ from pathlib import Path
 
 from parity.context import RUN_DIR_MARK
 from parity.errors import InfraError, UsageError
-from parity.slurm import commands as sl
+from parity.hosts.slurm import commands as sl
 
 PROGRESS_EVERY_S = 60.0  # a "still running" line at most this often
 
 
 def delegate(host: str, profile, argv: list[str], local_root: Path, *, echo_stdout: bool = True, prefix: str = "", out=None):
-    from parity.slurm.login import login_runner
+    from parity.hosts.slurm.login import login_runner
 
     cfg = profile.host(host) if profile is not None else None
     if cfg is None or cfg.kind != "slurm":
@@ -67,7 +67,7 @@ class Submission:
 
     # ---- the whole delegation -------------------------------------------------------
     def run(self, argv: list[str], local_root: Path, out):
-        from parity.remote import Delegated, ensure_remote_parity, uploaded_argv
+        from parity.hosts.delegation import Delegated, ensure_remote_parity, uploaded_argv
 
         r = self.runner
         parity_cmd, cwd = ensure_remote_parity(r, out)
@@ -110,7 +110,7 @@ class Submission:
 
     def script(self, cmd: list[str], cwd: str) -> str:
         from parity.gpu.lock import LOCK_DIR_ENV
-        from parity.remote import DELEGATED_ENV, RUN_DIR_FILE_ENV
+        from parity.hosts.delegation import DELEGATED_ENV, RUN_DIR_FILE_ENV
         from parity.runners.lifetime import TAG_ENV
 
         env = {RUN_DIR_FILE_ENV: self.files["run_dir"], DELEGATED_ENV: socket.gethostname()}
@@ -118,7 +118,7 @@ class Submission:
             env[LOCK_DIR_ENV] = self.runner.expand(self.cfg.lock_dir)
         if os.environ.get("PARITY_DEBUG"):
             env["PARITY_DEBUG"] = os.environ["PARITY_DEBUG"]
-        lines = ["#!/bin/sh", "# written by parity (parity.slurm.job): one parity command on the allocated node",
+        lines = ["#!/bin/sh", "# written by parity (parity.hosts.slurm.job): one parity command on the allocated node",
                  f"cd {shlex.quote(cwd)} || exit 2", f"unset {TAG_ENV}"]  # fmt: skip
         lines += [f"export {k}={shlex.quote(str(v))}" for k, v in env.items()]
         lines.append("exec " + " ".join(shlex.quote(c) for c in cmd))
@@ -220,7 +220,7 @@ class Submission:
         return text or (self.announced[0] if self.announced else None)
 
     def pull(self, local_root: Path, info: sl.JobInfo | None, why: str | None = None) -> Path | None:
-        from parity.remote import annotate
+        from parity.hosts.delegation import annotate
 
         remote_dir = self.remote_dir()
         if not remote_dir:
@@ -234,7 +234,7 @@ class Submission:
 
 
 def job_name(argv: list[str]) -> str:
-    from parity.remote import split_root
+    from parity.hosts.delegation import split_root
 
     _, rest = split_root(argv)
     words = [a for a in rest if not a.startswith("-")][:2]

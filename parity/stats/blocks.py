@@ -1,4 +1,4 @@
-"""Blocks of a same-session sweep: the engine order of each block, the paired half-widths
+"""Blocks of a same-session measurement (a serving sweep, a batched-bench A/B): the engine order of each block, the paired half-widths
 after a block, and the loop that adds blocks until the stop rule (parity.stats.adaptive)
 ends it.  A block is one repeat in which every engine ran once, back to back.
 
@@ -10,7 +10,9 @@ from __future__ import annotations
 import time
 from typing import Callable
 
+from parity import interrupts
 from parity.stats.adaptive import Budget, stop
+from parity.stats.paired import by_point
 
 
 def block_order(engines: list[str], block: int, order: str) -> list[str]:
@@ -24,14 +26,12 @@ def block_order(engines: list[str], block: int, order: str) -> list[str]:
     return engines[k:] + engines[:k]
 
 
-def half_widths(rows: list[dict], reference: str | None, metrics: list[str], threshold_pct: float, confidence: float, key: str = "n") -> dict:
+def half_widths(rows: list[dict], reference: str | None, metrics: list[str], threshold_pct: float, confidence: float, direction: Callable[[str], str], key: str = "n") -> dict:
     """{"<engine> N=<n> <metric>": conservative half-width % (None: no interval yet)} over
-    the valid rows, every engine but the reference, every point, every headline metric."""
+    the valid rows, every engine but the reference, every point, every headline metric;
+    direction(metric) says whether higher or lower is better."""
     if reference is None:
         return {}
-    from parity.metrics.serving import direction
-    from parity.stats.paired import by_point
-
     out = {}
     for p in by_point(rows, reference, metrics, direction, threshold_pct, confidence, key=key):
         out[f"{p['engine']} {'N=' if key == 'n' else ''}{p[key]} {p['metric']}"] = p["stop_half_width_pct"]
@@ -64,8 +64,6 @@ def run_blocks(budget: Budget, run_block: Callable[[int], bool | None], widths: 
     measured block nor measured time).  widths() -> the half-widths over the blocks so far.
     report(block, counted, widths, decision) after each counted block.
     Returns (rule, why, measured blocks, measured seconds)."""
-    from parity import interrupts
-
     counted, elapsed, b = 0, 0.0, 0
     while True:
         interrupts.check()  # a Ctrl-C whose KeyboardInterrupt was swallowed inside the last block

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from parity.serving.workload_defaults import HISTORY_MARGIN
+from parity.workloads.defaults import HISTORY_MARGIN
 
 KNOB = {"shared-prefix": "gen", "prefill-under-decode": "decode_gen", "open-loop": "gen", "multi-turn": "gen"}
 
@@ -27,8 +27,8 @@ def knob_value(wl) -> int:
 
 def why_off(s, wl, gen_given: bool) -> str | None:
     """Why the trial may not raise this workload's field (None: it may): as the sweep's gen
-    (parity.serving.snapshot.calibration_off), and only a field parity sized."""
-    from parity.serving.snapshot import calibration_off
+    (parity.stats.calibrate.calibration_off), and only a field parity sized."""
+    from parity.stats.calibrate import calibration_off
 
     knob = KNOB[wl.kind]
     if knob not in wl.sized:

@@ -34,7 +34,7 @@ def published(hardware_class: str | None, gpu_name: str | None) -> dict:
             return {"gbps": gbps, "label": label, "source": source}
     if hardware_class in (None, "cpu_only"):
         return {"gbps": None, "reason": "no GPU: no published figure for this CPU's memory (the measured copy is the roofline)"}
-    return {"gbps": None, "reason": f"no published figure for {gpu_name or 'this GPU'} ({hardware_class}) in parity.efficiency.peak.PUBLISHED"}
+    return {"gbps": None, "reason": f"no published figure for {gpu_name or 'this GPU'} ({hardware_class}) in parity.gpu.bandwidth.PUBLISHED"}
 
 
 def _meminfo_available() -> int | None:
@@ -94,7 +94,7 @@ def measure_gpu(size: int = GIB, repeats: int = 10) -> dict:
     import subprocess
     import sys
 
-    code = f"import json; from parity.efficiency.peak import measure_gpu_here; print(json.dumps(measure_gpu_here({size}, {repeats})))"
+    code = f"import json; from parity.gpu.bandwidth import measure_gpu_here; print(json.dumps(measure_gpu_here({size}, {repeats})))"
     try:
         res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
         return json.loads(res.stdout.strip().splitlines()[-1])

@@ -34,16 +34,6 @@ RUN_DIR_FILE_ENV = "PARITY_RUN_DIR_FILE"
 INTERRUPT_GRACE_S = 30.0  # the remote parity needs time to stop servers and release its lock
 
 
-def refuse_or_delegate(host: str, profile) -> None:
-    """Called by make_context when --host is given: run remotely, exit with its code."""
-    import typer
-
-    from parity.cli import command_argv, state
-
-    res = delegate(host, profile, command_argv(), Path(state.artifacts))
-    raise typer.Exit(res.rc)
-
-
 # --------------------------------------------------------------------------- argv
 
 
@@ -220,30 +210,6 @@ class Delegated:
     stdout: str
 
 
-# host kind (hosts.NAME.kind) -> "module:function" that runs the command there and pulls its run dir back
-DELEGATES = {"ssh": "parity.remote:ssh_delegate", "slurm": "parity.slurm.job:delegate"}
-
-
-def delegate(host: str, profile, argv: list[str], local_root: Path, *, echo_stdout: bool = True, prefix: str = "", out=None) -> Delegated:
-    """Run argv on host (an SSH host, or a Slurm host: one batch job) and pull its run dir back."""
-    import importlib
-
-    cfg = profile.host(host) if profile is not None else None
-    mod, fn = DELEGATES[cfg.kind if cfg is not None else "ssh"].split(":")
-    return getattr(importlib.import_module(mod), fn)(host, profile, argv, local_root, echo_stdout=echo_stdout, prefix=prefix, out=out)
-
-
-def ssh_delegate(host: str, profile, argv: list[str], local_root: Path, *, echo_stdout: bool = True, prefix: str = "", out=None) -> Delegated:
-    from parity.runners.ssh import SSHRunner
-
-    runner = SSHRunner.for_host(host, profile)
-    runner.interrupt_grace_s = INTERRUPT_GRACE_S
-    try:
-        return _delegate(runner, argv, Path(local_root), echo_stdout, prefix, out)
-    finally:
-        runner.close()
-
-
 def uploaded_argv(runner, argv: list[str], workdir: str) -> list[str]:
     """argv for the remote side: every local file it names put under <workdir>/inputs/<digest>/
     (once each), run dirs under <workdir>/runs."""
@@ -260,7 +226,7 @@ def uploaded_argv(runner, argv: list[str], workdir: str) -> list[str]:
     return remote_argv(argv, f"{workdir}/runs", upload)
 
 
-def _delegate(runner, argv, local_root: Path, echo_stdout: bool, prefix: str, out) -> Delegated:
+def run_delegated(runner, argv, local_root: Path, echo_stdout: bool, prefix: str, out) -> Delegated:
     parity_cmd, cwd = ensure_remote_parity(runner, out)
     workdir = runner.expand(runner.cfg.workdir)
     args = uploaded_argv(runner, argv, workdir)
