@@ -11,6 +11,7 @@ from pathlib import Path
 
 from parity.paths import cache_dir
 from parity.engine import cmake
+from parity.gpu.lock import pid_alive
 
 
 def detach_dir() -> Path:
@@ -58,7 +59,6 @@ def detached_status() -> list[dict]:
     for st in sorted(detach_dir().glob("*.json")):
         doc = json.loads(st.read_text())
         done = st.with_suffix(".done")
-        from parity.gpu.lock import pid_alive
 
         alive = pid_alive(doc["pid"])  # before looking for the exit status: one written in between is then seen
         if done.exists():

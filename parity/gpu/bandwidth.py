@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import time
+from parity.paths import cache_dir
 
 # (hardware class, GPU name pattern, label, GB/s, source).  First match wins: keep the more
 # specific names (PCIe, NVL, H200) above the generic H100.
@@ -167,8 +168,6 @@ def _machine_key(device: str) -> str:
 
 
 def _cache_file(key: str):
-    from parity.paths import cache_dir
-
     return cache_dir() / "bandwidth" / f"{key}.json"
 
 

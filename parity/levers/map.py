@@ -15,6 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from parity.errors import ConfigError, UsageError
+from parity.decode import read_yaml
+from parity.files import atomic_write_text
+from parity.yamlload import safe_load
 
 MAP_NAME = "lever_map.yaml"
 HEADER = """\
@@ -42,7 +45,6 @@ def load(path: Path) -> list[dict]:
     path = Path(path)
     if not path.exists():
         return []
-    from parity.decode import read_yaml
 
     shape = "a lever map is a mapping with a `levers:` list of rows"
     data = read_yaml(path, str(path), not_mapping=shape)
@@ -58,8 +60,6 @@ def load(path: Path) -> list[dict]:
 def append(path: Path, row: dict) -> list[dict]:
     """Append one row (as text, keeping the file's comments); returns every row."""
     import yaml
-
-    from parity.files import atomic_write_text
 
     path = Path(path)
     before = load(path)
@@ -81,8 +81,6 @@ def append(path: Path, row: dict) -> list[dict]:
 
 
 def load_text(text: str) -> list[dict]:
-    from parity.yamlload import safe_load
-
     data = safe_load(text) or {}
     return list(data.get("levers") or [])
 
@@ -157,8 +155,6 @@ def render_markdown(rows: list[dict], source: str = MAP_NAME) -> str:
 
 
 def write_markdown(path: Path, rows: list[dict]) -> Path:
-    from parity.files import atomic_write_text
-
     md = Path(path).with_suffix(".md")
     atomic_write_text(md, render_markdown(rows, Path(path).name))
     return md
