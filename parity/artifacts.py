@@ -26,11 +26,19 @@ STATUSES = ("running", "complete", "failed", "interrupted", "dry-run")
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write a temporary beside path, then rename it over path: a reader (or a writer killed
+    mid-write) sees the old file or the new one, whole.  The file keeps its mode (a map that
+    was 644 stays 644); a new one gets the umask's, as open() would give it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        try:
+            mode = os.stat(path).st_mode & 0o7777
+        except FileNotFoundError:
+            mode = 0o666 & ~_umask()
         with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), mode)
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
@@ -41,6 +49,32 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         except FileNotFoundError:
             pass
         raise
+
+
+def _umask() -> int:
+    """The process umask, read without changing it (Linux: /proc/self/status)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    return 0o022
+
+
+def fsync_dir(d: Path) -> None:
+    """The rename itself on disk (a power loss after it keeps the new file)."""
+    try:
+        fd = os.open(str(d), os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -199,11 +233,22 @@ class RunDir:
     def _write_manifest(self, data: dict) -> None:
         atomic_write_json(self.manifest_path, data)
 
+    def _edit(self, change) -> dict:
+        """Read, change, write the manifest with the run directory locked: the threads of a
+        matrix and any other parity touching this run (settle, resume) never lose an update."""
+        from parity.filelock import locked_dir
+
+        with locked_dir(self.path):
+            data = self.manifest()
+            if change(data) is not False:  # False: nothing to write
+                self._write_manifest(data)
+            return data
+
     def update(self, **fields) -> dict:
-        data = self.manifest()
-        data.update(fields)
-        self._write_manifest(data)
-        return data
+        def change(data):
+            data.update(fields)
+
+        return self._edit(change)
 
     def finish(self, status: str, error: str | None = None) -> None:
         assert status in STATUSES, status
@@ -215,29 +260,37 @@ class RunDir:
     def settle(self, seen_by: str) -> bool:
         """A run whose parity died without closing it (SIGKILL, OOM, power loss) says `running`
         forever: when its pid is gone from this host, mark it interrupted.  True when marked."""
+        marked = []
+
+        def change(m):
+            if m.get("status") != "running" or m.get("hostname") != socket.gethostname() or not isinstance(m.get("pid"), int):
+                return False
+            if process_alive_since(m["pid"], m.get("resumed_at") or m.get("started")):
+                return False
+            m.update(status="interrupted", ended=now_iso(),
+                     error=f"parity (pid {m['pid']}) ended without closing this run (killed?); marked by {seen_by} on {socket.gethostname()}")  # fmt: skip
+            marked.append(True)
+
         try:
-            m = self.manifest()
+            self._edit(change)
         except (OSError, ValueError):
             return False
-        if m.get("status") != "running" or m.get("hostname") != socket.gethostname() or not isinstance(m.get("pid"), int):
-            return False
-        if process_alive_since(m["pid"], m.get("resumed_at") or m.get("started")):
-            return False
-        self.finish("interrupted", f"parity (pid {m['pid']}) ended without closing this run (killed?); marked by {seen_by} on {socket.gethostname()}")
-        return True
+        return bool(marked)
 
     def mark_invalid(self, reason: str) -> None:
-        data = self.manifest()
-        data["valid"] = False
-        data.setdefault("invalid_reasons", []).append(reason)
-        self._write_manifest(data)
+        def change(data):
+            data["valid"] = False
+            data.setdefault("invalid_reasons", []).append(reason)
+
+        self._edit(change)
 
     def record_step(self, name: str, status: str, **info) -> None:
-        data = self.manifest()
-        entry = data["steps"].get(name, {})
-        entry.update({"status": status, "at": now_iso(), **info})
-        data["steps"][name] = entry
-        self._write_manifest(data)
+        def change(data):
+            entry = data["steps"].get(name, {})
+            entry.update({"status": status, "at": now_iso(), **info})
+            data["steps"][name] = entry
+
+        self._edit(change)
 
     def step_status(self, name: str) -> str | None:
         return self.manifest().get("steps", {}).get(name, {}).get("status")
