@@ -33,7 +33,9 @@ def start_detached(parity_args: list[str], runner) -> dict:
     tmp = done.with_suffix(".done.tmp")
     proc = runner.spawn(["sh", "-c", f"{cmd}; echo $? > {shlex.quote(str(tmp))} && mv {shlex.quote(str(tmp))} {shlex.quote(str(done))}"], log_path=str(log), detached=True)  # outlives this parity; the exit status appears whole
     doc = {"id": stamp, "pid": proc.pid, "argv": parity_args, "log": str(log), "started": stamp}
-    state.write_text(json.dumps(doc))
+    from parity.artifacts import atomic_write_text
+
+    atomic_write_text(state, json.dumps(doc))  # `parity build --status` never reads half of it
     return doc
 
 

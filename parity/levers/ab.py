@@ -54,6 +54,7 @@ class ABRequest:
     post_gates: bool = True
     map: str | None = None  # None: levers.map, else <artifacts>/lever_map.yaml
     dry_run: bool = False
+    aa: bool = False  # the arms are identical on purpose (an A/A of this setup)
 
 
 def base_engine(profile, engine: str | None) -> str:
@@ -162,11 +163,16 @@ def prepare(ctx, req: ABRequest) -> dict:
     if req.model:
         prof.model(req.model)
     builds = {arm: armsmod.check_build(prof, arm) for arm in (arm_a, arm_b)}
+    same = armsmod.identical(prof, arm_a, arm_b, builds)
+    if same and not req.aa:
+        raise UsageError(f"{lever.derived_name()}: {same}; for an A/A on purpose (the noise floor of this setup) give --aa")
+    if not same and req.aa:
+        raise UsageError(f"--aa: the arms differ ({lever.changes(arm_a)}): an A/A needs a lever that leaves arm B equal to arm A")
     models, paths = gate_plan(prof, arm_a, req)
     facts = context_facts(ctx, arm_a)
     map_path = levermap.default_path(prof, ctx.artifacts_root) if not req.map else __import__("pathlib").Path(req.map).expanduser()
     rows = levermap.load(map_path)
-    name = lever.label()
+    name = lever.label() if lever.name or not req.aa else f"{lever.label()} (A/A)"  # an A/A row never closes the real lever
     same = levermap.matching(rows, name, facts["hardware_class"], facts["pin"])
     closed = levermap.closing_row(rows, name, facts["hardware_class"], facts["pin"])
     return {"lever": lever, "name": name, "arm_a": arm_a, "arm_b": arm_b, "builds": builds, "gate_models": models, "gate_paths": paths, "facts": facts,
@@ -279,8 +285,8 @@ def session(ctx, req: ABRequest, p: dict) -> dict:
            "series_digest": facts["series_digest"], "verdict": dec["verdict"], "key_number": dec["key"]["text"], "metric": metric, "point": dec["key"]["point"],
            "ratio": dec["key"]["ratio"], "low": dec["key"]["low"], "high": dec["key"]["high"], "gates": gate["summary"], "gate_kind": gate["kind"],
            "artifact": run_dir, "report": doc["report"], "date": levermap.today(), "reopen": req.reopen, "reopens": doc["reopens"]}  # fmt: skip
-    rows = levermap.append(p["map_path"], row)
-    doc["map_markdown"] = str(levermap.write_markdown(p["map_path"], rows))
+    levermap.append(p["map_path"], row, markdown=True)
+    doc["map_markdown"] = str(levermap.markdown_path(p["map_path"]))
     ctx.run.write_json("summary.json", doc)
     ctx.out.info(f"[ab] {dec['verdict']}: {dec['key']['text']}; {dec['why']}")
     return doc

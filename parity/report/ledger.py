@@ -6,6 +6,7 @@ a report without a sidecar is read from its markdown front matter."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -62,12 +63,42 @@ def next_phase(out_dir: Path) -> int:
 
 
 def append(out_dir: Path, row: dict) -> None:
+    """One row more in both files, under the ledger's lock (concurrent writers all land);
+    the markdown row goes right after the table's last row, so notes below it stay.  Each
+    file is replaced whole (a writer killed mid-write leaves the previous file); the CSV first."""
     out_dir = Path(out_dir)
     csv_p, md_p = out_dir / "BENCHMARK.csv", out_dir / "BENCHMARK.md"
-    old_csv = csv_p.read_text() if csv_p.is_file() else ",".join(COLUMNS) + "\n"
-    old_md = md_p.read_text() if md_p.is_file() else MD_HEADER + _md_table_head()
-    atomic_write_text(csv_p, old_csv + _csv_line(row))
-    atomic_write_text(md_p, old_md.rstrip("\n") + "\n" + md_row(row) + "\n")
+    with locked(out_dir):
+        old_csv = csv_p.read_text() if csv_p.is_file() else ",".join(COLUMNS) + "\n"
+        if old_csv and not old_csv.endswith("\n"):
+            old_csv += "\n"
+        atomic_write_text(csv_p, old_csv + _csv_line(row))
+        old_md = md_p.read_text() if md_p.is_file() else MD_HEADER + _md_table_head()
+        atomic_write_text(md_p, _md_with_row(old_md, md_row(row)))
+
+
+def _md_with_row(text: str, row_line: str) -> str:
+    lines = text.splitlines(keepends=True)
+    head = next((i for i, ln in enumerate(lines) if ln.strip() == _md_table_head().splitlines()[0]), None)
+    if head is None:  # no ledger table (a hand-edited file): a new one at the end
+        return text.rstrip("\n") + "\n\n" + _md_table_head() + row_line + "\n"
+    end = head + 1
+    while end < len(lines) and lines[end].lstrip().startswith("|"):
+        end += 1
+    if end == len(lines) and lines and not lines[-1].endswith("\n"):
+        lines[-1] += "\n"
+    return "".join(lines[:end]) + row_line + "\n" + "".join(lines[end:])
+
+
+@contextlib.contextmanager
+def locked(out_dir: Path):
+    """The ledger's lock (one for both files; re-entrant in one thread): hold it from choosing
+    a phase number to appending its row, and no two writers take the same number."""
+    from parity.filelock import lock_path
+    from parity.filelock import locked as file_locked
+
+    with file_locked(lock_path(Path(out_dir) / "BENCHMARK.csv")):
+        yield
 
 
 def front_matter(text: str) -> dict:
@@ -94,6 +125,11 @@ def rebuild(out_dir: Path) -> list[dict]:
     ledger whose report lives elsewhere (a campaign's, in its run dir) are kept while that
     report still exists."""
     out_dir = Path(out_dir)
+    with locked(out_dir):
+        return _rebuild(out_dir)
+
+
+def _rebuild(out_dir: Path) -> list[dict]:
     rows = [r for r in read_rows(out_dir) if "/" in (r.get("report") or "") and (out_dir / r["report"]).is_file()]
     for md in sorted(out_dir.glob("*.md")):
         if not REPORT_NAME.match(md.name):
