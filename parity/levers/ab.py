@@ -250,7 +250,8 @@ def session(ctx, req: ABRequest, p: dict) -> dict:
     ctx.out.info(f"[ab] lever {p['name']}: A = {a}, B = {b} ({lever.changes(a)})")
     built = ensure_engines_built(ctx, [a, b])  # before the shared GPU is taken
     for arm in (a, b):
-        ctx.out.info(f"[ab] {arm}: build {built[arm].get('key') or built[arm]} ({'cached' if built[arm].get('cached') else 'built now'})")
+        bld = built[arm]
+        ctx.out.info(f"[ab] {arm}: " + (f"prebuilt {bld['prebuilt']}" if "prebuilt" in bld else f"build {bld.get('key')} ({'cached' if bld.get('cached') else 'built now'})"))
     phases = []
     with held_lock(ctx):
         hw = write_hardware(ctx)
