@@ -100,3 +100,60 @@ def test_parse_reads_quoted_label_values_special_values_and_timestamps():
     assert got["x_total"] == 5.0 and got["y_count"] == 4.0 and "y_bucket" not in got
     with pytest.raises(ValueError, match="unterminated labels"):
         parse('x_total{engine="0 1\n')
+
+
+# ------------------------------------------------------------------ prompt tokens and the prompt cache
+
+
+def _llama(name: str, without_cached_counter: bool = False) -> dict:
+    """A captured llama-server /metrics (tests/data/llama_server); without_cached_counter: the same
+    text less the llamacpp:prompt_tokens_cached_total family, which the users' pin (0ed235ea)
+    does not have (its server-context.cpp exports prompt_tokens_total of computed tokens only)."""
+    from pathlib import Path
+
+    text = body_of_raw(Path(__file__).resolve().parent.parent / "data" / "llama_server" / name).decode()
+    if without_cached_counter:
+        text = "".join(ln for ln in text.splitlines(keepends=True) if "prompt_tokens_cached_total" not in ln)
+    return parse(text)
+
+
+def _prompt_row(server: dict, client: dict) -> dict:
+    (row,) = [r for r in reconcile(server, client) if r["quantity"] == "prompt_tokens"]
+    return row
+
+
+def test_llama_server_with_the_cached_counter_counts_the_whole_prompt():
+    # the same 8 x 32-token prompts again: 8 computed, 248 from cache (usage cached_tokens 31 each)
+    server = deltas("llama", _llama("metrics-2-after-batch.raw"), _llama("metrics-3-after-repeat.raw"))
+    assert (server["prompt_tokens"], server["prompt_includes_cached"]) == (256, True)
+    assert _prompt_row(server, {"prompt_tokens": 256, "cached_prompt_tokens": 248})["status"] == "ok"
+    assert _prompt_row(server, {"prompt_tokens": 256, "cached_prompt_tokens": None})["status"] == "ok"
+    assert _prompt_row(server, {"prompt_tokens": 255, "cached_prompt_tokens": 248})["status"] == "MISMATCH"
+
+
+def test_llama_server_without_the_cached_counter_is_reconciled_with_the_cached_tokens_responses_report():
+    server = deltas("llama", _llama("metrics-2-after-batch.raw", True), _llama("metrics-3-after-repeat.raw", True))
+    assert (server["prompt_tokens"], server["prompt_includes_cached"]) == (8, False)
+    row = _prompt_row(server, {"prompt_tokens": 256, "cached_prompt_tokens": 248})
+    assert row["status"] == "ok" and row["rule"].startswith("exact, less the 248 prompt tokens") and row["client"] == 256
+    assert _prompt_row(server, {"prompt_tokens": 256, "cached_prompt_tokens": 247})["status"] == "MISMATCH"  # one token unaccounted for
+    unknown = _prompt_row(server, {"prompt_tokens": 256, "cached_prompt_tokens": None})  # not every response said: at most
+    assert unknown["status"] == "ok" and unknown["rule"].startswith("at most the client's")
+    assert _prompt_row(server, {"prompt_tokens": 7, "cached_prompt_tokens": None})["status"] == "MISMATCH"  # more computed than sent
+
+
+def test_one_cached_token_on_a_busy_server_is_no_warning():
+    """The H100 serving run: 4096 prompt tokens sent, the pin's server computed 4095 (its prompt
+    cache reused one token of one request); 9 of 60 points warned 'client 4096 vs server 4095'."""
+    server = {"prompt_tokens": 4095.0, "prompt_includes_cached": False}
+    assert mismatches(reconcile(server, {"prompt_tokens": 4096, "cached_prompt_tokens": 1})) == []
+    assert mismatches(reconcile(server, {"prompt_tokens": 4096, "cached_prompt_tokens": 0})) == [
+        "prompt_tokens: client 4096 vs server 4095.0 (exact, less the 0 prompt tokens the responses said the server took from its cache (its counter leaves them out))"]
+
+
+def test_vllm_counts_the_tokens_it_took_from_its_prefix_cache():
+    # two 300-token prompts, the second hit 256 tokens in the prefix cache: prompt_tokens_total +300 both times
+    v = lambda n: parse(body(n))  # noqa: E731
+    first, again = deltas("vllm", v("metrics-4-before-prefix.raw"), v("metrics-5-after-first-300.raw")), deltas("vllm", v("metrics-5-after-first-300.raw"), v("metrics-6-after-repeat-300.raw"))
+    assert (first["prompt_tokens"], again["prompt_tokens"], again["prefix_hits"], again["prompt_includes_cached"]) == (300, 300, 256, True)
+    assert _prompt_row(again, {"prompt_tokens": 300, "cached_prompt_tokens": 256})["status"] == "ok"  # not 300 - 256
