@@ -2,9 +2,10 @@
 they wrote: comments, keys parity does not know, order, indentation, quoting.
 
 An item for a block list is added as text after the list's last item, so every other byte
-stays; any other change (or a list in flow style) goes through ruamel.yaml's round-trip mode (comments and layout kept, the
-file's own indentation guessed).  Either way the result is parsed back and must hold exactly
-the old data plus the change, or nothing is written (YamlEditError)."""
+stays; any other change (or a list in flow style) goes through ruamel.yaml's round-trip mode
+(comments and layout kept, the file's own indentation read from it).  Either way the result is
+parsed back and must hold exactly the old data plus the change, or nothing is written
+(YamlEditError)."""
 
 from __future__ import annotations
 
@@ -21,9 +22,18 @@ class YamlEditError(ValueError):
     """The change could not be made without altering what the file already holds."""
 
 
+def _canon(x: Any) -> Any:
+    """x for comparing: mappings order-free (keys of mixed types: 0 and "abc"), NaN equal to
+    NaN, dates and other scalars by their text."""
+    if isinstance(x, dict):
+        return sorted((repr(k), _canon(v)) for k, v in x.items())
+    if isinstance(x, list):
+        return [_canon(v) for v in x]
+    return repr(x) if isinstance(x, float) else json.dumps(x, default=str)
+
+
 def _same(a: Any, b: Any) -> bool:
-    # NaN != NaN; dates and other YAML scalars compare by their text
-    return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
+    return _canon(a) == _canon(b)
 
 
 def item_text(item: dict, dash_col: int = 0, offset: int = 2) -> str:
@@ -79,23 +89,51 @@ def _inserted(text: str, at: int, item: str) -> str:
     return "".join(lines[:at]) + item + "".join(lines[at:])
 
 
-def _guessed_yaml(text: str):
-    from ruamel.yaml import YAML
-    from ruamel.yaml.util import load_yaml_guess_indent
+def _layout(text: str) -> tuple[int, int, int]:
+    """(mapping indent, sequence indent, sequence offset) as ruamel.yaml's indent() takes them,
+    read from the file's first nested block mapping and first block list under a key (ruamel's
+    own guess misreads a key with a comment after it, and its wrong guess grows each rewrite)."""
+    try:
+        root = yaml.compose(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except yaml.YAMLError:
+        root = None
+    mapping = seq = None
+    todo = [root] if root is not None else []
+    while todo and (mapping is None or seq is None):
+        node = todo.pop(0)
+        if isinstance(node, yaml.MappingNode) and not node.flow_style:
+            for k, v in node.value:
+                if isinstance(v, yaml.MappingNode) and not v.flow_style and v.value and mapping is None and v.start_mark.line > k.start_mark.line:
+                    mapping = v.value[0][0].start_mark.column - k.start_mark.column
+                if isinstance(v, yaml.SequenceNode) and not v.flow_style and v.value and seq is None:
+                    item = v.value[0]
+                    line = text.splitlines()[item.start_mark.line]
+                    dash = line.rfind("-", 0, item.start_mark.column)
+                    if dash >= k.start_mark.column:
+                        seq = (item.start_mark.column - k.start_mark.column, dash - k.start_mark.column)
+                todo.append(v)
+        elif isinstance(node, yaml.SequenceNode):
+            todo.extend(node.value)
+    mapping = mapping if mapping and mapping > 0 else 2
+    sequence, offset = seq if seq and seq[0] > seq[1] else (mapping, 0)
+    return mapping, sequence, offset
 
-    _, indent, block_seq_indent = load_yaml_guess_indent(text)
+
+def _yaml_for(text: str):
+    from ruamel.yaml import YAML
+
     y = YAML()  # round-trip
     y.preserve_quotes = True
     y.width = 4096
-    indent, offset = indent or 2, block_seq_indent or 0
-    y.indent(mapping=indent, sequence=max(indent, offset + 2), offset=offset)
+    mapping, sequence, offset = _layout(text)
+    y.indent(mapping=mapping, sequence=sequence, offset=offset)
     return y
 
 
 def round_trip(text: str, change: Callable[[Any], None]) -> str:
     """text with change(data) applied to its round-trip data (a ruamel CommentedMap: use it as
     a dict); the rest as written."""
-    y = _guessed_yaml(text)
+    y = _yaml_for(text)
     data = y.load(text)
     change(data)
     buf = io.StringIO()

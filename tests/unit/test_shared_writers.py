@@ -32,7 +32,7 @@ while not go.exists():
 if what == "map":
     from parity.levers import map as levermap
     for i in range(n):
-        levermap.append(target, {"lever": f"W{wid}-{i}", "kind": "runtime", "verdict": "FLAT", "ratio": 1.0 + i / 1000, "date": "2026-11-30"})
+        levermap.append(target, {"lever": f"W{wid}-{i}", "kind": "runtime", "verdict": "FLAT", "ratio": 1.0 + i / 1000, "date": "2026-11-30"}, markdown=True)
 elif what == "ledger":
     from parity.report import ledger
     for i in range(n):
@@ -101,6 +101,8 @@ def test_eight_writers_lose_no_lever_map_row_and_keep_what_the_user_wrote(tmp_pa
     assert yaml.safe_load(text)["owner"] == "perf team" and "    -   lever: W" in text  # new rows in the list's own layout
     assert path.stat().st_mode & 0o777 == 0o640
     assert not list(tmp_path.glob(".lever_map.yaml.*.tmp"))
+    md = (tmp_path / "lever_map.md").read_text()  # rendered under the map's lock: never older than the map
+    assert sum(1 for ln in md.splitlines() if ln.startswith("| ") and "**W" in ln) == WRITERS * ROWS
 
 
 def test_eight_writers_lose_no_ledger_entry(tmp_path):
@@ -266,3 +268,68 @@ def test_a_symlinked_map_is_updated_where_it_lives(tmp_path):
     link.symlink_to(real)
     levermap.append(link, {"lever": "C=1", "verdict": "GO"})
     assert link.is_symlink() and [r["lever"] for r in levermap.load(real)][-1] == "C=1"
+
+
+def test_series_registry_recordings_at_once_all_land_and_comments_stay(tmp_path):
+    """parity build --check-series --record from several processes (one per series digest)."""
+    reg = tmp_path / "series-trees.yaml"
+    reg.write_text("# trees we checked by hand: keep\nseries:\n  0000000000000000:   # the first (YAML reads it as the number 0)\n  - {pin_tree: " + "a" * 40 + ", tree: " + "b" * 40 + ", patches: 1}\n")
+    code = ("import sys, os, time\nwhile not os.path.exists(sys.argv[1]): time.sleep(0.002)\n"
+            "from parity.engine.mirror import record\n"
+            "for i in range(5): record(f'd{sys.argv[2]}-{i}', 'c' * 40, format(i, 'x') * 40, 3, 'test')")  # fmt: skip
+    env = {**os.environ, "PARITY_SERIES_TREES": str(reg)}
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "go"), str(w)], cwd=REPO, env=env, stderr=subprocess.PIPE, text=True) for w in range(6)]
+    time.sleep(1.0)
+    (tmp_path / "go").write_text("")
+    for p in procs:
+        assert p.wait(timeout=300) == 0, p.stderr.read()[-2000:]
+    series = yaml.safe_load(reg.read_text())["series"]
+    assert sorted(map(str, series)) == sorted(["0", *(f"d{w}-{i}" for w in range(6) for i in range(5))])
+    assert reg.read_text().startswith("# trees we checked by hand: keep\nseries:\n  0000000000000000:   # the first (YAML reads it as the number 0)\n")
+
+
+_FORCED_BUILD = """
+import sys
+from parity.config import load_profile
+from parity.engine.build import ensure_built
+from parity.runners.local import LocalRunner
+from parity.ui import Output
+ensure_built(load_profile(sys.argv[1]), "stock", LocalRunner(), Output(json_mode=True), force=True)
+"""
+
+
+KILLS = 10
+
+
+def test_a_forced_rebuild_killed_anywhere_never_leaves_a_good_looking_broken_build(mini_build, tmp_path):
+    """BUILD_OK means the build is whole: a rebuild SIGKILLed at random points (removing the old
+    tree, configuring, compiling, hashing) leaves either no BUILD_OK or every binary build.json names."""
+    import hashlib
+
+    from parity.config import load_profile
+    from parity.engine import build
+    from parity.runners.local import LocalRunner
+    from parity.ui import Output
+
+    path = mini_build()
+    p = build.plan(load_profile(str(path)), "stock")
+    t0 = time.monotonic()
+    build.ensure_built(load_profile(str(path)), "stock", LocalRunner(), Output(json_mode=True))
+    whole = time.monotonic() - t0  # how long one build takes here: the kills land anywhere in it
+    rng = random.Random(7)
+    states = {"good": 0, "not marked": 0}
+    for k in range(KILLS):
+        child = subprocess.Popen([sys.executable, "-c", _FORCED_BUILD, str(path)], cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(0.3 + rng.random() * whole)
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(timeout=30)
+        if (p.dir / build.OK_MARKER).exists():
+            prov = json.loads((p.dir / "build.json").read_text())
+            for tool, sha in prov["binaries"].items():
+                assert hashlib.sha256((p.dir / "build" / "bin" / tool).read_bytes()).hexdigest() == sha, f"kill {k}: {tool} differs from build.json"
+            states["good"] += 1
+        else:
+            states["not marked"] += 1
+    r = build.ensure_built(load_profile(str(path)), "stock", LocalRunner(), Output(json_mode=True))  # the next builder finds it not built, and builds it
+    assert not r.cached and (p.dir / build.OK_MARKER).exists() and r.bin_dir.is_dir()
+    print(f"after {KILLS} kills: {states}")
