@@ -76,7 +76,7 @@ def _captured() -> list[tuple[str, str]]:
     from pathlib import Path
 
     data = Path(__file__).resolve().parent.parent / "data"
-    files = sorted((data / "vllm").glob("metrics-*")) + sorted((data / "llama_server").glob("metrics-*"))
+    files = sorted((data / "vllm").glob("metrics-*")) + sorted((data / "llama_server").glob("metrics-*")) + sorted((data / "llama_server_pin").glob("*metrics-*"))
     # .raw: the whole HTTP response, decoded as the client does
     return [(f"{f.parent.name}/{f.name}", body_of_raw(f).decode() if f.suffix == ".raw" else f.read_text()) for f in files]
 
@@ -105,16 +105,28 @@ def test_parse_reads_quoted_label_values_special_values_and_timestamps():
 # ------------------------------------------------------------------ prompt tokens and the prompt cache
 
 
-def _llama(name: str, without_cached_counter: bool = False) -> dict:
-    """A captured llama-server /metrics (tests/data/llama_server); without_cached_counter: the same
-    text less the llamacpp:prompt_tokens_cached_total family, which the users' pin (0ed235ea)
-    does not have (its server-context.cpp exports prompt_tokens_total of computed tokens only)."""
+def _metrics(folder: str, name: str) -> dict:
     from pathlib import Path
 
-    text = body_of_raw(Path(__file__).resolve().parent.parent / "data" / "llama_server" / name).decode()
-    if without_cached_counter:
-        text = "".join(ln for ln in text.splitlines(keepends=True) if "prompt_tokens_cached_total" not in ln)
-    return parse(text)
+    return parse(body_of_raw(Path(__file__).resolve().parent.parent / "data" / folder / name).decode())
+
+
+def _client(folder: str, stream: str) -> dict:
+    """The client's side of one real captured stream, read by parity's own stream handler."""
+    from pathlib import Path
+
+    from parity.serving.http import BodyDecoder, SSEParser, parse_head
+    from parity.serving.loadgen import _Handler
+    from parity.serving.metrics import RequestRecord
+
+    raw = (Path(__file__).resolve().parent.parent / "data" / folder / stream).read_bytes()
+    i = raw.find(b"\r\n\r\n")
+    _, headers = parse_head(raw[:i])
+    rec, events = RequestRecord(), SSEParser().feed(BodyDecoder(headers).feed(raw[i + 4 :]))
+    h = _Handler(rec, None, "chunks")
+    for k, ev in enumerate(events):
+        h(float(k), ev)
+    return {"requests": 1, "prompt_tokens": rec.prompt_tokens, "generation_tokens": rec.usage_tokens, "cached_prompt_tokens": rec.cached_tokens}
 
 
 def _prompt_row(server: dict, client: dict) -> dict:
@@ -122,29 +134,43 @@ def _prompt_row(server: dict, client: dict) -> dict:
     return row
 
 
-def test_llama_server_with_the_cached_counter_counts_the_whole_prompt():
-    # the same 8 x 32-token prompts again: 8 computed, 248 from cache (usage cached_tokens 31 each)
-    server = deltas("llama", _llama("metrics-2-after-batch.raw"), _llama("metrics-3-after-repeat.raw"))
+PIN = "llama_server_pin"
+
+
+@pytest.mark.parametrize("before, stream, after, cached", [
+    ("metrics-0-fresh.raw", "stream-first.raw", "metrics-1-after-first.raw", 0),
+    ("metrics-1-after-first.raw", "stream-bos-reused.raw", "metrics-2-after-bos-reused.raw", 1),  # client 32, server 31: the H100 run's warning
+    ("metrics-2-after-bos-reused.raw", "stream-repeat.raw", "metrics-3-after-repeat.raw", 31),
+    ("paged-metrics-1-after-first.raw", "paged-stream-bos-reused.raw", "paged-metrics-2-after-bos-reused.raw", 0),  # the paged path reuses nothing
+])  # fmt: skip
+def test_the_pins_llama_server_reconciles_with_what_its_cache_took(before, stream, after, cached):
+    """The users' llama-server (pin + series; tests/data/llama_server_pin) counts only computed
+    prompt tokens and has no cached counter: its count is the client's less the cached tokens
+    the response reported, and that is no mismatch."""
+    server = deltas("llama", _metrics(PIN, before), _metrics(PIN, after))
+    client = _client(PIN, stream)
+    assert (client["prompt_tokens"], client["cached_prompt_tokens"], server["prompt_tokens"], server["prompt_includes_cached"]) == (32, cached, 32 - cached, False)
+    rows = reconcile(server, client)
+    assert mismatches(rows) == [] and {r["quantity"]: r["status"] for r in rows}["prompt_tokens"] == "ok"
+    off = _prompt_row(server, {**client, "cached_prompt_tokens": cached + 1})  # a token the cache does not explain
+    assert off["status"] == "MISMATCH"
+    unknown = _prompt_row(server, {**client, "cached_prompt_tokens": None})  # not every response said: at most the client's
+    assert unknown["status"] == "ok" and unknown["rule"].startswith("at most the client's")
+
+
+def test_a_newer_llama_server_with_the_cached_counter_counts_the_whole_prompt():
+    # ../llama_server: the same 8 x 32-token prompts again, 8 computed and 248 from cache (usage cached_tokens 31 each)
+    server = deltas("llama", _metrics("llama_server", "metrics-2-after-batch.raw"), _metrics("llama_server", "metrics-3-after-repeat.raw"))
     assert (server["prompt_tokens"], server["prompt_includes_cached"]) == (256, True)
-    assert _prompt_row(server, {"prompt_tokens": 256, "cached_prompt_tokens": 248})["status"] == "ok"
+    assert _prompt_row(server, {"prompt_tokens": 256, "cached_prompt_tokens": 248})["status"] == "ok"  # not 256 - 248
     assert _prompt_row(server, {"prompt_tokens": 256, "cached_prompt_tokens": None})["status"] == "ok"
     assert _prompt_row(server, {"prompt_tokens": 255, "cached_prompt_tokens": 248})["status"] == "MISMATCH"
+    assert _prompt_row(server, {"prompt_tokens": 7, "cached_prompt_tokens": None})["status"] == "MISMATCH"
 
 
-def test_llama_server_without_the_cached_counter_is_reconciled_with_the_cached_tokens_responses_report():
-    server = deltas("llama", _llama("metrics-2-after-batch.raw", True), _llama("metrics-3-after-repeat.raw", True))
-    assert (server["prompt_tokens"], server["prompt_includes_cached"]) == (8, False)
-    row = _prompt_row(server, {"prompt_tokens": 256, "cached_prompt_tokens": 248})
-    assert row["status"] == "ok" and row["rule"].startswith("exact, less the 248 prompt tokens") and row["client"] == 256
-    assert _prompt_row(server, {"prompt_tokens": 256, "cached_prompt_tokens": 247})["status"] == "MISMATCH"  # one token unaccounted for
-    unknown = _prompt_row(server, {"prompt_tokens": 256, "cached_prompt_tokens": None})  # not every response said: at most
-    assert unknown["status"] == "ok" and unknown["rule"].startswith("at most the client's")
-    assert _prompt_row(server, {"prompt_tokens": 7, "cached_prompt_tokens": None})["status"] == "MISMATCH"  # more computed than sent
-
-
-def test_one_cached_token_on_a_busy_server_is_no_warning():
-    """The H100 serving run: 4096 prompt tokens sent, the pin's server computed 4095 (its prompt
-    cache reused one token of one request); 9 of 60 points warned 'client 4096 vs server 4095'."""
+def test_one_cached_token_in_4096_is_no_warning():
+    """The H100 serving run's figures: 4096 prompt tokens sent, the pin's server computed 4095
+    (one token of one request came from its cache); 9 of 60 points warned before."""
     server = {"prompt_tokens": 4095.0, "prompt_includes_cached": False}
     assert mismatches(reconcile(server, {"prompt_tokens": 4096, "cached_prompt_tokens": 1})) == []
     assert mismatches(reconcile(server, {"prompt_tokens": 4096, "cached_prompt_tokens": 0})) == [
