@@ -172,6 +172,7 @@ def prepare(ctx, req: ABRequest) -> dict:
     facts = context_facts(ctx, arm_a)
     map_path = levermap.default_path(prof, ctx.artifacts_root) if not req.map else __import__("pathlib").Path(req.map).expanduser()
     rows = levermap.load(map_path)
+    levermap.check_writable(map_path)  # the row lands after the measurement: find out now, not then
     name = lever.label() if lever.name or not req.aa else f"{lever.label()} (A/A)"  # an A/A row never closes the real lever
     same = levermap.matching(rows, name, facts["hardware_class"], facts["pin"])
     closed = levermap.closing_row(rows, name, facts["hardware_class"], facts["pin"])

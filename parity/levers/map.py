@@ -95,6 +95,17 @@ def append(path: Path, row: dict, markdown: bool = False) -> list[dict]:
     return rows
 
 
+def check_writable(path: Path) -> None:
+    """UsageError unless a row could be appended to the map at path (its directory takes the
+    lock and the temporary; the file, when there, is writable)."""
+    import os
+
+    path = Path(os.path.realpath(path))
+    d = next((p for p in [path.parent, *path.parent.parents] if p.exists()), None)
+    if d is None or not d.is_dir() or not os.access(d, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise UsageError(f"lever map {path}: not writable (the A/B's row could not land; --map FILE or levers.map elsewhere)")
+
+
 def load_text(text: str) -> list[dict]:
     from parity.yamlload import safe_load
 

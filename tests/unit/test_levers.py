@@ -248,6 +248,7 @@ def test_runtime_arms_share_a_build_build_arms_do_not():
     (["--env", "LLAMA_KV_PAGED=1"], "arm B would be arm A: the same build"),  # the paged path sets it already
     (["--env", "GGML_NO_BACKTRACE=1"], "arm B would be arm A"),  # the engine's own env
     (["--env", "LLAMA_X=1", "--aa"], "--aa: the arms differ"),
+    (["--env", "LLAMA_X=1", "--map", "/etc/hostname/lever_map.yaml"], "not writable"),  # a file where its directory should be
 ])  # fmt: skip
 def test_ab_bad_input_one_line_exit_2(tmp_path, args, needle):
     shared_or_skip("localai-paged/Makefile", "localai-paged/patches/paged")
