@@ -46,3 +46,31 @@ def test_ab_on_prebuilt_binaries_is_recorded(paged_bin, tmp_path):
     (row,) = yaml.safe_load((tmp_path / "levers.yaml").read_text())["levers"]
     assert row["lever"] == "LLAMA_ARG_X=1" and row["verdict"] == doc["verdict"] and row["pin"] == f"prebuilt:{paged_bin}" and row["artifact"] == str(run)
     assert json.loads((run / "manifest.json").read_text())["status"] == "complete"
+
+
+def test_four_ab_runs_at_once_land_four_rows(paged_bin, tmp_path):
+    """Four real `parity ab` runs started together into one map (they take the GPU lock in
+    turn and append as each ends): every verdict printed is a row in the map."""
+    import subprocess
+    import sys
+    import time
+
+    from conftest import REPO
+
+    prof = tmp_path / "p.yaml"
+    engine = {"kind": "llama", "bin_dir": str(paged_bin), "env": {"GGML_NO_BACKTRACE": "1"}, "paths": {"paged": {"LLAMA_KV_PAGED": "1"}}, "default_path": "paged"}
+    prof.write_text(yaml.safe_dump({"extends": "smoke", "lock": {"dir": str(tmp_path / "lock"), "poll_s": 0.2}, "levers": {"map": str(tmp_path / "levers.yaml")},
+                                    "engines": {"pre": engine}}))  # fmt: skip
+    procs = [subprocess.Popen([sys.executable, "-m", "parity", "--artifacts", str(tmp_path / "runs"), "ab", "--profile", str(prof), "--engine", "pre", "--env", f"LLAMA_ARG_X{i}=1",
+                               "--model", "tiny", "--npl", "1", "--npp", "16", "--ntg", "4", "--repeat", "2", "--gate-models", "tiny", "--gate-paths", "paged", "--no-post-gates", "--json"],
+                              cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(4)]  # fmt: skip
+    docs = []
+    for p in procs:
+        out, err = p.communicate(timeout=1800)
+        assert p.returncode == 0, err[-3000:]
+        docs.append(json.loads(out))
+    rows = yaml.safe_load((tmp_path / "levers.yaml").read_text())["levers"]
+    assert sorted(r["lever"] for r in rows) == [f"LLAMA_ARG_X{i}=1" for i in range(4)]
+    assert {r["artifact"] for r in rows} == {d["run_dir"] for d in docs}
+    md = (tmp_path / "levers.md").read_text()
+    assert all(f"**LLAMA_ARG_X{i}=1**" in md for i in range(4))
