@@ -85,7 +85,7 @@ def _insertion(text: str, key: str) -> tuple[int, int, int] | None:
 def _inserted(text: str, at: int, item: str) -> str:
     lines = text.splitlines(keepends=True)
     if lines and not lines[-1].endswith("\n"):
-        lines[-1] += "\n"
+        lines[-1] += "\r\n" if "\r\n" in text else "\n"
     return "".join(lines[:at]) + item + "".join(lines[at:])
 
 
@@ -141,13 +141,15 @@ def round_trip(text: str, change: Callable[[Any], None]) -> str:
     return buf.getvalue()
 
 
-def append_to_list(text: str, key: str, item: dict, header: str = "") -> str:
+def append_to_list(text: str, key: str, item: dict, header: str = "", before: Any = ...) -> str:
     """text with item appended to its top-level list `key` (made when missing; an empty file
-    becomes header + the list).  Raises YamlEditError when text is not a mapping or the
-    result would not read back as the old data plus item."""
+    becomes header + the list).  before: text already parsed, when the caller has it.  Raises
+    YamlEditError when text is not a mapping or the result would not read back as the old data
+    plus item.  A file with CRLF line ends gets CRLF lines."""
     if not text.strip():
-        text = header
-    before = safe_load(text) if text.strip() else None
+        text, before = header, ...
+    if before is ...:
+        before = safe_load(text) if text.strip() else None
     if before is None:  # empty, or comments only: they stay, the list starts below them
         text = (text if not text or text.endswith("\n") else text + "\n") + f"{key}:\n"
         before = {key: None}
@@ -157,7 +159,8 @@ def append_to_list(text: str, key: str, item: dict, header: str = "") -> str:
     candidates = []
     if (where := _insertion(text, key)) is not None:
         at, dash, offset = where
-        candidates.append(lambda: _inserted(text, at, item_text(item, dash, offset)))
+        eol = "\r\n" if "\r\n" in text else "\n"
+        candidates.append(lambda: _inserted(text, at, item_text(item, dash, offset).replace("\n", eol)))
     candidates.append(lambda: round_trip(text, lambda d: _append_rt(d, key, item)))
     for make in candidates:
         try:

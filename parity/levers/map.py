@@ -31,6 +31,9 @@ COLUMNS = ["lever", "kind", "engine", "changes", "hardware_class", "pin", "serie
            "ratio", "low", "high", "gates", "gate_kind", "artifact", "report", "date", "reopen", "reopens", "problems"]  # fmt: skip
 
 
+SHAPE = "a lever map is a mapping with a `levers:` list of rows"
+
+
 class LeverRefused(UsageError):
     """A closed lever asked again without --reopen (exit 2, one line naming the earlier row)."""
 
@@ -44,10 +47,17 @@ def load(path: Path) -> list[dict]:
     path = Path(path)
     if not path.exists():
         return []
+    return _rows(path, _data(path))
+
+
+def _data(path: Path) -> dict:
     from parity.config import read_yaml
 
-    shape = "a lever map is a mapping with a `levers:` list of rows"
-    data = read_yaml(path, str(path), not_mapping=shape)
+    return read_yaml(path, str(path), not_mapping=SHAPE)
+
+
+def _rows(path: Path, data: dict) -> list[dict]:
+    shape = SHAPE
     if not isinstance(data.get("levers", []), (list, type(None))):
         raise ConfigError(str(path), "levers", shape)
     rows = data.get("levers") or []
@@ -83,16 +93,23 @@ def append(path: Path, row: dict, markdown: bool = False) -> list[dict]:
     path = Path(path)
     clean = clean_row(row)
     with updating(path) as write:
-        before = load(path)
-        text = path.read_text() if path.exists() else ""
+        data = _data(path) if path.exists() else {}
+        before = _rows(path, data)
+        text = _read_exact(path) if path.exists() else ""
         try:
-            write(append_to_list(text, "levers", clean, header=HEADER))
+            write(append_to_list(text, "levers", clean, header=HEADER, before=data if data else ...))  # empty or comments only: it looks again
         except YamlEditError as e:
             raise ConfigError(str(path), "levers", f"{e}; the row was not added (it is in the run's summary.json)") from None
         rows = [*before, clean]
         if markdown:
             write_markdown(path, rows)
     return rows
+
+
+def _read_exact(path: Path) -> str:
+    """The text as it is on disk (CRLF line ends stay CRLF)."""
+    with open(path, encoding="utf-8", newline="") as f:
+        return f.read()
 
 
 def check_writable(path: Path) -> None:

@@ -40,11 +40,22 @@ def test_map_append_keeps_comments_and_edits(tmp_path):
     assert "ratio" not in levermap.load(path)[1]  # None fields are left out, not written as null
 
 
-def test_map_rewritten_when_it_no_longer_ends_in_its_list(tmp_path):
+def test_map_append_keeps_crlf_line_ends(tmp_path):
     path = tmp_path / "m.yaml"
-    path.write_text("levers:\n- lever: A=1\n  verdict: GO\nowner: perf team\n")
+    path.write_bytes(b"# ours\r\nlevers:\r\n- lever: A=1\r\n  verdict: GO\r\n")
+    levermap.append(path, _row(lever="B=1"))
+    raw = path.read_bytes()
+    assert raw.startswith(b"# ours\r\nlevers:\r\n- lever: A=1\r\n  verdict: GO\r\n- lever: B=1\r\n") and b"\n" not in raw.replace(b"\r\n", b"")
+
+
+def test_map_that_no_longer_ends_in_its_list_keeps_comments_and_keys(tmp_path):
+    """It used to be rewritten whole from its data (comments and the other keys' layout lost)."""
+    path = tmp_path / "m.yaml"
+    path.write_text("# ours\nlevers:\n- lever: A=1\n  verdict: GO  # shipped in 0.3\nowner: perf team  # ask them\n")
     rows = levermap.append(path, _row(lever="B=1"))
     assert [r["lever"] for r in rows] == ["A=1", "B=1"] and [r["lever"] for r in levermap.load(path)] == ["A=1", "B=1"]
+    text = path.read_text()
+    assert text.startswith("# ours\nlevers:\n- lever: A=1\n  verdict: GO  # shipped in 0.3\n- lever: B=1\n") and text.endswith("owner: perf team  # ask them\n")
 
 
 @pytest.mark.parametrize("text, where", [("levers: [\n", "YAML syntax"), ("- a\n- b\n", "levers"), ("levers:\n- verdict: GO\n", "levers[0]")])

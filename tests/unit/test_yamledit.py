@@ -86,3 +86,9 @@ def test_many_edits_keep_the_layout(text):
         out = edit(out, lambda d, i=i: d["series"].__setitem__(f"d{i}", [{"pin_tree": "c", "tree": str(i)}]))
     assert _lines_kept(text, out) and len(out) < 40 * len(text), out
     assert len(yaml.safe_load(out)["series"]) == 21
+
+
+def test_crlf_lines_stay_crlf():
+    text = "# edited on Windows\r\nlevers:\r\n- lever: A=1\r\n  verdict: GO\r\nowner: x\r\n"
+    out = append_to_list(text, "levers", {"lever": "B=1", "verdict": "GO"})
+    assert out == text.replace("owner: x\r\n", "- lever: B=1\r\n  verdict: GO\r\nowner: x\r\n")
