@@ -333,3 +333,17 @@ def test_a_forced_rebuild_killed_anywhere_never_leaves_a_good_looking_broken_bui
     r = build.ensure_built(load_profile(str(path)), "stock", LocalRunner(), Output(json_mode=True))  # the next builder finds it not built, and builds it
     assert not r.cached and (p.dir / build.OK_MARKER).exists() and r.bin_dir.is_dir()
     print(f"after {KILLS} kills: {states}")
+
+
+def test_ledger_hand_edits_survive_an_append(tmp_path):
+    """A CSV whose last line lost its newline, and a markdown whose table a person removed."""
+    from parity.report import ledger
+
+    ledger.append(tmp_path, {"date": "2026-11-01", "phase": 1, "title": "one"})
+    csv_p, md_p = tmp_path / "BENCHMARK.csv", tmp_path / "BENCHMARK.md"
+    csv_p.write_text(csv_p.read_text().rstrip("\n"))
+    md_p.write_text("# Our ledger\n\nWe keep notes here; the table went to the wiki.\n")
+    ledger.append(tmp_path, {"date": "2026-11-02", "phase": 2, "title": "two"})
+    assert [r["title"] for r in ledger.read_rows(tmp_path)] == ["one", "two"]
+    md = md_p.read_text()
+    assert md.startswith("# Our ledger\n\nWe keep notes here; the table went to the wiki.\n\n| date | phase |") and "| two |" in md
