@@ -35,14 +35,15 @@ from pathlib import Path
 from typing import Any, Callable
 
 from parity.errors import ConfigError, ParityError, UsageError
+from parity.options import check_step_options
 
 STEP_KINDS: dict[str, str] = {
     "synth": "parity.models.synth:campaign_step",
     "build": "parity.engine.build:campaign_step",
-    "lock": "parity.gpu.lock:campaign_step",
-    "gate": "parity.gates.prepost:campaign_step",
+    "lock": "parity.session:lock_step",
+    "gate": "parity.gating:campaign_step",
     "snapshot": "parity.serving.snapshot:campaign_step",
-    "bench": "parity.serving.batched_bench:campaign_step",
+    "bench": "parity.bench.run:campaign_step",
     "profile": "parity.profiles.capture:campaign_step",
     "report": "parity.report.render:campaign_step",
     "shell": "parity.campaign:shell_step",
@@ -53,19 +54,12 @@ RERUN_ON_RESUME = {"lock"}
 # kind -> "module:function" (ctx, options) -> engine names the step runs: a lock step first
 # builds every engine the steps after it need, so no compile happens while the GPU is locked
 STEP_ENGINES: dict[str, str] = {
-    "gate": "parity.gates.prepost:step_engines",
+    "gate": "parity.gating:step_engines",
     "profile": "parity.profiles.capture:step_engines",
     "snapshot": "parity.campaign:snapshot_engines",
     "bench": "parity.campaign:bench_engines",
 }
 _BUILTIN_VARS = ("PARITY_ROOT", "PARITY_CACHE")
-
-
-def check_step_options(kind: str, options: dict, known: set[str]) -> None:
-    """A step's `with:` names only options its kind knows (typos fail before anything runs)."""
-    bad = set(options) - known
-    if bad:
-        raise ConfigError("campaign", f"with.{sorted(bad)[0]}", f"unknown {kind} option (known: {', '.join(sorted(known))})")
 
 
 def step_function(kind: str, label: str = "") -> Callable:
@@ -126,7 +120,7 @@ def substitute(value: Any, variables: dict[str, Any], label: str, key: str) -> A
 
 
 def builtin_vars() -> dict[str, str]:
-    from parity.config import PARITY_ROOT, cache_dir
+    from parity.paths import PARITY_ROOT, cache_dir
 
     return {"PARITY_ROOT": str(PARITY_ROOT), "PARITY_CACHE": str(cache_dir())}
 
@@ -140,7 +134,7 @@ def load_campaign(path: str, extra_vars: dict[str, str] | None = None) -> Campai
 
     p = Path(path).expanduser()
     label = str(path)
-    from parity.config import read_utf8
+    from parity.decode import read_utf8
 
     text = read_utf8(p, label, missing="campaign file not found")
     try:
@@ -237,7 +231,9 @@ def bench_engines(ctx, options: dict) -> list[str]:
     engines = options.get("engines")
     if engines:
         return [x.strip() for x in engines.split(",")] if isinstance(engines, str) else list(engines)
-    return [options.get("engine") or next((e for e in s.engines if ctx.profile.engine(e).kind == "llama"), None)]
+    from parity.engines import with_binaries
+
+    return [options.get("engine") or next(iter(with_binaries(ctx.profile, s.engines)), None)]
 
 
 def engines_for(ctx, steps: list[Step]) -> list[str]:
@@ -255,33 +251,19 @@ def engines_for(ctx, steps: list[Step]) -> list[str]:
 
 
 def build_before_lock(ctx, later: list[Step]) -> dict:
-    """Before a lock step: build what the steps after it need, so the lock never covers a compile."""
-    from parity.engine.build import ensure_engines_built
+    """Before a lock step: build, install and synthesize what the steps after it need, so the
+    lock never covers a compile, an install or a model synthesis."""
+    from parity import session
 
     names = engines_for(ctx, later)
     if names:
         ctx.out.info(f"[build] before the GPU lock: {', '.join(names)}")
-    return ensure_engines_built(ctx, names)
+    return session.prepare(ctx, names, [m for m in step_models(ctx, later) if m in ctx.profile.models])
 
 
-GPU_KINDS = {"lock", "gate", "snapshot", "bench", "profile"}  # steps that run on (or lock) the GPU
-
-
-def dry_run_needs(ctx, steps: list[Step]) -> tuple[dict[str, str], list[int], bool]:
-    """(paths, ports, uses the GPU) the steps' real run would need, for the go/no-go."""
-    import os
-
-    from parity.engine.build import dry_tool_path
-
+def step_models(ctx, steps: list[Step]) -> list[str]:
+    """The models the steps read: a snapshot's, bench's or profile's model, a gate step's models."""
     p = ctx.profile
-    paths: dict[str, str] = {}
-    for name in engines_for(ctx, steps):
-        e = p.engine(name)
-        if e.kind == "vllm":
-            exe = os.path.expanduser(e.vllm_bin)
-            paths[f"vllm of {name}"] = exe if "/" in exe else (ctx.runner.which(exe) or f"<{exe}: not on PATH (engines.{name}.vllm_bin)>")
-        elif e.targets:
-            paths[f"{e.targets[0]} of {name}"] = dry_tool_path(p, name, e.targets[0], ctx.runner, ctx.out)
     models: list[str] = []
     for s in steps:
         o = s.options
@@ -290,7 +272,25 @@ def dry_run_needs(ctx, steps: list[Step]) -> tuple[dict[str, str], list[int], bo
         elif s.kind == "gate":
             named = o.get("models") or p.gates.models
             models += named.split(",") if isinstance(named, str) else list(named)
-    for m in dict.fromkeys(x.strip() for x in models if x and str(x).strip()):
+            if o.get("kl") or (o.get("kl") is None and p.gates.kl_in_prepost):
+                models += [p.gates.kl.reference, p.gates.kl.candidate, p.gates.kl.baseline]
+        if s.kind == "snapshot" and o.get("gates"):
+            models += list(p.gates.models)
+    return [m for m in dict.fromkeys(str(x).strip() for x in models if x and str(x).strip())]
+
+
+GPU_KINDS = {"lock", "gate", "snapshot", "bench", "profile"}  # steps that run on (or lock) the GPU
+
+
+def dry_run_needs(ctx, steps: list[Step]) -> tuple[dict[str, str], list[int], bool]:
+    """(paths, ports, uses the GPU) the steps' real run would need, for the go/no-go."""
+    from parity.engines import kind_of
+
+    p = ctx.profile
+    paths: dict[str, str] = {}
+    for name in engines_for(ctx, steps):
+        paths.update(kind_of(p, name).dry_paths(p, name, ctx.runner))
+    for m in step_models(ctx, steps):
         cfg = p.models.get(m)
         if cfg is None:
             paths[f"model {m}"] = m
@@ -407,7 +407,7 @@ def shell_step(ctx, options: dict) -> dict:
     env = options.get("env") or {}
     if not isinstance(env, dict):
         raise ConfigError("campaign", "with.env", "must be a mapping NAME: value")
-    from parity.config import positive_seconds
+    from parity.options import positive_seconds
 
     timeout = positive_seconds(options["timeout_s"], "shell step with.timeout_s") if options.get("timeout_s") is not None else None
     res = ctx.runner.run([str(a) for a in argv], timeout=timeout, env={str(k): str(v) for k, v in env.items()}, cwd=options.get("cwd"))
@@ -428,7 +428,7 @@ def run_fanout(ctx, c: Campaign, argv: list[str]) -> dict:
     {host, exit_code, run_dir (relative), status, hardware_class} per host."""
     import threading
 
-    from parity.remote import delegate
+    from parity.hosts.registry import delegate
     from parity.runners import ssh
 
     rd = ctx.require_run()
@@ -530,7 +530,7 @@ def run_request(req: CampaignRequest, open_context: Callable[[str | None], Any])
 
     from parity.artifacts import RunDir, now_iso
     from parity.context import run_session, run_session_existing
-    from parity.remote import DELEGATED_ENV
+    from parity.hosts.delegation import DELEGATED_ENV
 
     c = load_campaign(req.file, req.vars)
     steps = plan(c, req.only)
@@ -561,7 +561,7 @@ def run_request(req: CampaignRequest, open_context: Callable[[str | None], Any])
         }  # fmt: skip
         if fanout:  # each host answers for itself: parity --host NAME campaign run --dry-run
             return doc
-        from parity.gpu.gonogo import dry_run_session, go_no_go
+        from parity.gonogo import dry_run_session, go_no_go
 
         with dry_run_session(ctx, "campaign", c.name) as drd:
             todo = [s for s in steps if not (rd and will_skip(s, rd))]

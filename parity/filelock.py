@@ -45,10 +45,10 @@ def lock_path(path: str | Path) -> Path:
 @contextlib.contextmanager
 def updating(path: str | Path) -> Iterator[Callable[[str], None]]:
     """Lock `path` (its lock_path) for a read-modify-write; yields write(text), which replaces
-    the file atomically keeping its mode (parity.artifacts.atomic_write_text).  Temporaries a
+    the file atomically keeping its mode (parity.files.atomic_write_text).  Temporaries a
     killed writer left beside it are removed: no writer is between its write and its rename
     while this one holds the lock."""
-    from parity.artifacts import atomic_write_text, fsync_dir
+    from parity.files import atomic_write_text, fsync_dir
 
     target = Path(os.path.realpath(path))  # a symlinked file is updated where it lives
     with locked(lock_path(target)):

@@ -97,14 +97,14 @@ class Output:
     def emit(self, data: Any, human: Callable[[], None] | None = None) -> None:
         """The command's result: JSON on stdout in --json mode, else human()."""
         if self.json_mode:
-            from parity.artifacts import json_default
+            from parity.files import json_default
 
             sys.stdout.write(json.dumps(data, indent=2, default=json_default) + "\n")
             sys.stdout.flush()
         elif human is not None:
             human()
         else:
-            from parity.artifacts import json_default
+            from parity.files import json_default
 
             self.console.print_json(json.dumps(data, default=json_default))
 

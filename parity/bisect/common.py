@@ -7,7 +7,7 @@ from parity.errors import UsageError
 
 def series_dir(profile, engine: str, override: str | None = None) -> str:
     """--series DIR, else the engine's series (series: auto = the localai source's patches/paged)."""
-    from parity.config import expand_path
+    from parity.paths import expand_path
     from parity.engine import source as srcmod
     from parity.engine.build import resolved_series_dir
 

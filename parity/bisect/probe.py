@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from parity import session
 from parity.bisect.search import BAD, GOOD, UNDECIDED
 from parity.errors import InfraError
 
@@ -136,23 +137,21 @@ def measure(ctx, good: str, probe: str, j: Judge, tag: str) -> tuple[str, str, d
     than the threshold (the interval's low end >= 1/(1 + t): a non-inferiority claim, since a
     regression bisection does not ask whether a probe is faster) = good; else more blocks, up to
     max_blocks, then undecided."""
-    from parity.engine.build import tool_path
-    from parity.gates.common import path_env, resolve_model
-    from parity.gpu.lock import held_lock
-    from parity.serving.batched_bench import argv, run_complete
-    from parity.serving.bench_ab import Arm, block_order, paired_table
+    from parity.gates.common import path_env, tool
+    from parity.bench.batched_bench import argv, run_complete
+    from parity.bench.ab import Arm, block_order, paired_table
     from parity.stats.paired import REGRESSED
 
     b = ctx.profile.serving.bench
     npp, ntg, npl = j.npp or b.npp, j.ntg or b.ntg, j.npl or b.npl
-    model_file = resolve_model(ctx, j.model or ctx.profile.serving.model)[1]
+    model_file = session.model_file(ctx, j.model or ctx.profile.serving.model)  # prepared with the reference, before the lock
     arms = [Arm("good", good), Arm("probe", probe)]
-    cmds = {a.name: argv(tool_path(ctx.profile, a.engine, "llama-batched-bench", ctx.runner, ctx.out), model_file, npp, ntg, npl, b) for a in arms}
+    cmds = {a.name: argv(tool(ctx, a.engine, "llama-batched-bench"), model_file, npp, ntg, npl, b) for a in arms}
     envs = {a.name: path_env(ctx, a.engine, j.path) for a in arms}
     rows: list[dict] = []
     verdict, points = UNDECIDED, []
     floor = 1 / (1 + j.threshold_pct / 100)  # not slower than the threshold
-    with held_lock(ctx):
+    with session.locked(ctx):  # the caller holds it: one hold per probe
         for block in range(j.max_blocks):
             for a in block_order(arms, block, "abba"):
                 def log(attempt, res, a=a, block=block):

@@ -9,6 +9,7 @@ import dataclasses
 import re
 from dataclasses import dataclass, field
 
+from parity import session
 from parity.bisect import common, probe, search
 from parity.errors import ParityError, UsageError
 
@@ -155,8 +156,6 @@ def _pin_plan(ctx, req: BisectRequest) -> dict:
 def _plan(ctx, req: BisectRequest, good_cfg, labels: list[str], variant, info: dict, verify_good: bool) -> dict:
     """Probes that build state k's variant and judge it against the good endpoint, which is built
     and measured first, once, as the reference (the log's row 'ref', not counted)."""
-    from parity.gpu.lock import held_lock
-
     state: dict = {}
 
     def reference() -> search.Probe:
@@ -165,7 +164,8 @@ def _plan(ctx, req: BisectRequest, good_cfg, labels: list[str], variant, info: d
             from parity.errors import InfraError
 
             raise InfraError(f"the good endpoint {labels[0]} does not build: {b['error']}")
-        with held_lock(ctx):  # gates run under the GPU lock, builds before it
+        session.prepare(ctx, models=[req.judge.model or ctx.profile.serving.model])  # the model before the lock, once
+        with session.locked(ctx):  # gates run under the GPU lock, builds before it
             state["ref"] = probe.Reference(ctx, "bisect-good", req.judge)
         return search.Probe(0, "reference", 0, labels[0], search.GOOD, state["ref"].result(), b, {"md5": state["ref"].md5, "ops": state["ref"].ops})
 
@@ -176,7 +176,7 @@ def _plan(ctx, req: BisectRequest, good_cfg, labels: list[str], variant, info: d
             return search.Probe(0, "", k, "", search.BAD, f"build failed: {b['error']}", b, {"build_error": b["error"], "apply": b.get("apply")})
         if req.criterion == "build":
             return search.Probe(0, "", k, "", search.GOOD, "built", b, {})
-        with held_lock(ctx):
+        with session.locked(ctx):
             verdict, words, ev = probe.judge(ctx, state["ref"], name, tag=f"probe-{k}-")
         return search.Probe(0, "", k, "", verdict, words, b, ev)
 

@@ -1,4 +1,4 @@
-"""parity snapshot / parity bench -> parity.serving.snapshot.snapshot / parity.serving.batched_bench.bench"""
+"""parity snapshot / parity bench -> parity.serving.snapshot.snapshot / parity.bench.run.bench"""
 
 from typing import List, Optional
 
@@ -44,7 +44,7 @@ def register(app: typer.Typer) -> None:
         doc = run(ctx, req)
         ctx.out.emit(doc, lambda: (render_plan if dry_run else render_workload if doc.get("workload") else render_summary)(ctx.out, doc))
         if dry_run:
-            from parity.gpu.gonogo import raise_if_no_go
+            from parity.gonogo import raise_if_no_go
 
             raise_if_no_go(doc["go_no_go"], doc["run_dir"])  # after the plan: exit 2 (missing path) or 4 (GPU not free)
         if not dry_run and doc.get("output_parity", {}).get("status") == "fail":
@@ -76,8 +76,8 @@ def register(app: typer.Typer) -> None:
     ):
         """llama-batched-bench (PP/TG/B table) into bench.json; with --engines A,B / --aa / --repeat: blocks and paired statistics."""
         from parity.cli.common import make_context, parse_int_list, parse_str_list
-        from parity.serving.batched_bench import BenchRequest
-        from parity.serving.batched_bench import bench as run
+        from parity.bench.request import BenchRequest
+        from parity.bench.run import bench as run
 
         ctx = make_context(profile, json)
         req = BenchRequest(npp=parse_int_list(npp, "--npp"), ntg=parse_int_list(ntg, "--ntg"), npl=parse_int_list(npl, "--npl"), engine=engine, model=model, allow_env=allow_env or [],
@@ -98,7 +98,7 @@ def register(app: typer.Typer) -> None:
 
 
 def render_bench_ab(out, doc: dict) -> None:
-    from parity.serving.bench_ab import table
+    from parity.bench.ab import table
 
     ref = doc.get("reference")
     what = f"A/B, reference {ref}" if ref else "repeats"
@@ -139,7 +139,8 @@ def render_plan(out, doc: dict) -> None:
 
 
 def render_summary(out, doc: dict) -> None:
-    from parity.serving.metrics import HEADLINE, render_definitions
+    from parity.metrics.registry import render_definitions
+    from parity.metrics.serving import HEADLINE
 
     cols = ["decode_agg_tps", "decode_perseq_tps", "agg_tps", "prefill_tps", "ttft_mean_ms", "wall_s", "decode_window_s"]
     rows = [[m["engine"], m["n"], f"{m['repeats']}" + (f" (+{m['invalid_repeats']} invalid)" if m["invalid_repeats"] else ""), *(m.get(k) for k in cols)] for m in doc["medians"]]
@@ -188,7 +189,7 @@ def render_run_notes(out, doc: dict) -> None:
 
 
 def render_workload(out, doc: dict) -> None:
-    from parity.serving.metrics import render_definitions
+    from parity.metrics.registry import render_definitions
 
     w, cols = doc["workload"], doc["shown"]
     rows = [[m["engine"], m["point"], f"{m['repeats']}" + (f" (+{m['invalid_repeats']} invalid)" if m["invalid_repeats"] else ""), *(m.get(k) for k in cols)] for m in doc["medians"]]

@@ -75,13 +75,19 @@ def lines(doc: dict) -> list[str]:
         iv = f"[{lk['low']:.4f}, {lk['high']:.4f}] (+-{lk['half_width_pct']:.2f} %)" if lk["low"] is not None else "(no interval)"
         out.append(f"  {lk['link']:>8}: {lk['ratio']:.4f} {iv}  {lk['what']}")
     out.append(f"  method: {doc['method']}")
+    if doc.get("kernels"):
+        from parity.tracer.chain import lines as kernel_lines
+
+        out += kernel_lines(doc["kernels"])
     return out
 
 
-def between_runs(serving_dir: str, bench_dir: str) -> dict:
+def between_runs(serving_dir: str, bench_dir: str, kernels_dir: str | None = None) -> dict:
     """`parity gap`: for the engines both runs hold (the serving run's reference and each
     other engine), at every N the serving sweep has and the batched-bench A/B ran as B,
-    the chain serving = static x overhead with each link's interval."""
+    the chain serving = static x overhead with each link's interval; with kernels_dir (a
+    paired `parity profile --engines` run of the same arms), at its npl the third link:
+    static delta = kernel bucket deltas + remainder (parity.tracer.chain)."""
     import json
     from pathlib import Path
 
@@ -110,4 +116,27 @@ def between_runs(serving_dir: str, bench_dir: str) -> dict:
             out.append({"n": n, **doc})
     if not out:
         raise UsageError("no N of the serving sweep is a batch size B of the bench A/B (bench --npl should list the sweep's N)")
+    if kernels_dir:
+        kernels_link(out, bench, kernels_dir)
     return {"serving_run": str(serving_dir), "bench_run": str(bench_dir), "model": summary.get("model"), "bench_model": bench.get("model"), "points": out, "method": METHOD}
+
+
+def kernels_link(points: list[dict], bench: dict, kernels_dir: str) -> None:
+    """Adds p["kernels"] (static = buckets + remainder) at the point whose N is the profile's npl."""
+    import json
+    from pathlib import Path
+
+    from parity.errors import UsageError
+    from parity.tracer.chain import kernel_link, static_delta
+
+    d = Path(kernels_dir) / "profile"
+    try:
+        pairs = json.loads((d / "paired_buckets.json").read_text())
+        npl = json.loads((d / "analysis.json").read_text())["captures"][0]["npl"]
+    except (FileNotFoundError, IndexError, KeyError, ValueError) as e:
+        raise UsageError(f"{kernels_dir}: not a paired profile run (parity profile --engines A,B): {e}") from None
+    hit = [p for p in points if p["n"] == npl]
+    if not hit:
+        raise UsageError(f"{kernels_dir}: the profile ran npl {npl}, which is no N of the serving sweep and B of the bench A/B")
+    for p in hit:
+        p["kernels"] = kernel_link(static_delta(bench["rows"], p["engine"], p["reference"], npl), pairs, p["engine"], p["reference"])

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import statistics
 
-VLLM_NOTE = "vLLM reserves gpu_memory_utilization of the device up front (weights + KV cache pool): its figure is a reservation, not what the load needs"
 
 
 def pid_tree(pid: int) -> list[int]:
@@ -71,10 +70,10 @@ def nvml_process_mib(pids: list[int]) -> int | None:
 
 
 class Track:
-    def __init__(self, before: int | None, source: str, proc=None, engine=None):
+    def __init__(self, before: int | None, source: str, proc=None, note: str | None = None):
         self.before, self.source = before, source
         self.pid = getattr(proc, "pid", None)
-        self.kind = getattr(engine, "kind", None)
+        self.note = note  # what its kind says of its figures (vLLM: a reservation)
         self.samples: list[dict] = []
 
     def sample(self, label: str) -> dict:
@@ -106,13 +105,15 @@ class Track:
             "process_source": next((s.get("process_source") for s in self.samples if s.get("process_mib") is not None), None),
             "samples": self.samples,
         }
-        if self.kind == "vllm":
-            out["note"] = VLLM_NOTE
+        if self.note:
+            out["note"] = self.note
+        if self.pid is None:
+            out["process_source"] = "not applicable: the server is not a process parity started"
         return out
 
 
-def start(before: int | None, source: str, proc=None, engine=None) -> Track:
-    t = Track(before, source, proc, engine)
+def start(before: int | None, source: str, proc=None, note: str | None = None) -> Track:
+    t = Track(before, source, proc, note)
     t.sample("ready")
     return t
 

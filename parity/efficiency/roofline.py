@@ -14,7 +14,7 @@ from __future__ import annotations
 
 DEFINITIONS = {
     "achieved_gbps": "decode steps/s (rate / B) x bytes one step moves (weights + B x (kv + state), see bytes_per_token) / 1e9",
-    "pct_published": "achieved_gbps / the published peak of the GPU (parity.efficiency.peak.PUBLISHED, cited) x 100",
+    "pct_published": "achieved_gbps / the published peak of the GPU (parity.gpu.bandwidth.PUBLISHED, cited) x 100",
     "pct_measured": "achieved_gbps / the measured copy bandwidth (bandwidth.json: bytes read + written / best time) x 100",
     "serving": "rate = decode_agg_tps (median of valid repeats), B = N, context = ptok + gen/2",
     "bench": "rate = S_TG of llama-batched-bench row (PP, TG, B), context = PP + TG/2",
@@ -108,32 +108,3 @@ def lines(eff: dict | None) -> list[str]:
         for r in mem.get("ratios") or []:
             out.append(f"  memory {r['engine']}/{r['reference']}: peak x{r['peak']}, steady x{r['steady']}")
     return out
-
-
-def for_snapshot(ctx, plan, rows: list[dict], arms: list[dict]) -> dict:
-    """The snapshot summary's `efficiency`: per engine x N from the medians of valid repeats,
-    the GGUF a llama engine serves (vLLM serves the same weights), the run's bandwidth.json,
-    and memory per engine from the arms."""
-    from parity.efficiency import memory, peak
-    from parity.serving.summary import medians
-
-    doc = serving(medians(rows), snapshot_model_file(ctx, plan), plan.shape.ptok, plan.shape.gen, peak.load(ctx.run.path) if ctx.run else None)
-    mem = memory.summary(arms, plan.reference)
-    if mem:
-        doc["memory"] = mem
-    return doc
-
-
-def snapshot_model_file(ctx, plan) -> str | None:
-    import os
-
-    from parity.serving.engines import model_for
-
-    for e in plan.engines:
-        if ctx.profile.engine(e).kind == "llama":
-            try:
-                return model_for(ctx, e, plan.model)
-            except Exception:  # noqa: BLE001 - no file: the efficiency says why
-                return None
-    m = ctx.profile.models.get(plan.model)
-    return m.path if m is not None and os.path.isfile(m.path) and m.path.endswith(".gguf") else None

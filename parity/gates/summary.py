@@ -77,7 +77,7 @@ def _details(c: dict, run_path: Path | None) -> str:
 def rows_from_sets(sets: dict[str, dict], profile, run_path: Path | None = None) -> list[list[str]]:
     """parity's gate sets (gates.json phases) as the users' rows."""
     g = profile.gates
-    defaults = {n: e.default_path for n, e in profile.engines.items()}
+    defaults = {n: getattr(e, "default_path", None) for n, e in profile.engines.items()}
     rows = []
     for phase, s in sets.items():
         for c in s.get("checks", []):
@@ -180,7 +180,7 @@ def summarize(ctx, req: SummarizeRequest) -> dict:
     else:
         expected = req.expect if req.expect is not None else expected_md5s(ctx.profile, ctx.vars.get("registry"))
         rows = summarize_dir(art, expected, req.backend or ctx.profile.gates.op_backend)
-    from parity.artifacts import atomic_write_text
+    from parity.files import atomic_write_text
 
     out = art / FILE
     atomic_write_text(out, render(rows))

@@ -148,13 +148,13 @@ def render(info: dict) -> str:
 def write_hardware(ctx, bandwidth: bool = True) -> dict:
     """Inventory -> hardware.txt + hardware.json in ctx.run (when there is one); warns on a class
     other than the profile's hardware_class.  Call before any server starts.  bandwidth: also
-    bandwidth.json, the published and measured memory bandwidth (parity.efficiency.peak)."""
+    bandwidth.json, the published and measured memory bandwidth (parity.gpu.bandwidth)."""
     info = inventory(ctx.runner)
     if ctx.run is not None:
         ctx.run.write_text("hardware.txt", render(info))
         ctx.run.write_json("hardware.json", info)
         if bandwidth:
-            from parity.efficiency.peak import write_bandwidth
+            from parity.gpu.bandwidth import write_bandwidth
 
             write_bandwidth(ctx, info)
     expected = ctx.profile.hardware_class
@@ -169,7 +169,7 @@ def hw(ctx, out_dir: str | None = None) -> dict:
     if out_dir:
         from pathlib import Path
 
-        from parity.artifacts import atomic_write_json, atomic_write_text
+        from parity.files import atomic_write_json, atomic_write_text
         from parity.errors import UsageError
 
         d = Path(out_dir)

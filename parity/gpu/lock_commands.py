@@ -26,7 +26,7 @@ class LockRequest:
 
 
 def _lock(ctx, req: LockRequest, who=None, run_id=None):
-    from parity.config import positive_seconds
+    from parity.options import positive_seconds
     from parity.gpu.lock import GpuLock
 
     if req.timeout is not None:

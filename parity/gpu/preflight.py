@@ -11,7 +11,7 @@ judged by parity.gpu.lock; wait_and_acquire combines both."""
 
 from __future__ import annotations
 
-from parity.config import LockConfig
+from parity.gpu.lock_config import LockConfig
 
 
 def gpu_check(runner, cfg: LockConfig) -> dict:

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from parity import session
+from parity.engines import kind_of
 from parity.errors import UsageError
 
 GO, NO_GO, FLAT, INCONCLUSIVE = "GO", "NO-GO", "FLAT", "INCONCLUSIVE"
@@ -62,7 +64,7 @@ def base_engine(profile, engine: str | None) -> str:
         profile.engine(engine)
         return engine
     cands = [profile.gates.engine] if profile.gates.engine else []
-    cands += [n for n, e in profile.engines.items() if e.kind == "llama"]
+    cands += [n for n in profile.engines if kind_of(profile, n).variants]
     if not cands:
         raise UsageError(f"profile {profile.name} has no llama engine to take as arm A (--engine)")
     return cands[0]
@@ -185,7 +187,7 @@ def dry_run(ctx, req: ABRequest, p: dict) -> dict:
     from parity.engine.build import dry_tool_path
     from parity.gates.common import path_env
     from parity.gpu.lock import effective_dir, preflight
-    from parity.serving.batched_bench import argv
+    from parity.bench.batched_bench import argv
 
     prof = ctx.profile
     a, b = p["arm_a"], p["arm_b"]
@@ -198,8 +200,8 @@ def dry_run(ctx, req: ABRequest, p: dict) -> dict:
     else:
         measure = {"kind": "batched-bench", "model": model, "npp": npp, "ntg": ntg, "npl": npl, "reference": a, "metric": BENCH_HEADLINE,
                    "commands": {arm: {"env": path_env(ctx, arm, None), "argv": argv(dry_tool_path(prof, arm, "llama-batched-bench", ctx.runner, ctx.out), mf, npp, ntg, npl, bench)} for arm in (a, b)}}  # fmt: skip
-    from parity.serving.batched_bench import BenchRequest
-    from parity.serving.bench_ab import budget_for
+    from parity.bench.request import BenchRequest
+    from parity.bench.ab import budget_for
 
     measure["blocks"] = budget_for(BenchRequest(repeat=req.repeat, until_ci=req.until_ci, max_repeats=req.max_repeats, budget_s=req.budget_s), prof.stats, 2).describe()
     closed = p["closed"]
@@ -239,9 +241,6 @@ def run(ctx, req: ABRequest) -> dict:
 
 
 def session(ctx, req: ABRequest, p: dict) -> dict:
-    from parity.engine.build import ensure_engines_built
-    from parity.gpu.hardware import write_hardware
-    from parity.gpu.lock import held_lock
     from parity.levers import gates as gatesmod
     from parity.levers import map as levermap
     from parity.levers.report import write_report
@@ -249,13 +248,14 @@ def session(ctx, req: ABRequest, p: dict) -> dict:
     a, b = p["arm_a"], p["arm_b"]
     lever = p["lever"]
     ctx.out.info(f"[ab] lever {p['name']}: A = {a}, B = {b} ({lever.changes(a)})")
-    built = ensure_engines_built(ctx, [a, b])  # before the shared GPU is taken
+    kl = ctx.profile.gates.kl
+    models = [*p["gate_models"], req.model or ctx.profile.serving.model, *((kl.reference, kl.candidate or ctx.profile.serving.model) if req.lossy else ())]
+    built = session.prepare(ctx, [a, b], models)  # builds and model files, before the shared GPU is taken
     for arm in (a, b):
         bld = built[arm]
         ctx.out.info(f"[ab] {arm}: " + (f"prebuilt {bld['prebuilt']}" if "prebuilt" in bld else f"build {bld.get('key')} ({'cached' if bld.get('cached') else 'built now'})"))
     phases = []
-    with held_lock(ctx):
-        hw = write_hardware(ctx)
+    with session.measuring(ctx, [a, b]) as hw:
         phases.append(gatesmod.run_gates(ctx, a, b, p["gate_models"], p["gate_paths"], req.lossy, "pre-"))
         # kept if the measurement fails or is interrupted; replaced by the verdict below
         ctx.run.write_json("summary.json", {"kind": "lever-ab", "lever": p["name"], "arms": {"A": a, "B": b}, "verdict": None, "state": "measuring",
@@ -300,7 +300,7 @@ def _cell(c: dict) -> dict:
 
 
 def measure(ctx, req: ABRequest, a: str, b: str, lever) -> dict:
-    """Both arms in paired blocks under the held lock: batched-bench (parity.serving.bench_ab) or
+    """Both arms in paired blocks under the held lock: batched-bench (parity.bench.ab) or
     the serving sweep (parity.serving.snapshot, no gates of its own: the arms' gates are ours)."""
     allow = [k for k in lever.env if k in ctx.profile.policy.forbidden_bench_env]  # the lever's own env is the point of arm B, not a knob to refuse
     if req.serving:
@@ -313,8 +313,8 @@ def measure(ctx, req: ABRequest, a: str, b: str, lever) -> dict:
         if src.exists():
             src.replace(ctx.run.file("serving_summary.json"))  # summary.json is the lever's
         return doc
-    from parity.serving.bench_ab import run_ab
-    from parity.serving.batched_bench import BenchRequest
+    from parity.bench.ab import run_ab
+    from parity.bench.request import BenchRequest
 
     breq = BenchRequest(engines=[a, b], model=req.model, npp=req.npp, ntg=req.ntg, npl=req.npl, allow_env=allow, repeat=req.repeat, until_ci=req.until_ci,
                         max_repeats=req.max_repeats, budget_s=req.budget_s, order=req.order)  # fmt: skip

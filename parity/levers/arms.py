@@ -13,6 +13,7 @@ import copy
 import re
 from dataclasses import dataclass, field, replace
 
+from parity.engines import kind_of
 from parity.errors import UsageError
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -105,10 +106,10 @@ def make_lever(env: list[str] | None, series_without: list[str] | None, series_u
 def derive(profile, base: str, lever: Lever):
     """(profile copy with arm B added, arm A name, arm B name).  The copy's serving reference is
     arm A, so every ratio reads B/A.  Bad combinations are one-line UsageErrors."""
-    from parity.config import expand_path
+    from parity.paths import expand_path
 
     e = profile.engine(base)
-    if e.kind != "llama":
+    if not kind_of(profile, base).variants:
         raise UsageError(f"engine {base} is a {e.kind} engine: a lever A/B needs a llama engine (its build and env)")
     if lever.builds():
         if e.bin_dir:

@@ -51,7 +51,7 @@ def load(path: Path) -> list[dict]:
 
 
 def _data(path: Path) -> dict:
-    from parity.config import read_yaml
+    from parity.decode import read_yaml
 
     return read_yaml(path, str(path), not_mapping=SHAPE)
 
@@ -204,7 +204,7 @@ def markdown_path(path: Path) -> Path:
 
 
 def write_markdown(path: Path, rows: list[dict]) -> Path:
-    from parity.artifacts import atomic_write_text
+    from parity.files import atomic_write_text
 
     md = markdown_path(path)
     atomic_write_text(md, render_markdown(rows, Path(path).name))

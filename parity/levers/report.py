@@ -10,7 +10,8 @@ def _f(v, nd=4) -> str:
 
 
 def write_report(ctx, doc: dict, measured: dict, serving: bool) -> str:
-    from parity.artifacts import atomic_write_text, slugify
+    from parity.artifacts import slugify
+    from parity.files import atomic_write_text
     from parity.levers.map import today
     from parity.report import ledger
     from parity.report.render import template_env
@@ -30,7 +31,7 @@ def write_report(ctx, doc: dict, measured: dict, serving: bool) -> str:
                    c.get("reason") or ""] for c in doc["measurement"]["points"]]  # fmt: skip
     bench_tables = []
     if not serving and measured.get("paired") is not None:
-        from parity.serving.bench_ab import table
+        from parity.bench.ab import table
 
         for metric in ("s_tg", "s_pp"):
             cols, rows = table(measured, metric)

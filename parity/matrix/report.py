@@ -125,7 +125,7 @@ def render_markdown(doc: dict) -> str:
 
 
 def write_report(root: Path, name: str, table: list[dict]) -> dict:
-    from parity.artifacts import atomic_write_text
+    from parity.files import atomic_write_text
 
     doc = build_report(root, name, table)
     doc["files"] = {"json": "cross_hardware.json", "markdown": "cross_hardware.md"}

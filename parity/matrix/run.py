@@ -1,5 +1,5 @@
 """Run a matrix: each target is `parity --host HOST campaign run CAMPAIGN --profile P`
-(parity.remote.delegate: over SSH, or one sbatch job on a Slurm host), its run dir
+(parity.hosts.registry.delegate: over SSH, or one sbatch job on a Slurm host), its run dir
 pulled into <matrix run>/targets/<name>/.  Hosts run at the same time (one thread
 each), a host's targets one after another.  Then the cross-hardware report."""
 
@@ -24,7 +24,7 @@ def target_argv(mx, t) -> list[str]:
 
 def run_matrix(ctx, mx) -> dict:
     from parity.matrix.report import write_report
-    from parity.remote import delegate
+    from parity.hosts.registry import delegate
     from parity.runners import ssh
 
     rd = ctx.require_run()

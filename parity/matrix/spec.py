@@ -43,7 +43,7 @@ class Matrix:
 
 
 def _path(value: str, base: Path) -> str:
-    from parity.config import expand_path
+    from parity.paths import expand_path
 
     p = Path(expand_path(value))
     if not p.is_absolute() and (base / p).exists():
@@ -52,7 +52,7 @@ def _path(value: str, base: Path) -> str:
 
 
 def load_matrix(path: str) -> Matrix:
-    from parity.config import read_yaml
+    from parity.decode import read_yaml
 
     label = str(path)
     p = Path(path).expanduser()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from parity.config import Profile, SynthSpec
+from parity.models.spec import SynthSpec
 from parity.errors import UsageError
 
 
@@ -25,7 +25,7 @@ def spec_from_options(**options) -> SynthSpec:
     return spec
 
 
-def model_rows(profile: Profile) -> list[dict]:
+def model_rows(profile) -> list[dict]:
     """One row per profile model: exists / missing / stale (synth spec changed)."""
     from pathlib import Path
 

@@ -132,6 +132,7 @@ def difference(long: dict, short: dict, npl: int | None = None) -> dict:
         "long": long["label"],
         "short": short["label"],
         "engine": long.get("engine"),
+        "block": long.get("block"),
         "ntg_long": nl,
         "ntg_short": ns,
         "npl": npl,
@@ -192,11 +193,12 @@ def build_doc(captures: list[dict], *, diff: list[dict] = (), comparison: dict |
 
 
 def auto_differences(captures: list[dict]) -> list[dict]:
-    """One difference per engine that has captures at two or more ntg values (longest minus shortest)."""
+    """One difference per engine (and block, for a profile in blocks) that has captures at two or
+    more ntg values (longest minus shortest)."""
     by_engine: dict = {}
     for c in captures:
         if c.get("ntg") is not None:
-            by_engine.setdefault(c.get("engine"), []).append(c)
+            by_engine.setdefault((c.get("engine"), c.get("block")), []).append(c)
     out = []
     for caps in by_engine.values():
         if len({c["ntg"] for c in caps}) >= 2:
@@ -207,7 +209,7 @@ def auto_differences(captures: list[dict]) -> list[dict]:
 
 def write_outputs(directory: Path, doc: dict) -> dict:
     """profile/analysis.json + buckets.tsv (+ difference.tsv, comparison.tsv) under directory."""
-    from parity.artifacts import atomic_write_json, atomic_write_text
+    from parity.files import atomic_write_json, atomic_write_text
 
     d = Path(directory)
     atomic_write_json(d / "analysis.json", doc)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from parity import stats
 from parity.errors import UsageError
-from parity.serving.metrics import direction as metric_direction
+from parity.metrics.registry import direction as metric_direction
 from parity.report.rundata import RunData, gate_problems, load_run, values_by_cell
 from parity.stats.unpaired import METHOD, ratio_change, welch
 

@@ -32,7 +32,7 @@ def efficiency_section(rd, asset_dir: Path, rel: str, plots: bool = True) -> dic
     bench = (rd.bench or {}).get("efficiency")
     if not serving and not bench:
         return None
-    from parity.efficiency.peak import load
+    from parity.gpu.bandwidth import load
 
     bw = load(rd.path) or {}
     pub, meas = bw.get("published") or {}, bw.get("measured") or {}

@@ -13,7 +13,7 @@ import json
 import re
 from pathlib import Path
 
-from parity.artifacts import atomic_write_text
+from parity.files import atomic_write_text
 
 COLUMNS = ["date", "phase", "title", "verdict", "key_ratios", "report", "artifact"]
 MD_HEADER = "# Benchmark ledger\n\nOne row per phase report (append-only; `parity report --rebuild-ledger` regenerates it).\n\n"

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from parity import stats
-from parity.artifacts import atomic_write_json, atomic_write_text, slugify
+from parity.artifacts import slugify
+from parity.files import atomic_write_json, atomic_write_text
 from parity.errors import UsageError
 from parity.report import ledger
 from parity.report.rundata import RunData, gate_problems, load_run, values_by_cell
@@ -285,7 +286,7 @@ def campaign_step(ctx, options: dict) -> dict:
     compare: previous = the newest earlier complete, valid run of this campaign.  With a
     control run, a regression beyond noise fails the step (exit 5) after the report is
     written, unless fail_on_regression: false."""
-    from parity.campaign import check_step_options
+    from parity.options import check_step_options
 
     check_step_options("report", options, {"title", "phase", "verdict", "compare", "noise_floor", "metrics", "out_dir", "plots", "force", "fail_on_regression", "ledger"})
     rd = ctx.require_run()

@@ -7,6 +7,7 @@ import shlex
 from pathlib import Path
 
 from parity import stats
+from parity.engines import ENGINES
 from parity.report.rundata import RunData, values_by_cell
 from parity.stats.calibrate import outran_line
 
@@ -70,11 +71,10 @@ def provenance_section(rd: RunData) -> list[dict]:
     sources = ((rd.manifest.get("config") or {}).get("sources")) or {}
     engines_cfg = ((rd.manifest.get("config") or {}).get("engines")) or {}
     for name, b in sorted((rd.builds or {}).items()):
-        if b.get("kind") == "vllm":
-            v = b.get("vllm") or {}
-            rec = v.get("record") or {}
-            out.append({"engine": name, "source": f"vLLM {rec.get('vllm_version') or rec.get('version') or '?'} ({v.get('state', '?')} venv {v.get('root', '-')})", "series": "-", "tree": "-",
-                        "flags": "-", "cuda_archs": "cpu", "bin": v.get("vllm") or "-", "key": f"recipe {rec.get('recipe', '?')}"})  # fmt: skip
+        kind = ENGINES.get(b.get("kind") or "llama")  # a builds.json row says its kind (a build row before kinds said none)
+        cells = kind.provenance_cells(b) if kind is not None else None
+        if cells is not None:
+            out.append({"engine": name, **cells})
             continue
         src = b.get("source") or sources.get((engines_cfg.get(name) or {}).get("source") or "", {}) or {}
         pin = src.get("pin") or src.get("package") or src.get("path") or src.get("url") or "-"
@@ -227,19 +227,15 @@ def buckets_section(rd: RunData) -> dict | None:
 
 
 def definitions(names: list[str], summary: dict | None = None) -> tuple[list[list], str | None]:
-    """From parity.serving.metrics (each metric declared once); else the definitions the
-    run recorded in summary.json; else a note."""
-    try:
-        from parity.serving.metrics import all_metrics
+    """The definitions the run recorded in summary.json (what its numbers meant when they were
+    measured), else the registry's (parity.metrics.registry: each metric declared once)."""
+    from parity.metrics.registry import all_metrics
 
-        table = {n: (m.unit, m.better, m.formula) for n, m in all_metrics().items()}
-        note = None
-    except ImportError as e:
-        recorded = [m for m in (summary or {}).get("metrics") or [] if isinstance(m, dict) and "name" in m]
-        table = {m["name"]: (m.get("unit", "-"), m.get("better", "-"), m.get("formula", "-")) for m in recorded}
-        note = f"metric definitions unavailable (parity.serving.metrics: {e})"
+    table = {n: (m.unit, m.better, m.formula) for n, m in all_metrics().items()}
+    recorded = [m for m in (summary or {}).get("metrics") or [] if isinstance(m, dict) and "name" in m]
+    table.update({m["name"]: (m.get("unit", "-"), m.get("better", "-"), m.get("formula", "-")) for m in recorded})
     rows = [[n, *table[n]] for n in names if n in table]
-    return rows, (None if rows else note or "no definitions for these metrics")
+    return rows, (None if rows else "no definitions for these metrics")
 
 
 def reproduce(rd: RunData) -> dict:
@@ -299,7 +295,7 @@ def paired_points(rd: RunData, metrics: list[str], threshold_pct: float, confide
     ref, rows = s.get("reference_engine"), [r for r in s.get("rows") or [] if "repeat" in r and "n" in r and "engine" in r]
     if not ref or not rows:
         return [], "not recorded (no reference engine or no repeat rows in the run)"
-    from parity.serving.metrics import direction
+    from parity.metrics.registry import direction
     from parity.stats.paired import by_point
 
     ms = [m for m in metrics if any(isinstance(r.get(m), (int, float)) for r in rows)]

@@ -28,7 +28,7 @@ WHAT = {
 
 def _definitions(names: list[str], summary: dict) -> list[list]:
     try:
-        from parity.serving.metrics import all_metrics
+        from parity.metrics.registry import all_metrics
 
         table = {n: (m.unit, m.better, m.formula) for n, m in all_metrics().items()}
     except ImportError:
@@ -57,7 +57,7 @@ def _long_prompts(summary: dict) -> list[list]:
 
 
 def _ratios(summary: dict, kind: str) -> tuple[list[str], list[list]]:
-    from parity.serving.workload_metrics import HEADLINE
+    from parity.metrics.workload import HEADLINE
 
     cols = HEADLINE[kind]
     rows = []
@@ -71,7 +71,7 @@ def _ratios(summary: dict, kind: str) -> tuple[list[str], list[list]]:
 
 
 def calibration_notes(cal) -> list[str]:
-    """What the trial block chose for a built-in's field (parity.serving.workload_calibration)."""
+    """What the trial block chose for a built-in's field (parity.workloads.calibration)."""
     if not isinstance(cal, dict) or not cal.get("knob"):
         return []
     knob, trial, chosen = cal["knob"], cal.get("trial_gen"), cal.get("gen")

@@ -356,7 +356,7 @@ class LocalRunner:
         return Path(os.path.expanduser(path)).read_text()
 
     def write_text(self, path: str, text: str) -> None:
-        from parity.artifacts import atomic_write_text
+        from parity.files import atomic_write_text
 
         atomic_write_text(Path(os.path.expanduser(path)), text)
 

@@ -12,8 +12,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from parity.config import positive_int
+from parity import session
+from parity.engines import kind_of
 from parity.errors import UsageError
+from parity.gates.prepost import GateSpec
+from parity.options import positive_int
+from parity.stats.calibrate import calibration_off
 
 
 @dataclass
@@ -62,8 +66,6 @@ class SnapshotRequest:
 def make_plan(ctx, req: SnapshotRequest) -> SnapshotPlan:
     """The sweep to run, checked: every problem here is a one-line UsageError (exit 2)
     before the lock is taken or any server starts."""
-    from parity.serving.engines import adapter
-
     s = ctx.profile.serving
     over = {k: getattr(req, k) for k in ("ptok", "gen", "parallel", "ctx", "order") if getattr(req, k) is not None}
     # here, not in the CLI: campaign steps come through this function too
@@ -83,7 +85,7 @@ def make_plan(ctx, req: SnapshotRequest) -> SnapshotPlan:
     if req.workload is not None:  # workload hook: parity.serving.workloads
         from parity.serving.workloads import resolve
 
-        from parity.serving.workload_defaults import parse_options
+        from parity.workloads.defaults import parse_options
 
         workload = resolve(ctx, req.workload, s, npl=req.npl, options=parse_options(req.workload_opts))
     engines = engines or s.engines
@@ -93,8 +95,10 @@ def make_plan(ctx, req: SnapshotRequest) -> SnapshotPlan:
         raise UsageError(f"--engines: an engine is listed twice ({', '.join(engines)}); use --repeat for repeats")
     for e in engines:
         ctx.profile.engine(e)
-    if workload is None and s.parallel < max(s.npl) and any(ctx.profile.engine(e).kind == "llama" for e in engines):
-        raise UsageError(f"N={max(s.npl)} exceeds --parallel {s.parallel}: llama-server would queue requests; raise --parallel")
+    for e in engines:
+        slots = kind_of(ctx.profile, e).queue_limit(ctx.profile.engine(e), s)
+        if workload is None and slots is not None and slots < max(s.npl):
+            raise UsageError(f"N={max(s.npl)} exceeds --parallel {s.parallel}: engine {e} would queue requests; raise --parallel")
     model = req.model or s.model
     if not model:
         raise UsageError("no model to serve (serving.model or --model)")
@@ -102,15 +106,17 @@ def make_plan(ctx, req: SnapshotRequest) -> SnapshotPlan:
     ref = s.reference_engine if s.reference_engine in engines else (engines[-1] if len(engines) > 1 else None)
     plan = SnapshotPlan(model, list(engines), ref, list(s.npl), repeat, s, run_order(list(engines), repeat, s.order))
     plan.budget = make_budget(ctx, req, plan, workload)
-    if workload is not None:  # a built-in's sized field (parity.serving.workload_calibration)
-        from parity.serving.workload_calibration import why_off
+    if workload is not None:  # a built-in's sized field (parity.workloads.calibration)
+        from parity.workloads.calibration import why_off
 
         plan.calibration_off = why_off(s, workload, req.gen is not None)
     else:  # an explicit --gen (or a step's gen) is respected exactly
         plan.calibration_off = calibration_off(s, req.gen is not None)
     plan.calibrate = s.calibrate if plan.calibration_off is None else None
     for e in engines:
-        plan.limits[e], plan.limit_what[e] = adapter(ctx, e).context_need(ctx, e, s, existing_model(ctx, e, model))
+        need = kind_of(ctx.profile, e).context_need(ctx.profile, e, s, kind_of(ctx.profile, e).local_model_file(ctx.profile, e, model))
+        if need.tokens is not None:
+            plan.limits[e], plan.limit_what[e] = need.tokens, need.what
         if workload is None:  # a workload checks its own shapes (attach, below)
             check_shape(plan, e, s.ptok, s.gen, "the sweep")
         if s.warmup.requests:
@@ -153,13 +159,13 @@ def make_budget(ctx, req: SnapshotRequest, plan: SnapshotPlan, workload):
     return Budget(until_ci_pct=float(pct), min_blocks=lo, max_blocks=hi, max_seconds=req.budget_s if req.budget_s is not None else st.budget_s)
 
 
-def existing_model(ctx, engine: str, model: str) -> str | None:
-    """The engine's model file when it is already there (plan time never synthesizes)."""
-    import os
-
-    m = ctx.profile.models.get(model)
-    path = m.path if m and ctx.profile.engine(engine).kind == "llama" else None
-    return path if path and os.path.isfile(path) else None
+def served_model_problem(ctx, engine: str, model: str) -> str | None:
+    """Why the engine's model cannot be served yet (a dry run shows it; the real run stops), None: fine."""
+    try:
+        session.check_served_model(ctx, engine, model)
+    except UsageError as e:
+        return str(e)
+    return None
 
 
 def check_shape(plan: SnapshotPlan, engine: str, ptok: int, gen: int, what: str) -> None:
@@ -176,7 +182,7 @@ def run_order(engines: list[str], repeat: int, order: str) -> list[tuple[int, st
     slot); aabb: every repeat of A, then of B (not blocks: no engine pair runs back to back)."""
     if order == "aabb":
         return [(r, e) for e in engines for r in range(repeat)]
-    from parity.serving.blocks import block_order
+    from parity.stats.blocks import block_order
 
     return [(r, e) for r in range(repeat) for e in block_order(engines, r, order)]
 
@@ -187,7 +193,7 @@ def snapshot(ctx, req: SnapshotRequest) -> dict:
 
     plan = make_plan(ctx, req)
     if req.dry_run:
-        from parity.gpu.gonogo import command_paths, dry_run_session, go_no_go
+        from parity.gonogo import command_paths, dry_run_session, go_no_go
 
         check_env(ctx, plan, req.allow_env)
         doc = dry_run(ctx, plan)
@@ -204,31 +210,28 @@ def snapshot(ctx, req: SnapshotRequest) -> dict:
 
 
 def check_env(ctx, plan: SnapshotPlan, allow_env) -> None:
-    from parity.serving.engines import adapter
-    from parity.serving.envpolicy import check_bench_env
+    from parity.engines.envpolicy import check_bench_env
 
     for e in plan.engines:
-        env = adapter(ctx, e).env(ctx, e)
+        env = kind_of(ctx.profile, e).env(ctx.profile, e)
         check_bench_env(env, ctx.profile.policy, allow_env, context=f"benchmark (engine {e})")
 
 
 def dry_run(ctx, plan: SnapshotPlan) -> dict:
     from parity.gpu.lock import effective_dir as lock_effective_dir
     from parity.gpu.lock import preflight
-    from parity.serving.engines import adapter, model_for
-    from parity.serving.metrics import definitions
-    from parity.serving.server import port_free
+    from parity.metrics.registry import definitions
+    from parity.engines.server import port_free
 
     commands = []
     for e in plan.engines:
+        kind = kind_of(ctx.profile, e)
+        mf, model_error = kind.model_file(ctx.profile, e, plan.model), served_model_problem(ctx, e, plan.model)
         try:
-            mf, model_error = model_for(ctx, e, plan.model, dry=True), None
-        except UsageError as err:  # still show the command, with a placeholder for the file
-            mf, model_error = f"<{err}>", str(err)
-        try:
-            la = adapter(ctx, e).launch(ctx, e, mf, plan.shape.port, plan.shape, dry=True, model=plan.model)
+            la = kind.launch(ctx.profile, e, mf, plan.shape.port, plan.shape, dry=True, model=plan.model, out=ctx.out)
             eng = ctx.profile.engine(e)
-            commands.append({"engine": e, "argv": la.argv, "env": la.env, "unset": la.unset, "ready": f"http://127.0.0.1:{plan.shape.port}{la.ready_path}",
+            commands.append({"engine": e, "argv": la.argv, "env": la.env, "unset": la.unset, "ready": f"http://{la.host}:{la.port}{la.ready_path}",
+                             "start": la.start, "stop": la.stop, "spawned": la.spawned,
                              "served_name": None if model_error else la.served_name, "model_error": model_error,
                              "ready_timeout_s": eng.ready_timeout_s, "ready_probe_timeout_s": eng.ready_probe_timeout_s,
                              "request_limit": plan.limits.get(e), "request_limit_set_by": plan.limit_what.get(e)})  # fmt: skip
@@ -254,21 +257,10 @@ def dry_run(ctx, plan: SnapshotPlan) -> dict:
     }
 
 
-def calibration_off(s, gen_given: bool) -> str | None:
-    """Why the trial block may not raise gen (None: it may)."""
-    if not s.calibrate.enabled:
-        return "serving.calibrate.enabled false"
-    if s.min_window_s <= 0:
-        return "min_window_s 0"
-    if s.order == "aabb":
-        return "--order aabb has no trial block"
-    return "--gen given" if gen_given else None
-
-
 def calibration_plan(plan: SnapshotPlan) -> str:
     s, c = plan.shape, plan.calibrate
     if plan.workload is not None:
-        from parity.serving.workload_calibration import plan_text
+        from parity.workloads.calibration import plan_text
 
         return plan_text(plan)
     if c is None:
@@ -277,18 +269,13 @@ def calibration_plan(plan: SnapshotPlan) -> str:
 
 
 def run_snapshot(ctx, plan: SnapshotPlan, gates: bool = True, allow_env=()) -> dict:
-    from parity.engine.build import ensure_engines_built, write_builds_json
-    from parity.gates.prepost import gate_engines, gated
-    from parity.gpu.hardware import write_hardware
-    from parity.gpu.lock import held_lock
-
     check_env(ctx, plan, allow_env)
-    ensure_engines_built(ctx, [*plan.engines, *(gate_engines(ctx) if gates else [])])  # every build before the shared GPU is taken
-    with held_lock(ctx):
-        write_hardware(ctx)  # before any server starts (Phase 24)
-        write_builds_json(ctx, plan.engines)  # vLLM from the cached CPU venv too
-        with gated(ctx, enabled=gates):
-            arms = sweep_all(ctx, plan)
+    spec = GateSpec.from_profile(ctx.profile) if gates else None
+    session.prepare(ctx, plan.engines, gates=spec)  # builds, installs, gate models: before the shared GPU is taken
+    for e in plan.engines:
+        session.serve_model(ctx, e, plan.model)
+    with session.measuring(ctx, plan.engines, gates=spec):  # hardware.txt before any server starts, builds.json, pre/post gates
+        arms = sweep_all(ctx, plan)
     return write_summary(ctx, plan, arms)
 
 
@@ -301,12 +288,12 @@ def write_summary(ctx, plan: SnapshotPlan, arms: list[dict]) -> dict:
     extra = {"arms": [{k: v for k, v in a.items() if k not in ("rows", "outputs")} for a in arms], **run_notes(plan)}
     outputs = {a["engine"]: a["outputs"] for a in [*plan.trial_arms, *arms] if a.get("outputs")}  # the probe ran in the engine's first arm
     if len(outputs) > 1:
-        from parity.serving.output_parity import compare_engines
+        from parity.metrics.output_parity import compare_engines
 
         op = plan.shape.output_parity
         extra["output_parity"] = compare_engines(outputs, plan.reference or plan.engines[0], op.min_agreement, op.max_kl)
     if plan.workload is None:  # efficiency hook: % of roofline and memory per engine (parity.efficiency)
-        from parity.efficiency.roofline import for_snapshot
+        from parity.serving.efficiency import for_snapshot
 
         extra["efficiency"] = for_snapshot(ctx, plan, rows, arms)
     writer = summary if plan.workload is None else workload_summary  # workload hook: its metrics, same machinery
@@ -327,7 +314,7 @@ def note_outran(ctx, plan: SnapshotPlan, rows: list[dict]) -> None:
         return  # the cap's warning said its windows may stay short
     windows = WINDOWS
     if plan.workload is not None:
-        from parity.serving.workload_metrics import WINDOWS as KIND_WINDOWS
+        from parity.metrics.workload import WINDOWS as KIND_WINDOWS
 
         windows = KIND_WINDOWS[plan.workload.kind]
     trial = [r for a in plan.trial_arms for r in a["rows"]] or [r for r in rows if r.get("repeat") == 0]
@@ -353,7 +340,8 @@ def sweep_all(ctx, plan: SnapshotPlan) -> list[dict]:
     """Run the blocks: the fixed number, or until the stop rule (--until-ci) ends it; the
     first block doubles as the calibration trial.  A partial summary after every arm."""
     from parity.serving import summary, workload_summary
-    from parity.serving.blocks import block_line, block_order, half_widths, run_blocks
+    from parity.metrics.registry import direction
+    from parity.stats.blocks import block_line, block_order, half_widths, run_blocks
     from parity.serving.sweep import run_arm
 
     arms: list[dict] = []
@@ -387,7 +375,7 @@ def sweep_all(ctx, plan: SnapshotPlan) -> list[dict]:
             return True
 
         def widths() -> dict:
-            return half_widths([r for a in arms for r in a["rows"]], plan.reference, st.metrics, st.min_delta_pct, st.confidence) if plan.workload is None else {}
+            return half_widths([r for a in arms for r in a["rows"]], plan.reference, st.metrics, st.min_delta_pct, st.confidence, direction) if plan.workload is None else {}
 
         def report(block, n, hw, decision) -> None:
             counted[0] = n
@@ -406,8 +394,8 @@ def calibrate_after_trial(ctx, plan: SnapshotPlan, arms: list[dict]) -> bool:
     raised, block 0 was the trial (its arms move to plan.trial_arms) and the measured blocks
     follow at the new value."""
     rows = [r for a in arms for r in a["rows"]]
-    if plan.workload is not None:  # a built-in's field instead of gen (parity.serving.workload_calibration)
-        from parity.serving.workload_calibration import choose_for
+    if plan.workload is not None:  # a built-in's field instead of gen (parity.workloads.calibration)
+        from parity.workloads.calibration import choose_for
 
         cal = choose_for(plan, rows)
         plan.calibration = {**cal.to_dict(), "workload": plan.workload.name}
@@ -422,7 +410,7 @@ def calibrate_after_trial(ctx, plan: SnapshotPlan, arms: list[dict]) -> bool:
     if cal.kept_trial:
         return True
     if plan.workload is not None:
-        from parity.serving.workload_calibration import with_value
+        from parity.workloads.calibration import with_value
 
         plan.workload = with_value(plan.workload, cal.gen)
     else:
@@ -450,7 +438,7 @@ def choose_gen(plan: SnapshotPlan, rows: list[dict]):
 def campaign_step(ctx, options: dict) -> dict:
     """kind: snapshot -- options {npl, engines, model, repeat, ptok, gen, parallel, ctx, order, gates, allow_env, workload, until_ci, max_repeats, budget_s}
     (workload: a serving.workloads name, or a mapping declaring one inline: {name, kind, ...})."""
-    from parity.campaign import check_step_options
+    from parity.options import check_step_options
 
     check_step_options("snapshot", options, {"npl", "engines", "model", "repeat", "ptok", "gen", "parallel", "ctx", "order", "gates", "allow_env", "workload", "until_ci", "max_repeats", "budget_s"})
     options = {"gates": False, **options}  # campaigns usually run gate steps around it

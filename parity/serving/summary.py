@@ -15,8 +15,9 @@ import math
 import statistics
 
 from parity import stats
-from parity.serving import validity
-from parity.serving.metrics import HEADLINE, METRICS, definitions, direction
+from parity.metrics import validity
+from parity.metrics.registry import definitions, direction
+from parity.metrics.serving import HEADLINE, METRICS
 
 ROW_KEYS = [k for k in METRICS]
 USERS_COLUMNS = ["agg_tps", "decode_agg_tps", "decode_perseq_tps", "prefill_tps", "ttft_mean_ms", "wall_s"]

@@ -2,7 +2,7 @@
 
     with watch.point(ctx, shape, server_pid, affinity) as w:
         records = drive(...)
-    problems += w.finish(ctx.run, row, records, kind, before, after, "telemetry/<engine>-r<k>-n<N>.json")
+    problems += w.finish(ctx.run, row, records, launch.family, before, after, "telemetry/<engine>-r<k>-n<N>.json")
 
 Starting, sampling and summarizing never fail the point: an error is recorded in the
 file and on the row instead.  The sampler stops in the finally, also when the load
@@ -19,7 +19,7 @@ class Watch:
         self.sampler, self.affinity, self.error = sampler, affinity, error
         self.client_cpus, self.server_cpus = client_cpus, server_cpus
 
-    def finish(self, run, row: dict, recs, kind: str | None, before: dict | None, after: dict | None, path: str) -> list[str]:
+    def finish(self, run, row: dict, recs, family, before: dict | None, after: dict | None, path: str) -> list[str]:
         """Write the point's telemetry file, put the short summary, flags and engine timing on the row;
         return the problems that make the point invalid."""
         from parity.telemetry import engine_timing, point_summary
@@ -27,7 +27,7 @@ class Watch:
         problems: list[str] = []
         row.setdefault("flags", [])
         try:
-            row["engine_timing"] = engine_timing.compute(recs, kind, before, after)
+            row["engine_timing"] = engine_timing.compute(recs, family, before, after)
         except Exception as e:  # never the point's failure
             row["engine_timing"] = {"error": repr(e)}
         try:

@@ -66,7 +66,7 @@ def test_full_report_has_every_section_plots_and_links(profile, tmp_path):
     assert "| gdn_core | 1250.0 | 41.67% | 600 | 2.08 |" in text  # profile/analysis.json, per capture
     assert "### Difference method: paged ntg64 - paged ntg16 (paged, 48 steps x npl 4)" in text
     assert "| total | 2250.0 | 6900 | 46.88 | 11718.8 | 0.3261 |" in text
-    assert "| ttft_mean_ms | ms | lower | mean over requests of" in text  # parity.serving.metrics definitions
+    assert "| ttft_mean_ms | ms | lower | mean over requests of" in text  # parity.metrics.serving definitions
     assert "parity --artifacts runs snapshot -p smoke --model tiny --npl 1,4 --repeat 5" in text  # manifest argv
 
 
@@ -199,18 +199,15 @@ def test_gates_only_run_still_gets_every_section(profile, tmp_path):
         render(profile, tmp_path / "out", run_path=run, title="x", compare=str(DATA / "control"))
 
 
-def test_definitions_degrade_without_parity_metrics(monkeypatch):
-    import sys
-
+def test_definitions_are_the_runs_own_else_the_registrys():
+    from parity.metrics.registry import all_metrics
     from parity.report.sections import definitions
 
     rows, note = definitions(["ttft_p50_ms"])
-    assert rows[0][:3] == ["ttft_p50_ms", "ms", "lower"] and note is None
-    monkeypatch.setitem(sys.modules, "parity.serving.metrics", None)  # import now raises ImportError
+    assert rows == [["ttft_p50_ms", "ms", "lower", all_metrics()["ttft_p50_ms"].formula]] and note is None
     recorded = {"metrics": [{"name": "ttft_p50_ms", "unit": "ms", "better": "lower", "formula": "median of (first token - send)"}]}
     assert definitions(["ttft_p50_ms"], recorded) == ([["ttft_p50_ms", "ms", "lower", "median of (first token - send)"]], None)
-    rows, note = definitions(["ttft_p50_ms"], {})
-    assert rows == [] and note.startswith("metric definitions unavailable (parity.serving.metrics")
+    assert definitions(["no_such_metric"], {}) == ([], "no definitions for these metrics")
 
 
 def test_collapsed_profile_is_flagged(profile, tmp_path):
@@ -262,7 +259,7 @@ def test_nightly_report_against_previous_run_fails_on_regression(tmp_path):
 
 
 def test_batched_bench_and_cpu_line_from_real_files(profile, tmp_path):
-    from parity.serving.batched_bench import parse
+    from parity.bench.batched_bench import parse
 
     run = tmp_path / "run"
     shutil.copytree(DATA / "candidate", run)

@@ -2,7 +2,8 @@
 
 import pytest
 
-from parity.serving.server_metrics import deltas, mismatches, parse, reconcile
+from parity.engines import llama, vllm
+from parity.metrics.prometheus import deltas, mismatches, parse, reconcile
 
 from tests.unit.test_fake_vllm_vs_real import body_of_raw
 
@@ -13,7 +14,7 @@ def body(name: str) -> str:
 
 @pytest.fixture(scope="module")
 def server():
-    return deltas("vllm", parse(body("metrics-1-before-batch.raw")), parse(body("metrics-2-after-batch.raw")))
+    return deltas(vllm.FAMILY, parse(body("metrics-1-before-batch.raw")), parse(body("metrics-2-after-batch.raw")))
 
 
 def client(server, **over):
@@ -115,9 +116,9 @@ def _client(folder: str, stream: str) -> dict:
     """The client's side of one real captured stream, read by parity's own stream handler."""
     from pathlib import Path
 
-    from parity.serving.http import BodyDecoder, SSEParser, parse_head
-    from parity.serving.loadgen import _Handler
-    from parity.serving.metrics import RequestRecord
+    from parity.loadgen.client import _Handler
+    from parity.loadgen.http import BodyDecoder, SSEParser, parse_head
+    from parity.metrics.serving import RequestRecord
 
     raw = (Path(__file__).resolve().parent.parent / "data" / folder / stream).read_bytes()
     i = raw.find(b"\r\n\r\n")
@@ -147,7 +148,7 @@ def test_the_pins_llama_server_reconciles_with_what_its_cache_took(before, strea
     """The users' llama-server (pin + series; tests/data/llama_server_pin) counts only computed
     prompt tokens and has no cached counter: its count is the client's less the cached tokens
     the response reported, and that is no mismatch."""
-    server = deltas("llama", _metrics(PIN, before), _metrics(PIN, after))
+    server = deltas(llama.FAMILY, _metrics(PIN, before), _metrics(PIN, after))
     client = _client(PIN, stream)
     assert (client["prompt_tokens"], client["cached_prompt_tokens"], server["prompt_tokens"], server["prompt_includes_cached"]) == (32, cached, 32 - cached, False)
     rows = reconcile(server, client)
@@ -160,7 +161,7 @@ def test_the_pins_llama_server_reconciles_with_what_its_cache_took(before, strea
 
 def test_a_newer_llama_server_with_the_cached_counter_counts_the_whole_prompt():
     # ../llama_server: the same 8 x 32-token prompts again, 8 computed and 248 from cache (usage cached_tokens 31 each)
-    server = deltas("llama", _metrics("llama_server", "metrics-2-after-batch.raw"), _metrics("llama_server", "metrics-3-after-repeat.raw"))
+    server = deltas(llama.FAMILY, _metrics("llama_server", "metrics-2-after-batch.raw"), _metrics("llama_server", "metrics-3-after-repeat.raw"))
     assert (server["prompt_tokens"], server["prompt_includes_cached"]) == (256, True)
     assert _prompt_row(server, {"prompt_tokens": 256, "cached_prompt_tokens": 248})["status"] == "ok"  # not 256 - 248
     assert _prompt_row(server, {"prompt_tokens": 256, "cached_prompt_tokens": None})["status"] == "ok"
@@ -180,6 +181,6 @@ def test_one_cached_token_in_4096_is_no_warning():
 def test_vllm_counts_the_tokens_it_took_from_its_prefix_cache():
     # two 300-token prompts, the second hit 256 tokens in the prefix cache: prompt_tokens_total +300 both times
     v = lambda n: parse(body(n))  # noqa: E731
-    first, again = deltas("vllm", v("metrics-4-before-prefix.raw"), v("metrics-5-after-first-300.raw")), deltas("vllm", v("metrics-5-after-first-300.raw"), v("metrics-6-after-repeat-300.raw"))
+    first, again = deltas(vllm.FAMILY, v("metrics-4-before-prefix.raw"), v("metrics-5-after-first-300.raw")), deltas(vllm.FAMILY, v("metrics-5-after-first-300.raw"), v("metrics-6-after-repeat-300.raw"))
     assert (first["prompt_tokens"], again["prompt_tokens"], again["prefix_hits"], again["prompt_includes_cached"]) == (300, 300, 256, True)
     assert _prompt_row(again, {"prompt_tokens": 300, "cached_prompt_tokens": 256})["status"] == "ok"  # not 300 - 256

@@ -216,7 +216,7 @@ def test_bandwidth_measured_once_by_two_runs_starting_together(tmp_path):
     (side by side, each copy would run at about half the bandwidth, and keep that half)."""
     code = ("import json, sys, time; from pathlib import Path\n"
             "while not Path(sys.argv[1]).exists(): time.sleep(0.005)\n"
-            "from parity.efficiency.peak import bandwidth\n"
+            "from parity.gpu.bandwidth import bandwidth\n"
             "print(json.dumps(bandwidth({'gpus': [], 'hardware_class': 'cpu_only'})['measured']))")  # fmt: skip
     env = {**os.environ, "PARITY_CACHE": str(tmp_path / "cache")}
     procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "go")], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]

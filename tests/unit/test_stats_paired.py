@@ -118,7 +118,8 @@ def test_recorded_aa_on_a_gpu_bound_model_is_never_a_claim():
     for r in rows:
         for k in ("decode_agg_tps", "decode_perseq_tps", "agg_tps", "ttft_mean_ms"):
             r[k] = float(r[k])
-    from parity.serving.metrics import HEADLINE, direction
+    from parity.metrics.registry import direction
+    from parity.metrics.serving import HEADLINE
 
     cells = paired.by_point(rows, "stock", HEADLINE, direction)
     assert len(cells) == 12 and {c["outcome"] for c in cells} <= {EQUIVALENT, INCONCLUSIVE}

@@ -1,0 +1,103 @@
+"""The endpoint kind: an OpenAI-compatible server that parity neither builds nor starts (a
+vLLM, SGLang or TensorRT-LLM server that already runs on the GPU box): a base URL, optional
+start and stop commands and a readiness path.  Build provenance, the binary gates and memory
+per process do not apply to it and are reported so."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass, field
+from typing import Literal
+
+from parity.engines import llama, vllm
+from parity.engines.base import ContextNeed, EngineKind, EngineSection, Launch, served_name
+from parity.errors import ConfigError
+from parity.metrics.prometheus import Series
+
+BASE_URL = re.compile(r"http://(?P<host>[A-Za-z0-9.\-]+|\[[0-9a-fA-F:]+\]):(?P<port>[0-9]{1,5})/?")
+
+
+@dataclass
+class EndpointSection(EngineSection):
+    kind: str = "endpoint"
+    base_url: str = ""  # http://HOST:PORT of the running server (parity's client speaks plain HTTP)
+    model: str | None = None  # the model name it serves (default: the profile model's served_name, else its name)
+    start: str | None = None  # a shell command that starts it (run once per arm, stopped after); null: it already runs
+    stop: str | None = None  # a shell command that stops it (after each arm); null: nothing
+    ready_path: str = "/health"
+    models_path: str | None = "/v1/models"  # GET once ready: the served model must be listed (null: not checked)
+    metrics_path: str | None = "/metrics"  # Prometheus text scraped around each point (null: none)
+    metrics: Literal["vllm", "llama", "none"] = "vllm"  # whose /metrics names it speaks (reconciliation, engine clock)
+    tokenize: Literal["prompt", "content"] = "prompt"  # /tokenize wire format: prompt ({model, prompt}: vLLM, SGLang), content ({content}: llama-server)
+    count: Literal["usage", "chunks", "timings"] = "usage"  # how its stream tells tokens per chunk
+    max_model_len: int | None = None  # tokens one request may use (prompt + generated); null: not known
+    gpu: bool = False  # it runs on a GPU (sizes the built-in workloads)
+    request_extra: dict[str, str] = field(default_factory=dict)  # fields added to every completion request
+
+
+def address(e: EndpointSection) -> tuple[str, int]:
+    m = BASE_URL.fullmatch(e.base_url)
+    return m.group("host").strip("[]"), int(m.group("port"))
+
+
+DIALECTS = {"vllm": vllm.FAMILY, "llama": llama.FAMILY, "none": Series()}  # whose /metrics names an endpoint speaks
+
+
+class Endpoint(EngineKind):
+    name = "endpoint"
+    section = EndpointSection
+    profiled_serving = False
+
+    def validate(self, profile, name: str, e: EndpointSection, label: str) -> None:
+        m = BASE_URL.fullmatch(e.base_url or "")
+        if not m or not 1 <= int(m.group("port")) <= 65535:
+            raise ConfigError(label, f"engines.{name}.base_url", f"must be http://HOST:PORT (plain HTTP, a port 1..65535), got {e.base_url!r}")
+        for key in ("start", "stop"):
+            cmd = getattr(e, key)
+            if cmd is not None:
+                try:
+                    if not shlex.split(cmd):
+                        raise ValueError("empty")
+                except ValueError as err:
+                    raise ConfigError(label, f"engines.{name}.{key}", f"not a shell command: {err}") from None
+        for key in ("ready_path", "models_path", "metrics_path"):
+            v = getattr(e, key)
+            if v is not None and not v.startswith("/"):
+                raise ConfigError(label, f"engines.{name}.{key}", f"must be a path starting with /, got {v!r}")
+        if e.max_model_len is not None and e.max_model_len <= 0:
+            raise ConfigError(label, f"engines.{name}.max_model_len", "must be a positive number of tokens (or null: not known)")
+
+    def provenance(self, profile, name: str, runner, out) -> dict:
+        e = profile.engine(name)
+        return {"engine": name, "kind": self.name, "base_url": e.base_url, "build": "not applicable: parity neither builds nor starts an endpoint"}
+
+    def provenance_cells(self, row: dict) -> dict:
+        na = "not applicable"
+        return {"source": f"endpoint {row.get('base_url', '?')} (not built or started by parity)", "series": na, "tree": na, "flags": na, "cuda_archs": na, "bin": na, "key": na}
+
+    def dry_paths(self, profile, name: str, runner) -> dict[str, str]:
+        return {}
+
+    def model_file(self, profile, name: str, model: str) -> str:
+        e = profile.engine(name)
+        return e.model or served_name(profile, model, model)
+
+    def launch(self, profile, name, model_file, port, shape, path=None, dry=False, model=None, out=None) -> Launch:
+        e = profile.engine(name)
+        host, eport = address(e)
+        return Launch([], dict(e.env), [], e.ready_path, e.model or served_name(profile, model, model_file), e.tokenize, e.models_path, e.metrics_path,
+                      engine=name, kind=self.name, count=e.count, request_extra=dict(e.request_extra), family=DIALECTS[e.metrics], host=host, port=eport,
+                      start=shlex.split(e.start) if e.start else [], stop=shlex.split(e.stop) if e.stop else [], spawned=False)  # fmt: skip
+
+    def context_need(self, profile, name, shape, model_file=None) -> ContextNeed:
+        e = profile.engine(name)
+        if e.max_model_len is None:
+            return ContextNeed(None, f"engines.{name}.max_model_len is not set (the endpoint's own limit is not known)")
+        return ContextNeed(e.max_model_len, f"engines.{name}.max_model_len {e.max_model_len}")
+
+    def on_gpu(self, e: EndpointSection) -> bool:
+        return e.gpu
+
+
+KIND = Endpoint()

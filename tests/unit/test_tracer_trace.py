@@ -1,0 +1,131 @@
+"""The CUPTI trace format (as parity_cupti.cpp writes it) -> nsys-shaped SQLite, and the
+refusals: a process that did not exit, dropped records, a collapsed trace, a launch whose
+kernel count is not its graph's node count.  The lines here follow the library's fprintf
+formats field for field (tests/unit/test_tracer_captured.py reads real captured files)."""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+
+import pytest
+
+from parity.errors import InfraError
+from parity.profiles.analysis import analyze_file
+from parity.profiles.buckets import default_table
+from parity.tracer import build, trace
+
+GEMV = "_Z13mul_mat_vec_qIL9ggml_type8ELi1ELb0EEvPKvS2_PKi"
+NORM = "_Z11rms_norm_f32ILi1024ELb1ELb0EEvPKfPfi"
+
+
+def header(pid=77):
+    return f"# parity-cupti 1\n# cupti_version 130001\n# pid {pid}\n# out /x/cap.cupti.{pid}.tsv\n"
+
+
+def k(start, end, corr, gid, node, name_id, stream=13):
+    return "\t".join(map(str, ["K", start, end, 0, 1, stream, corr, gid, node, 128, 1, 1, 256, 1, 1, 40, 0, 4096, 0, 1, name_id])) + "\n"
+
+
+def footer(kernels, launches=0, dropped=0):
+    return f"# dropped {dropped}\n# buffers 3 0\n# records {kernels} 1 1 {launches}\n# end\n"
+
+
+def decode_trace(steps=3, pid=77, end=True, node_ids=True, nodes=2):
+    """A plain launch (warmup), then `steps` replays of a graph of 2 kernel nodes."""
+    out = header(pid) + f"N\t1\t{GEMV}\tvoid mul_mat_vec_q<(ggml_type)8, 1, false>(void const*, void const*, int const*)\n"
+    out += f"N\t2\t{NORM}\tvoid rms_norm_f32<1024, true, false>(float const*, float*, int)\n"
+    out += k(1000, 3000, 5, 0, 0, 1)
+    out += f"G\t4\t9\t{nodes + 1}\t{nodes}\n"
+    t = 10_000
+    for s in range(steps):
+        corr = 100 + s
+        out += f"L\t{corr}\t9\t4\n"
+        out += k(t, t + 5000, corr, 4, 11 if node_ids else 0, 1) + k(t + 5200, t + 6000, corr, 4, 12 if node_ids else 0, 2)
+        t += 10_000
+    out += "M\t500\t900\t0\t1\t13\t6\t0\t0\t1\t1\t3\t4096\n"
+    out += "S\t950\t990\t0\t1\t13\t7\t0\t0\t0\t1024\t3\n"
+    return out + (footer(1 + 2 * steps, steps) if end else "")
+
+
+def test_the_format_matches_what_the_library_writes():
+    src = build.SOURCE.read_text()
+    assert f"#define PARITY_CUPTI_FORMAT {trace.FORMAT}" in src and build.FORMAT == trace.FORMAT
+    k_fmt = re.search(r'"K\\t([^"]*)\\n"', src).group(1)
+    assert k_fmt.count("%") == trace._K_FIELDS - 1  # every field the library prints is read
+    assert re.search(r'"M\\t([^"]*)\\n"', src).group(1).count("%") == trace._M_FIELDS - 1
+    assert re.search(r'"S\\t([^"]*)\\n"', src).group(1).count("%") == trace._S_FIELDS - 1
+
+
+def test_convert_gives_nsys_tables_that_the_analysis_reads(tmp_path):
+    f = tmp_path / "cap.cupti.77.tsv"
+    f.write_text(decode_trace())
+    s = trace.convert([str(f)], tmp_path / "cap.sqlite")
+    assert trace.problems(s) == []
+    assert (s["kernels"], s["graph_node_kernels"], s["graph_launches_seen"], s["graph_trace_mode"]) == (7, 6, 3, "node")
+    assert s["node_check"] == {"launches": 3, "matched": 3, "mismatched": 0, "unknown": 0, "examples": []}
+    cap = analyze_file(str(tmp_path / "cap.sqlite"), default_table(), ntg=3, npl=1)
+    rows = {r["bucket"]: r for r in cap["buckets"]}
+    assert rows["mmvq"]["instances"] == 4 and rows["mmvq"]["total_ms"] == pytest.approx((2000 + 3 * 5000) / 1e6)
+    assert rows["norm"]["instances"] == 3 and cap["graph_node_kernels"] == 6 and cap["graph_trace_mode"] == "node" and not cap["collapsed"]
+    conn = sqlite3.connect(tmp_path / "cap.sqlite")
+    names = dict(conn.execute("SELECT k.correlationId, s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.shortName WHERE k.correlationId = 5"))
+    assert names == {5: "mul_mat_vec_q"}
+    assert conn.execute("SELECT graphNodeId, graphId FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE correlationId = 5").fetchone() == (None, None)  # 0 -> NULL, as nsys
+    assert conn.execute("SELECT bytes FROM CUPTI_ACTIVITY_KIND_MEMCPY").fetchone() == (4096,)
+    assert conn.execute("SELECT value FROM META_DATA_CAPTURE WHERE name = ?", (trace.MODE_KEY,)).fetchone() == ("node",)
+
+
+def test_a_process_that_did_not_exit_is_refused(tmp_path):
+    f = tmp_path / "cap.cupti.77.tsv"
+    f.write_text(decode_trace(end=False))
+    s = trace.convert([str(f)], tmp_path / "cap.sqlite")
+    with pytest.raises(InfraError, match="no end line: the process did not exit normally"):
+        trace.require_clean(s)
+
+
+def test_dropped_records_are_counted_and_refused(tmp_path):
+    f = tmp_path / "cap.cupti.77.tsv"
+    f.write_text(decode_trace().replace("# dropped 0", "# dropped 41").replace("# buffers 3 0", "# buffers 70 6"))
+    s = trace.convert([str(f)], tmp_path / "cap.sqlite")
+    (p,) = s["processes"]
+    assert (p["dropped"], p["buffers_refused"]) == (41, 6)
+    with pytest.raises(InfraError, match="CUPTI dropped 41 records"):
+        trace.require_clean(s)
+
+
+def test_a_collapsed_trace_is_refused_like_an_nsys_graph_capture(tmp_path):
+    f = tmp_path / "cap.cupti.77.tsv"
+    f.write_text(decode_trace(node_ids=False))
+    s = trace.convert([str(f)], tmp_path / "cap.sqlite")
+    assert s["graph_trace_mode"] == "graph"
+    with pytest.raises(InfraError, match="collapsed trace: 3 CUDA-graph launches but no kernel carries a graph-node id"):
+        trace.require_clean(s)
+    assert not [p for p in trace.problems(s, allow_collapsed=True) if "collapsed" in p]
+
+
+def test_a_launch_short_of_its_graph_nodes_is_named(tmp_path):
+    f = tmp_path / "cap.cupti.77.tsv"
+    f.write_text(decode_trace(nodes=3))
+    s = trace.convert([str(f)], tmp_path / "cap.sqlite")
+    assert s["node_check"]["mismatched"] == 3 and s["node_check"]["examples"][0]["kernel_nodes"] == [3]
+    with pytest.raises(InfraError, match="3 of 3 graph launches ran a kernel count that is not their graph's kernel-node count"):
+        trace.require_clean(s)
+
+
+def test_two_processes_merge_with_their_pids(tmp_path):
+    for pid in (77, 78):
+        (tmp_path / f"cap.cupti.{pid}.tsv").write_text(decode_trace(pid=pid))
+    files = trace.trace_files(str(tmp_path / "cap.cupti.%p.tsv"))
+    assert [f.rsplit(".", 2)[-2] for f in files] == ["77", "78"]
+    s = trace.convert(files, tmp_path / "cap.sqlite")
+    assert s["kernels"] == 14 and s["node_check"]["matched"] == 6 and trace.problems(s) == []
+    pids = sqlite3.connect(tmp_path / "cap.sqlite").execute("SELECT DISTINCT globalPid FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY 1").fetchall()
+    assert pids == [(77,), (78,)]
+
+
+def test_unreadable_lines_and_a_miscount_are_named(tmp_path):
+    f = tmp_path / "cap.cupti.77.tsv"
+    f.write_text(decode_trace().replace("# records 7", "# records 9") + "K\t1\t2\n")
+    bad = trace.problems(trace.convert([str(f)], tmp_path / "cap.sqlite"))
+    assert any("1 unreadable lines" in b for b in bad) and any("wrote 9 kernel records, the file holds 7" in b for b in bad)
