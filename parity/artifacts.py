@@ -20,6 +20,9 @@ from typing import Any, Mapping
 
 from parity import __version__
 from parity.files import atomic_write_json, atomic_write_text, json_default
+from parity.filelock import locked_dir
+from parity.errors import UsageError
+from parity.runners.lifetime import started_at
 
 SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.I)
 REDACTED = "<redacted>"
@@ -131,8 +134,6 @@ class RunDir:
 
     @classmethod
     def open(cls, path: Path) -> "RunDir":
-        from parity.errors import UsageError
-
         rd = cls(Path(path).expanduser())
         if not rd.manifest_path.is_file():
             raise UsageError(f"{path}: not a parity run directory (no manifest.json)")
@@ -152,8 +153,6 @@ class RunDir:
     def _edit(self, change) -> dict:
         """Read, change, write the manifest with the run directory locked: the threads of a
         matrix and any other parity touching this run (settle, resume) never lose an update."""
-        from parity.filelock import locked_dir
-
         with locked_dir(self.path):
             data = self.manifest()
             if change(data) is not False:  # False: nothing to write
@@ -234,7 +233,6 @@ class RunDir:
 def process_alive_since(pid: int, started_iso: str | None) -> bool:
     """True when pid is a live (non-zombie) process on this host that started no later than
     started_iso (a later start means the pid was reused by another process)."""
-    from parity.runners.lifetime import started_at
 
     try:
         os.kill(pid, 0)
@@ -252,8 +250,6 @@ def process_alive_since(pid: int, started_iso: str | None) -> bool:
 
 
 def _unusable_root(root: Path, path: Path, why: str):
-    from parity.errors import UsageError
-
     return UsageError(f"artifacts dir {root} (--artifacts / PARITY_ARTIFACTS): cannot create the run directory {path}: {why}")
 
 

@@ -35,7 +35,22 @@ from pathlib import Path
 from typing import Any, Callable
 
 from parity.errors import ConfigError, ParityError, UsageError
+from parity.filelock import locked
 from parity.options import check_step_options
+from parity import session
+from parity.artifacts import RunDir, now_iso, slurm_job
+from parity.context import run_session, run_session_existing
+from parity.decode import read_utf8
+from parity.engines import kind_of, with_binaries
+from parity.gates.prepost import gate_engines
+from parity.gonogo import dry_run_session, go_no_go
+from parity.gpu.lock import pid_alive
+from parity.hosts.delegation import DELEGATED_ENV
+from parity.hosts.registry import delegate
+from parity.options import positive_seconds
+from parity.paths import PARITY_ROOT, cache_dir
+from parity.runners import ssh
+from parity.yamlload import safe_load
 
 STEP_KINDS: dict[str, str] = {
     "synth": "parity.models.synth:campaign_step",
@@ -120,8 +135,6 @@ def substitute(value: Any, variables: dict[str, Any], label: str, key: str) -> A
 
 
 def builtin_vars() -> dict[str, str]:
-    from parity.paths import PARITY_ROOT, cache_dir
-
     return {"PARITY_ROOT": str(PARITY_ROOT), "PARITY_CACHE": str(cache_dir())}
 
 
@@ -130,11 +143,8 @@ def load_campaign(path: str, extra_vars: dict[str, str] | None = None) -> Campai
 
     import yaml
 
-    from parity.yamlload import safe_load
-
     p = Path(path).expanduser()
     label = str(path)
-    from parity.decode import read_utf8
 
     text = read_utf8(p, label, missing="campaign file not found")
     try:
@@ -220,8 +230,6 @@ def snapshot_engines(ctx, options: dict) -> list[str]:
     """A snapshot step serves its engines; with gates: true it also runs the profile's gate set."""
     names = list(options.get("engines") or ctx.profile.serving.engines)
     if options.get("gates"):
-        from parity.gates.prepost import gate_engines
-
         names += gate_engines(ctx)
     return names
 
@@ -231,7 +239,6 @@ def bench_engines(ctx, options: dict) -> list[str]:
     engines = options.get("engines")
     if engines:
         return [x.strip() for x in engines.split(",")] if isinstance(engines, str) else list(engines)
-    from parity.engines import with_binaries
 
     return [options.get("engine") or next(iter(with_binaries(ctx.profile, s.engines)), None)]
 
@@ -253,7 +260,6 @@ def engines_for(ctx, steps: list[Step]) -> list[str]:
 def build_before_lock(ctx, later: list[Step]) -> dict:
     """Before a lock step: build, install and synthesize what the steps after it need, so the
     lock never covers a compile, an install or a model synthesis."""
-    from parity import session
 
     names = engines_for(ctx, later)
     if names:
@@ -284,7 +290,6 @@ GPU_KINDS = {"lock", "gate", "snapshot", "bench", "profile"}  # steps that run o
 
 def dry_run_needs(ctx, steps: list[Step]) -> tuple[dict[str, str], list[int], bool]:
     """(paths, ports, uses the GPU) the steps' real run would need, for the go/no-go."""
-    from parity.engines import kind_of
 
     p = ctx.profile
     paths: dict[str, str] = {}
@@ -315,8 +320,6 @@ def check_resumable(c: Campaign, rd) -> None:
     if m.get("kind") != "campaign" or camp.get("name") != c.name:
         raise UsageError(f"--resume {rd.path}: not a run of campaign {c.name!r} (it is {camp.get('name') or m.get('kind')!r})")
     if m.get("status") == "running" and m.get("hostname") == socket.gethostname() and str(m.get("pid") or "").isdigit():
-        from parity.gpu.lock import pid_alive
-
         pid = int(m["pid"])
         if pid != os.getpid() and pid_alive(pid):
             raise UsageError(f"--resume {rd.path}: still running (pid {m['pid']}); stop it first")
@@ -327,8 +330,6 @@ def resuming(rd):
     """Held while a resumed campaign runs: a second `--resume` of the same run dir stops at
     once (exit 2) instead of running its steps beside this one."""
     import os
-
-    from parity.filelock import locked
 
     def busy(path):
         try:
@@ -407,7 +408,6 @@ def shell_step(ctx, options: dict) -> dict:
     env = options.get("env") or {}
     if not isinstance(env, dict):
         raise ConfigError("campaign", "with.env", "must be a mapping NAME: value")
-    from parity.options import positive_seconds
 
     timeout = positive_seconds(options["timeout_s"], "shell step with.timeout_s") if options.get("timeout_s") is not None else None
     res = ctx.runner.run([str(a) for a in argv], timeout=timeout, env={str(k): str(v) for k, v in env.items()}, cwd=options.get("cwd"))
@@ -427,9 +427,6 @@ def run_fanout(ctx, c: Campaign, argv: list[str]) -> dict:
     each) and collect them under ctx.run/hosts/<host>/<run_id>/.  hosts.json lists
     {host, exit_code, run_dir (relative), status, hardware_class} per host."""
     import threading
-
-    from parity.hosts.registry import delegate
-    from parity.runners import ssh
 
     rd = ctx.require_run()
     rd.update(campaign={"name": c.name, "file": c.source, "sha256": c.sha256, "vars": c.vars, "hosts": c.hosts})
@@ -528,10 +525,6 @@ def run_request(req: CampaignRequest, open_context: Callable[[str | None], Any])
     run or a new one.  open_context(profile) gives the Context (with --host it delegates and exits)."""
     import os
 
-    from parity.artifacts import RunDir, now_iso
-    from parity.context import run_session, run_session_existing
-    from parity.hosts.delegation import DELEGATED_ENV
-
     c = load_campaign(req.file, req.vars)
     steps = plan(c, req.only)
     fanout = bool(c.hosts) and not req.host and not os.environ.get(DELEGATED_ENV)
@@ -561,7 +554,6 @@ def run_request(req: CampaignRequest, open_context: Callable[[str | None], Any])
         }  # fmt: skip
         if fanout:  # each host answers for itself: parity --host NAME campaign run --dry-run
             return doc
-        from parity.gonogo import dry_run_session, go_no_go
 
         with dry_run_session(ctx, "campaign", c.name) as drd:
             todo = [s for s in steps if not (rd and will_skip(s, rd))]
@@ -575,8 +567,6 @@ def run_request(req: CampaignRequest, open_context: Callable[[str | None], Any])
             return run_fanout(ctx, c, req.argv)
     if rd is not None:
         ctx.run, ctx.run_id = rd, rd.run_id
-        from parity.artifacts import slurm_job
-
         with resuming(rd):
             check_resumable(c, rd)  # again, under the lock: the checks above raced with any other resume
             prior = rd.manifest()

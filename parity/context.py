@@ -15,6 +15,8 @@ from typing import Any, Iterator
 from parity.artifacts import RunDir
 from parity.errors import ParityError
 from parity.ui import Output
+from parity.errors import OutputClosed
+from parity.runners.local import stop_all
 
 RUN_DIR_MARK = "__PARITY_RUN_DIR__"  # stderr line of a delegated run naming its run dir (parity.remote reads it)
 
@@ -57,8 +59,6 @@ def interruption(e: BaseException) -> str:
     import re
     import signal
 
-    from parity.errors import OutputClosed
-
     delegated = os.environ.get("PARITY_DELEGATED")  # parity.hosts.delegation.DELEGATED_ENV: the delegating host
     lost = f"; the SSH connection to the delegating parity on {delegated} was lost" if delegated else ""
     if isinstance(e, (OutputClosed, BrokenPipeError)):
@@ -75,8 +75,6 @@ def interruption(e: BaseException) -> str:
 
 @contextmanager
 def run_session_existing(ctx: Context, rd: RunDir) -> Iterator[RunDir]:
-    from parity.runners.local import stop_all
-
     announce = os.environ.pop("PARITY_RUN_DIR_FILE", None)  # set by a delegating `parity --host` (parity.hosts.delegation); first session only
     if announce:
         Path(announce).write_text(str(rd.path.resolve()) + "\n")

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from parity.errors import ConfigError
+from parity.yamlload import safe_load
 
 
 def read_utf8(path: Path, label: str, missing: str = "file not found") -> str:
@@ -31,8 +32,6 @@ def read_yaml(path: Path, label: str, missing: str = "file not found", not_mappi
     """A YAML file whose top level is a mapping (empty -> {}); every way it is not is one
     ConfigError naming the line (profiles, campaigns, matrices, the lever map)."""
     import yaml
-
-    from parity.yamlload import safe_load
 
     text = read_utf8(path, label, missing)
     try:

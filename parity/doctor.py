@@ -12,6 +12,10 @@ import os
 import re
 import sys
 from dataclasses import asdict, dataclass
+from parity.engines import kind_of
+from parity.engines.base import DoctorRow
+from parity.gpu import docker, nvidia_smi
+from parity.gpu.hardware import classify
 
 OK, MISSING, DEGRADED = "ok", "missing", "degraded"
 MIN_PYTHON = (3, 11)
@@ -154,7 +158,6 @@ def check_nvcc(runner, profile=None, gpu_cc: str | None = None) -> Check:
 
 def gpu_info(runner) -> tuple[list[dict], str]:
     """(gpus, source): NVML first (local only), then nvidia-smi."""
-    from parity.gpu import nvidia_smi
 
     notes = []
     if runner.host == "local":
@@ -171,15 +174,12 @@ def gpu_info(runner) -> tuple[list[dict], str]:
 def check_gpu(gpus: list[dict], source: str) -> Check:
     if not gpus:
         return Check("gpu", MISSING, source, "no GPU: CPU builds and CPU smoke runs only; GPU lock idle checks follow lock.nvidia_smi_missing")
-    from parity.gpu.hardware import classify
 
     desc = "; ".join(f"{g['name']} (cc {g['compute_cap'] or '?'}, {classify(g['compute_cap'])}), driver {g['driver']}" for g in gpus)
     return Check("gpu", OK, f"{desc} via {source}")
 
 
 def check_docker(runner, profile=None) -> Check:
-    from parity.gpu import docker
-
     st = docker.running(runner)
     if st.state == "no-cli":
         return Check("docker", MISSING, "not found on PATH", "the idle preflight cannot see docker workers (fine when none run here)")
@@ -194,8 +194,6 @@ def check_docker(runner, profile=None) -> Check:
 def check_vllm(runner, profile=None) -> list[Check]:
     """What the profile's engines need, as each kind says (vLLM: `vllm_bin: auto` is the cached CPU
     venv installed on the first real run, a path is that binary); no such engine: vllm on PATH."""
-    from parity.engines import kind_of
-    from parity.engines.base import DoctorRow
 
     purpose = "vllm engines cannot start here (llama.cpp-only comparisons)"
     found = [(n, kind_of(profile, n), row) for n in (profile.engines if profile is not None else []) for row in kind_of(profile, n).doctor(profile, n, runner)]

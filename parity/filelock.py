@@ -11,6 +11,8 @@ import os
 from pathlib import Path
 from typing import Callable, Iterator
 
+from parity.files import atomic_write_text, fsync_dir
+
 
 @contextlib.contextmanager
 def locked(path: str | Path, on_wait: Callable[[Path], None] | None = None) -> Iterator[Path]:
@@ -48,8 +50,6 @@ def updating(path: str | Path) -> Iterator[Callable[[str], None]]:
     the file atomically keeping its mode (parity.files.atomic_write_text).  Temporaries a
     killed writer left beside it are removed: no writer is between its write and its rename
     while this one holds the lock."""
-    from parity.files import atomic_write_text, fsync_dir
-
     target = Path(os.path.realpath(path))  # a symlinked file is updated where it lives
     with locked(lock_path(target)):
         for stale in target.parent.glob(f".{target.name}.*.tmp"):

@@ -10,6 +10,9 @@ from parity import session
 from parity.context import run_session
 from parity.errors import GateFailed, UsageError
 from parity.gates.prepost import GateSpec, gate_engines, run_gate_set, spec_from_options, write_summary
+from parity.gates import registry
+from parity.gates.canonical import CanonicalMd5
+from parity.gates.completion import usable_md5
 
 
 @dataclass
@@ -29,8 +32,6 @@ class GateRequest:
 
 
 def _validate(ctx, model, path, engine, expect, form, ops) -> None:
-    from parity.gates.completion import usable_md5
-
     if expect and not usable_md5(expect):
         raise UsageError(f"--expect {expect!r}: not the md5 of a non-empty output (32 lowercase hex digits)")
     if form and form not in ("chat", "no-cnv"):
@@ -48,8 +49,6 @@ def _validate(ctx, model, path, engine, expect, form, ops) -> None:
 
 def _record(ctx, result: dict, form: str, registry_file: str | None) -> list[str]:
     """Record each produced md5 whose (model, path) has a green KL check; refuse otherwise."""
-    from parity.gates.canonical import CanonicalMd5
-    from parity.gates import registry
 
     md5s = [c for c in result["checks"] if c["kind"] == "md5" and (c["status"] in ("pass", "fail") or c["data"].get("no_expectation"))]
     if not md5s:

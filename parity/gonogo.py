@@ -17,13 +17,16 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from parity.errors import EXIT_INFRA, EXIT_OK, EXIT_USAGE, InfraError, UsageError
+from parity.context import run_session
+from parity.engines.server import port_free
+from parity.gpu.hardware import write_hardware
+from parity.gpu.lock import AUTO, GpuLock, preflight
 
 LATER = "on the first real run"  # a placeholder for what the real run makes first (a build, an install): fine
 
 
 def _lock_reason(ctx) -> tuple[str, str | None]:
     """(description, reason or None) of the GPU lock as the real run would find it."""
-    from parity.gpu.lock import AUTO, GpuLock
 
     lock = GpuLock(ctx.profile.lock, run_id="dry-run")
     st = lock.read()
@@ -76,9 +79,6 @@ def go_no_go(ctx, *, paths: dict[str, str] | None = None, ports=(), gpu: bool = 
     (a dry_tool_path placeholder for a build to come is fine) and `ports`; write the evidence
     into ctx.run when there is one.
     {"go", "exit_code", "reasons": [{"kind": lock|gpu|docker|path|port, "what"}], ...}."""
-    from parity.gpu.hardware import write_hardware
-    from parity.gpu.lock import GpuLock, preflight
-    from parity.engines.server import port_free
 
     reasons: list[dict] = []
     lock_state, why = _lock_reason(ctx) if gpu else ("not checked (nothing in this run takes the GPU)", None)
@@ -132,7 +132,6 @@ def raise_if_no_go(doc: dict, run_dir: str | None = None) -> None:
 @contextmanager
 def dry_run_session(ctx, kind: str, slug: str):
     """A run directory for a dry run: status `dry-run` when it ends, whatever the verdict."""
-    from parity.context import run_session
 
     with run_session(ctx, kind, f"{slug}-dry-run") as rd:
         rd.update(dry_run=True)

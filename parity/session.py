@@ -23,6 +23,7 @@ from parity.gates import prepost
 from parity.gpu import lock as gpulock
 from parity.gpu.hardware import write_hardware
 from parity.models.synth import ensure_model
+from parity.options import check_step_options, positive_seconds
 
 
 def prepare(ctx, engines=(), models=(), gates: prepost.GateSpec | None = None) -> dict[str, dict]:
@@ -92,7 +93,6 @@ def locked(ctx, timeout: float | None = None, break_stale: bool = False) -> Iter
 def lock_step(ctx, options: dict) -> dict:
     """Campaign step kind: lock -- take the GPU lock for the rest of the campaign (released when
     it ends; the campaign prepares what the steps after it need before this step runs)."""
-    from parity.options import check_step_options, positive_seconds
 
     check_step_options("lock", options, {"timeout_s", "break_stale"})
     timeout = positive_seconds(options["timeout_s"], "lock step with.timeout_s") if options.get("timeout_s") is not None else None

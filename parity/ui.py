@@ -6,6 +6,8 @@ import json
 import os
 import sys
 from typing import Any, Callable
+from parity.errors import OutputClosed
+from parity.files import json_default
 
 # what rich's Text strips from a plain line (bell, backspace, vertical tab, form feed, CR)
 _CONTROL = dict.fromkeys((7, 8, 11, 12, 13))
@@ -29,7 +31,6 @@ def _plain_stream(stderr: bool):
 def _output_closed(f):
     """The reader of f went away: an interrupt, not a failure (rich's own handler exits 1,
     which a run dir would record as `failed: SystemExit: 1`)."""
-    from parity.errors import OutputClosed
 
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, f.fileno())  # no second broken pipe at exit
@@ -97,15 +98,11 @@ class Output:
     def emit(self, data: Any, human: Callable[[], None] | None = None) -> None:
         """The command's result: JSON on stdout in --json mode, else human()."""
         if self.json_mode:
-            from parity.files import json_default
-
             sys.stdout.write(json.dumps(data, indent=2, default=json_default) + "\n")
             sys.stdout.flush()
         elif human is not None:
             human()
         else:
-            from parity.files import json_default
-
             self.console.print_json(json.dumps(data, default=json_default))
 
     def table(self, title: str | None, columns: list[str], rows: list[list[Any]]):

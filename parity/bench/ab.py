@@ -22,6 +22,12 @@ from parity import session
 from parity.engines import kind_of, with_binaries
 from parity.errors import UsageError
 from parity.stats import adaptive
+from parity.bench.batched_bench import argv, parse_header, run_complete, split_kv_problem
+from parity.engines.envpolicy import check_bench_env
+from parity.options import positive_int
+from parity.stats import Rule, compare_samples, describe
+from parity.stats.blocks import block_order as names_in_order, run_blocks as loop
+from parity.stats.paired import by_point
 
 METRICS = ["s_tg", "s_pp", "s"]  # all throughputs: higher is better
 HEADLINE = "s_tg"  # what --until-ci watches, at every point
@@ -66,7 +72,6 @@ def reference_arm(arms: list[Arm], reference_engine: str | None, aa: bool = Fals
 def block_order(arms: list[Arm], block: int, order: str = "abba") -> list[Arm]:
     """The arms of block `block` in run order (parity.stats.blocks.block_order: abba rotates
     them by the block, A B, B A, ...: cancels linear drift; abab keeps one order)."""
-    from parity.stats.blocks import block_order as names_in_order
 
     if order not in ORDERS:
         raise UsageError(f"--order must be {' or '.join(ORDERS)}, got {order!r}")
@@ -85,8 +90,6 @@ def label(pt: tuple) -> str:
 def paired_table(rows: list[dict], reference: str | None, threshold_pct: float = 2.0, confidence: float = 0.95, rule=None) -> list[dict]:
     """Per arm (other than the reference) x point x metric: parity.stats.paired.by_point over the
     blocks, plus the users' rule (compare_samples on the same paired blocks) beside."""
-    from parity.stats import Rule, compare_samples
-    from parity.stats.paired import by_point
 
     if not reference:
         return []
@@ -109,7 +112,6 @@ def half_widths(paired_rows: list[dict]) -> dict:
 
 def per_arm(rows: list[dict], arms: list[Arm]) -> list[dict]:
     """Per arm x point: median and CV % of every metric over the blocks (the noise figure)."""
-    from parity.stats import describe
 
     out = []
     for a in arms:
@@ -131,7 +133,6 @@ def run_blocks(arms: list[Arm], run_one, budget: adaptive.Budget, order: str = "
     in block_order; after each block the stop rule decides (with >= 2 arms on S_TG's paired
     half-widths at every point; one arm: a fixed count).
     Returns {rows, blocks, order (per block), stop: {rule, why, blocks, elapsed_s}}."""
-    from parity.stats.blocks import run_blocks as loop
 
     rows: list[dict] = []
     orders: list[list[str]] = []
@@ -158,7 +159,6 @@ def budget_for(req: ABRequest, stats_cfg, n_arms: int) -> adaptive.Budget:
     """--repeat N: N blocks (with --until-ci: at least N).  --until-ci / --max-repeats / --budget-s
     default to the profile's stats.until_ci_pct / max_repeats / budget_s where it has them
     (an A/B without --repeat only)."""
-    from parity.options import positive_int
 
     for name, v in (("--repeat", req.repeat), ("--max-repeats", req.max_repeats)):
         if v is not None and not positive_int(v):
@@ -182,10 +182,6 @@ def budget_for(req: ABRequest, stats_cfg, n_arms: int) -> adaptive.Budget:
 
 def run_ab(ctx, req: ABRequest) -> dict:
     """Blocks of llama-batched-bench over the arms under one lock; bench.json + bench_ab.tsv."""
-    from parity.options import positive_int
-    from parity.bench.batched_bench import argv, parse_header, run_complete, split_kv_problem
-    from parity.engines.envpolicy import check_bench_env
-    from parity.stats import Rule
 
     s, st = ctx.profile.serving, ctx.profile.stats
     b = s.bench

@@ -9,6 +9,9 @@ from parity import session
 from parity.engines import kind_of, with_binaries
 from parity.options import positive_int
 from parity.errors import InfraError, UsageError
+from parity.efficiency import roofline
+from parity.engines.envpolicy import check_bench_env
+from parity.gpu import bandwidth as peak
 
 COLS = ["pp", "tg", "b", "n_kv", "t_pp", "s_pp", "t_tg", "s_tg", "t", "s"]
 _HEADER = re.compile(r"^\|\s*PP\s*\|\s*TG\s*\|\s*B\s*\|\s*N_KV\s*\|")
@@ -136,8 +139,6 @@ def default_engine(ctx) -> str | None:
 
 
 def run_bench(ctx, engine=None, model=None, npp=None, ntg=None, npl=None, allow_env=()) -> dict:
-    from parity.engines.envpolicy import check_bench_env
-
     s = ctx.profile.serving
     b = s.bench
     engine = engine or default_engine(ctx)
@@ -163,8 +164,6 @@ def run_bench(ctx, engine=None, model=None, npp=None, ntg=None, npl=None, allow_
 
         res, rows, retried = run_complete(ctx.runner, cmd, env, b, npp, ntg, npl, log, ctx.out.warn)
     doc = {"kind": "bench", "engine": engine, "model": model or s.model, "command": cmd, "env": env, "rows": rows, "header": parse_header(res.stdout), "retried": retried}
-    from parity.efficiency import roofline
-    from parity.gpu import bandwidth as peak  # efficiency hook: % of roofline per row
 
     doc["efficiency"] = roofline.bench(rows, model_file, peak.load(ctx.run.path) if ctx.run else None, engine=engine)
     if ctx.run:

@@ -9,6 +9,7 @@ from parity.bench.request import BenchRequest
 from parity.context import run_session
 from parity.errors import UsageError
 from parity.options import check_step_options
+from parity.efficiency.roofline import lines
 
 
 def bench(ctx, req: BenchRequest) -> dict:
@@ -50,7 +51,6 @@ def campaign_step(ctx, options: dict) -> dict:
     if req.engines:
         req.engine = req.engines[0]
     doc = run_bench(ctx, req.engine, req.model, req.npp, req.ntg, req.npl, req.allow_env or ())
-    from parity.efficiency.roofline import lines
 
     for line in lines(doc.get("efficiency")):
         ctx.out.info(line)

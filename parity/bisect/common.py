@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from parity.errors import UsageError
+from parity.engine import source as srcmod
+from parity.engine.build import resolved_series_dir
+from parity.paths import expand_path
 
 
 def series_dir(profile, engine: str, override: str | None = None) -> str:
     """--series DIR, else the engine's series (series: auto = the localai source's patches/paged)."""
-    from parity.paths import expand_path
-    from parity.engine import source as srcmod
-    from parity.engine.build import resolved_series_dir
 
     if override:
         return expand_path(override)

@@ -12,6 +12,12 @@ from dataclasses import dataclass, field
 from parity import session
 from parity.bisect import common, probe, search
 from parity.errors import ParityError, UsageError
+from parity.bisect import upstream
+from parity.bisect.apply import apply_at, failure_line
+from parity.context import run_session
+from parity.engine import patches
+from parity.engine.source import add_pinned_source
+from parity.errors import InfraError
 
 CRITERIA = {"series": ("md5", "oracle", "metric"), "pin": ("apply", "build", "md5")}
 
@@ -40,8 +46,6 @@ class BisectRequest:
 
 
 def bisect(ctx, req: BisectRequest) -> dict:
-    from parity.context import run_session
-
     if req.over not in CRITERIA:
         raise UsageError(f"--over must be series or pin, got {req.over!r}")
     if req.criterion not in CRITERIA[req.over]:
@@ -101,8 +105,6 @@ def _num(name: str) -> str:
 
 
 def _series_plan(ctx, req: BisectRequest) -> dict:
-    from parity.engine import patches
-
     if req.repo or req.good or req.bad:
         raise UsageError("--repo, --good and --bad go with --over pin")
     sdir = common.series_dir(ctx.profile, req.engine, req.series)
@@ -122,9 +124,6 @@ def _series_plan(ctx, req: BisectRequest) -> dict:
 
 
 def _pin_plan(ctx, req: BisectRequest) -> dict:
-    from parity.bisect import upstream
-    from parity.engine.source import add_pinned_source
-
     if req.first or req.last:
         raise UsageError("--first and --last go with --over series")
     if not (req.good and req.bad):
@@ -138,8 +137,6 @@ def _pin_plan(ctx, req: BisectRequest) -> dict:
     labels = [f"{c[:12]} {upstream.subject(repo, c, ctx.runner)}".strip() for c in commits]
     info = {"series_dir": sdir, "repo": str(repo), "good": good, "bad": bad, "commits": commits}
     if req.criterion == "apply":
-        from parity.bisect.apply import apply_at, failure_line
-
         def apply_probe(k: int) -> search.Probe:
             r = apply_at(repo, commits[k], sdir, ctx.runner, ctx.out)
             words = f"{r['applied']}/{r['patches']} apply, tree {r['tree_after']}" if r["ok"] else failure_line(r["failure"])
@@ -161,8 +158,6 @@ def _plan(ctx, req: BisectRequest, good_cfg, labels: list[str], variant, info: d
     def reference() -> search.Probe:
         b = probe.build(ctx, "bisect-good", good_cfg)
         if b.get("failed"):
-            from parity.errors import InfraError
-
             raise InfraError(f"the good endpoint {labels[0]} does not build: {b['error']}")
         session.prepare(ctx, models=[req.judge.model or ctx.profile.serving.model])  # the model before the lock, once
         with session.locked(ctx):  # gates run under the GPU lock, builds before it

@@ -13,6 +13,9 @@ that treats each interval as a normal interval on the log scale (log-normal rati
 from __future__ import annotations
 
 import math
+from parity.errors import UsageError
+from parity.stats.paired import paired
+from parity.tracer.chain import kernel_link, lines as kernel_lines, static_delta
 
 METHOD = ("serving = static x overhead; overhead = serving / static; intervals: paired block statistics per ratio (t interval on log "
           "ratios); the overhead's log half-width = sqrt(h_serving^2 + h_static^2) (independent sessions, log-normal ratios combined in quadrature)")  # fmt: skip
@@ -50,7 +53,6 @@ def chain(serving: dict, static: dict, engine: str = "B", reference: str = "A") 
 
 def serving_ratio(summary: dict, engine: str, reference: str, n: int, metric: str = "decode_agg_tps") -> dict:
     """{ratio, low, high} of engine/reference at N from a snapshot summary's rows (paired blocks)."""
-    from parity.stats.paired import paired
 
     ok = [r for r in summary.get("rows") or [] if r.get("valid", True) and r.get("n") == n]
     cell = lambda e: {r["repeat"]: r.get(metric) for r in ok if r["engine"] == e}  # noqa: E731
@@ -61,7 +63,6 @@ def serving_ratio(summary: dict, engine: str, reference: str, n: int, metric: st
 def static_ratio(rows: list[dict], engine: str, reference: str, b: int, metric: str = "s_tg") -> dict:
     """{ratio, low, high} of engine/reference S_TG at B from batched-bench rows carrying
     `engine` and `repeat` (an A/B bench: rows of both engines, repeats as blocks)."""
-    from parity.stats.paired import paired
 
     ok = [r for r in rows if r.get("b") == b]
     cell = lambda e: {r.get("repeat", 0): r.get(metric) for r in ok if r.get("engine") == e}  # noqa: E731
@@ -76,8 +77,6 @@ def lines(doc: dict) -> list[str]:
         out.append(f"  {lk['link']:>8}: {lk['ratio']:.4f} {iv}  {lk['what']}")
     out.append(f"  method: {doc['method']}")
     if doc.get("kernels"):
-        from parity.tracer.chain import lines as kernel_lines
-
         out += kernel_lines(doc["kernels"])
     return out
 
@@ -90,8 +89,6 @@ def between_runs(serving_dir: str, bench_dir: str, kernels_dir: str | None = Non
     static delta = kernel bucket deltas + remainder (parity.tracer.chain)."""
     import json
     from pathlib import Path
-
-    from parity.errors import UsageError
 
     def load(d: str, name: str) -> dict:
         p = Path(d) / name
@@ -125,9 +122,6 @@ def kernels_link(points: list[dict], bench: dict, kernels_dir: str) -> None:
     """Adds p["kernels"] (static = buckets + remainder) at the point whose N is the profile's npl."""
     import json
     from pathlib import Path
-
-    from parity.errors import UsageError
-    from parity.tracer.chain import kernel_link, static_delta
 
     d = Path(kernels_dir) / "profile"
     try:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import statistics
+from parity.gpu.memory import used_mib
+from parity.gpu.nvidia_smi import nvml_call
 
 
 
@@ -52,7 +54,6 @@ def rss_mib(pids: list[int]) -> int | None:
 
 def nvml_process_mib(pids: list[int]) -> int | None:
     """Compute memory NVML attributes to these pids, summed over the GPUs (None: NVML cannot say)."""
-    from parity.gpu.nvidia_smi import nvml_call
 
     want = set(pids)
 
@@ -77,8 +78,6 @@ class Track:
         self.samples: list[dict] = []
 
     def sample(self, label: str) -> dict:
-        from parity.gpu.memory import used_mib
-
         used, src = used_mib()
         s = {"at": label, "used_mib": used}
         if self.pid is not None:

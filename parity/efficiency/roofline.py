@@ -11,6 +11,7 @@ roofline = achieved / peak, against the published figure and against the measure
 """
 
 from __future__ import annotations
+from parity.efficiency.bytes_per_token import QUANTITIES, decode_bytes
 
 DEFINITIONS = {
     "achieved_gbps": "decode steps/s (rate / B) x bytes one step moves (weights + B x (kv + state), see bytes_per_token) / 1e9",
@@ -23,7 +24,6 @@ DEFINITIONS = {
 
 def point(model_path: str, rate: float | None, n_seqs: int, context: float, bw: dict | None, kv_type: str = "f16") -> dict:
     """One point: bytes per step, achieved GB/s, % of each peak (None with a reason where there is none)."""
-    from parity.efficiency.bytes_per_token import decode_bytes
 
     b = decode_bytes(model_path, context, n_seqs, kv_type)
     out = {"n": n_seqs, "context": context, "rate_tps": rate, "bytes_per_step": b["total"], "weights": b["weights"], "kv": b["kv"], "state": b["state"], "expert_share": b["expert_share"]}
@@ -75,8 +75,6 @@ def bench(rows: list[dict], model_path: str, bw: dict | None, kv_type: str = "f1
 
 
 def _bytes_definitions() -> dict:
-    from parity.efficiency.bytes_per_token import QUANTITIES
-
     return {q.name: f"[{q.unit}] {q.formula}" for q in QUANTITIES.values()}
 
 

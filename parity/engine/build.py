@@ -27,6 +27,10 @@ from parity.engine import source as srcmod
 from parity.errors import ConfigError, InfraError, UsageError
 from parity.filelock import locked
 from parity.gpu.lock import refuse_while_held
+from parity.engine import detach as bg, mirror
+from parity.files import atomic_write_json, atomic_write_text
+from parity.paths import expand_path
+from parity.runners.local import LocalRunner
 
 OK_MARKER = "BUILD_OK"
 
@@ -58,8 +62,6 @@ class BuildResult:
 
 @functools.lru_cache(maxsize=None)
 def _version(tool: str) -> str | None:
-    from parity.runners.local import LocalRunner
-
     r = LocalRunner()
     if not r.which(tool):
         return None
@@ -205,7 +207,6 @@ def _build(profile, p: BuildPlan, runner, out) -> BuildResult:
         "wall_s": round(time.monotonic() - t0, 1),
         "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
-    from parity.files import atomic_write_json, atomic_write_text
 
     atomic_write_json(p.dir / "build.json", prov)
     atomic_write_text(p.dir / OK_MARKER, p.key + "\n")
@@ -240,7 +241,6 @@ def _compile_slot(p: BuildPlan, out):
 def _patch(runner, p: BuildPlan, workdir: str, e, out) -> tuple[patches.SeriesResult, patches.SeriesResult, dict]:
     """The engine's series, its mirror invariant (pin + series == the fork's tree), then the
     source's fixups (not part of the invariant)."""
-    from parity.engine import mirror
 
     sel = selection(e)
     series = patches.apply_series(runner, workdir, p.series_dir, out, sel=sel)
@@ -347,7 +347,6 @@ def check_series_lines(r: dict) -> list[str]:
 def record_series_tree(profile, engine: str, runner, out) -> dict:
     """check_series, then record its resulting tree for this series digest and pin tree in the
     series registry (a mismatch against a fork or a constant is refused by check_series)."""
-    from parity.engine import mirror
 
     r = check_series(profile, engine, runner, out)
     if not r["series_dir"]:
@@ -389,7 +388,6 @@ class BuildRequest:
 
 def build(ctx, req: BuildRequest):
     """`parity build`: build (or check, print, detach, poll) the requested engines; plain data back."""
-    from parity.engine import detach as bg
 
     if req.mode == "status":
         return bg.detached_status()
@@ -414,8 +412,6 @@ def build(ctx, req: BuildRequest):
     if req.mode != "check-series" and (req.record or req.fork or req.fork_ref):
         raise UsageError("--record, --fork and --fork-ref go with --check-series")
     if req.mode == "check-series":
-        from parity.paths import expand_path
-
         for n in names:
             if req.fork:
                 ctx.profile.engine(n).fork = expand_path(req.fork)

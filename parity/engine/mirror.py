@@ -23,6 +23,10 @@ from pathlib import Path
 
 from parity.engine import git as gitmod
 from parity.errors import ConfigError, GateFailed, UsageError
+from parity.artifacts import now_iso
+from parity.filelock import updating
+from parity.yamledit import YamlEditError, edit
+from parity.yamlload import safe_load
 
 TREE_LEN = 40
 
@@ -40,8 +44,6 @@ def registry_path() -> Path:
 
 def _read_registry(path: Path) -> dict:
     import yaml
-
-    from parity.yamlload import safe_load
 
     if not path.exists():
         return {}
@@ -64,10 +66,6 @@ def recorded(digest: str, pin_tree: str) -> dict | None:
 
 def record(digest: str, pin_tree: str, tree: str, n_patches: int, how: str) -> Path:
     """Add or replace the (series digest, pin tree) entry in the series registry."""
-    from parity.artifacts import now_iso
-    from parity.filelock import updating
-    from parity.yamledit import YamlEditError, edit
-
     for t in (pin_tree, tree):
         if not gitmod.is_tree_id(t):
             raise UsageError(f"refusing to record {t!r}: not a 40-hex git tree id")

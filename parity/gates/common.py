@@ -12,6 +12,7 @@ from parity.engines import kind_of
 from parity.engines.base import engine_env
 from parity.errors import UsageError
 from parity.models.synth import ensure_model
+from parity.files import atomic_write_json, sha256_file as hash_file
 
 
 def path_env(ctx, engine: str, path: str | None) -> dict[str, str]:
@@ -64,7 +65,6 @@ def sha256_file(path: str) -> str:
         index = {}
     if key in index:
         return index[key]
-    from parity.files import atomic_write_json, sha256_file as hash_file
 
     index[key] = hash_file(path)
 

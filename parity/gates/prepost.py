@@ -16,6 +16,8 @@ from parity.errors import ConfigError, GateFailed
 from parity.gates.checks import FAIL, PASS, Check, overall
 from parity.gates.run import kl_gate, md5_gate, op_gate
 from parity.options import check_step_options
+from parity.errors import UsageError
+from parity.gates import summary
 
 
 @dataclass
@@ -80,7 +82,6 @@ def _engine_paths(ctx, engine: str, wanted: list[str]) -> list[str | None]:
 
 def run_gate_set(ctx, spec: GateSpec, phase: str = "gate") -> dict:
     """Run md5 (models x paths), op-oracle (ops) and KL (per path) checks."""
-    from parity.errors import UsageError
 
     checks: list[Check] = []
     engine = spec.engine or ctx.profile.gates.engine
@@ -116,7 +117,6 @@ def run_gate_set(ctx, spec: GateSpec, phase: str = "gate") -> dict:
 
 def write_summary(ctx, sets: dict[str, dict]) -> None:
     """gates.json, gate_summary.tsv (the users' layout) and gate_checks.tsv for every phase run so far."""
-    from parity.gates import summary
 
     if ctx.run is None:
         return

@@ -24,6 +24,9 @@ from parity.gates.canonical import CanonicalMd5
 from parity.paths import expand_path
 from parity.errors import ConfigError, GateFailed, UsageError
 from parity.gates.completion import usable_md5
+from parity.decode import decode_value, read_utf8
+from parity.files import atomic_write_bytes, atomic_write_text
+from parity.yamlload import safe_load
 
 
 def registry_path(override: str | None = None) -> Path:
@@ -32,9 +35,6 @@ def registry_path(override: str | None = None) -> Path:
 
 def _read(path: Path) -> dict:
     import yaml
-
-    from parity.decode import read_utf8
-    from parity.yamlload import safe_load
 
     if not path.exists():
         return {}
@@ -49,8 +49,6 @@ def _read(path: Path) -> dict:
 
 
 def user_entries(path: Path) -> dict[str, list[CanonicalMd5]]:
-    from parity.decode import decode_value  # typed decoding with the same error messages
-
     out = {}
     for model, entries in (_read(path).get("models") or {}).items():
         decoded = decode_value(list[CanonicalMd5], entries, str(path), f"models.{model}")
@@ -89,8 +87,6 @@ def record(model: str, entry: CanonicalMd5, kl_green: bool, transcript: bytes | 
     if not usable_md5(entry.md5):
         raise UsageError(f"refusing to record {entry.md5!r}: not the md5 of a non-empty output")
     import yaml
-
-    from parity.files import atomic_write_bytes, atomic_write_text
 
     path = registry_path(registry)
     data = _read(path)

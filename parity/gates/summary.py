@@ -17,6 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from parity.errors import UsageError
+from parity.files import atomic_write_text
+from parity.gates import registry, test_backend_ops as tbo
+from parity.gates.checks import PASS
 
 COLUMNS = ["phase", "check", "status", "actual", "expected", "details"]
 FILE = "gate_summary.tsv"  # the users' name and layout
@@ -115,9 +118,6 @@ def _md5_rows(phase: str, d: Path, expected: dict[str, str]) -> list[list[str]]:
 
 
 def _op_rows(phase: str, d: Path, backend: str) -> list[list[str]]:
-    from parity.gates import test_backend_ops as tbo
-    from parity.gates.checks import PASS
-
     files = sorted(d.glob("op_*.txt"))
     if not files:
         return [[phase, "op", "missing", "", "", "no op_*.txt files"]]
@@ -153,7 +153,6 @@ class SummarizeRequest:
 
 def expected_md5s(profile, registry_file: str | None = None) -> dict[str, str]:
     """{model: canonical md5} for the profile's gate models on the gate engine's default path."""
-    from parity.gates import registry
 
     g = profile.gates
     path = profile.engines[g.engine].default_path if g.engine in profile.engines else None
@@ -180,7 +179,6 @@ def summarize(ctx, req: SummarizeRequest) -> dict:
     else:
         expected = req.expect if req.expect is not None else expected_md5s(ctx.profile, ctx.vars.get("registry"))
         rows = summarize_dir(art, expected, req.backend or ctx.profile.gates.op_backend)
-    from parity.files import atomic_write_text
 
     out = art / FILE
     atomic_write_text(out, render(rows))

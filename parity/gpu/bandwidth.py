@@ -12,6 +12,9 @@ from __future__ import annotations
 import os
 import re
 import time
+from parity.filelock import lock_path, locked
+from parity.files import atomic_write_text
+from parity.paths import cache_dir
 
 # (hardware class, GPU name pattern, label, GB/s, source).  First match wins: keep the more
 # specific names (PCIe, NVL, H200) above the generic H100.
@@ -151,8 +154,6 @@ def measured_once(key: str, gpu: bool, fresh: bool = False) -> dict:
     """The kept figure of this machine and boot, else a measurement, kept.  Under the key's
     lock: two runs starting at once measure one after the other (side by side, each copy would
     get about half the bandwidth, and that half would be kept), so the second finds the first's."""
-    from parity.filelock import lock_path, locked
-
     with locked(lock_path(_cache_file(key))):
         return (None if fresh else _cached(key)) or _remember(key, _measure(gpu))
 
@@ -177,8 +178,6 @@ def _machine_key(device: str) -> str:
 
 
 def _cache_file(key: str):
-    from parity.paths import cache_dir
-
     return cache_dir() / "bandwidth" / f"{key}.json"
 
 
@@ -200,8 +199,6 @@ def _remember(key: str, m: dict) -> dict:
 
     if m.get("gbps"):
         m = {**m, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-        from parity.files import atomic_write_text
-
         try:
             atomic_write_text(_cache_file(key), json.dumps(m))  # never half a file, whenever the writer dies
         except OSError:

@@ -4,6 +4,9 @@
 from __future__ import annotations
 
 from parity.gpu import nvidia_smi
+from parity.errors import UsageError
+from parity.files import atomic_write_json, atomic_write_text
+from parity.gpu.bandwidth import write_bandwidth
 
 # compute-capability major -> class; 8.x and 7.x split on the minor below
 _MAJOR = {12: "gb10_or_workstation_blackwell", 11: "thor_blackwell", 10: "datacenter_blackwell", 9: "hopper"}
@@ -154,8 +157,6 @@ def write_hardware(ctx, bandwidth: bool = True) -> dict:
         ctx.run.write_text("hardware.txt", render(info))
         ctx.run.write_json("hardware.json", info)
         if bandwidth:
-            from parity.gpu.bandwidth import write_bandwidth
-
             write_bandwidth(ctx, info)
     expected = ctx.profile.hardware_class
     if expected and info["hardware_class"] != expected:
@@ -168,9 +169,6 @@ def hw(ctx, out_dir: str | None = None) -> dict:
     info = inventory(ctx.runner)
     if out_dir:
         from pathlib import Path
-
-        from parity.files import atomic_write_json, atomic_write_text
-        from parity.errors import UsageError
 
         d = Path(out_dir)
         try:

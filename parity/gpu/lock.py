@@ -41,6 +41,10 @@ from pathlib import Path
 from parity.gpu.lock_config import LockConfig
 from parity.errors import InfraError, UsageError
 from parity.gpu.preflight import preflight  # noqa: F401  (public: parity.gpu.lock.preflight)
+from parity.artifacts import RunDir
+from parity.options import positive_seconds
+from parity.runners import lifetime
+from parity.runners.local import add_group_listener, remove_group_listener
 
 ENV_HELD = "PARITY_GPU_LOCK"  # "<dir>\t<owner record>" inherited by the children of a holder
 _HELD_HERE: list = []  # the GpuLocks this process took (holding() pushes and pops)
@@ -423,7 +427,6 @@ class GpuLock:
     def _stop_leftovers(self, st: LockState) -> list[int]:
         """Kill what a dead holder left running (its recorded groups, and every process that
         inherited its record) and wait until it is gone; returns the pids still alive."""
-        from parity.runners import lifetime
 
         # what inherited the dead holder's record is its own: killed.  A member of a recorded
         # group without it (a tool that cleared its environment) is waited for, not killed,
@@ -528,7 +531,6 @@ def wait_and_acquire(
 ) -> dict:
     """Poll until the lock is free AND the GPU idle for lock.idle_checks consecutive checks,
     then take it (acquire=False: just return).  Timeout -> InfraError.  Returns the last check."""
-    from parity.options import positive_seconds
 
     cfg = lock.cfg
     timeout = cfg.timeout_s if timeout is None else positive_seconds(timeout, "lock timeout")
@@ -572,7 +574,6 @@ def holding(lock: GpuLock, runner, out, timeout: float | None = None, break_stal
     if lock.adopt_inherited():
         yield {"inherited": True, "lock": f"held by the parent process: {lock.record}"}
         return
-    from parity.runners.local import add_group_listener, remove_group_listener
 
     old_env = os.environ.get(ENV_HELD)
     with sigterm_as_interrupt():
@@ -621,7 +622,6 @@ def settle_reclaimed(lock: GpuLock, artifacts_root, out) -> None:
     o = lock.reclaimed.owner if lock.reclaimed else None
     if not o or not o.run or artifacts_root is None:
         return
-    from parity.artifacts import RunDir
 
     rd = RunDir(Path(artifacts_root).expanduser() / o.run)
     if rd.manifest_path.is_file() and rd.settle(f"the GPU lock reclaim by {lock.who}"):

@@ -26,6 +26,11 @@ from pathlib import Path
 
 from parity.context import RUN_DIR_MARK
 from parity.errors import InfraError, UsageError
+from parity.artifacts import RunDir
+from parity.gpu.lock import LOCK_DIR_ENV
+from parity.paths import PARITY_ROOT
+from parity.runners.local import LocalRunner
+from parity.runners.ssh import ConnectionLost
 
 ROOT_VALUE_OPTS = ("--artifacts", "--host")
 ROOT_FLAGS = ("-v", "--verbose", "--version")
@@ -94,8 +99,6 @@ def source_files(root: Path) -> list[str]:
     without git, the package, pyproject.toml and campaigns/."""
     names: list[str] = []
     if (root / ".git").exists():
-        from parity.runners.local import LocalRunner
-
         res = LocalRunner().run(["git", "-C", str(root), "ls-files", "-z", "--cached", "--others", "--exclude-standard"], timeout=60)
         if res.ok:
             names = [n for n in res.stdout.split("\0") if n]
@@ -111,7 +114,6 @@ def source_files(root: Path) -> list[str]:
 
 def source_archive(root: Path | None = None) -> tuple[bytes, str]:
     """(tar.gz bytes, stamp) of the parity checkout; the stamp hashes names + contents."""
-    from parity.paths import PARITY_ROOT
 
     root = Path(root or PARITY_ROOT)
     h = hashlib.sha256()
@@ -236,7 +238,6 @@ def run_delegated(runner, argv, local_root: Path, echo_stdout: bool, prefix: str
     if os.environ.get("PARITY_DEBUG"):
         env["PARITY_DEBUG"] = os.environ["PARITY_DEBUG"]
     if runner.cfg.lock_dir:  # the host's own lock dir wins over the profile's lock.dir
-        from parity.gpu.lock import LOCK_DIR_ENV
 
         env[LOCK_DIR_ENV] = runner.expand(runner.cfg.lock_dir)
 
@@ -251,8 +252,6 @@ def run_delegated(runner, argv, local_root: Path, echo_stdout: bool, prefix: str
         f = sys.stdout if name == "stdout" else sys.stderr
         f.write(f"{prefix}{line}\n")
         f.flush()
-
-    from parity.runners.ssh import ConnectionLost
 
     interrupted, lost = False, None
     try:
@@ -314,8 +313,6 @@ def _status(local_dir: Path) -> str | None:
 
 
 def annotate(local_dir: Path, runner, remote_dir: str, rc: int | None, lost: Exception | None = None) -> None:
-    from parity.artifacts import RunDir
-
     if (local_dir / "manifest.json").is_file():
         rd = RunDir(local_dir)
         rd.update(remote={"host": runner.host, "target": runner.target, "path": remote_dir, "exit_code": rc, **({"connection_lost": str(lost)} if lost else {})})

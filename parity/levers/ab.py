@@ -22,6 +22,21 @@ from dataclasses import dataclass, field
 from parity import session
 from parity.engines import kind_of
 from parity.errors import UsageError
+from parity.artifacts import slugify
+from parity.bench.ab import budget_for, run_ab
+from parity.bench.batched_bench import argv
+from parity.bench.request import BenchRequest
+from parity.context import run_session
+from parity.engine import patches
+from parity.engine.build import dry_tool_path, plan
+from parity.gates.common import path_env
+from parity.gpu.hardware import inventory
+from parity.gpu.lock import effective_dir, preflight
+from parity.levers import arms as armsmod, gates as gatesmod, map as levermap
+from parity.levers.gates import check_lossy
+from parity.levers.map import describe
+from parity.levers.report import write_report
+from parity.serving.snapshot import SnapshotRequest, make_plan, run_snapshot
 
 GO, NO_GO, FLAT, INCONCLUSIVE = "GO", "NO-GO", "FLAT", "INCONCLUSIVE"
 BENCH_HEADLINE = "s_tg"
@@ -88,9 +103,6 @@ def gate_plan(profile, arm: str, req: ABRequest) -> tuple[list[str], list[str | 
 
 def context_facts(ctx, arm_a: str) -> dict:
     """hardware class (this machine's), pin and series digest of arm A: the map's identity of a row."""
-    from parity.engine import patches
-    from parity.engine.build import plan
-    from parity.gpu.hardware import inventory
 
     facts = {"hardware_class": inventory(ctx.runner)["hardware_class"], "pin": None, "series_digest": None}
     try:
@@ -151,9 +163,6 @@ def decide(gate: dict | None, cells: list[dict], metric: str) -> dict:
 def prepare(ctx, req: ABRequest) -> dict:
     """Everything checked before a run dir exists: the lever, the arms (profile copy on ctx),
     builds planned (unknown patch numbers fail here), gates, map row.  Raises UsageError."""
-    from parity.levers import arms as armsmod
-    from parity.levers import map as levermap
-    from parity.levers.gates import check_lossy
 
     lever = armsmod.make_lever(req.env, req.series_without, req.series_until, req.series, req.name, req.pin, req.repo)
     base = base_engine(ctx.profile, req.engine)
@@ -184,10 +193,6 @@ def prepare(ctx, req: ABRequest) -> dict:
 
 def dry_run(ctx, req: ABRequest, p: dict) -> dict:
     """What a real run would build, gate, measure, lock and check in the map; starts nothing."""
-    from parity.engine.build import dry_tool_path
-    from parity.gates.common import path_env
-    from parity.gpu.lock import effective_dir, preflight
-    from parity.bench.batched_bench import argv
 
     prof = ctx.profile
     a, b = p["arm_a"], p["arm_b"]
@@ -200,8 +205,6 @@ def dry_run(ctx, req: ABRequest, p: dict) -> dict:
     else:
         measure = {"kind": "batched-bench", "model": model, "npp": npp, "ntg": ntg, "npl": npl, "reference": a, "metric": BENCH_HEADLINE,
                    "commands": {arm: {"env": path_env(ctx, arm, None), "argv": argv(dry_tool_path(prof, arm, "llama-batched-bench", ctx.runner, ctx.out), mf, npp, ntg, npl, bench)} for arm in (a, b)}}  # fmt: skip
-    from parity.bench.request import BenchRequest
-    from parity.bench.ab import budget_for
 
     measure["blocks"] = budget_for(BenchRequest(repeat=req.repeat, until_ci=req.until_ci, max_repeats=req.max_repeats, budget_s=req.budget_s), prof.stats, 2).describe()
     closed = p["closed"]
@@ -219,32 +222,23 @@ def dry_run(ctx, req: ABRequest, p: dict) -> dict:
 
 
 def levermap_describe(row: dict) -> str:
-    from parity.levers.map import describe
-
     return describe(row)
 
 
 def run(ctx, req: ABRequest) -> dict:
     """`parity ab`: the plan (--dry-run) or a run directory with the gated, measured lever."""
-    from parity.levers import map as levermap
 
     p = prepare(ctx, req)
     if req.dry_run:
         return dry_run(ctx, req, p)
     levermap.refuse_if_closed(p["map_rows"], p["name"], p["facts"]["hardware_class"], p["facts"]["pin"], req.reopen, p["map_path"])
-    from parity.artifacts import slugify
-    from parity.context import run_session
 
     with run_session(ctx, "ab", f"ab-{slugify(p['name'])[:40]}"):
-        doc = session(ctx, req, p)
+        doc = measure_lever(ctx, req, p)
         return doc
 
 
-def session(ctx, req: ABRequest, p: dict) -> dict:
-    from parity.levers import gates as gatesmod
-    from parity.levers import map as levermap
-    from parity.levers.report import write_report
-
+def measure_lever(ctx, req: ABRequest, p: dict) -> dict:
     a, b = p["arm_a"], p["arm_b"]
     lever = p["lever"]
     ctx.out.info(f"[ab] lever {p['name']}: A = {a}, B = {b} ({lever.changes(a)})")
@@ -304,8 +298,6 @@ def measure(ctx, req: ABRequest, a: str, b: str, lever) -> dict:
     the serving sweep (parity.serving.snapshot, no gates of its own: the arms' gates are ours)."""
     allow = [k for k in lever.env if k in ctx.profile.policy.forbidden_bench_env]  # the lever's own env is the point of arm B, not a knob to refuse
     if req.serving:
-        from parity.serving.snapshot import SnapshotRequest, make_plan, run_snapshot
-
         sreq = SnapshotRequest(npl=req.npl, engines=[a, b], model=req.model, repeat=req.repeat, order=req.order, gates=False, allow_env=allow,
                                until_ci=req.until_ci, max_repeats=req.max_repeats, budget_s=req.budget_s)  # fmt: skip
         doc = run_snapshot(ctx, make_plan(ctx, sreq), gates=False, allow_env=allow)
@@ -313,8 +305,6 @@ def measure(ctx, req: ABRequest, a: str, b: str, lever) -> dict:
         if src.exists():
             src.replace(ctx.run.file("serving_summary.json"))  # summary.json is the lever's
         return doc
-    from parity.bench.ab import run_ab
-    from parity.bench.request import BenchRequest
 
     breq = BenchRequest(engines=[a, b], model=req.model, npp=req.npp, ntg=req.ntg, npl=req.npl, allow_env=allow, repeat=req.repeat, until_ci=req.until_ci,
                         max_repeats=req.max_repeats, budget_s=req.budget_s, order=req.order)  # fmt: skip

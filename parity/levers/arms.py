@@ -15,6 +15,12 @@ from dataclasses import dataclass, field, replace
 
 from parity.engines import kind_of
 from parity.errors import UsageError
+from parity.bisect import upstream
+from parity.bisect.common import repo_of, series_dir
+from parity.engine.build import OK_MARKER, plan, selection
+from parity.engine.patches import patch_number as checked
+from parity.engine.source import add_pinned_source
+from parity.paths import expand_path
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 ARM_B_SUFFIX = "+lever"
@@ -84,7 +90,6 @@ def parse_env(items: list[str] | None) -> dict[str, str]:
 
 def patch_number(value: str, flag: str) -> str:
     """The number as written (the lever's name keeps it), checked by the series' own rule."""
-    from parity.engine.patches import patch_number as checked
 
     checked(value, flag)
     return str(value).strip()
@@ -106,7 +111,6 @@ def make_lever(env: list[str] | None, series_without: list[str] | None, series_u
 def derive(profile, base: str, lever: Lever):
     """(profile copy with arm B added, arm A name, arm B name).  The copy's serving reference is
     arm A, so every ratio reads B/A.  Bad combinations are one-line UsageErrors."""
-    from parity.paths import expand_path
 
     e = profile.engine(base)
     if not kind_of(profile, base).variants:
@@ -125,7 +129,6 @@ def derive(profile, base: str, lever: Lever):
     if lever.builds():
         series = expand_path(lever.series) if lever.series else e.series
         if lever.pin:  # the base's series (auto = the localai source's) applied at the other commit
-            from parity.bisect.common import series_dir
 
             series = series if lever.series else series_dir(profile, base)
         without = [*e.series_without, *(n for n in lever.series_without if n not in e.series_without)]
@@ -134,8 +137,6 @@ def derive(profile, base: str, lever: Lever):
     else:
         b.description = f"{base} with {lever.changes(base)}"
     if lever.pin:
-        from parity.engine.source import add_pinned_source
-
         b = replace(b, source=add_pinned_source(prof, base, lever.repo_path, lever.pin_commit))
     name_b = base + ARM_B_SUFFIX
     prof.engines[name_b] = b
@@ -170,8 +171,6 @@ def resolve_pin(profile, base: str, lever: Lever, runner, out=None) -> None:
     """--pin REF of --repo (or the engine's source checkout / url) -> a commit and a local repo."""
     if not lever.pin:
         return
-    from parity.bisect import upstream
-    from parity.bisect.common import repo_of
 
     repo = upstream.repository(repo_of(profile, base, lever.repo), runner, out)
     lever.repo_path, lever.pin_commit = str(repo), upstream.commit_of(repo, lever.pin, runner)
@@ -180,7 +179,6 @@ def resolve_pin(profile, base: str, lever: Lever, runner, out=None) -> None:
 def check_build(profile, arm: str) -> dict:
     """Plan arm's build now (an unknown patch number or series directory is a one-line
     UsageError before anything runs): {key, cached, series_selection, patches}."""
-    from parity.engine.build import OK_MARKER, plan, selection
 
     e = profile.engine(arm)
     if e.bin_dir or not e.source:

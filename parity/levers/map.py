@@ -13,10 +13,16 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from parity.errors import ConfigError, UsageError
+from parity.decode import read_yaml
+from parity.filelock import updating
+from parity.files import atomic_write_text
+from parity.yamledit import YamlEditError, append_to_list
+from parity.yamlload import safe_load
 
 MAP_NAME = "lever_map.yaml"
 HEADER = """\
@@ -51,8 +57,6 @@ def load(path: Path) -> list[dict]:
 
 
 def _data(path: Path) -> dict:
-    from parity.decode import read_yaml
-
     return read_yaml(path, str(path), not_mapping=SHAPE)
 
 
@@ -87,9 +91,6 @@ def append(path: Path, row: dict, markdown: bool = False) -> list[dict]:
     """Append one row under the map's lock, keeping everything else the file holds (comments,
     other keys, layout, mode); returns every row.  markdown: also rewrite the rendered .md
     beside it, under the same lock (so it is never older than the map)."""
-    from parity.filelock import updating
-    from parity.yamledit import YamlEditError, append_to_list
-
     path = Path(path)
     clean = clean_row(row)
     with updating(path) as write:
@@ -115,8 +116,6 @@ def _read_exact(path: Path) -> str:
 def check_writable(path: Path) -> None:
     """UsageError unless a row could be appended to the map at path (its directory takes the
     lock and the temporary; the file, when there, is writable)."""
-    import os
-
     path = Path(os.path.realpath(path))
     d = next((p for p in [path.parent, *path.parent.parents] if p.exists()), None)
     if d is None or not d.is_dir() or not os.access(d, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
@@ -124,8 +123,6 @@ def check_writable(path: Path) -> None:
 
 
 def load_text(text: str) -> list[dict]:
-    from parity.yamlload import safe_load
-
     data = safe_load(text) or {}
     return list(data.get("levers") or [])
 
@@ -204,7 +201,6 @@ def markdown_path(path: Path) -> Path:
 
 
 def write_markdown(path: Path, rows: list[dict]) -> Path:
-    from parity.files import atomic_write_text
 
     md = markdown_path(path)
     atomic_write_text(md, render_markdown(rows, Path(path).name))

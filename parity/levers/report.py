@@ -3,6 +3,12 @@ key number and interval, both arms' gates, the per-point paired table with per-b
 It goes to <run dir>/reports/ with its ledger row there (the lever map is the memory across runs)."""
 
 from __future__ import annotations
+from parity.artifacts import slugify
+from parity.bench.ab import table
+from parity.files import atomic_write_text
+from parity.levers.map import today
+from parity.report import ledger
+from parity.report.render import template_env
 
 
 def _f(v, nd=4) -> str:
@@ -10,12 +16,6 @@ def _f(v, nd=4) -> str:
 
 
 def write_report(ctx, doc: dict, measured: dict, serving: bool) -> str:
-    from parity.artifacts import slugify
-    from parity.files import atomic_write_text
-    from parity.levers.map import today
-    from parity.report import ledger
-    from parity.report.render import template_env
-
     out_dir = ctx.run.path / "reports"
     out_dir.mkdir(parents=True, exist_ok=True)
     phase, date = ledger.next_phase(out_dir), today()
@@ -31,8 +31,6 @@ def write_report(ctx, doc: dict, measured: dict, serving: bool) -> str:
                    c.get("reason") or ""] for c in doc["measurement"]["points"]]  # fmt: skip
     bench_tables = []
     if not serving and measured.get("paired") is not None:
-        from parity.bench.ab import table
-
         for metric in ("s_tg", "s_pp"):
             cols, rows = table(measured, metric)
             bench_tables.append({"metric": metric.upper(), "cols": cols, "rows": rows})

@@ -10,6 +10,7 @@ strategies apart from request content the same way).
 from __future__ import annotations
 
 import random
+from parity.stats import percentile
 
 
 def open_loop_times(n: int, rate: float, burstiness: float = 1.0, seed: int = 0, exact: bool = False) -> list[float]:
@@ -38,7 +39,6 @@ def achieved(records, skip: int = 0) -> dict:
     sends = sorted(r.send for r in records)
     delays = sorted((r.send - r.scheduled) * 1000 for r in records if r.scheduled is not None)
     span = sends[-1] - sends[0] if len(sends) > 1 else 0.0
-    from parity.stats import percentile
 
     return {
         "sent": len(sends),

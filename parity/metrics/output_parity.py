@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from parity.loadgen.http import request_json
 
 
 @dataclass
@@ -96,7 +97,6 @@ def _token_id(s: str) -> int:
 async def probe(t, prompts: list[str], gen: int, top_k: int, extra: dict | None = None, timeout: float = 120.0) -> list[dict]:
     """Each prompt, tokenized by the engine itself (with its special tokens), sent as ids,
     greedy, with top-k logprobs; [{"prompt", "ids", "tokens", "top", "text"}]."""
-    from parity.loadgen.http import request_json
 
     out = []
     for text in prompts:

@@ -22,6 +22,10 @@ from parity.engines import buildable
 from parity.errors import InfraError, UsageError
 from parity.filelock import locked
 from parity.gpu.lock import refuse_while_held
+from parity.engine import source as srcmod
+from parity.engines.vllm_install import ensure_vllm, venv
+from parity.files import atomic_write_json, sha256_file
+from parity.runners.local import LocalRunner
 
 TOKENIZER_FILE = "tokenizer.model.v1"  # in mistral_common/data/
 # the v1 model as shipped by mistral_common 1.x; another file would change token ids
@@ -56,7 +60,6 @@ def check_spec(spec: HfTinySpec) -> None:
 
 def find_tokenizer(site_packages: str | Path) -> Path:
     """mistral_common's SentencePiece model inside a venv's site-packages, checked by sha256."""
-    from parity.files import sha256_file
 
     path = Path(site_packages) / "mistral_common" / "data" / TOKENIZER_FILE
     if not path.is_file():
@@ -200,8 +203,6 @@ def write_checkpoint(out_dir: str | Path, spec: HfTinySpec, tokenizer_model: str
     the sidecar record {spec, files: {name: sha256}}."""
     import hashlib
 
-    from parity.files import atomic_write_json
-
     out_dir = Path(out_dir)
     content = files(spec, Path(tokenizer_model))
     record = {"spec": asdict(spec), "files": {n: hashlib.sha256(b).hexdigest() for n, b in sorted(content.items())}}
@@ -247,7 +248,6 @@ def ensure_checkpoint(out_dir: str | Path, spec: HfTinySpec, tokenizer_model: st
 def ensure_gguf(hf_dir: str | Path, out_file: str | Path, llama_tree: str | Path, python: str | Path, runner=None, outtype: str = "f32") -> Path:
     """convert_to_gguf once per (checkpoint files, converter script, outtype): a sidecar
     `<out>.hf-tiny.json` records them and is written after the GGUF."""
-    from parity.files import atomic_write_json, sha256_file
 
     hf_dir, out_file, tree = Path(hf_dir), Path(out_file), Path(llama_tree)
     try:
@@ -278,7 +278,6 @@ def ensure_gguf(hf_dir: str | Path, out_file: str | Path, llama_tree: str | Path
 def convert_to_gguf(hf_dir: str | Path, out_file: str | Path, llama_tree: str | Path, python: str | Path, runner=None, outtype: str = "f32", timeout: float = 600) -> Path:
     """Run <llama_tree>/convert_hf_to_gguf.py with `python` (it needs torch, numpy,
     safetensors, sentencepiece: vLLM's venv has them) and the tree's own gguf-py."""
-    from parity.runners.local import LocalRunner
 
     tree, out_file = Path(llama_tree), Path(out_file)
     script = tree / "convert_hf_to_gguf.py"
@@ -302,9 +301,6 @@ def ensure_profile_model(profile, name: str, runner=None, out=None) -> Path:
     """models.NAME with an hf: spec: the checkpoint at vllm_path and its GGUF at path, made once.
     Both need the cached vLLM venv: its python runs the converter, its mistral_common ships the
     tokenizer."""
-    from parity.engine import source as srcmod
-    from parity.runners.local import LocalRunner
-    from parity.engines.vllm_install import ensure_vllm, venv
 
     m = profile.model(name)
     h = m.hf

@@ -25,6 +25,8 @@ from parity.files import sha256_file
 from parity.models.spec import SynthSpec
 from parity.errors import ConfigError, UsageError
 from parity.gpu.lock import refuse_while_held
+from parity.files import atomic_write_json
+from parity.models.hf_tiny import ensure_profile_model
 
 # printable ASCII plus tab/newline/CR, in GPT-2's byte->unicode spelling
 _BYTES = [9, 10, 13] + list(range(32, 127))
@@ -288,8 +290,6 @@ def ensure_model(profile, name: str) -> str:
     m = profile.model(name)
     path = Path(m.path)
     if m.hf is not None:
-        from parity.models.hf_tiny import ensure_profile_model
-
         return str(ensure_profile_model(profile, name))
     if m.synth is None:
         if not path.is_file():
@@ -320,7 +320,6 @@ def recorded_sha256(path: str | Path) -> str | None:
 
 def write_model(path: str | Path, spec: SynthSpec, label: str = "") -> str:
     """Synthesize to path and write the `<path>.synth.json` sidecar; returns the sha256."""
-    from parity.files import atomic_write_json
 
     path = Path(path)
     refuse_while_held(f"{label}the synthesis of {path}")

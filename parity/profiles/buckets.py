@@ -12,6 +12,7 @@ from pathlib import Path
 
 from parity.paths import DEFAULTS_DIR
 from parity.errors import ConfigError
+from parity.yamlload import safe_load
 
 OTHER = "other"
 DEFAULT_TABLE = DEFAULTS_DIR / "buckets.yaml"
@@ -78,8 +79,6 @@ class BucketTable:
 
 def load_table_file(path: str | Path) -> BucketTable:
     import yaml
-
-    from parity.yamlload import safe_load
 
     label = str(path)
     try:

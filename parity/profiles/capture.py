@@ -25,6 +25,28 @@ from dataclasses import dataclass, field, replace
 from parity import session
 from parity.engines import kind_of
 from parity.errors import InfraError, UsageError
+from parity.bench import batched_bench
+from parity.bench.batched_bench import argv
+from parity.context import run_session
+from parity.engines.envpolicy import check_bench_env
+from parity.engines.server import serving
+from parity.gonogo import dry_run_session, go_no_go
+from parity.gpu.cuda_device import cuda_device, require_cuda_device
+from parity.gpu.lock import effective_dir as lock_effective_dir
+from parity.loadgen.client import Target, drive
+from parity.loadgen.prompts import token_prompts
+from parity.metrics.validity import check_request, reason
+from parity.profiles import nsys as nsysmod
+from parity.profiles.analysis import analyze_file, auto_differences, build_doc, write_outputs
+from parity.profiles.buckets import table_for
+from parity.profiles.nsys import analysis_failure
+from parity.stats.blocks import block_order
+from parity.tracer import TRACERS
+from parity.tracer.build import ensure_built, injection_env
+from parity.tracer.locate import find_cupti
+from parity.tracer.overhead import not_measured, tracer_overhead
+from parity.tracer.pairs import arm_block, engine_ms_per_token, paired_buckets
+from parity.tracer.trace import convert, require_clean, trace_files
 
 WORKLOADS = ("bench", "serve")
 REFUSAL = (
@@ -103,7 +125,6 @@ def choose_tracer(ctx, wanted: str | None, dry: bool) -> tuple[str, str, str | N
     """(tracer, why, nsys binary or None).  auto: nsys where it is on PATH and `nsys --version`
     runs, else CUPTI.  cupti (chosen or automatic) needs a CUDA device: without one the refusal
     is one line (exit 2), unless this is a dry run."""
-    from parity.tracer import TRACERS
 
     p = ctx.profile.profiling
     wanted = wanted or p.tracer
@@ -124,8 +145,6 @@ def choose_tracer(ctx, wanted: str | None, dry: bool) -> tuple[str, str, str | N
     else:
         why = "asked for cupti"
     if not dry:
-        from parity.gpu.cuda_device import require_cuda_device
-
         require_cuda_device(ctx.runner)
     return "cupti", why, None
 
@@ -134,9 +153,6 @@ def _cupti_library(ctx, dry: bool) -> dict:
     """Find CUPTI for the driver's CUDA and build the injection library (a dry run finds nothing)."""
     if dry:
         return {"library": "<built at the first real run: parity/tracer/cupti/parity_cupti.cpp against the CUPTI of the driver's CUDA>", "cached": False}
-    from parity.tracer.build import ensure_built
-    from parity.gpu.cuda_device import cuda_device
-    from parity.tracer.locate import find_cupti
 
     dev = cuda_device(ctx.runner)
     cupti = find_cupti(dev["cuda"], ctx.runner, ctx.profile.profiling.cupti)
@@ -146,7 +162,6 @@ def _cupti_library(ctx, dry: bool) -> dict:
 
 def _make_arm_plan(ctx, *, engine=None, workload="bench", ntgs=None, npl=None, npp=None, model=None, graph_node=None, allow_collapsed=False, out_dir="<run>/profile", dry=False,
                    tracer=None, blocks=1) -> ProfilePlan:  # fmt: skip
-    from parity.profiles import nsys as nsysmod
 
     collapsed = check_graph_node(graph_node, allow_collapsed)
     if workload not in WORKLOADS:
@@ -183,8 +198,6 @@ def _make_arm_plan(ctx, *, engine=None, workload="bench", ntgs=None, npl=None, n
             out_base = os.path.join(out_dir, label)
             wl = _bench_argv(ctx, binary, model_file, npp, ntg, npl) if workload == "bench" else server.argv
             if tracer == "cupti":
-                from parity.tracer.build import injection_env
-
                 argv, cenv = list(wl), {**env, **injection_env(built["library"], out_base + ".cupti.%p.tsv")}
             else:
                 argv, cenv = nsysmod.profile_argv(nsys_bin, out_base, wl, graph_node=not collapsed, trace=p.trace, extra=p.extra_args, fork=kind.forks), env
@@ -233,8 +246,6 @@ def _bench_binary(ctx, engine: str, dry: bool) -> str:
 
 
 def _bench_argv(ctx, binary: str, model_file: str, npp: int, ntg: int, npl: int) -> list[str]:
-    from parity.bench.batched_bench import argv
-
     return argv(binary, model_file, [npp], [ntg], [npl], ctx.profile.serving.bench)
 
 
@@ -251,8 +262,6 @@ def _serve_shape(ctx, npl: int):
 
 
 def dry_run(ctx, plan: ProfilePlan) -> dict:
-    from parity.gpu.lock import effective_dir as lock_effective_dir
-
     import shlex
 
     return {
@@ -298,10 +307,6 @@ def run_profile(ctx, plan: ProfilePlan, allow_env=()) -> dict:
     """Blocks under the GPU lock: each block runs every arm (ABBA order) traced at each ntg and
     untraced at the longest; export, bucket, difference per arm and block; the tracer's cost per
     arm; with two arms the paired bucket table.  Writes profile/*."""
-    from parity.stats.blocks import block_order
-    from parity.engines.envpolicy import check_bench_env
-    from parity.profiles.analysis import auto_differences, build_doc, write_outputs
-    from parity.profiles.buckets import table_for
 
     rd = ctx.require_run()
     for c in plan.captures:
@@ -352,12 +357,9 @@ def _block_sequence(plan: ProfilePlan, arm: str, block: int) -> list[Capture]:
 def _analyze_capture(ctx, c: Capture, plan: ProfilePlan, table) -> dict:
     """The capture's SQLite export (nsys: exported from its report; CUPTI: converted from its
     trace files and refused when incomplete or collapsed), bucketed."""
-    from parity.profiles.analysis import analyze_file
 
     summary = None
     if c.tracer == "cupti":
-        from parity.tracer.trace import convert, require_clean, trace_files
-
         files = trace_files(c.out_base + ".cupti.%p.tsv")
         if not files:
             raise InfraError(f"the CUPTI tracer wrote no trace for {c.label} (expected {c.out_base}.cupti.<pid>.tsv; log {c.out_base}.log): was the library loaded (CUDA_INJECTION64_PATH)?")
@@ -381,8 +383,6 @@ def _analyze_capture(ctx, c: Capture, plan: ProfilePlan, table) -> dict:
 
 
 def _tracer_cost(plan: ProfilePlan, runs: list[dict]) -> list[dict]:
-    from parity.tracer.overhead import not_measured, tracer_overhead
-
     if plan.workload != "bench":
         return not_measured(plan.engines, plan.tracer, "measured on the bench workload only (a serve capture has no untraced twin with the same load)")
     longest = max(plan.ntgs)
@@ -392,7 +392,6 @@ def _tracer_cost(plan: ProfilePlan, runs: list[dict]) -> list[dict]:
 def paired_from_captures(captures: list[dict], diffs: list[dict], engines: list[str], table) -> dict:
     """The paired bucket table of two arms from per-block differences (reference: the second arm,
     as the bench A/B takes the last engine as A)."""
-    from parity.tracer.pairs import arm_block, engine_ms_per_token, paired_buckets
 
     by_label = {c["label"]: c for c in captures}
     cells = {}
@@ -407,7 +406,6 @@ def paired_from_captures(captures: list[dict], diffs: list[dict], engines: list[
 def check_analysis(log_path: str) -> None:
     """nsys exits 0 when its own analysis failed (seen on an H100: an nsys older than the CUDA
     runtime); the report it leaves lacks the kernel table, which is not the capture flags' fault."""
-    from parity.profiles.nsys import analysis_failure
 
     try:
         text = open(log_path, errors="replace").read()
@@ -421,7 +419,6 @@ def check_analysis(log_path: str) -> None:
 
 def _capture_bench(ctx, c: Capture, plan: ProfilePlan) -> list[dict]:
     """Run nsys around llama-batched-bench; returns the bench table rows (maybe empty, see below)."""
-    from parity.bench import batched_bench
 
     os.makedirs(os.path.dirname(c.out_base), exist_ok=True)
     res = ctx.runner.run(c.argv, env=c.env, unset=c.unset, timeout=ctx.profile.profiling.timeout_s)
@@ -443,11 +440,6 @@ def _capture_bench(ctx, c: Capture, plan: ProfilePlan) -> list[dict]:
 
 def _capture_serve(ctx, c: Capture, plan: ProfilePlan) -> list[dict]:
     import asyncio
-
-    from parity.loadgen.client import Target, drive
-    from parity.loadgen.prompts import token_prompts
-    from parity.engines.server import serving
-    from parity.metrics.validity import check_request, reason
 
     e = ctx.profile.engine(c.engine)
     s = _serve_shape(ctx, plan.npl)
@@ -489,7 +481,6 @@ class ProfileRequest:
 
 def profile(ctx, req: ProfileRequest) -> dict:
     """`parity profile`: the dry-run commands, or captures + analysis in a new run directory."""
-    from parity.context import run_session
 
     check_graph_node(req.graph_node, req.allow_collapsed)
     for name, v in (("--npl", req.npl), ("--npp", req.npp)):
@@ -504,7 +495,6 @@ def profile(ctx, req: ProfileRequest) -> dict:
     if not req.dry_run:
         choose_tracer(ctx, req.tracer, dry=False)  # no CUDA device for CUPTI: one line, exit 2, before any run directory
     if req.dry_run:  # a go/no-go with its evidence in a `dry-run` run dir; the CLI exits with its code
-        from parity.gonogo import dry_run_session, go_no_go
 
         plan = make_plan(ctx, **options, dry=True)
         doc = dry_run(ctx, plan)

@@ -18,6 +18,8 @@ from parity.errors import UsageError
 from parity.metrics.registry import direction as metric_direction
 from parity.report.rundata import RunData, gate_problems, load_run, values_by_cell
 from parity.stats.unpaired import METHOD, ratio_change, welch
+from parity.errors import RegressionDetected
+from parity.report.sections import paired_points, pct
 
 
 def refusal_reasons(a: RunData, b: RunData, *, current: RunData | None = None) -> list[str]:
@@ -97,7 +99,6 @@ def sessions(a: RunData, b: RunData, metrics: list[str], rule: stats.Rule) -> li
     """Both runs hold the same engines and reference: per engine x N x metric each run's own
     paired estimate (engine/reference over its blocks) and the change of that ratio from A to
     B (unpaired across the runs).  [] otherwise."""
-    from parity.report.sections import paired_points
 
     sa, sb = a.summary or {}, b.summary or {}
     ref = sa.get("reference_engine")
@@ -116,8 +117,6 @@ def sessions(a: RunData, b: RunData, metrics: list[str], rule: stats.Rule) -> li
 
 def check_regressions(rows: list[dict], against: str = "") -> None:
     """Raise RegressionDetected (exit 5) naming every row whose verdict is regressed."""
-    from parity.errors import RegressionDetected
-    from parity.report.sections import pct
 
     bad = [f"{r['engine']} N={r['n']} {r['metric']} {pct(r['delta_pct'])}" for r in rows if r["verdict"] == "regressed"]
     if bad:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from parity.report.sections import fmt
+from parity.gpu.bandwidth import load
 
 
 def _table(header: list[str], rows: list[list]) -> str:
@@ -32,7 +33,6 @@ def efficiency_section(rd, asset_dir: Path, rel: str, plots: bool = True) -> dic
     bench = (rd.bench or {}).get("efficiency")
     if not serving and not bench:
         return None
-    from parity.gpu.bandwidth import load
 
     bw = load(rd.path) or {}
     pub, meas = bw.get("published") or {}, bw.get("measured") or {}

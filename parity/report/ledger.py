@@ -14,6 +14,8 @@ import re
 from pathlib import Path
 
 from parity.files import atomic_write_text
+from parity.filelock import lock_path
+from parity.filelock import locked as file_locked
 
 COLUMNS = ["date", "phase", "title", "verdict", "key_ratios", "report", "artifact"]
 MD_HEADER = "# Benchmark ledger\n\nOne row per phase report (append-only; `parity report --rebuild-ledger` regenerates it).\n\n"
@@ -112,9 +114,6 @@ def _md_with_rows(text: str, row_lines: list[str]) -> str:
 def locked(out_dir: Path):
     """The ledger's lock (one for both files; re-entrant in one thread): hold it from choosing
     a phase number to appending its row, and no two writers take the same number."""
-    from parity.filelock import lock_path
-    from parity.filelock import locked as file_locked
-
     with file_locked(lock_path(Path(out_dir) / "BENCHMARK.csv")):
         yield
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from parity import stats
+from parity.report import plots
 from parity.artifacts import slugify
 from parity.files import atomic_write_json, atomic_write_text
 from parity.errors import UsageError
@@ -31,6 +32,16 @@ from parity.report.rundata import RunData, gate_problems, load_run, values_by_ce
 from parity.report.sections import (RESULT_METRICS, ab_table, bench_section, buckets_section, definitions, fmt, gates_section, hardware_section, key_ratios,
                                     noise_section, output_parity_section, paired_definition, paired_section, paired_text, provenance_section, ratio_section, reconciliation_section,
                                     reproduce, results_section, server_section, sessions_table, validity_section)
+from parity.errors import ConfigError
+from parity.options import check_step_options
+from parity.report.bench_sections import bench_ab_section
+from parity.report.compare import check_regressions, compare_runs
+from parity.report.efficiency_sections import efficiency_section
+from parity.report.ledger import rebuild
+from parity.report.plots import throughput_vs_clock
+from parity.report.telemetry_sections import plot_points, telemetry_section
+from parity.report.workload_sections import workload_section
+from parity.stats.paired import overall
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 USER_VERDICTS = ("keep", "reject", "default-off")
@@ -63,8 +74,6 @@ def report(ctx, req: ReportRequest) -> dict:
 
     req = replace(req, out_dir=req.out_dir or ctx.profile.reports.dir)
     if req.rebuild_ledger:
-        from parity.report.ledger import rebuild
-
         if not Path(req.out_dir).is_dir():
             raise UsageError(f"--out-dir {req.out_dir}: no such directory")
         rows = rebuild(Path(req.out_dir))
@@ -105,10 +114,6 @@ def decide(user: str | None, problems: list[str], ab: dict | None, rule: stats.R
 
 def draw_plots(rd: RunData, ab: dict | None, asset_dir: Path, rel: str, paired: dict | None = None) -> tuple[list[dict], str | None]:
     try:
-        from parity.report import plots
-    except ImportError as e:  # pragma: no cover - matplotlib is a dependency
-        return [], f"plots unavailable ({e})"
-    try:
         import matplotlib  # noqa: F401
     except ImportError as e:
         return [], f"plots unavailable (matplotlib: {e})"
@@ -134,8 +139,6 @@ def draw_plots(rd: RunData, ab: dict | None, asset_dir: Path, rel: str, paired: 
 
 def telemetry_plot(rd: RunData, path: Path):
     """Only when the run has GPU telemetry (parity/telemetry)."""
-    from parity.report.plots import throughput_vs_clock
-    from parity.report.telemetry_sections import plot_points
 
     return throughput_vs_clock(plot_points(rd), path)
 
@@ -190,8 +193,6 @@ def _render_report(profile, req: ReportRequest) -> dict:
     metrics = req.metrics or list(profile.stats.metrics)
     ab = None
     if req.compare:
-        from parity.report.compare import compare_runs
-
         control = load_run(req.compare)
         floor = load_run(req.noise_floor) if req.noise_floor else None
         ab = compare_runs(control, rd, metrics, rule, force=req.force, floor=floor, current=rd if req.current else None, defaults=not req.metrics)
@@ -217,12 +218,8 @@ def _render_report(profile, req: ReportRequest) -> dict:
     defs, defs_note = definitions(list(dict.fromkeys(RESULT_METRICS + metrics)), rd.summary)
     row = {"date": date, "phase": phase, "title": title, "verdict": verdict, "key_ratios": key_ratios(rd, (paired or {}).get("points")), "report": md_path.name, "artifact": str(rd.path)}
     res = results_section(rd)
-    from parity.report.bench_sections import bench_ab_section
-    from parity.report.telemetry_sections import telemetry_section
-    from parity.report.workload_sections import workload_section
 
     workload = workload_section(rd, out_dir / stem, stem, plots=req.plots)
-    from parity.report.efficiency_sections import efficiency_section
 
     efficiency = efficiency_section(rd, out_dir / stem, stem, plots=req.plots)
     prov, gates = provenance_section(rd), gates_section(rd, problems)
@@ -254,7 +251,6 @@ def paired_overall(paired: dict | None) -> str | None:
     """One word over the run's paired outcomes (None: no paired statistics)."""
     if not paired or not paired["points"]:
         return None
-    from parity.stats.paired import overall
 
     return overall(p.get("outcome") for p in paired["points"])
 
@@ -286,7 +282,6 @@ def campaign_step(ctx, options: dict) -> dict:
     compare: previous = the newest earlier complete, valid run of this campaign.  With a
     control run, a regression beyond noise fails the step (exit 5) after the report is
     written, unless fail_on_regression: false."""
-    from parity.options import check_step_options
 
     check_step_options("report", options, {"title", "phase", "verdict", "compare", "noise_floor", "metrics", "out_dir", "plots", "force", "fail_on_regression", "ledger"})
     rd = ctx.require_run()
@@ -295,8 +290,6 @@ def campaign_step(ctx, options: dict) -> dict:
         out_dir = ctx.profile.reports.dir
     which = options.get("ledger", "running")
     if not isinstance(which, str) or not which:
-        from parity.errors import ConfigError
-
         raise ConfigError("campaign", "with.ledger", "running, run, or a directory")
     ledger_dir = None if which == "run" else ctx.profile.reports.dir if which == "running" else which
     compare = options.get("compare")
@@ -309,7 +302,5 @@ def campaign_step(ctx, options: dict) -> dict:
     result = render_report(ctx.profile, req)
     ctx.out.info(f"report: {result['report']} (phase {result['phase']}, verdict {result['verdict']})" + (f"; ledger {result['running_ledger']}" if result["running_ledger"] else ""))
     if options.get("fail_on_regression", True):
-        from parity.report.compare import check_regressions
-
         check_regressions(result["ab_rows"], f" against {compare} (report {result['report']})")
     return result

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from parity.errors import UsageError
+from parity.artifacts import RunDir
 
 
 @dataclass
@@ -83,8 +84,6 @@ def load_run(path, *, need_summary: bool = True) -> RunData:
     if not isinstance(manifest, dict):
         raise UsageError(f"{path}: not a parity run directory (no readable manifest.json)")
     if manifest.get("status") == "running":
-        from parity.artifacts import RunDir
-
         if RunDir(p).settle("report"):  # its parity was killed: it will never end by itself
             manifest = _json(p / "manifest.json", notes)
     rd = RunData(p, manifest, notes=notes)

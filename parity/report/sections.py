@@ -10,6 +10,8 @@ from parity import stats
 from parity.engines import ENGINES
 from parity.report.rundata import RunData, values_by_cell
 from parity.stats.calibrate import outran_line
+from parity.metrics.registry import all_metrics, direction
+from parity.stats.paired import MAX_BLOCKS_ESTIMATE, METHOD, OUTCOMES, by_point, overall
 
 RESULT_METRICS = ["decode_agg_tps", "decode_perseq_tps", "agg_tps", "prefill_tps", "ttft_mean_ms", "wall_s", "decode_window_s", "prompt_tok_total", "gen_total"]
 HEADLINE = ["decode_agg_tps", "decode_perseq_tps", "agg_tps", "ttft_mean_ms"]
@@ -229,7 +231,6 @@ def buckets_section(rd: RunData) -> dict | None:
 def definitions(names: list[str], summary: dict | None = None) -> tuple[list[list], str | None]:
     """The definitions the run recorded in summary.json (what its numbers meant when they were
     measured), else the registry's (parity.metrics.registry: each metric declared once)."""
-    from parity.metrics.registry import all_metrics
 
     table = {n: (m.unit, m.better, m.formula) for n, m in all_metrics().items()}
     recorded = [m for m in (summary or {}).get("metrics") or [] if isinstance(m, dict) and "name" in m]
@@ -295,8 +296,6 @@ def paired_points(rd: RunData, metrics: list[str], threshold_pct: float, confide
     ref, rows = s.get("reference_engine"), [r for r in s.get("rows") or [] if "repeat" in r and "n" in r and "engine" in r]
     if not ref or not rows:
         return [], "not recorded (no reference engine or no repeat rows in the run)"
-    from parity.metrics.registry import direction
-    from parity.stats.paired import by_point
 
     ms = [m for m in metrics if any(isinstance(r.get(m), (int, float)) for r in rows)]
     pts = by_point(rows, ref, ms, direction, threshold_pct, confidence)
@@ -342,8 +341,6 @@ def _needed(p: dict) -> str:
     if p.get("n_blocks", 0) < 2:
         return ">= 2 (no interval from one block)" if p.get("n_blocks") else "-"
     if p.get("outcome") == "inconclusive" and p.get("low") is not None:
-        from parity.stats.paired import MAX_BLOCKS_ESTIMATE
-
         return f"> {MAX_BLOCKS_ESTIMATE}"
     return "-"
 
@@ -359,8 +356,6 @@ def _disagrees(outcome: str | None, users: str) -> bool:
 
 
 def _counts(pts: list[dict]) -> dict:
-    from parity.stats.paired import OUTCOMES
-
     return {o: sum(1 for p in pts if p.get("outcome") == o) for o in OUTCOMES}
 
 
@@ -368,7 +363,6 @@ def paired_text(sec: dict) -> str:
     """One line: the paired outcomes over every engine x N x metric, and where the rules disagree."""
     if not sec["points"]:
         return f"paired block statistics: {sec['source']}"
-    from parity.stats.paired import overall
 
     c = sec["counts"]
     word = overall(p.get("outcome") for p in sec["points"])
@@ -384,7 +378,6 @@ def paired_text(sec: dict) -> str:
 
 def paired_definition(threshold_pct: float, confidence: float) -> list[str]:
     """The method and the outcome rules, said once in the definitions."""
-    from parity.stats.paired import METHOD
 
     return [
         f"A block is one repeat in which every engine ran once, back to back (the run's order); per block the ratio engine/reference of a metric. "

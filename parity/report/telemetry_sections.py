@@ -7,6 +7,7 @@ import statistics
 
 from parity.report.rundata import RunData
 from parity.report.sections import fmt
+from parity.telemetry.engine_timing import DEFINITIONS
 
 
 def _med(vals):
@@ -22,7 +23,6 @@ def _max(vals):
 def telemetry_section(rd: RunData) -> dict | None:
     """Per engine x N (over repeats): SM clock and power medians, max temperature, throttle events,
     foreign processes, host load max, client and server CPU %; the engine-clock figures beside the client's."""
-    from parity.telemetry.engine_timing import DEFINITIONS
 
     s = rd.summary or {}
     rows = [r for r in s.get("rows") or [] if isinstance(r.get("telemetry"), dict)]

@@ -10,6 +10,7 @@ from parity.engines.server import probe, scrape
 from parity.errors import InfraError
 from parity.loadgen.record import RequestRecord
 from parity.metrics import prometheus as server_metrics
+from parity.loadgen.prompts import prompts, shortest_context_need
 
 
 def records_json(recs: list[RequestRecord]) -> list[dict]:
@@ -46,15 +47,12 @@ def slot_context(la) -> int | None:
 
 
 def build_specs(target, s, n: int, gen: int):
-    from parity.loadgen.prompts import prompts
-
     return asyncio.run(prompts(target, s.prompt, n, s.ptok, gen))
 
 
 def check_fits(specs, limit: int | None, label: str, what: str) -> None:
     """Refuse requests that do not fit the context the engine really gives them (a
     word prompt's length is only known once tokenized, after the server started)."""
-    from parity.loadgen.prompts import shortest_context_need
 
     need = shortest_context_need(specs)
     if limit and need > limit:

@@ -18,6 +18,25 @@ from parity.errors import UsageError
 from parity.gates.prepost import GateSpec
 from parity.options import positive_int
 from parity.stats.calibrate import calibration_off
+from parity.context import run_session
+from parity.efficiency.roofline import lines
+from parity.engines.envpolicy import check_bench_env
+from parity.engines.server import port_free
+from parity.gonogo import command_paths, dry_run_session, go_no_go
+from parity.gpu.lock import effective_dir as lock_effective_dir, preflight
+from parity.metrics.output_parity import compare_engines
+from parity.metrics.registry import definitions, direction
+from parity.metrics.workload import WINDOWS as KIND_WINDOWS
+from parity.options import check_step_options
+from parity.serving import summary, workload_summary
+from parity.serving.efficiency import for_snapshot
+from parity.serving.sweep import run_arm
+from parity.serving.workloads import attach, resolve
+from parity.stats.adaptive import Budget
+from parity.stats.blocks import block_line, block_order, half_widths, run_blocks
+from parity.stats.calibrate import WINDOWS, choose, outran, outran_line
+from parity.workloads.calibration import choose_for, plan_text, why_off, with_value
+from parity.workloads.defaults import parse_options
 
 
 @dataclass
@@ -83,9 +102,6 @@ def make_plan(ctx, req: SnapshotRequest) -> SnapshotPlan:
     s = replace(s, **over)
     workload = None
     if req.workload is not None:  # workload hook: parity.serving.workloads
-        from parity.serving.workloads import resolve
-
-        from parity.workloads.defaults import parse_options
 
         workload = resolve(ctx, req.workload, s, npl=req.npl, options=parse_options(req.workload_opts))
     engines = engines or s.engines
@@ -107,7 +123,6 @@ def make_plan(ctx, req: SnapshotRequest) -> SnapshotPlan:
     plan = SnapshotPlan(model, list(engines), ref, list(s.npl), repeat, s, run_order(list(engines), repeat, s.order))
     plan.budget = make_budget(ctx, req, plan, workload)
     if workload is not None:  # a built-in's sized field (parity.workloads.calibration)
-        from parity.workloads.calibration import why_off
 
         plan.calibration_off = why_off(s, workload, req.gen is not None)
     else:  # an explicit --gen (or a step's gen) is respected exactly
@@ -122,8 +137,6 @@ def make_plan(ctx, req: SnapshotRequest) -> SnapshotPlan:
         if s.warmup.requests:
             check_shape(plan, e, s.ptok, s.warmup.gen, "the warmup")
     if workload is not None:
-        from parity.serving.workloads import attach
-
         attach(ctx, plan, workload)
     return plan
 
@@ -132,8 +145,6 @@ def make_budget(ctx, req: SnapshotRequest, plan: SnapshotPlan, workload):
     """The stop rule's budget: fixed (repeat blocks) or --until-ci's (at least repeat and
     2 blocks, at most --max-repeats, within --budget-s).  Bad values: one-line UsageError."""
     import math
-
-    from parity.stats.adaptive import Budget
 
     st = ctx.profile.stats
     for flag, v in (("--until-ci", req.until_ci), ("--budget-s", req.budget_s)):
@@ -182,19 +193,15 @@ def run_order(engines: list[str], repeat: int, order: str) -> list[tuple[int, st
     slot); aabb: every repeat of A, then of B (not blocks: no engine pair runs back to back)."""
     if order == "aabb":
         return [(r, e) for e in engines for r in range(repeat)]
-    from parity.stats.blocks import block_order
 
     return [(r, e) for r in range(repeat) for e in block_order(engines, r, order)]
 
 
 def snapshot(ctx, req: SnapshotRequest) -> dict:
     """`parity snapshot`: the dry-run plan, or a run directory with the gated sweep's summary."""
-    from parity.context import run_session
 
     plan = make_plan(ctx, req)
     if req.dry_run:
-        from parity.gonogo import command_paths, dry_run_session, go_no_go
-
         check_env(ctx, plan, req.allow_env)
         doc = dry_run(ctx, plan)
         with dry_run_session(ctx, "snapshot", f"snapshot-{plan.model}") as rd:  # the users' DRY_RUN=1: a go/no-go with its evidence
@@ -210,19 +217,12 @@ def snapshot(ctx, req: SnapshotRequest) -> dict:
 
 
 def check_env(ctx, plan: SnapshotPlan, allow_env) -> None:
-    from parity.engines.envpolicy import check_bench_env
-
     for e in plan.engines:
         env = kind_of(ctx.profile, e).env(ctx.profile, e)
         check_bench_env(env, ctx.profile.policy, allow_env, context=f"benchmark (engine {e})")
 
 
 def dry_run(ctx, plan: SnapshotPlan) -> dict:
-    from parity.gpu.lock import effective_dir as lock_effective_dir
-    from parity.gpu.lock import preflight
-    from parity.metrics.registry import definitions
-    from parity.engines.server import port_free
-
     commands = []
     for e in plan.engines:
         kind = kind_of(ctx.profile, e)
@@ -260,8 +260,6 @@ def dry_run(ctx, plan: SnapshotPlan) -> dict:
 def calibration_plan(plan: SnapshotPlan) -> str:
     s, c = plan.shape, plan.calibrate
     if plan.workload is not None:
-        from parity.workloads.calibration import plan_text
-
         return plan_text(plan)
     if c is None:
         return f"off ({plan.calibration_off}): gen {s.gen} as given"
@@ -280,20 +278,15 @@ def run_snapshot(ctx, plan: SnapshotPlan, gates: bool = True, allow_env=()) -> d
 
 
 def write_summary(ctx, plan: SnapshotPlan, arms: list[dict]) -> dict:
-    from parity.serving import summary, workload_summary
-
     rows = [r for a in arms for r in a["rows"]]
     if plan.calibration is not None:
         note_outran(ctx, plan, rows)
     extra = {"arms": [{k: v for k, v in a.items() if k not in ("rows", "outputs")} for a in arms], **run_notes(plan)}
     outputs = {a["engine"]: a["outputs"] for a in [*plan.trial_arms, *arms] if a.get("outputs")}  # the probe ran in the engine's first arm
     if len(outputs) > 1:
-        from parity.metrics.output_parity import compare_engines
-
         op = plan.shape.output_parity
         extra["output_parity"] = compare_engines(outputs, plan.reference or plan.engines[0], op.min_agreement, op.max_kl)
     if plan.workload is None:  # efficiency hook: % of roofline and memory per engine (parity.efficiency)
-        from parity.serving.efficiency import for_snapshot
 
         extra["efficiency"] = for_snapshot(ctx, plan, rows, arms)
     writer = summary if plan.workload is None else workload_summary  # workload hook: its metrics, same machinery
@@ -308,14 +301,11 @@ def write_summary(ctx, plan: SnapshotPlan, arms: list[dict]) -> dict:
 def note_outran(ctx, plan: SnapshotPlan, rows: list[dict]) -> None:
     """Calibrated windows that still fell short: recorded (calibration.outran) and said, with
     how much faster than the trial they ran (parity.stats.calibrate.outran)."""
-    from parity.stats.calibrate import WINDOWS, outran, outran_line
 
     if plan.calibration.get("capped"):
         return  # the cap's warning said its windows may stay short
     windows = WINDOWS
     if plan.workload is not None:
-        from parity.metrics.workload import WINDOWS as KIND_WINDOWS
-
         windows = KIND_WINDOWS[plan.workload.kind]
     trial = [r for a in plan.trial_arms for r in a["rows"]] or [r for r in rows if r.get("repeat") == 0]
     items = outran(plan.calibration, trial, rows, plan.shape.min_window_s, windows)
@@ -339,10 +329,6 @@ def run_notes(plan: SnapshotPlan) -> dict:
 def sweep_all(ctx, plan: SnapshotPlan) -> list[dict]:
     """Run the blocks: the fixed number, or until the stop rule (--until-ci) ends it; the
     first block doubles as the calibration trial.  A partial summary after every arm."""
-    from parity.serving import summary, workload_summary
-    from parity.metrics.registry import direction
-    from parity.stats.blocks import block_line, block_order, half_widths, run_blocks
-    from parity.serving.sweep import run_arm
 
     arms: list[dict] = []
     writer = summary if plan.workload is None else workload_summary
@@ -395,7 +381,6 @@ def calibrate_after_trial(ctx, plan: SnapshotPlan, arms: list[dict]) -> bool:
     follow at the new value."""
     rows = [r for a in arms for r in a["rows"]]
     if plan.workload is not None:  # a built-in's field instead of gen (parity.workloads.calibration)
-        from parity.workloads.calibration import choose_for
 
         cal = choose_for(plan, rows)
         plan.calibration = {**cal.to_dict(), "workload": plan.workload.name}
@@ -410,8 +395,6 @@ def calibrate_after_trial(ctx, plan: SnapshotPlan, arms: list[dict]) -> bool:
     if cal.kept_trial:
         return True
     if plan.workload is not None:
-        from parity.workloads.calibration import with_value
-
         plan.workload = with_value(plan.workload, cal.gen)
     else:
         plan.shape = replace(plan.shape, gen=cal.gen)
@@ -422,7 +405,6 @@ def calibrate_after_trial(ctx, plan: SnapshotPlan, arms: list[dict]) -> bool:
 
 def choose_gen(plan: SnapshotPlan, rows: list[dict]):
     """The sweep's Calibration of gen, capped by each engine's request context less the prompt it sent."""
-    from parity.stats.calibrate import choose
 
     s, c = plan.shape, plan.calibrate
     caps = {}
@@ -438,14 +420,12 @@ def choose_gen(plan: SnapshotPlan, rows: list[dict]):
 def campaign_step(ctx, options: dict) -> dict:
     """kind: snapshot -- options {npl, engines, model, repeat, ptok, gen, parallel, ctx, order, gates, allow_env, workload, until_ci, max_repeats, budget_s}
     (workload: a serving.workloads name, or a mapping declaring one inline: {name, kind, ...})."""
-    from parity.options import check_step_options
 
     check_step_options("snapshot", options, {"npl", "engines", "model", "repeat", "ptok", "gen", "parallel", "ctx", "order", "gates", "allow_env", "workload", "until_ci", "max_repeats", "budget_s"})
     options = {"gates": False, **options}  # campaigns usually run gate steps around it
     options["gates"] = bool(options["gates"])
     req = SnapshotRequest(**options)
     doc = run_snapshot(ctx, make_plan(ctx, req), gates=req.gates, allow_env=req.allow_env)
-    from parity.efficiency.roofline import lines
 
     for line in lines(doc.get("efficiency")):
         ctx.out.info(line)

@@ -18,12 +18,17 @@ from parity.metrics import prometheus as server_metrics
 from parity.metrics import validity
 from parity.metrics.serving import NoValue, compute, decode_window_reads
 from parity.serving.point import build_specs, check_fits, client_side, records_json, scrape_parsed, slot_context
+from parity.efficiency import memory as memtrack
+from parity.gpu.memory import used_mib, wait_back
+from parity.loadgen import client as loadgen
+from parity.metrics.output_parity import probe
+from parity.serving.workloads import run_points
+from parity.telemetry import affinity, watch
 
 
 def warmup(ctx, target, s, engine: str, rep: int, timeout: float, plan) -> dict:
     """The harness's warmup: serving.warmup.requests requests of warmup.gen tokens, own nonces,
     discarded from every metric (kept in requests/<engine>-r<k>-warmup.json)."""
-    from parity.loadgen import client as loadgen
 
     w = s.warmup
     if w.requests <= 0:
@@ -42,7 +47,6 @@ def warmup(ctx, target, s, engine: str, rep: int, timeout: float, plan) -> dict:
 
 def probe_outputs(ctx, target, la, s, engine: str) -> list[dict]:
     """Greedy answers with top-k logprobs to serving.output_parity.prompts (outputs/<engine>.json)."""
-    from parity.metrics.output_parity import probe
 
     op = s.output_parity
     try:
@@ -54,9 +58,6 @@ def probe_outputs(ctx, target, la, s, engine: str) -> list[dict]:
 
 
 def run_point(ctx, plan, la, target, engine: str, rep: int, n: int, show, server_pid: int | None = None, affinity: dict | None = None) -> dict:
-    from parity.loadgen import client as loadgen
-    from parity.telemetry import watch
-
     s = plan.shape
     label = f"{engine} r{rep} N={n}"
     specs = build_specs(target, s, n, s.gen)
@@ -98,17 +99,12 @@ def run_point(ctx, plan, la, target, engine: str, rep: int, n: int, show, server
 
 def cpu_plan(ctx, s) -> dict:
     """Which cores the server and the client get (parity.telemetry.affinity; serving.telemetry.pin_cpus)."""
-    from parity.telemetry import affinity
 
     return affinity.plan(s.telemetry, ctx.runner)
 
 
 def run_arm(ctx, plan, engine: str, rep: int, prog, task) -> dict:
     """Start the engine's server, warm it up, run every N, stop it, wait for its memory."""
-    from parity.efficiency import memory as memtrack
-    from parity.gpu.memory import used_mib, wait_back
-    from parity.loadgen import client as loadgen
-    from parity.telemetry import affinity
 
     s = plan.shape
     e = ctx.profile.engine(engine)
@@ -138,7 +134,6 @@ def run_arm(ctx, plan, engine: str, rep: int, prog, task) -> dict:
             prog.update(task, status=f"{engine} r{rep}: output-parity probe")
             arm["outputs"] = probe_outputs(ctx, target, la, s, engine)
         if plan.workload is not None:  # workload hook: its own points (parity.serving.workloads) instead of every N
-            from parity.serving.workloads import run_points
 
             rows += run_points(ctx, plan, la, target, engine, rep, prog, task, proc, log)
         for n in [] if plan.workload is not None else plan.npl:

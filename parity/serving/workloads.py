@@ -31,6 +31,20 @@ from parity.engines import kind_of
 from parity.serving.point import check_fits, client_side, records_json, scrape_parsed
 from parity.errors import InfraError, UsageError
 from parity.loadgen.record import RequestRecord
+from parity.artifacts import slugify
+from parity.decode import from_dict
+from parity.engines.server import died
+from parity.loadgen import client as loadgen
+from parity.loadgen.arrivals import open_loop_times
+from parity.loadgen.client import RequestSpec, one_request, request_body, tokenize
+from parity.loadgen.http import Connection
+from parity.loadgen.prompts import shared_prefix_prompts, token_prompts
+from parity.metrics import prometheus as server_metrics, validity, workload as workload_metrics
+from parity.metrics.serving import compute
+from parity.metrics.workload import HEADLINE
+from parity.workloads.calibration import basis
+from parity.workloads.defaults import BUILTIN, builtin, sized
+from parity.workloads.spec import WorkloadConfig, check_workload
 
 
 
@@ -86,11 +100,6 @@ def resolve(ctx, spec, s, npl=None, options: dict | None = None) -> Workload:
     serving.workloads.NAME) or inline (a campaign step's mapping, with an optional name);
     options: --workload-opt overrides."""
     from dataclasses import replace
-
-    from parity.workloads.spec import WorkloadConfig, check_workload
-
-    from parity.decode import from_dict
-    from parity.workloads.defaults import BUILTIN, builtin, sized
 
     options = options or {}
     made: dict = {}  # a built-in's: what parity sized (parity.workloads.calibration may raise it)
@@ -171,8 +180,6 @@ class Arm:
 
     def alive(self, label: str) -> None:
         if self.proc is not None and (rc := self.proc.poll()) is not None:
-            from parity.engines.server import died
-
             raise died(self.engine, rc, self.log, label)
 
 
@@ -209,8 +216,6 @@ def run_points(ctx, plan, la, target, engine: str, rep: int, prog, task, proc=No
 
 
 def headline_of(kind: str) -> list[str]:
-    from parity.metrics.workload import HEADLINE
-
     return HEADLINE[kind]
 
 
@@ -224,7 +229,6 @@ def verdict_text(row: dict) -> str:
 
 def server_deltas(family, before: dict | None, after: dict | None) -> dict | None:
     """The point's server figures under the engine's /metrics family (its kind's)."""
-    from parity.metrics import prometheus as server_metrics
 
     if before is None or after is None:
         return None
@@ -237,10 +241,6 @@ def server_deltas(family, before: dict | None, after: dict | None) -> dict | Non
 def point_row(kind: str, wl_cfg, m: Measured, server: dict | None, min_window_s: float, tolerance: float) -> dict:
     """The point's row from its records: validity of each request, the serving metrics over
     the valid ones, the kind's own metrics, and the point's verdict (pure: no server)."""
-    from parity.metrics import validity
-    from parity.metrics import workload as workload_metrics
-    from parity.metrics.serving import compute
-    from parity.workloads.calibration import basis
 
     for r in m.records:
         validity.check_request(r)
@@ -308,8 +308,6 @@ def held_verdict(row: dict, cfg) -> dict:
 
 def finish(arm: Arm, wl: Workload, m: Measured) -> dict:
     """Row + files of one measured point (requests/, servers/), server reconciled."""
-    from parity.artifacts import slugify
-    from parity.metrics import prometheus as server_metrics
 
     s = arm.shape
     server = server_deltas(arm.la.family, m.before, m.after)
@@ -334,8 +332,6 @@ def finish(arm: Arm, wl: Workload, m: Measured) -> dict:
 
 async def _batch(t, specs, timeout: float, keep_text: bool = False) -> list[tuple[RequestRecord, str | None]]:
     """Every spec at once, each on its own connection; (record, text when keep_text)."""
-    from parity.loadgen.http import Connection
-    from parity.loadgen.client import one_request, request_body
 
     async def one(spec):
         rec = RequestRecord(sent_prompt_tokens=spec.prompt_tokens or len(spec.prompt), expected_tokens=spec.gen)
@@ -350,10 +346,6 @@ async def _batch(t, specs, timeout: float, keep_text: bool = False) -> list[tupl
 
 
 def shared_prefix(arm: Arm, wl: Workload):
-    from parity.loadgen import client as loadgen
-    from parity.metrics import validity
-    from parity.loadgen.prompts import shared_prefix_prompts
-
     c, t = wl.cfg, arm.target
     (key, label), = wl.points()
     per = c.group_size + (1 if c.prime else 0)
@@ -379,8 +371,6 @@ def shared_prefix(arm: Arm, wl: Workload):
 async def _under_decode(t, decode_specs, long_specs, every_s: float, timeout: float) -> tuple[list[RequestRecord], list[RequestRecord]]:
     """The decode streams first; once every one of them has its first token (or ended), the
     long prompts at every_s apart, each on its own connection."""
-    from parity.loadgen.http import Connection
-    from parity.loadgen.client import one_request, request_body
 
     conns: list = []
 
@@ -408,8 +398,6 @@ async def _under_decode(t, decode_specs, long_specs, every_s: float, timeout: fl
 
 
 def prefill_under_decode(arm: Arm, wl: Workload):
-    from parity.loadgen.prompts import token_prompts
-
     c, t = wl.cfg, arm.target
     (key, label), = wl.points()
     decode_specs = asyncio.run(token_prompts(t, c.decode_streams, wl.ptok, c.decode_gen))
@@ -424,10 +412,6 @@ def prefill_under_decode(arm: Arm, wl: Workload):
 
 
 def open_loop(arm: Arm, wl: Workload):
-    from parity.loadgen import client as loadgen
-    from parity.loadgen.arrivals import open_loop_times
-    from parity.loadgen.prompts import token_prompts
-
     c, t = wl.cfg, arm.target
     for rate, label in wl.points():
         specs = asyncio.run(token_prompts(t, c.requests_per_rate, wl.ptok, wl.gen))
@@ -442,9 +426,6 @@ def open_loop(arm: Arm, wl: Workload):
 
 
 def multi_turn(arm: Arm, wl: Workload):
-    from parity.loadgen.client import RequestSpec, tokenize
-    from parity.loadgen.prompts import token_prompts
-
     c, t = wl.cfg, arm.target
     chunks = asyncio.run(token_prompts(t, c.conversations * c.turns, c.turn_tokens, wl.gen))
     history: list[list[int] | None] = [[] for _ in range(c.conversations)]

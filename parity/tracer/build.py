@@ -16,6 +16,7 @@ from pathlib import Path
 from parity.paths import cache_dir
 from parity.errors import InfraError, UsageError
 from parity.tracer.locate import Cupti, cuda_header_dir
+from parity.filelock import locked
 
 SOURCE = Path(__file__).resolve().parent / "cupti" / "parity_cupti.cpp"
 LIB_NAME = "libparity_cupti.so"
@@ -67,7 +68,6 @@ def build_dir(key: str) -> Path:
 def ensure_built(runner, cupti: Cupti, cuda_include: str | None = None, out=None) -> Built:
     """The injection library for this CUPTI: cached, or compiled now (under a file lock, so two
     parity processes compile it once)."""
-    from parity.filelock import locked
 
     if getattr(runner, "host", "local") != "local":
         raise UsageError(f"the CUPTI tracer is built and loaded on the machine that runs the workload; run parity on {runner.host} (parity remote ships the command)")

@@ -6,6 +6,7 @@ llama-batched-bench S_TG over the blocks, with parity.stats.paired's 95 % interv
 run is never a throughput result: this ratio is the only number taken from its S_TG."""
 
 from __future__ import annotations
+from parity.stats.paired import paired
 
 METRIC = "s_tg"
 METHOD = ("per block: S_TG of the traced run / S_TG of the untraced run of the same workload (llama-batched-bench, the longest ntg); "
@@ -15,7 +16,6 @@ METHOD = ("per block: S_TG of the traced run / S_TG of the untraced run of the s
 def tracer_overhead(rows: list[dict], tracer: str) -> list[dict]:
     """rows: {"engine", "block", "traced": bool, "s_tg"} (one per run).  Per engine: the ratio
     traced/untraced with its interval and the slowdown in %, or the reason there is none."""
-    from parity.stats.paired import paired
 
     out = []
     for eng in sorted({r["engine"] for r in rows}):

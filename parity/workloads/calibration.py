@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from parity.workloads.defaults import HISTORY_MARGIN
+from parity.metrics import serving as metrics
+from parity.stats.calibrate import burst, calibration_off, choose, stream_need
 
 KNOB = {"shared-prefix": "gen", "prefill-under-decode": "decode_gen", "open-loop": "gen", "multi-turn": "gen"}
 
@@ -28,7 +30,6 @@ def knob_value(wl) -> int:
 def why_off(s, wl, gen_given: bool) -> str | None:
     """Why the trial may not raise this workload's field (None: it may): as the sweep's gen
     (parity.stats.calibrate.calibration_off), and only a field parity sized."""
-    from parity.stats.calibrate import calibration_off
 
     knob = KNOB[wl.kind]
     if knob not in wl.sized:
@@ -55,8 +56,6 @@ def basis(kind: str, records, decode, windows) -> dict | None:
     streams = [r for r in (decode if kind == "prefill-under-decode" else records) if id(r) in counted and r.tokens >= 2]
     if not streams:
         return None
-    from parity.metrics import serving as metrics
-    from parity.stats.calibrate import burst
 
     last = max(streams, key=lambda r: r.end)
     end = max(r.end for r in ok)  # every window ends at the last token: it starts its own length before that
@@ -72,8 +71,6 @@ def basis(kind: str, records, decode, windows) -> dict | None:
 
 
 def need_of(min_window_s: float, margin: float):
-    from parity.stats.calibrate import stream_need
-
     def needs(row: dict) -> dict:
         b = row.get("calibration_basis") or {}
         return {w: stream_need(lead, b.get("pace_s"), min_window_s, margin) for w, lead in (b.get("lead_s") or {}).items()}
@@ -101,7 +98,6 @@ def caps(plan, wl) -> dict[str, tuple[int, str]]:
 def choose_for(plan, rows: list[dict]):
     """The trial block's Calibration of the workload's field (parity.stats.calibrate.choose
     with the stream rule); parity.serving.snapshot.calibrate_after_trial applies it."""
-    from parity.stats.calibrate import choose
 
     s, c, wl = plan.shape, plan.calibrate, plan.workload
     return choose(rows, knob_value(wl), s.min_window_s, c.margin, caps(plan, wl), c.max_gen, need_of=need_of(s.min_window_s, c.margin), knob=KNOB[wl.kind])

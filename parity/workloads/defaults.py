@@ -9,6 +9,10 @@ from __future__ import annotations
 from parity.engines import kind_of
 
 from parity.workloads.spec import BUILTIN  # noqa: F401 (re-exported)
+from parity.decode import decode_value
+from parity.errors import ConfigError, UsageError
+from parity.workloads.spec import WorkloadConfig
+from parity.yamlload import safe_load
 HISTORY_MARGIN = 1.5  # multi-turn resends responses as text, tokenized again: a history may take more tokens than it had
 
 
@@ -56,7 +60,6 @@ def sized(kind: str, profile, s) -> dict:
 def builtin(kind: str, profile, s, declared=None, options: dict | None = None):
     """WorkloadConfig of the built-in `kind`: sized(), then the keys the YAML wrote
     (declared._given), then the command line's (options)."""
-    from parity.workloads.spec import WorkloadConfig
 
     fields = {"kind": kind, "description": f"built in: {kind}, sized for profile {profile.name}", **sized(kind, profile, s)}
     if declared is not None:
@@ -72,13 +75,6 @@ def parse_options(items: list[str]) -> dict:
     import typing
 
     import yaml
-
-    from parity.errors import ConfigError
-    from parity.workloads.spec import WorkloadConfig
-
-    from parity.decode import decode_value
-    from parity.errors import UsageError
-    from parity.yamlload import safe_load
 
     hints = typing.get_type_hints(WorkloadConfig)
     names = [f.name for f in dataclasses.fields(WorkloadConfig) if f.name not in ("kind", "description")]

@@ -257,7 +257,7 @@ def test_profile_serve_capture_keeps_the_launch_and_the_model_name(tmp_path, mon
         raise RuntimeError("stop here")
         yield
 
-    monkeypatch.setattr(server, "serving", fake_serving)
+    monkeypatch.setattr(cap, "serving", fake_serving)
     with pytest.raises(RuntimeError, match="stop here"):
         cap._capture_serve(ctx, c, plan)
     la = seen["la"]

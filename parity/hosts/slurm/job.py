@@ -34,13 +34,17 @@ from pathlib import Path
 from parity.context import RUN_DIR_MARK
 from parity.errors import InfraError, UsageError
 from parity.hosts.slurm import commands as sl
+from parity.artifacts import RunDir
+from parity.gpu.lock import LOCK_DIR_ENV
+from parity.hosts.delegation import DELEGATED_ENV, Delegated, RUN_DIR_FILE_ENV, annotate, ensure_remote_parity, split_root, uploaded_argv
+from parity.hosts.slurm.login import login_runner
+from parity.runners import ssh
+from parity.runners.lifetime import TAG_ENV
 
 PROGRESS_EVERY_S = 60.0  # a "still running" line at most this often
 
 
 def delegate(host: str, profile, argv: list[str], local_root: Path, *, echo_stdout: bool = True, prefix: str = "", out=None):
-    from parity.hosts.slurm.login import login_runner
-
     cfg = profile.host(host) if profile is not None else None
     if cfg is None or cfg.kind != "slurm":
         raise UsageError(f"--host {host}: not a kind: slurm host in the profile")
@@ -67,8 +71,6 @@ class Submission:
 
     # ---- the whole delegation -------------------------------------------------------
     def run(self, argv: list[str], local_root: Path, out):
-        from parity.hosts.delegation import Delegated, ensure_remote_parity, uploaded_argv
-
         r = self.runner
         parity_cmd, cwd = ensure_remote_parity(r, out)
         workdir = r.expand(self.cfg.workdir)
@@ -109,10 +111,6 @@ class Submission:
         return Delegated(r.host, rc, str(local_dir) if local_dir else None, remote_dir, "")
 
     def script(self, cmd: list[str], cwd: str) -> str:
-        from parity.gpu.lock import LOCK_DIR_ENV
-        from parity.hosts.delegation import DELEGATED_ENV, RUN_DIR_FILE_ENV
-        from parity.runners.lifetime import TAG_ENV
-
         env = {RUN_DIR_FILE_ENV: self.files["run_dir"], DELEGATED_ENV: socket.gethostname()}
         if self.cfg.lock_dir:  # the host's own lock dir wins over the profile's lock.dir
             env[LOCK_DIR_ENV] = self.runner.expand(self.cfg.lock_dir)
@@ -127,7 +125,6 @@ class Submission:
     # ---- following --------------------------------------------------------------------
     def follow(self) -> sl.JobInfo | None:
         """Poll until the job is in a terminal state; bounded by the host's timeouts."""
-        from parity.runners import ssh
 
         s, start = self.slurm, time.monotonic()
         last_state, last_line, unreachable_since = None, 0.0, None
@@ -220,8 +217,6 @@ class Submission:
         return text or (self.announced[0] if self.announced else None)
 
     def pull(self, local_root: Path, info: sl.JobInfo | None, why: str | None = None) -> Path | None:
-        from parity.hosts.delegation import annotate
-
         remote_dir = self.remote_dir()
         if not remote_dir:
             return None
@@ -234,8 +229,6 @@ class Submission:
 
 
 def job_name(argv: list[str]) -> str:
-    from parity.hosts.delegation import split_root
-
     _, rest = split_root(argv)
     words = [a for a in rest if not a.startswith("-")][:2]
     return "parity-" + "-".join(words or ["run"])
@@ -250,7 +243,6 @@ def describe(info: sl.JobInfo | None, job_id: str) -> str:
 
 def record_job(local_dir: Path, job_id: str, info: sl.JobInfo | None, why: str | None) -> None:
     """manifest.slurm gets Slurm's final word; a run Slurm (or our scancel) ended is interrupted."""
-    from parity.artifacts import RunDir
 
     if not (local_dir / "manifest.json").is_file():
         return
@@ -268,8 +260,6 @@ def record_job(local_dir: Path, job_id: str, info: sl.JobInfo | None, why: str |
 
 
 def run_status(local_dir: Path) -> str | None:
-    from parity.artifacts import RunDir
-
     try:
         return RunDir(local_dir).manifest().get("status")
     except (OSError, ValueError):

@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 from parity.runners.local import LocalRunner
+from parity.runners.ssh import SSHRunner
 
 
 class LocalLogin(LocalRunner):
@@ -49,8 +50,6 @@ def login_runner(name: str, cfg):
     """The runner for a kind: slurm host's login side."""
     if cfg.hostname:
         from dataclasses import replace
-
-        from parity.runners.ssh import SSHRunner
 
         ssh_cfg = replace(cfg)
         for attr in ("identity_file", "known_hosts"):
