@@ -15,6 +15,7 @@ reports to its own ledger (phases restart at 1 in each run dir)."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import os
@@ -167,6 +168,20 @@ def default_title(rd: RunData) -> str:
 
 
 def render_report(profile, req: ReportRequest) -> dict:
+    """The report, its sidecar and its ledger rows, written while the ledgers it joins are
+    locked: two reports into one directory at once take phases N and N+1 (before, both took N,
+    and with one title the second overwrote the first)."""
+    dirs = sorted({str(Path(d).expanduser().resolve()) for d in (req.out_dir, req.ledger_dir) if d})  # one order everywhere: no deadlock
+    with contextlib.ExitStack() as held:
+        for d in dirs:
+            try:
+                held.enter_context(ledger.locked(Path(d)))
+            except OSError:  # not a usable directory: the report below says so, as it did unlocked
+                pass
+        return _render_report(profile, req)
+
+
+def _render_report(profile, req: ReportRequest) -> dict:
     if req.verdict is not None and req.verdict not in USER_VERDICTS:
         raise UsageError(f"--verdict {req.verdict}: must be one of {', '.join(USER_VERDICTS)}")
     if req.phase is not None and req.phase <= 0:
