@@ -150,6 +150,8 @@ def render_tracer(out, doc: dict) -> None:
 
 def node_check_line(label: str, nc: dict, graphs: list[dict]) -> str:
     """One line: how many graph launches ran exactly their executable graph's kernel nodes."""
+    if not nc["launches"]:
+        return f"{label}: no CUDA-graph launch (every kernel launched on its own)"
     per = ", ".join(f"graph {g['graph_id']}: {'/'.join(g['kernels_per_launch'])} kernels x {sum(g['kernels_per_launch'].values())} launches"
                     f" ({'-' if g.get('kernel_nodes') is None else g['kernel_nodes']} kernel nodes)" for g in graphs)  # fmt: skip
     head = f"{label}: {nc['launches']} graph launches; kernels per launch = the graph's kernel-node count in {nc['matched']}, not in {nc['mismatched']}"

@@ -288,7 +288,7 @@ def _summarize(conn, procs: list[Process]) -> dict:
         graphs.append({"pid": pid, "graph_id": gid, "source_graph_id": None if g is None else g[0], "nodes": None if g is None else g[1],
                        "kernel_nodes": None if g is None else g[2], "distinct_node_ids": node_ids.get((pid, gid)),
                        "kernels_per_launch": {str(k): v for k, v in sorted(c.items())}})  # fmt: skip
-    mode = "node" if node_kernels else ("graph" if (launches_l or graph_kernels) else None)
+    mode = trace_mode(int(node_kernels or 0), int(graph_kernels or 0), int(launches_l), len(execs))
     return {
         "processes": [p.__dict__ | {} for p in procs],
         "kernels": int(kernels or 0),
@@ -301,6 +301,16 @@ def _summarize(conn, procs: list[Process]) -> dict:
         "graphs": graphs,
         "graph_trace_mode": mode,
     }
+
+
+def trace_mode(node_kernels: int, graph_kernels: int, launches: int, graphs: int) -> str:
+    """The graph trace mode the export records, as nsys's META_DATA_CAPTURE does: "node" when
+    kernels carry graph-node ids, and also when no graph was instantiated or launched at all
+    (the library records every graph at node level; nothing ran in one), "graph" when graphs ran
+    but no kernel has a node id (collapsed)."""
+    if node_kernels:
+        return "node"
+    return "graph" if (launches or graph_kernels or graphs) else "node"
 
 
 def problems(summary: dict, allow_collapsed: bool = False) -> list[str]:

@@ -135,3 +135,22 @@ def test_the_gap_chain_of_the_lever_as_the_device_printed_it(tmp_path):
     text = "\n".join(lines(p))
     assert "decode steps 1-128 after a 128-token prompt" in text and "steps 9-32 after 128" in text
     assert "not run in either arm: gdn_solve" in text and "\n    gdn_solve " not in text
+
+
+def test_the_arm_without_graphs_is_a_node_mode_trace():
+    """The lever's paged_nofg captures: no graph instantiated, none launched, no kernel with a graph
+    id (their recorded trace summaries); on the device they were exported without a mode and
+    warned that the capture flags might be wrong."""
+    from parity.cli.profile import node_check_line
+    from parity.tracer.trace import trace_mode
+
+    doc = _run("lever-moe-npl32")
+    nofg = [c for c in doc["captures"] if c["engine"] == "paged_nofg"]
+    assert len(nofg) == 6 and all(c["trace"]["graph_trace_mode"] is None and "did not use --cuda-graph-trace=node" in c["warning"] for c in nofg)
+    for c in nofg:
+        t = c["trace"]
+        assert trace_mode(t["graph_node_kernels"], t["graph_kernels"], t["graph_launches_seen"], t["processes"][0]["counted"]["graphs"]) == "node"
+        assert node_check_line(c["label"], t["node_check"], t["graphs"]).endswith("no CUDA-graph launch (every kernel launched on its own)")
+    paged = next(c for c in doc["captures"] if c["engine"] == "paged")["trace"]
+    assert trace_mode(paged["graph_node_kernels"], paged["graph_kernels"], paged["graph_launches_seen"], paged["processes"][0]["counted"]["graphs"]) == "node"
+    assert trace_mode(0, 0, 31, 1) == "graph"  # the same launches with no node ids: collapsed

@@ -153,3 +153,16 @@ def test_unreadable_lines_and_a_miscount_are_named(tmp_path):
     f.write_text(decode_trace().replace("# records 7", "# records 9") + "K\t1\t2\n")
     bad = trace.problems(trace.convert([str(f)], tmp_path / "cap.sqlite"))
     assert any("1 unreadable lines" in b for b in bad) and any("wrote 9 kernel records, the file holds 7" in b for b in bad)
+
+
+def test_a_process_that_ran_no_graph_is_node_mode_with_nothing_in_a_graph(tmp_path):
+    """A workload without CUDA graphs (the lever's paged_nofg arm on the H100): the tracer saw no
+    instantiation and no launch, so the export says node mode and the analysis says why no kernel
+    has a node id, instead of doubting the capture flags."""
+    f = tmp_path / "cap.cupti.77.tsv"
+    f.write_text(header() + f"N\t1\t{GEMV}\tvoid mul_mat_vec_q<(ggml_type)8, 1, false>(void const*, void const*, int const*)\n"
+                 + k(1000, 3000, 5, 0, 0, 1) + k(4000, 6000, 6, 0, 0, 1) + footer(2))  # fmt: skip
+    s = trace.convert([str(f)], tmp_path / "cap.sqlite")
+    assert s["graph_trace_mode"] == "node" and s["node_check"]["launches"] == 0 and trace.problems(s) == []
+    cap = analyze_file(str(tmp_path / "cap.sqlite"), default_table())
+    assert cap["graph_trace_mode"] == "node" and "nothing ran inside a CUDA graph here" in cap["warning"] and not cap["collapsed"]
