@@ -330,9 +330,10 @@ def problems(summary: dict, allow_collapsed: bool = False) -> list[str]:
             out.append(f"{who}: CUPTI error: {e}")
         if p["bad_lines"]:
             out.append(f"{who}: {p['bad_lines']} unreadable lines (first: {p['first_bad']!r})")
-        decl = p["declared"].get("kernels")
-        if p["complete"] and decl is not None and decl != p["counted"]["kernels"]:
-            out.append(f"{who}: the library wrote {decl} kernel records, the file holds {p['counted']['kernels']}")
+        for what, word in (("kernels", "kernel records"), ("launches", "graph launches")):
+            decl = p["declared"].get(what)
+            if p["complete"] and decl is not None and decl != p["counted"][what]:
+                out.append(f"{who}: the library wrote {decl} {word}, the file holds {p['counted'][what]}")
     if not allow_collapsed and summary["graph_trace_mode"] == "graph":
         out.append(f"collapsed trace: {summary['graph_launches_seen']} CUDA-graph launches but no kernel carries a graph-node id, so each replay is one opaque "
                    "launch and per-kernel attribution of decode would be wrong (this CUPTI does not resolve graph nodes)")  # fmt: skip

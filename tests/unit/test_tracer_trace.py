@@ -153,6 +153,10 @@ def test_unreadable_lines_and_a_miscount_are_named(tmp_path):
     f.write_text(decode_trace().replace("# records 7", "# records 9") + "K\t1\t2\n")
     bad = trace.problems(trace.convert([str(f)], tmp_path / "cap.sqlite"))
     assert any("1 unreadable lines" in b for b in bad) and any("wrote 9 kernel records, the file holds 7" in b for b in bad)
+    g = tmp_path / "lost.cupti.77.tsv"  # the launch lines are written in batches: a lost batch is named
+    g.write_text(decode_trace().replace("L\t101\t9\t4\n", ""))
+    bad = trace.problems(trace.convert([str(g)], tmp_path / "lost.sqlite"))
+    assert bad == ["pid 77 (" + str(g) + "): the library wrote 3 graph launches, the file holds 2"]
 
 
 def test_a_process_that_ran_no_graph_is_node_mode_with_nothing_in_a_graph(tmp_path):
