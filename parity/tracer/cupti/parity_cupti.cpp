@@ -144,13 +144,16 @@ void write_record(CUpti_Activity *r) {  // under g_mu
   }
 }
 
-void write_pending() {  // under g_mu: the graph and launch lines gathered since the last call
+uint64_t write_pending() {  // under g_mu: the graph and launch lines gathered since the last call; the launches counted with them
   std::string lines;
+  uint64_t launches;
   {
     std::lock_guard<std::mutex> lock(g_graph_mu);
     lines.swap(g_pending);
+    launches = g_launches;
   }
   if (g_out && !lines.empty()) fwrite(lines.data(), 1, lines.size(), g_out);
+  return launches;
 }
 
 void pend(const char *line, int n) {  // under g_graph_mu
@@ -232,12 +235,7 @@ void at_exit() {
   if (!g_out || getpid() != g_pid) return;  // a forked child does not close its parent's trace
   cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
   std::lock_guard<std::mutex> lock(g_mu);
-  write_pending();
-  uint64_t launches;
-  {
-    std::lock_guard<std::mutex> glock(g_graph_mu);
-    launches = g_launches;
-  }
+  uint64_t launches = write_pending();
   fprintf(g_out, "# dropped %llu\n# buffers %llu %llu\n# records %llu %llu %llu %llu\n# end\n", (unsigned long long)g_dropped,
           (unsigned long long)g_requested, (unsigned long long)g_refused, (unsigned long long)g_kernels,
           (unsigned long long)g_memcpys, (unsigned long long)g_memsets, (unsigned long long)launches);
