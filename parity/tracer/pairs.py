@@ -172,8 +172,8 @@ def _noise(rows: list[dict], per_block: dict, blocks: list, confidence: float) -
             if c[REMAINDER] is not None and c[REMAINDER] < 0:
                 tg = c.get("tg_seconds")
                 why = f" (TG {tg[0]:.4f} s long, {tg[1]:.4f} s short)" if tg else ""
-                out.append(f"{arm} block {b}: the kernels ({c[KERNELS]:.5f} ms/token) exceed the engine's decode time ({c[ENGINE]:.5f}){why}: the two runs' "
-                           "one-off costs at the first decode steps did not cancel; the remainder's interval carries it")  # fmt: skip
+                out.append(f"{arm} block {b}: the kernels ({c[KERNELS]:.5f} ms/token) exceed the engine's decode time ({c[ENGINE]:.5f}){why}: costs outside "
+                           "the decode steps (one-off costs of the first steps, host gaps) did not cancel between the two runs; the remainder's interval carries it")  # fmt: skip
     rem = next((r for r in rows if r["bucket"] == REMAINDER), None)
     k = next((r for r in rows if r["bucket"] == KERNELS), None)
     if rem and k and None not in (rem["delta_low"], k["delta_low"]) and (rem["delta_high"] - rem["delta_low"]) > 3 * (k["delta_high"] - k["delta_low"]):
