@@ -101,3 +101,8 @@ def run_session_existing(ctx: Context, rd: RunDir) -> Iterator[RunDir]:
         raise
     else:
         rd.finish(ctx.end_status)
+    finally:
+        if ctx.end_status != "dry-run":  # the run's cells into the history store; never fails the run
+            from parity.history.record import record_run
+
+            record_run(rd.path, ctx.artifacts_root, ctx.out.warn)
