@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from parity.bisect import common, probe, search
 from parity.errors import ParityError, UsageError
 
-CRITERIA = {"series": ("md5", "oracle", "metric"), "pin": ("apply", "build", "md5")}
+CRITERIA = {"series": ("md5", "oracle", "metric"), "pin": ("apply", "build", "md5", "metric")}
 
 
 class NoCulprit(ParityError):

@@ -53,3 +53,41 @@ def register(app: typer.Typer) -> None:
         ctx = make_context(profile, json)
         doc = run_sql(ctx, SqlRequest(sql=statement, store=store))
         ctx.out.emit(doc, lambda: ctx.out.table(None, doc["columns"], [["-" if v is None else v for v in r] for r in doc["rows"]]))
+
+    @hist.command("changes")
+    def changes(
+        match: Optional[str] = typer.Option(None, "--series", metavar="TEXT", help="Only series whose id holds TEXT (ids: 'hardware | engine/reference | workload | point | metric')."),
+        metric: Optional[List[str]] = typer.Option(None, "--metric", metavar="NAME", help="Only this metric (repeatable)."),
+        kind: str = typer.Option("paired", "--kind", metavar="paired|median|all", help="paired: each run's ratio engine/reference (drift cancelled in its blocks); median: one engine's median."),
+        max_pvalue: float = typer.Option(0.001, "--max-pvalue", metavar="P", help="Significance of a change (Otava's default 0.001)."),
+        window: int = typer.Option(30, "--window", metavar="N", help="Points per sliding window (Otava's default is 50)."),
+        min_points: int = typer.Option(10, "--min-points", metavar="N", help="A series shorter than this calls no change."),
+        min_after: int = typer.Option(3, "--min-after", metavar="N", help="A change is confirmed once N points stand after it (pending before)."),
+        bisect: bool = typer.Option(False, "--bisect", help="Run the bisect command of each newly confirmed change (and remember it and its result in the store)."),
+        store: Optional[str] = StoreOpt,
+        profile: Optional[str] = ProfileOpt,
+        json: bool = JsonOpt,
+    ):
+        """Change points over every series of the store, the runs and pins on each side, the step with its interval, and the bisection that searches it."""
+        from parity.cli.common import make_context
+        from parity.history.changes import ChangesRequest
+        from parity.history.changes import changes as run
+        from parity.history.nightly import line
+
+        ctx = make_context(profile, json)
+        doc = run(ctx, ChangesRequest(store=store, match=match, metrics=metric or None, kind=kind, max_pvalue=max_pvalue, window=window, min_points=min_points, min_after=min_after, bisect=bisect))
+
+        def human():
+            short = [s for s in doc["series"] if s["status"] != "analysed"]
+            ctx.out.info(f"{len(doc['series'])} series in {doc['store']} ({len(short)} too short); {doc['method']}")
+            for c in doc["changes"]:
+                ctx.out.info(line(c).replace("[history] ", ""))
+                ctx.out.info(f"  before: runs {c['before']['first']} .. {c['before']['last']}; pins {', '.join(c['before']['pins']) or '-'}; series {', '.join(c['before']['series_digests']) or '-'}")
+                ctx.out.info(f"  after:  runs {c['after']['first']} .. {c['after']['last']}; pins {', '.join(c['after']['pins']) or '-'}; series {', '.join(c['after']['series_digests']) or '-'}")
+                ctx.out.info(f"  bisect: {c['bisect']['command']}" if c["bisect"]["command"] else f"  no bisection: {c['bisect']['why']}")
+            for b in doc["bisections"]:
+                ctx.out.info(f"bisection of {b['series_id']}: exit {b['exit_code']}, culprit {b['culprit'] or '-'} -> {b['run_dir'] or '-'}")
+            if not doc["changes"]:
+                ctx.out.info("no change point")
+
+        ctx.out.emit(doc, human)

@@ -10,6 +10,7 @@ import json
 import math
 import re
 import statistics
+from pathlib import Path
 
 from parity import __version__
 
@@ -82,7 +83,7 @@ def builds(rd, key: str) -> list[dict]:
         flags = [a for a in b.get("cmake_configure") or [] if isinstance(a, str) and a.startswith("-D") and not a.startswith("-DCMAKE_BUILD_TYPE")]
         out.append({"run_key": key, "engine": engine, "build_key": b.get("key"), "source_kind": (b.get("source") or {}).get("kind") or ("vllm" if b.get("kind") == "vllm" else "prebuilt" if b.get("prebuilt") else None),
                     "pin": source_pin(b), "series_dir": b.get("series_dir"), "series_digest": b.get("series_digest"),
-                    "patches": json.dumps([p.get("name") for p in b.get("patches") or [] if isinstance(p, dict)]) if b.get("patches") is not None else None,
+                    "patches": json.dumps([[p.get("name"), p.get("sha256")] for p in b.get("patches") or [] if isinstance(p, dict)]) if b.get("patches") is not None else None,
                     "tree_after": b.get("tree_after"), "cuda_archs": None if b.get("cuda_archs") is None else str(b.get("cuda_archs")), "flags": " ".join(flags) or None})  # fmt: skip
     return out
 
@@ -111,13 +112,45 @@ def gate_status(rd) -> str:
 
 
 def profile_name(m: dict) -> str | None:
+    """The profile a run used, as a later command can name it: --profile (a file made absolute
+    against the run's cwd), else its campaign file's profile:, else the resolved profile's name."""
+    import os
+
+    def absolute(value: str) -> str:
+        if value.endswith((".yaml", ".yml")) or "/" in value:
+            return os.path.normpath(os.path.join(m.get("cwd") or "", os.path.expanduser(value)))
+        return value
+
     argv = list(m.get("argv") or [])
     for i, a in enumerate(argv):
         if a in ("-p", "--profile") and i + 1 < len(argv):
-            return argv[i + 1]
+            return absolute(argv[i + 1])
         if a.startswith("--profile="):
-            return a.split("=", 1)[1]
+            return absolute(a.split("=", 1)[1])
+    camp = (m.get("campaign") or {}).get("file")
+    if camp:
+        try:
+            from parity.config import expand_path
+            from parity.yamlload import safe_load
+
+            prof = (safe_load(Path(absolute(camp)).read_text()) or {}).get("profile")
+            if isinstance(prof, str):
+                return absolute(expand_path(prof))
+        except Exception:  # the campaign file moved or changed: the profile's name below
+            pass
     return (m.get("config") or {}).get("name")
+
+
+VERDICT_EXITS = (5, 7)  # a regression beyond noise, a confirmed change point: the numbers stand, the verdict failed
+
+
+def counts(m: dict) -> bool:
+    """Whether a run's numbers count in a series: it completed, or only verdict steps failed
+    (exit 5 or 7: the nightly that confirms a change point is itself a point of the series)."""
+    if m.get("status") == "complete":
+        return True
+    failed = [s for s in (m.get("steps") or {}).values() if isinstance(s, dict) and s.get("status") == "failed"]
+    return m.get("status") == "failed" and bool(failed) and all(s.get("exit_code") in VERDICT_EXITS for s in failed)
 
 
 def reports(rd) -> list[str]:
@@ -137,7 +170,7 @@ def run_row(rd, key: str, build_rows: list[dict]) -> dict:
     b = rd.bench or {}
     return {
         "run_key": key, "run_id": rd.run_id, "path": str(rd.path), "origin": origin, "kind": m.get("kind") or s.get("kind"),
-        "status": m.get("status"), "valid": m.get("valid"), "error": m.get("error"),
+        "status": m.get("status"), "counts": counts(m), "valid": m.get("valid"), "error": m.get("error"),
         "started": started, "ended": timestamp(m.get("ended")), "run_at": run_at,
         "host": m.get("host"), "hostname": m.get("hostname"), "user": m.get("user"),
         "hardware_class": hw.get("hardware_class"), "gpu": ", ".join(str(g.get("name")) for g in gpus) or None,
@@ -150,7 +183,7 @@ def run_row(rd, key: str, build_rows: list[dict]) -> dict:
         "profile": profile_name(m), "campaign": (m.get("campaign") or {}).get("name"),
         "parity_version": m.get("parity_version"), "parity_git_sha": m.get("parity_git_sha"),
         "gate_status": gate_status(rd), "problems": "; ".join(gate_problems(rd)) or None,
-        "report": (reports(rd) or [None])[-1], "argv": " ".join(map(str, m.get("argv") or [])) or None,
+        "report": (reports(rd) or [None])[-1], "argv": json.dumps(m.get("argv")) if m.get("argv") else None, "cwd": m.get("cwd"),
         "notes": "; ".join(rd.notes) or None, "ingested_by": __version__,
     }  # fmt: skip
 

@@ -19,12 +19,12 @@ OFF = ("off", "0", "no", "false", "none")
 
 TABLES: dict[str, dict[str, str]] = {
     "runs": {
-        "run_key": "VARCHAR PRIMARY KEY", "run_id": "VARCHAR", "path": "VARCHAR", "origin": "VARCHAR", "kind": "VARCHAR", "status": "VARCHAR", "valid": "BOOLEAN", "error": "VARCHAR",
+        "run_key": "VARCHAR PRIMARY KEY", "run_id": "VARCHAR", "path": "VARCHAR", "origin": "VARCHAR", "kind": "VARCHAR", "status": "VARCHAR", "counts": "BOOLEAN", "valid": "BOOLEAN", "error": "VARCHAR",
         "started": "TIMESTAMP", "ended": "TIMESTAMP", "run_at": "TIMESTAMP", "host": "VARCHAR", "hostname": "VARCHAR", "user": "VARCHAR",
         "hardware_class": "VARCHAR", "gpu": "VARCHAR", "driver": "VARCHAR", "cuda_version": "VARCHAR", "cpu": "VARCHAR",
         "pin": "VARCHAR", "series_digest": "VARCHAR", "build_keys": "VARCHAR", "engines": "VARCHAR", "reference_engine": "VARCHAR", "model": "VARCHAR",
         "profile": "VARCHAR", "campaign": "VARCHAR", "parity_version": "VARCHAR", "parity_git_sha": "VARCHAR",
-        "gate_status": "VARCHAR", "problems": "VARCHAR", "report": "VARCHAR", "argv": "VARCHAR", "notes": "VARCHAR", "ingested_by": "VARCHAR",
+        "gate_status": "VARCHAR", "problems": "VARCHAR", "report": "VARCHAR", "argv": "VARCHAR", "cwd": "VARCHAR", "notes": "VARCHAR", "ingested_by": "VARCHAR",
         "ingested_at": "TIMESTAMP DEFAULT current_timestamp",
     },
     "builds": {"run_key": "VARCHAR", "engine": "VARCHAR", "build_key": "VARCHAR", "source_kind": "VARCHAR", "pin": "VARCHAR", "series_dir": "VARCHAR", "series_digest": "VARCHAR",
@@ -54,12 +54,12 @@ SERIES_VIEW = """
 CREATE OR REPLACE VIEW series AS
 SELECT concat_ws(' | ', coalesce(r.hardware_class, '?'), p.engine || '/' || coalesce(p.reference, '?'), p.workload, p.point, p.metric) AS series_id,
        r.hardware_class, p.engine, p.reference, p.workload, p.point, p.n, p.metric, 'paired' AS kind,
-       p.ratio AS value, p.low, p.high, p.n_blocks AS blocks, r.run_at, r.run_key, r.run_id, r.path, r.status, r.valid, r.gate_status, r.pin, r.series_digest
+       p.ratio AS value, p.low, p.high, p.n_blocks AS blocks, r.run_at, r.run_key, r.run_id, r.path, r.status, r.counts, r.valid, r.gate_status, r.pin, r.series_digest
 FROM paired p JOIN runs r USING (run_key) WHERE p.ratio IS NOT NULL
 UNION ALL
 SELECT concat_ws(' | ', coalesce(r.hardware_class, '?'), m.engine, m.workload, m.point, m.metric),
        r.hardware_class, m.engine, '' AS reference, m.workload, m.point, m.n, m.metric, 'median',
-       m.value, NULL, NULL, m.repeats, r.run_at, r.run_key, r.run_id, r.path, r.status, r.valid, r.gate_status, r.pin, r.series_digest
+       m.value, NULL, NULL, m.repeats, r.run_at, r.run_key, r.run_id, r.path, r.status, r.counts, r.valid, r.gate_status, r.pin, r.series_digest
 FROM medians m JOIN runs r USING (run_key)
 """
 
@@ -156,7 +156,14 @@ def plain(v):
     return v
 
 
+def query_args(con, sql: str, args: list) -> tuple[list[str], list[tuple]]:
+    """A parity-written statement with parameters: (columns, rows)."""
+    cur = con.execute(sql, args)
+    return [d[0] for d in cur.description], cur.fetchall()
+
+
 def query(con, sql: str) -> tuple[list[str], list[tuple]]:
+    """A user's statement: a DuckDB error is a UsageError (one line, exit 2)."""
     import duckdb
 
     try:
