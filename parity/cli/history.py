@@ -91,3 +91,20 @@ def register(app: typer.Typer) -> None:
                 ctx.out.info("no change point")
 
         ctx.out.emit(doc, human)
+
+    @hist.command("site")
+    def site(
+        out: str = typer.Argument(..., metavar="OUT", help="The directory the static site is written to (index.html, series/, runs/)."),
+        match: Optional[str] = typer.Option(None, "--series", metavar="TEXT", help="Only series whose id holds TEXT."),
+        kind: str = typer.Option("paired", "--kind", metavar="paired|median|all", help="Which series (as for changes)."),
+        store: Optional[str] = StoreOpt,
+        profile: Optional[str] = ProfileOpt,
+        json: bool = JsonOpt,
+    ):
+        """A static dashboard of the store: a page per series (its points, intervals and change points), the open change points and their bisections."""
+        from parity.cli.common import make_context
+        from parity.history.site import SiteRequest, write_site
+
+        ctx = make_context(profile, json)
+        doc = write_site(ctx, SiteRequest(out=out, store=store, match=match, kind=kind))
+        ctx.out.emit(doc, lambda: ctx.out.info(f"{doc['series']} series, {doc['runs']} runs, {doc['changes']} change points -> {doc['index']}"))

@@ -145,6 +145,24 @@ def remember(con, change: dict, by: str | None) -> None:
                 [change["series_id"], change["first_after"]["run_key"], change["last_before"]["run_key"], by, change["step_pct"], change["low_pct"], change["high_pct"], change["pvalue"], b["over"], b["command"]])  # fmt: skip
 
 
+def analyse_all(con, req: ChangesRequest) -> tuple[dict[str, list[dict]], list[dict], list[dict]]:
+    """(points per series, series infos, changes) of the store; each change says whether it is
+    new (never recorded), and with record/bisect the new confirmed ones are recorded."""
+    series = load_series(con, req)
+    infos, found = [], []
+    for sid, pts in series.items():
+        info, ch = analyse(con, sid, pts, req)
+        infos.append(info)
+        for c in ch:
+            prior = known(con, c, pts) if c["status"] == "confirmed" else None
+            c["new"] = c["status"] == "confirmed" and prior is None
+            c["recorded"] = {k: store.plain(v) for k, v in prior.items()} if prior else None
+            if c["new"] and (req.record or req.bisect):
+                remember(con, c, req.current)
+        found += ch
+    return series, infos, found
+
+
 def changes(ctx, req: ChangesRequest) -> dict:
     """Every series' change points; with record, remember the confirmed ones (new = first seen now);
     with bisect, run the first bisect command of each new confirmed change and remember its result."""
@@ -153,18 +171,7 @@ def changes(ctx, req: ChangesRequest) -> dict:
     if path is None:
         raise UsageError(f"the history store is off ({store.ENV}=off): give --store FILE")
     with store.connect(path, write=True) as con:
-        series = load_series(con, req)
-        infos, found = [], []
-        for sid, pts in series.items():
-            info, ch = analyse(con, sid, pts, req)
-            infos.append(info)
-            for c in ch:
-                prior = known(con, c, pts) if c["status"] == "confirmed" else None
-                c["new"] = c["status"] == "confirmed" and prior is None
-                c["recorded"] = {k: store.plain(v) for k, v in prior.items()} if prior else None
-                if c["new"] and (req.record or req.bisect):
-                    remember(con, c, req.current)
-            found += ch
+        _, infos, found = analyse_all(con, req)
     doc = {"store": str(path), "method": METHOD.format(window=req.window, p=req.max_pvalue), "max_pvalue": req.max_pvalue, "window": req.window, "min_points": req.min_points,
            "min_after": req.min_after, "kind": req.kind, "series": infos, "changes": found, "bisections": []}  # fmt: skip
     if req.bisect:
