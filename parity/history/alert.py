@@ -75,8 +75,9 @@ def plan(change: dict, builds_before: dict, builds_after: dict, run_after: dict)
     out = {"over": None, "engine": None, "changed": {e: w for e, w in changed.items() if w}, "commands": [], "command": None, "why": ""}
     if not moved:
         missing = [e for e in engines if not (builds_before.get(e) and builds_after.get(e))]
-        out["why"] = ("no builds.json provenance for " + ", ".join(missing) + " on both sides: nothing to bisect over" if missing
-                      else "the builds of " + " and ".join(engines) + " are the same on both sides (pin, series, flags): the step came from elsewhere (host, driver, model, load); see the runs' provenance")  # fmt: skip
+        same = [e for e in engines if e not in missing]
+        parts = ([f"the builds of {' and '.join(same)} are the same on both sides (pin, series, flags)"] if same else []) + ([f"no builds.json provenance for {', '.join(missing)} on both sides"] if missing else [])
+        out["why"] = "; ".join(parts) + ": nothing to bisect over; the step came from elsewhere (host, driver, model, load): see the runs' provenance"
         return out
     engine = moved[0]
     b, a = builds_before[engine], builds_after[engine]
