@@ -63,7 +63,7 @@ def register(app: typer.Typer) -> None:
         window: int = typer.Option(30, "--window", metavar="N", help="Points per sliding window (Otava's default is 50)."),
         min_points: int = typer.Option(10, "--min-points", metavar="N", help="A series shorter than this calls no change."),
         min_after: int = typer.Option(3, "--min-after", metavar="N", help="A change is confirmed once N points stand after it (pending before)."),
-        bisect: bool = typer.Option(False, "--bisect", help="Run the bisect command of each newly confirmed change (and remember it and its result in the store)."),
+        bisect: bool = typer.Option(False, "--bisect", help="Run the bisect command of each confirmed change not bisected yet (and remember it and its result in the store)."),
         store: Optional[str] = StoreOpt,
         profile: Optional[str] = ProfileOpt,
         json: bool = JsonOpt,

@@ -37,7 +37,7 @@ class ChangesRequest:
     window: int = changepoint.WINDOW
     min_points: int = changepoint.MIN_POINTS
     min_after: int = 3
-    bisect: bool = False  # run the first bisect command of every new confirmed change
+    bisect: bool = False  # run the first bisect command of every confirmed change not bisected yet
     record: bool = False  # remember confirmed changes (the nightly's step): `new` then means first seen now
     current: str | None = None  # a run key counted even while its run is still running (the nightly's own)
 
@@ -165,7 +165,8 @@ def analyse_all(con, req: ChangesRequest) -> tuple[dict[str, list[dict]], list[d
 
 def changes(ctx, req: ChangesRequest) -> dict:
     """Every series' change points; with record, remember the confirmed ones (new = first seen now);
-    with bisect, run the first bisect command of each new confirmed change and remember its result."""
+    with bisect, run the first bisect command of each confirmed change not bisected yet and
+    remember its result."""
     check(req)
     path = store.resolve(req.store, ctx.artifacts_root)
     if path is None:
@@ -174,9 +175,9 @@ def changes(ctx, req: ChangesRequest) -> dict:
         _, infos, found = analyse_all(con, req)
     doc = {"store": str(path), "method": METHOD.format(window=req.window, p=req.max_pvalue), "max_pvalue": req.max_pvalue, "window": req.window, "min_points": req.min_points,
            "min_after": req.min_after, "kind": req.kind, "series": infos, "changes": found, "bisections": []}  # fmt: skip
-    if req.bisect:
+    if req.bisect:  # every confirmed change not bisected yet: new now, or recorded by a nightly that printed it
         for c in found:
-            if c["new"] and c["bisect"]["commands"]:
+            if c["status"] == "confirmed" and c["bisect"]["commands"] and (c["recorded"] or {}).get("bisect_exit") is None:
                 doc["bisections"].append(run_bisection(ctx, path, c))
     return doc
 
@@ -192,7 +193,8 @@ def run_bisection(ctx, path, change: dict) -> dict:
         doc = {}
     out = {"series_id": change["series_id"], "command": change["bisect"]["command"], "exit_code": res.rc, "run_dir": doc.get("run_dir"), "culprit": doc.get("culprit"),
            "reason": doc.get("reason") or (res.tail(3) if res.rc else None)}  # fmt: skip
+    key = (change.get("recorded") or {}).get("run_key") or change["first_after"]["run_key"]
     with store.connect(path) as con:
         con.execute("UPDATE change_points SET bisect_run = ?, bisect_exit = ?, culprit = ?, bisected_at = current_timestamp WHERE series_id = ? AND run_key = ?",
-                    [out["run_dir"], res.rc, out["culprit"], change["series_id"], change["first_after"]["run_key"]])  # fmt: skip
+                    [out["run_dir"], res.rc, out["culprit"], change["series_id"], key])  # fmt: skip
     return out

@@ -174,6 +174,10 @@ def write_site(ctx, req: SiteRequest) -> dict:
     return {"out": str(out), "index": str(out / "index.html"), "series": len(pages), "runs": len(keys), "changes": len(found), "store": str(path)}
 
 
+def series_cell(sid: str, pages: dict[str, str]) -> str:
+    return f'<a href="{pages[sid]}">{esc(sid)}</a>' if sid in pages else esc(sid)
+
+
 def index_page(infos: list[dict], found: list[dict], recorded: list[dict], pages: dict[str, str], run_links: dict[str, str], where: str) -> str:
     bis = {(r["series_id"], r["run_key"]): r for r in recorded}
     open_rows = []
@@ -187,4 +191,10 @@ def index_page(infos: list[dict], found: list[dict], recorded: list[dict], pages
                          f'<td><code>{esc(c["bisect"]["command"] or c["bisect"]["why"])}</code></td><td>{state}</td></tr>')  # fmt: skip
     ch = ("<table><tr><th>series</th><th>status</th><th>step [95 %]</th><th>p</th><th>first run after</th><th>pins; series digests</th><th>bisect</th><th>bisection</th></tr>" + "".join(open_rows) + "</table>") if open_rows else "<p>no change point</p>"
     rows = "".join(f'<tr><td><a href="{pages[i["series_id"]]}">{esc(i["series_id"])}</a></td><td>{i["points"]}</td><td>{esc(i["status"])}</td><td>{i.get("changes", 0)}</td><td>{esc(i["last_run"])}</td></tr>' for i in sorted(infos, key=lambda i: i["series_id"]))
-    return page("parity history", f'<p class="muted">store {esc(where)}</p><h2>change points</h2>{ch}<h2>series</h2><table><tr><th>series</th><th>runs</th><th>status</th><th>changes</th><th>last run</th></tr>{rows}</table>')
+    # confirmed by an earlier analysis (a nightly alerted on it) but not called by today's: said, not hidden
+    called = {(c["series_id"], (c.get("recorded") or {}).get("run_key")) for c in found}
+    faded = [r for r in recorded if (r["series_id"], r["run_key"]) not in called]
+    old = "".join(f'<tr><td>{series_cell(r["series_id"], pages)}</td><td>{pct(r["step_pct"])} [{pct(r["low_pct"])}, {pct(r["high_pct"])}]</td><td>{r["pvalue"]:.2g}</td>'
+                  f'<td>{esc(store.plain(r["confirmed_at"]))}</td><td><code>{esc(r["command"])}</code></td><td>{esc(r["culprit"])}</td></tr>' for r in faded)  # fmt: skip
+    earlier = (f"<h2>confirmed earlier, not called by the history as it stands</h2><table><tr><th>series</th><th>step then [95 %]</th><th>p then</th><th>confirmed</th><th>bisect</th><th>culprit</th></tr>{old}</table>" if faded else "")
+    return page("parity history", f'<p class="muted">store {esc(where)}</p><h2>change points</h2>{ch}{earlier}<h2>series</h2><table><tr><th>series</th><th>runs</th><th>status</th><th>changes</th><th>last run</th></tr>{rows}</table>')

@@ -51,13 +51,18 @@ def main() -> int:
     conf = {"tests": {f.stem: {"type": "csv", "file": str(f), "time_column": "time", "attributes": ["run"], "metrics": ["value"], "csv_options": {"delimiter": ",", "quotechar": "'"}} for f in files}}
     cfg = HERE / "otava.yaml"
     cfg.write_text(json.dumps(conf, indent=1))  # JSON is YAML
-    answers = {"otava": subprocess.run([otava, "--help"], capture_output=True, text=True).stdout.splitlines()[0], "groups": []}
+    answers = {"groups": []}
     version = subprocess.run([sys.executable, "-m", "pip", "show", "apache-otava"], capture_output=True, text=True).stdout
     answers["version"] = next((ln.split(":", 1)[1].strip() for ln in version.splitlines() if ln.startswith("Version:")), None)
     for p, window in GROUPS:
         argv = [otava, "analyze", *[f.stem for f in files], "--config-file", str(cfg), "--output", "json", "-P", str(p), "--window", str(window)]
         res = subprocess.run(argv, capture_output=True, text=True, check=True)
-        answers["groups"].append({"p": p, "window": window, "argv": ["otava", *argv[1:]], "result": json.loads(res.stdout)})
+        result = {}
+        for line in res.stdout.splitlines():  # one JSON document per test
+            if line.strip():
+                result.update(json.loads(line))
+        shown = ["otava", *(a if a != str(cfg) else "otava.yaml" for a in argv[1:])]  # otava.yaml: the config written above, then removed
+        answers["groups"].append({"p": p, "window": window, "argv": shown, "result": result})
     cfg.unlink()
     (HERE / "answers.json").write_text(json.dumps(answers, indent=1) + "\n")
     print(f"{len(files)} series x {len(GROUPS)} groups -> {HERE / 'answers.json'}")
