@@ -46,7 +46,7 @@ class ABRequest:
     npp: list[int] | None = None
     ntg: list[int] | None = None
     repeat: int | None = None
-    until_ci: float | None = None
+    until_ci: float | str | None = None  # PCT, or METRIC=PCT,... (serving) / s_tg=PCT
     max_repeats: int | None = None
     budget_s: float | None = None
     order: str | None = None

@@ -54,7 +54,7 @@ class SnapshotRequest:
     dry_run: bool = False
     workload: str | dict | None = None  # a built-in kind or serving.workloads.NAME (or a campaign's inline mapping)
     workload_opts: list[str] = field(default_factory=list)  # --workload-opt KEY=VALUE
-    until_ci: float | None = None  # adaptive repeats (None: stats.until_ci_pct)
+    until_ci: float | str | None = None  # adaptive repeats: PCT or METRIC=PCT,... (None: stats.until_ci_pct / until_ci_targets)
     max_repeats: int | None = None  # None: stats.max_repeats
     budget_s: float | None = None  # None: stats.budget_s
 
@@ -129,14 +129,19 @@ def make_budget(ctx, req: SnapshotRequest, plan: SnapshotPlan, workload):
 
     from parity.stats.adaptive import Budget
 
+    from parity.stats.adaptive import parse_until_ci
+
     st = ctx.profile.stats
-    for flag, v in (("--until-ci", req.until_ci), ("--budget-s", req.budget_s)):
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0):
-            raise UsageError(f"{flag} must be a positive number, got {v!r}")
+    if req.budget_s is not None and (isinstance(req.budget_s, bool) or not isinstance(req.budget_s, (int, float)) or not math.isfinite(req.budget_s) or req.budget_s <= 0):
+        raise UsageError(f"--budget-s must be a positive number, got {req.budget_s!r}")
     if req.max_repeats is not None and not positive_int(req.max_repeats):
         raise UsageError(f"--max-repeats must be a positive integer, got {req.max_repeats!r}")
-    pct = req.until_ci if req.until_ci is not None else st.until_ci_pct
-    if pct is None:
+    # --until-ci PCT or METRIC=PCT,... replaces the profile's stats.until_ci_pct and until_ci_targets
+    pct, targets = parse_until_ci(req.until_ci) if req.until_ci is not None else (st.until_ci_pct, dict(st.until_ci_targets))
+    unknown = sorted(set(targets) - set(st.metrics))
+    if unknown:
+        raise UsageError(f"--until-ci: {unknown[0]} is not a headline metric the stop rule watches (stats.metrics: {', '.join(st.metrics)})")
+    if pct is None and not targets:
         if req.max_repeats is not None or req.budget_s is not None:
             raise UsageError(f"{'--max-repeats' if req.max_repeats is not None else '--budget-s'} bounds adaptive repeats: give --until-ci PCT too (or --repeat N for a fixed count)")
         return Budget(until_ci_pct=None, min_blocks=plan.repeat, max_blocks=plan.repeat)
@@ -150,7 +155,7 @@ def make_budget(ctx, req: SnapshotRequest, plan: SnapshotPlan, workload):
     hi = req.max_repeats if req.max_repeats is not None else st.max_repeats
     if hi < lo:
         raise UsageError(f"--max-repeats {hi} is below the minimum of {lo} blocks (--repeat/serving.repeat {plan.repeat}, and an interval needs 2)")
-    return Budget(until_ci_pct=float(pct), min_blocks=lo, max_blocks=hi, max_seconds=req.budget_s if req.budget_s is not None else st.budget_s)
+    return Budget(until_ci_pct=None if pct is None else float(pct), min_blocks=lo, max_blocks=hi, max_seconds=req.budget_s if req.budget_s is not None else st.budget_s, targets=targets)
 
 
 def existing_model(ctx, engine: str, model: str) -> str | None:
@@ -248,7 +253,7 @@ def dry_run(ctx, plan: SnapshotPlan) -> dict:
         "lock_dir": str(lock_effective_dir(ctx.profile.lock)),
         "port_free": port_free(s.port),
         "metrics": definitions(),
-        "budget": plan.budget.describe() + ("" if plan.budget.until_ci_pct is None else f"; the order above is the minimum, further blocks keep its rotation"),
+        "budget": plan.budget.describe() + ("" if not plan.budget.adaptive else f"; the order above is the minimum, further blocks keep its rotation"),
         "calibration": calibration_plan(plan),
         **({"workload": plan.workload.describe()} if plan.workload is not None else {}),
     }
