@@ -202,7 +202,7 @@ def render_report(profile, req: ReportRequest) -> dict:
     row = {"date": date, "phase": phase, "title": title, "verdict": verdict, "key_ratios": key_ratios(rd, (paired or {}).get("points")), "report": md_path.name, "artifact": str(rd.path)}
     res = results_section(rd)
     from parity.report.bench_sections import bench_ab_section
-    from parity.report.telemetry_sections import telemetry_section
+    from parity.report.telemetry_sections import canary_section, telemetry_section
     from parity.report.workload_sections import workload_section
 
     workload = workload_section(rd, out_dir / stem, stem, plots=req.plots)
@@ -220,7 +220,7 @@ def render_report(profile, req: ReportRequest) -> dict:
         "validity": validity_section(rd), "reconciliation": reconciliation_section(rd), "server": server_section(rd), "output_parity": output_parity_section(rd),
         "buckets": buckets_section(rd), "bench": bench_section(rd), "bench_ab": bench_ab_section(rd), "ab": ab, "ab_rows": ab_table(ab) if ab else [], "sessions_rows": sessions_table(ab) if ab else [], "plots": figs, "plot_note": plot_note,
         "definitions": defs, "definitions_note": defs_note, "reproduce": reproduce(rd), "notes": rd.notes, "workload": workload, "efficiency": efficiency,
-        "telemetry": telemetry_section(rd),
+        "telemetry": telemetry_section(rd), "canary": canary_section(rd),
     }
     text = _env().get_template("report.md.j2").render(**ctx)
     atomic_write_text(md_path, text)

@@ -49,7 +49,7 @@ def block_line(block: int, counted: int, widths: dict, decision, budget: Budget)
     if widths and done:
         v, k = max(done)
         open_ = sum(1 for lbl, x in widths.items() if budget.target(lbl) is not None and (x is None or x > budget.target(lbl)))
-        over = "their targets" if budget.targets else f"{budget.until_ci_pct:g}%"
+        over = "their targets" if budget.targets else f"{budget.until_ci_pct:g}%" if budget.until_ci_pct is not None else ""
         wide = f"widest {pct(v)} ({k})" + (f", {open_}/{len(widths)} over {over}" if budget.adaptive else "")
     elif widths:
         wide = "no interval yet (needs 2 blocks)"

@@ -34,6 +34,7 @@ class SnapshotPlan:
     calibration: dict | None = None  # what the calibration chose, with its evidence (summary.json "calibration")
     trial_arms: list = field(default_factory=list)  # the calibration trial's arms when it did not count
     stop: dict | None = None  # which stop rule ended the sweep (summary.json "stop")
+    canary: dict | None = None  # the drift canary's samples and flagged blocks (summary.json "canary")
 
 
 @dataclass
@@ -347,6 +348,8 @@ def run_notes(plan: SnapshotPlan) -> dict:
     out = {}
     if plan.stop is not None:
         out["stop"] = plan.stop
+    if plan.canary is not None:
+        out["canary"] = plan.canary
     if plan.calibration is not None:
         out["calibration"] = plan.calibration
         if plan.trial_arms:
@@ -360,6 +363,7 @@ def sweep_all(ctx, plan: SnapshotPlan) -> list[dict]:
     from parity.serving import summary, workload_summary
     from parity.serving.blocks import block_line, block_order, half_widths, run_blocks
     from parity.serving.sweep import run_arm
+    from parity.stats import canary
 
     arms: list[dict] = []
     writer = summary if plan.workload is None else workload_summary
@@ -379,14 +383,19 @@ def sweep_all(ctx, plan: SnapshotPlan) -> list[dict]:
             plan.stop = {"rule": "fixed", "why": f"{plan.repeat} repeats as asked (aabb)", "blocks": plan.repeat, "budget": budget.describe()}
             return arms
         counted = [0]
+        probes: list[dict] = []  # the drift canary's samples (parity.stats.canary)
 
         def run_block(b: int) -> bool:
             for engine in block_order(plan.engines, b, plan.shape.order):
                 if (b, engine) not in plan.order:
                     plan.order.append((b, engine))
                     prog.update(task, total=len(plan.order) * len(plan.npl))
+                if st.canary != "off":
+                    probes.append({"block": b, "engine": engine, "ms": round(canary.host_probe(), 3)})
                 arms.append(run_arm(ctx, plan, engine, b, prog, task))
                 partial(counted[0])
+            if st.canary == "discard":
+                canary.discard(arms, b, canary.assess(probes))
             if b == 0 and plan.calibrate is not None:
                 return calibrate_after_trial(ctx, plan, arms)
             return True
@@ -399,6 +408,9 @@ def sweep_all(ctx, plan: SnapshotPlan) -> list[dict]:
             ctx.out.info(block_line(block, n, hw, decision, budget))
 
         rule, why, blocks, seconds = run_blocks(budget, run_block, widths, report)
+        if probes:
+            plan.canary = {**canary.assess(probes), "policy": st.canary}
+            ctx.out.info(canary.line(plan.canary))
     plan.order = [(a["repeat"], a["engine"]) for a in [*plan.trial_arms, *arms]]  # as run
     plan.repeat = blocks
     plan.stop = {"rule": rule, "why": why, "blocks": blocks, "measured_s": round(seconds, 1), "budget": budget.describe()}

@@ -87,3 +87,7 @@ def test_on_the_recorded_h100_aa_ttft_keeps_a_uniform_target_going_and_its_own_t
     d, t = parse_until_ci("decode_agg_tps=2,agg_tps=2")  # the throughputs alone
     k, (rule, why) = replay(Budget(d, 3, 8, targets=t), rows)
     assert rule == UNTIL_CI and "ttft" not in why
+
+
+def test_a_fixed_budget_line_does_not_talk_of_targets():
+    assert block_line(2, 2, {"p N=1 decode_agg_tps": 3.0}, None, Budget(None, 3, 3)) == "block 2 done (2 measured): widest +-3.00% (p N=1 decode_agg_tps); next block"
