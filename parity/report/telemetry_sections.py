@@ -67,10 +67,11 @@ def plot_points(rd: RunData) -> list[dict]:
     return out
 
 
-def canary_section(rd: RunData) -> dict | None:
-    """The drift canary (summary.json "canary", parity.stats.canary): its line, and each flagged
-    block with the telemetry of that block's points beside it (host load, client and server CPU %)."""
-    from parity.stats.canary import line
+def canary_section(rd: RunData, metrics=("decode_agg_tps", "agg_tps", "ttft_mean_ms")) -> dict | None:
+    """The drift canary (summary.json "canary", parity.stats.canary): its line, each flagged block
+    with the telemetry of that block's points beside it (host load, client and server CPU %), and
+    the paired intervals with and without the flagged blocks."""
+    from parity.stats.canary import line, with_and_without
 
     c = (rd.summary or {}).get("canary")
     if not isinstance(c, dict):
@@ -81,4 +82,8 @@ def canary_section(rd: RunData) -> dict | None:
         t = [r["telemetry"] for r in rs if isinstance(r.get("telemetry"), dict)]
         rows.append([f["block"], f["engine"], fmt(f["ms"]), f"{f['off_pct']:+.1f}%", fmt(_max(x.get("load1_max") for x in t)), fmt(_med(x.get("client_cpu_pct") for x in t)),
                      fmt(_med(x.get("server_cpu_pct") for x in t)), "discarded" if any(r.get("discarded") for r in rs) else "flagged"])  # fmt: skip
-    return {"line": line(c), "method": c.get("method"), "rows": rows}
+    def iv(t):
+        return "-" if not t or t[0] is None else f"{t[0]:.4f} [{fmt(t[1])}, {fmt(t[2])}] ({t[3]})"
+
+    both = [[w["engine"], w["n"], w["metric"], iv(w["all"]), iv(w["kept"])] for w in with_and_without(rd.summary or {}, list(metrics))]
+    return {"line": line(c), "method": c.get("method"), "rows": rows, "intervals": both}

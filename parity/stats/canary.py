@@ -76,3 +76,20 @@ def discard(arms: list[dict], block: int, doc: dict) -> list[int]:
                 if r.get("repeat") == block:
                     r["discarded"] = why
     return sorted({r["repeat"] for a in arms for r in a["rows"] if r.get("discarded")})
+
+
+def with_and_without(summary: dict, metrics: list[str], threshold_pct: float = 2.0, confidence: float = 0.95) -> list[dict]:
+    """Each engine x N x metric's paired interval over every block and without the blocks the
+    canary flagged: [{engine, n, metric, all: (ratio, low, high, blocks), kept: (...)}]; [] when none was flagged."""
+    from parity.serving.metrics import direction
+    from parity.stats.paired import by_point
+
+    flagged = set(((summary.get("canary") or {}).get("blocks_flagged")) or [])
+    ref = summary.get("reference_engine")
+    if not flagged or not ref:
+        return []
+    rows = [{k: v for k, v in r.items() if k != "discarded"} for r in summary.get("rows") or []]
+    pick = lambda p: (p.get("ratio"), p.get("low"), p.get("high"), p.get("n_blocks"))  # noqa: E731
+    every = {(p["engine"], p["n"], p["metric"]): p for p in by_point(rows, ref, metrics, direction, threshold_pct, confidence)}
+    kept = {(p["engine"], p["n"], p["metric"]): p for p in by_point([r for r in rows if r.get("repeat") not in flagged], ref, metrics, direction, threshold_pct, confidence)}
+    return [{"engine": k[0], "n": k[1], "metric": k[2], "all": pick(every[k]), "kept": pick(kept[k]) if k in kept else None} for k in every]

@@ -37,3 +37,13 @@ def test_discard_takes_a_flagged_block_out_of_the_paired_statistics():
     assert canary.discard(arms, 2, doc) == [2]
     after = paired.by_point(rows, "ref", ["decode_agg_tps"], lambda m: "higher")[0]
     assert before["n_blocks"] == 6 and after["n_blocks"] == 5 and after["ratio"] == pytest.approx(1.0) and before["ratio"] < 0.97
+
+
+def test_the_intervals_with_and_without_the_flagged_blocks():
+    rows = [{"engine": e, "n": 8, "repeat": b, "valid": True, "decode_agg_tps": v} for b in range(6) for e, v in (("ref", 100.0), ("cand", 100.0 * (0.86 if b == 3 else 1.0 + 0.002 * b)))]
+    summary = {"reference_engine": "ref", "rows": rows, "canary": {"blocks_flagged": [3]}}
+    (w,) = canary.with_and_without(summary, ["decode_agg_tps"])
+    assert (w["engine"], w["n"], w["metric"]) == ("cand", 8, "decode_agg_tps")
+    assert w["all"][3] == 6 and w["kept"][3] == 5 and w["all"][0] < 0.98 and w["kept"][0] > 1.0
+    assert w["kept"][2] - w["kept"][1] < (w["all"][2] - w["all"][1]) / 5  # the flagged block was most of the spread
+    assert canary.with_and_without({**summary, "canary": {"blocks_flagged": []}}, ["decode_agg_tps"]) == []
