@@ -186,7 +186,8 @@ def run_bisection(ctx, path, change: dict) -> dict:
     """The change's first bisect command, run as printed (a parity process of its own, --json)."""
     argv = [sys.executable, "-m", "parity", "--artifacts", str(ctx.artifacts_root), *change["bisect"]["commands"][0][1:], "--json"]
     ctx.out.info(f"[history] bisecting {change['series_id']} (night {change['night']}): {change['bisect']['command']}")
-    res = ctx.runner.run(argv, on_line=lambda stream, line: ctx.out.info(f"  {line}") if stream == "stderr" and line.startswith("[bisect]") else None)
+    # the bisection's own run lands in this store too; a GPU lock this process holds is inherited (PARITY_GPU_LOCK)
+    res = ctx.runner.run(argv, env={store.ENV: str(path)}, on_line=lambda stream, line: ctx.out.info(f"  {line}") if stream == "stderr" and line.startswith("[bisect]") else None)
     try:
         doc = json.loads(res.stdout)
     except ValueError:
