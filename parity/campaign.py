@@ -62,6 +62,7 @@ STEP_KINDS: dict[str, str] = {
     "profile": "parity.profiles.capture:campaign_step",
     "report": "parity.report.render:campaign_step",
     "shell": "parity.campaign:shell_step",
+    "history": "parity.history.nightly:campaign_step",
 }
 
 # kinds whose effect dies with the process (a held lock): run again on --resume

@@ -14,12 +14,17 @@ from typing import Callable, Iterator
 from parity.files import atomic_write_text, fsync_dir
 
 
+class LockTimeout(TimeoutError):
+    """Another process held the lock past the caller's timeout."""
+
+
 @contextlib.contextmanager
-def locked(path: str | Path, on_wait: Callable[[Path], None] | None = None) -> Iterator[Path]:
+def locked(path: str | Path, on_wait: Callable[[Path], None] | None = None, timeout_s: float | None = None) -> Iterator[Path]:
     """Hold the lock file `path` for the block (the kernel drops it when the process dies,
     however it dies); yields path, which the holder may write a note into (waiters read it).
-    on_wait(path), when given, is called once before blocking on a lock another holds.
-    Re-entrant within one thread; other threads and processes wait."""
+    on_wait(path), when given, is called once before blocking on a lock another holds;
+    timeout_s: give up after that long (LockTimeout).  Re-entrant within one thread; other
+    threads and processes wait."""
     from filelock import FileLock, Timeout
 
     path = Path(path)
@@ -27,10 +32,14 @@ def locked(path: str | Path, on_wait: Callable[[Path], None] | None = None) -> I
     # the path stays on release: every holder, and plain flock users of it, lock one inode
     lock = FileLock(str(path), is_singleton=True, preserve_lock_file=True)
     try:
-        lock.acquire(blocking=on_wait is None)
+        lock.acquire(blocking=on_wait is None and timeout_s is None)
     except Timeout:
-        on_wait(path)
-        lock.acquire()
+        if on_wait is not None:
+            on_wait(path)
+        try:
+            lock.acquire(timeout=-1 if timeout_s is None else timeout_s)
+        except Timeout:
+            raise LockTimeout(f"{path}: held by another process for more than {timeout_s:g} s") from None
     try:
         yield path
     finally:

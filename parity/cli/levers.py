@@ -26,7 +26,7 @@ def register(app: typer.Typer) -> None:
         npp: Optional[str] = typer.Option(None, "--npp", metavar="N,...", help="batched-bench prompt lengths (default: serving.bench.npp)."),
         ntg: Optional[str] = typer.Option(None, "--ntg", metavar="N,...", help="batched-bench generated tokens (default: serving.bench.ntg)."),
         repeat: Optional[int] = typer.Option(None, "--repeat", help="Blocks (with --until-ci: at least this many)."),
-        until_ci: Optional[float] = typer.Option(None, "--until-ci", metavar="PCT", help="Add blocks until every headline half-width is <= PCT %."),
+        until_ci: Optional[str] = typer.Option(None, "--until-ci", metavar="PCT|METRIC=PCT,..", help="Add blocks until every headline half-width is <= PCT % (or each named metric's <= its own)."),
         max_repeats: Optional[int] = typer.Option(None, "--max-repeats", metavar="N", help="--until-ci: at most N blocks."),
         budget_s: Optional[float] = typer.Option(None, "--budget-s", metavar="S", help="--until-ci: no block past S seconds."),
         order: Optional[str] = typer.Option(None, "--order", help="Arm order across blocks: abba (default) or abab."),

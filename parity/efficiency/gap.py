@@ -16,6 +16,7 @@ import math
 from parity.errors import UsageError
 from parity.stats.paired import paired
 from parity.tracer.chain import kernel_link, lines as kernel_lines, static_delta
+from parity.tracer.pairs import from_captures
 
 METHOD = ("serving = static x overhead; overhead = serving / static; intervals: paired block statistics per ratio (t interval on log "
           "ratios); the overhead's log half-width = sqrt(h_serving^2 + h_static^2) (independent sessions, log-normal ratios combined in quadrature)")  # fmt: skip
@@ -134,7 +135,6 @@ def kernels_link(points: list[dict], bench: dict, kernels_dir: str) -> None:
     if not hit:
         raise UsageError(f"{kernels_dir}: the profile ran npl {npl}, which is no N of the serving sweep and B of the bench A/B")
     if pairs.get("rows") and "ran" not in pairs["rows"][0]:  # written before buckets were marked (ran, in decode): recomputed from the captures
-        from parity.tracer.pairs import from_captures
 
         pairs = from_captures(analysis["captures"], analysis["difference"], pairs["reference"], pairs["candidate"], order=[r["bucket"] for r in pairs["rows"] if r["kind"] == "bucket"])
     for p in hit:

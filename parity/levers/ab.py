@@ -37,6 +37,7 @@ from parity.levers.gates import check_lossy
 from parity.levers.map import describe
 from parity.levers.report import write_report
 from parity.serving.snapshot import SnapshotRequest, make_plan, run_snapshot
+from parity.stats import family
 
 GO, NO_GO, FLAT, INCONCLUSIVE = "GO", "NO-GO", "FLAT", "INCONCLUSIVE"
 BENCH_HEADLINE = "s_tg"
@@ -62,7 +63,7 @@ class ABRequest:
     npp: list[int] | None = None
     ntg: list[int] | None = None
     repeat: int | None = None
-    until_ci: float | None = None
+    until_ci: float | str | None = None  # PCT, or METRIC=PCT,... (serving) / s_tg=PCT
     max_repeats: int | None = None
     budget_s: float | None = None
     order: str | None = None
@@ -259,7 +260,8 @@ def measure_lever(ctx, req: ABRequest, p: dict) -> dict:
             phases.append(gatesmod.run_gates(ctx, a, b, p["gate_models"], p["gate_paths"], req.lossy, "post-"))
     gate = gatesmod.verdict(phases, req.lossy)
     metric = BENCH_HEADLINE if not req.serving else ctx.profile.stats.metrics[0]
-    cells = measure_cells(measured, req.serving, metric)
+    # the verdict reads every point: Holm over them keeps an A/A's chance of any claim at alpha
+    cells = family.adjust(measure_cells(measured, req.serving, metric), 1 - ctx.profile.stats.confidence)
     dec = decide(gate, cells, metric)
     if measured.get("invalid_points"):  # left out of the paired statistics (parity.serving.summary), said beside the verdict
         dec["why"] += f"; {len(measured['invalid_points'])} invalid serving point(s) left out, first: {measured['invalid_points'][0]}"
@@ -271,6 +273,7 @@ def measure_lever(ctx, req: ABRequest, p: dict) -> dict:
         **facts, "builds": {arm: built[arm] for arm in (a, b)}, "verdict": dec["verdict"], "why": dec["why"], "key": dec["key"],
         "gates": {**gate, "phases": [{k: v for k, v in ph.items()} for ph in phases]}, "lossy": req.lossy,
         "measurement": {"kind": "serving" if req.serving else "batched-bench", "metric": metric, "points": [_cell(c) for c in cells],
+                        "family": {"method": family.METHOD, "line": family.family_line(cells, f"{metric} at every point")},
                         "blocks": measured.get("blocks"), "stop": measured.get("stop"), "order": measured.get("order"),
                         "file": "serving_summary.json" if req.serving else "bench.json", "invalid_points": measured.get("invalid_points") or []},
         "reopen": req.reopen, "reopens": levermap.describe(p["closed"]) if p["closed"] else None, "map": str(p["map_path"]), "run_dir": run_dir,
@@ -289,7 +292,7 @@ def measure_lever(ctx, req: ABRequest, p: dict) -> dict:
 
 
 def _cell(c: dict) -> dict:
-    keep = ("point", "ratio", "low", "high", "outcome", "n_blocks", "ratios", "blocks", "half_width_pct", "blocks_needed", "reason", "threshold_pct")
+    keep = ("point", "ratio", "low", "high", "outcome", "n_blocks", "ratios", "blocks", "half_width_pct", "blocks_needed", "reason", "threshold_pct", "family")
     return {k: c.get(k) for k in keep}
 
 

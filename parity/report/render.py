@@ -39,7 +39,7 @@ from parity.report.compare import check_regressions, compare_runs
 from parity.report.efficiency_sections import efficiency_section
 from parity.report.ledger import rebuild
 from parity.report.plots import throughput_vs_clock
-from parity.report.telemetry_sections import plot_points, telemetry_section
+from parity.report.telemetry_sections import canary_section, plot_points, telemetry_section
 from parity.report.workload_sections import workload_section
 from parity.stats.paired import overall
 
@@ -233,7 +233,7 @@ def _render_report(profile, req: ReportRequest) -> dict:
         "validity": validity_section(rd), "reconciliation": reconciliation_section(rd), "server": server_section(rd), "output_parity": output_parity_section(rd),
         "buckets": buckets_section(rd), "bench": bench_section(rd), "bench_ab": bench_ab_section(rd), "ab": ab, "ab_rows": ab_table(ab) if ab else [], "sessions_rows": sessions_table(ab) if ab else [], "plots": figs, "plot_note": plot_note,
         "definitions": defs, "definitions_note": defs_note, "reproduce": reproduce(rd), "notes": rd.notes, "workload": workload, "efficiency": efficiency,
-        "telemetry": telemetry_section(rd),
+        "telemetry": telemetry_section(rd), "canary": canary_section(rd),
     }
     text = _env().get_template("report.md.j2").render(**ctx)
     atomic_write_text(md_path, text)
