@@ -89,9 +89,9 @@ for stage in "$@"; do
     tail -n 30 $R/out/aa.err
     ;;
   canary)  # the drift canary on a serving A/A of REPEAT fixed blocks: the blocks it flags, and each interval with and without them
-    t $P snapshot -p $PROF --engines stock_b,stock -m ${MODEL:-dense-16g} --npl 1,8,32 --repeat ${REPEAT:-16} --no-gates --json > $R/out/canary.json 2> $R/out/canary.err
+    t $P snapshot -p $PROF --engines stock_b,stock -m ${MODEL:-dense-16g} --npl ${NPL:-1,8,32} --repeat ${REPEAT:-16} --no-gates --json > $R/out/canary.json 2> $R/out/canary.err
     grep "drift canary" $R/out/canary.err
-    python3 -c "import json, sys; from parity.stats.canary import with_and_without; d = json.load(open(sys.argv[1])); s = json.load(open(d['run_dir'] + '/summary.json')); print(json.dumps({'canary': {k: s['canary'][k] for k in ('median_ms', 'mad_pct', 'threshold_pct', 'flagged', 'overhead_ms_per_block')}, 'intervals': with_and_without(s, ['decode_agg_tps', 'agg_tps', 'ttft_mean_ms'])}, indent=1))" $R/out/canary.json | tee $R/out/canary-intervals.json
+    python3 -c "import json, sys; from parity.stats.canary import with_and_without; from parity.metrics.registry import direction; d = json.load(open(sys.argv[1])); s = json.load(open(d['run_dir'] + '/summary.json')); print(json.dumps({'canary': {k: s['canary'][k] for k in ('median_ms', 'mad_pct', 'threshold_pct', 'flagged', 'overhead_ms_per_block')}, 'intervals': with_and_without(s, ['decode_agg_tps', 'agg_tps', 'ttft_mean_ms'], direction)}, indent=1))" $R/out/canary.json | tee $R/out/canary-intervals.json
     cp $(python3 -c "import json, sys; print(json.load(open(sys.argv[1]))['run_dir'])" $R/out/canary.json)/summary.json $R/out/canary-summary.json
     ;;
   lever)

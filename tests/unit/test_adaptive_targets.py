@@ -10,7 +10,8 @@ import csv
 import pytest
 
 from parity.errors import UsageError
-from parity.serving.blocks import block_line, half_widths
+from parity.metrics.registry import direction
+from parity.stats.blocks import block_line, half_widths
 from parity.serving.snapshot import SnapshotRequest
 from parity.stats.adaptive import MAX_REPEATS, UNTIL_CI, Budget, parse_until_ci, stop
 from tests.conftest import DATA
@@ -54,7 +55,7 @@ def test_the_snapshot_budget_takes_targets_from_the_flag_or_the_profile():
 def test_a_bench_ab_watches_s_tg_alone():
     from types import SimpleNamespace
 
-    from parity.serving import bench_ab
+    from parity.bench import ab as bench_ab
 
     assert bench_ab.budget_for(bench_ab.ABRequest(until_ci="s_tg=2"), SimpleNamespace(), 2).until_ci_pct == 2.0
     with pytest.raises(UsageError, match="decode_agg_tps is not what llama-batched-bench's stop rule watches"):
@@ -72,7 +73,7 @@ def recorded_aa(ns=(1, 8)) -> list[dict]:
 
 def replay(budget: Budget, rows: list[dict]):
     for k in range(1, 9):
-        if d := stop(budget, k, half_widths([r for r in rows if r["repeat"] < k], "stock", HEADLINE, 2.0, 0.95)):
+        if d := stop(budget, k, half_widths([r for r in rows if r["repeat"] < k], "stock", HEADLINE, 2.0, 0.95, direction)):
             return k, d
     return None
 

@@ -102,7 +102,7 @@ def test_the_hook_records_a_run_session_and_off_keeps_out(tmp_path, monkeypatch)
 
     for value, expect in ((str(tmp_path / "h.duckdb"), 1), ("off", 0)):
         monkeypatch.setenv("PARITY_HISTORY", value)
-        ctx = Context(load_profile("smoke"), LocalRunner(), Output(False, 0), tmp_path / "runs")
+        ctx = Context(load_profile("smoke"), LocalRunner(), Output(False, 0), tmp_path / "runs", after_run=[record.record_run])  # the hook the CLI adds
         with run_session(ctx, "snapshot", "hook", argv=["parity", "test"]) as rd:
             for f in ("summary.json", "hardware.json", "builds.json", "gates.json"):
                 rd.write_text(f, (CAPTURED / f).read_text())
@@ -114,13 +114,17 @@ def test_the_hook_records_a_run_session_and_off_keeps_out(tmp_path, monkeypatch)
 
 
 def test_a_failed_write_is_one_warning_line_and_the_run_goes_on(tmp_path, monkeypatch):
-    from parity.filelock import locked
-
     db = tmp_path / "h.duckdb"
     warned: list[str] = []
     monkeypatch.setattr(record, "HOOK_WAIT_S", 0.3)
-    with locked(db.with_name(db.name + ".lock")):  # another writer holds the store
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from parity.filelock import locked\nwith locked(sys.argv[1]):\n    print('held', flush=True); time.sleep(600)",
+                               str(db.with_name(db.name + ".lock"))], cwd=REPO, stdout=subprocess.PIPE, text=True)  # another writer holds the store
+    try:
+        assert holder.stdout.readline().strip() == "held"
         assert record.record_run(CAPTURED, warn=warned.append, store_path=str(db)) is None
+    finally:
+        holder.kill()
+        holder.wait()
     assert len(warned) == 1 and "not recorded" in warned[0] and "held by another process" in warned[0] and "parity history ingest" in warned[0]
     (tmp_path / "adir.duckdb").mkdir()  # a store path DuckDB cannot open
     assert record.record_run(CAPTURED, warn=warned.append, store_path=str(tmp_path / "adir.duckdb")) is None
