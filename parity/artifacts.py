@@ -20,6 +20,7 @@ from typing import Any, Mapping
 
 from parity import __version__
 from parity.files import atomic_write_json, atomic_write_text, json_default
+from parity.filelock import locked_dir
 from parity.errors import UsageError
 from parity.runners.lifetime import started_at
 
@@ -149,11 +150,20 @@ class RunDir:
     def _write_manifest(self, data: dict) -> None:
         atomic_write_json(self.manifest_path, data)
 
+    def _edit(self, change) -> dict:
+        """Read, change, write the manifest with the run directory locked: the threads of a
+        matrix and any other parity touching this run (settle, resume) never lose an update."""
+        with locked_dir(self.path):
+            data = self.manifest()
+            if change(data) is not False:  # False: nothing to write
+                self._write_manifest(data)
+            return data
+
     def update(self, **fields) -> dict:
-        data = self.manifest()
-        data.update(fields)
-        self._write_manifest(data)
-        return data
+        def change(data):
+            data.update(fields)
+
+        return self._edit(change)
 
     def finish(self, status: str, error: str | None = None) -> None:
         assert status in STATUSES, status
@@ -165,29 +175,37 @@ class RunDir:
     def settle(self, seen_by: str) -> bool:
         """A run whose parity died without closing it (SIGKILL, OOM, power loss) says `running`
         forever: when its pid is gone from this host, mark it interrupted.  True when marked."""
+        marked = []
+
+        def change(m):
+            if m.get("status") != "running" or m.get("hostname") != socket.gethostname() or not isinstance(m.get("pid"), int):
+                return False
+            if process_alive_since(m["pid"], m.get("resumed_at") or m.get("started")):
+                return False
+            m.update(status="interrupted", ended=now_iso(),
+                     error=f"parity (pid {m['pid']}) ended without closing this run (killed?); marked by {seen_by} on {socket.gethostname()}")  # fmt: skip
+            marked.append(True)
+
         try:
-            m = self.manifest()
+            self._edit(change)
         except (OSError, ValueError):
             return False
-        if m.get("status") != "running" or m.get("hostname") != socket.gethostname() or not isinstance(m.get("pid"), int):
-            return False
-        if process_alive_since(m["pid"], m.get("resumed_at") or m.get("started")):
-            return False
-        self.finish("interrupted", f"parity (pid {m['pid']}) ended without closing this run (killed?); marked by {seen_by} on {socket.gethostname()}")
-        return True
+        return bool(marked)
 
     def mark_invalid(self, reason: str) -> None:
-        data = self.manifest()
-        data["valid"] = False
-        data.setdefault("invalid_reasons", []).append(reason)
-        self._write_manifest(data)
+        def change(data):
+            data["valid"] = False
+            data.setdefault("invalid_reasons", []).append(reason)
+
+        self._edit(change)
 
     def record_step(self, name: str, status: str, **info) -> None:
-        data = self.manifest()
-        entry = data["steps"].get(name, {})
-        entry.update({"status": status, "at": now_iso(), **info})
-        data["steps"][name] = entry
-        self._write_manifest(data)
+        def change(data):
+            entry = data["steps"].get(name, {})
+            entry.update({"status": status, "at": now_iso(), **info})
+            data["steps"][name] = entry
+
+        self._edit(change)
 
     def step_status(self, name: str) -> str | None:
         return self.manifest().get("steps", {}).get(name, {}).get("status")

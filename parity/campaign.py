@@ -26,6 +26,7 @@ are skipped, except kinds in RERUN_ON_RESUME (the lock lives in the process).
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import re
 import time
@@ -34,6 +35,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from parity.errors import ConfigError, ParityError, UsageError
+from parity.filelock import locked
 from parity.options import check_step_options
 from parity import session
 from parity.artifacts import RunDir, now_iso, slurm_job
@@ -60,6 +62,7 @@ STEP_KINDS: dict[str, str] = {
     "profile": "parity.profiles.capture:campaign_step",
     "report": "parity.report.render:campaign_step",
     "shell": "parity.campaign:shell_step",
+    "history": "parity.history.nightly:campaign_step",
 }
 
 # kinds whose effect dies with the process (a held lock): run again on --resume
@@ -323,6 +326,24 @@ def check_resumable(c: Campaign, rd) -> None:
             raise UsageError(f"--resume {rd.path}: still running (pid {m['pid']}); stop it first")
 
 
+@contextlib.contextmanager
+def resuming(rd):
+    """Held while a resumed campaign runs: a second `--resume` of the same run dir stops at
+    once (exit 2) instead of running its steps beside this one."""
+    import os
+
+    def busy(path):
+        try:
+            holder = path.read_text().strip()
+        except OSError:
+            holder = ""
+        raise UsageError(f"--resume {rd.path}: another parity is resuming it{f' ({holder})' if holder else ''}; wait for it, or stop it first")
+
+    with locked(rd.path / ".resume.lock", on_wait=busy) as note:
+        note.write_text(f"pid {os.getpid()}\n")
+        yield
+
+
 def run_campaign(ctx, c: Campaign, steps: list[Step], *, resume: bool = False) -> dict:
     """Run steps in ctx.run (already created or reopened).  Returns a summary;
     raises the first failure's error after the remaining (always-run or
@@ -547,11 +568,12 @@ def run_request(req: CampaignRequest, open_context: Callable[[str | None], Any])
             return run_fanout(ctx, c, req.argv)
     if rd is not None:
         ctx.run, ctx.run_id = rd, rd.run_id
-        prior = rd.manifest()
-
-        rd.update(status="running", resumed=True, ended=None, resumed_at=now_iso(), error=None, **slurm_job(os.environ),
-                  previous={"status": prior.get("status"), "error": prior.get("error"), "ended": prior.get("ended")})  # fmt: skip
-        with run_session_existing(ctx, rd):
-            return run_campaign(ctx, c, steps, resume=True)
+        with resuming(rd):
+            check_resumable(c, rd)  # again, under the lock: the checks above raced with any other resume
+            prior = rd.manifest()
+            rd.update(status="running", resumed=True, ended=None, resumed_at=now_iso(), error=None, pid=os.getpid(), **slurm_job(os.environ),
+                      previous={"status": prior.get("status"), "error": prior.get("error"), "ended": prior.get("ended")})  # fmt: skip
+            with run_session_existing(ctx, rd):
+                return run_campaign(ctx, c, steps, resume=True)
     with run_session(ctx, "campaign", c.name):
         return run_campaign(ctx, c, steps)

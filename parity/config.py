@@ -225,6 +225,8 @@ class StatsConfig:
     metrics: list[str] = field(default_factory=lambda: ["decode_agg_tps", "decode_perseq_tps", "agg_tps", "ttft_mean_ms"])  # the users' headline set
     confidence: float = 0.95  # rank-based CI shown beside each A/B delta (informative, not part of the rule)
     until_ci_pct: float | None = None  # adaptive repeats: add blocks until every headline paired half-width <= this (null: fixed serving.repeat)
+    until_ci_targets: dict[str, float] = field(default_factory=dict)  # per headline metric, its own target (e.g. ttft_mean_ms: 10); the others wait on until_ci_pct (null: not waited on)
+    canary: str = "flag"  # the drift canary before every arm of a serving sweep (parity.stats.canary): flag | discard (its blocks leave the paired statistics) | off
     max_repeats: int = 20  # ... but never more blocks than this
     budget_s: float | None = 7200.0  # ... nor past this wall time of the measured blocks (every wait has a bound; null: max_repeats alone)
 
@@ -517,6 +519,11 @@ def validate(p: Profile, label: str) -> None:
         raise ConfigError(label, "stats.metrics", "must name at least one metric")
     if p.stats.until_ci_pct is not None and not (math.isfinite(p.stats.until_ci_pct) and p.stats.until_ci_pct > 0):
         raise ConfigError(label, "stats.until_ci_pct", "must be a positive percentage (or null: a fixed number of repeats)")
+    if p.stats.canary not in ("flag", "discard", "off"):
+        raise ConfigError(label, "stats.canary", f"flag, discard or off, got {p.stats.canary!r}")
+    for m, v in p.stats.until_ci_targets.items():
+        if m not in p.stats.metrics or isinstance(v, bool) or not (math.isfinite(v) and v > 0):
+            raise ConfigError(label, f"stats.until_ci_targets.{m}", f"a headline metric of stats.metrics ({', '.join(p.stats.metrics)}) with a positive percentage")
     if not positive_int(p.stats.max_repeats) or p.stats.max_repeats < 2:
         raise ConfigError(label, "stats.max_repeats", "must be an integer >= 2 (an interval needs two blocks)")
     c = s.calibrate

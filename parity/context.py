@@ -34,6 +34,7 @@ class Context:
     cleanup: ExitStack = field(default_factory=ExitStack)  # closed when the session ends (lock release...)
     end_status: str = "complete"  # what a session that ends without an error records (a dry run: "dry-run")
     argv: list[str] | None = None  # the command line after `parity` (the manifest's argv; None: this process's)
+    after_run: list = field(default_factory=list)  # hook(run_dir, artifacts_root, warn) when a run dir ends (not a dry run); must not raise
 
     def require_run(self) -> RunDir:
         if self.run is None:
@@ -97,3 +98,7 @@ def run_session_existing(ctx: Context, rd: RunDir) -> Iterator[RunDir]:
         raise
     else:
         rd.finish(ctx.end_status)
+    finally:
+        if ctx.end_status != "dry-run":  # e.g. the run's cells into the history store (the CLI adds it); never fails the run
+            for hook in ctx.after_run:
+                hook(rd.path, ctx.artifacts_root, ctx.out.warn)

@@ -11,11 +11,19 @@ from typing import Any
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write a temporary beside path, then rename it over path: a reader (or a writer killed
+    mid-write) sees the old file or the new one, whole.  The file keeps its mode (a map that
+    was 644 stays 644); a new one gets the umask's, as open() would give it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        try:
+            mode = os.stat(path).st_mode & 0o7777
+        except FileNotFoundError:
+            mode = 0o666 & ~_umask()
         with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), mode)
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
@@ -26,6 +34,32 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         except FileNotFoundError:
             pass
         raise
+
+
+def _umask() -> int:
+    """The process umask, read without changing it (Linux: /proc/self/status)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    return 0o022
+
+
+def fsync_dir(d: Path) -> None:
+    """The rename itself on disk (a power loss after it keeps the new file)."""
+    try:
+        fd = os.open(str(d), os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def atomic_write_text(path: Path, text: str) -> None:

@@ -19,6 +19,10 @@
 #   lever      the MoE lever of patch 0043 (paged_nofg = LLAMA_MOE_NO_FORCE_GRAPHS=1 vs paged) at npl 32:
 #              traced paired buckets, the untraced bench A/B and a serving A/B at N=32, then parity gap --kernels
 #   collect    everything small into $OUT: cupti-data.tgz (the test data), runs.tgz, out.txt, timings.txt
+#   selftest   on its own (no llama.cpp, no models; about a minute on a fresh machine): the wheels, the tracer,
+#              scripts/cupti-graph-selftest.cu built with nvcc (100 kernels x 5000 graph launches), run untraced and
+#              traced (8 MB and 2 MB buffers: CUPTI hands many back while graphs are launched); parity reads each trace:
+#              every launch must run its graph's kernel nodes, no launch or record lost; out.txt in $OUT
 # Suggested calls (each under 10 min):  1) setup build-bg synth-bg progress   2) wait testdata trace
 #   3) lever collect   (if call 1 ends before the builds, start call 2 with `progress` again).
 set -uo pipefail
@@ -124,6 +128,32 @@ PY
     s=$(newest snapshot-moe-big-q8); b=$(newest bench-ab); k=$(newest profile-)
     need "$s/summary.json" "$b/bench.json" "$k/profile/paired_buckets.json"
     t $P gap "$s" "$b" --kernels "$k" 2>&1 | tee $R/out/lever-gap.txt
+    ;;
+  selftest)
+    python3 -c "import importlib.metadata as m; m.version('nvidia-cuda-cupti')" 2>/dev/null \
+      || python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$SRC"/.whl/*.whl > /dev/null 2>&1
+    t tracer_lib | tee "$R/tracer.lib"; lib=$(cat $R/tracer.lib); need "$lib"
+    mkdir -p $R/selftest && rm -f $R/selftest/*.tsv
+    nvcc=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+    t $nvcc -O2 -arch=sm_90 -o $R/selftest/graph-selftest scripts/cupti-graph-selftest.cu || exit 3
+    { t $R/selftest/graph-selftest 100 5000
+      t env CUDA_INJECTION64_PATH=$lib PARITY_CUPTI_OUT=$R/selftest/default.%p.tsv $R/selftest/graph-selftest 100 5000
+      t env CUDA_INJECTION64_PATH=$lib PARITY_CUPTI_OUT=$R/selftest/small.%p.tsv PARITY_CUPTI_BUFFER_KB=2048 $R/selftest/graph-selftest 100 5000
+      python3 - "$R/selftest" <<'PY'
+import glob, json, sys
+from parity.tracer import trace
+for name in ("default", "small"):
+    files = glob.glob(f"{sys.argv[1]}/{name}.*.tsv")
+    s = trace.convert(files, f"{sys.argv[1]}/{name}.sqlite")
+    p = s["processes"][0]
+    print(name, json.dumps({"node_check": {k: v for k, v in s["node_check"].items() if k != "rule"}, "graphs": s["graphs"], "kernels": s["kernels"],
+                            "buffers": [p["buffers_requested"], p["buffers_refused"]], "dropped": p["dropped"], "declared": p["declared"], "counted": p["counted"]}))
+    print("  problems:", trace.problems(s) or "none")
+    ok = s["node_check"]["matched"] == s["node_check"]["launches"] == 5000 and not trace.problems(s)
+    print("  PASS" if ok else "  FAIL")
+PY
+    } 2>&1 | tee $R/out/selftest.txt
+    cp $R/out/selftest.txt "$OUT/selftest.txt"; cp $R/out/timings.txt "$OUT/" 2>/dev/null
     ;;
   collect)
     [ -d $R/testdata ] && (cd $R/testdata && gzip -kf *.cupti.tsv && tar czf "$OUT/cupti-data.tgz" *.cupti.tsv.gz *.bench.txt)

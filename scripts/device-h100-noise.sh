@@ -14,6 +14,7 @@
 #   wait       wait for the builds and models; quantize the MoE to Q8_0 (stock's llama-quantize)
 #   noise      batched-bench A/A (stock vs stock_b) at 1, 4 and 16 GB, REPEAT blocks each
 #   aa         serving A/A, stock vs stock_b, N 1/8/32 on MODEL, --until-ci CI
+#   canary     serving A/A of REPEAT (16) fixed blocks: the drift canary's flagged blocks, the intervals with and without them
 #   lever      paged vs paged_nofg on moe-big-q8: batched-bench and serving, --until-ci CI
 #   aa-sizes   serving A/A at SIZES (dense-1g dense-4g), REPEAT fixed blocks
 #   paged-stock  paged vs stock on gpu-qwen35moe: bench A/B, gated serving sweep, parity gap
@@ -86,6 +87,12 @@ for stage in "$@"; do
   aa)
     t $P snapshot -p $PROF --engines stock_b,stock -m ${MODEL:-dense-16g} --npl 1,8,32 --until-ci ${CI:-3} --max-repeats ${MAXREP:-12} --budget-s ${BUDGET:-420} --no-gates --json > $R/out/aa.json 2> $R/out/aa.err
     tail -n 30 $R/out/aa.err
+    ;;
+  canary)  # the drift canary on a serving A/A of REPEAT fixed blocks: the blocks it flags, and each interval with and without them
+    t $P snapshot -p $PROF --engines stock_b,stock -m ${MODEL:-dense-16g} --npl 1,8,32 --repeat ${REPEAT:-16} --no-gates --json > $R/out/canary.json 2> $R/out/canary.err
+    grep "drift canary" $R/out/canary.err
+    python3 -c "import json, sys; from parity.stats.canary import with_and_without; d = json.load(open(sys.argv[1])); s = json.load(open(d['run_dir'] + '/summary.json')); print(json.dumps({'canary': {k: s['canary'][k] for k in ('median_ms', 'mad_pct', 'threshold_pct', 'flagged', 'overhead_ms_per_block')}, 'intervals': with_and_without(s, ['decode_agg_tps', 'agg_tps', 'ttft_mean_ms'])}, indent=1))" $R/out/canary.json | tee $R/out/canary-intervals.json
+    cp $(python3 -c "import json, sys; print(json.load(open(sys.argv[1]))['run_dir'])" $R/out/canary.json)/summary.json $R/out/canary-summary.json
     ;;
   lever)
     t $P bench -p $PROF --engines paged_nofg,paged -m moe-big-q8 --until-ci 2 --max-repeats 8 --budget-s 120 --json > $R/out/lever-bench.json 2> $R/out/lever-bench.err

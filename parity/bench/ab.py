@@ -163,12 +163,15 @@ def budget_for(req: ABRequest, stats_cfg, n_arms: int) -> adaptive.Budget:
     for name, v in (("--repeat", req.repeat), ("--max-repeats", req.max_repeats)):
         if v is not None and not positive_int(v):
             raise UsageError(f"{name} must be a positive integer, got {v!r}")
-    for name, v in (("--until-ci", req.until_ci), ("--budget-s", req.budget_s)):
-        if v is not None and not (isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0):
-            raise UsageError(f"{name} must be a positive number, got {v!r}")
-    until = req.until_ci
+    if req.budget_s is not None and not (isinstance(req.budget_s, (int, float)) and not isinstance(req.budget_s, bool) and req.budget_s > 0):
+        raise UsageError(f"--budget-s must be a positive number, got {req.budget_s!r}")
+    until, targets = adaptive.parse_until_ci(req.until_ci)
+    if (until is not None or targets) and set(targets) - {HEADLINE}:
+        raise UsageError(f"--until-ci: {sorted(set(targets) - {HEADLINE})[0]} is not what llama-batched-bench's stop rule watches ({HEADLINE})")
+    until = targets.get(HEADLINE, until)  # a bench A/B watches S_TG alone
     if until is None and req.repeat is None and n_arms >= 2:
         until = getattr(stats_cfg, "until_ci_pct", None)
+        until = (getattr(stats_cfg, "until_ci_targets", None) or {}).get(HEADLINE, until)
     if until is not None and n_arms < 2:
         raise UsageError("--until-ci needs two arms (an A/B, or --aa): one engine has no paired interval; use --repeat N for its CV")
     max_blocks = req.max_repeats or getattr(stats_cfg, "max_repeats", None) or adaptive.Budget.max_blocks

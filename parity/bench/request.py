@@ -21,7 +21,7 @@ class BenchRequest:
     engines: list[str] | None = None
     aa: bool = False
     repeat: int | None = None
-    until_ci: float | None = None
+    until_ci: float | str | None = None  # PCT, or s_tg=PCT
     max_repeats: int | None = None
     budget_s: float | None = None
     order: str | None = None

@@ -19,7 +19,7 @@ from parity.engine import patches
 from parity.engine.source import add_pinned_source
 from parity.errors import InfraError
 
-CRITERIA = {"series": ("md5", "oracle", "metric"), "pin": ("apply", "build", "md5")}
+CRITERIA = {"series": ("md5", "oracle", "metric"), "pin": ("apply", "build", "md5", "metric")}
 
 
 class NoCulprit(ParityError):

@@ -11,7 +11,7 @@ def register(app: typer.Typer) -> None:
     @app.command("bisect")
     def bisect(
         over: str = typer.Option("series", "--over", metavar="series|pin", help="Bisect the patch series (at the pin) or llama.cpp commits (with the series)."),
-        criterion: str = typer.Option("md5", "--criterion", "-c", metavar="NAME", help="series: md5 | oracle | metric; pin: apply | build | md5."),
+        criterion: str = typer.Option("md5", "--criterion", "-c", metavar="NAME", help="series: md5 | oracle | metric; pin: apply | build | md5 | metric."),
         engine: str = typer.Option("paged", "--engine", "-e", metavar="NAME", help="The engine whose series and build flags the probes use."),
         series: Optional[str] = typer.Option(None, "--series", metavar="DIR", help="A NNNN-*.patch series instead of the engine's."),
         first: Optional[str] = typer.Option(None, "--first", metavar="NNNN", help="series: the first patch of the range (good = the patches before it; default: stock)."),

@@ -138,7 +138,7 @@ def render_tracer(out, doc: dict) -> None:
     for c in doc.get("captures") or []:
         nc = (c.get("trace") or {}).get("node_check")
         if nc:
-            out.info(f"{c['label']}: {nc['launches']} graph launches, kernels per launch = the graph's kernel nodes in {nc['matched']}, not in {nc['mismatched']}, unknown {nc['unknown']}")
+            out.info(node_check_line(c["label"], nc, (c.get("trace") or {}).get("graphs") or []))
     pb = doc.get("paired_buckets")
     if pb:
         out.info(f"paired buckets {pb['candidate']} (B) vs {pb['reference']} (A), blocks {pb['blocks']}, ms per decoded token:")
@@ -146,6 +146,16 @@ def render_tracer(out, doc: dict) -> None:
             out.info("  " + ln)
         if pb["engine_time_missing"]:
             out.warn(f"engine decode time unknown (table row lost) for {', '.join(pb['engine_time_missing'])}: no remainder there")
+
+
+def node_check_line(label: str, nc: dict, graphs: list[dict]) -> str:
+    """One line: how many graph launches ran exactly their executable graph's kernel nodes."""
+    if not nc["launches"]:
+        return f"{label}: no CUDA-graph launch (every kernel launched on its own)"
+    per = ", ".join(f"graph {g['graph_id']}: {'/'.join(g['kernels_per_launch'])} kernels x {sum(g['kernels_per_launch'].values())} launches"
+                    f" ({'-' if g.get('kernel_nodes') is None else g['kernel_nodes']} kernel nodes)" for g in graphs)  # fmt: skip
+    head = f"{label}: {nc['launches']} graph launches; kernels per launch = the graph's kernel-node count in {nc['matched']}, not in {nc['mismatched']}"
+    return head + (f", not checked in {nc['unknown']} (no instantiation record)" if nc["unknown"] else "") + (f" [{per}]" if per else "")
 
 
 def _f(v) -> str:

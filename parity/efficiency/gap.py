@@ -16,6 +16,7 @@ import math
 from parity.errors import UsageError
 from parity.stats.paired import paired
 from parity.tracer.chain import kernel_link, lines as kernel_lines, static_delta
+from parity.tracer.pairs import from_captures
 
 METHOD = ("serving = static x overhead; overhead = serving / static; intervals: paired block statistics per ratio (t interval on log "
           "ratios); the overhead's log half-width = sqrt(h_serving^2 + h_static^2) (independent sessions, log-normal ratios combined in quadrature)")  # fmt: skip
@@ -126,11 +127,31 @@ def kernels_link(points: list[dict], bench: dict, kernels_dir: str) -> None:
     d = Path(kernels_dir) / "profile"
     try:
         pairs = json.loads((d / "paired_buckets.json").read_text())
-        npl = json.loads((d / "analysis.json").read_text())["captures"][0]["npl"]
+        analysis = json.loads((d / "analysis.json").read_text())
+        npl = analysis["captures"][0]["npl"]
     except (FileNotFoundError, IndexError, KeyError, ValueError) as e:
         raise UsageError(f"{kernels_dir}: not a paired profile run (parity profile --engines A,B): {e}") from None
     hit = [p for p in points if p["n"] == npl]
     if not hit:
         raise UsageError(f"{kernels_dir}: the profile ran npl {npl}, which is no N of the serving sweep and B of the bench A/B")
+    if pairs.get("rows") and "ran" not in pairs["rows"][0]:  # written before buckets were marked (ran, in decode): recomputed from the captures
+
+        pairs = from_captures(analysis["captures"], analysis["difference"], pairs["reference"], pairs["candidate"], order=[r["bucket"] for r in pairs["rows"] if r["kind"] == "bucket"])
     for p in hit:
         p["kernels"] = kernel_link(static_delta(bench["rows"], p["engine"], p["reference"], npl), pairs, p["engine"], p["reference"])
+        p["kernels"]["steps_note"] = steps_note(bench["rows"], analysis, npl)
+
+
+def steps_note(bench_rows: list[dict], analysis: dict, npl: int) -> str | None:
+    """A line when the bench's decode steps are not the profile's: per-token costs depend on the
+    context length, so the static delta and the bucket deltas then average different positions."""
+    prof = {(d.get("ntg_short"), d.get("ntg_long")) for d in analysis.get("difference") or []}
+    pp = {w.get("pp") for c in analysis.get("captures") or [] for w in c.get("workload_rows") or []}
+    bench = {(r.get("pp"), r.get("tg")) for r in bench_rows if r.get("b") == npl}
+    if len(prof) != 1 or len(pp) != 1 or len(bench) != 1:
+        return None
+    ((short, long),), (npp,), ((bpp, btg),) = prof, pp, bench
+    if (bpp, btg) == (npp, long) and short == 0:
+        return None
+    return (f"the static delta averages the bench's decode steps 1-{btg} after a {bpp}-token prompt, the bucket deltas the profile's steps "
+            f"{short + 1}-{long} after {npp}: per-token costs that grow with the context differ between the two, and the remainder holds the difference")  # fmt: skip

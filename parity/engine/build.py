@@ -125,9 +125,15 @@ def plan(profile, engine: str, extra_flags: list[str] | None = None, jobs: int |
 
 
 def _cached(p: BuildPlan) -> BuildResult | None:
+    """The finished build of this key; None when there is none, or its provenance does not
+    read (damaged by hand or by the disk): then it is built again, under the key's lock."""
     if (p.dir / OK_MARKER).exists() and (p.dir / "build.json").exists():
-        prov = json.loads((p.dir / "build.json").read_text())
-        return BuildResult(p.engine, p.key, p.dir / "build" / "bin", p.dir / "build", prov, True)
+        try:
+            prov = json.loads((p.dir / "build.json").read_text())
+        except (OSError, ValueError):
+            return None
+        if isinstance(prov, dict):
+            return BuildResult(p.engine, p.key, p.dir / "build" / "bin", p.dir / "build", prov, True)
     return None
 
 
@@ -145,6 +151,7 @@ def _build(profile, p: BuildPlan, runner, out) -> BuildResult:
     refuse_while_held(f"the build of {p.engine}")
     e = profile.engine(p.engine)
     t0 = time.monotonic()
+    (p.dir / OK_MARKER).unlink(missing_ok=True)  # first: a rebuild killed while removing the old one never leaves it "good"
     shutil.rmtree(p.dir, ignore_errors=True)
     p.dir.mkdir(parents=True)
     pristine = srcmod.materialize(e.source, profile.sources[e.source], runner, out)
@@ -219,15 +226,15 @@ def _compile_slot(p: BuildPlan, out):
     the total is the same or less, since each build already uses every core.  Builds of other
     sources share little and do not wait.  Held by a lock file, so a killed build frees it."""
 
-    def waiting(f):
-        f.seek(0)
-        holder = f.read().strip() or "another parity"
+    def waiting(path):
+        try:
+            holder = path.read_text().strip() or "another parity"
+        except OSError:
+            holder = "another parity"
         out.info(f"{p.engine} ({p.key}): waiting for the build compiling now ({holder}): one compile at a time per source, so this one reuses its objects")
 
-    with locked(compile_slot_path(p), on_wait=waiting) as f:
-        f.truncate(0)
-        f.write(f"{p.engine} {p.key}, pid {os.getpid()}\n")
-        f.flush()
+    with locked(compile_slot_path(p), on_wait=waiting) as path:
+        path.write_text(f"{p.engine} {p.key}, pid {os.getpid()}\n")  # the holder's note (the lock is on the file's inode, not its text)
         yield
 
 

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from parity.paths import cache_dir
+from parity.files import atomic_write_text
 from parity.engine import cmake
 from parity.gpu.lock import pid_alive
 
@@ -34,7 +35,7 @@ def start_detached(parity_args: list[str], runner) -> dict:
     tmp = done.with_suffix(".done.tmp")
     proc = runner.spawn(["sh", "-c", f"{cmd}; echo $? > {shlex.quote(str(tmp))} && mv {shlex.quote(str(tmp))} {shlex.quote(str(done))}"], log_path=str(log), detached=True)  # outlives this parity; the exit status appears whole
     doc = {"id": stamp, "pid": proc.pid, "argv": parity_args, "log": str(log), "started": stamp}
-    state.write_text(json.dumps(doc))
+    atomic_write_text(state, json.dumps(doc))  # `parity build --status` never reads half of it
     return doc
 
 

@@ -18,9 +18,11 @@ DEFAULT_TARGETS = ["llama-server", "llama-completion", "llama-batched-bench", "l
 CUDA_ARCHS = re.compile(r"\s*[0-9]{2,3}[a-z]?(-real|-virtual)?(\s*;\s*[0-9]{2,3}[a-z]?(-real|-virtual)?)*\s*")
 
 # llama-server --metrics: prompt_tokens_total excludes cached tokens, so the prompt total is
-# prompt + cached, and the prefix-cache queries are that total
+# prompt + cached, and the prefix-cache queries are that total; a build without the cached
+# counter (the users' pin 0ed235ea) counts only the prompt tokens it computed
 FAMILY = Series(
-    prompt_tokens=("llamacpp:prompt_tokens_total", "llamacpp:prompt_tokens_cached_total"),
+    prompt_tokens=("llamacpp:prompt_tokens_total",),
+    prompt_cached="llamacpp:prompt_tokens_cached_total",
     generation_tokens=("llamacpp:tokens_predicted_total",),
     prefix_queries=("llamacpp:prompt_tokens_total", "llamacpp:prompt_tokens_cached_total"),
     prefix_hits=("llamacpp:prompt_tokens_cached_total",),

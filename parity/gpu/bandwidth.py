@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 import re
 import time
+from parity.filelock import lock_path, locked
+from parity.files import atomic_write_text
 from parity.paths import cache_dir
 
 # (hardware class, GPU name pattern, label, GB/s, source).  First match wins: keep the more
@@ -141,11 +143,19 @@ def bandwidth(info: dict, local: bool = True, measure: bool = True, fresh: bool 
         doc["measured"] = {"gbps": None, "reason": "not measured: the run's host is remote (parity measures on its own host)"}
     else:
         key = _machine_key("gpu:" + str(name) if gpus else "cpu")
-        doc["measured"] = (None if fresh else _cached(key)) or _remember(key, _measure(bool(gpus)))
+        doc["measured"] = measured_once(key, bool(gpus), fresh)
     doc["device"] = "gpu" if gpus else "cpu"
     if not gpus:
         doc["llc_bytes"] = llc_bytes()  # a step that fits here is not bound by the DRAM figures
     return doc
+
+
+def measured_once(key: str, gpu: bool, fresh: bool = False) -> dict:
+    """The kept figure of this machine and boot, else a measurement, kept.  Under the key's
+    lock: two runs starting at once measure one after the other (side by side, each copy would
+    get about half the bandwidth, and that half would be kept), so the second finds the first's."""
+    with locked(lock_path(_cache_file(key))):
+        return (None if fresh else _cached(key)) or _remember(key, _measure(gpu))
 
 
 def _measure(gpu: bool) -> dict:
@@ -189,12 +199,8 @@ def _remember(key: str, m: dict) -> dict:
 
     if m.get("gbps"):
         m = {**m, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-        f = _cache_file(key)
         try:
-            f.parent.mkdir(parents=True, exist_ok=True)
-            tmp = f.with_name(f"{f.name}.{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(m))
-            os.replace(tmp, f)  # two runs measuring at once: either figure, never half a file
+            atomic_write_text(_cache_file(key), json.dumps(m))  # never half a file, whenever the writer dies
         except OSError:
             pass  # an unwritable cache only costs the next run a measurement
     return {**m, "cached": False} if m.get("gbps") else m

@@ -37,6 +37,7 @@ from parity.levers.gates import check_lossy
 from parity.levers.map import describe
 from parity.levers.report import write_report
 from parity.serving.snapshot import SnapshotRequest, make_plan, run_snapshot
+from parity.stats import family
 
 GO, NO_GO, FLAT, INCONCLUSIVE = "GO", "NO-GO", "FLAT", "INCONCLUSIVE"
 BENCH_HEADLINE = "s_tg"
@@ -62,7 +63,7 @@ class ABRequest:
     npp: list[int] | None = None
     ntg: list[int] | None = None
     repeat: int | None = None
-    until_ci: float | None = None
+    until_ci: float | str | None = None  # PCT, or METRIC=PCT,... (serving) / s_tg=PCT
     max_repeats: int | None = None
     budget_s: float | None = None
     order: str | None = None
@@ -71,6 +72,7 @@ class ABRequest:
     post_gates: bool = True
     map: str | None = None  # None: levers.map, else <artifacts>/lever_map.yaml
     dry_run: bool = False
+    aa: bool = False  # the arms are identical on purpose (an A/A of this setup)
 
 
 def base_engine(profile, engine: str | None) -> str:
@@ -173,11 +175,17 @@ def prepare(ctx, req: ABRequest) -> dict:
     if req.model:
         prof.model(req.model)
     builds = {arm: armsmod.check_build(prof, arm) for arm in (arm_a, arm_b)}
+    same = armsmod.identical(prof, arm_a, arm_b, builds)
+    if same and not req.aa:
+        raise UsageError(f"{lever.derived_name()}: {same}; for an A/A on purpose (the noise floor of this setup) give --aa")
+    if not same and req.aa:
+        raise UsageError(f"--aa: the arms differ ({lever.changes(arm_a)}): an A/A needs a lever that leaves arm B equal to arm A")
     models, paths = gate_plan(prof, arm_a, req)
     facts = context_facts(ctx, arm_a)
     map_path = levermap.default_path(prof, ctx.artifacts_root) if not req.map else __import__("pathlib").Path(req.map).expanduser()
     rows = levermap.load(map_path)
-    name = lever.label()
+    levermap.check_writable(map_path)  # the row lands after the measurement: find out now, not then
+    name = lever.label() if lever.name or not req.aa else f"{lever.label()} (A/A)"  # an A/A row never closes the real lever
     same = levermap.matching(rows, name, facts["hardware_class"], facts["pin"])
     closed = levermap.closing_row(rows, name, facts["hardware_class"], facts["pin"])
     return {"lever": lever, "name": name, "arm_a": arm_a, "arm_b": arm_b, "builds": builds, "gate_models": models, "gate_paths": paths, "facts": facts,
@@ -227,11 +235,11 @@ def run(ctx, req: ABRequest) -> dict:
     levermap.refuse_if_closed(p["map_rows"], p["name"], p["facts"]["hardware_class"], p["facts"]["pin"], req.reopen, p["map_path"])
 
     with run_session(ctx, "ab", f"ab-{slugify(p['name'])[:40]}"):
-        doc = session(ctx, req, p)
+        doc = measure_lever(ctx, req, p)
         return doc
 
 
-def session(ctx, req: ABRequest, p: dict) -> dict:
+def measure_lever(ctx, req: ABRequest, p: dict) -> dict:
     a, b = p["arm_a"], p["arm_b"]
     lever = p["lever"]
     ctx.out.info(f"[ab] lever {p['name']}: A = {a}, B = {b} ({lever.changes(a)})")
@@ -239,7 +247,8 @@ def session(ctx, req: ABRequest, p: dict) -> dict:
     models = [*p["gate_models"], req.model or ctx.profile.serving.model, *((kl.reference, kl.candidate or ctx.profile.serving.model) if req.lossy else ())]
     built = session.prepare(ctx, [a, b], models)  # builds and model files, before the shared GPU is taken
     for arm in (a, b):
-        ctx.out.info(f"[ab] {arm}: build {built[arm].get('key') or built[arm]} ({'cached' if built[arm].get('cached') else 'built now'})")
+        bld = built[arm]
+        ctx.out.info(f"[ab] {arm}: " + (f"prebuilt {bld['prebuilt']}" if "prebuilt" in bld else f"build {bld.get('key')} ({'cached' if bld.get('cached') else 'built now'})"))
     phases = []
     with session.measuring(ctx, [a, b]) as hw:
         phases.append(gatesmod.run_gates(ctx, a, b, p["gate_models"], p["gate_paths"], req.lossy, "pre-"))
@@ -251,7 +260,8 @@ def session(ctx, req: ABRequest, p: dict) -> dict:
             phases.append(gatesmod.run_gates(ctx, a, b, p["gate_models"], p["gate_paths"], req.lossy, "post-"))
     gate = gatesmod.verdict(phases, req.lossy)
     metric = BENCH_HEADLINE if not req.serving else ctx.profile.stats.metrics[0]
-    cells = measure_cells(measured, req.serving, metric)
+    # the verdict reads every point: Holm over them keeps an A/A's chance of any claim at alpha
+    cells = family.adjust(measure_cells(measured, req.serving, metric), 1 - ctx.profile.stats.confidence)
     dec = decide(gate, cells, metric)
     if measured.get("invalid_points"):  # left out of the paired statistics (parity.serving.summary), said beside the verdict
         dec["why"] += f"; {len(measured['invalid_points'])} invalid serving point(s) left out, first: {measured['invalid_points'][0]}"
@@ -263,6 +273,7 @@ def session(ctx, req: ABRequest, p: dict) -> dict:
         **facts, "builds": {arm: built[arm] for arm in (a, b)}, "verdict": dec["verdict"], "why": dec["why"], "key": dec["key"],
         "gates": {**gate, "phases": [{k: v for k, v in ph.items()} for ph in phases]}, "lossy": req.lossy,
         "measurement": {"kind": "serving" if req.serving else "batched-bench", "metric": metric, "points": [_cell(c) for c in cells],
+                        "family": {"method": family.METHOD, "line": family.family_line(cells, f"{metric} at every point")},
                         "blocks": measured.get("blocks"), "stop": measured.get("stop"), "order": measured.get("order"),
                         "file": "serving_summary.json" if req.serving else "bench.json", "invalid_points": measured.get("invalid_points") or []},
         "reopen": req.reopen, "reopens": levermap.describe(p["closed"]) if p["closed"] else None, "map": str(p["map_path"]), "run_dir": run_dir,
@@ -273,15 +284,15 @@ def session(ctx, req: ABRequest, p: dict) -> dict:
            "series_digest": facts["series_digest"], "verdict": dec["verdict"], "key_number": dec["key"]["text"], "metric": metric, "point": dec["key"]["point"],
            "ratio": dec["key"]["ratio"], "low": dec["key"]["low"], "high": dec["key"]["high"], "gates": gate["summary"], "gate_kind": gate["kind"],
            "artifact": run_dir, "report": doc["report"], "date": levermap.today(), "reopen": req.reopen, "reopens": doc["reopens"]}  # fmt: skip
-    rows = levermap.append(p["map_path"], row)
-    doc["map_markdown"] = str(levermap.write_markdown(p["map_path"], rows))
+    levermap.append(p["map_path"], row, markdown=True)
+    doc["map_markdown"] = str(levermap.markdown_path(p["map_path"]))
     ctx.run.write_json("summary.json", doc)
     ctx.out.info(f"[ab] {dec['verdict']}: {dec['key']['text']}; {dec['why']}")
     return doc
 
 
 def _cell(c: dict) -> dict:
-    keep = ("point", "ratio", "low", "high", "outcome", "n_blocks", "ratios", "blocks", "half_width_pct", "blocks_needed", "reason", "threshold_pct")
+    keep = ("point", "ratio", "low", "high", "outcome", "n_blocks", "ratios", "blocks", "half_width_pct", "blocks_needed", "reason", "threshold_pct", "family")
     return {k: c.get(k) for k in keep}
 
 

@@ -120,9 +120,6 @@ def derive(profile, base: str, lever: Lever):
             raise UsageError(f"engine {base} uses prebuilt binaries ({e.bin_dir}): a build lever needs an engine parity builds (a source)")
         if not (e.series or lever.series):
             raise UsageError(f"engine {base} has no patch series: --series-without / --series-until need one (or give --series DIR)")
-    if not lever.builds() and all(e.env.get(k) == v and all(pe.get(k, v) == v for pe in e.paths.values()) for k, v in lever.env.items()):
-        raise UsageError(f"--env {' '.join(f'{k}={v}' for k, v in lever.env.items())}: engine {base} already runs with it, arm B would be arm A "
-                         f"(for an A/A of one build: parity bench --aa --engines {base})")  # fmt: skip
     prof = copy.deepcopy(profile)
     # the lever's env wins over the engine's and every path's own (a path's env is applied last)
     paths = {p: {**penv, **lever.env} for p, penv in e.paths.items()}
@@ -145,6 +142,29 @@ def derive(profile, base: str, lever: Lever):
     prof.engines[name_b] = b
     prof.serving.reference_engine = base
     return prof, base, name_b
+
+
+def measured_env(e) -> dict[str, str]:
+    """The env an engine is measured with: its own, then its default path's (which wins)."""
+    return {**e.env, **(e.paths.get(e.default_path, {}) if e.default_path is not None else {})}
+
+
+def identical(profile, a: str, b: str, builds: dict) -> str | None:
+    """Why arm B is arm A (the same build and the same measured env), or None when they differ.
+    builds: check_build of each arm."""
+    ea, eb = profile.engine(a), profile.engine(b)
+    if builds.get(a) is None or builds.get(a) != builds.get(b):
+        return None
+    ba = builds[a]
+    if not ba.get("key") and not ba.get("prebuilt"):
+        return None
+    env_a, env_b = measured_env(ea), measured_env(eb)
+    if env_a != env_b:
+        return None
+    where = f"path {ea.default_path}" if ea.default_path is not None else "its env"
+    build = f"build {ba['key']}" if ba.get("key") else f"prebuilt {ba['prebuilt']}"
+    env = " ".join(f"{k}={v}" for k, v in sorted(env_a.items())) or "no env"
+    return f"arm B would be arm A: the same {build} and the same env on {where} ({env})"
 
 
 def resolve_pin(profile, base: str, lever: Lever, runner, out=None) -> None:

@@ -28,7 +28,7 @@ def write_report(ctx, doc: dict, measured: dict, serving: bool) -> str:
             kld = k.get("kld") or {}
             kl_rows.append([k["phase"], k["model"], k["path"] or "-", _f(kld.get(doc["arms"]["A"]), 6), _f(kld.get(doc["arms"]["B"]), 6), k["status"], k["detail"]])
     point_rows = [[c["point"], _f(c["ratio"]), f"[{_f(c['low'])}, {_f(c['high'])}]", c.get("n_blocks"), c.get("outcome"), ", ".join(_f(r) for r in c.get("ratios") or []),
-                   c.get("reason") or ""] for c in doc["measurement"]["points"]]  # fmt: skip
+                   (c.get("reason") or "") + holm_note(c.get("family"))] for c in doc["measurement"]["points"]]  # fmt: skip
     bench_tables = []
     if not serving and measured.get("paired") is not None:
         for metric in ("s_tg", "s_pp"):
@@ -43,3 +43,13 @@ def write_report(ctx, doc: dict, measured: dict, serving: bool) -> str:
     atomic_write_text(out_dir / name, text)
     ledger.append(out_dir, {"date": date, "phase": phase, "title": title, "verdict": doc["verdict"], "key_ratios": doc["key"]["text"], "report": name, "artifact": doc["run_dir"]})
     return f"reports/{name}"
+
+
+def holm_note(fam: dict | None) -> str:
+    """The cell's place in the verdict's family: its Holm level and the interval at that level."""
+    if not fam:
+        return ""
+    changed = f"; per cell {fam['unadjusted']}, in the family {fam['outcome']}" if fam["unadjusted"] != fam["outcome"] else ""
+    iv = f" [{_f(fam['low'])}, {_f(fam['high'])}]" if fam.get("low") is not None else ""
+    p = "-" if fam.get("p") is None else f"{fam['p']:.3g}"
+    return f"; p {p}, Holm level {fam['level']:.4g}{iv}{changed}"

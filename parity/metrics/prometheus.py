@@ -6,7 +6,11 @@ prometheus_client's parser on the engines' captured /metrics: importing that pac
 summed over its labels (vLLM labels each series with engine and model_name).  Around each point
 parity scrapes before and after, keeps the deltas of the counters below (and the
 gauges' values after), and reconciles them with the client:
-- generated tokens and finished requests must match the client exactly;
+- generated tokens and finished requests must match the client exactly, and so must prompt
+  tokens, counted the way the server counts them: vLLM's prompt_tokens_total holds the tokens
+  it took from its prefix cache, llama-server's holds only those it computed (plus
+  prompt_tokens_cached_total where the build has it; without it, the client's count less the
+  cached tokens each response reported);
 - the server's mean TTFT and E2E latency must agree with the client's: the client's
   include the network and the HTTP frontend (vLLM's API server tokenizes before its
   engine clock starts: ~6 ms on the 2-core CI box), so the client may be longer by up
@@ -39,6 +43,7 @@ class Series:
     e2e: str | None = None
     decode: str | None = None  # histogram of a request's decode time (the engine clock)
     prompt_computed: str | None = None  # counter of prompt tokens computed, reused ones excluded
+    prompt_cached: str | None = None  # counter of prompt tokens reused from cache, which prompt_tokens leaves out
 
 
 def parse(text: str) -> dict[str, float]:
@@ -105,9 +110,13 @@ def _hist_mean(before: dict, after: dict, base: str | None) -> float | None:
 def deltas(f: Series, before: dict, after: dict) -> dict:
     """The point's server-side figures under the engine's family (None: it does not expose it)."""
     queries, hits = _delta(before, after, f.prefix_queries), _delta(before, after, f.prefix_hits)
+    prompt = _delta(before, after, f.prompt_tokens)
+    cached = _delta(before, after, (f.prompt_cached,)) if f.prompt_cached else None
     return {
         "requests": _delta(before, after, f.requests),
-        "prompt_tokens": _delta(before, after, f.prompt_tokens),
+        "prompt_tokens": prompt if prompt is None or cached is None else prompt + cached,
+        # False: this server's prompt count leaves out the tokens it reused from its cache
+        "prompt_includes_cached": None if prompt is None else not (f.prompt_cached and cached is None),
         "generation_tokens": _delta(before, after, f.generation_tokens),
         "preemptions": _delta(before, after, f.preemptions),
         "prefix_queries": queries,
@@ -127,20 +136,37 @@ def _within(client_ms: float, server_ms: float) -> bool:
 
 def reconcile(server: dict, client: dict) -> list[dict]:
     """Rows {quantity, client, server, rule, status: ok | MISMATCH | not exposed}.
-    client: {"requests", "prompt_tokens", "generation_tokens", "ttft_mean_ms", "e2e_mean_ms"}."""
+    client: {"requests", "prompt_tokens", "generation_tokens", "ttft_mean_ms", "e2e_mean_ms",
+    "cached_prompt_tokens"}; the last is what the responses said came from the server's cache
+    (None when not every one said), which a server whose prompt count leaves cached tokens out
+    (server["prompt_includes_cached"] False) is reconciled against."""
     rows = []
     for key, rule in (("requests", "exact"), ("generation_tokens", "exact"), ("prompt_tokens", "exact"), ("ttft_mean_ms", "tolerance"), ("e2e_mean_ms", "tolerance")):
         c, s = client.get(key), server.get(key)
+        text = "exact" if rule == "exact" else TIME_RULE
         if s is None:
             status = "not exposed"
         elif c is None:
             status = "no client value"
+        elif key == "prompt_tokens" and server.get("prompt_includes_cached") is False:
+            status, text = _prompt_without_cached(c, s, client.get("cached_prompt_tokens"))
         elif rule == "exact":
             status = "ok" if round(s) == round(c) else "MISMATCH"
         else:
             status = "ok" if _within(c, s) else "MISMATCH"
-        rows.append({"quantity": key, "client": c, "server": s, "rule": "exact" if rule == "exact" else TIME_RULE, "status": status})
+        rows.append({"quantity": key, "client": c, "server": s, "rule": text, "status": status})
     return rows
+
+
+def _prompt_without_cached(client: float, server: float, cached: float | None) -> tuple[str, str]:
+    """A server that counts only the prompt tokens it computed (llama-server without
+    prompt_tokens_cached_total): its count is the client's less what the responses said came
+    from its cache; when they did not all say, it can only be lower than the client's."""
+    if cached is not None:
+        ok = round(server) == round(client - cached)
+        return ("ok" if ok else "MISMATCH"), f"exact, less the {cached:g} prompt tokens the responses said the server took from its cache (its counter leaves them out)"
+    ok = 0 <= round(client - server)
+    return ("ok" if ok else "MISMATCH"), "at most the client's: the server's counter leaves out tokens taken from its cache, and the responses did not all say how many"
 
 
 def mismatches(rows: list[dict]) -> list[str]:

@@ -45,7 +45,7 @@ from parity.tracer import TRACERS
 from parity.tracer.build import ensure_built, injection_env
 from parity.tracer.locate import find_cupti
 from parity.tracer.overhead import not_measured, tracer_overhead
-from parity.tracer.pairs import arm_block, engine_ms_per_token, paired_buckets
+from parity.tracer.pairs import arm_block, engine_ms_per_token, from_captures, paired_buckets
 from parity.tracer.trace import convert, require_clean, trace_files
 
 WORKLOADS = ("bench", "serve")
@@ -392,15 +392,7 @@ def _tracer_cost(plan: ProfilePlan, runs: list[dict]) -> list[dict]:
 def paired_from_captures(captures: list[dict], diffs: list[dict], engines: list[str], table) -> dict:
     """The paired bucket table of two arms from per-block differences (reference: the second arm,
     as the bench A/B takes the last engine as A)."""
-
-    by_label = {c["label"]: c for c in captures}
-    cells = {}
-    for d in diffs:
-        long, short = by_label[d["long"]], by_label[d["short"]]
-        eng = engine_ms_per_token(long.get("workload_rows") or [], short.get("workload_rows") or [], d["steps"], d["npl"])
-        cells[(long["engine"], long.get("block") or 0)] = arm_block(d, eng)
-    reference, candidate = engines[1], engines[0]
-    return paired_buckets(cells, reference, candidate, order=[b for b in table.order()])
+    return from_captures(captures, diffs, engines[1], engines[0], order=list(table.order()))
 
 
 def check_analysis(log_path: str) -> None:

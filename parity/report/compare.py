@@ -17,6 +17,7 @@ from parity import stats
 from parity.errors import UsageError
 from parity.metrics.registry import direction as metric_direction
 from parity.report.rundata import RunData, gate_problems, load_run, values_by_cell
+from parity.stats import family
 from parity.stats.unpaired import METHOD, ratio_change, welch
 from parity.errors import RegressionDetected
 from parity.report.sections import paired_points, pct
@@ -73,6 +74,12 @@ def compare_runs(a: RunData, b: RunData, metrics: list[str], rule: stats.Rule, *
             rows.append({"engine": engine, "n": n, "metric": metric, **r.to_dict(), "unpaired": up})
     if not rows:
         raise UsageError(f"nothing to compare: runs {a.run_id} and {b.run_id} share no engine x N cell")
+    # the comparison's verdict reads every engine x N x metric: its unpaired claims are held to the family (Holm)
+    for r, u in zip(rows, family.adjust_tests([r["unpaired"] for r in rows], 1 - rule.confidence)):
+        r["unpaired"] = u
+    sess = sessions(a, b, metrics, rule)
+    for r, c in zip(sess, family.adjust_tests([r["change"] for r in sess], 1 - rule.confidence)):
+        r["change"] = c
     counts = {v: sum(1 for r in rows if r["verdict"] == v) for v in stats.VERDICTS}
     return {
         "a": str(a.path),
@@ -91,7 +98,9 @@ def compare_runs(a: RunData, b: RunData, metrics: list[str], rule: stats.Rule, *
         "counts": counts,
         "verdict": stats.overall(r["verdict"] for r in rows),
         "unpaired_method": METHOD.replace("95 %", f"{rule.confidence * 100:g} %"),
-        "sessions": sessions(a, b, metrics, rule),
+        "sessions": sess,
+        "family": {"method": family.METHOD, "unpaired": family.family_line([r["unpaired"] for r in rows], "unpaired B/A of every engine x N x metric"),
+                   "sessions": family.family_line([r["change"] for r in sess], "change of every paired ratio from A to B")},
     }
 
 

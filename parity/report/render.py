@@ -15,6 +15,7 @@ reports to its own ledger (phases restart at 1 in each run dir)."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import os
@@ -38,7 +39,7 @@ from parity.report.compare import check_regressions, compare_runs
 from parity.report.efficiency_sections import efficiency_section
 from parity.report.ledger import rebuild
 from parity.report.plots import throughput_vs_clock
-from parity.report.telemetry_sections import plot_points, telemetry_section
+from parity.report.telemetry_sections import canary_section, plot_points, telemetry_section
 from parity.report.workload_sections import workload_section
 from parity.stats.paired import overall
 
@@ -167,6 +168,20 @@ def default_title(rd: RunData) -> str:
 
 
 def render_report(profile, req: ReportRequest) -> dict:
+    """The report, its sidecar and its ledger rows, written while the ledgers it joins are
+    locked: two reports into one directory at once take phases N and N+1 (before, both took N,
+    and with one title the second overwrote the first)."""
+    dirs = sorted({str(Path(d).expanduser().resolve()) for d in (req.out_dir, req.ledger_dir) if d})  # one order everywhere: no deadlock
+    with contextlib.ExitStack() as held:
+        for d in dirs:
+            try:
+                held.enter_context(ledger.locked(Path(d)))
+            except OSError:  # not a usable directory: the report below says so, as it did unlocked
+                pass
+        return _render_report(profile, req)
+
+
+def _render_report(profile, req: ReportRequest) -> dict:
     if req.verdict is not None and req.verdict not in USER_VERDICTS:
         raise UsageError(f"--verdict {req.verdict}: must be one of {', '.join(USER_VERDICTS)}")
     if req.phase is not None and req.phase <= 0:
@@ -218,7 +233,7 @@ def render_report(profile, req: ReportRequest) -> dict:
         "validity": validity_section(rd), "reconciliation": reconciliation_section(rd), "server": server_section(rd), "output_parity": output_parity_section(rd),
         "buckets": buckets_section(rd), "bench": bench_section(rd), "bench_ab": bench_ab_section(rd), "ab": ab, "ab_rows": ab_table(ab) if ab else [], "sessions_rows": sessions_table(ab) if ab else [], "plots": figs, "plot_note": plot_note,
         "definitions": defs, "definitions_note": defs_note, "reproduce": reproduce(rd), "notes": rd.notes, "workload": workload, "efficiency": efficiency,
-        "telemetry": telemetry_section(rd),
+        "telemetry": telemetry_section(rd), "canary": canary_section(rd),
     }
     text = _env().get_template("report.md.j2").render(**ctx)
     atomic_write_text(md_path, text)

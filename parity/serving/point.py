@@ -65,6 +65,8 @@ def client_side(recs: list[RequestRecord], row: dict) -> dict:
     return {
         "requests": len(ok),
         "prompt_tokens": row.get("prompt_tok_total"),
+        # what the responses said came from the server's cache (usage cached_tokens / timings.cache_n): all, or unknown
+        "cached_prompt_tokens": sum(r.cached_tokens for r in ok) if ok and all(r.cached_tokens is not None for r in ok) else None,
         "generation_tokens": row.get("gen_total"),
         "ttft_mean_ms": row.get("ttft_mean_ms"),
         "e2e_mean_ms": round(sum(e2e) / len(e2e), 3) if e2e else None,

@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from parity import session
+from parity.stats.adaptive import Budget, parse_until_ci
+from parity.stats import canary
 from parity.engines import kind_of
 from parity.errors import UsageError
 from parity.gates.prepost import GateSpec
@@ -32,7 +34,6 @@ from parity.serving import summary, workload_summary
 from parity.serving.efficiency import for_snapshot
 from parity.serving.sweep import run_arm
 from parity.serving.workloads import attach, resolve
-from parity.stats.adaptive import Budget
 from parity.stats.blocks import block_line, block_order, half_widths, run_blocks
 from parity.stats.calibrate import WINDOWS, choose, outran, outran_line
 from parity.workloads.calibration import choose_for, plan_text, why_off, with_value
@@ -57,6 +58,7 @@ class SnapshotPlan:
     calibration: dict | None = None  # what the calibration chose, with its evidence (summary.json "calibration")
     trial_arms: list = field(default_factory=list)  # the calibration trial's arms when it did not count
     stop: dict | None = None  # which stop rule ended the sweep (summary.json "stop")
+    canary: dict | None = None  # the drift canary's samples and flagged blocks (summary.json "canary")
 
 
 @dataclass
@@ -77,7 +79,7 @@ class SnapshotRequest:
     dry_run: bool = False
     workload: str | dict | None = None  # a built-in kind or serving.workloads.NAME (or a campaign's inline mapping)
     workload_opts: list[str] = field(default_factory=list)  # --workload-opt KEY=VALUE
-    until_ci: float | None = None  # adaptive repeats (None: stats.until_ci_pct)
+    until_ci: float | str | None = None  # adaptive repeats: PCT or METRIC=PCT,... (None: stats.until_ci_pct / until_ci_targets)
     max_repeats: int | None = None  # None: stats.max_repeats
     budget_s: float | None = None  # None: stats.budget_s
 
@@ -147,13 +149,16 @@ def make_budget(ctx, req: SnapshotRequest, plan: SnapshotPlan, workload):
     import math
 
     st = ctx.profile.stats
-    for flag, v in (("--until-ci", req.until_ci), ("--budget-s", req.budget_s)):
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0):
-            raise UsageError(f"{flag} must be a positive number, got {v!r}")
+    if req.budget_s is not None and (isinstance(req.budget_s, bool) or not isinstance(req.budget_s, (int, float)) or not math.isfinite(req.budget_s) or req.budget_s <= 0):
+        raise UsageError(f"--budget-s must be a positive number, got {req.budget_s!r}")
     if req.max_repeats is not None and not positive_int(req.max_repeats):
         raise UsageError(f"--max-repeats must be a positive integer, got {req.max_repeats!r}")
-    pct = req.until_ci if req.until_ci is not None else st.until_ci_pct
-    if pct is None:
+    # --until-ci PCT or METRIC=PCT,... replaces the profile's stats.until_ci_pct and until_ci_targets
+    pct, targets = parse_until_ci(req.until_ci) if req.until_ci is not None else (st.until_ci_pct, dict(st.until_ci_targets))
+    unknown = sorted(set(targets) - set(st.metrics))
+    if unknown:
+        raise UsageError(f"--until-ci: {unknown[0]} is not a headline metric the stop rule watches (stats.metrics: {', '.join(st.metrics)})")
+    if pct is None and not targets:
         if req.max_repeats is not None or req.budget_s is not None:
             raise UsageError(f"{'--max-repeats' if req.max_repeats is not None else '--budget-s'} bounds adaptive repeats: give --until-ci PCT too (or --repeat N for a fixed count)")
         return Budget(until_ci_pct=None, min_blocks=plan.repeat, max_blocks=plan.repeat)
@@ -167,7 +172,7 @@ def make_budget(ctx, req: SnapshotRequest, plan: SnapshotPlan, workload):
     hi = req.max_repeats if req.max_repeats is not None else st.max_repeats
     if hi < lo:
         raise UsageError(f"--max-repeats {hi} is below the minimum of {lo} blocks (--repeat/serving.repeat {plan.repeat}, and an interval needs 2)")
-    return Budget(until_ci_pct=float(pct), min_blocks=lo, max_blocks=hi, max_seconds=req.budget_s if req.budget_s is not None else st.budget_s)
+    return Budget(until_ci_pct=None if pct is None else float(pct), min_blocks=lo, max_blocks=hi, max_seconds=req.budget_s if req.budget_s is not None else st.budget_s, targets=targets)
 
 
 def served_model_problem(ctx, engine: str, model: str) -> str | None:
@@ -251,7 +256,7 @@ def dry_run(ctx, plan: SnapshotPlan) -> dict:
         "lock_dir": str(lock_effective_dir(ctx.profile.lock)),
         "port_free": port_free(s.port),
         "metrics": definitions(),
-        "budget": plan.budget.describe() + ("" if plan.budget.until_ci_pct is None else f"; the order above is the minimum, further blocks keep its rotation"),
+        "budget": plan.budget.describe() + ("" if not plan.budget.adaptive else f"; the order above is the minimum, further blocks keep its rotation"),
         "calibration": calibration_plan(plan),
         **({"workload": plan.workload.describe()} if plan.workload is not None else {}),
     }
@@ -319,6 +324,8 @@ def run_notes(plan: SnapshotPlan) -> dict:
     out = {}
     if plan.stop is not None:
         out["stop"] = plan.stop
+    if plan.canary is not None:
+        out["canary"] = plan.canary
     if plan.calibration is not None:
         out["calibration"] = plan.calibration
         if plan.trial_arms:
@@ -348,14 +355,19 @@ def sweep_all(ctx, plan: SnapshotPlan) -> list[dict]:
             plan.stop = {"rule": "fixed", "why": f"{plan.repeat} repeats as asked (aabb)", "blocks": plan.repeat, "budget": budget.describe()}
             return arms
         counted = [0]
+        probes: list[dict] = []  # the drift canary's samples (parity.stats.canary)
 
         def run_block(b: int) -> bool:
             for engine in block_order(plan.engines, b, plan.shape.order):
                 if (b, engine) not in plan.order:
                     plan.order.append((b, engine))
                     prog.update(task, total=len(plan.order) * len(plan.npl))
+                if st.canary != "off":
+                    probes.append({"block": b, "engine": engine, "ms": round(canary.host_probe(), 3)})
                 arms.append(run_arm(ctx, plan, engine, b, prog, task))
                 partial(counted[0])
+            if st.canary == "discard":
+                canary.discard(arms, b, canary.assess(probes))
             if b == 0 and plan.calibrate is not None:
                 return calibrate_after_trial(ctx, plan, arms)
             return True
@@ -368,6 +380,9 @@ def sweep_all(ctx, plan: SnapshotPlan) -> list[dict]:
             ctx.out.info(block_line(block, n, hw, decision, budget))
 
         rule, why, blocks, seconds = run_blocks(budget, run_block, widths, report)
+        if probes:
+            plan.canary = {**canary.assess(probes), "policy": st.canary}
+            ctx.out.info(canary.line(plan.canary))
     plan.order = [(a["repeat"], a["engine"]) for a in [*plan.trial_arms, *arms]]  # as run
     plan.repeat = blocks
     plan.stop = {"rule": rule, "why": why, "blocks": blocks, "measured_s": round(seconds, 1), "budget": budget.describe()}

@@ -315,7 +315,6 @@ def finish(arm: Arm, wl: Workload, m: Measured) -> dict:
            **point_row(wl.kind, wl.cfg, m, server, s.min_window_s, s.invalid_tolerance), "prompt": "tokens"}  # fmt: skip
     if server is not None:
         recon = server_metrics.reconcile(server, client_side(m.records, row))
-        explain_reuse(recon, server, row)
         row["server"], row["reconciliation"] = server, recon
         for text in server_metrics.mismatches(recon):
             arm.ctx.out.warn(f"{arm.engine} r{arm.rep} {wl.name} {m.label}: server and client disagree on {text}")
@@ -326,16 +325,6 @@ def finish(arm: Arm, wl: Workload, m: Measured) -> dict:
     if m.metrics_text is not None:
         arm.ctx.run.write_text(f"servers/{stem}.metrics.txt", m.metrics_text)
     return row
-
-
-def explain_reuse(recon: list[dict], server: dict, row: dict) -> None:
-    """A llama-server build without prompt_tokens_cached_total counts only the prompt tokens it
-    computed: a prompt-token gap equal to the reuse it did is that, not a disagreement."""
-    reused = row.get("prefix_hits_derived")
-    for r in recon:
-        if r["quantity"] == "prompt_tokens" and r["status"] == "MISMATCH" and server.get("prefix_hits") is None and reused and r["client"] is not None:
-            if round(r["client"] - r["server"]) == round(reused):
-                r["status"], r["rule"] = "ok", "exact, + tokens reused from cache (this build does not count them)"
 
 
 # ------------------------------------------------------------------ the kinds

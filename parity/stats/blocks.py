@@ -48,13 +48,14 @@ def block_line(block: int, counted: int, widths: dict, decision, budget: Budget)
     done = [(v, k) for k, v in widths.items() if v is not None]
     if widths and done:
         v, k = max(done)
-        open_ = sum(1 for x in widths.values() if x is None or (budget.until_ci_pct is not None and x > budget.until_ci_pct))
-        wide = f"widest {pct(v)} ({k})" + (f", {open_}/{len(widths)} over {budget.until_ci_pct:g}%" if budget.until_ci_pct is not None else "")
+        open_ = sum(1 for lbl, x in widths.items() if budget.target(lbl) is not None and (x is None or x > budget.target(lbl)))
+        over = "their targets" if budget.targets else f"{budget.until_ci_pct:g}%" if budget.until_ci_pct is not None else ""
+        wide = f"widest {pct(v)} ({k})" + (f", {open_}/{len(widths)} over {over}" if budget.adaptive else "")
     elif widths:
         wide = "no interval yet (needs 2 blocks)"
     else:
         wide = "no paired interval (one engine or no reference)"
-    state = f"stop: {decision[0]}: {decision[1]}" if decision else ("next block" if budget.until_ci_pct is None else f"next block (at least {budget.min_blocks}, at most {budget.max_blocks})")
+    state = f"stop: {decision[0]}: {decision[1]}" if decision else ("next block" if not budget.adaptive else f"next block (at least {budget.min_blocks}, at most {budget.max_blocks})")
     return f"block {block} done ({counted} measured): {wide}; {state}"
 
 

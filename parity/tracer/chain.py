@@ -46,7 +46,8 @@ def _oriented(pairs: dict, engine: str, reference: str) -> list[dict]:
 def kernel_link(static: dict, pairs: dict, engine: str, reference: str) -> dict:
     """{"static", "buckets": [...], "kernels", "remainder", "reads"}: static = sum of buckets + remainder."""
     rows = _oriented(pairs, engine, reference)
-    buckets = [_row(r["bucket"], r["delta_ms_per_token"], r["delta_low"], r["delta_high"], r["blocks"]) for r in rows if r["kind"] == "bucket"]
+    buckets = [_row(r["bucket"], r["delta_ms_per_token"], r["delta_low"], r["delta_high"], r["blocks"]) | {"ran": r.get("ran", True), "in_decode": r.get("in_decode")}
+               for r in rows if r["kind"] == "bucket"]  # fmt: skip
     k = next(r for r in rows if r["bucket"] == KERNELS)
     hk = None if k["delta_low"] is None else (k["delta_high"] - k["delta_low"]) / 2
     hs = static.get("half_width")
@@ -69,9 +70,16 @@ def _row(name, mean, low, high, n) -> dict:
 def lines(link: dict) -> list[str]:
     f = lambda x: "-" if x is None else f"{x:+.5f}"  # noqa: E731
     out = [f"kernels {link['engine']}/{link['reference']}: {link['reads']}", f"  {'link':<26} {'B-A ms/token':>14} {'95 % interval':>26}"]
-    for r in [link["static"], *sorted(link["buckets"], key=lambda r: -abs(r["delta_ms_per_token"] or 0)), link["kernels"], link["remainder"]]:
-        out.append(f"  {r['link']:<26} {f(r['delta_ms_per_token']):>14} {'[' + f(r['low']) + ', ' + f(r['high']) + ']':>26}{' *' if r['excludes_zero'] else ''}")
-    out.append("  * the interval excludes 0;  method: " + link["method"])
+    ran = [r for r in link["buckets"] if r.get("ran", True)]
+    for r in [link["static"], *sorted(ran, key=lambda r: -abs(r["delta_ms_per_token"] or 0)), link["kernels"], link["remainder"]]:
+        mark = " o" if r.get("in_decode") is False else (" *" if r["excludes_zero"] else "")
+        out.append(f"  {r['link']:<26} {f(r['delta_ms_per_token']):>14} {'[' + f(r['low']) + ', ' + f(r['high']) + ']':>26}{mark}")
+    off = [r["link"] for r in link["buckets"] if not r.get("ran", True)]
+    out.append("  * the interval excludes 0; unmarked: wider than the value" + ("; o: no decode launches (prefill/warmup jitter)" if any(r.get("in_decode") is False for r in ran) else "")
+               + (f"; not run in either arm: {', '.join(off)}" if off else ""))  # fmt: skip
+    if link.get("steps_note"):
+        out.append("  note: " + link["steps_note"])
+    out.append("  method: " + link["method"])
     return out
 
 
@@ -82,12 +90,13 @@ def plot(link: dict, path: str, title: str = "") -> str:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [link["static"], *sorted(link["buckets"], key=lambda r: -abs(r["delta_ms_per_token"] or 0)), link["remainder"]]
+    ran = [r for r in link["buckets"] if r.get("ran", True)]  # buckets no arm ran are not bars of zero
+    rows = [link["static"], *sorted(ran, key=lambda r: -abs(r["delta_ms_per_token"] or 0)), link["remainder"]]
     rows = [r for r in rows if r["delta_ms_per_token"] is not None]
     names = [r["link"] for r in rows]
     vals = [r["delta_ms_per_token"] for r in rows]
     err = [[(v - r["low"]) if r["low"] is not None else 0 for v, r in zip(vals, rows)], [(r["high"] - v) if r["high"] is not None else 0 for v, r in zip(vals, rows)]]
-    colors = ["#444444"] + ["#3070b0"] * (len(rows) - 2) + ["#c07030"] if len(rows) >= 2 else ["#444444"]
+    colors = ["#444444" if r is link["static"] else "#c07030" if r is link["remainder"] else "#b0b0b0" if r.get("in_decode") is False else "#3070b0" for r in rows]
     fig, ax = plt.subplots(figsize=(8, 0.4 * len(rows) + 1.5))
     ax.barh(range(len(rows)), vals, xerr=err, color=colors[: len(rows)], capsize=3)
     ax.set_yticks(range(len(rows)), names)

@@ -26,6 +26,8 @@ from parity.errors import InfraError, UsageError
 
 FORMAT = 1
 MODE_KEY = "CUDA_GRAPH_TRACE_OPTIONS:MODE"  # as nsys records the graph trace mode in META_DATA_CAPTURE
+NODE_RULE = ("a graph launch matches when its kernels (one correlation id) number the kernel nodes of the executable graph it launched "
+             "(cuGraphGetNodes at instantiation) and no graph node ran twice in it")  # fmt: skip
 
 # nsys export column names (tests/data/profile/kernel-columns.txt lists the documented ones)
 KERNEL_COLUMNS = [
@@ -243,33 +245,50 @@ def convert(files: list[str], sqlite_out: str | Path, *, chunk: int = 20000) -> 
 
 
 def _summarize(conn, procs: list[Process]) -> dict:
-    """Processes, graphs and the per-launch check: kernels per graph launch (one correlation id)
-    against the kernel-node count of the graph that was instantiated."""
+    """Processes, graphs and the per-launch check: the kernels of each graph launch (one
+    correlation id) against the kernel-node count of the executable graph it launched.
+
+    Which graph a launch ran: its cuGraphLaunch line (L) names the executable graph's CUPTI id;
+    without one, the kernels' graphId is taken as that id.  On CUPTI 13.0 (H100 captures in
+    tests/data/profile/cupti) a kernel record's graphId is the executable graph's id
+    (cuptiGetGraphExecId), not the id of the graph it was instantiated from (cuptiGetGraphId),
+    and the high 32 bits of its graphNodeId are that id too; the kernel-node count comes from
+    the G line of that executable graph (cuGraphGetNodes at instantiation)."""
     q = lambda sql: conn.execute(sql).fetchall()  # noqa: E731
     kernels, graph_kernels, node_kernels = q("SELECT COUNT(*), SUM(graphId IS NOT NULL), SUM(graphNodeId IS NOT NULL) FROM CUPTI_ACTIVITY_KIND_KERNEL")[0]
     launches_l = q("SELECT COUNT(*) FROM PARITY_CUPTI_GRAPH_LAUNCHES")[0][0]
-    nodes_by_graph: dict = {}
-    for pid, gid, k in q("SELECT globalPid, graphId, kernelNodes FROM PARITY_CUPTI_GRAPHS WHERE kernelNodes IS NOT NULL"):
-        nodes_by_graph.setdefault((pid, gid), set()).add(int(k))
-    per_launch = q("SELECT globalPid, graphId, correlationId, COUNT(*), COUNT(DISTINCT graphNodeId) FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE graphId IS NOT NULL GROUP BY globalPid, graphId, correlationId")
-    matched = unknown = 0
+    execs = {(pid, eid): (gid, nodes, k) for pid, gid, eid, nodes, k in q("SELECT globalPid, graphId, graphExecId, nodes, kernelNodes FROM PARITY_CUPTI_GRAPHS")}
+    launched = {(pid, corr): eid for pid, corr, eid in q("SELECT globalPid, correlationId, graphExecId FROM PARITY_CUPTI_GRAPH_LAUNCHES")}
+    per_launch = q("SELECT globalPid, graphId, correlationId, COUNT(*), COUNT(DISTINCT graphNodeId) FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE graphId IS NOT NULL "
+                   "GROUP BY globalPid, graphId, correlationId")  # fmt: skip
+    node_ids = {(pid, gid): n for pid, gid, n in q("SELECT globalPid, graphId, COUNT(DISTINCT graphNodeId) FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE graphId IS NOT NULL GROUP BY globalPid, graphId")}
+    matched = unknown = by_launch_line = 0
     mismatched: list[dict] = []
     counts: dict = {}
+    graph_of: dict = {}  # (pid, kernels' graphId) -> the executable graph's G row key
     for pid, gid, corr, n, distinct in per_launch:
         counts.setdefault((pid, gid), {}).setdefault(n, 0)
         counts[(pid, gid)][n] += 1
-        want = nodes_by_graph.get((pid, gid))
-        if not want:
+        eid = launched.get((pid, corr))
+        by_launch_line += eid is not None
+        key = (pid, gid if eid is None else eid)
+        g = execs.get(key)
+        if g is not None:
+            graph_of[(pid, gid)] = key
+        want = None if g is None else g[2]
+        if want is None:
             unknown += 1
-        elif n in want:
+        elif n == want and distinct == n:
             matched += 1
-        elif len(mismatched) < 5:
-            mismatched.append({"pid": pid, "graph_id": gid, "correlation_id": corr, "kernels": n, "distinct_nodes": distinct, "kernel_nodes": sorted(want)})
         else:
-            mismatched.append(None)
-    mism = [m for m in mismatched if m]
-    graphs = [{"pid": pid, "graph_id": gid, "kernel_nodes": sorted(nodes_by_graph.get((pid, gid), [])), "kernels_per_launch": {str(k): v for k, v in sorted(c.items())}} for (pid, gid), c in sorted(counts.items())]
-    mode = "node" if node_kernels else ("graph" if (launches_l or graph_kernels) else None)
+            mismatched.append({"pid": pid, "graph_id": gid, "exec_id": key[1], "correlation_id": corr, "kernels": n, "distinct_nodes": distinct, "kernel_nodes": want})
+    graphs = []
+    for (pid, gid), c in sorted(counts.items()):
+        g = execs.get(graph_of.get((pid, gid), (pid, gid)))
+        graphs.append({"pid": pid, "graph_id": gid, "source_graph_id": None if g is None else g[0], "nodes": None if g is None else g[1],
+                       "kernel_nodes": None if g is None else g[2], "distinct_node_ids": node_ids.get((pid, gid)),
+                       "kernels_per_launch": {str(k): v for k, v in sorted(c.items())}})  # fmt: skip
+    mode = trace_mode(int(node_kernels or 0), int(graph_kernels or 0), int(launches_l), len(execs))
     return {
         "processes": [p.__dict__ | {} for p in procs],
         "kernels": int(kernels or 0),
@@ -277,10 +296,21 @@ def _summarize(conn, procs: list[Process]) -> dict:
         "graph_node_kernels": int(node_kernels or 0),
         "graph_launches_seen": int(launches_l),
         "graph_launches_traced": len(per_launch),
-        "node_check": {"launches": len(per_launch), "matched": matched, "mismatched": len(mismatched), "unknown": unknown, "examples": mism},
+        "node_check": {"launches": len(per_launch), "matched": matched, "mismatched": len(mismatched), "unknown": unknown, "by_launch_line": by_launch_line,
+                       "rule": NODE_RULE, "examples": mismatched[:5]},  # fmt: skip
         "graphs": graphs,
         "graph_trace_mode": mode,
     }
+
+
+def trace_mode(node_kernels: int, graph_kernels: int, launches: int, graphs: int) -> str:
+    """The graph trace mode the export records, as nsys's META_DATA_CAPTURE does: "node" when
+    kernels carry graph-node ids, and also when no graph was instantiated or launched at all
+    (the library records every graph at node level; nothing ran in one), "graph" when graphs ran
+    but no kernel has a node id (collapsed)."""
+    if node_kernels:
+        return "node"
+    return "graph" if (launches or graph_kernels or graphs) else "node"
 
 
 def problems(summary: dict, allow_collapsed: bool = False) -> list[str]:
@@ -300,9 +330,10 @@ def problems(summary: dict, allow_collapsed: bool = False) -> list[str]:
             out.append(f"{who}: CUPTI error: {e}")
         if p["bad_lines"]:
             out.append(f"{who}: {p['bad_lines']} unreadable lines (first: {p['first_bad']!r})")
-        decl = p["declared"].get("kernels")
-        if p["complete"] and decl is not None and decl != p["counted"]["kernels"]:
-            out.append(f"{who}: the library wrote {decl} kernel records, the file holds {p['counted']['kernels']}")
+        for what, word in (("kernels", "kernel records"), ("launches", "graph launches")):
+            decl = p["declared"].get(what)
+            if p["complete"] and decl is not None and decl != p["counted"][what]:
+                out.append(f"{who}: the library wrote {decl} {word}, the file holds {p['counted'][what]}")
     if not allow_collapsed and summary["graph_trace_mode"] == "graph":
         out.append(f"collapsed trace: {summary['graph_launches_seen']} CUDA-graph launches but no kernel carries a graph-node id, so each replay is one opaque "
                    "launch and per-kernel attribution of decode would be wrong (this CUPTI does not resolve graph nodes)")  # fmt: skip
@@ -310,7 +341,8 @@ def problems(summary: dict, allow_collapsed: bool = False) -> list[str]:
     if nc["mismatched"]:
         ex = nc["examples"][0] if nc["examples"] else {}
         out.append(f"{nc['mismatched']} of {nc['launches']} graph launches ran a kernel count that is not their graph's kernel-node count "
-                   f"(e.g. graph {ex.get('graph_id')}: {ex.get('kernels')} kernels, nodes {ex.get('kernel_nodes')}): records were lost or merged")  # fmt: skip
+                   f"(e.g. graph {ex.get('graph_id')}: {ex.get('kernels')} kernels on {ex.get('distinct_nodes')} distinct nodes, "
+                   f"{ex.get('kernel_nodes')} kernel nodes): records were lost or merged")  # fmt: skip
     return out
 
 

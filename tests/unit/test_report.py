@@ -322,3 +322,29 @@ def test_a_campaign_can_keep_its_own_ledger(tmp_path):
     other = tmp_path / "team-ledger"
     c = _step(tmp_path, _campaign_run(tmp_path, "20261122_021700_nightly"), ledger=str(other))
     assert c["phase"] == 1 and ledger.read_rows(other)[0]["phase"] == "1"
+
+
+def test_reports_written_at_once_into_one_directory_take_their_own_phases(tmp_path):
+    """Four `parity report` processes into one directory, one title: four reports, phases 1-4,
+    four ledger rows (before, they could all take phase 1 and overwrite one another's file)."""
+    import subprocess
+    import sys
+    import time
+
+    from conftest import REPO
+
+    code = ("import sys, os, time\nwhile not os.path.exists(sys.argv[1]): time.sleep(0.002)\n"
+            "import runpy\nsys.argv = ['parity'] + sys.argv[2:]\nrunpy.run_module('parity', run_name='__main__', alter_sys=True)")  # fmt: skip
+    args = ["report", str(DATA / "candidate"), "--out-dir", str(tmp_path / "out"), "--title", "nightly", "--no-plots", "--json"]
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "go"), *args], cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(4)]  # fmt: skip
+    time.sleep(1.0)
+    (tmp_path / "go").write_text("")
+    docs = []
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err[-2000:]
+        docs.append(json.loads(out))
+    assert sorted(d["phase"] for d in docs) == [1, 2, 3, 4] and len({d["report"] for d in docs}) == 4
+    assert sorted(int(r["phase"]) for r in ledger.read_rows(tmp_path / "out")) == [1, 2, 3, 4]
+    assert all(Path(d["report"]).is_file() for d in docs)

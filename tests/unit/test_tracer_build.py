@@ -83,3 +83,13 @@ def test_unknown_driver_cuda_without_a_toolkit_cupti_says_so(monkeypatch):
     monkeypatch.delenv(locate.ENV_ROOT, raising=False)
     with pytest.raises(UsageError, match="driver's CUDA version is unknown"):
         locate.find_cupti(None, None)
+
+
+def test_the_device_selftest_program_compiles(tmp_path):
+    """scripts/cupti-graph-selftest.cu (device-h100-cupti.sh stage selftest) with this machine's nvcc,
+    as the stage builds it on the GPU host."""
+    nvcc = Path("/usr/local/cuda/bin/nvcc")
+    assert nvcc.is_file(), "this machine's CUDA toolkit (nvcc 13.0 at /usr/local/cuda) is missing"
+    src = Path(__file__).resolve().parents[2] / "scripts" / "cupti-graph-selftest.cu"
+    r = LocalRunner().run([str(nvcc), "-O2", "-arch=sm_90", "-o", str(tmp_path / "graph-selftest"), str(src)], timeout=600)
+    assert r.ok and (tmp_path / "graph-selftest").is_file(), r.tail(5)

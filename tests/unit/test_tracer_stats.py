@@ -78,6 +78,10 @@ def test_a_lost_engine_time_is_named_not_a_zero_remainder(tmp_path):
     assert doc["engine_time_missing"] == ["paged block 1"] and rows["remainder"]["blocks"] == 1 and rows["remainder"]["delta_low"] is None
     assert pairs.engine_ms_per_token([{"t_tg": 2.0}], [], 8, 2) is None
     assert pairs.engine_ms_per_token([{"t_tg": 2.0}], [{"t_tg": 0.4}], 8, 2) == pytest.approx(100.0)
+    # S_TG (= B x TG / t_tg, 2 decimals) carries the TG time to more digits than T_TG's 3 decimals: it wins
+    long, short = {"tg": 32, "b": 8, "t_tg": 0.323, "s_tg": 792.64}, {"tg": 8, "b": 8, "t_tg": 0.104, "s_tg": 613.88}
+    assert pairs.engine_ms_per_token([long], [short], 24, 8) == pytest.approx((256 / 792.64 - 64 / 613.88) * 1000 / 192, rel=1e-12)
+    assert pairs.engine_seconds([long], [{**short, "s_tg": 0.0}]) == pytest.approx((256 / 792.64, 0.104))
 
 
 def test_the_kernel_link_on_the_h100_lever_bench(tmp_path):

@@ -20,6 +20,8 @@
 //   S start end device context stream correlation graphId graphNodeId value bytes memoryKind
 //   G graphId graphExecId nodes kernelNodes     an instantiated graph (cuGraphInstantiate)
 //   L correlation graphExecId graphId           a graph launch (cuGraphLaunch)
+//   (G and L lines are gathered on the application's threads and written with each buffer of
+//   records and at exit: not in time order with the K lines; nothing reads them in order)
 //   # dropped <n> / # buffers <requested> <refused> / # records <K> <M> <S> <L> / # end
 // A file without "# end" belongs to a process that did not exit normally: parity refuses it.
 #include <cupti.h>
@@ -42,8 +44,9 @@
 
 namespace {
 
-std::mutex g_mu;            // the file, the name table, the counters
+std::mutex g_mu;            // the file, the name table, the record counters
 std::mutex g_pool_mu;       // the buffer pool
+std::mutex g_graph_mu;      // graphs and launches: taken on the application's threads, never held while records are written
 FILE *g_out = nullptr;
 pid_t g_pid = 0;
 size_t g_buf_size = 8u << 20;
@@ -51,10 +54,14 @@ size_t g_max_buffers = 64;
 size_t g_allocated = 0;
 std::vector<uint8_t *> g_free;
 uint64_t g_dropped = 0, g_requested = 0, g_refused = 0;
-uint64_t g_kernels = 0, g_memcpys = 0, g_memsets = 0, g_launches = 0;
+uint64_t g_kernels = 0, g_memcpys = 0, g_memsets = 0;
 bool g_count_nodes = true;
 std::unordered_map<const char *, uint32_t> g_names;
+// under g_graph_mu: a launch callback only appends a line here, so a graph launch never waits
+// for a buffer of records being written (tens of ms for a full buffer)
 std::unordered_map<uint32_t, uint32_t> g_exec_graph;  // graphExecId -> graphId
+std::string g_pending;                                 // G and L lines not yet in the file
+uint64_t g_launches = 0;
 CUpti_SubscriberHandle g_subscriber;
 
 std::string clean(const char *s) {
@@ -137,6 +144,22 @@ void write_record(CUpti_Activity *r) {  // under g_mu
   }
 }
 
+uint64_t write_pending() {  // under g_mu: the graph and launch lines gathered since the last call; the launches counted with them
+  std::string lines;
+  uint64_t launches;
+  {
+    std::lock_guard<std::mutex> lock(g_graph_mu);
+    lines.swap(g_pending);
+    launches = g_launches;
+  }
+  if (g_out && !lines.empty()) fwrite(lines.data(), 1, lines.size(), g_out);
+  return launches;
+}
+
+void pend(const char *line, int n) {  // under g_graph_mu
+  if (n > 0) g_pending.append(line, (size_t)n < 256 ? (size_t)n : 255);
+}
+
 void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *buffer, size_t, size_t valid) {
   {
     std::lock_guard<std::mutex> lock(g_mu);
@@ -144,6 +167,7 @@ void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *buffer, 
     if (g_out && valid > 0) {
       while (cuptiActivityGetNextRecord(buffer, valid, &record) == CUPTI_SUCCESS) write_record(record);
     }
+    write_pending();
     size_t dropped = 0;
     if (cuptiActivityGetNumDroppedRecords(ctx, stream, &dropped) == CUPTI_SUCCESS) g_dropped += dropped;
   }
@@ -183,9 +207,11 @@ void CUPTIAPI on_callback(void *, CUpti_CallbackDomain domain, CUpti_CallbackId 
     cuptiGetGraphExecId(g->graphExec, &eid);
     size_t nodes = (size_t)-1, kernels = (size_t)-1;
     if (g_count_nodes) graph_nodes(g->graph, &nodes, &kernels);
-    std::lock_guard<std::mutex> lock(g_mu);
+    char line[256];
+    int n = snprintf(line, sizeof line, "G\t%u\t%u\t%lld\t%lld\n", gid, eid, (long long)nodes, (long long)kernels);
+    std::lock_guard<std::mutex> lock(g_graph_mu);
     g_exec_graph[eid] = gid;
-    if (g_out) fprintf(g_out, "G\t%u\t%u\t%lld\t%lld\n", gid, eid, (long long)nodes, (long long)kernels);
+    pend(line, n);
     return;
   }
   if (domain == CUPTI_CB_DOMAIN_DRIVER_API &&
@@ -197,10 +223,11 @@ void CUPTIAPI on_callback(void *, CUpti_CallbackDomain domain, CUpti_CallbackId 
                            : ((const cuGraphLaunch_ptsz_params *)info->functionParams)->hGraphExec;
     uint32_t eid = 0;
     cuptiGetGraphExecId(exec, &eid);
-    std::lock_guard<std::mutex> lock(g_mu);
+    std::lock_guard<std::mutex> lock(g_graph_mu);
     auto it = g_exec_graph.find(eid);
     g_launches++;
-    if (g_out) fprintf(g_out, "L\t%u\t%u\t%lld\n", info->correlationId, eid, it == g_exec_graph.end() ? -1LL : (long long)it->second);
+    char line[256];
+    pend(line, snprintf(line, sizeof line, "L\t%u\t%u\t%lld\n", info->correlationId, eid, it == g_exec_graph.end() ? -1LL : (long long)it->second));
   }
 }
 
@@ -208,9 +235,10 @@ void at_exit() {
   if (!g_out || getpid() != g_pid) return;  // a forked child does not close its parent's trace
   cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
   std::lock_guard<std::mutex> lock(g_mu);
+  uint64_t launches = write_pending();
   fprintf(g_out, "# dropped %llu\n# buffers %llu %llu\n# records %llu %llu %llu %llu\n# end\n", (unsigned long long)g_dropped,
           (unsigned long long)g_requested, (unsigned long long)g_refused, (unsigned long long)g_kernels,
-          (unsigned long long)g_memcpys, (unsigned long long)g_memsets, (unsigned long long)g_launches);
+          (unsigned long long)g_memcpys, (unsigned long long)g_memsets, (unsigned long long)launches);
   fclose(g_out);
   g_out = nullptr;
 }
