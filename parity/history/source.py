@@ -11,7 +11,7 @@ from parity.report.rundata import RunData, is_users_artifact, load_run
 from parity.report.rundata import parse_users_hardware
 
 RUN_MARKERS = ("manifest.json",)
-COPY_MARKERS = ("summary.json", "bench.json")  # a run's files copied without their manifest (docs/device-h100-*)
+COPY_MARKERS = ("summary.json", "bench.json")  # a run's files copied without their manifest (docs/evidence/device-h100-*)
 SKIP_DIRS = {"requests", "servers", "telemetry", "outputs", "gates", "steps", "bench", "profile", "reports", "logs", "__pycache__", "node_modules"}
 
 

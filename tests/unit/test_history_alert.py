@@ -10,7 +10,7 @@ import shlex
 from parity.history import alert, cells, source
 from tests.conftest import DATA, REPO, run_parity
 
-LEVER_RUN = next((REPO / "docs" / "device-h100-levers" / "runs").glob("2026*"))  # an H100 run: paged at pin 0ed235ea
+LEVER_RUN = next((REPO / "docs" / "evidence" / "device-h100-levers" / "runs").glob("2026*"))  # an H100 run: paged at pin 0ed235ea
 SDIST_PIN = "0c1e57098"  # the upstream llama.cpp commit the llama-cpp-python 0.3.36 sdist vendors (DESIGN.md)
 
 

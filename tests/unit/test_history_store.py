@@ -15,9 +15,9 @@ from parity.history import cells, record, source, store
 from tests.conftest import DATA, REPO, run_parity
 
 CAPTURED = DATA / "report" / "captured"
-LEVERS = sorted((REPO / "docs" / "device-h100-levers" / "runs").glob("2026*"))
+LEVERS = sorted((REPO / "docs" / "evidence" / "device-h100-levers" / "runs").glob("2026*"))
 USERS = DATA / "users-art" / "phase72"
-AA_COPY = REPO / "docs" / "device-h100-noise" / "aa"
+AA_COPY = REPO / "docs" / "evidence" / "device-h100-noise" / "aa"
 
 
 def test_a_parity_run_becomes_rows_that_match_its_files():

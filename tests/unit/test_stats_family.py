@@ -12,7 +12,7 @@ import pytest
 from parity.stats import family, paired
 from tests.conftest import DATA, REPO
 
-LEVERS = sorted((REPO / "docs" / "device-h100-levers" / "runs").glob("2026*/summary.json"))  # real H100 lever A/Bs
+LEVERS = sorted((REPO / "docs" / "evidence" / "device-h100-levers" / "runs").glob("2026*/summary.json"))  # real H100 lever A/Bs
 
 
 def test_holm_on_the_textbook_example():

@@ -84,8 +84,8 @@ def test_stop_rules_name_themselves():
 
 NOISES = [
     simulate.Noise("users GB10 same-binary", "seeds Phase139: 7 identical runs, agg_tps CV 1.349 %", arm_cv_pct=1.349),
-    simulate.Noise("H100 long sweep N=8", "docs/device-h100-real/long-sweep, paged/stock per block", block_logs=simulate.logs_from_tsv(str(LONG_SWEEP), "decode_agg_tps", 8, "stock", "paged")),
-    *[simulate.Noise(f"H100 A/A 16 GB N={n}", "docs/device-h100-noise/aa, stock_b/stock per block", block_logs=simulate.logs_from_tsv(str(AA_16G), "decode_agg_tps", n, "stock", "stock_b")) for n in (1, 8)],
+    simulate.Noise("H100 long sweep N=8", "docs/evidence/device-h100-real/long-sweep, paged/stock per block", block_logs=simulate.logs_from_tsv(str(LONG_SWEEP), "decode_agg_tps", 8, "stock", "paged")),
+    *[simulate.Noise(f"H100 A/A 16 GB N={n}", "docs/evidence/device-h100-noise/aa, stock_b/stock per block", block_logs=simulate.logs_from_tsv(str(AA_16G), "decode_agg_tps", n, "stock", "stock_b")) for n in (1, 8)],
 ]
 
 
