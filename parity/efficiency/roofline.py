@@ -102,7 +102,10 @@ def lines(eff: dict | None) -> list[str]:
     mem = eff.get("memory")
     if mem:
         for e, m in (mem.get("engines") or {}).items():
+            if m.get("not_applicable"):
+                out.append(f"  memory {e}: {m.get('source')}")
+                continue
             out.append(f"  memory {e}: peak {m.get('peak_mib')} MiB, steady {m.get('steady_mib')} MiB ({m.get('source')}; median of {m.get('arms')} arm(s))" + (" [reservation]" if m.get("note") else ""))
         for r in mem.get("ratios") or []:
-            out.append(f"  memory {r['engine']}/{r['reference']}: peak x{r['peak']}, steady x{r['steady']}")
+            out.append(f"  memory {r['engine']}/{r['reference']}: " + (r["why"] if r.get("why") else f"peak x{r['peak']}, steady x{r['steady']}"))
     return out

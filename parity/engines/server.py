@@ -97,7 +97,8 @@ def wait_ready(proc, port: int, launch: Launch, budget_s: float, probe_timeout_s
     while True:
         rc = proc.poll()
         if rc is not None:
-            raise InfraError(f"{launch.engine or 'server'} exited {exit_words(rc)} before becoming ready; log tail:\n{log_tail(proc.log_path)}")
+            who = launch.engine or "server" if launch.spawned else f"{launch.engine}'s start command ({' '.join(launch.start)[:120]})"
+            raise InfraError(f"{who} exited {exit_words(rc)} before becoming ready; log tail:\n{log_tail(proc.log_path)}")
         if time.monotonic() - t0 >= budget_s:
             break
         attempts += 1
@@ -190,7 +191,10 @@ class External:
         self.started, self.log_path = started, log_path
 
     def poll(self):
-        return None
+        """The start command's exit code when it failed (a start command may also return 0 once
+        its server runs, e.g. `docker run -d`); None otherwise."""
+        rc = self.started.poll() if self.started is not None else None
+        return rc if rc not in (None, 0) else None
 
     def stop(self, grace_s: float, leader_only: bool = False) -> None:
         if self.started is not None:

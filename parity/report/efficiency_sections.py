@@ -53,7 +53,7 @@ def efficiency_section(rd, asset_dir: Path, rel: str, plots: bool = True) -> dic
     if mem:
         rows = [[e, m.get("peak_mib"), m.get("steady_mib"), m.get("arms"), m.get("source"), m.get("note") or ""] for e, m in mem["engines"].items()]
         md += ["Memory per engine (median over its arms):", "", _table(["engine", "peak MiB", "steady MiB", "arms", "source", "note"], rows), ""]
-        md += [f"- {r['engine']}/{r['reference']}: peak x{r['peak']}, steady x{r['steady']}" for r in mem.get("ratios") or []] + [""]
+        md += [f"- {r['engine']}/{r['reference']}: " + (r["why"] if r.get("why") else f"peak x{r['peak']}, steady x{r['steady']}") for r in mem.get("ratios") or []] + [""]
     figs = []
     if plots:
         path = roofline_vs_n(serving, bench, asset_dir / "roofline_vs_n.png")
