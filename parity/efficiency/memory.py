@@ -157,4 +157,5 @@ def summary(arms: list[dict], reference: str | None) -> dict | None:
             continue
         r = lambda k: round(m[k] / ref[k], 4) if m.get(k) and ref.get(k) else None  # noqa: E731
         ratios.append({"engine": e, "reference": reference, "peak": r("peak_mib"), "steady": r("steady_mib")})
-    return {"engines": engines, "ratios": ratios, "basis": "process tree" if use_proc else "device total delta"}
+    basis = "not applicable" if len(na) == len(per) else "process tree" if use_proc else "device total delta"
+    return {"engines": engines, "ratios": ratios, "basis": basis}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shlex
 import socket
 import time
 from contextlib import contextmanager
@@ -97,7 +98,7 @@ def wait_ready(proc, port: int, launch: Launch, budget_s: float, probe_timeout_s
     while True:
         rc = proc.poll()
         if rc is not None:
-            who = launch.engine or "server" if launch.spawned else f"{launch.engine}'s start command ({' '.join(launch.start)[:120]})"
+            who = launch.engine or "server" if launch.spawned else f"{launch.engine}'s start command ({shlex.join(launch.start)[:120]})"
             raise InfraError(f"{who} exited {exit_words(rc)} before becoming ready; log tail:\n{log_tail(proc.log_path)}")
         if time.monotonic() - t0 >= budget_s:
             break
@@ -211,8 +212,23 @@ def external(ctx, launch: Launch, log_path: str, grace_s: float):
     finally:
         try:
             if launch.stop:
-                r = ctx.runner.run(launch.stop, env=launch.env, timeout=max(grace_s, 1.0) * 4)
-                if not r.ok:
-                    ctx.out.warn(f"{launch.engine}: its stop command exited {r.rc}: {r.tail(2)}")
+                run_stop(ctx, launch, log_path, max(grace_s, 1.0) * 4, started, grace_s)
         finally:
             proc.stop(grace_s)
+
+
+def run_stop(ctx, launch: Launch, log_path: str, timeout: float, started, grace_s: float) -> None:
+    """An endpoint's stop command, its output appended to the server's log.  Meanwhile the start
+    command's process is reaped: a stop script that waits for that pid to go must see it go (an
+    unreaped child stays a zombie, alive to `kill -0`)."""
+    stopper = ctx.runner.spawn(launch.stop, env=launch.env, unset=launch.unset, log_path=log_path)
+    deadline = time.monotonic() + timeout
+    while (rc := stopper.poll()) is None and time.monotonic() < deadline:
+        if started is not None:
+            started.poll()
+        time.sleep(0.1)
+    if rc is None:
+        stopper.stop(grace_s)
+        ctx.out.warn(f"{launch.engine}: its stop command did not end within {timeout:g} s and was stopped; log: {log_path}")
+    elif rc != 0:
+        ctx.out.warn(f"{launch.engine}: its stop command exited {exit_words(rc)}; log tail: {log_tail(log_path, 2)}")

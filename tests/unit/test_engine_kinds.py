@@ -339,3 +339,30 @@ def test_the_cli_says_a_bad_base_url_in_one_line_with_exit_2(tmp_path):
     assert r.returncode == 2
     (line,) = r.stderr.strip().splitlines()
     assert line.startswith("parity: error: ") and "engines.ep.base_url: https is not supported" in line
+
+
+def test_memory_per_process_is_not_applicable_to_a_server_parity_did_not_start():
+    """Tracked for real: this test's own process stands for a started server, an External (no pid)
+    for an endpoint.  The endpoint says not applicable and leaves the other engine on its process
+    tree (before, one engine without a process moved every engine to the device-total delta)."""
+    import os
+
+    from parity.efficiency import memory
+    from parity.engines.server import External
+    from parity.gpu.memory import used_mib
+
+    class Started:
+        pid = os.getpid()
+
+    arms = []
+    for rep in (0, 1):
+        for engine, proc in (("paged", Started()), ("ep", External())):
+            before, source = used_mib()
+            t = memory.start(before, source, proc)
+            t.sample("N=2")
+            arms.append({"engine": engine, "repeat": rep, "memory": t.result()})
+    doc = memory.summary(arms, "paged")
+    assert doc["basis"] == "process tree" and doc["engines"]["paged"]["peak_mib"] > 0 and "VmRSS" in doc["engines"]["paged"]["source"]
+    assert doc["engines"]["ep"] == {"peak_mib": None, "steady_mib": None, "before_mib": arms[1]["memory"]["before"], "arms": 2, "source": memory.NOT_A_PROCESS, "not_applicable": True}
+    assert doc["ratios"] == [{"engine": "ep", "reference": "paged", "peak": None, "steady": None, "why": "not applicable: ep is not a process parity started"}]
+    assert memory.summary([a for a in arms if a["engine"] == "ep"], "paged")["basis"] == "not applicable"
