@@ -196,6 +196,9 @@ def test_snapshot_of_paged_against_a_running_vllm_endpoint(parity_cli, tmp_path,
     assert mem["ratios"] == [{"engine": "ep", "reference": "paged", "peak": None, "steady": None, "why": "not applicable: ep is not a process parity started"}]
     assert all(a["memory"]["not_applicable"] for a in doc["arms"] if a["engine"] == "ep")
     assert json.loads((run / "servers/ep-r0.json").read_text())["started_by_parity"] is False
+    # % of roofline: the bytes per step come from the GGUF paged reads; which weights the endpoint serves parity does not know
+    points = {p["engine"]: p for p in doc["efficiency"]["points"]}
+    assert points["paged"]["pct_measured"] > 0 and points["ep"]["achieved_gbps"] is None and points["ep"]["why"].startswith("not applicable: parity does not know the weights")
 
     # the report says the same
     r = parity_cli("report", str(run), "--out-dir", str(tmp_path / "reports"), "--no-plots", "--json", timeout=600)
@@ -205,6 +208,7 @@ def test_snapshot_of_paged_against_a_running_vllm_endpoint(parity_cli, tmp_path,
     assert re.search(r"^\| paged \| gated \| pre and post: md5 of tiny; op-oracle ", md, re.M)
     assert f"| ep | endpoint http://127.0.0.1:{port} (not built or started by parity) | not applicable | not applicable | not applicable | not applicable | not applicable |" in md
     assert "| ep | - | - | 2 | not applicable: the server is not a process parity started (memory per process does not apply) |" in md
+    assert "- ep N=2: not applicable: parity does not know the weights engine ep serves (no bytes per step)" in md
     recon = re.findall(r"^\| ep \| [01] \| 2 \| (requests|generation_tokens|prompt_tokens) \| [0-9.]+ \| [0-9.]+ \| exact \| ok \|$", md, re.M)
     assert sorted(recon) == sorted(["requests", "generation_tokens", "prompt_tokens"] * 2)
 
