@@ -98,7 +98,7 @@ def wait_ready(proc, port: int, launch: Launch, budget_s: float, probe_timeout_s
     while True:
         rc = proc.poll()
         if rc is not None:
-            who = launch.engine or "server" if launch.spawned else f"{launch.engine}'s start command ({shlex.join(launch.start)[:120]})"
+            who = (launch.engine or "server") if launch.spawned else f"{launch.engine}'s start command ({shlex.join(launch.start)[:120]})"
             raise InfraError(f"{who} exited {exit_words(rc)} before becoming ready; log tail:\n{log_tail(proc.log_path)}")
         if time.monotonic() - t0 >= budget_s:
             break
@@ -205,7 +205,10 @@ class External:
 @contextmanager
 def external(ctx, launch: Launch, log_path: str, grace_s: float):
     """An endpoint's lifecycle: its start command (when it has one) before, its stop command after."""
-    started = ctx.runner.spawn(launch.start, env=launch.env, unset=launch.unset, log_path=log_path) if launch.start else None
+    try:
+        started = ctx.runner.spawn(launch.start, env=launch.env, unset=launch.unset, log_path=log_path) if launch.start else None
+    except OSError as e:
+        raise InfraError(f"{launch.engine}'s start command ({shlex.join(launch.start)[:120]}) cannot run: {e.strerror or e}") from None
     proc = External(started, log_path if started else None)
     try:
         yield proc
@@ -221,7 +224,11 @@ def run_stop(ctx, launch: Launch, log_path: str, timeout: float, started, grace_
     """An endpoint's stop command, its output appended to the server's log.  Meanwhile the start
     command's process is reaped: a stop script that waits for that pid to go must see it go (an
     unreaped child stays a zombie, alive to `kill -0`)."""
-    stopper = ctx.runner.spawn(launch.stop, env=launch.env, unset=launch.unset, log_path=log_path)
+    try:
+        stopper = ctx.runner.spawn(launch.stop, env=launch.env, unset=launch.unset, log_path=log_path)
+    except OSError as e:
+        ctx.out.warn(f"{launch.engine}: its stop command ({shlex.join(launch.stop)[:120]}) cannot run: {e.strerror or e}")
+        return
     deadline = time.monotonic() + timeout
     while (rc := stopper.poll()) is None and time.monotonic() < deadline:
         if started is not None:

@@ -130,13 +130,19 @@ def test_start_and_stop_commands_run_around_the_arm(parity_cli, tmp_path, vllm_s
         os.kill(pid, 0)
 
 
-def test_a_start_command_that_fails_ends_the_run_at_readiness(parity_cli, tmp_path):
+def test_a_start_command_that_fails_or_is_missing_ends_the_run(parity_cli, tmp_path):
     prof = endpoint_profile(tmp_path, free_port(), free_port(), start="sh -c 'echo no GPU here >&2; exit 3'", ready_timeout_s=600)
     r = parity_cli("--artifacts", str(tmp_path / "runs"), "snapshot", "-p", str(prof), "--engines", "ep", "--no-gates", timeout=300)
     assert r.returncode == 4, r.stderr[-2000:]
     assert "parity: error: ep's start command (sh -c 'echo no GPU here >&2; exit 3') exited with code 3 before becoming ready" in r.stderr
     assert "no GPU here" in r.stderr  # its log's tail
     assert (tmp_path / "lock" / "owner").read_text().startswith("FREE released-by-")  # the lock given back
+    # a start command that is not there: the dry run names the path (2), the real run stops at once (4)
+    prof = endpoint_profile(tmp_path / "missing", free_port(), free_port(), start=str(tmp_path / "no-such-serve.sh"))
+    r = parity_cli("--artifacts", str(tmp_path / "runs"), "snapshot", "-p", str(prof), "--engines", "ep", "--dry-run", timeout=300)
+    assert r.returncode == 2 and f"start command of ep: {tmp_path}/no-such-serve.sh does not exist" in r.stderr, r.stderr[-2000:]
+    r = parity_cli("--artifacts", str(tmp_path / "runs"), "snapshot", "-p", str(prof), "--engines", "ep", "--no-gates", timeout=300)
+    assert r.returncode == 4 and r.stderr.strip().splitlines()[-1] == f"parity: error: ep's start command ({tmp_path}/no-such-serve.sh) cannot run: No such file or directory", r.stderr[-2000:]
 
 
 # ------------------------------------------------------------------ started by the test: parity only reaches it
