@@ -68,6 +68,13 @@ def command_paths(ctx, commands: list[dict]) -> dict[str, str]:
     return paths
 
 
+def not_answering(commands: list[dict]) -> list[dict]:
+    """Reasons for go_no_go(more=...): a server parity does not start (dry-run commands with
+    "spawned" false and "answering"), not answering now, with no start command of its own."""
+    return [{"kind": "server", "what": f"engine {c['engine']}: {c['ready']} does not answer ({c['answering']}) and it has no start command: start it first"}
+            for c in commands if not c.get("spawned", True) and c.get("answering") != "HTTP 200" and not c.get("start")]  # fmt: skip
+
+
 def users_preflight_txt(pf: dict | None, lock_raw: str | None) -> str:
     """preflight.txt as the users' harness writes it: docker=N, local_ai_worker=N, compute=N, owner line."""
     d = (pf or {}).get("detail", {}).get("docker", {}) or {}

@@ -5,7 +5,6 @@ per process do not apply to it and are reported so."""
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import os
 import re
@@ -15,8 +14,7 @@ from typing import Any, Literal
 
 from parity.engines import llama, vllm
 from parity.engines.base import ContextNeed, DoctorRow, EngineKind, EngineSection, Launch, served_name
-from parity.engines.server import probe
-from parity.loadgen.http import HttpError
+from parity.engines.server import answering
 from parity.errors import ConfigError
 from parity.metrics.prometheus import Series
 
@@ -110,17 +108,12 @@ class Endpoint(EngineKind):
         e = profile.engine(name)
         host, port = address(e)
         url = f"http://{host}:{port}{e.ready_path}"
-        try:
-            status, _ = probe(port, e.ready_path, e.ready_probe_timeout_s, host)
-        except (OSError, asyncio.TimeoutError, ValueError, HttpError) as err:
-            status, why = None, type(err).__name__
-        else:
-            why = f"HTTP {status}"
-        if status == 200:
+        said = answering(self.launch(profile, name, "", port, profile.serving), e.ready_probe_timeout_s)
+        if said == "HTTP 200":
             return [DoctorRow("ok", f"{name}: {url} answers (HTTP 200); build and memory per process: not applicable (parity neither builds nor starts it)")]
         if e.start:
-            return [DoctorRow("degraded", f"{name}: {url} does not answer now ({why})", f"engines.{name}.start starts it before each arm")]
-        return [DoctorRow("missing", f"{name}: {url} does not answer ({why})", f"a run with engine {name} fails at readiness: start the server, or give engines.{name}.start")]
+            return [DoctorRow("degraded", f"{name}: {url} does not answer now ({said})", f"engines.{name}.start starts it before each arm")]
+        return [DoctorRow("missing", f"{name}: {url} does not answer ({said})", f"a run with engine {name} fails at readiness: start the server, or give engines.{name}.start")]
 
     def model_file(self, profile, name: str, model: str) -> str:
         e = profile.engine(name)

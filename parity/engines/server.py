@@ -127,6 +127,15 @@ def _check_models(port: int, launch: Launch, timeout: float, proc) -> None:
         raise InfraError(f"{launch.engine} is up but does not serve {launch.served_name!r} (GET {launch.models_path}: HTTP {status}, models {ids}); log tail:\n{log_tail(proc.log_path)}")
 
 
+def answering(launch: Launch, timeout: float) -> str:
+    """A server probed once at its readiness path: 'HTTP 200' (or its status), or why no answer."""
+    try:
+        status, _ = probe(launch.port, launch.ready_path, timeout, launch.host)
+    except (OSError, asyncio.TimeoutError, ValueError, HttpError) as e:
+        return f"no ({type(e).__name__})"
+    return f"HTTP {status}"
+
+
 def scrape(port: int, path: str | None, timeout: float = 10.0, host: str = "127.0.0.1") -> str | None:
     """The server's metrics text (None when it has no such endpoint or fails)."""
     if not path:

@@ -10,7 +10,6 @@ memory back); post-gates; summary.json / parity_summary.tsv / summary.tsv
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, field, replace
 
 from parity import session
@@ -22,9 +21,8 @@ from parity.stats.calibrate import calibration_off
 from parity.context import run_session
 from parity.efficiency.roofline import lines
 from parity.engines.envpolicy import check_bench_env
-from parity.engines.server import port_free, probe
-from parity.loadgen.http import HttpError
-from parity.gonogo import command_paths, dry_run_session, go_no_go
+from parity.engines.server import answering, port_free
+from parity.gonogo import command_paths, dry_run_session, go_no_go, not_answering
 from parity.gpu.lock import effective_dir as lock_effective_dir, preflight
 from parity.metrics.output_parity import compare_engines
 from parity.metrics.registry import definitions, direction
@@ -257,21 +255,6 @@ def dry_run(ctx, plan: SnapshotPlan) -> dict:
         "calibration": calibration_plan(plan),
         **({"workload": plan.workload.describe()} if plan.workload is not None else {}),
     }
-
-
-def answering(la, timeout: float) -> str:
-    """A server parity does not start, probed once at its readiness path: 'HTTP 200', or why not."""
-    try:
-        status, _ = probe(la.port, la.ready_path, timeout, la.host)
-    except (OSError, asyncio.TimeoutError, ValueError, HttpError) as e:
-        return f"no ({type(e).__name__})"
-    return f"HTTP {status}"
-
-
-def not_answering(commands: list[dict]) -> list[dict]:
-    """Go/no-go reasons: a server parity does not start, not answering now, with no start command of its own."""
-    return [{"kind": "server", "what": f"engine {c['engine']}: {c['ready']} does not answer ({c['answering']}) and it has no start command: start it first"}
-            for c in commands if not c.get("spawned", True) and c.get("answering") != "HTTP 200" and not c.get("start")]  # fmt: skip
 
 
 def calibration_plan(plan: SnapshotPlan) -> str:
