@@ -495,6 +495,8 @@ def validate(p: Profile, label: str) -> None:
         val = getattr(p.gates, key)
         if val and val not in p.engines:
             raise ConfigError(label, f"gates.{key}", f"unknown engine {val!r}")
+        if val and (note := ENGINES[p.engines[val].kind].binary_gates_note()):
+            raise ConfigError(label, f"gates.{key}", f"engine {val}: the gates run an engine's own binaries, {note}")
     for key in ("reference", "baseline", "candidate"):
         val = getattr(p.gates.kl, key)
         if val and val not in p.models:

@@ -55,13 +55,24 @@ def command_paths(ctx, commands: list[dict]) -> dict[str, str]:
         if c.get("error"):
             paths[f"command of {e}"] = f"<{e}: {c['error']}>"
             continue
-        if not c.get("argv"):  # a server parity does not start (an endpoint): no binary here
+        def where(exe: str) -> str:
+            return exe if "/" in exe or exe.startswith("<") else (ctx.runner.which(exe) or f"<{exe} of {e}: not on PATH>")
+
+        if not c.get("argv"):  # a server parity does not start (an endpoint): no binary, only its own start/stop commands
+            paths.update({f"{key} command of {e}": where(str(c[key][0])) for key in ("start", "stop") if c.get(key)})
             continue
         exe = str(c["argv"][0])
-        paths[f"server of {e}" if exe.startswith("<") else f"{Path(exe).name} of {e}"] = exe if "/" in exe or exe.startswith("<") else (ctx.runner.which(exe) or f"<{exe} of {e}: not on PATH>")
+        paths[f"server of {e}" if exe.startswith("<") else f"{Path(exe).name} of {e}"] = where(exe)
         if c.get("model_error"):
             paths[f"model of {e}"] = f"<model of {e}: {c['model_error']}>"
     return paths
+
+
+def not_answering(commands: list[dict]) -> list[dict]:
+    """Reasons for go_no_go(more=...): a server parity does not start (dry-run commands with
+    "spawned" false and "answering"), not answering now, with no start command of its own."""
+    return [{"kind": "server", "what": f"engine {c['engine']}: {c['ready']} does not answer ({c['answering']}) and it has no start command: start it first"}
+            for c in commands if not c.get("spawned", True) and c.get("answering") != "HTTP 200" and not c.get("start")]  # fmt: skip
 
 
 def users_preflight_txt(pf: dict | None, lock_raw: str | None) -> str:
@@ -74,13 +85,14 @@ def users_preflight_txt(pf: dict | None, lock_raw: str | None) -> str:
     return f"docker={len(containers)}\nlocal_ai_worker={local_ai}\ncompute={len(g.get('apps') or [])}\n{owner}\n"
 
 
-def go_no_go(ctx, *, paths: dict[str, str] | None = None, ports=(), gpu: bool = True) -> dict:
+def go_no_go(ctx, *, paths: dict[str, str] | None = None, ports=(), gpu: bool = True, more=()) -> dict:
     """Check the lock and idle GPU/docker (gpu=True: the run takes the GPU), `paths` {what: path}
-    (a dry_tool_path placeholder for a build to come is fine) and `ports`; write the evidence
+    (a dry_tool_path placeholder for a build to come is fine) and `ports`; `more`: the caller's own
+    reasons it cannot start now (a server it does not start, not answering); write the evidence
     into ctx.run when there is one.
-    {"go", "exit_code", "reasons": [{"kind": lock|gpu|docker|path|port, "what"}], ...}."""
+    {"go", "exit_code", "reasons": [{"kind": lock|gpu|docker|path|port|server, "what"}], ...}."""
 
-    reasons: list[dict] = []
+    reasons: list[dict] = list(more)
     lock_state, why = _lock_reason(ctx) if gpu else ("not checked (nothing in this run takes the GPU)", None)
     if why:
         reasons.append({"kind": "lock", "what": why})

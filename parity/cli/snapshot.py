@@ -130,6 +130,9 @@ def render_plan(out, doc: dict) -> None:
         if c["model_error"]:
             out.warn(f"{c['engine']}: {c['model_error']} (a real run stops here)")
         out.info(f"# {c['engine']} (served as {c['served_name'] or '?'}; ready: {c['ready']} within {c['ready_timeout_s']:g} s, probes {c['ready_probe_timeout_s']:g} s)")
+        if not c.get("spawned", True):  # a server parity does not start: its own start/stop commands, if any
+            out.info(f"not started by parity; answering now: {c.get('answering')}; start: {shlex.join(c['start']) if c.get('start') else 'none (it already runs)'}; stop: {shlex.join(c['stop']) if c.get('stop') else 'none'}")
+            continue
         out.info(f"env {unset} {env} {' '.join(shlex.quote(a) for a in c['argv'])}".replace("env  ", "env "))
     pf = doc["preflight"]
     out.info(f"preflight: lock {doc['lock_dir']}; gpu: {pf['gpu']}; docker: {pf['docker']}; port {doc['shape']['port']} {'free' if doc['port_free'] else 'IN USE'}")
@@ -153,6 +156,8 @@ def render_summary(out, doc: dict) -> None:
         out.table("paired block statistics (engine / reference per block; geometric mean, t interval on the logs) beside the users' rule", ["engine", "N", "metric", "ratio", "interval", "blocks", "outcome", "blocks needed", "users' rule"], paired_rows(doc))
     if doc["headline"]:
         out.info(f"headline: {doc['headline']}")
+    if doc.get("binary_gates"):
+        out.info("binary gates: " + "; ".join(f"{e}: " + (g["why"] if g["why"].startswith(g["status"]) else f"{g['status']} ({g['why']})") for e, g in doc["binary_gates"].items()))
     render_run_notes(out, doc)
     for p in doc["invalid_points"]:
         out.warn(f"INVALID {p}")

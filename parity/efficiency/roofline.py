@@ -93,7 +93,7 @@ def lines(eff: dict | None) -> list[str]:
     for p in eff.get("points") or []:
         where = f"N={p['n']}" if eff.get("kind") == "serving" else f"PP={p.get('pp')} TG={p.get('tg')} B={p['n']}"
         if p.get("achieved_gbps") is None:
-            out.append(f"  {p.get('engine') or ''} {where}: {p.get('why')}")
+            out.append(f"  {p.get('engine') or '':>8} {where}: {p.get('why')}")
             continue
         pct = lambda v: "-" if v is None else f"{v:.2f} %"  # noqa: E731
         out.append(f"  {p.get('engine') or '':>8} {where}: {p['bytes_per_step'] / 1e6:.3f} MB/step x {p['rate_tps'] / p['n']:.1f} steps/s = {p['achieved_gbps']:.3f} GB/s"
@@ -102,7 +102,10 @@ def lines(eff: dict | None) -> list[str]:
     mem = eff.get("memory")
     if mem:
         for e, m in (mem.get("engines") or {}).items():
+            if m.get("not_applicable"):
+                out.append(f"  memory {e}: {m.get('source')}")
+                continue
             out.append(f"  memory {e}: peak {m.get('peak_mib')} MiB, steady {m.get('steady_mib')} MiB ({m.get('source')}; median of {m.get('arms')} arm(s))" + (" [reservation]" if m.get("note") else ""))
         for r in mem.get("ratios") or []:
-            out.append(f"  memory {r['engine']}/{r['reference']}: peak x{r['peak']}, steady x{r['steady']}")
+            out.append(f"  memory {r['engine']}/{r['reference']}: " + (r["why"] if r.get("why") else f"peak x{r['peak']}, steady x{r['steady']}"))
     return out

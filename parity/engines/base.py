@@ -118,6 +118,11 @@ class EngineKind:
     def tool_path(self, profile, name: str, tool: str, runner, out, dry: bool = False) -> str:
         raise NotApplicable(f"engine {name} is a {self.name} engine: it has no {tool} (llama.cpp tools need a llama engine)")
 
+    def binary_gates_note(self) -> str | None:
+        """None: the binary gates (md5, op-oracle, KL) can run this engine's own binaries; else
+        why they do not apply (summary.json's binary_gates, the report's gates section)."""
+        return None if self.binary_gates else f"not applicable: parity runs no llama.cpp binary of a {self.name} engine"
+
     # ---- serving ------------------------------------------------------------------------
     def env(self, profile, name: str, path: str | None = None) -> dict[str, str]:
         return dict(profile.engine(name).env)
@@ -132,6 +137,8 @@ class EngineKind:
         return None
 
     def launch(self, profile, name: str, model_file: str, port: int, shape, path: str | None = None, dry: bool = False, model: str | None = None, out=None) -> Launch:
+        """How its server is started (argv, env) or reached, and how the load generator speaks to
+        it.  No default: every kind says it (NotImplementedError here)."""
         raise NotImplementedError
 
     def context_need(self, profile, name: str, shape, model_file: str | None = None) -> ContextNeed:

@@ -29,6 +29,7 @@ FAMILY = Series(
     # "Number of prompt tokens processed, excluding cached tokens": the reuse a build without the cached counter did
     prompt_computed="llamacpp:prompt_tokens_total",
 )
+STREAM_TIMINGS = {"timings_per_token": True}  # timings.predicted_n in every chunk: its token count as it streams
 
 
 @dataclass
@@ -111,7 +112,7 @@ class Llama(EngineKind):
         argv = [self.tool_path(profile, name, "llama-server", None, out, dry), "-m", model_file, "-c", str(s.ctx), "--parallel", str(s.parallel), "-b", str(s.batch), "-ub", str(s.ubatch)]
         argv += [*s.server_args, *e.server_args, "--host", "127.0.0.1", "--port", str(port), "--no-webui", "--metrics"]
         return Launch(argv, self.env(profile, name, path), [], "/health", os.path.basename(model_file), "content", metrics_path="/metrics", engine=name, kind=self.name,
-                      count="timings", request_extra={"timings_per_token": True}, props_path="/props", family=self.family, port=port)  # fmt: skip
+                      count="timings", request_extra=dict(STREAM_TIMINGS), props_path="/props", family=self.family, port=port)  # fmt: skip
 
     def context_need(self, profile, name, shape, model_file=None) -> ContextNeed:
         """-c is split across --parallel slots, and llama-server caps a slot at the model's training context."""

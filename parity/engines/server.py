@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shlex
 import socket
 import time
 from contextlib import contextmanager
@@ -97,7 +98,8 @@ def wait_ready(proc, port: int, launch: Launch, budget_s: float, probe_timeout_s
     while True:
         rc = proc.poll()
         if rc is not None:
-            raise InfraError(f"{launch.engine or 'server'} exited {exit_words(rc)} before becoming ready; log tail:\n{log_tail(proc.log_path)}")
+            who = (launch.engine or "server") if launch.spawned else f"{launch.engine}'s start command ({shlex.join(launch.start)[:120]})"
+            raise InfraError(f"{who} exited {exit_words(rc)} before becoming ready; log tail:\n{log_tail(proc.log_path)}")
         if time.monotonic() - t0 >= budget_s:
             break
         attempts += 1
@@ -123,6 +125,15 @@ def _check_models(port: int, launch: Launch, timeout: float, proc) -> None:
     ids = [m.get("id") for m in body.get("data", [])] if status == 200 and isinstance(body, dict) else []
     if launch.served_name not in ids:
         raise InfraError(f"{launch.engine} is up but does not serve {launch.served_name!r} (GET {launch.models_path}: HTTP {status}, models {ids}); log tail:\n{log_tail(proc.log_path)}")
+
+
+def answering(launch: Launch, timeout: float) -> str:
+    """A server probed once at its readiness path: 'HTTP 200' (or its status), or why no answer."""
+    try:
+        status, _ = probe(launch.port, launch.ready_path, timeout, launch.host)
+    except (OSError, asyncio.TimeoutError, ValueError, HttpError) as e:
+        return f"no ({type(e).__name__})"
+    return f"HTTP {status}"
 
 
 def scrape(port: int, path: str | None, timeout: float = 10.0, host: str = "127.0.0.1") -> str | None:
@@ -190,7 +201,10 @@ class External:
         self.started, self.log_path = started, log_path
 
     def poll(self):
-        return None
+        """The start command's exit code when it failed (a start command may also return 0 once
+        its server runs, e.g. `docker run -d`); None otherwise."""
+        rc = self.started.poll() if self.started is not None else None
+        return rc if rc not in (None, 0) else None
 
     def stop(self, grace_s: float, leader_only: bool = False) -> None:
         if self.started is not None:
@@ -200,15 +214,37 @@ class External:
 @contextmanager
 def external(ctx, launch: Launch, log_path: str, grace_s: float):
     """An endpoint's lifecycle: its start command (when it has one) before, its stop command after."""
-    started = ctx.runner.spawn(launch.start, env=launch.env, unset=launch.unset, log_path=log_path) if launch.start else None
+    try:
+        started = ctx.runner.spawn(launch.start, env=launch.env, unset=launch.unset, log_path=log_path) if launch.start else None
+    except OSError as e:
+        raise InfraError(f"{launch.engine}'s start command ({shlex.join(launch.start)[:120]}) cannot run: {e.strerror or e}") from None
     proc = External(started, log_path if started else None)
     try:
         yield proc
     finally:
         try:
             if launch.stop:
-                r = ctx.runner.run(launch.stop, env=launch.env, timeout=max(grace_s, 1.0) * 4)
-                if not r.ok:
-                    ctx.out.warn(f"{launch.engine}: its stop command exited {r.rc}: {r.tail(2)}")
+                run_stop(ctx, launch, log_path, max(grace_s, 1.0) * 4, started, grace_s)
         finally:
             proc.stop(grace_s)
+
+
+def run_stop(ctx, launch: Launch, log_path: str, timeout: float, started, grace_s: float) -> None:
+    """An endpoint's stop command, its output appended to the server's log.  Meanwhile the start
+    command's process is reaped: a stop script that waits for that pid to go must see it go (an
+    unreaped child stays a zombie, alive to `kill -0`)."""
+    try:
+        stopper = ctx.runner.spawn(launch.stop, env=launch.env, unset=launch.unset, log_path=log_path)
+    except OSError as e:
+        ctx.out.warn(f"{launch.engine}: its stop command ({shlex.join(launch.stop)[:120]}) cannot run: {e.strerror or e}")
+        return
+    deadline = time.monotonic() + timeout
+    while (rc := stopper.poll()) is None and time.monotonic() < deadline:
+        if started is not None:
+            started.poll()
+        time.sleep(0.1)
+    if rc is None:
+        stopper.stop(grace_s)
+        ctx.out.warn(f"{launch.engine}: its stop command did not end within {timeout:g} s and was stopped; log: {log_path}")
+    elif rc != 0:
+        ctx.out.warn(f"{launch.engine}: its stop command exited {exit_words(rc)}; log tail: {log_tail(log_path, 2)}")

@@ -3,6 +3,7 @@ auto) the cached CPU venv parity installs before the lock (parity.engines.vllm_i
 
 from __future__ import annotations
 
+import copy
 import os
 from dataclasses import dataclass, field
 
@@ -37,6 +38,8 @@ FAMILY = Series(
     e2e="vllm:e2e_request_latency_seconds",
     decode="vllm:request_decode_time_seconds",
 )
+STREAM_USAGE = {"stream_options": {"include_usage": True, "continuous_usage_stats": True}}  # usage in every chunk: its token count as it streams
+PROBE_EXTRA = {"return_tokens_as_token_ids": True}  # logprobs keyed by token id (the output-parity probe compares ids)
 
 
 @dataclass
@@ -132,9 +135,8 @@ class Vllm(EngineKind):
         argv = [binary(e, dry, out, name), "serve", model_file, "--gpu-memory-utilization", str(e.gpu_memory_utilization), "--max-model-len", str(e.max_model_len),
                 "--max-num-seqs", str(e.max_num_seqs), "--tensor-parallel-size", str(e.tensor_parallel_size), "--served-model-name", served,
                 "--host", "127.0.0.1", "--port", str(port), *(["--dtype", e.dtype] if e.dtype else []), *e.extra_args]  # fmt: skip
-        extra = {"stream_options": {"include_usage": True, "continuous_usage_stats": True}}
         return Launch(argv, self.env(profile, name), list(HARNESS_VARS), "/health", served, "prompt", "/v1/models", "/metrics", engine=name, kind=self.name,
-                      count="usage", request_extra=extra, probe_extra={"return_tokens_as_token_ids": True}, family=self.family, port=port)  # fmt: skip
+                      count="usage", request_extra=copy.deepcopy(STREAM_USAGE), probe_extra=dict(PROBE_EXTRA), family=self.family, port=port)  # fmt: skip
 
     def context_need(self, profile, name, shape, model_file=None) -> ContextNeed:
         e = profile.engine(name)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from parity.engines import kind_of
 from parity.errors import ConfigError, GateFailed
 from parity.gates.checks import FAIL, PASS, Check, overall
 from parity.gates.run import kl_gate, md5_gate, op_gate
@@ -55,7 +56,37 @@ def gate_engines(ctx, spec: GateSpec | None = None) -> list[str]:
             names.append(g.reference_engine)
     if spec.ops or spec.kl:
         names.append(engine)
-    return [n for n in dict.fromkeys(names) if n]
+    names = [n for n in dict.fromkeys(names) if n]
+    for n in names:
+        if n in ctx.profile.engines and (note := kind_of(ctx.profile, n).binary_gates_note()):
+            raise UsageError(f"gates on engine {n}: the gates run an engine's own binaries, {note}")
+    return names
+
+
+def binary_gates(ctx, engines, spec: GateSpec | None) -> dict[str, dict]:
+    """Per engine of a measurement, whether the binary gates (md5, op-oracle, KL) ran on its own
+    binaries: {"status": gated | not run | not applicable, "why"} (not applicable: as its kind says)."""
+    g = ctx.profile.gates
+    out = {}
+    for e in engines:
+        note = kind_of(ctx.profile, e).binary_gates_note()
+        if note:
+            out[e] = {"status": "not applicable", "why": note}
+            continue
+        if spec is None:
+            out[e] = {"status": "not run", "why": "ungated run (--no-gates)"}
+            continue
+        engine = spec.engine or g.engine or next(iter(ctx.profile.engines), None)
+        ran = []
+        if spec.models and e in (spec.engines or [engine]):
+            ran.append(f"md5 of {', '.join(spec.models)}")
+        elif spec.models and not spec.expect and e == g.reference_engine:
+            ran.append("the md5 reference")
+        if e == engine:
+            ran += [f"op-oracle {', '.join(spec.ops)}"] * bool(spec.ops) + ["KL band"] * bool(spec.kl)
+        covered = gate_engines(ctx, spec)
+        out[e] = {"status": "gated", "why": "pre and post: " + "; ".join(ran)} if ran else {"status": "not run", "why": f"the gate set runs on {', '.join(covered) or 'no engine'} (gates.engine, gates.reference_engine)"}
+    return out
 
 
 def gate_models(ctx, spec: GateSpec) -> list[str]:

@@ -108,7 +108,9 @@ def gates_section(rd: RunData, problems: list[str]) -> dict:
     elif rd.gate_rows:
         rows = rd.gate_rows
     status = rd.gates.get("status") if isinstance(rd.gates, dict) else ("ungated" if not rd.gate_rows else "unknown")
-    return {"rows": rows, "status": status, "problems": problems}
+    per = (rd.summary or {}).get("binary_gates") or {}  # per engine: gated, not run, or not applicable (its kind says why)
+    engines = [[e, g.get("status"), g.get("why")] for e, g in per.items() if isinstance(g, dict)]
+    return {"rows": rows, "status": status, "problems": problems, "engines": engines}
 
 
 def results_section(rd: RunData) -> dict:

@@ -16,6 +16,10 @@ def for_snapshot(ctx, plan, rows: list[dict], arms: list[dict]) -> dict:
     the GGUF a llama engine serves (vLLM serves the same weights), the run's bandwidth.json,
     and memory per engine from the arms."""
     doc = roofline.serving(medians(rows), snapshot_model_file(ctx, plan), plan.shape.ptok, plan.shape.gen, peak.load(ctx.run.path) if ctx.run else None)
+    for i, p in enumerate(doc.get("points") or []):
+        if kind_of(ctx.profile, p["engine"]).model_source is None:  # it reads no profile model file: the GGUF's bytes are not its own
+            doc["points"][i] = {"engine": p["engine"], "n": p["n"], "rate_tps": p.get("rate_tps"), "achieved_gbps": None,
+                                "why": f"not applicable: parity does not know the weights engine {p['engine']} serves (no bytes per step)"}  # fmt: skip
     mem = memory.summary(arms, plan.reference)
     if mem:
         doc["memory"] = mem

@@ -17,14 +17,14 @@ from parity.stats.adaptive import Budget, parse_until_ci
 from parity.stats import canary
 from parity.engines import kind_of
 from parity.errors import UsageError
-from parity.gates.prepost import GateSpec
+from parity.gates.prepost import GateSpec, binary_gates
 from parity.options import positive_int
 from parity.stats.calibrate import calibration_off
 from parity.context import run_session
 from parity.efficiency.roofline import lines
 from parity.engines.envpolicy import check_bench_env
-from parity.engines.server import port_free
-from parity.gonogo import command_paths, dry_run_session, go_no_go
+from parity.engines.server import answering, port_free
+from parity.gonogo import command_paths, dry_run_session, go_no_go, not_answering
 from parity.gpu.lock import effective_dir as lock_effective_dir, preflight
 from parity.metrics.output_parity import compare_engines
 from parity.metrics.registry import definitions, direction
@@ -210,7 +210,7 @@ def snapshot(ctx, req: SnapshotRequest) -> dict:
         check_env(ctx, plan, req.allow_env)
         doc = dry_run(ctx, plan)
         with dry_run_session(ctx, "snapshot", f"snapshot-{plan.model}") as rd:  # the users' DRY_RUN=1: a go/no-go with its evidence
-            doc["go_no_go"] = go_no_go(ctx, paths=command_paths(ctx, doc["commands"]), ports=[plan.shape.port])
+            doc["go_no_go"] = go_no_go(ctx, paths=command_paths(ctx, doc["commands"]), ports=[plan.shape.port], more=not_answering(doc["commands"]))
             doc["run_dir"] = str(rd.path)
             rd.write_json("plan.json", doc)
         return doc
@@ -236,7 +236,7 @@ def dry_run(ctx, plan: SnapshotPlan) -> dict:
             la = kind.launch(ctx.profile, e, mf, plan.shape.port, plan.shape, dry=True, model=plan.model, out=ctx.out)
             eng = ctx.profile.engine(e)
             commands.append({"engine": e, "argv": la.argv, "env": la.env, "unset": la.unset, "ready": f"http://{la.host}:{la.port}{la.ready_path}",
-                             "start": la.start, "stop": la.stop, "spawned": la.spawned,
+                             "start": la.start, "stop": la.stop, "spawned": la.spawned, **({} if la.spawned else {"answering": answering(la, eng.ready_probe_timeout_s)}),
                              "served_name": None if model_error else la.served_name, "model_error": model_error,
                              "ready_timeout_s": eng.ready_timeout_s, "ready_probe_timeout_s": eng.ready_probe_timeout_s,
                              "request_limit": plan.limits.get(e), "request_limit_set_by": plan.limit_what.get(e)})  # fmt: skip
@@ -279,14 +279,14 @@ def run_snapshot(ctx, plan: SnapshotPlan, gates: bool = True, allow_env=()) -> d
         session.serve_model(ctx, e, plan.model)
     with session.measuring(ctx, plan.engines, gates=spec):  # hardware.txt before any server starts, builds.json, pre/post gates
         arms = sweep_all(ctx, plan)
-    return write_summary(ctx, plan, arms)
+    return write_summary(ctx, plan, arms, binary_gates(ctx, plan.engines, spec))
 
 
-def write_summary(ctx, plan: SnapshotPlan, arms: list[dict]) -> dict:
+def write_summary(ctx, plan: SnapshotPlan, arms: list[dict], gated: dict | None = None) -> dict:
     rows = [r for a in arms for r in a["rows"]]
     if plan.calibration is not None:
         note_outran(ctx, plan, rows)
-    extra = {"arms": [{k: v for k, v in a.items() if k not in ("rows", "outputs")} for a in arms], **run_notes(plan)}
+    extra = {"arms": [{k: v for k, v in a.items() if k not in ("rows", "outputs")} for a in arms], **run_notes(plan), **({"binary_gates": gated} if gated else {})}
     outputs = {a["engine"]: a["outputs"] for a in [*plan.trial_arms, *arms] if a.get("outputs")}  # the probe ran in the engine's first arm
     if len(outputs) > 1:
         op = plan.shape.output_parity

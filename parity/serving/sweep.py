@@ -114,7 +114,8 @@ def run_arm(ctx, plan, engine: str, rep: int, prog, task) -> dict:
     pin = cpu_plan(ctx, s)
     la = affinity.wrap(la, pin)  # taskset -c <server cores> in the recorded argv when the box has enough cores
     log = str(ctx.run.file(f"servers/{engine}-r{rep}.log"))
-    ctx.run.write_json(f"servers/{engine}-r{rep}.json", {"argv": la.argv, "env": la.env, "unset": la.unset, "served_name": la.served_name, "count": la.count, "request_extra": la.request_extra, "affinity": pin})
+    ctx.run.write_json(f"servers/{engine}-r{rep}.json", {"argv": la.argv, "env": la.env, "unset": la.unset, "served_name": la.served_name, "count": la.count, "request_extra": la.request_extra, "affinity": pin,
+                                                      **({} if la.spawned else {"started_by_parity": False, "address": f"http://{la.host}:{la.port}", "start": la.start, "stop": la.stop})})  # fmt: skip
     mem_before, mem_source = used_mib()
     rows, arm = [], {"engine": engine, "repeat": rep, "affinity": pin}
     prog.update(task, status=f"{engine} r{rep}: starting server (budget {e.ready_timeout_s:g} s)")
