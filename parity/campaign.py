@@ -36,7 +36,7 @@ from typing import Any, Callable
 
 from parity.errors import ConfigError, ParityError, UsageError
 from parity.filelock import locked
-from parity.options import check_step_options
+from parity.options import OPTIONS, check_step_options
 from parity import session
 from parity.artifacts import RunDir, now_iso, slurm_job
 from parity.context import run_session, run_session_existing
@@ -63,6 +63,16 @@ STEP_KINDS: dict[str, str] = {
     "report": "parity.report.render:campaign_step",
     "shell": "parity.campaign:shell_step",
     "history": "parity.history.nightly:campaign_step",
+}
+
+# kind -> "module:function" (ctx, options) that checks a step's options as its real run will,
+# touching nothing: the dry run and the real run both check every step before the first runs
+STEP_CHECKS: dict[str, str] = {
+    "lock": "parity.session:check_lock_step",
+    "gate": "parity.gating:check_step",
+    "snapshot": "parity.serving.snapshot:check_step",
+    "bench": "parity.bench.run:check_step",
+    "profile": "parity.profiles.capture:check_step",
 }
 
 # kinds whose effect dies with the process (a held lock): run again on --resume
@@ -521,6 +531,24 @@ def parse_vars(pairs: list[str]) -> dict[str, str]:
     return out
 
 
+def check_steps(ctx, steps: list[Step], label: str) -> None:
+    """Each step's own check (STEP_CHECKS): a bad option of any step fails the campaign, dry
+    run or not, before anything runs; one line naming the step."""
+    for s in steps:
+        if s.kind not in STEP_CHECKS:
+            continue
+        mod, fn = STEP_CHECKS[s.kind].split(":")
+        try:
+            getattr(importlib.import_module(mod), fn)(ctx, dict(s.options))
+        except ConfigError as e:
+            raise ConfigError(label, f"steps.{s.name}", str(e)) from None
+        except UsageError as e:
+            said = str(e)
+            for o in OPTIONS.values():  # a step's keys are the options' field names, not their flags
+                said = re.sub(rf"(?<![\w-]){re.escape(o.flag)}(?![\w-])", f"with.{o.name}", said)
+            raise UsageError(f"{label}: step {s.name} ({s.kind}): {said}") from None
+
+
 def run_request(req: CampaignRequest, open_context: Callable[[str | None], Any]) -> dict:
     """`parity campaign run`: the plan (dry run), a fan-out over the campaign's hosts, a resumed
     run or a new one.  open_context(profile) gives the Context (with --host it delegates and exits)."""
@@ -539,6 +567,8 @@ def run_request(req: CampaignRequest, open_context: Callable[[str | None], Any])
     if rd is not None:
         rd.settle("campaign run --resume")  # a run whose parity was killed still says running
         check_resumable(c, rd)
+    if not fanout:  # every step's options as its real run will read them, before the first step
+        check_steps(ctx, [s for s in steps if not (rd and will_skip(s, rd))], c.source)
     if req.dry_run:
         doc = {
             "campaign": c.name,

@@ -119,6 +119,24 @@ def step_engines(ctx, options: dict) -> list[str]:
     return gate_engines(ctx, GateSpec.from_profile(ctx.profile, **over))
 
 
+def check_spec(ctx, spec: GateSpec) -> None:
+    """The gate set names models and engines that exist (before anything is built)."""
+    for m in spec.models:
+        if m not in ctx.profile.models and not Path(m).expanduser().is_file():
+            raise UsageError(f"gate models: {m!r} is neither a model of profile {ctx.profile.name} ({', '.join(ctx.profile.models) or 'none'}) nor a file")
+    for e in [spec.engine, *spec.engines]:
+        if e:
+            ctx.profile.engine(e)
+
+
+def check_step(ctx, options: dict) -> GateSpec:
+    """A gate step's options, checked before any step runs."""
+    _, over = spec_from_options(dict(options))
+    spec = GateSpec.from_profile(ctx.profile, **over)
+    check_spec(ctx, spec)
+    return spec
+
+
 def campaign_step(ctx, options: dict) -> dict:
     """kind: gate -- options {phase: pre|post|<name>, models, paths, ops, kl, engine, engines, expect, form, backend}."""
     phase, over = spec_from_options(options)

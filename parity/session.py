@@ -43,6 +43,15 @@ def prepare(ctx, engines=(), models=(), gates: prepost.GateSpec | None = None) -
     return done
 
 
+def check_model(ctx, model: str | None) -> None:
+    """The model a command names is a model of the profile or a file (UsageError otherwise);
+    nothing is made here (prepare() makes it)."""
+    if not model:
+        raise UsageError("no model (serving.model or --model)")
+    if model not in ctx.profile.models and not Path(model).expanduser().is_file():
+        raise UsageError(f"--model {model!r}: neither a model of profile {ctx.profile.name} ({', '.join(ctx.profile.models) or 'none'}) nor a file")
+
+
 def model_file(ctx, model: str) -> str:
     """A profile model's file (synthesized or converted when missing: before the lock only), or a
     file named directly."""
@@ -90,12 +99,16 @@ def locked(ctx, timeout: float | None = None, break_stale: bool = False) -> Iter
         yield lk
 
 
+def check_lock_step(ctx, options: dict) -> float | None:
+    """A lock step's options, checked before any step runs: its timeout (None: lock.timeout_s)."""
+    check_step_options("lock", options, {"timeout_s", "break_stale"})
+    return positive_seconds(options["timeout_s"], "lock step with.timeout_s") if options.get("timeout_s") is not None else None
+
+
 def lock_step(ctx, options: dict) -> dict:
     """Campaign step kind: lock -- take the GPU lock for the rest of the campaign (released when
     it ends; the campaign prepares what the steps after it need before this step runs)."""
-
-    check_step_options("lock", options, {"timeout_s", "break_stale"})
-    timeout = positive_seconds(options["timeout_s"], "lock step with.timeout_s") if options.get("timeout_s") is not None else None
+    timeout = check_lock_step(ctx, options)
     lock = ctx.cleanup.enter_context(locked(ctx, timeout, bool(options.get("break_stale"))))
     return {"owner": lock.record, "dir": str(lock.dir), "inherited": lock.inherited}
 

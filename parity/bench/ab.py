@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from parity import session
 from parity.engines import kind_of, with_binaries
 from parity.errors import UsageError
+from parity.options import check as check_options
 from parity.stats import adaptive
 from parity.bench.batched_bench import argv, parse_header, run_complete, split_kv_problem
 from parity.engines.envpolicy import check_bench_env
@@ -160,11 +161,7 @@ def budget_for(req: ABRequest, stats_cfg, n_arms: int) -> adaptive.Budget:
     default to the profile's stats.until_ci_pct / max_repeats / budget_s where it has them
     (an A/B without --repeat only)."""
 
-    for name, v in (("--repeat", req.repeat), ("--max-repeats", req.max_repeats)):
-        if v is not None and not positive_int(v):
-            raise UsageError(f"{name} must be a positive integer, got {v!r}")
-    if req.budget_s is not None and not (isinstance(req.budget_s, (int, float)) and not isinstance(req.budget_s, bool) and req.budget_s > 0):
-        raise UsageError(f"--budget-s must be a positive number, got {req.budget_s!r}")
+    check_options(repeat=req.repeat, max_repeats=req.max_repeats, budget_s=req.budget_s, until_ci=req.until_ci)
     until, targets = adaptive.parse_until_ci(req.until_ci)
     if (until is not None or targets) and set(targets) - {HEADLINE}:
         raise UsageError(f"--until-ci: {sorted(set(targets) - {HEADLINE})[0]} is not what llama-batched-bench's stop rule watches ({HEADLINE})")
@@ -183,21 +180,39 @@ def budget_for(req: ABRequest, stats_cfg, n_arms: int) -> adaptive.Budget:
     return adaptive.Budget(float(until), min_blocks=min_blocks, max_blocks=max_blocks, max_seconds=req.budget_s or getattr(stats_cfg, "budget_s", None))
 
 
-def run_ab(ctx, req: ABRequest) -> dict:
-    """Blocks of llama-batched-bench over the arms under one lock; bench.json + bench_ab.tsv."""
+@dataclass
+class ABPlan:
+    """The A/B as checked (every check before a run dir, a build or the lock): its arms, their order, the stop rule, the shape."""
 
+    arms: list[Arm]
+    engines: list[str]
+    order: str
+    budget: adaptive.Budget
+    npp: list[int]
+    ntg: list[int]
+    npl: list[int]
+    envs: dict[str, dict]
+    model: str
+    reference: str | None
+
+
+def plan_ab(ctx, req: ABRequest) -> ABPlan:
+    """Every check of an A/B's request, touching nothing: arms, order, stop rule, shape, env
+    policy, model.  The dry run and the real run both start here."""
     s, st = ctx.profile.serving, ctx.profile.stats
     b = s.bench
     arms = arms_for(list(req.engines), req.aa)
     for a in arms:
         if a.engine not in with_binaries(ctx.profile, [a.engine]):
             raise UsageError(f"engine {a.engine} is {ctx.profile.engine(a.engine).kind}: llama-batched-bench needs an engine with llama.cpp binaries")
+    check_options(order=req.order)
     order = req.order or "abba"
-    block_order(arms, 0, order)  # validates
+    if order not in ORDERS:
+        raise UsageError(f"--order {order}: blocks of llama-batched-bench run {' or '.join(ORDERS)} (aabb has no blocks)")
     budget = budget_for(req, st, len(arms))
     npp, ntg, npl = req.npp or b.npp, req.ntg or b.ntg, req.npl or b.npl
     for name, vals in (("--npp", npp), ("--ntg", ntg), ("--npl", npl)):
-        if not all(map(positive_int, vals)):
+        if not vals or not all(map(positive_int, vals)):
             raise UsageError(f"{name}: expected positive integers, got {vals!r}")
     if problem := split_kv_problem(npp, ntg, npl, b):
         raise UsageError(problem)
@@ -206,6 +221,16 @@ def run_ab(ctx, req: ABRequest) -> dict:
     for e in engines:
         check_bench_env(envs[e], ctx.profile.policy, req.allow_env)
     model = req.model or s.model
+    session.check_model(ctx, model)
+    return ABPlan(arms, engines, order, budget, npp, ntg, npl, envs, model, reference_arm(arms, s.reference_engine, req.aa))
+
+
+def run_ab(ctx, req: ABRequest) -> dict:
+    """Blocks of llama-batched-bench over the arms under one lock; bench.json + bench_ab.tsv."""
+    s, st = ctx.profile.serving, ctx.profile.stats
+    b = s.bench
+    p = plan_ab(ctx, req)
+    arms, order, budget, npp, ntg, npl, engines, envs, model = p.arms, p.order, p.budget, p.npp, p.ntg, p.npl, p.engines, p.envs, p.model
     session.prepare(ctx, engines, [model])  # the builds and the model, before the lock
     model_file = session.model_file(ctx, model)
     cmds = {e: argv(kind_of(ctx.profile, e).tool_path(ctx.profile, e, "llama-batched-bench", ctx.runner, ctx.out), model_file, npp, ntg, npl, b) for e in engines}

@@ -138,21 +138,33 @@ def default_engine(ctx) -> str | None:
     return next(iter(with_binaries(ctx.profile, ctx.profile.serving.engines)), None)
 
 
-def run_bench(ctx, engine=None, model=None, npp=None, ntg=None, npl=None, allow_env=()) -> dict:
+def plan_single(ctx, engine=None, model=None, npp=None, ntg=None, npl=None, allow_env=()) -> dict:
+    """Every check of one run, touching nothing: {engine, model, npp, ntg, npl, env}."""
     s = ctx.profile.serving
     b = s.bench
     engine = engine or default_engine(ctx)
     if not engine:
         raise UsageError("no llama engine to bench (serving.engines or --engine)")
-    kind = kind_of(ctx.profile, engine)
+    if engine not in with_binaries(ctx.profile, [engine]):
+        raise UsageError(f"engine {engine} is {ctx.profile.engine(engine).kind}: llama-batched-bench needs an engine with llama.cpp binaries")
     npp, ntg, npl = npp or b.npp, ntg or b.ntg, npl or b.npl
     for name, vals in (("--npp", npp), ("--ntg", ntg), ("--npl", npl)):  # campaign steps skip the CLI's parsing
-        if not all(map(positive_int, vals)):
+        if not vals or not all(map(positive_int, vals)):
             raise UsageError(f"{name}: expected positive integers, got {vals!r}")
     if problem := split_kv_problem(npp, ntg, npl, b):
         raise UsageError(problem)
-    env = kind.env(ctx.profile, engine)
+    env = kind_of(ctx.profile, engine).env(ctx.profile, engine)
     check_bench_env(env, ctx.profile.policy, allow_env)
+    session.check_model(ctx, model or s.model)
+    return {"engine": engine, "model": model or s.model, "npp": npp, "ntg": ntg, "npl": npl, "env": env}
+
+
+def run_bench(ctx, engine=None, model=None, npp=None, ntg=None, npl=None, allow_env=()) -> dict:
+    s = ctx.profile.serving
+    b = s.bench
+    p = plan_single(ctx, engine, model, npp, ntg, npl, allow_env)
+    engine, npp, ntg, npl, env = p["engine"], p["npp"], p["ntg"], p["npl"], p["env"]
+    kind = kind_of(ctx.profile, engine)
     session.prepare(ctx, [engine], [model or s.model])  # the build and the model, before the lock
     model_file = session.model_file(ctx, model or s.model)
     cmd = argv(kind.tool_path(ctx.profile, engine, "llama-batched-bench", ctx.runner, ctx.out), model_file, npp, ntg, npl, b)

@@ -25,6 +25,7 @@ class BenchRequest:
     max_repeats: int | None = None
     budget_s: float | None = None
     order: str | None = None
+    dry_run: bool = False  # the checked plan, its commands and the go / no-go; nothing runs
 
     def blocks(self) -> bool:
         """Blocks of runs (an A/B, an A/A, or one engine's repeats) rather than the single run."""

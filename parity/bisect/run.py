@@ -6,6 +6,7 @@ stops applying, the build fails or the md5 moves).  A run dir holds the probe lo
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from dataclasses import dataclass, field
 
@@ -15,6 +16,9 @@ from parity.errors import ParityError, UsageError
 from parity.bisect import upstream
 from parity.bisect.apply import apply_at, failure_line
 from parity.context import run_session
+from parity.gonogo import dry_run_session, go_no_go
+from parity.gpu.lock import effective_dir
+from parity.options import positive_int
 from parity.engine import patches
 from parity.engine.source import add_pinned_source
 from parity.errors import InfraError
@@ -43,6 +47,7 @@ class BisectRequest:
     bad: str | None = None  # pin: the bad commit
     targets: list[str] | None = None  # what each probe builds (default: what the criterion runs)
     judge: probe.Judge = field(default_factory=lambda: probe.Judge("md5"))
+    dry_run: bool = False  # the checked plan (endpoints, candidates, the bound) and the go / no-go; nothing is built
 
 
 def bisect(ctx, req: BisectRequest) -> dict:
@@ -52,7 +57,10 @@ def bisect(ctx, req: BisectRequest) -> dict:
         raise UsageError(f"--criterion {req.criterion!r}: over the {req.over} it is one of {', '.join(CRITERIA[req.over])}")
     req.judge.criterion = req.criterion
     _defaults(ctx, req)
+    check_judge(ctx, req)
     plan = _series_plan(ctx, req) if req.over == "series" else _pin_plan(ctx, req)
+    if req.dry_run:
+        return dry_run(ctx, req, plan)
     with run_session(ctx, "bisect", f"bisect-{req.over}-{req.criterion}"):
         doc = {"kind": "bisect", "over": req.over, "criterion": req.criterion, "engine": req.engine, **plan["info"], "labels": plan["labels"], "n": len(plan["labels"]) - 1,
                "bound": search.bound(len(plan["labels"]) - 1), "judge": dataclasses.asdict(req.judge), "probes": [], "run_dir": str(ctx.run.path)}  # fmt: skip
@@ -77,6 +85,45 @@ def bisect(ctx, req: BisectRequest) -> dict:
     return doc
 
 
+METRICS = ("s_tg", "s_pp", "s")
+
+
+def check_judge(ctx, req: BisectRequest) -> None:
+    """Every option the probes will read, checked before anything is built (the dry run and the real run alike)."""
+    j = req.judge
+    ctx.profile.engine(req.engine)
+    if req.criterion in ("md5", "metric"):
+        session.check_model(ctx, j.model or ctx.profile.serving.model)
+    if req.criterion != "metric":
+        return
+    if j.metric not in METRICS:
+        raise UsageError(f"--metric {j.metric!r}: one of {', '.join(METRICS)} (the llama-batched-bench throughputs)")
+    if not (isinstance(j.threshold_pct, (int, float)) and math.isfinite(j.threshold_pct) and j.threshold_pct >= 0):
+        raise UsageError(f"--min-delta-pct must be a finite percentage >= 0, got {j.threshold_pct!r}")
+    for name, v in (("--blocks", j.blocks), ("--max-blocks", j.max_blocks)):
+        if not positive_int(v):
+            raise UsageError(f"{name} must be a positive integer, got {v!r}")
+    if j.blocks > j.max_blocks:
+        raise UsageError(f"--blocks {j.blocks} / --max-blocks {j.max_blocks}: need 1 <= blocks <= max-blocks")
+    b = ctx.profile.serving.bench
+    for name, vals in (("--npp", j.npp or b.npp), ("--ntg", j.ntg or b.ntg), ("--npl", j.npl or b.npl)):
+        if not vals or not all(map(positive_int, vals)):
+            raise UsageError(f"{name}: expected positive integers, got {vals!r}")
+
+
+def dry_run(ctx, req: BisectRequest, plan: dict) -> dict:
+    """The bisection a real run would make: its endpoints and candidates, the bound, what each probe
+    builds and runs, and the go / no-go (the lock its probes take)."""
+    n = len(plan["labels"]) - 1
+    doc = {"dry_run": True, "kind": "bisect", "over": req.over, "criterion": req.criterion, "engine": req.engine, **plan["info"], "labels": plan["labels"], "n": n,
+           "bound": search.bound(n), "judge": dataclasses.asdict(req.judge), "targets": req.targets or probe.TARGETS.get(req.criterion), "lock": str(effective_dir(ctx.profile.lock))}  # fmt: skip
+    with dry_run_session(ctx, "bisect", f"bisect-{req.over}-{req.criterion}") as rd:
+        doc["go_no_go"] = go_no_go(ctx, gpu=req.criterion not in ("apply", "build"))
+        doc["run_dir"] = str(rd.path)
+        rd.write_json("plan.json", doc)
+    return doc
+
+
 def _defaults(ctx, req: BisectRequest) -> None:
     j, g = req.judge, ctx.profile.gates
     if req.criterion == "md5":
@@ -90,8 +137,6 @@ def _defaults(ctx, req: BisectRequest) -> None:
             raise UsageError("--ops: the profile has no gates.ops to take them from")
     if req.criterion == "metric":
         j.threshold_pct = j.threshold_pct if j.threshold_pct is not None else ctx.profile.stats.min_delta_pct
-        if not (1 <= j.blocks <= j.max_blocks):
-            raise UsageError(f"--blocks {j.blocks} / --max-blocks {j.max_blocks}: need 1 <= blocks <= max-blocks")
 
 
 def _variant(ctx, req: BisectRequest, **changes):

@@ -58,3 +58,12 @@ def render_go(out, doc: dict) -> None:
     g = doc["go_no_go"]
     verdict = "GO" if g["go"] else f"NO GO (exit {g['exit_code']})"
     out.info(f"go/no-go: {verdict}; lock: {g['lock']}" + "".join(f"\n  - {r['what']}" for r in g["reasons"]) + f"\n-> {doc['run_dir']} (hardware.txt, preflight.txt, go_no_go.json)")
+
+
+def flag(name: str, extra: str = ""):
+    """The typer option of a declared option (parity.options.OPTIONS): one flag, one help, every command."""
+    from parity.options import OPTIONS
+
+    o = OPTIONS[name]
+    default = f" (default: {o.profile})" if o.profile else ""
+    return typer.Option(None, o.flag, metavar=o.metavar, help=o.help + extra + default)

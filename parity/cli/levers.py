@@ -4,7 +4,7 @@ from typing import List, Optional
 
 import typer
 
-from parity.cli.common import JsonOpt, ProfileOpt
+from parity.cli.common import JsonOpt, ProfileOpt, flag
 
 
 def register(app: typer.Typer) -> None:
@@ -25,11 +25,11 @@ def register(app: typer.Typer) -> None:
         npl: Optional[str] = typer.Option(None, "--npl", metavar="N,...", help="Parallel sequences / concurrency (default: serving.bench.npl, or serving.npl with --serving)."),
         npp: Optional[str] = typer.Option(None, "--npp", metavar="N,...", help="batched-bench prompt lengths (default: serving.bench.npp)."),
         ntg: Optional[str] = typer.Option(None, "--ntg", metavar="N,...", help="batched-bench generated tokens (default: serving.bench.ntg)."),
-        repeat: Optional[int] = typer.Option(None, "--repeat", help="Blocks (with --until-ci: at least this many)."),
-        until_ci: Optional[str] = typer.Option(None, "--until-ci", metavar="PCT|METRIC=PCT,..", help="Add blocks until every headline half-width is <= PCT % (or each named metric's <= its own)."),
-        max_repeats: Optional[int] = typer.Option(None, "--max-repeats", metavar="N", help="--until-ci: at most N blocks."),
-        budget_s: Optional[float] = typer.Option(None, "--budget-s", metavar="S", help="--until-ci: no block past S seconds."),
-        order: Optional[str] = typer.Option(None, "--order", help="Arm order across blocks: abba (default) or abab."),
+        repeat: Optional[int] = flag("repeat"),
+        until_ci: Optional[str] = flag("until_ci"),
+        max_repeats: Optional[int] = flag("max_repeats"),
+        budget_s: Optional[float] = flag("budget_s"),
+        order: Optional[str] = flag("order"),
         gate_models: Optional[str] = typer.Option(None, "--gate-models", metavar="M,...", help="Models the md5 gate runs (default: gates.models)."),
         gate_paths: Optional[str] = typer.Option(None, "--gate-paths", metavar="P,...", help="Paths the md5 gate runs (default: gates.paths)."),
         no_post_gates: bool = typer.Option(False, "--no-post-gates", help="Gate both arms before the measurement only."),

@@ -4,7 +4,7 @@ from typing import List, Optional
 
 import typer
 
-from parity.cli.common import JsonOpt, ProfileOpt
+from parity.cli.common import JsonOpt, ProfileOpt, flag
 
 
 def register(app: typer.Typer) -> None:
@@ -17,11 +17,11 @@ def register(app: typer.Typer) -> None:
         ctx_len: Optional[int] = typer.Option(None, "--ctx", help="llama-server -c."),
         engines: Optional[str] = typer.Option(None, "--engines", metavar="A,B", help="Engines in session order (default: serving.engines)."),
         model: Optional[str] = typer.Option(None, "--model", "-m", help="Model name (default: serving.model)."),
-        repeat: Optional[int] = typer.Option(None, "--repeat", help="Repeats; >1 gives the noise floor (medians, ratios of medians)."),
-        order: Optional[str] = typer.Option(None, "--order", help="Engine order across repeats: abab, abba or aabb (default: serving.order)."),
-        until_ci: Optional[str] = typer.Option(None, "--until-ci", metavar="PCT|METRIC=PCT,..", help="Adaptive repeats: add blocks until every headline paired half-width (every engine vs the reference, every N) is <= PCT %, or each named metric's is <= its own (decode_agg_tps=1,ttft_mean_ms=10; PCT,METRIC=PCT: PCT for the others) (default: stats.until_ci_pct / until_ci_targets; off)."),
-        max_repeats: Optional[int] = typer.Option(None, "--max-repeats", metavar="N", help="With --until-ci: at most N blocks (default: stats.max_repeats, 20)."),
-        budget_s: Optional[float] = typer.Option(None, "--budget-s", metavar="S", help="With --until-ci: no block that would end past S seconds of measured blocks (default: stats.budget_s; none)."),
+        repeat: Optional[int] = flag("repeat"),
+        order: Optional[str] = flag("order"),
+        until_ci: Optional[str] = flag("until_ci"),
+        max_repeats: Optional[int] = flag("max_repeats"),
+        budget_s: Optional[float] = flag("budget_s"),
         no_gates: bool = typer.Option(False, "--no-gates", help="Skip pre/post gates (the run is marked ungated)."),
         allow_env: Optional[List[str]] = typer.Option(None, "--allow-env", metavar="NAME", help="Allow a forbidden bench env knob."),
         dry_run: bool = typer.Option(False, "--dry-run", help="Print every resolved command, env and the preflight; start nothing."),
@@ -64,13 +64,14 @@ def register(app: typer.Typer) -> None:
         engine: Optional[str] = typer.Option(None, "--engine", "-e", help="Engine (default: the first serving engine)."),
         engines: Optional[str] = typer.Option(None, "--engines", metavar="A,B", help="A/B: blocks of one run per engine, paired statistics vs the reference (serving.reference_engine if listed, else the last)."),
         aa: bool = typer.Option(False, "--aa", help="A/A: the one engine of --engine/--engines measured as two arms (E and E#2), the noise floor."),
-        repeat: Optional[int] = typer.Option(None, "--repeat", help="Blocks (with --until-ci: at least this many; default 3). One engine: its CV per point."),
-        until_ci: Optional[str] = typer.Option(None, "--until-ci", metavar="PCT", help="Add blocks until every S_TG half-width (B/A, 95 %) is <= PCT (or s_tg=PCT)."),
-        max_repeats: Optional[int] = typer.Option(None, "--max-repeats", metavar="M", help="--until-ci: at most M blocks (default 20)."),
-        budget_s: Optional[float] = typer.Option(None, "--budget-s", metavar="S", help="--until-ci: stop before a block would pass S seconds."),
-        order: Optional[str] = typer.Option(None, "--order", help="Arm order across blocks: abba (default: reversed every other block) or abab."),
+        repeat: Optional[int] = flag("repeat"),
+        until_ci: Optional[str] = flag("until_ci"),
+        max_repeats: Optional[int] = flag("max_repeats"),
+        budget_s: Optional[float] = flag("budget_s"),
+        order: Optional[str] = flag("order"),
         model: Optional[str] = typer.Option(None, "--model", "-m", help="Model (default: serving.model)."),
         allow_env: Optional[List[str]] = typer.Option(None, "--allow-env", metavar="NAME"),
+        dry_run: bool = typer.Option(False, "--dry-run", help="Print the checked plan, every command and the go / no-go; start nothing."),
         profile: Optional[str] = ProfileOpt,
         json: bool = JsonOpt,
     ):
@@ -81,8 +82,14 @@ def register(app: typer.Typer) -> None:
 
         ctx = make_context(profile, json)
         req = BenchRequest(npp=parse_int_list(npp, "--npp"), ntg=parse_int_list(ntg, "--ntg"), npl=parse_int_list(npl, "--npl"), engine=engine, model=model, allow_env=allow_env or [],
-                           engines=parse_str_list(engines), aa=aa, repeat=repeat, until_ci=until_ci, max_repeats=max_repeats, budget_s=budget_s, order=order)  # fmt: skip
+                           engines=parse_str_list(engines), aa=aa, repeat=repeat, until_ci=until_ci, max_repeats=max_repeats, budget_s=budget_s, order=order, dry_run=dry_run)  # fmt: skip
         doc = run(ctx, req)
+        if dry_run:
+            ctx.out.emit(doc, lambda: render_bench_plan(ctx.out, doc))
+            from parity.gonogo import raise_if_no_go
+
+            raise_if_no_go(doc["go_no_go"], doc["run_dir"])
+            return
         if "paired" in doc:
             ctx.out.emit(doc, lambda: render_bench_ab(ctx.out, doc))
             return
@@ -212,3 +219,16 @@ def render_workload(out, doc: dict) -> None:
         out.warn(f"COARSE STREAM {p}")
     out.info(render_definitions(cols))
     out.info(f"-> {doc['run_dir']}")
+
+
+def render_bench_plan(out, doc: dict) -> None:
+    import shlex
+
+    what = f"arms {', '.join(doc['arms'])} (reference {doc.get('reference') or 'none'}), order {doc['order']}; {doc['blocks']}" if doc.get("arms") else "one run"
+    out.info(f"bench plan: model {doc['model']}, {what}; npp {doc['npp']} ntg {doc['ntg']} npl {doc['npl']}")
+    for e, argv in doc["commands"].items():
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in doc["env"][e].items())
+        out.info(f"# {e}\n{('env ' + env + ' ') if env else ''}{' '.join(shlex.quote(str(a)) for a in argv)}")
+    from parity.cli.common import render_go
+
+    render_go(out, doc)

@@ -111,6 +111,11 @@ class EngineKind:
         builds.json row this kind wrote; None: a build row (source, series, tree), read by the report."""
         return None
 
+    def provenance_identity(self, row: dict) -> tuple[str, str] | None:
+        """(source kind, identity) of a builds.json row this kind wrote, for the history store;
+        None: a build row (its source's pin, package, path or tree)."""
+        return None
+
     def dry_paths(self, profile, name: str, runner) -> dict[str, str]:
         """{what: path or placeholder} the real run would use (the dry run's go/no-go)."""
         return {}

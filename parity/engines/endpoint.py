@@ -92,6 +92,9 @@ class Endpoint(EngineKind):
         na = "not applicable"
         return {"source": f"endpoint {row.get('base_url', '?')} (not built or started by parity)", "series": na, "tree": na, "flags": na, "cuda_archs": na, "bin": na, "key": na}
 
+    def provenance_identity(self, row: dict) -> tuple[str, str] | None:
+        return ("endpoint", row.get("base_url"))
+
     def dry_paths(self, profile, name: str, runner) -> dict[str, str]:
         """The executables of its start and stop commands (the only programs parity runs for it)."""
         e = profile.engine(name)

@@ -98,6 +98,12 @@ class Vllm(EngineKind):
         return {"source": f"vLLM {rec.get('vllm_version') or rec.get('version') or '?'} ({v.get('state', '?')} venv {v.get('root', '-')})", "series": "-", "tree": "-",
                 "flags": "-", "cuda_archs": "cpu", "bin": v.get("vllm") or "-", "key": f"recipe {rec.get('recipe', '?')}"}  # fmt: skip
 
+    def provenance_identity(self, row: dict) -> tuple[str, str] | None:
+        v = row.get("vllm") if isinstance(row.get("vllm"), dict) else {}
+        rec = v.get("record") or {}
+        version = rec.get("vllm_version") or rec.get("version")
+        return ("vllm", f"vllm {version}" if version else (row.get("vllm_bin") or None))
+
     def dry_paths(self, profile, name: str, runner) -> dict[str, str]:
         e = profile.engine(name)
         if e.vllm_bin == "auto":

@@ -13,6 +13,7 @@ import statistics
 from pathlib import Path
 
 from parity import __version__
+from parity.engines import ENGINES
 from parity.paths import expand_path
 from parity.report.rundata import gate_problems
 from parity.yamlload import safe_load
@@ -63,6 +64,12 @@ def run_key(rd) -> str:
     return hashlib.sha256(basis.encode()).hexdigest()[:20]
 
 
+def served_identity(build: dict) -> tuple[str, str] | None:
+    """(source kind, identity) of a row its kind wrote without a build (vLLM, an endpoint), as the kind says."""
+    kind = ENGINES.get(build.get("kind") or "llama")
+    return kind.provenance_identity(build) if kind is not None else None
+
+
 def source_pin(build: dict) -> str | None:
     """An engine's llama.cpp identity: the pinned commit, else the package, path or tree."""
     src = build.get("source") or {}
@@ -71,10 +78,9 @@ def source_pin(build: dict) -> str | None:
         return str(pin)
     if build.get("prebuilt"):
         return f"prebuilt:{build['prebuilt']}"
-    if build.get("kind") == "vllm":
-        rec = (build.get("vllm") or {}).get("record") or {}
-        v = rec.get("vllm_version") or rec.get("version")
-        return f"vllm {v}" if v else None
+    served = served_identity(build)
+    if served is not None:
+        return served[1]
     return (build.get("tree_before") or None) and str(build["tree_before"])[:12]
 
 
@@ -84,7 +90,7 @@ def builds(rd, key: str) -> list[dict]:
         if not isinstance(b, dict):
             continue
         flags = [a for a in b.get("cmake_configure") or [] if isinstance(a, str) and a.startswith("-D") and not a.startswith("-DCMAKE_BUILD_TYPE")]
-        out.append({"run_key": key, "engine": engine, "build_key": b.get("key"), "source_kind": (b.get("source") or {}).get("kind") or ("vllm" if b.get("kind") == "vllm" else "prebuilt" if b.get("prebuilt") else None),
+        out.append({"run_key": key, "engine": engine, "build_key": b.get("key"), "source_kind": (b.get("source") or {}).get("kind") or ((served_identity(b) or (None,))[0]) or ("prebuilt" if b.get("prebuilt") else None),
                     "pin": source_pin(b), "series_dir": b.get("series_dir"), "series_digest": b.get("series_digest"),
                     "patches": json.dumps([[p.get("name"), p.get("sha256")] for p in b.get("patches") or [] if isinstance(p, dict)]) if b.get("patches") is not None else None,
                     "tree_after": b.get("tree_after"), "cuda_archs": None if b.get("cuda_archs") is None else str(b.get("cuda_archs")), "flags": " ".join(flags) or None})  # fmt: skip

@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 from parity import session
 from parity.engines import kind_of
 from parity.errors import UsageError
+from parity.options import check as check_options
 from parity.artifacts import slugify
-from parity.bench.ab import budget_for, run_ab
+from parity.bench.ab import budget_for, plan_ab, run_ab
 from parity.bench.batched_bench import argv
 from parity.bench.request import BenchRequest
 from parity.context import run_session
@@ -165,6 +166,9 @@ def prepare(ctx, req: ABRequest) -> dict:
     """Everything checked before a run dir exists: the lever, the arms (profile copy on ctx),
     builds planned (unknown patch numbers fail here), gates, map row.  Raises UsageError."""
 
+    check_options(repeat=req.repeat, until_ci=req.until_ci, max_repeats=req.max_repeats, budget_s=req.budget_s, order=req.order)
+    if req.reopen is not None and not req.reopen.strip():
+        raise UsageError("--reopen: give the reason this closed lever is measured again (it is recorded in the map)")
     lever = armsmod.make_lever(req.env, req.series_without, req.series_until, req.series, req.name, req.pin, req.repo)
     base = base_engine(ctx.profile, req.engine)
     armsmod.resolve_pin(ctx.profile, base, lever, ctx.runner, ctx.out)
@@ -181,6 +185,7 @@ def prepare(ctx, req: ABRequest) -> dict:
     if not same and req.aa:
         raise UsageError(f"--aa: the arms differ ({lever.changes(arm_a)}): an A/A needs a lever that leaves arm B equal to arm A")
     models, paths = gate_plan(prof, arm_a, req)
+    measure_plan(ctx, req, arm_a, arm_b, lever)  # the measurement's own checks (order, stop rule, shape), as the real run makes them
     facts = context_facts(ctx, arm_a)
     map_path = levermap.default_path(prof, ctx.artifacts_root) if not req.map else __import__("pathlib").Path(req.map).expanduser()
     rows = levermap.load(map_path)
@@ -296,19 +301,33 @@ def _cell(c: dict) -> dict:
     return {k: c.get(k) for k in keep}
 
 
+def measure_requests(ctx, req: ABRequest, a: str, b: str, lever):
+    """(serving request, bench request) of the measurement, one of them None: what measure() runs."""
+    allow = [k for k in lever.env if k in ctx.profile.policy.forbidden_bench_env]  # the lever's own env is the point of arm B, not a knob to refuse
+    if req.serving:
+        return SnapshotRequest(npl=req.npl, engines=[a, b], model=req.model, repeat=req.repeat, order=req.order, gates=False, allow_env=allow,
+                               until_ci=req.until_ci, max_repeats=req.max_repeats, budget_s=req.budget_s), None  # fmt: skip
+    return None, BenchRequest(engines=[a, b], model=req.model, npp=req.npp, ntg=req.ntg, npl=req.npl, allow_env=allow, repeat=req.repeat, until_ci=req.until_ci,
+                              max_repeats=req.max_repeats, budget_s=req.budget_s, order=req.order)  # fmt: skip
+
+
+def measure_plan(ctx, req: ABRequest, a: str, b: str, lever) -> None:
+    """Every check the measurement makes, before anything runs (the serving plan, or the bench A/B's)."""
+    sreq, breq = measure_requests(ctx, req, a, b, lever)
+    if sreq is not None:
+        make_plan(ctx, sreq)
+    else:
+        plan_ab(ctx, breq)
+
+
 def measure(ctx, req: ABRequest, a: str, b: str, lever) -> dict:
     """Both arms in paired blocks under the held lock: batched-bench (parity.bench.ab) or
     the serving sweep (parity.serving.snapshot, no gates of its own: the arms' gates are ours)."""
-    allow = [k for k in lever.env if k in ctx.profile.policy.forbidden_bench_env]  # the lever's own env is the point of arm B, not a knob to refuse
-    if req.serving:
-        sreq = SnapshotRequest(npl=req.npl, engines=[a, b], model=req.model, repeat=req.repeat, order=req.order, gates=False, allow_env=allow,
-                               until_ci=req.until_ci, max_repeats=req.max_repeats, budget_s=req.budget_s)  # fmt: skip
-        doc = run_snapshot(ctx, make_plan(ctx, sreq), gates=False, allow_env=allow)
+    sreq, breq = measure_requests(ctx, req, a, b, lever)
+    if sreq is not None:
+        doc = run_snapshot(ctx, make_plan(ctx, sreq), gates=False, allow_env=sreq.allow_env)
         src = ctx.run.file("summary.json")
         if src.exists():
             src.replace(ctx.run.file("serving_summary.json"))  # summary.json is the lever's
         return doc
-
-    breq = BenchRequest(engines=[a, b], model=req.model, npp=req.npp, ntg=req.ntg, npl=req.npl, allow_env=allow, repeat=req.repeat, until_ci=req.until_ci,
-                        max_repeats=req.max_repeats, budget_s=req.budget_s, order=req.order)  # fmt: skip
     return run_ab(ctx, breq)

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from parity import session
 from parity.engines import kind_of
 from parity.errors import InfraError, UsageError
+from parity.options import check_step_options
 from parity.bench import batched_bench
 from parity.bench.batched_bench import argv
 from parity.context import run_session
@@ -509,12 +510,20 @@ def step_engines(ctx, options: dict) -> list[str]:
     return list(options.get("engines") or [options.get("engine") or _default_engine(ctx, options.get("workload", "bench"))])
 
 
+STEP_OPTIONS = {"engine", "workload", "ntg", "npl", "npp", "model", "graph_node", "allow_collapsed", "allow_env", "tracer", "engines", "blocks"}
+
+
+def check_step(ctx, options: dict) -> ProfilePlan:
+    """A profile step's options, checked as the real step plans them (a dry plan: nothing is built)."""
+    check_step_options("profile", options, STEP_OPTIONS)
+    return make_plan(ctx, engine=options.get("engine"), workload=options.get("workload", "bench"), ntgs=options.get("ntg"), npl=options.get("npl"), npp=options.get("npp"),
+                     model=options.get("model"), graph_node=options.get("graph_node", True), allow_collapsed=bool(options.get("allow_collapsed")),
+                     tracer=options.get("tracer"), engines=options.get("engines"), blocks=options.get("blocks"), dry=True)  # fmt: skip
+
+
 def campaign_step(ctx, options: dict) -> dict:
     """kind: profile -- options {engine, workload, ntg: [64, 16], npl, npp, model, graph_node: true, allow_collapsed, allow_env}."""
-    known = {"engine", "workload", "ntg", "npl", "npp", "model", "graph_node", "allow_collapsed", "allow_env", "tracer", "engines", "blocks"}
-    bad = set(options) - known
-    if bad:
-        raise UsageError(f"profile step: unknown option {sorted(bad)[0]} (known: {', '.join(sorted(known))})")
+    check_step(ctx, options)
     out_dir = str(ctx.require_run().path / "profile")
     plan = make_plan(ctx, engine=options.get("engine"), workload=options.get("workload", "bench"), ntgs=options.get("ntg"), npl=options.get("npl"), npp=options.get("npp"),
                      model=options.get("model"), graph_node=options.get("graph_node", True), allow_collapsed=bool(options.get("allow_collapsed")), out_dir=out_dir,

@@ -11,6 +11,7 @@ memory back); post-gates; summary.json / parity_summary.tsv / summary.tsv
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from parity import session
 from parity.stats.adaptive import Budget, parse_until_ci
@@ -18,6 +19,7 @@ from parity.stats import canary
 from parity.engines import kind_of
 from parity.errors import UsageError
 from parity.gates.prepost import GateSpec, binary_gates
+from parity.options import check as check_options
 from parity.options import positive_int
 from parity.stats.calibrate import calibration_off
 from parity.context import run_session
@@ -90,15 +92,14 @@ def make_plan(ctx, req: SnapshotRequest) -> SnapshotPlan:
     s = ctx.profile.serving
     over = {k: getattr(req, k) for k in ("ptok", "gen", "parallel", "ctx", "order") if getattr(req, k) is not None}
     # here, not in the CLI: campaign steps come through this function too
-    for key in ("repeat", "ptok", "gen", "parallel", "ctx"):
+    check_options(repeat=req.repeat, until_ci=req.until_ci, max_repeats=req.max_repeats, budget_s=req.budget_s, order=req.order)
+    for key in ("ptok", "gen", "parallel", "ctx"):
         v = getattr(req, key)
         if v is not None and not positive_int(v):
-            raise UsageError(f"--{key} must be positive")
+            raise UsageError(f"--{key} must be a positive integer, got {v!r}")
     npl, engines = req.npl, req.engines
     if npl is not None and not (npl and all(map(positive_int, npl))):
         raise UsageError(f"--npl: expected positive integers, got {npl!r}")
-    if over.get("order", "abab") not in ("abab", "abba", "aabb"):
-        raise UsageError(f"--order must be abab, abba or aabb, got {over['order']!r}")
     if npl:
         over["npl"] = npl
     s = replace(s, **over)
@@ -120,6 +121,8 @@ def make_plan(ctx, req: SnapshotRequest) -> SnapshotPlan:
     model = req.model or s.model
     if not model:
         raise UsageError("no model to serve (serving.model or --model)")
+    if model not in ctx.profile.models and not Path(model).expanduser().exists() and any(kind_of(ctx.profile, e).model_source for e in engines):
+        raise UsageError(f"--model {model!r}: neither a model of profile {ctx.profile.name} ({', '.join(ctx.profile.models) or 'none'}) nor a file")
     repeat = req.repeat or s.repeat
     ref = s.reference_engine if s.reference_engine in engines else (engines[-1] if len(engines) > 1 else None)
     plan = SnapshotPlan(model, list(engines), ref, list(s.npl), repeat, s, run_order(list(engines), repeat, s.order))
@@ -146,13 +149,8 @@ def make_plan(ctx, req: SnapshotRequest) -> SnapshotPlan:
 def make_budget(ctx, req: SnapshotRequest, plan: SnapshotPlan, workload):
     """The stop rule's budget: fixed (repeat blocks) or --until-ci's (at least repeat and
     2 blocks, at most --max-repeats, within --budget-s).  Bad values: one-line UsageError."""
-    import math
-
     st = ctx.profile.stats
-    if req.budget_s is not None and (isinstance(req.budget_s, bool) or not isinstance(req.budget_s, (int, float)) or not math.isfinite(req.budget_s) or req.budget_s <= 0):
-        raise UsageError(f"--budget-s must be a positive number, got {req.budget_s!r}")
-    if req.max_repeats is not None and not positive_int(req.max_repeats):
-        raise UsageError(f"--max-repeats must be a positive integer, got {req.max_repeats!r}")
+    check_options(until_ci=req.until_ci, max_repeats=req.max_repeats, budget_s=req.budget_s)
     # --until-ci PCT or METRIC=PCT,... replaces the profile's stats.until_ci_pct and until_ci_targets
     pct, targets = parse_until_ci(req.until_ci) if req.until_ci is not None else (st.until_ci_pct, dict(st.until_ci_targets))
     unknown = sorted(set(targets) - set(st.metrics))
@@ -206,8 +204,8 @@ def snapshot(ctx, req: SnapshotRequest) -> dict:
     """`parity snapshot`: the dry-run plan, or a run directory with the gated sweep's summary."""
 
     plan = make_plan(ctx, req)
+    check_env(ctx, plan, req.allow_env)  # the forbidden bench knobs: refused before the run dir, dry run or not
     if req.dry_run:
-        check_env(ctx, plan, req.allow_env)
         doc = dry_run(ctx, plan)
         with dry_run_session(ctx, "snapshot", f"snapshot-{plan.model}") as rd:  # the users' DRY_RUN=1: a go/no-go with its evidence
             doc["go_no_go"] = go_no_go(ctx, paths=command_paths(ctx, doc["commands"]), ports=[plan.shape.port], more=not_answering(doc["commands"]))
@@ -432,15 +430,27 @@ def choose_gen(plan: SnapshotPlan, rows: list[dict]):
     return choose(rows, s.gen, s.min_window_s, c.margin, caps, c.max_gen)
 
 
+STEP_OPTIONS = {"npl", "engines", "model", "repeat", "ptok", "gen", "parallel", "ctx", "order", "gates", "allow_env", "workload", "until_ci", "max_repeats", "budget_s"}
+
+
+def check_step(ctx, options: dict) -> tuple[SnapshotRequest, SnapshotPlan]:
+    """A snapshot step's options, checked as `parity snapshot` checks its flags (the campaign's
+    dry run and its real run both call this before any step runs)."""
+    check_step_options("snapshot", options, STEP_OPTIONS)
+    options = {"gates": False, **options}  # campaigns usually run gate steps around it
+    options["gates"] = bool(options["gates"])
+    req = SnapshotRequest(**options)
+    plan = make_plan(ctx, req)
+    check_env(ctx, plan, req.allow_env)
+    return req, plan
+
+
 def campaign_step(ctx, options: dict) -> dict:
     """kind: snapshot -- options {npl, engines, model, repeat, ptok, gen, parallel, ctx, order, gates, allow_env, workload, until_ci, max_repeats, budget_s}
     (workload: a serving.workloads name, or a mapping declaring one inline: {name, kind, ...})."""
 
-    check_step_options("snapshot", options, {"npl", "engines", "model", "repeat", "ptok", "gen", "parallel", "ctx", "order", "gates", "allow_env", "workload", "until_ci", "max_repeats", "budget_s"})
-    options = {"gates": False, **options}  # campaigns usually run gate steps around it
-    options["gates"] = bool(options["gates"])
-    req = SnapshotRequest(**options)
-    doc = run_snapshot(ctx, make_plan(ctx, req), gates=req.gates, allow_env=req.allow_env)
+    req, plan = check_step(ctx, options)
+    doc = run_snapshot(ctx, plan, gates=req.gates, allow_env=req.allow_env)
 
     for line in lines(doc.get("efficiency")):
         ctx.out.info(line)

@@ -169,6 +169,7 @@ def test_campaign_snapshot_step_takes_the_adaptive_options(monkeypatch):
 
     seen = {}
     monkeypatch.setattr(snap, "make_plan", lambda ctx, req: seen.setdefault("req", req))
+    monkeypatch.setattr(snap, "check_env", lambda ctx, plan, allow_env: None)
     monkeypatch.setattr(snap, "run_snapshot", lambda ctx, plan, gates, allow_env: {"medians": [], "ratios": [], "headline": "", "valid": True, "stop": {"rule": "until-ci"}})
     out = snap.campaign_step(SimpleNamespace(), {"until_ci": 1.5, "max_repeats": 8, "budget_s": 600})
     assert (seen["req"].until_ci, seen["req"].max_repeats, seen["req"].budget_s) == (1.5, 8, 600) and out["stop"] == {"rule": "until-ci"}

@@ -229,6 +229,7 @@ def calls(p, name: str):
         "provision": (p, name, runner, out),
         "provenance": (p, name, runner, out),
         "provenance_cells": (row,),
+        "provenance_identity": (row,),
         "dry_paths": (p, name, runner),
         "tool_path": (p, name, "llama-completion", runner, out, True),
         "binary_gates_note": (),

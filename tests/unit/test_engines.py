@@ -176,10 +176,10 @@ def test_vllm_model_path_missing_makes_fake_exit_like_vllm(tmp_path):
 
 
 @pytest.mark.parametrize("options,message", [
-    ({"repeat": -1}, "--repeat must be positive"),
-    ({"repeat": 0}, "--repeat must be positive"),
-    ({"ptok": 0}, "--ptok must be positive"),
-    ({"ctx": -5}, "--ctx must be positive"),
+    ({"repeat": -1}, "--repeat must be a positive integer"),
+    ({"repeat": 0}, "--repeat must be a positive integer"),
+    ({"ptok": 0}, "--ptok must be a positive integer"),
+    ({"ctx": -5}, "--ctx must be a positive integer"),
     ({"npl": [4, 0]}, "--npl: expected positive integers"),
 ])
 def test_snapshot_step_checks_numbers_like_the_cli(tmp_path, options, message):
