@@ -92,6 +92,7 @@ def test_a_build_under_the_lock_is_refused(mini_build, tmp_path):
 
     prof = load_profile(str(mini_build()))
     prof.lock.preflight = False
+    prof.lock.idle_checks, prof.lock.poll_s = 1, 0.1  # no waiting between idle checks: nobody else is here
     ctx = Context(profile=prof, runner=LocalRunner(), out=Output(json_mode=True), artifacts_root=tmp_path)
     lock = GpuLock(prof.lock, str(tmp_path / "lk"))
     assert held_here() is None
