@@ -116,3 +116,17 @@ def test_a_campaign_refuses_a_bad_step_in_its_dry_run_as_in_its_real_run(place, 
     assert (dry.returncode, real.returncode) == (2, 2), (dry.stderr[-1500:], real.stderr[-1500:])
     assert one_line(dry) == one_line(real) and says in one_line(real)
     assert nothing_happened(place) == []
+
+
+def test_the_readmes_first_dry_run_on_a_fresh_machine_says_go(place):
+    """`parity snapshot -p smoke --dry-run` on a machine with nothing in its cache: the builds, the
+    vLLM venv and the models the real run would make first are named as such, and it says go."""
+    import json
+
+    r = parity(place, "snapshot", "-p", "smoke", "--dry-run", "--json")
+    assert r.returncode == 0, r.stderr[-2000:]
+    doc = json.loads(r.stdout)
+    assert doc["go_no_go"]["go"] is True and doc["go_no_go"]["reasons"] == []
+    argv0 = {c["engine"]: c["argv"][0] for c in doc["commands"]}
+    assert "built on the first real run" in argv0["paged"] and "installed on the first real run" in argv0["vllm"], argv0
+    assert not (place["cache"] / "builds").exists() and not (place["cache"] / "vllm").exists()  # nothing made
