@@ -17,9 +17,6 @@ from parity.loadgen.record import RequestRecord
 from parity.metrics.serving import Metric, NoValue
 from parity.stats import percentile
 
-KINDS = ("shared-prefix", "prefill-under-decode", "open-loop", "multi-turn")
-
-
 @dataclass
 class Sample:
     """What one workload point measured."""
@@ -291,38 +288,13 @@ WORKLOAD_METRICS: dict[str, Metric] = {
     ]
 }
 
-BY_KIND = {
-    "shared-prefix": ["prefix_hit_rate", "prefix_hits", "prefix_queries", "prefix_hits_derived", "cached_prompt_tokens", "prefix_share"],
-    "prefill-under-decode": ["stall_max_ms", "stall_p99_ms", "decode_gap_p50_ms", "stall_ratio", "decode_tokens_per_chunk", "long_ttft_mean_ms", "long_ttft_max_ms"],
-    "open-loop": ["scheduled_rate", "achieved_rate", "achieved_share", "sched_delay_p50_ms", "sched_delay_p99_ms", "sched_delay_max_ms", "served_rate", "served_share",
-                  "goodput_rps", "slo_attainment", "e2e_p50_ms", "e2e_p99_ms", "tpot_p50_ms", "tpot_p99_ms"],  # fmt: skip
-    "multi-turn": ["prompt_tokens_mean", "prefix_hit_rate", "prefix_hits", "prefix_queries", "prefix_hits_derived", "cached_prompt_tokens"],
-}
 
-# what each kind's ratios and headline compare across engines
-HEADLINE = {
-    "shared-prefix": ["ttft_mean_ms", "prefill_tps", "prefix_hit_rate"],
-    "prefill-under-decode": ["stall_max_ms", "stall_p99_ms", "long_ttft_mean_ms"],
-    "open-loop": ["goodput_rps", "ttft_p99_ms", "e2e_p99_ms"],
-    "multi-turn": ["ttft_mean_ms", "prefill_tps", "prefix_hit_rate"],
-}
-
-# the measurement windows a point of each kind must have (validity.point_verdict): an open-loop
-# point's last request starts near the end, so its decode window (from the LAST first token) is short
-WINDOWS = {
-    "shared-prefix": ("wall_s", "decode_window_s"),
-    "prefill-under-decode": ("wall_s", "decode_window_s"),
-    "open-loop": ("wall_s",),
-    "multi-turn": ("wall_s", "decode_window_s"),
-}
-
-
-def compute(kind: str, sample: Sample) -> tuple[dict, dict]:
-    """(row, why) of the kind's metrics, as parity.metrics.serving.compute."""
+def compute(names: Sequence[str], sample: Sample) -> tuple[dict, dict]:
+    """(row, why) of these workload metrics (a kind's, parity.workloads), as parity.metrics.serving.compute."""
     import math
 
     row, why = {}, {}
-    for name in BY_KIND[kind]:
+    for name in names:
         try:
             v = WORKLOAD_METRICS[name].fn(sample)
             row[name] = v if isinstance(v, int) else (round(v, 4) if isinstance(v, float) and math.isfinite(v) else None)

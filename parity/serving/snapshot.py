@@ -30,7 +30,6 @@ from parity.gonogo import command_paths, dry_run_session, go_no_go, not_answerin
 from parity.gpu.lock import effective_dir as lock_effective_dir, preflight
 from parity.metrics.output_parity import compare_engines
 from parity.metrics.registry import definitions, direction
-from parity.metrics.workload import WINDOWS as KIND_WINDOWS
 from parity.options import check_step_options
 from parity.serving import summary, workload_summary
 from parity.serving.efficiency import for_snapshot
@@ -309,7 +308,7 @@ def note_outran(ctx, plan: SnapshotPlan, rows: list[dict]) -> None:
         return  # the cap's warning said its windows may stay short
     windows = WINDOWS
     if plan.workload is not None:
-        windows = KIND_WINDOWS[plan.workload.kind]
+        windows = plan.workload.kind_obj.windows
     trial = [r for a in plan.trial_arms for r in a["rows"]] or [r for r in rows if r.get("repeat") == 0]
     items = outran(plan.calibration, trial, rows, plan.shape.min_window_s, windows)
     if items:

@@ -11,19 +11,12 @@ from parity import stats
 from parity.serving import summary
 from parity.metrics.registry import definitions
 from parity.metrics.serving import METRICS
-from parity.metrics.workload import BY_KIND, HEADLINE
-
-# the serving metrics each kind's table shows first (every one is still in the rows and medians)
-SHOWN = {
-    "shared-prefix": ["ttft_mean_ms", "ttft_p99_ms", "prefill_tps", "prefix_hit_rate", "prefix_share", "prefix_hits", "prefix_hits_derived", "cached_prompt_tokens"],
-    "prefill-under-decode": ["stall_max_ms", "stall_p99_ms", "decode_gap_p50_ms", "stall_ratio", "decode_tokens_per_chunk", "long_ttft_mean_ms", "long_ttft_max_ms", "decode_perseq_tps"],
-    "open-loop": ["scheduled_rate", "achieved_rate", "sched_delay_p99_ms", "served_rate", "goodput_rps", "slo_attainment", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "e2e_p99_ms"],
-    "multi-turn": ["prompt_tokens_mean", "ttft_mean_ms", "ttft_p99_ms", "prefill_tps", "prefix_hit_rate", "prefix_hits_derived", "cached_prompt_tokens"],
-}
+from parity.workloads import WORKLOADS
 
 
 def keys(kind: str) -> list[str]:
-    return list(METRICS) + BY_KIND[kind]
+    """The serving metrics, then the kind's own."""
+    return list(METRICS) + list(WORKLOADS[kind].metrics)
 
 
 def labelled(med: list[dict], rows: list[dict]) -> list[dict]:
@@ -42,7 +35,7 @@ def headline(rat: list[dict], kind: str) -> str:
     parts = []
     for r in rat:
         bits = []
-        for k in HEADLINE[kind]:
+        for k in WORKLOADS[kind].headline:
             v = r["verdicts"].get(k, {})
             p = (r.get("paired") or {}).get(k) or {}
             pt = f"paired {p['outcome']} [{p['low']:.4f}, {p['high']:.4f}]" if p.get("low") is not None else ""
@@ -63,14 +56,15 @@ def tsv(rows: list[dict], med: list[dict], rat: list[dict], kind: str) -> str:
 
 def write(ctx, plan, rows: list[dict], extra: dict | None = None) -> dict:
     wl = plan.workload
-    med = labelled(summary.medians(rows, keys(wl.kind), HEADLINE[wl.kind]), rows)
+    kind = WORKLOADS[wl.kind]
+    med = labelled(summary.medians(rows, keys(wl.kind), kind.headline), rows)
     rule = stats.Rule.from_config(ctx.profile.stats)
-    rat = summary.ratios(rows, med, plan.reference, rule, HEADLINE[wl.kind])
+    rat = summary.ratios(rows, med, plan.reference, rule, kind.headline)
     points = {m["n"]: m["point"] for m in med}
     for r in rat:
         r["point"] = points.get(r["n"])
     st = ctx.profile.stats
-    pts = summary.paired_points(rows, plan.reference, HEADLINE[wl.kind], st.min_delta_pct, st.confidence)
+    pts = summary.paired_points(rows, plan.reference, kind.headline, st.min_delta_pct, st.confidence)
     for p in pts:
         p["point"] = points.get(p["n"])
     invalid = [f"{r['engine']} r{r['repeat']} {r['point']}: {'; '.join(r['invalid_reasons'])}" for r in rows if not r.get("valid", True)]
@@ -83,7 +77,7 @@ def write(ctx, plan, rows: list[dict], extra: dict | None = None) -> dict:
         "medians": med,
         "ratios": rat,
         "headline": headline(rat, wl.kind),
-        "shown": SHOWN[wl.kind],
+        "shown": list(kind.shown),  # the columns the CLI prints and the report shows first
         "invalid_points": invalid,
         "not_held": not_held,
         "coarse_streams": coarse,

@@ -1,37 +1,38 @@
 """Calibrated built-in workloads: the sweep's trial block (parity.stats.calibrate), for the
-one field of each kind that sets how long its windows last.  A built-in is sized from the
-profile, not from the machine, so on a fast box its decode streams can end before a window
-reaches serving.min_window_s (prefill-under-decode's decode windows of 310 ms, multi-turn's
-turns of 340 ms on the smoke profile, against 500 ms).
+one field of each kind that sets how long its windows last (its kind's `knob`).  A built-in
+is sized from the profile, not from the machine, so on a fast box its decode streams can end
+before a window reaches serving.min_window_s (prefill-under-decode's decode windows of 310 ms,
+multi-turn's turns of 340 ms on the smoke profile, against 500 ms).
 
-Block 0 runs as sized; per point, the stream that ends last among those the field sets
-(prefill-under-decode: the decode streams; the others: every request) gives its pace and
-where each window starts relative to its first token.  The field is raised, never lowered,
-so every window would last min_window_s even at serving.calibrate.margin times that pace,
-within the context each engine gives a request; block 0 is then the trial and the measured
-blocks follow.  A field written in YAML or --workload-opt (or a declared workload's) is kept
-exactly, as the sweep keeps an explicit --gen."""
+Block 0 runs as sized; per point, the stream that ends last among those the field sets (its
+kind's `paced()`: prefill-under-decode's decode streams, the others' every request) gives its
+pace and where each window starts relative to its first token.  The field is raised, never
+lowered, so every window would last min_window_s even at serving.calibrate.margin times that
+pace, within the context each engine gives a request (less what else the kind's request
+carries: its `cap()`); block 0 is then the trial and the measured blocks follow.  A field
+written in YAML or --workload-opt (or a declared workload's) is kept exactly, as the sweep
+keeps an explicit --gen."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from parity.workloads.defaults import HISTORY_MARGIN
 from parity.metrics import serving as metrics
 from parity.stats.calibrate import burst, calibration_off, choose, stream_need
-
-KNOB = {"shared-prefix": "gen", "prefill-under-decode": "decode_gen", "open-loop": "gen", "multi-turn": "gen"}
+from parity.workloads import WORKLOADS
 
 
 def knob_value(wl) -> int:
-    return wl.cfg.decode_gen if KNOB[wl.kind] == "decode_gen" else wl.gen
+    """The knob's value: gen as resolved (the section's, else serving.gen), else the section's field."""
+    knob = WORKLOADS[wl.kind].knob
+    return wl.gen if knob == "gen" else getattr(wl.cfg, knob)
 
 
 def why_off(s, wl, gen_given: bool) -> str | None:
     """Why the trial may not raise this workload's field (None: it may): as the sweep's gen
     (parity.stats.calibrate.calibration_off), and only a field parity sized."""
 
-    knob = KNOB[wl.kind]
+    knob = WORKLOADS[wl.kind].knob
     if knob not in wl.sized:
         return f"{knob} set in YAML or --workload-opt" if wl.builtin else "a declared workload keeps its shapes"
     return calibration_off(s, knob == "gen" and gen_given)
@@ -39,7 +40,7 @@ def why_off(s, wl, gen_given: bool) -> str | None:
 
 def plan_text(plan) -> str:
     wl, s = plan.workload, plan.shape
-    knob, v = KNOB[wl.kind], knob_value(wl)
+    knob, v = WORKLOADS[wl.kind].knob, knob_value(wl)
     if plan.calibrate is None:
         return f"off ({plan.calibration_off}): {knob} {v} as given"
     c = plan.calibrate
@@ -53,7 +54,8 @@ def basis(kind: str, records, decode, windows) -> dict | None:
     less the window's start, as parity.metrics.serving computes them over the valid requests)."""
     ok = [r for r in records if r.valid and r.first is not None and r.end is not None]
     counted = {id(r) for r in ok}
-    streams = [r for r in (decode if kind == "prefill-under-decode" else records) if id(r) in counted and r.tokens >= 2]
+    k = WORKLOADS[kind]
+    streams = [r for r in k.paced(records, decode) if id(r) in counted and r.tokens >= 2]
     if not streams:
         return None
 
@@ -66,7 +68,7 @@ def basis(kind: str, records, decode, windows) -> dict | None:
     # sweep lets the wall window decide)
     lumped = burst(last.tokens, reads)
     pace = (last.end - last.send) / last.tokens if lumped else (last.end - last.first) / (last.tokens - 1)
-    return {"knob": KNOB[kind], "tokens": last.tokens, "pace_s": round(pace, 9), "reads": reads, "burst": lumped,
+    return {"knob": k.knob, "tokens": last.tokens, "pace_s": round(pace, 9), "reads": reads, "burst": lumped,
             "lead_s": {w: round(last.first - starts[w], 6) for w in windows}}  # fmt: skip
 
 
@@ -80,18 +82,13 @@ def need_of(min_window_s: float, margin: float):
 
 def caps(plan, wl) -> dict[str, tuple[int, str]]:
     """engine -> (the largest value of the field its request context allows, what sets that)."""
-    c, out = wl.cfg, {}
+    out = {}
     for e in plan.engines:
         limit = plan.limits.get(e)
         if not limit:
             continue
-        ctx = f"engine {e}'s {limit}-token request context ({plan.limit_what.get(e)})"
-        if wl.kind == "shared-prefix":
-            out[e] = (limit - c.prefix_tokens - c.suffix_tokens, f"{ctx} less the {c.prefix_tokens}-token prefix and {c.suffix_tokens}-token suffix")
-        elif wl.kind == "multi-turn":
-            out[e] = (int(limit / (HISTORY_MARGIN * c.turns)) - c.turn_tokens, f"{ctx} over {c.turns} turns x {HISTORY_MARGIN:g} (a history resent as text), less {c.turn_tokens}-token chunks")
-        else:
-            out[e] = (limit - wl.ptok, f"{ctx} less {wl.ptok} prompt tokens")
+        value, less = WORKLOADS[wl.kind].cap(limit, wl)
+        out[e] = (value, f"engine {e}'s {limit}-token request context ({plan.limit_what.get(e)}) {less}")
     return out
 
 
@@ -100,9 +97,9 @@ def choose_for(plan, rows: list[dict]):
     with the stream rule); parity.serving.snapshot.calibrate_after_trial applies it."""
 
     s, c, wl = plan.shape, plan.calibrate, plan.workload
-    return choose(rows, knob_value(wl), s.min_window_s, c.margin, caps(plan, wl), c.max_gen, need_of=need_of(s.min_window_s, c.margin), knob=KNOB[wl.kind])
+    return choose(rows, knob_value(wl), s.min_window_s, c.margin, caps(plan, wl), c.max_gen, need_of=need_of(s.min_window_s, c.margin), knob=WORKLOADS[wl.kind].knob)
 
 
 def with_value(wl, v: int):
-    knob = KNOB[wl.kind]
+    knob = WORKLOADS[wl.kind].knob
     return replace(wl, cfg=replace(wl.cfg, **{knob: v}), gen=v if knob == "gen" else wl.gen)

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from parity.errors import ConfigError
+from parity.workloads import WORKLOADS
 
-BUILTIN = ("shared-prefix", "prefill-under-decode", "open-loop", "multi-turn")
+BUILTIN = tuple(WORKLOADS)  # every kind runs by its name, sized for the profile (parity.workloads.defaults)
 
 
 @dataclass
@@ -25,7 +25,7 @@ class WorkloadConfig:
     with `parity snapshot --workload NAME` (parity.serving.workloads).  Each kind reads its own
     keys; gen / ptok None = serving.gen / serving.ptok."""
 
-    kind: Literal["shared-prefix", "prefill-under-decode", "open-loop", "multi-turn"] | None = None  # None: the built-in of the same name
+    kind: Literal[BUILTIN] | None = None  # a registered kind (parity.workloads.WORKLOADS); None: the built-in of the same name
     description: str = ""
     gen: int | None = None
     ptok: int | None = None  # prompt tokens of the plain requests (decode streams, open-loop arrivals)
@@ -57,27 +57,7 @@ class WorkloadConfig:
 
 
 def check_workload(w: WorkloadConfig, label: str, key: str) -> None:
-    """Value checks of one workload (ConfigError naming the key)."""
-    positive = {
-        "shared-prefix": ("groups", "group_size", "prefix_tokens", "suffix_tokens"),
-        "prefill-under-decode": ("decode_streams", "decode_gen", "long_prompts", "long_ptok"),
-        "open-loop": ("requests_per_rate", "burstiness", "max_delay_p99_ms"),
-        "multi-turn": ("conversations", "turns", "turn_tokens"),
-    }[w.kind]
-    for k in positive + ("gen", "ptok"):
-        v = getattr(w, k)
-        if v is not None and not v > 0:
-            raise ConfigError(label, f"{key}.{k}", "must be positive")
-    if w.kind == "prefill-under-decode" and w.long_every_s < 0:
-        raise ConfigError(label, f"{key}.long_every_s", "must not be negative")
-    if w.kind == "open-loop":
-        if not w.rates or any(not r > 0 for r in w.rates) or len(set(w.rates)) != len(w.rates):
-            raise ConfigError(label, f"{key}.rates", "must be a non-empty list of distinct positive request rates (requests/s)")
-        if w.requests_per_rate < 2:
-            raise ConfigError(label, f"{key}.requests_per_rate", "must be at least 2 (a rate needs two sends)")
-        if not 0 < w.min_achieved_share <= 1:
-            raise ConfigError(label, f"{key}.min_achieved_share", "must be a share in (0, 1]")
-        for k in ("ttft_ms", "tpot_ms", "e2e_ms"):
-            v = getattr(w.slo, k)
-            if v is not None and not v > 0:
-                raise ConfigError(label, f"{key}.slo.{k}", "must be positive (or null: not bounded)")
+    """Value checks of one workload, as its kind says (ConfigError naming the key)."""
+    kind = WORKLOADS[w.kind]
+    kind.check_positive(w, label, key)
+    kind.check(w, label, key)

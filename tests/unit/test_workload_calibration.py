@@ -12,8 +12,8 @@ import pytest
 
 from parity.metrics import validity
 from parity.metrics.serving import RequestRecord, compute
-from parity.workloads.calibration import KNOB, basis, caps, need_of, why_off
-from parity.metrics.workload import WINDOWS
+from parity.workloads import WORKLOADS
+from parity.workloads.calibration import basis, caps, need_of, why_off
 from parity.stats.calibrate import choose, needed_gen, stream_need
 
 DATA = Path(__file__).parent.parent / "data" / "workloads"
@@ -41,7 +41,7 @@ def test_the_basis_reproduces_the_recorded_windows_of_a_real_prefill_under_decod
     recs, decode = pud()
     metrics, _ = compute([r for r in recs if r.valid])
     assert (metrics["wall_s"], metrics["decode_window_s"]) == (0.843, 0.3102)  # as its summary.json row recorded
-    b = basis("prefill-under-decode", recs, decode, WINDOWS["prefill-under-decode"])
+    b = basis("prefill-under-decode", recs, decode, WORKLOADS["prefill-under-decode"].windows)
     assert b["knob"] == "decode_gen" and b["tokens"] == 384
     assert 0.002 < b["pace_s"] < 0.0025  # 2.18 ms a token: 384 tokens in 0.83 s
     # the decode window starts after the decode streams' first tokens (the last long prompt's first token)
@@ -53,7 +53,7 @@ def test_the_basis_reproduces_the_recorded_windows_of_a_real_prefill_under_decod
 def test_the_raised_decode_gen_keeps_the_window_above_min_window_s_at_margin_times_the_pace():
     recs, decode = pud()
     row = {"engine": "paged", "n": 2, "point": "2 streams + 2 x 320-token prompts", "repeat": 0, "wall_s": 0.843, "decode_window_s": 0.3102,
-           "calibration_basis": basis("prefill-under-decode", recs, decode, WINDOWS["prefill-under-decode"])}  # fmt: skip
+           "calibration_basis": basis("prefill-under-decode", recs, decode, WORKLOADS["prefill-under-decode"].windows)}  # fmt: skip
     cal = choose([row], 384, 0.5, 1.5, {"paged": (1984, "slot")}, 4096, need_of=need_of(0.5, 1.5), knob="decode_gen")
     assert not cal.kept_trial and not cal.capped and cal.trial_gen == 384 and cal.gen == cal.need
     assert cal.line().startswith("calibration: decode_gen 384 -> ") and cal.shortest == "paged 2 streams + 2 x 320-token prompts"
@@ -67,7 +67,7 @@ def test_the_raised_decode_gen_keeps_the_window_above_min_window_s_at_margin_tim
 
 def test_a_cap_keeps_decode_gen_within_the_slot_and_says_so():
     recs, decode = pud()
-    row = {"engine": "paged", "n": 2, "point": "p", "calibration_basis": basis("prefill-under-decode", recs, decode, WINDOWS["prefill-under-decode"])}
+    row = {"engine": "paged", "n": 2, "point": "p", "calibration_basis": basis("prefill-under-decode", recs, decode, WORKLOADS["prefill-under-decode"].windows)}
     cal = choose([row], 384, 0.5, 1.5, {"paged": (448, "engine paged's 512-token request context less 64 prompt tokens")}, 4096, need_of=need_of(0.5, 1.5), knob="decode_gen")
     assert cal.gen == 448 and cal.capped and "needs decode_gen" in cal.warning() and "512-token" in cal.warning()
 
@@ -76,7 +76,7 @@ def test_multi_turn_gen_from_a_real_second_turn():
     recs = records("smoke-mt-turn2-stock-r0.json")
     metrics, _ = compute([r for r in recs if r.valid])
     assert (metrics["wall_s"], metrics["decode_window_s"]) == (0.3336, 0.3074)
-    b = basis("multi-turn", recs, [], WINDOWS["multi-turn"])
+    b = basis("multi-turn", recs, [], WORKLOADS["multi-turn"].windows)
     assert b["knob"] == "gen" and b["tokens"] == 162 and 0 <= b["lead_s"]["decode_window_s"] < 0.05
     need = need_of(0.5, 1.5)({"calibration_basis": b})
     assert need["decode_window_s"] >= need["wall_s"] > 162
@@ -113,14 +113,14 @@ def test_caps_per_kind_leave_room_for_what_else_a_request_carries():
 def test_why_the_trial_may_not_raise_a_field(sized, builtin, gen_given, over, why):
     s = SimpleNamespace(order=over.get("order", "abab"), min_window_s=over.get("min_window_s", 0.5), calibrate=SimpleNamespace(enabled=over.get("enabled", True)))
     wl = SimpleNamespace(kind="multi-turn", sized=sized, builtin=builtin, gen=256, cfg=SimpleNamespace())
-    assert KNOB["multi-turn"] == "gen" and why_off(s, wl, gen_given) == why
+    assert WORKLOADS["multi-turn"].knob == "gen" and why_off(s, wl, gen_given) == why
 
 
 def test_a_stream_that_came_in_one_read_is_paced_by_its_whole_request():
     recs = records("smoke-mt-turn2-stock-r0.json")
-    b = basis("multi-turn", recs, [], WINDOWS["multi-turn"])
+    b = basis("multi-turn", recs, [], WORKLOADS["multi-turn"].windows)
     assert b["burst"] is False and b["reads"] > 80  # the real stream: about one read a token
     last = max(recs, key=lambda r: r.end)
     last.token_times = [last.first] + [last.end] * (last.tokens - 1)  # the same request, its tokens after the first read at once
-    b = basis("multi-turn", recs, [], WINDOWS["multi-turn"])
+    b = basis("multi-turn", recs, [], WORKLOADS["multi-turn"].windows)
     assert b["burst"] is True and b["reads"] == 1 and b["pace_s"] == pytest.approx((last.end - last.send) / last.tokens, abs=1e-9)

@@ -7,10 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from parity.report import workload_plots
 from parity.report.render import _env
 from parity.report.workload_sections import workload_section
-from parity.serving.workload_summary import SHOWN
+from parity.workloads import WORKLOADS, open_loop, prefill_under_decode, shared_prefix
 
 
 def med(engine, n, point, **kw):
@@ -46,7 +45,7 @@ SUMMARIES = {
     },
 }
 for _kind, _summary in SUMMARIES.items():
-    _summary["shown"] = SHOWN[_kind]  # as workload_summary.write records it
+    _summary["shown"] = list(WORKLOADS[_kind].shown)  # as workload_summary.write records it
 
 FILES = {"open-loop": ["workload_rate_latency.png", "workload_goodput.png"], "prefill-under-decode": ["workload_stalls.png"],
          "shared-prefix": ["workload_prefix_hits.png"], "multi-turn": ["workload_ttft_by_turn.png"]}  # fmt: skip
@@ -76,17 +75,19 @@ def test_open_loop_section_says_which_rates_were_not_held_or_invalid(tmp_path):
 
 def test_prefill_under_decode_lists_each_long_prompt(tmp_path):
     w = workload_section(SimpleNamespace(summary=SUMMARIES["prefill-under-decode"]), None, plots=False)
-    assert w["long_prompts"] == [["stock", 0, 0, "1000.0", 3, "900.00", "899.00", ""]] and w["plots"] == []
+    (table,) = w["tables"]
+    assert table["title"] == "Each long prompt's admission" and table["rows"] == [["stock", 0, 0, "1000.0", 3, "900.00", "899.00", ""]] and w["plots"] == []
     assert w["notes"] == ["COARSE STREAM: vllm r0 3 streams: the decode streams arrived 7.5 tokens per chunk"]
-    assert "- COARSE STREAM: vllm r0" in _env().get_template("_workloads.md.j2").render(workload=w)
+    text = _env().get_template("_workloads.md.j2").render(workload=w)
+    assert "- COARSE STREAM: vllm r0" in text and "\n\n### Each long prompt's admission\n\n| engine | repeat | long prompt | TTFT ms |" in text
 
 
 def test_no_section_for_a_plain_sweep_and_no_plot_without_data(tmp_path):
     assert workload_section(SimpleNamespace(summary={"medians": []}), tmp_path) is None
     assert workload_section(SimpleNamespace(summary=None), tmp_path) is None
-    assert workload_plots.rate_latency([], tmp_path / "x.png") is None
-    assert workload_plots.stall_distribution([{"engine": "a", "stall_gaps_ms": []}], tmp_path / "y.png") is None
-    assert workload_plots.prefix_hits([{"engine": "a"}], tmp_path / "z.png") is None
+    assert open_loop.rate_latency([], tmp_path / "x.png") is None
+    assert prefill_under_decode.stall_distribution([{"engine": "a", "stall_gaps_ms": []}], tmp_path / "y.png") is None
+    assert shared_prefix.prefix_hits([{"engine": "a"}], tmp_path / "z.png") is None
     assert not list(tmp_path.glob("*.png"))
 
 

@@ -18,7 +18,10 @@ from parity.metrics.registry import definitions, direction
 from parity.metrics.serving import RequestRecord
 from parity.metrics.validity import check_request
 from parity.engines import llama, vllm
-from parity.serving.workloads import Measured, held_verdict, open_loop_problems, point_row, server_deltas
+from parity.serving.workloads import point_row, server_deltas
+from parity.workloads import WORKLOADS
+from parity.workloads.base import Measured
+from parity.workloads.open_loop import held_verdict, open_loop_problems
 
 
 def rec(send, first, times=None, gap=0.01, tokens=5, gen=None, prompt=10, scheduled=None, error=None, cached=None):
@@ -224,11 +227,12 @@ def test_multi_turn_point_reports_the_resent_history():
 
 def test_workload_metrics_are_declared_once_with_the_others():
     names = {d["name"] for d in definitions()}
-    for kind_names in wm.BY_KIND.values():
-        assert set(kind_names) <= names
+    for kind in WORKLOADS.values():
+        assert kind.metrics and set(kind.metrics) <= set(wm.WORKLOAD_METRICS) <= names
+        assert kind.headline and set(kind.headline) <= names and kind.shown and set(kind.shown) <= names
+        assert kind.windows and set(kind.windows) <= {"wall_s", "decode_window_s"}
     assert direction("stall_max_ms") == "lower" and direction("goodput_rps") == "higher" and direction("prefix_hit_rate") == "higher"
-    assert all(d["formula"] for d in definitions(wm.BY_KIND["open-loop"]))
-    assert set(wm.HEADLINE) == set(wm.BY_KIND) == set(wm.WINDOWS) == set(wm.KINDS)
+    assert all(d["formula"] for d in definitions(list(WORKLOADS["open-loop"].metrics)))
 
 
 def test_workload_summary_medians_ratios_and_tsv(tmp_path):
