@@ -42,7 +42,7 @@ from parity.artifacts import RunDir, now_iso, slurm_job
 from parity.context import run_session, run_session_existing
 from parity.decode import read_utf8
 from parity.engines import kind_of, with_binaries
-from parity.gates.prepost import gate_engines
+from parity.gates.prepost import GateSpec, gate_engines, gate_models, spec_from_options
 from parity.gonogo import dry_run_session, go_no_go
 from parity.gpu.lock import pid_alive
 from parity.hosts.delegation import DELEGATED_ENV
@@ -287,12 +287,12 @@ def step_models(ctx, steps: list[Step]) -> list[str]:
         if s.kind in ("snapshot", "bench", "profile"):
             models.append(o.get("model") or p.serving.model)
         elif s.kind == "gate":
-            named = o.get("models") or p.gates.models
-            models += named.split(",") if isinstance(named, str) else list(named)
-            if o.get("kl") or (o.get("kl") is None and p.gates.kl_in_prepost):
-                models += [p.gates.kl.reference, p.gates.kl.candidate, p.gates.kl.baseline]
+            try:
+                models += gate_models(ctx, GateSpec.from_profile(p, **spec_from_options(dict(o))[1]))
+            except ParityError:
+                continue  # bad options: the step fails itself
         if s.kind == "snapshot" and o.get("gates"):
-            models += list(p.gates.models)
+            models += gate_models(ctx, GateSpec.from_profile(p))
     return [m for m in dict.fromkeys(str(x).strip() for x in models if x and str(x).strip())]
 
 

@@ -1,7 +1,7 @@
 """One probe: build a variant of the engine (cached per key; ccache makes a new prefix
 incremental), then judge it against the good endpoint with the same gates and measurement
-as a lever A/B: the greedy md5 of one path, test-backend-ops cases, or paired blocks of
-llama-batched-bench with the verdict rule."""
+as a lever A/B: a gate kind of parity.gates.kinds.GATES (md5: the greedy md5 of one path;
+oracle: test-backend-ops cases), or paired blocks of llama-batched-bench with the verdict rule."""
 
 from __future__ import annotations
 
@@ -14,13 +14,15 @@ from parity.errors import InfraError
 from parity.bench.ab import Arm, block_order, paired_table
 from parity.bench.batched_bench import argv, run_complete
 from parity.engine.build import ensure_built
-from parity.gates.checks import ERROR, FAIL, FLAKY, PASS
-from parity.gates.common import path_env, resolve_model, save, tool
-from parity.gates.md5 import greedy, md5_gate, run_problem
-from parity.gates.oracle import op_gate
+from parity.gates.base import Target
+from parity.gates.checks import ERROR, FAIL, FLAKY, PASS, Check
+from parity.gates.common import path_env, tool
+from parity.gates.kinds import GATES
+from parity.gates.prepost import GateSpec
 from parity.stats.paired import REGRESSED
 
 TARGETS = {"md5": ["llama-completion"], "metric": ["llama-batched-bench"], "oracle": ["test-backend-ops"], "apply": [], "build": None}
+GATE_OF = {"md5": "md5", "oracle": "op"}  # a criterion judged by a gate kind (its checks, on one engine)
 
 
 @dataclass
@@ -53,6 +55,15 @@ def build(ctx, name: str, engine_cfg) -> dict:
     return {"key": r.key, "cached": r.cached, "seconds": round(time.monotonic() - t0, 1), "tree_after": r.provenance.get("tree_after")}
 
 
+def gate_checks(ctx, j: "Judge", engine: str, tag: str, expect: str | None = None, observe: bool = False) -> list[tuple[Target, Check]]:
+    """The criterion's gate kind run on engine: the judge's model and path (md5) or ops (oracle);
+    observe: each check on its own terms, expecting nothing (the good endpoint's reference)."""
+    kind = GATES[GATE_OF[j.criterion]]
+    spec = GateSpec(models=[j.model] if j.model else [], paths=[j.path] if j.path else [], ops=list(j.ops), backend=j.backend, engine=engine, expect=expect)
+    run = kind.observe if observe else kind.run
+    return [(t, run(ctx, spec, t, tag)) for t in kind.expand(ctx, spec, engine)]
+
+
 class Reference:
     """The good endpoint's numbers every probe is compared with (its md5 / op results); the
     metric criterion measures the good endpoint again in every probe's blocks instead."""
@@ -61,19 +72,16 @@ class Reference:
         self.ctx, self.engine, self.j = ctx, engine, judge
         self.md5 = None
         self.ops: dict[str, str] = {}
+        if judge.criterion not in GATE_OF:
+            return
+        checks = gate_checks(ctx, judge, engine, "reference-", observe=True)
         if judge.criterion == "md5":
-            self._md5()
-        elif judge.criterion == "oracle":
-            self.ops = {op: op_gate(ctx, op, judge.backend, engine, tag="reference-").status for op in judge.ops}
-
-    def _md5(self) -> None:
-        g = self.ctx.profile.gates
-        _, model_file = resolve_model(self.ctx, self.j.model)
-        run = greedy(self.ctx, self.engine, model_file, self.j.path, g.form, g.n_predict)
-        if problem := run_problem(run, g.timeout_s):
-            raise InfraError(f"the good endpoint cannot be gated: {problem}")
-        self.md5 = run.md5
-        save(self.ctx, f"gates/reference-md5-{self.j.model}-{self.j.path}.out", run.stdout)
+            bad = [c for _, c in checks if c.status != PASS]
+            if bad or not checks:
+                raise InfraError(f"the good endpoint cannot be gated: {bad[0].detail if bad else 'no md5 check'}")
+            self.md5 = checks[0][1].got
+        else:
+            self.ops = {t.op: c.status for t, c in checks}
 
     def result(self) -> str:
         if self.md5:
@@ -87,7 +95,7 @@ def judge(ctx, ref: Reference, name: str, tag: str) -> tuple[str, str, dict]:
     """(verdict, result in words, evidence) of the built variant `name`."""
     j = ref.j
     if j.criterion == "md5":
-        c = md5_gate(ctx, j.model, j.path, engine=name, expect=ref.md5, tag=tag)
+        ((_, c),) = gate_checks(ctx, j, name, tag, expect=ref.md5)
         ev = {"status": c.status, "expected": c.expected, "got": c.got, "detail": c.detail, "transcript": (c.data or {}).get("transcript")}
         if c.status == PASS:
             return GOOD, f"md5 {c.got} = reference", ev
@@ -103,7 +111,7 @@ def _oracle(ctx, ref: Reference, name: str, tag: str) -> tuple[str, str, dict]:
     """Bad: a case fails (or passes only on a retry); an op the good endpoint could not run is not
     watched; one it passed that now errors is undecided."""
 
-    checks = {op: op_gate(ctx, op, ref.j.backend, name, tag=tag) for op in ref.j.ops}
+    checks = {t.op: c for t, c in gate_checks(ctx, ref.j, name, tag)}
     ev = {op: {"status": c.status, "got": c.got, "detail": c.detail, "reference": ref.ops.get(op)} for op, c in checks.items()}
     bad = [op for op, c in checks.items() if c.status in (FAIL, FLAKY)]
     if bad:

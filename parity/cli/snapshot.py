@@ -47,10 +47,12 @@ def register(app: typer.Typer) -> None:
             from parity.gonogo import raise_if_no_go
 
             raise_if_no_go(doc["go_no_go"], doc["run_dir"])  # after the plan: exit 2 (missing path) or 4 (GPU not free)
-        if not dry_run and doc.get("output_parity", {}).get("status") == "fail":
+        if not dry_run:
             from parity.errors import GateFailed
+            from parity.gates.kinds import red_in_summary
 
-            raise GateFailed(f"cross-engine output parity out of its band: {doc['output_parity']['failures'][0]} ({doc['run_dir']})")
+            if red := red_in_summary(doc):  # a gate measured in the snapshot (output parity)
+                raise GateFailed(f"{red[0].check} out of its band: {red[0].detail} ({doc['run_dir']})")
         if not dry_run and not doc["valid"]:
             from parity.errors import InvalidMeasurement
 

@@ -3,7 +3,8 @@ text sha under <cache>/kl/), then `llama-perplexity --kl-divergence` for the
 candidate (on the gated path) and the baseline (on gates.kl.baseline_path).
 
 Pass when KLD(candidate) <= KLD(baseline) + kld_slack and the PPL ratio is in
-the band, and/or KLD <= max_kld.  A NaN KLD is a failure, never a pass."""
+the band, and/or KLD <= max_kld.  A NaN KLD is a failure, never a pass.  Two arms (a lossy
+lever): KLD(B || reference) must stay in A's band."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 from parity.paths import cache_dir
 from parity.errors import ParityError, UsageError
 from parity.gates import perplexity
+from parity.gates.base import BOOL, GateKind, Target, set_paths
 from parity.gates.checks import ERROR, FAIL, NOT_RUN, PASS, Check
 from parity.gates.common import gate_engine, path_env, resolve_model, save, sha256_file, tool
 
@@ -148,3 +150,77 @@ def kl_gate(ctx, candidate: str | None = None, baseline: str | None = None, refe
     if base:
         why += f" <= {base['stats']['kld'][0]:.6f} ({baseline}/{base['path']})"
     return Check(name, "kl", " and ".join(bounds), got, PASS, why, candidate, path, data=data)
+
+
+class KLGate(GateKind):
+    name = "kl"
+    what = "KL band"
+    reads = ("models", "paths", "engines")  # its models are gates.kl's reference, candidate and baseline
+    switch = "kl"
+    options = {"kl": BOOL}
+    arms = {"KL": "gate"}  # a lossy lever is gated by it
+
+    def defaults(self, g) -> dict:
+        return {"kl": g.kl_in_prepost}
+
+    def models(self, ctx, spec) -> list[str]:
+        kl = ctx.profile.gates.kl
+        return [kl.reference, kl.candidate, kl.baseline] if spec.kl else []
+
+    def expand(self, ctx, spec, engine) -> list[Target]:
+        return [Target(engine, path=p) for p in set_paths(ctx, spec, engine)] if spec.kl else []
+
+    def label(self, t: Target) -> str:
+        return f"kl {t.path}"
+
+    def run(self, ctx, spec, t: Target, tag: str) -> Check:
+        return kl_gate(ctx, engine=t.engine, path=t.path, tag=tag)
+
+    def check_arms(self, profile) -> None:
+        kl = profile.gates.kl
+        if not kl.reference:
+            raise UsageError(f"--lossy takes the KL band, but profile {profile.name} has no KL reference (gates.kl.reference: the f16/f32 model whose logits are the base)")
+        if not (kl.candidate or profile.serving.model):
+            raise UsageError(f"--lossy: profile {profile.name} names no model to hold in the KL band (gates.kl.candidate)")
+
+    def arm_models(self, profile, models: list[str]) -> list[str]:
+        kl = profile.gates.kl
+        return [kl.reference, kl.candidate or profile.serving.model]
+
+    def compare_arms(self, ctx, arm_a, arm_b, models, paths, tag) -> dict:
+        """KLD of the candidate model on each arm against the reference logits; B must stay in A's band."""
+        kl = ctx.profile.gates.kl
+        model = kl.candidate or ctx.profile.serving.model
+        _, ref_file = resolve_model(ctx, kl.reference)
+        _, cand_file = resolve_model(ctx, model)
+        text = str(Path(kl.text).expanduser()) if kl.text else str(DEFAULT_TEXT)
+        logits = reference_logits(ctx, arm_a, ref_file, text)
+        path = ctx.profile.engine(arm_a).default_path
+        runs = {arm: kl_run(ctx, arm, cand_file, str(logits), path) for arm in (arm_a, arm_b)}
+        for arm, r in runs.items():
+            if ctx.run:
+                ctx.run.write_text(f"gates/{tag}kl-{model}-{arm}.txt", r.pop("text", ""))
+            else:
+                r.pop("text", None)
+        a, b = runs[arm_a], runs[arm_b]
+        if not (a["ok"] and b["ok"] and "kld" in a["stats"] and "kld" in b["stats"]):
+            bad = [arm for arm, r in runs.items() if not (r["ok"] and "kld" in r["stats"])]
+            doc = {"status": "error", "detail": f"llama-perplexity gave no KLD on {', '.join(bad)}: {runs[bad[0]]['tail']}"}
+        else:
+            bounds, problems = band(b["stats"], a["stats"], kl, arm_a)
+            doc = {"status": "fail" if problems else "pass", "detail": "; ".join(problems or bounds), "kld": {arm: r["stats"]["kld"][0] for arm, r in runs.items()}}
+        doc.update({"phase": tag.rstrip("-") or "pre", "model": model, "reference": kl.reference, "path": path, "arms": runs})
+        ctx.out.info(f"[gate] {tag}kl {model}/{path}: {doc['status']} ({doc['detail']})")
+        return doc
+
+    def arms_summary(self, rows: list[dict]) -> str:
+        return f"KL band {sum(map(self.arm_ok, rows))}/{len(rows)} pass"
+
+    def arm_problem(self, row: dict, role: str) -> str:
+        return f"KL {row['phase']}: {row['detail']}"
+
+    def users_output(self, c: dict) -> str | None:
+        return ((c.get("data") or {}).get("candidate") or {}).get("output")
+
+
+KIND = KLGate()

@@ -1,6 +1,7 @@
 """The greedy-md5 gate: llama-completion greedy on one path, md5 of stdout,
 compared with the canonical md5 for (model, path, form, n_predict) -- from the
 registry, from --expect, or from the reference engine's build in this session.
+Two arms (a lever A/B): per model x path, both md5s must be equal.
 
 Empty output, a crash, a timeout or a nonzero exit is an ERROR, never a pass."""
 
@@ -10,6 +11,7 @@ from pathlib import Path
 
 from parity.errors import ParityError, UsageError
 from parity.gates import completion, registry
+from parity.gates.base import LIST, STR, GateKind, Target, engine_paths, set_paths
 from parity.gates.checks import ERROR, FAIL, PASS, Check
 from parity.gates.common import gate_engine, path_env, resolve_model, save, tool
 
@@ -119,3 +121,107 @@ def md5_gate(ctx, model: str, path: str | None, engine: str | None = None, expec
             detail += "; " + completion.first_divergence(run.stdout, ref_bytes)
         return Check(name, "md5", expected, run.md5, FAIL, detail, label, path, data=data)
     return Check(name, "md5", expected, run.md5, PASS, provenance, label, path, data=data)
+
+
+class Md5Gate(GateKind):
+    name = "md5"
+    what = "greedy md5"
+    reads = ("models", "paths", "engines")
+    switch = "models"
+    options = {"models": LIST, "paths": LIST, "engines": LIST, "expect": STR, "form": STR}
+    arms = {"BE": "gate", "KL": "evidence"}  # a bit-exact lever is gated by it; a lossy one keeps it as evidence
+
+    def defaults(self, g) -> dict:
+        return {"models": list(g.models), "paths": list(g.paths)}
+
+    def engines(self, ctx, spec, engine):
+        """The gated builds (several with spec.engines) and the reference build that defines the md5."""
+        if not spec.models:
+            return []
+        ref = ctx.profile.gates.reference_engine
+        return [*(spec.engines or [engine]), *([ref] if ref and not spec.expect else [])]
+
+    def models(self, ctx, spec) -> list[str]:
+        return list(spec.models)
+
+    def expand(self, ctx, spec, engine) -> list[Target]:
+        """Per engine, model x path; an engine other than the gate engine runs the requested paths it has."""
+        paths = set_paths(ctx, spec, engine)
+        plan = [(eng, paths if eng == engine else engine_paths(ctx, eng, spec.paths)) for eng in spec.engines or [engine]]
+        return [Target(eng, m, p) for eng, eng_paths in plan for m in spec.models for p in eng_paths]
+
+    def label(self, t: Target) -> str:
+        return f"md5 {t.model}/{t.path} {t.engine or ''}"
+
+    def run(self, ctx, spec, t: Target, tag: str) -> Check:
+        return md5_gate(ctx, t.model, t.path, t.engine, spec.expect, spec.form, tag)
+
+    def observe(self, ctx, spec, t: Target, tag: str) -> Check:
+        """The greedy md5 of t's engine, expecting nothing (pass: a usable transcript)."""
+        g = ctx.profile.gates
+        label, model_file = resolve_model(ctx, t.model)
+        run, transcript = _observed(ctx, t.engine, model_file, t.path, spec.form or g.form, f"gates/{tag}md5-{label}-{t.path}.out")
+        problem = run_problem(run, g.timeout_s)
+        data = {"engine": t.engine, "transcript": transcript, "seconds": round(run.seconds, 2), "env": run.env}
+        return Check(f"md5 {label}/{t.path}", "md5", "-", run.md5 if run.stdout else "-", ERROR if problem else PASS, problem or "", label, t.path, data=data)
+
+    def ran_on(self, ctx, spec, engine, e: str) -> list[str]:
+        if spec.models and e in (spec.engines or [engine]):
+            return [f"md5 of {', '.join(spec.models)}"]
+        if spec.models and not spec.expect and e == ctx.profile.gates.reference_engine:
+            return ["the md5 reference"]
+        return []
+
+    def compare_arms(self, ctx, arm_a, arm_b, models, paths, tag) -> list[dict]:
+        """Per model x path: both arms' greedy md5, and whether they are equal."""
+        g = ctx.profile.gates
+        out = []
+        for model in models:
+            label, model_file = resolve_model(ctx, model)
+            for path in paths:
+                runs, stdout = {}, {}
+                for arm in (arm_a, arm_b):
+                    r, _ = _observed(ctx, arm, model_file, path, g.form, f"gates/{tag}md5-{label}-{path}-{arm}.out")
+                    stdout[arm] = r.stdout
+                    runs[arm] = {"md5": r.md5 if r.stdout else None, "problem": run_problem(r, g.timeout_s), "seconds": round(r.seconds, 2), "env": r.env}
+                a, b = runs[arm_a], runs[arm_b]
+                if a["problem"] or b["problem"]:
+                    status, detail = "error", "; ".join(f"{arm}: {runs[arm]['problem']}" for arm in (arm_a, arm_b) if runs[arm]["problem"])
+                elif a["md5"] == b["md5"]:
+                    status, detail = "equal", a["md5"]
+                else:
+                    status = "differ"
+                    detail = f"{arm_a} {a['md5']} != {arm_b} {b['md5']}; " + completion.first_divergence(stdout[arm_b], stdout[arm_a])
+                out.append({"phase": tag.rstrip("-") or "pre", "model": label, "path": path, "status": status, "detail": detail, "arms": runs})
+                ctx.out.info(f"[gate] {tag}md5 {label}/{path}: {status} ({detail})")
+        return out
+
+    def arm_ok(self, row: dict) -> bool:
+        return row["status"] == "equal"
+
+    def arms_summary(self, rows: list[dict]) -> str:
+        return f"md5 {sum(map(self.arm_ok, rows))}/{len(rows)} equal"
+
+    def arm_problem(self, row: dict, role: str) -> str:
+        return f"md5 {row['phase']} {row['model']}/{row['path']}" + (f" {row['status']}" if role == "gate" else "") + f": {row['detail']}"
+
+    def users_name(self, c: dict, gate_engine, default_paths) -> str:
+        model, path = c.get("model") or "model", c.get("path")
+        engine = (c.get("data") or {}).get("engine") or gate_engine
+        name = model if path in (None, default_paths.get(engine)) else f"{model}_{path}"
+        return f"{name}{'' if engine in (None, gate_engine) else '_' + engine}_md5"
+
+    def users_status(self, c: dict) -> str:
+        return "ok" if c["status"] == PASS else "mismatch" if c["status"] == FAIL else "missing"
+
+    def users_output(self, c: dict) -> str | None:
+        return (c.get("data") or {}).get("transcript")
+
+
+def _observed(ctx, engine: str, model_file: str, path: str | None, form: str, name: str):
+    """A greedy run of engine, its stdout saved in the run dir as name: (run, saved name)."""
+    run = greedy(ctx, engine, model_file, path, form, ctx.profile.gates.n_predict)
+    return run, save(ctx, name, run.stdout)
+
+
+KIND = Md5Gate()

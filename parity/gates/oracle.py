@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from parity.errors import ParityError
 from parity.gates import test_backend_ops as tbo
+from parity.gates.base import LIST, STR, GateKind, Target
 from parity.gates.checks import ERROR, FLAKY, PASS, Check
 from parity.gates.common import gate_engine, save, tool
 
@@ -48,3 +49,38 @@ def op_gate(ctx, op: str, backend: str | None = None, engine: str | None = None,
     total = final["got"].split("/")[1] if "/" in final["got"] else None
     expected = f"{total}/{total}" if total else "all"
     return Check(name, "op", expected, final["got"], status, detail, attempts=attempts, data={"engine": engine, "backend": backend, "op": op, "params": params})
+
+
+class OpGate(GateKind):
+    name = "op"
+    what = "op-oracle"
+    reads = ("ops", "engines")
+    switch = "ops"
+    options = {"ops": LIST, "backend": STR}
+
+    def defaults(self, g) -> dict:
+        return {"ops": list(g.ops)}
+
+    def expand(self, ctx, spec, engine) -> list[Target]:
+        return [Target(engine, op=op) for op in spec.ops]
+
+    def label(self, t: Target) -> str:
+        return f"op {t.op}"
+
+    def run(self, ctx, spec, t: Target, tag: str) -> Check:
+        return op_gate(ctx, t.op, spec.backend, t.engine, tag)
+
+    def ran_on(self, ctx, spec, engine, e: str) -> list[str]:
+        return [f"op-oracle {', '.join(spec.ops)}"] if spec.ops and e == engine else []
+
+    def users_name(self, c: dict, gate_engine, default_paths) -> str:
+        return f"op_{(c.get('data') or {}).get('op') or c['check'].split()[1]}"
+
+    def users_expected(self, c: dict) -> str:
+        return "all"
+
+    def users_output(self, c: dict) -> str | None:
+        return (c.get("attempts") or [{}])[-1].get("output")
+
+
+KIND = OpGate()

@@ -1,5 +1,7 @@
 """Gate sets and the pre/post wrapper every benchmark runs inside.
 
+A gate set is every kind of parity.gates.kinds.GATES that runs in one, in registry order,
+each expanded into its checks (GateSpec: the gate engine and each kind's options).
 parity.session.gated runs the gate set before (a red pre-gate stops the
 benchmark), runs the body, runs it again after, and writes gates.json,
 gate_summary.tsv in the users' layout (phase check status actual expected
@@ -13,16 +15,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from parity.engines import kind_of
-from parity.errors import ConfigError, GateFailed
-from parity.gates.checks import FAIL, PASS, Check, overall
-from parity.gates.run import kl_gate, md5_gate, op_gate
-from parity.options import check_step_options
-from parity.errors import UsageError
+from parity.errors import ConfigError, GateFailed, UsageError
 from parity.gates import summary
+from parity.gates.base import BOOL, LIST, STR, binary_engine, gate_set_engine
+from parity.gates.checks import FAIL, PASS, Check, overall
+from parity.gates.kinds import gate_set
+from parity.options import check_step_options
 
 
 @dataclass
 class GateSpec:
+    """What a gate set runs: the gate engine and each kind's options (GateKind.options)."""
+
     models: list[str] = field(default_factory=list)
     paths: list[str] = field(default_factory=list)
     ops: list[str] = field(default_factory=list)
@@ -36,7 +40,7 @@ class GateSpec:
     @classmethod
     def from_profile(cls, profile, **over) -> "GateSpec":
         g = profile.gates
-        spec = cls(list(g.models), list(g.paths), list(g.ops), g.kl_in_prepost, g.engine)
+        spec = cls(engine=g.engine, **{k: v for kind in gate_set() for k, v in kind.defaults(g).items()})
         for k, v in over.items():
             if v is not None:
                 setattr(spec, k, v)
@@ -44,19 +48,11 @@ class GateSpec:
 
 
 def gate_engines(ctx, spec: GateSpec | None = None) -> list[str]:
-    """The engines whose binaries this gate set runs, once each: the gated builds and the
-    reference build (md5), the gate engine (op-oracle, KL).  Build them before the GPU lock."""
-    g = ctx.profile.gates
+    """The engines whose binaries this gate set runs, once each, as each kind says (md5: the gated
+    builds and the reference build; op-oracle, KL: the gate engine).  Build them before the GPU lock."""
     spec = spec or GateSpec.from_profile(ctx.profile)
-    engine = spec.engine or g.engine or next(iter(ctx.profile.engines), None)
-    names: list[str | None] = []
-    if spec.models:
-        names += spec.engines or [engine]
-        if g.reference_engine and not spec.expect:
-            names.append(g.reference_engine)
-    if spec.ops or spec.kl:
-        names.append(engine)
-    names = [n for n in dict.fromkeys(names) if n]
+    engine = binary_engine(ctx, spec)
+    names = [n for n in dict.fromkeys(n for k in gate_set() for n in k.engines(ctx, spec, engine)) if n]
     for n in names:
         if n in ctx.profile.engines and (note := kind_of(ctx.profile, n).binary_gates_note()):
             raise UsageError(f"gates on engine {n}: the gates run an engine's own binaries, {note}")
@@ -66,7 +62,6 @@ def gate_engines(ctx, spec: GateSpec | None = None) -> list[str]:
 def binary_gates(ctx, engines, spec: GateSpec | None) -> dict[str, dict]:
     """Per engine of a measurement, whether the binary gates (md5, op-oracle, KL) ran on its own
     binaries: {"status": gated | not run | not applicable, "why"} (not applicable: as its kind says)."""
-    g = ctx.profile.gates
     out = {}
     for e in engines:
         note = kind_of(ctx.profile, e).binary_gates_note()
@@ -76,14 +71,8 @@ def binary_gates(ctx, engines, spec: GateSpec | None) -> dict[str, dict]:
         if spec is None:
             out[e] = {"status": "not run", "why": "ungated run (--no-gates)"}
             continue
-        engine = spec.engine or g.engine or next(iter(ctx.profile.engines), None)
-        ran = []
-        if spec.models and e in (spec.engines or [engine]):
-            ran.append(f"md5 of {', '.join(spec.models)}")
-        elif spec.models and not spec.expect and e == g.reference_engine:
-            ran.append("the md5 reference")
-        if e == engine:
-            ran += [f"op-oracle {', '.join(spec.ops)}"] * bool(spec.ops) + ["KL band"] * bool(spec.kl)
+        engine = binary_engine(ctx, spec)
+        ran = [words for k in gate_set() for words in k.ran_on(ctx, spec, engine, e)]
         covered = gate_engines(ctx, spec)
         out[e] = {"status": "gated", "why": "pre and post: " + "; ".join(ran)} if ran else {"status": "not run", "why": f"the gate set runs on {', '.join(covered) or 'no engine'} (gates.engine, gates.reference_engine)"}
     return out
@@ -91,54 +80,28 @@ def binary_gates(ctx, engines, spec: GateSpec | None) -> dict[str, dict]:
 
 def gate_models(ctx, spec: GateSpec) -> list[str]:
     """The model files this gate set reads (md5 models, the KL models): prepared before the lock."""
-    kl = ctx.profile.gates.kl
-    return [m for m in dict.fromkeys([*spec.models, *((kl.reference, kl.candidate, kl.baseline) if spec.kl else ())]) if m]
-
-
-def _paths(ctx, spec: GateSpec, engine: str | None) -> list[str | None]:
-    e = ctx.profile.engine(engine) if engine else None
-    paths = spec.paths or ([e.default_path] if e and e.default_path else [None])
-    if "all" in paths:
-        paths = list(e.paths) if e and e.paths else [None]
-    return paths
-
-
-def _engine_paths(ctx, engine: str, wanted: list[str]) -> list[str | None]:
-    """The requested paths this engine has; else its default path (stock has no paged path)."""
-    e = ctx.profile.engine(engine)
-    if "all" in wanted:
-        return list(e.paths) or [e.default_path]
-    return [p for p in wanted if p in e.paths] or [e.default_path]
+    return [m for m in dict.fromkeys(m for k in gate_set() for m in k.models(ctx, spec)) if m]
 
 
 def run_gate_set(ctx, spec: GateSpec, phase: str = "gate") -> dict:
-    """Run md5 (models x paths), op-oracle (ops) and KL (per path) checks."""
+    """Every kind's checks in registry order (md5 models x paths, op-oracle ops, KL per path)."""
 
-    checks: list[Check] = []
-    engine = spec.engine or ctx.profile.gates.engine
-    paths = _paths(ctx, spec, engine)
-    if not spec.models and not spec.ops and not spec.kl:
-        raise UsageError(f"{phase} gates: nothing to check (no models, ops or kl in the profile's gates section or the options)")
+    engine = gate_set_engine(ctx, spec)
+    if engine:
+        ctx.profile.engine(engine)
+    kinds = [k for k in gate_set() if k.wanted(spec)]
+    if not kinds:
+        asks = [k.switch for k in gate_set() if k.switch]
+        raise UsageError(f"{phase} gates: nothing to check (no {', '.join(asks[:-1])} or {asks[-1]} in the profile's gates section or the options)")
     tag = f"{phase}/" if phase else ""
-    md5_plan = [(eng, paths if eng == engine else _engine_paths(ctx, eng, spec.paths)) for eng in spec.engines or [engine]]
-    total = len(spec.models) * sum(len(p) for _, p in md5_plan) + len(spec.ops) + (len(paths) if spec.kl else 0)
+    plan = [(k, t) for k in kinds for t in k.expand(ctx, spec, engine)]
+    checks: list[Check] = []
     with ctx.out.progress() as prog:
-        task = prog.add_task(f"{phase} gates", total=total, status="")
-
-        def step(label, fn, *args):
-            prog.update(task, status=label)
-            checks.append(fn(*args))
+        task = prog.add_task(f"{phase} gates", total=len(plan), status="")
+        for k, t in plan:
+            prog.update(task, status=k.label(t))
+            checks.append(k.run(ctx, spec, t, tag))
             prog.advance(task)
-
-        for eng, eng_paths in md5_plan:
-            for m in spec.models:
-                for p in eng_paths:
-                    step(f"md5 {m}/{p} {eng or ''}", md5_gate, ctx, m, p, eng, spec.expect, spec.form, tag)
-        for op in spec.ops:
-            step(f"op {op}", op_gate, ctx, op, spec.backend, engine, tag)
-        if spec.kl:
-            for p in paths:
-                step(f"kl {p}", lambda p=p: kl_gate(ctx, engine=engine, path=p, tag=tag))
     status = overall(checks)
     for c in checks:
         mark = {"pass": "ok  ", "fail": "FAIL", "error": "ERR ", "flaky": "FLKY", "not-run": "skip"}[c.status]
@@ -179,19 +142,21 @@ def run_phase(ctx, phase: str, spec: GateSpec | None = None) -> dict:
 
 
 def spec_from_options(options: dict) -> tuple[str, dict]:
-    """(phase, GateSpec overrides) from a gate step's `with:` (checked; lists may be "a,b")."""
-    lists, scalars = {"models", "paths", "ops", "engines"}, {"engine", "expect", "form", "backend", "phase"}
-    check_step_options("gate", options, lists | scalars | {"kl"})
-    for k in lists & set(options):
+    """(phase, GateSpec overrides) from a gate step's `with:` (checked against every kind's options;
+    lists may be "a,b")."""
+    types = {"engine": STR, "phase": STR, **{k: t for kind in gate_set() for k, t in kind.options.items()}}
+    check_step_options("gate", options, set(types))
+    for k in [k for k in options if types[k] == LIST]:
         v = options[k]
         if isinstance(v, str):
             options[k] = [x.strip() for x in v.split(",") if x.strip()]
         elif not isinstance(v, list) or not all(isinstance(x, str) for x in v):
             raise ConfigError("campaign", f"with.{k}", "expected a list of names")
-    for k in scalars & set(options):
+    for k in [k for k in options if types[k] == STR]:
         if not isinstance(options[k], str):
             raise ConfigError("campaign", f"with.{k}", "expected a string")
-    if "kl" in options and not isinstance(options["kl"], bool):
-        raise ConfigError("campaign", "with.kl", "expected true or false")
+    for k in [k for k in options if types[k] == BOOL]:
+        if not isinstance(options[k], bool):
+            raise ConfigError("campaign", f"with.{k}", "expected true or false")
     phase = options.pop("phase", "gate")
     return phase, options

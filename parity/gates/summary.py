@@ -20,6 +20,7 @@ from parity.errors import UsageError
 from parity.files import atomic_write_text
 from parity.gates import registry, test_backend_ops as tbo
 from parity.gates.checks import PASS
+from parity.gates.kinds import of_check
 
 COLUMNS = ["phase", "check", "status", "actual", "expected", "details"]
 FILE = "gate_summary.tsv"  # the users' name and layout
@@ -48,30 +49,8 @@ def parse(text: str) -> list[dict]:
 # --------------------------------------------------------------------------- parity's checks, their layout
 
 
-def _name(c: dict, gate_engine: str | None, default_paths: dict[str, str | None]) -> str:
-    kind, data = c["kind"], c.get("data") or {}
-    if kind == "op":
-        return f"op_{data.get('op') or c['check'].split()[1]}"
-    model, path = c.get("model") or "model", c.get("path")
-    engine = data.get("engine") or gate_engine
-    if kind == "kl":
-        return f"kl_{model}_{path}"
-    name = model if path in (None, default_paths.get(engine)) else f"{model}_{path}"
-    return f"{name}{'' if engine in (None, gate_engine) else '_' + engine}_md5"
-
-
-def _status(c: dict) -> str:
-    s, got = c["status"], c.get("got") or "-"
-    if s == "pass":
-        return "ok"
-    if c["kind"] == "md5":
-        return "mismatch" if s == "fail" else "missing"
-    return "missing" if got == "-" else "fail"
-
-
 def _details(c: dict, run_path: Path | None) -> str:
-    data = c.get("data") or {}
-    rel = data.get("transcript") if c["kind"] == "md5" else (c.get("attempts") or [{}])[-1].get("output") if c["kind"] == "op" else (data.get("candidate") or {}).get("output")
+    rel = of_check(c["kind"]).users_output(c)
     if rel and run_path is not None:
         return str(run_path / rel)
     return rel or c.get("detail") or ""
@@ -84,9 +63,9 @@ def rows_from_sets(sets: dict[str, dict], profile, run_path: Path | None = None)
     rows = []
     for phase, s in sets.items():
         for c in s.get("checks", []):
+            kind = of_check(c["kind"])  # each kind names its rows, their status and output file
             actual = "" if (c.get("got") or "-") == "-" else c["got"]
-            expected = "all" if c["kind"] == "op" else ("" if (c.get("expected") or "-") == "-" else c["expected"])
-            rows.append([phase, _name(c, g.engine, defaults), _status(c), actual, expected, _details(c, run_path)])
+            rows.append([phase, kind.users_name(c, g.engine, defaults), kind.users_status(c), actual, kind.users_expected(c), _details(c, run_path)])
     if "pre" in sets and "post" not in sets:
         rows.append(["post", "all", "skipped", "", "", "post-gate not run (yet)"])
     return rows

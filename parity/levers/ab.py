@@ -34,7 +34,6 @@ from parity.gates.common import path_env
 from parity.gpu.hardware import inventory
 from parity.gpu.lock import effective_dir, preflight
 from parity.levers import arms as armsmod, gates as gatesmod, map as levermap
-from parity.levers.gates import check_lossy
 from parity.levers.map import describe
 from parity.levers.report import write_report
 from parity.serving.snapshot import SnapshotRequest, make_plan, run_snapshot
@@ -175,7 +174,7 @@ def prepare(ctx, req: ABRequest) -> dict:
     prof, arm_a, arm_b = armsmod.derive(ctx.profile, base, lever)
     ctx.profile = prof
     if req.lossy:
-        check_lossy(prof)
+        gatesmod.check_lossy(prof)
     if req.model:
         prof.model(req.model)
     builds = {arm: armsmod.check_build(prof, arm) for arm in (arm_a, arm_b)}
@@ -248,8 +247,7 @@ def measure_lever(ctx, req: ABRequest, p: dict) -> dict:
     a, b = p["arm_a"], p["arm_b"]
     lever = p["lever"]
     ctx.out.info(f"[ab] lever {p['name']}: A = {a}, B = {b} ({lever.changes(a)})")
-    kl = ctx.profile.gates.kl
-    models = [*p["gate_models"], req.model or ctx.profile.serving.model, *((kl.reference, kl.candidate or ctx.profile.serving.model) if req.lossy else ())]
+    models = [*gatesmod.arm_models(ctx.profile, p["gate_models"], req.lossy), req.model or ctx.profile.serving.model]
     built = session.prepare(ctx, [a, b], models)  # builds and model files, before the shared GPU is taken
     for arm in (a, b):
         bld = built[arm]

@@ -18,6 +18,7 @@ from parity.stats.adaptive import Budget, parse_until_ci
 from parity.stats import canary
 from parity.engines import kind_of
 from parity.errors import UsageError
+from parity.gates.kinds import GATES, red_in_summary
 from parity.gates.prepost import GateSpec, binary_gates
 from parity.options import check as check_options
 from parity.options import positive_int
@@ -28,7 +29,6 @@ from parity.engines.envpolicy import check_bench_env
 from parity.engines.server import answering, port_free
 from parity.gonogo import command_paths, dry_run_session, go_no_go, not_answering
 from parity.gpu.lock import effective_dir as lock_effective_dir, preflight
-from parity.metrics.output_parity import compare_engines
 from parity.metrics.registry import definitions, direction
 from parity.options import check_step_options
 from parity.serving import summary, workload_summary
@@ -286,8 +286,7 @@ def write_summary(ctx, plan: SnapshotPlan, arms: list[dict], gated: dict | None 
     extra = {"arms": [{k: v for k, v in a.items() if k not in ("rows", "outputs")} for a in arms], **run_notes(plan), **({"binary_gates": gated} if gated else {})}
     outputs = {a["engine"]: a["outputs"] for a in [*plan.trial_arms, *arms] if a.get("outputs")}  # the probe ran in the engine's first arm
     if len(outputs) > 1:
-        op = plan.shape.output_parity
-        extra["output_parity"] = compare_engines(outputs, plan.reference or plan.engines[0], op.min_agreement, op.max_kl)
+        extra["output_parity"] = GATES["output_parity"].measure(outputs, plan.reference or plan.engines[0], plan.shape.output_parity)
     if plan.workload is None:  # efficiency hook: % of roofline and memory per engine (parity.efficiency)
 
         extra["efficiency"] = for_snapshot(ctx, plan, rows, arms)
@@ -295,8 +294,8 @@ def write_summary(ctx, plan: SnapshotPlan, arms: list[dict], gated: dict | None 
     doc = writer.write(ctx, plan, rows, extra)
     if not doc["valid"]:
         ctx.run.mark_invalid(f"{len(doc['invalid_points'])} invalid point(s): {doc['invalid_points'][0]}")
-    if doc.get("output_parity", {}).get("status") == "fail":
-        ctx.run.mark_invalid(f"cross-engine output parity: {doc['output_parity']['failures'][0]}")
+    for red in red_in_summary(doc):  # the gates measured in the snapshot (output parity): red marks it invalid
+        ctx.run.mark_invalid(f"{red.check}: {red.detail}")
     return doc
 
 
