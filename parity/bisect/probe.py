@@ -55,7 +55,7 @@ def build(ctx, name: str, engine_cfg) -> dict:
     return {"key": r.key, "cached": r.cached, "seconds": round(time.monotonic() - t0, 1), "tree_after": r.provenance.get("tree_after")}
 
 
-def gate_checks(ctx, j: "Judge", engine: str, tag: str, expect: str | None = None, observe: bool = False) -> list[tuple[Target, Check]]:
+def gate_checks(ctx, j: Judge, engine: str, tag: str, expect: str | None = None, observe: bool = False) -> list[tuple[Target, Check]]:
     """The criterion's gate kind run on engine: the judge's model and path (md5) or ops (oracle);
     observe: each check on its own terms, expecting nothing (the good endpoint's reference)."""
     kind = GATES[GATE_OF[j.criterion]]

@@ -159,10 +159,11 @@ class Md5Gate(GateKind):
     def observe(self, ctx, spec, t: Target, tag: str) -> Check:
         """The greedy md5 of t's engine, expecting nothing (pass: a usable transcript)."""
         g = ctx.profile.gates
+        engine = gate_engine(ctx, t.engine)
         label, model_file = resolve_model(ctx, t.model)
-        run, transcript = _observed(ctx, t.engine, model_file, t.path, spec.form or g.form, f"gates/{tag}md5-{label}-{t.path}.out")
+        run, transcript = _observed(ctx, engine, model_file, t.path, spec.form or g.form, f"gates/{tag}md5-{label}-{t.path}.out")
         problem = run_problem(run, g.timeout_s)
-        data = {"engine": t.engine, "transcript": transcript, "seconds": round(run.seconds, 2), "env": run.env}
+        data = {"engine": engine, "transcript": transcript, "seconds": round(run.seconds, 2), "env": run.env}
         return Check(f"md5 {label}/{t.path}", "md5", "-", run.md5 if run.stdout else "-", ERROR if problem else PASS, problem or "", label, t.path, data=data)
 
     def ran_on(self, ctx, spec, engine, e: str) -> list[str]:

@@ -1,7 +1,7 @@
-"""The three gate kinds in one import: every failure mode is a non-pass Check.
+"""The binary gates' check functions in one import: every failure mode is a non-pass Check.
 
-md5_gate (md5.py), op_gate (oracle.py), kl_gate (kl.py); path_env and
-resolve_model (common.py) are used by the serving and bench runners too."""
+md5_gate (md5.py), op_gate (oracle.py), kl_gate (kl.py); the kinds that wrap them are
+kinds.GATES.  path_env and resolve_model (common.py) are used by the serving and bench runners too."""
 
 from parity.gates.common import path_env, resolve_model
 from parity.gates.kl import DEFAULT_TEXT, kl_gate
