@@ -11,7 +11,7 @@ FLAKY = "flaky"  # passed only on a retry: not a pass (zero tolerance)
 @dataclass
 class Check:
     check: str  # e.g. "md5 tiny/paged", "op MUL_MAT", "kl tiny-perturbed"
-    kind: str  # md5 | op | kl
+    kind: str  # its gate kind: a key of parity.gates.kinds.GATES (md5 | op | kl | output_parity)
     expected: str
     got: str
     status: str  # pass | fail | error | flaky | not-run
