@@ -64,8 +64,9 @@ def dry_run(ctx, slug: str, blocks: dict, engines: list[str], model: str, npp, n
 STEP_OPTIONS = {"engine", "model", "npp", "ntg", "npl", "allow_env", "engines", "aa", "repeat", "until_ci", "max_repeats", "budget_s", "order"}
 
 
-def check_step(ctx, options: dict) -> BenchRequest:
-    """A bench step's options, checked as `parity bench` checks its flags (before any step runs)."""
+def check_step(ctx, options: dict) -> tuple[BenchRequest, BenchRequest | None]:
+    """A bench step's options, checked as `parity bench` checks its flags (before any step runs):
+    (the request, its A/B request when it runs blocks)."""
     check_step_options("bench", options, STEP_OPTIONS)
     engines = options.get("engines")
     if isinstance(engines, str):
@@ -75,22 +76,16 @@ def check_step(ctx, options: dict) -> BenchRequest:
         ab = req.ab_request()
         ab.engines = ab.engines or [e for e in [default_engine(ctx)] if e]
         plan_ab(ctx, ab)
-    else:
-        plan_single(ctx, req.engine or (req.engines or [None])[0], req.model, req.npp, req.ntg, req.npl, req.allow_env or ())
-    return req
+        return req, ab
+    plan_single(ctx, req.engine or (req.engines or [None])[0], req.model, req.npp, req.ntg, req.npl, req.allow_env or ())
+    return req, None
 
 
 def campaign_step(ctx, options: dict) -> dict:
     """kind: bench -- options {engine, model, npp, ntg, npl, allow_env}; blocks (an A/B, an A/A,
     repeats) with {engines (list or 'A,B'), aa, repeat, until_ci, max_repeats, budget_s, order}."""
-    check_step_options("bench", options, STEP_OPTIONS)
-    engines = options.get("engines")
-    if isinstance(engines, str):
-        options = {**options, "engines": [x.strip() for x in engines.split(",") if x.strip()]}
-    req = BenchRequest(**options)
-    if req.blocks():
-        ab = req.ab_request()
-        ab.engines = ab.engines or [e for e in [default_engine(ctx)] if e]
+    req, ab = check_step(ctx, options)
+    if ab is not None:
         doc = run_ab(ctx, ab)
         return {"engines": doc["engines"], "reference": doc["reference"], "blocks": doc["blocks"], "stop": doc["stop"],
                 "paired": [{k: p[k] for k in ("engine", "reference", "pp", "tg", "b", "metric", "ratio", "low", "high", "outcome")} for p in doc["paired"]]}  # fmt: skip

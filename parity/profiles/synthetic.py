@@ -13,6 +13,8 @@ the exporting nsys (META_DATA_EXPORT, EXPORT_META_DATA in older versions).
 from __future__ import annotations
 
 import re
+
+from parity.tracer.trace import short_name  # noqa: F401 (nsys's shortName, one definition)
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
@@ -96,20 +98,6 @@ class Kernel:
     correlation: int = 0
 
 
-def short_name(demangled: str) -> str:
-    """nsys's shortName: the function name without return type, templates, params."""
-    s = re.sub(r"^void\s+", "", demangled.strip())
-    depth, out = 0, []
-    for ch in s:
-        if ch == "<":
-            depth += 1
-        elif ch == ">":
-            depth -= 1
-        elif ch == "(" and depth == 0:
-            break
-        elif depth == 0:
-            out.append(ch)
-    return "".join(out).split("::")[-1].strip() or demangled
 
 
 class _Strings:
