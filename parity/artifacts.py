@@ -67,8 +67,8 @@ def json_default(o):
 
     if dataclasses.is_dataclass(o):
         return dataclasses.asdict(o)
-    if isinstance(o, Path):
-        return str(o)
+    if isinstance(o, (Path, _dt.date)):  # a date: from a YAML file (the lever map) the user edited
+        return o.isoformat() if isinstance(o, _dt.date) else str(o)
     if isinstance(o, (set, tuple)):
         return list(o)
     if hasattr(o, "item"):  # numpy scalars
@@ -182,8 +182,9 @@ class RunDir:
     @classmethod
     def open(cls, path: Path) -> "RunDir":
         from parity.errors import UsageError
+        from parity.results import run_dir
 
-        rd = cls(Path(path).expanduser())
+        rd = cls(run_dir(path))
         if not rd.manifest_path.is_file():
             raise UsageError(f"{path}: not a parity run directory (no manifest.json)")
         return rd
@@ -194,7 +195,9 @@ class RunDir:
         return self.path.name
 
     def manifest(self) -> dict:
-        return json.loads(self.manifest_path.read_text())
+        from parity.results import read_manifest
+
+        return read_manifest(self.manifest_path).data
 
     def _write_manifest(self, data: dict) -> None:
         atomic_write_json(self.manifest_path, data)

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from parity.context import RUN_DIR_MARK
 from parity.errors import InfraError, UsageError
+from parity.results import BadResultFile, read_manifest
 
 ROOT_VALUE_OPTS = ("--artifacts", "--host")
 ROOT_FLAGS = ("-v", "--verbose", "--version")
@@ -342,8 +343,8 @@ def _await_remote_end(runner, remote_dir: str) -> None:
 
 def _status(local_dir: Path) -> str | None:
     try:
-        return json.loads((local_dir / "manifest.json").read_text()).get("status")
-    except (OSError, ValueError):
+        return read_manifest(local_dir / "manifest.json").data.get("status")
+    except BadResultFile:
         return None
 
 

@@ -6,19 +6,25 @@ from parity.errors import UsageError
 
 
 def series_dir(profile, engine: str, override: str | None = None) -> str:
-    """--series DIR, else the engine's series (series: auto = the localai source's patches/paged)."""
+    """--series DIR, else the engine's series (series: auto = the localai source's patches/paged);
+    a series without a patch is refused: a canary or bisection of nothing would pass."""
     from parity.config import expand_path
+    from parity.engine import patches
     from parity.engine import source as srcmod
     from parity.engine.build import resolved_series_dir
 
     if override:
-        return expand_path(override)
-    e = profile.engine(engine)
-    if not e.series:
-        raise UsageError(f"engine {engine} has no series (give --series DIR or an engine with one)")
-    if not e.source:
-        raise UsageError(f"engine {engine} has no source")
-    return resolved_series_dir(e, srcmod.describe(e.source, profile.sources[e.source]))
+        d = expand_path(override)
+    else:
+        e = profile.engine(engine)
+        if not e.series:
+            raise UsageError(f"engine {engine} has no series (give --series DIR or an engine with one)")
+        if not e.source:
+            raise UsageError(f"engine {engine} has no source")
+        d = resolved_series_dir(e, srcmod.describe(e.source, profile.sources[e.source]))
+    if not patches.list_series(d):
+        raise UsageError(f"patch series {d}: no NNNN-*.patch in it: nothing to apply (a moved or emptied series directory?)")
+    return d
 
 
 def repo_of(profile, engine: str, override: str | None = None) -> str:

@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import math
 
+from parity import results
+from parity.errors import UsageError
+
 METHOD = ("serving = static x overhead; overhead = serving / static; intervals: paired block statistics per ratio (t interval on log "
           "ratios); the overhead's log half-width = sqrt(h_serving^2 + h_static^2) (independent sessions, log-normal ratios combined in quadrature)")  # fmt: skip
 
@@ -53,7 +56,7 @@ def serving_ratio(summary: dict, engine: str, reference: str, n: int, metric: st
     from parity.stats.paired import paired
 
     ok = [r for r in summary.get("rows") or [] if r.get("valid", True) and r.get("n") == n]
-    cell = lambda e: {r["repeat"]: r.get(metric) for r in ok if r["engine"] == e}  # noqa: E731
+    cell = lambda e: {r.get("repeat"): r.get(metric) for r in ok if r["engine"] == e}  # noqa: E731
     p = paired(cell(reference), cell(engine))
     return {"ratio": p.ratio, "low": p.low, "high": p.high, "blocks": p.n_blocks, "reason": p.reason}
 
@@ -82,32 +85,35 @@ def between_runs(serving_dir: str, bench_dir: str) -> dict:
     """`parity gap`: for the engines both runs hold (the serving run's reference and each
     other engine), at every N the serving sweep has and the batched-bench A/B ran as B,
     the chain serving = static x overhead with each link's interval."""
-    import json
-    from pathlib import Path
+    def load(d: str, name: str, read, what: str) -> dict:
+        p = results.run_dir(d) / name
+        if not p.exists():
+            raise UsageError(f"{d}: no {name} (expected a {what} run directory)")
+        return read(p).data
 
-    from parity.errors import UsageError
-
-    def load(d: str, name: str) -> dict:
-        p = Path(d) / name
-        try:
-            return json.loads(p.read_text())
-        except FileNotFoundError:
-            raise UsageError(f"{d}: no {name} (expected a {'snapshot' if name == 'summary.json' else 'bench A/B'} run directory)") from None
-        except ValueError as e:
-            raise UsageError(f"{p}: not JSON ({e})") from None
-
-    summary, bench = load(serving_dir, "summary.json"), load(bench_dir, "bench.json")
+    summary, bench = load(serving_dir, "summary.json", results.read_summary, "snapshot"), load(bench_dir, "bench.json", results.read_bench, "bench A/B")
     ref = summary.get("reference_engine")
     if not ref or not bench.get("rows") or bench.get("reference") is None:
         raise UsageError("parity gap needs a two-engine serving sweep and a two-engine bench A/B (parity bench --engines A,B)")
-    engines = sorted({r["engine"] for r in summary.get("rows") or []} & {r["engine"] for r in bench["rows"]} - {ref})
-    if ref not in {r["engine"] for r in bench["rows"]} or not engines:
-        raise UsageError(f"the runs share no engine pair: serving {sorted({r['engine'] for r in summary.get('rows') or []})}, bench {sorted({r['engine'] for r in bench['rows']})}")
-    out = []
+    served, benched = {r["engine"] for r in summary.get("rows") or []}, {str(r.get("engine")) for r in bench["rows"]}
+    engines = sorted(served & benched - {ref})
+    if ref not in benched or not engines:
+        raise UsageError(f"the runs share no engine pair: serving {sorted(served)}, bench {sorted(benched)}")
+    out, missing = [], []
     for e in engines:
         for n in sorted({r["n"] for r in summary["rows"]} & {r["b"] for r in bench["rows"]}):
-            doc = chain(serving_ratio(summary, e, ref, n), static_ratio(bench["rows"], e, ref, n), e, ref)
-            out.append({"n": n, **doc})
-    if not out:
+            serving, static = serving_ratio(summary, e, ref, n), static_ratio(bench["rows"], e, ref, n)
+            gaps = [f"no {what} {e}/{ref} at N={n} ({r['reason']})" for what, r in (("serving decode_agg_tps ratio", serving), ("static S_TG ratio", static)) if r["ratio"] is None]
+            if gaps:
+                missing += gaps
+                continue
+            out.append({"n": n, **chain(serving, static, e, ref)})
+    if not out and not missing:
         raise UsageError("no N of the serving sweep is a batch size B of the bench A/B (bench --npl should list the sweep's N)")
-    return {"serving_run": str(serving_dir), "bench_run": str(bench_dir), "model": summary.get("model"), "bench_model": bench.get("model"), "points": out, "method": METHOD}
+    return {"serving_run": str(serving_dir), "bench_run": str(bench_dir), "model": summary.get("model"), "bench_model": bench.get("model"), "points": out, "missing": missing, "method": METHOD}
+
+
+def check_complete(doc: dict) -> None:
+    """A gap with a point it cannot answer is not an answer: one line naming each (exit 2)."""
+    if doc["missing"]:
+        raise UsageError(f"gap incomplete: {'; '.join(doc['missing'])}" + (f" (answered at N={', '.join(str(p['n']) for p in doc['points'])})" if doc["points"] else ""))

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from parity.errors import UsageError
+from parity.results import write_summary
 
 GO, NO_GO, FLAT, INCONCLUSIVE = "GO", "NO-GO", "FLAT", "INCONCLUSIVE"
 BENCH_HEADLINE = "s_tg"
@@ -111,8 +112,34 @@ def measure_cells(doc: dict, serving: bool, headline: str) -> list[dict]:
     return [{**p, "point": f"PP={p['pp']} TG={p['tg']} B={p['b']}"} for p in rows]
 
 
-def decide(gate: dict | None, cells: list[dict], metric: str) -> dict:
-    """GO / NO-GO / FLAT / INCONCLUSIVE with the key cell and why (pure: unit-tested)."""
+def expected_points(doc: dict, serving: bool) -> list[str]:
+    """Every point either arm measured (and, serving, every planned N): each needs a B/A."""
+    rows = [r for r in doc.get("rows") or [] if isinstance(r, dict)]
+    if serving:
+        return [f"N={n}" for n in sorted({r.get("n") for r in rows} | set((doc.get("shape") or {}).get("npl") or []), key=str)]
+    return [f"PP={p} TG={t} B={b}" for p, t, b in sorted({(r.get("pp"), r.get("tg"), r.get("b")) for r in rows}, key=str)]
+
+
+def holes(cells: list[dict], expected: list[str], metric: str) -> list[str]:
+    """The points without a B/A of metric, each named (a missing number is never FLAT or GO)."""
+    if not cells and not expected:
+        return [f"no {metric} B/A at any point: nothing was measured (zero rows, zero blocks)"]
+    have = {c["point"] for c in cells}
+    out = [f"{c['point']}: no {metric} B/A ({c.get('reason') or 'no block with both arms'})" for c in cells if c.get("ratio") is None]
+    return out + [f"{p}: no {metric} B/A (B or A has no valid row there)" for p in expected if p not in have]
+
+
+def decide(gate: dict | None, cells: list[dict], metric: str, expected: list[str] | None = None) -> dict:
+    """GO / NO-GO / FLAT / INCONCLUSIVE with the key cell and why (pure: unit-tested).  A point of
+    `expected` without a ratio makes it INCONCLUSIVE ("missing" names it) unless a gate or a point says NO-GO."""
+    gaps = holes(cells, expected or [], metric)
+    dec = _decide(gate, [c for c in cells if c.get("ratio") is not None] if gaps else cells, metric)
+    if gaps and dec["verdict"] != NO_GO:
+        dec = {**dec, "verdict": INCONCLUSIVE, "why": f"no verdict where a number is missing: {'; '.join(gaps)}"}
+    return {**dec, "missing": gaps}
+
+
+def _decide(gate: dict | None, cells: list[dict], metric: str) -> dict:
 
     def key_of(c: dict | None) -> dict:
         if not c or c.get("ratio") is None or c.get("low") is None:
@@ -250,7 +277,7 @@ def session(ctx, req: ABRequest, p: dict) -> dict:
         hw = write_hardware(ctx)
         phases.append(gatesmod.run_gates(ctx, a, b, p["gate_models"], p["gate_paths"], req.lossy, "pre-"))
         # kept if the measurement fails or is interrupted; replaced by the verdict below
-        ctx.run.write_json("summary.json", {"kind": "lever-ab", "lever": p["name"], "arms": {"A": a, "B": b}, "verdict": None, "state": "measuring",
+        write_summary(ctx.run, {"kind": "lever-ab", "lever": p["name"], "arms": {"A": a, "B": b}, "verdict": None, "state": "measuring",
                                             "gates": {**gatesmod.verdict(phases, req.lossy), "phases": phases}})  # fmt: skip
         measured = measure(ctx, req, a, b, lever)
         if req.post_gates:
@@ -258,7 +285,7 @@ def session(ctx, req: ABRequest, p: dict) -> dict:
     gate = gatesmod.verdict(phases, req.lossy)
     metric = BENCH_HEADLINE if not req.serving else ctx.profile.stats.metrics[0]
     cells = measure_cells(measured, req.serving, metric)
-    dec = decide(gate, cells, metric)
+    dec = decide(gate, cells, metric, expected_points(measured, req.serving))
     if measured.get("invalid_points"):  # left out of the paired statistics (parity.serving.summary), said beside the verdict
         dec["why"] += f"; {len(measured['invalid_points'])} invalid serving point(s) left out, first: {measured['invalid_points'][0]}"
     facts = {**p["facts"], "hardware_class": hw["hardware_class"]}
@@ -266,7 +293,7 @@ def session(ctx, req: ABRequest, p: dict) -> dict:
     doc = {
         "kind": "lever-ab", "lever": p["name"], "lever_kind": lever.kind, "changes": lever.changes(a), "arms": {"A": a, "B": b},
         "engine": a, "env": lever.env, "series_without": lever.series_without, "series_until": lever.series_until, "series": lever.series,
-        **facts, "builds": {arm: built[arm] for arm in (a, b)}, "verdict": dec["verdict"], "why": dec["why"], "key": dec["key"],
+        **facts, "builds": {arm: built[arm] for arm in (a, b)}, "verdict": dec["verdict"], "why": dec["why"], "key": dec["key"], "missing": dec["missing"],
         "gates": {**gate, "phases": [{k: v for k, v in ph.items()} for ph in phases]}, "lossy": req.lossy,
         "measurement": {"kind": "serving" if req.serving else "batched-bench", "metric": metric, "points": [_cell(c) for c in cells],
                         "blocks": measured.get("blocks"), "stop": measured.get("stop"), "order": measured.get("order"),
@@ -274,14 +301,14 @@ def session(ctx, req: ABRequest, p: dict) -> dict:
         "reopen": req.reopen, "reopens": levermap.describe(p["closed"]) if p["closed"] else None, "map": str(p["map_path"]), "run_dir": run_dir,
     }  # fmt: skip
     doc["report"] = write_report(ctx, doc, measured, req.serving)
-    ctx.run.write_json("summary.json", doc)
+    write_summary(ctx.run, doc)
     row = {"lever": p["name"], "kind": lever.kind, "engine": a, "changes": doc["changes"], "hardware_class": facts["hardware_class"], "pin": facts["pin"],
            "series_digest": facts["series_digest"], "verdict": dec["verdict"], "key_number": dec["key"]["text"], "metric": metric, "point": dec["key"]["point"],
            "ratio": dec["key"]["ratio"], "low": dec["key"]["low"], "high": dec["key"]["high"], "gates": gate["summary"], "gate_kind": gate["kind"],
            "artifact": run_dir, "report": doc["report"], "date": levermap.today(), "reopen": req.reopen, "reopens": doc["reopens"]}  # fmt: skip
     rows = levermap.append(p["map_path"], row)
     doc["map_markdown"] = str(levermap.write_markdown(p["map_path"], rows))
-    ctx.run.write_json("summary.json", doc)
+    write_summary(ctx.run, doc)
     ctx.out.info(f"[ab] {dec['verdict']}: {dec['key']['text']}; {dec['why']}")
     return doc
 

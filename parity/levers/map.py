@@ -14,7 +14,7 @@ import datetime as _dt
 from dataclasses import dataclass
 from pathlib import Path
 
-from parity.errors import ConfigError, UsageError
+from parity.errors import UsageError
 
 MAP_NAME = "lever_map.yaml"
 HEADER = """\
@@ -39,20 +39,9 @@ def default_path(profile, artifacts_root) -> Path:
 
 def load(path: Path) -> list[dict]:
     """The rows of a map file (none when it does not exist); a broken file is a ConfigError."""
-    path = Path(path)
-    if not path.exists():
-        return []
-    from parity.config import read_yaml
+    from parity.results import read_lever_map
 
-    shape = "a lever map is a mapping with a `levers:` list of rows"
-    data = read_yaml(path, str(path), not_mapping=shape)
-    if not isinstance(data.get("levers", []), (list, type(None))):
-        raise ConfigError(str(path), "levers", shape)
-    rows = data.get("levers") or []
-    for i, r in enumerate(rows):
-        if not isinstance(r, dict) or not r.get("lever"):
-            raise ConfigError(str(path), f"levers[{i}]", "a row is a mapping with at least `lever:`")
-    return rows
+    return read_lever_map(path)
 
 
 def append(path: Path, row: dict) -> list[dict]:

@@ -21,7 +21,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from parity import stats
+from parity import results, stats
 from parity.artifacts import atomic_write_json, atomic_write_text, slugify
 from parity.errors import UsageError
 from parity.report import ledger
@@ -81,6 +81,11 @@ def decide(user: str | None, problems: list[str], ab: dict | None, rule: stats.R
         if user in ("keep", "default-off"):
             raise UsageError(f"--verdict {user}: the run's gates are not green ({'; '.join(problems)}); only reject is allowed")
         return (user or "invalid"), "gates not green: " + "; ".join(problems) + " -- its numbers do not count"
+    if ab and ab.get("missing"):
+        gaps = "; ".join(ab["missing"])
+        if user in ("keep", "default-off"):
+            raise UsageError(f"--verdict {user}: the A/B has no verdict where a number is missing ({gaps}); only reject is allowed")
+        return (user or "invalid"), f"no verdict where a number is missing (never within noise): {gaps}"
     if user:
         basis = f" (A/B: {ab['counts']['improved']} improved, {ab['counts']['regressed']} regressed, {ab['counts']['within noise']} within noise)" if ab else ""
         return user, f"set by the author (--verdict {user}){basis}{also}"
@@ -179,13 +184,12 @@ def render_report(profile, req: ReportRequest) -> dict:
         control = load_run(req.compare)
         floor = load_run(req.noise_floor) if req.noise_floor else None
         ab = compare_runs(control, rd, metrics, rule, force=req.force, floor=floor, current=rd if req.current else None, defaults=not req.metrics)
-    out_dir = Path(req.out_dir).expanduser()
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = _made_dir(req.out_dir, "--out-dir")
     running = Path(req.ledger_dir).expanduser() if req.ledger_dir else None
     if running is not None and running.resolve() == out_dir.resolve():
         running = None
     if running is not None:
-        running.mkdir(parents=True, exist_ok=True)
+        running = _made_dir(req.ledger_dir, "the running ledger (reports.dir or the step's ledger:)")
     phase = req.phase or max(ledger.next_phase(out_dir), ledger.next_phase(running) if running else 1)
     title = req.title or default_title(rd)
     date = req.date or _dt.date.today().isoformat()
@@ -234,6 +238,17 @@ def render_report(profile, req: ReportRequest) -> dict:
             "paired": (paired or {}).get("points") or [], "paired_overall": paired_overall(paired), "paired_source": (paired or {}).get("source")}
 
 
+def _made_dir(path: str, what: str) -> Path:
+    p = Path(path).expanduser()
+    if p.exists() and not p.is_dir():
+        raise UsageError(f"{what} {path}: a file, not a directory")
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"{what} {path}: cannot create it ({e.strerror or type(e).__name__})") from None
+    return p
+
+
 def paired_overall(paired: dict | None) -> str | None:
     """One word over the run's paired outcomes (None: no paired statistics)."""
     if not paired or not paired["points"]:
@@ -253,8 +268,8 @@ def previous_run(rd) -> str | None:
         if m.parent.name >= rd.path.name:  # this run and later ones
             continue
         try:
-            other = json.loads(m.read_text())
-        except (OSError, ValueError):
+            other = results.read_manifest(m).data
+        except results.BadResultFile:  # a sibling whose manifest is broken is no control run
             continue
         if ((other.get("campaign") or {}).get("name"), other.get("kind")) == key and other.get("status") == "complete" and other.get("valid", True):
             best = str(m.parent)

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import csv
 import io
-import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from parity import results
 from parity.errors import UsageError
 
 
@@ -43,13 +44,23 @@ class RunData:
 
 
 def _json(path: Path, notes: list[str]):
-    if not path.is_file():
+    """An optional side file (hardware, gates, builds, analysis): an object, else None with a note."""
+    if not path.exists():
         return None
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        notes.append(f"{path.name}: unreadable ({e})")
+        data = results.load_json(path)
+    except results.BadResultFile as e:
+        notes.append(str(e))
         return None
+    if not isinstance(data, dict):
+        notes.append(f"{path}: {type(data).__name__}, expected an object: left out")
+        return None
+    return data
+
+
+def _result(read, path: Path):
+    """summary.json / bench.json through the typed reader: None when absent, one line (exit 2) when bad."""
+    return read(path).data if path.exists() else None
 
 
 USERS_STATUS = {"ok": "pass", "skipped": "not-run", "mismatch": "fail", "fail": "fail", "missing": "error"}
@@ -73,27 +84,25 @@ def parse_gate_summary(text: str) -> list[dict]:
 
 
 def load_run(path, *, need_summary: bool = True) -> RunData:
-    p = Path(path).expanduser().resolve()
-    if not p.is_dir():
-        raise UsageError(f"{path}: no such run directory")
+    p = results.run_dir(path).resolve()
     if not (p / "manifest.json").exists() and is_users_artifact(p):
         return load_users_artifact(p, need_summary=need_summary)
     notes: list[str] = []
-    manifest = _json(p / "manifest.json", notes)
-    if not isinstance(manifest, dict):
-        raise UsageError(f"{path}: not a parity run directory (no readable manifest.json)")
+    if not (p / "manifest.json").exists():
+        raise UsageError(f"{path}: not a parity run directory (no manifest.json)")
+    manifest = results.read_manifest(p / "manifest.json").data
     if manifest.get("status") == "running":
         from parity.artifacts import RunDir
 
         if RunDir(p).settle("report"):  # its parity was killed: it will never end by itself
-            manifest = _json(p / "manifest.json", notes)
+            manifest = results.read_manifest(p / "manifest.json").data
     rd = RunData(p, manifest, notes=notes)
     rd.hardware = _json(p / "hardware.json", notes)
     rd.gates = _json(p / "gates.json", notes)
-    rd.summary = _json(p / "summary.json", notes)
+    rd.summary = _result(results.read_summary, p / "summary.json")
     rd.builds = _json(p / "builds.json", notes)
     rd.analysis = _json(p / "profile" / "analysis.json", notes)
-    rd.bench = _json(p / "bench.json", notes)
+    rd.bench = _result(results.read_bench, p / "bench.json")
     tsv = next((f for f in (p / "gate_checks.tsv", p / "gate_summary.tsv") if f.is_file()), p / "gate_checks.tsv")
     if tsv.is_file():
         try:
@@ -121,6 +130,8 @@ def _num(v: str):
         f = float(v)
     except ValueError:
         return v
+    if not math.isfinite(f):
+        raise ValueError(f"summary.tsv: {v!r} where a number must be finite")
     return int(f) if f.is_integer() and "." not in v and "e" not in v.lower() else f
 
 
@@ -140,6 +151,8 @@ def parse_users_summary(text: str) -> tuple[list[dict], list[dict]]:
         if len(cells) != len(header):
             raise ValueError(f"summary.tsv: {len(cells)} cells under a {len(header)}-column header: {line[:60]!r}")
         rec = {k: (_num(v) if k != "arm" else v) for k, v in zip(header, cells)}
+        if not isinstance(rec["n"], int):
+            raise ValueError(f"summary.tsv: n is {rec['n']!r}, not an integer: {line[:60]!r}")
         (ratios if header[0] == "ratio" else rows).append(rec)
     missing = [c for c in USERS_SUMMARY_COLUMNS if rows and c not in rows[0]]
     if missing:
@@ -184,8 +197,11 @@ def load_users_artifact(p: Path, *, need_summary: bool = True) -> RunData:
         data = _json(f, notes)
         if not isinstance(data, dict) or "n" not in data:
             continue
-        key = (f.parent.name, int(data["n"]))
-        nums = {k: v for k, v in data.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        if not isinstance(data["n"], int) or isinstance(data["n"], bool):
+            notes.append(f"{f}: n is {data['n']!r}, not an integer: left out")
+            continue
+        key = (f.parent.name, data["n"])
+        nums = {k: v for k, v in data.items() if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
         if key in have:
             next(r for r in rows if (r["arm"], r["n"]) == key).update({k: v for k, v in nums.items() if k not in USERS_SUMMARY_COLUMNS})
         else:
@@ -257,4 +273,19 @@ def values_by_cell(rd: RunData, metric: str) -> dict[tuple[str, int], dict[int, 
             continue
         key = (str(r.get("engine")), int(r.get("n", 0)))
         out.setdefault(key, {})[int(r.get("repeat", i))] = float(v)
+    return out
+
+
+def cells(rd: RunData, metric: str) -> dict[tuple[str, int], dict]:
+    """{(engine, n): {"values": {repeat: value}, "gaps": [why a repeat has no value]}} for one metric:
+    every row counts, and a row whose value is absent, null, non-finite or not a number is a gap."""
+    out: dict[tuple[str, int], dict] = {}
+    for i, r in enumerate(rd.rows()):
+        cell = out.setdefault((str(r.get("engine")), int(r.get("n", 0))), {"values": {}, "gaps": []})
+        v, repeat = r.get(metric), r.get("repeat", i)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+            cell["values"][int(repeat) if isinstance(repeat, int) else i] = float(v)
+        else:
+            what = "absent" if metric not in r else "null" if v is None else repr(v) if isinstance(v, float) else f"a {type(v).__name__}"
+            cell["gaps"].append(f"r{repeat}: {what}" + ("" if r.get("valid", True) else " (invalid)"))
     return out

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from parity.config import positive_int
 from parity.errors import InfraError, UsageError
+from parity.results import write_bench
 
 COLS = ["pp", "tg", "b", "n_kv", "t_pp", "s_pp", "t_tg", "s_tg", "t", "s"]
 _HEADER = re.compile(r"^\|\s*PP\s*\|\s*TG\s*\|\s*B\s*\|\s*N_KV\s*\|")
@@ -228,7 +229,7 @@ def run_bench(ctx, engine=None, model=None, npp=None, ntg=None, npl=None, allow_
 
     doc["efficiency"] = roofline.bench(rows, model_file, peak.load(ctx.run.path) if ctx.run else None, engine=engine)
     if ctx.run:
-        ctx.run.write_json("bench.json", doc)
+        write_bench(ctx.run, doc)
     return doc
 
 

@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 
 from parity.errors import UsageError
+from parity.results import write_bench
 from parity.stats import adaptive
 
 METRICS = ["s_tg", "s_pp", "s"]  # all throughputs: higher is better
@@ -246,7 +247,7 @@ def run_ab(ctx, req: ABRequest) -> dict:
         "rows": res["rows"], "per_engine": per_arm(res["rows"], arms), "paired": paired, "stop": res["stop"],
     }  # fmt: skip
     if ctx.run:
-        ctx.run.write_json("bench.json", doc)
+        write_bench(ctx.run, doc)
         ctx.run.write_text("bench_ab.tsv", tsv(doc))
     return doc
 
