@@ -98,8 +98,10 @@ class Output:
         """The command's result: JSON on stdout in --json mode, else human()."""
         if self.json_mode:
             from parity.artifacts import json_default
+            from parity.results import plain
 
-            sys.stdout.write(json.dumps(data, indent=2, default=json_default) + "\n")
+            # JSON has no NaN / inf: a non-finite number (a user's file, a 0/0) prints as null
+            sys.stdout.write(json.dumps(plain(json.loads(json.dumps(data, default=json_default))), indent=2) + "\n")
             sys.stdout.flush()
         elif human is not None:
             human()

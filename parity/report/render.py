@@ -190,6 +190,9 @@ def render_report(profile, req: ReportRequest) -> dict:
         running = None
     if running is not None:
         running = _made_dir(req.ledger_dir, "the running ledger (reports.dir or the step's ledger:)")
+    for d in (out_dir, running):
+        if d is not None:
+            ledger.read_rows(d)  # a broken ledger stops the report here, before anything is written
     phase = req.phase or max(ledger.next_phase(out_dir), ledger.next_phase(running) if running else 1)
     title = req.title or default_title(rd)
     date = req.date or _dt.date.today().isoformat()

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from parity import results
+from parity.results import model
 from parity.errors import UsageError
 
 
@@ -43,19 +44,16 @@ class RunData:
         return list((self.summary or {}).get("rows") or [])
 
 
-def _json(path: Path, notes: list[str]):
-    """An optional side file (hardware, gates, builds, analysis): an object, else None with a note."""
+def _json(path: Path, notes: list[str], shape=dict):
+    """An optional side file (hardware, gates, builds, analysis, the users' nNNN.json) checked as
+    its model (results.model): its content, else None with a note saying why it is left out."""
     if not path.exists():
         return None
     try:
-        data = results.load_json(path)
+        return results.check(results.load_json(path), shape, path, "").data
     except results.BadResultFile as e:
-        notes.append(str(e))
+        notes.append(f"{e}: left out")
         return None
-    if not isinstance(data, dict):
-        notes.append(f"{path}: {type(data).__name__}, expected an object: left out")
-        return None
-    return data
 
 
 def _result(read, path: Path):
@@ -74,13 +72,16 @@ def parse_gate_summary(text: str) -> list[dict]:
     rows = list(csv.DictReader(io.StringIO(text), delimiter="\t"))
     if not rows:
         return []
+    for i, r in enumerate(rows, 2):
+        if None in r or None in r.values():
+            raise ValueError(f"gate table: row {i} does not fit its header's columns (truncated or edited?)")
     cols = set(rows[0])
     if {"phase", "check", "expected", "got", "status"} <= cols:
         return rows
     if {"phase", "check", "status", "actual", "expected", "details"} <= cols:
         return [{"phase": r["phase"], "check": r["check"], "expected": r["expected"] or "-", "got": r["actual"] or "-",
                  "status": USERS_STATUS.get(r["status"], "error"), "detail": r["details"]} for r in rows]  # fmt: skip
-    raise ValueError(f"gate table: expected the columns phase check expected got status, or phase check status actual expected details; got {' '.join(rows[0])}")
+    raise ValueError(f"gate table: expected the columns phase check expected got status, or phase check status actual expected details; got {' '.join(map(str, rows[0]))}")
 
 
 def load_run(path, *, need_summary: bool = True) -> RunData:
@@ -97,17 +98,17 @@ def load_run(path, *, need_summary: bool = True) -> RunData:
         if RunDir(p).settle("report"):  # its parity was killed: it will never end by itself
             manifest = results.read_manifest(p / "manifest.json").data
     rd = RunData(p, manifest, notes=notes)
-    rd.hardware = _json(p / "hardware.json", notes)
-    rd.gates = _json(p / "gates.json", notes)
+    rd.hardware = _json(p / "hardware.json", notes, model.Hardware)
+    rd.gates = _json(p / "gates.json", notes, model.Gates)
     rd.summary = _result(results.read_summary, p / "summary.json")
-    rd.builds = _json(p / "builds.json", notes)
-    rd.analysis = _json(p / "profile" / "analysis.json", notes)
+    rd.builds = _json(p / "builds.json", notes, model.Builds)
+    rd.analysis = _json(p / "profile" / "analysis.json", notes, model.Analysis)
     rd.bench = _result(results.read_bench, p / "bench.json")
     tsv = next((f for f in (p / "gate_checks.tsv", p / "gate_summary.tsv") if f.is_file()), p / "gate_checks.tsv")
     if tsv.is_file():
         try:
             rd.gate_rows = parse_gate_summary(tsv.read_text())
-        except ValueError as e:
+        except (ValueError, csv.Error) as e:
             notes.append(str(e))
     if need_summary and not rd.summary:
         raise UsageError(f"{path}: no summary.json (not a snapshot run, or it failed before any result)")
@@ -190,7 +191,7 @@ def load_users_artifact(p: Path, *, need_summary: bool = True) -> RunData:
     if (p / "summary.tsv").is_file():
         try:
             rows, ratios = parse_users_summary((p / "summary.tsv").read_text())
-        except ValueError as e:
+        except (ValueError, csv.Error) as e:
             notes.append(str(e))
     have = {(r["arm"], r["n"]) for r in rows}
     for f in sorted(p.glob("*/n[0-9]*.json")):
@@ -230,7 +231,7 @@ def load_users_artifact(p: Path, *, need_summary: bool = True) -> RunData:
         try:
             rd.gate_rows = parse_gate_summary(gs.read_text())
             rd.gates = _users_gates(rd.gate_rows)
-        except ValueError as e:
+        except (ValueError, csv.Error) as e:
             notes.append(str(e))
     if need_summary and not rd.summary:
         raise UsageError(f"{p}: an artifact dir of the users' harness without summary.tsv or <arm>/nNNN.json rows")

@@ -302,3 +302,108 @@ class MatrixTarget:
 # paired.tsv: one PairedRow per line (block_ratios: B/A per block, comma-joined in block order)
 PAIRED_COLUMNS = ["engine", "reference", "n", "metric", "n_blocks", "ratio", "low", "high", "half_width_pct", "outcome", "blocks_needed", "block_ratios"]
 PAIRED_TYPES = {"n": int, "n_blocks": int, "ratio": float, "low": float, "high": float, "half_width_pct": float, "blocks_needed": int, "block_ratios": list}
+
+
+# ------------------------------------------------------------------ side files of a run (read by the report)
+
+
+@dataclass
+class Hardware:
+    """hardware.json (parity.gpu.hardware)."""
+
+    hardware_class: Optional[str] = None
+    gpus: list[dict[str, Any]] = field(default_factory=list)
+    cuda_version: Optional[str] = None
+    cpu: Optional[dict[str, Any]] = None
+    host: Optional[str] = None
+
+
+@dataclass
+class GateCheck:
+    check: str = "?"
+    status: str = ""
+    kind: Optional[str] = None
+    expected: Any = None
+    got: Any = None
+
+
+@dataclass
+class GateSet:
+    """One phase of gates.json (pre, post): its status and checks."""
+
+    status: str = ""
+    phase: Optional[str] = None
+    checks: list[GateCheck] = field(default_factory=list)
+
+
+Gates = dict[str, Union[str, GateSet]]  # gates.json: {"pre": GateSet, "post": GateSet, "status": "pass"}
+
+
+@dataclass
+class Source:
+    """Where a build's llama.cpp came from (builds.json source)."""
+
+    kind: Optional[str] = None
+    pin: Optional[str] = None
+    package: Optional[str] = None
+    path: Optional[str] = None
+    url: Optional[str] = None
+    sha256: Optional[str] = None
+
+
+@dataclass
+class BuildRecord:
+    """One engine of builds.json: a build's provenance, a prebuilt bin dir, or a vLLM venv."""
+
+    engine: Optional[str] = None
+    kind: Optional[str] = None
+    key: Optional[str] = None
+    prebuilt: Optional[str] = None
+    bin_dir: Optional[str] = None
+    source: Optional[Source] = None
+    series_dir: Optional[str] = None
+    series_digest: Optional[str] = None
+    patches: list[dict[str, Any]] = field(default_factory=list)
+    tree_before: Optional[str] = None
+    tree_after: Optional[str] = None
+    expected_tree: Optional[str] = None
+    cuda_archs: Optional[str] = None
+    cmake_configure: list[str] = field(default_factory=list)
+    vllm: Optional[dict[str, Any]] = None
+
+
+Builds = dict[str, BuildRecord]
+
+
+@dataclass
+class Bucket:
+    bucket: str
+    total_ms: Number = None
+    share: Number = None
+    ms_per_launch: Number = None
+
+
+@dataclass
+class Capture:
+    label: Optional[str] = None
+    engine: Optional[str] = None
+    total_ms: Number = None
+    buckets: list[Bucket] = field(default_factory=list)
+    unmatched_top: list[Any] = field(default_factory=list)
+
+
+@dataclass
+class Difference:
+    formula: Optional[str] = None
+    total: Optional[dict[str, Any]] = None
+    buckets: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class Analysis:
+    """profile/analysis.json (parity.profiles.analysis): kernel buckets per capture, the difference method."""
+
+    FINITE: ClassVar[tuple[str, ...]] = ("captures", "difference")
+    captures: list[Capture] = field(default_factory=list)
+    difference: list[Difference] = field(default_factory=list)
+    note: Optional[str] = None

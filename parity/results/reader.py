@@ -136,7 +136,7 @@ def check(data: Any, cls: type[T], path, what: str) -> Doc[T]:
     """data as cls, or BadResultFile naming the file and its problem."""
     bad = problem(data, cls)
     if bad:
-        raise BadResultFile(f"{path}: not a {what}: {bad}" if "finite" not in bad and "schema_version" not in bad else f"{path}: {bad}")
+        raise BadResultFile(f"{path}: not a {what}: {bad}" if what and "finite" not in bad and "schema_version" not in bad else f"{path}: {bad}")
     return Doc(Path(path), msgspec.convert(data, cls), data)
 
 
@@ -189,7 +189,7 @@ def read_lever_map(path) -> list[dict]:
         raise ConfigError(str(p), "", "a lever map is a mapping with a `levers:` list of rows" + ("" if isinstance(data, dict) else f", not a {type(data).__name__}"))
     bad = problem(data, model.LeverMap)
     if bad:
-        raise ConfigError(str(p), "", f"{bad} (a lever map is a mapping with a `levers:` list of rows, each with at least `lever:`)")
+        raise ConfigError(str(p), "", bad if "finite" in bad else f"{bad} (a lever map is a mapping with a `levers:` list of rows, each with at least `lever:`)")
     return list(data.get("levers") or [])
 
 

@@ -190,3 +190,12 @@ def test_matrix_target_without_a_readable_run_is_a_failure():
              {"target": "b200", "exit_code": 0, "run_dir": "targets/b200/r1"}, {"target": "a100", "exit_code": 4, "run_dir": None}]  # fmt: skip
     got = failures(table, [{"target": "b200", "error": "summary.json: empty"}])
     assert got == ["gb10 (exit 0 but no run directory came back)", "b200 (its run directory: summary.json: empty)", "a100 (exit 4)"]
+
+
+def test_levers_json_with_a_date_the_user_typed_unquoted(tmp_path):
+    """YAML reads `date: 2026-11-25` as a date, not a string: --json prints it as one."""
+    m = tmp_path / "lever_map.yaml"
+    m.write_text("levers:\n- {lever: LLAMA_X=1, verdict: SHIPPED, date: 2026-11-25}\n")
+    r = cli("levers", "--map", m, "--json")
+    assert r.rc == 0, r.err
+    assert json.loads(r.out)["rows"][0]["date"] == "2026-11-25"
