@@ -173,9 +173,9 @@ def summarize(ctx, req: SummarizeRequest) -> dict:
         raise UsageError(f"{req.art}: no such artifact directory")
     gates_json = art / "gates.json"
     if gates_json.is_file():  # a parity run: the same rows its gates wrote
-        import json
+        from parity.results import check, load_json, model
 
-        sets = {k: v for k, v in json.loads(gates_json.read_text()).items() if k != "status"}
+        sets = {k: v for k, v in check(load_json(gates_json), model.Gates, gates_json, "gates file").data.items() if k != "status"}
         rows = rows_from_sets(sets, ctx.profile, art)
     else:
         expected = req.expect if req.expect is not None else expected_md5s(ctx.profile, ctx.vars.get("registry"))

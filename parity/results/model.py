@@ -320,11 +320,13 @@ class Hardware:
 
 @dataclass
 class GateCheck:
-    check: str = "?"
-    status: str = ""
-    kind: Optional[str] = None
+    check: str
+    status: str
+    kind: str
     expected: Any = None
     got: Any = None
+    data: Optional[dict[str, Any]] = None
+    attempts: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass

@@ -32,7 +32,9 @@ def run(tmp_path, src="candidate", name=None, edit=None) -> Path:
 def set_metric(engine, metric, value):
     def edit(doc):
         for r in doc["rows"]:
-            if r["engine"] == engine:
+            if r["engine"] == engine and value == "ABSENT":
+                del r[metric]
+            elif r["engine"] == engine:
                 r[metric] = value
 
     return edit
@@ -45,7 +47,7 @@ def one_line(r, code=2) -> str:
     return line
 
 
-@pytest.mark.parametrize("value, said", [(None, "r0: null"), ("fast", "r0: a str")])
+@pytest.mark.parametrize("value, said", [(None, "r0: null"), ("fast", "r0: a str"), ("ABSENT", "r0: absent")])
 def test_compare_names_a_missing_headline_and_fails_on_it(tmp_path, value, said):
     b = run(tmp_path, edit=set_metric("paged", "decode_agg_tps", value))
     r = cli("compare", REPORT / "control", b, "--fail-on-regression", "--json")
@@ -199,3 +201,13 @@ def test_levers_json_with_a_date_the_user_typed_unquoted(tmp_path):
     r = cli("levers", "--map", m, "--json")
     assert r.rc == 0, r.err
     assert json.loads(r.out)["rows"][0]["date"] == "2026-11-25"
+
+
+@pytest.mark.parametrize("text, said", [("levers:\n- {lever: LLAMA_X=1, verdict: FLAT, ratio: .inf}\n", "levers[0].ratio is inf"),
+                                        ("levers:\n- {verdict: GO}\n", "levers[0]: object missing required field `lever`"), ("levers: [\n", "YAML syntax error")])
+def test_ab_on_a_broken_lever_map_stops_before_any_work_and_leaves_it_alone(tmp_path, text, said):
+    m = tmp_path / "lever_map.yaml"
+    m.write_text(text)
+    (tmp_path / "file").write_text("x")  # the run root is a file: a run that got past the map would stop there too
+    r = cli("--artifacts", tmp_path / "file" / "runs", "ab", "--env", "LLAMA_X=1", "--map", m)
+    assert said in one_line(r) and m.read_text() == text and not (tmp_path / "lever_map.md").exists()

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 from hypothesis.database import DirectoryBasedExampleDatabase
 
@@ -148,6 +148,7 @@ def no_nan(text: str):
 
 
 def holds(r, *, codes=(0, 2), json_out=True) -> None:
+    event(f"exit {r.rc}")  # --hypothesis-show-statistics: how the examples ended
     assert "internal error" not in r.err and "Traceback" not in r.err, r.err[-3000:]
     assert r.rc in codes, (r.rc, r.err[-3000:])
     if r.rc == 0:
@@ -181,9 +182,9 @@ METRICS = st.sampled_from(["decode_agg_tps", "agg_tps", "ttft_p50_ms", "wall_s"]
 
 @budget(120)
 @given(data=st.data(), name=NAMES, side=st.sampled_from(["A", "B"]), which=st.sampled_from(RUN_FILES),
-       metric=st.none() | METRICS, force=st.booleans(), fail=st.booleans())  # fmt: skip
-@example(data=None, name="ü b", side="B", which="summary.json", metric=None, force=False, fail=True).via("a null headline in B")
-def test_compare_on_broken_runs(data, name, side, which, metric, force, fail):
+       metric=st.none() | METRICS, force=st.booleans(), fail=st.booleans(), floor=st.sampled_from([None, "control", "broken"]))  # fmt: skip
+@example(data=None, name="ü b", side="B", which="summary.json", metric=None, force=False, fail=True, floor=None).via("a null headline in B")
+def test_compare_on_broken_runs(data, name, side, which, metric, force, fail, floor):
     with workdir() as d:
         a, b = copy_run(REPORT / "control", d / f"A {name}"), copy_run(REPORT / "candidate", d / f"B {name}")
         target = (a if side == "A" else b) / which
@@ -194,7 +195,9 @@ def test_compare_on_broken_runs(data, name, side, which, metric, force, fail):
             target.write_text(json.dumps(doc))
         else:
             target.write_bytes(data.draw(broken_json(doc), label=f"{side}/{which}"))
-        args = ["compare", a, b, "--json", *(["--metric", metric] if metric is not None else []), *(["--force"] if force else []), *(["--fail-on-regression"] if fail else [])]
+        floor_dir = {None: None, "control": REPORT / "control", "broken": target.parent}[floor]
+        args = ["compare", a, b, "--json", *(["--metric", metric] if metric is not None else []), *(["--force"] if force else []), *(["--fail-on-regression"] if fail else []),
+                *(["--noise-floor", floor_dir] if floor_dir else [])]  # fmt: skip
         holds(cli(*args), codes=(0, 2, 5) if fail else (0, 2))
 
 
@@ -212,6 +215,9 @@ def test_compare_and_report_on_a_broken_users_artifact(data, which, name):
 # ------------------------------------------------------------------ report (and its ledger)
 
 REPORT_FILES = [*RUN_FILES, "bench.json", "builds.json", "profile/analysis.json"]
+# summaries of other real runs, put in the candidate's place: the H100 lever sweep (efficiency,
+# telemetry, calibration, paired), a prefill-under-decode workload, a calibration that outran
+SEEDS = [None, H100 / "lever-summary.json", DATA / "workloads" / "smoke-pud-calibrated-summary.json", DATA / "calibration" / "outran-summary.json"]
 
 
 @functools.lru_cache(maxsize=1)
@@ -222,12 +228,15 @@ def primed_ledger() -> Path:
     return out
 
 
-@budget(60)
+@budget(80)
 @given(data=st.data(), name=NAMES, which=st.sampled_from([*REPORT_FILES, "ledger"]), control=st.booleans(), phase=st.none() | st.integers(-3, 10**6),
        title=st.none() | st.text(max_size=30), verdict=st.none() | st.sampled_from(["keep", "reject", "default-off"]) | st.text(max_size=8))  # fmt: skip
 def test_report_on_broken_runs_leaves_the_ledger_alone_when_it_fails(data, name, which, control, phase, title, verdict):
     with workdir() as d:
         run = copy_run(REPORT / "candidate", d / f"run {name}")
+        seed = data.draw(st.sampled_from(SEEDS), label="summary.json of")
+        if seed is not None:  # the run's summary from another real run: its sections (efficiency, telemetry, workload) get read
+            shutil.copy(seed, run / "summary.json")
         out = shutil.copytree(primed_ledger(), d / "reports")
         f = out / "BENCHMARK.csv" if which == "ledger" else run / which
         f.write_bytes(data.draw(broken_text(f.read_text()) if which == "ledger" else broken_json(json.loads(f.read_text())), label=which))
@@ -365,3 +374,41 @@ def test_bisect_series_on_broken_series_dirs(files, shape, name, over, criterion
         args = ["--artifacts", d / "runs-file" / "runs", "bisect", "--series", series, "--over", over, "--criterion", criterion, *(["--first", first] if first else []),
                 *(["--blocks", blocks] if blocks is not None else []), *(["--min-delta-pct", repr(delta)] if delta is not None else []), *(["--repo", d / "no-repo", "--good", "a", "--bad", "b"] if over == "pin" else [])]  # fmt: skip
         holds(cli(*args), json_out=False)
+
+
+@functools.lru_cache(maxsize=1)
+def upstream_repo() -> Path:
+    """A one-commit llama.cpp stand-in: README.md reads 'upstream' (the patch above changes it)."""
+    import subprocess
+
+    repo = Path(tempfile.mkdtemp(prefix="parity-fuzz-upstream-")) / "llama.cpp"
+    repo.mkdir()
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid", "-c", "commit.gpgsign=false"]
+    (repo / "README.md").write_text("upstream\n")
+    for args in (["init", "-q", "-b", "master"], ["add", "-A"], ["commit", "-qm", "upstream"]):
+        subprocess.run([*git, *args], cwd=repo, check=True)
+    return repo
+
+
+@budget(20)
+@given(files=st.lists(st.tuples(FILE_NAMES, st.sampled_from([PATCH, "", "garbage\n"])), max_size=3), shape=st.sampled_from(["dir", "dir", "file", "missing"]), name=NAMES)
+def test_canary_on_broken_series_dirs_is_never_green_on_nothing(files, shape, name):
+    with workdir() as d:
+        series = d / f"series {name}"
+        if shape == "dir":
+            series.mkdir()
+            for fname, body in files:
+                if fname.strip() not in ("", ".", ".."):
+                    (series / fname).write_text(body)
+        elif shape == "file":
+            series.write_text(PATCH)
+        r = cli("--artifacts", d / "runs", "canary", "--upstream", "master", "--repo", upstream_repo(), "--series", series, "--json")
+        assert "internal error" not in r.err and "Traceback" not in r.err, r.err[-3000:]
+        event(f"exit {r.rc}")
+        if r.rc == 0:
+            doc = no_nan(r.out)
+            assert doc["green"] and doc["patches"] > 0 and doc["applied"] == doc["patches"]
+        elif r.rc == 1:  # red: the first patch that does not apply, named
+            assert not no_nan(r.out)["green"] and "canary red" in no_nan(r.out)["line"]
+        else:
+            assert r.rc == 2 and len(r.error_lines()) == 1, r.err[-2000:]
