@@ -261,22 +261,29 @@ def paired_overall(paired: dict | None) -> str | None:
     return overall(p.get("outcome") for p in paired["points"])
 
 
-def previous_run(rd) -> str | None:
-    """The newest earlier run of the same campaign (or command) beside rd that completed with
-    green gates: the nightly's control run."""
+def earlier_runs(rd) -> list[tuple[Path, dict]]:
+    """The earlier runs of the same campaign (or command) beside rd, oldest first, with their
+    manifests (a sibling whose manifest is broken is none of them)."""
     me = rd.manifest()
     key = ((me.get("campaign") or {}).get("name"), me.get("kind"))
-    best = None
+    out = []
     for m in sorted(rd.path.parent.glob("*/manifest.json")):
         if m.parent.name >= rd.path.name:  # this run and later ones
             continue
         try:
             other = results.read_manifest(m).data
-        except results.BadResultFile:  # a sibling whose manifest is broken is no control run
+        except results.BadResultFile:
             continue
-        if ((other.get("campaign") or {}).get("name"), other.get("kind")) == key and other.get("status") == "complete" and other.get("valid", True):
-            best = str(m.parent)
-    return best
+        if ((other.get("campaign") or {}).get("name"), other.get("kind")) == key:
+            out.append((m.parent, other))
+    return out
+
+
+def previous_run(rd) -> str | None:
+    """The newest earlier run of the same campaign (or command) beside rd that completed with
+    green gates: the nightly's control run."""
+    good = [str(p) for p, m in earlier_runs(rd) if m.get("status") == "complete" and m.get("valid", True)]
+    return good[-1] if good else None
 
 
 def campaign_step(ctx, options: dict) -> dict:
@@ -286,8 +293,9 @@ def campaign_step(ctx, options: dict) -> dict:
     ledger: running (default: join the profile's reports.dir ledger, phases continue across
     runs) | run (the run dir's own ledger only) | a directory (that running ledger);
     compare: previous = the newest earlier complete, valid run of this campaign.  With a
-    control run, a regression beyond noise fails the step (exit 5) after the report is
-    written, unless fail_on_regression: false."""
+    control run, a regression beyond noise or a missing number fails the step (exit 5) after
+    the report is written, unless fail_on_regression: false; so do earlier runs of which none
+    can be the control (the first run has none and passes)."""
     from parity.campaign import check_step_options
 
     check_step_options("report", options, {"title", "phase", "verdict", "compare", "noise_floor", "metrics", "out_dir", "plots", "force", "fail_on_regression", "ledger"})
@@ -302,9 +310,15 @@ def campaign_step(ctx, options: dict) -> dict:
         raise ConfigError("campaign", "with.ledger", "running, run, or a directory")
     ledger_dir = None if which == "run" else ctx.profile.reports.dir if which == "running" else which
     compare = options.get("compare")
+    no_control = None
     if compare == "previous":
         compare = previous_run(rd)
         ctx.out.info(f"report: control run {compare}" if compare else "report: no earlier complete run of this campaign to compare against")
+        earlier = earlier_runs(rd) if compare is None else []
+        if earlier:  # the first run has no control; a later one without a usable control checked nothing
+            p, m = earlier[-1]
+            no_control = (f"no control run: {len(earlier)} earlier run(s) of this campaign, none complete with green gates "
+                          f"(newest {p.name}: status {m.get('status')}{', valid=false' if m.get('valid') is False else ''}); nothing was checked for a regression")  # fmt: skip
     req = ReportRequest(run=str(rd.path), out_dir=out_dir, phase=options.get("phase"), title=options.get("title"), verdict=options.get("verdict"),
                         compare=compare, noise_floor=options.get("noise_floor"), metrics=options.get("metrics"),
                         force=bool(options.get("force", False)), plots=bool(options.get("plots", True)), current=True, ledger_dir=ledger_dir)
@@ -314,4 +328,8 @@ def campaign_step(ctx, options: dict) -> dict:
         from parity.report.compare import check_regressions
 
         check_regressions(result["ab_rows"], f" against {compare} (report {result['report']})")
+        if no_control:
+            from parity.errors import RegressionDetected
+
+            raise RegressionDetected(f"{no_control} (report {result['report']})")
     return result

@@ -82,27 +82,50 @@ def test_report_compare_with_a_missing_headline_is_not_default_off(tmp_path):
     assert "only reject is allowed" in one_line(keep)
 
 
-def test_nightly_report_step_fails_on_a_missing_metric(tmp_path):
+def nightly(tmp_path, name, status="complete", edit=None):
+    d = run(tmp_path, "control", name, edit=edit)
+    m = json.loads((d / "manifest.json").read_text())
+    m.update(kind="campaign", run_id=d.name, campaign={"name": "nightly"}, status=status)
+    (d / "manifest.json").write_text(json.dumps(m))
+    return d
+
+
+def report_step(tmp_path, now):
     from parity.artifacts import RunDir
     from parity.config import load_profile
     from parity.context import Context
-    from parity.errors import RegressionDetected
     from parity.report.render import campaign_step
     from parity.runners.local import LocalRunner
     from parity.ui import Output
 
-    control = run(tmp_path, "control", "20261120_021700_nightly")
-    now = run(tmp_path, "control", "20261121_021700_nightly", edit=set_metric("stock", "ttft_mean_ms", None))
-    for d in (control, now):
-        m = json.loads((d / "manifest.json").read_text())
-        m.update(kind="campaign", run_id=d.name, campaign={"name": "nightly"}, status="complete")
-        (d / "manifest.json").write_text(json.dumps(m))
     prof = load_profile("smoke")
     prof.reports.dir = str(tmp_path / "ledger")
     ctx = Context(profile=prof, runner=LocalRunner(), out=Output(json_mode=True), artifacts_root=tmp_path, run=RunDir(now))
+    return campaign_step(ctx, {"title": "nightly", "compare": "previous", "plots": False})
+
+
+def test_nightly_report_step_fails_on_a_missing_metric(tmp_path):
+    from parity.errors import RegressionDetected
+
+    nightly(tmp_path, "20261120_021700_nightly")
+    now = nightly(tmp_path, "20261121_021700_nightly", edit=set_metric("stock", "ttft_mean_ms", None))
     with pytest.raises(RegressionDetected, match="B has no ttft_mean_ms for stock at N=1") as e:
-        campaign_step(ctx, {"title": "nightly", "compare": "previous", "plots": False})
+        report_step(tmp_path, now)
     assert e.value.exit_code == 5
+
+
+def test_nightly_without_a_usable_control_is_not_green(tmp_path):
+    """The first nightly has no control and passes; once earlier nightlies exist and none of them
+    can be the control (each failed), a nightly that checked nothing fails, naming why."""
+    from parity.errors import RegressionDetected
+
+    first = nightly(tmp_path, "20261120_021700_nightly")
+    assert report_step(tmp_path, first)["verdict"] == "measurement-only"
+    m = json.loads((first / "manifest.json").read_text())
+    (first / "manifest.json").write_text(json.dumps({**m, "status": "failed"}))  # its post-gate step failed after the report
+    now = nightly(tmp_path, "20261121_021700_nightly")
+    with pytest.raises(RegressionDetected, match="no control run: 1 earlier run.* none complete with green gates .newest 20261120_021700_nightly: status failed"):
+        report_step(tmp_path, now)
 
 
 @pytest.mark.parametrize("corrupt, said", [
