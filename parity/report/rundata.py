@@ -282,7 +282,7 @@ def cells(rd: RunData, metric: str) -> dict[tuple[str, int], dict]:
     every row counts, and a row whose value is absent, null, non-finite or not a number is a gap."""
     out: dict[tuple[str, int], dict] = {}
     for i, r in enumerate(rd.rows()):
-        cell = out.setdefault((str(r.get("engine")), int(r.get("n", 0))), {"values": {}, "gaps": []})
+        cell = out.setdefault((str(r.get("engine")), r.get("n", 0)), {"values": {}, "gaps": []})  # n: an N, or a workload's rate
         v, repeat = r.get(metric), r.get("repeat", i)
         if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
             cell["values"][int(repeat) if isinstance(repeat, int) else i] = float(v)

@@ -15,6 +15,7 @@ import msgspec
 
 SCHEMA_VERSION = 1
 Number = Optional[float]  # a value that could not be computed is null, never NaN
+Point = Union[int, float]  # a sweep's N, or a workload's point key (an open-loop rate is a float)
 
 
 @dataclass
@@ -34,7 +35,7 @@ class PointRow:
     row's other keys (a number, or null with invalid_reasons or a reason beside it)."""
 
     engine: str
-    n: int
+    n: Point
     repeat: Optional[int] = None
     valid: bool = True
     point: Optional[str] = None
@@ -49,7 +50,7 @@ class Median:
     """Per engine x point: each metric's median over the valid repeats (summary.json medians[])."""
 
     engine: str
-    n: int
+    n: Point
     repeats: int = 0
     invalid_repeats: int = 0
     point: Optional[str] = None
@@ -71,7 +72,7 @@ class Ratio:
     """engine / reference per point from medians, with the users' rule (summary.json ratios[])."""
 
     engine: str
-    n: int
+    n: Point
     reference: Optional[str] = None
     repeats: int = 0
     noise: Optional[str] = None
@@ -88,7 +89,7 @@ class PairedRow:
     engine: str
     reference: str
     metric: str
-    n: int
+    n: Point
     n_blocks: int = 0
     ratio: Number = None
     low: Number = None
@@ -301,7 +302,7 @@ class MatrixTarget:
 
 # paired.tsv: one PairedRow per line (block_ratios: B/A per block, comma-joined in block order)
 PAIRED_COLUMNS = ["engine", "reference", "n", "metric", "n_blocks", "ratio", "low", "high", "half_width_pct", "outcome", "blocks_needed", "block_ratios"]
-PAIRED_TYPES = {"n": int, "n_blocks": int, "ratio": float, "low": float, "high": float, "half_width_pct": float, "blocks_needed": int, "block_ratios": list}
+PAIRED_TYPES = {"n": Point, "n_blocks": int, "ratio": float, "low": float, "high": float, "half_width_pct": float, "blocks_needed": int, "block_ratios": list}
 
 
 # ------------------------------------------------------------------ side files of a run (read by the report)

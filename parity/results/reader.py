@@ -77,7 +77,7 @@ def load_json(path) -> Any:
 
 _EXPECTED = re.compile(r"^Expected `([^`]+)`, got `([^`]+)`(?: - at `\$(.*)`)?$")
 _AT = re.compile(r" - at `\$(.*)`$")
-_WORDS = {"object": "an object", "array": "a list", "str": "a string", "int": "an integer", "float": "a number", "bool": "true/false",
+_WORDS = {"object": "an object", "array": "a list", "str": "a string", "int": "an integer", "float": "a number", "int | float": "a number", "bool": "true/false",
           "null": "null", "int | null": "an integer or null", "float | null": "a number or null", "str | null": "a string or null",
           "object | null": "an object or null", "array | null": "a list or null"}  # fmt: skip
 
@@ -213,7 +213,7 @@ def read_paired_tsv(path) -> list[dict]:
             try:
                 row[col] = _cell(cell, kind)
             except ValueError:
-                raise BadResultFile(f"{path}: line {i}, {col}: {cell[:40]!r} is not {'a finite number' if kind is not str else 'text'}") from None
+                raise BadResultFile(f"{path}: line {i}, {col}: {cell[:40]!r} is not {'text' if kind is str else 'a finite number'}") from None
         out.append(row)
     return out
 
@@ -225,6 +225,11 @@ def _cell(text: str, kind):
         return [_cell(x, float) for x in text.split(",")]
     if kind is int:
         return int(text)
+    if kind is model.Point:
+        v = float(text)
+        if not math.isfinite(v):
+            raise ValueError(text)
+        return int(v) if v.is_integer() and "." not in text else v
     if kind is float:
         v = float(text)
         if not math.isfinite(v):

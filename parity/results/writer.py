@@ -27,15 +27,26 @@ def plain(data: Any) -> Any:
 
 
 def write(run, name: str, doc: dict, cls: type) -> dict:
-    """doc stamped and made plain, written through run.write_json, then checked as the reader will
-    check it (after writing: the numbers stay on disk when parity has a bug); returns what was written."""
-    out = {**plain(json.loads(json.dumps(doc, default=_default))), "schema_version": model.SCHEMA_VERSION}
-    run.write_json(name, out)
+    """doc stamped with the schema version and its non-finite numbers made null (in place: the
+    caller's document is what was written), written through run.write_json, then checked as the
+    reader will check it (after writing: the numbers stay on disk when parity has a bug)."""
+    _finite_in_place(doc)
+    doc["schema_version"] = model.SCHEMA_VERSION
+    run.write_json(name, doc)
     try:
-        check(out, cls, name, cls.__name__)
+        check(plain(json.loads(json.dumps(doc, default=_default))), cls, name, cls.__name__)
     except BadResultFile as e:
         raise ParityError(f"parity wrote {name} in a shape its own reader refuses (a parity bug; the file is kept): {e}") from None
-    return out
+    return doc
+
+
+def _finite_in_place(data: Any) -> None:
+    items = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, list) else ()
+    for k, v in list(items):
+        if isinstance(v, float) and not math.isfinite(v):
+            data[k] = None
+        elif isinstance(v, (dict, list)):
+            _finite_in_place(v)
 
 
 def write_summary(run, doc: dict) -> dict:

@@ -82,7 +82,7 @@ def _one_line(e) -> str:
     ("TRUNCATE", "ends early: truncated"),
     ("[1, 2]", "the document is a list, expected an object"),
     ("ROW_STRING", "rows[1] is a string, expected an object"),
-    ("N_FLOAT", "rows[0].n is a number, expected an integer"),
+    ("N_STRING", "rows[0].n is a string, expected a number"),
     ("NAN", "rows[2].decode_agg_tps is NaN: a number there must be finite"),
     ("INF", "medians[0].agg_tps is inf"),
     ("HUGE", "rows[0].ttft_mean_ms is inf"),
@@ -100,7 +100,7 @@ def test_each_broken_summary_is_one_line_naming_it(tmp_path, content, said):
     edits = {
         "TRUNCATE": text[: len(text) // 2],
         "ROW_STRING": json.dumps({**doc, "rows": [doc["rows"][0], "paged r1 N=8", *doc["rows"][2:]]}),
-        "N_FLOAT": json.dumps({**doc, "rows": [{**doc["rows"][0], "n": 1.5}, *doc["rows"][1:]]}),
+        "N_STRING": json.dumps({**doc, "rows": [{**doc["rows"][0], "n": "8"}, *doc["rows"][1:]]}),
         "NAN": json.dumps({**doc, "rows": [*doc["rows"][:2], {**doc["rows"][2], "decode_agg_tps": math.nan}, *doc["rows"][3:]]}),
         "INF": json.dumps({**doc, "medians": [{**doc["medians"][0], "agg_tps": math.inf}, *doc["medians"][1:]]}),
         "NEWER": json.dumps({**doc, "schema_version": 99}),
@@ -181,3 +181,16 @@ def test_writer_stamps_the_version_writes_null_for_nan_and_reads_back(tmp_path):
     bench = json.loads((DATA / "h100-noise" / "lever-bench.json").read_text())
     results.write_bench(_Run(tmp_path), bench)
     assert results.read_bench(tmp_path / "bench.json").typed.schema_version == results.SCHEMA_VERSION
+
+
+def test_an_open_loop_rate_is_a_point(tmp_path):
+    """A workload's point key is its rate for open loop (parity.serving.workloads: n = 2.5 req/s)."""
+    doc = json.loads((DATA / "workloads" / "smoke-pud-calibrated-summary.json").read_text())
+    for part in ("rows", "medians", "ratios", "paired"):
+        for r in doc[part]:
+            r["n"] = 2.5
+    results.write_summary(_Run(tmp_path), doc)
+    assert {r.n for r in results.read_summary(tmp_path / "summary.json").typed.rows} == {2.5}
+    tsv = "\n".join(["\t".join(results.model.PAIRED_COLUMNS), "a\tb\t2.5\tttft_mean_ms\t2\t1.01\t0.99\t1.03\t2.0\tequivalent\t\t1.0,1.02"]) + "\n"
+    (tmp_path / "paired.tsv").write_text(tsv)
+    assert results.read_paired_tsv(tmp_path / "paired.tsv")[0]["n"] == 2.5
