@@ -38,6 +38,21 @@ def test_every_real_file_reads(path):
         assert len(doc.typed.rows) == len(doc.data["rows"]) > 0 and all(r.engine and isinstance(r.n, int) for r in doc.typed.rows)
 
 
+def test_bisection_logs_and_a_matrix_table_read(tmp_path):
+    for name in ("bisect-series-md5.json", "bisect-pin-apply.json", "bisect-pin-md5.json"):
+        doc = results.read_bisect(DATA / "results" / name)
+        assert doc.typed.probes and doc.typed.labels and doc.typed.over in ("series", "pin")
+    assert [t.target for t in results.read_matrix(DATA / "results" / "matrix.json").typed] == ["local-ssh", "slurm-local"]
+    bad = json.loads((DATA / "results" / "bisect-series-md5.json").read_text())
+    bad["probes"][0] = "probe 1"
+    (tmp_path / "bisect.json").write_text(json.dumps(bad))
+    with pytest.raises(results.BadResultFile, match=r"probes\[0\] is a string, expected an object"):
+        results.read_bisect(tmp_path / "bisect.json")
+    (tmp_path / "matrix.json").write_text(json.dumps({"targets": []}))
+    with pytest.raises(results.BadResultFile, match="the document is an object, expected a list"):
+        results.read_matrix(tmp_path / "matrix.json")
+
+
 def test_paired_tsv_and_the_lever_map_of_the_h100_runs():
     for p in PAIRED:
         rows = results.read_paired_tsv(p)
