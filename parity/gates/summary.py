@@ -46,7 +46,7 @@ def parse(text: str) -> list[dict]:
 
 
 def _name(c: dict, gate_engine: str | None, default_paths: dict[str, str | None]) -> str:
-    kind, data = c["kind"], c.get("data") or {}
+    kind, data = c.get("kind"), c.get("data") or {}
     if kind == "op":
         return f"op_{data.get('op') or c['check'].split()[1]}"
     model, path = c.get("model") or "model", c.get("path")
@@ -61,14 +61,14 @@ def _status(c: dict) -> str:
     s, got = c["status"], c.get("got") or "-"
     if s == "pass":
         return "ok"
-    if c["kind"] == "md5":
+    if c.get("kind") == "md5":
         return "mismatch" if s == "fail" else "missing"
     return "missing" if got == "-" else "fail"
 
 
 def _details(c: dict, run_path: Path | None) -> str:
     data = c.get("data") or {}
-    rel = data.get("transcript") if c["kind"] == "md5" else (c.get("attempts") or [{}])[-1].get("output") if c["kind"] == "op" else (data.get("candidate") or {}).get("output")
+    rel = data.get("transcript") if c.get("kind") == "md5" else (c.get("attempts") or [{}])[-1].get("output") if c.get("kind") == "op" else (data.get("candidate") or {}).get("output")
     if rel and run_path is not None:
         return str(run_path / rel)
     return rel or c.get("detail") or ""
@@ -82,7 +82,7 @@ def rows_from_sets(sets: dict[str, dict], profile, run_path: Path | None = None)
     for phase, s in sets.items():
         for c in s.get("checks", []):
             actual = "" if (c.get("got") or "-") == "-" else c["got"]
-            expected = "all" if c["kind"] == "op" else ("" if (c.get("expected") or "-") == "-" else c["expected"])
+            expected = "all" if c.get("kind") == "op" else ("" if (c.get("expected") or "-") == "-" else c["expected"])
             rows.append([phase, _name(c, g.engine, defaults), _status(c), actual, expected, _details(c, run_path)])
     if "pre" in sets and "post" not in sets:
         rows.append(["post", "all", "skipped", "", "", "post-gate not run (yet)"])

@@ -323,7 +323,7 @@ class Hardware:
 class GateCheck:
     check: str
     status: str
-    kind: str
+    kind: Optional[str] = None
     expected: Any = None
     got: Any = None
     data: Optional[dict[str, Any]] = None
