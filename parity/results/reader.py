@@ -116,28 +116,32 @@ def _nan_word(data: Any, at: str) -> str:
 
 def problem(data: Any, cls: type) -> str | None:
     """What is wrong with data as cls (shape, schema version, non-finite numbers), or None."""
+    return _typed(data, cls)[1]
+
+
+def _typed(data: Any, cls: type) -> tuple[Any, str | None]:
     if isinstance(data, dict):
         version = data.get("schema_version", 0)
         if isinstance(version, int) and not isinstance(version, bool) and version > model.SCHEMA_VERSION:
-            return f"schema_version {version}: written by a newer parity (this one reads up to {model.SCHEMA_VERSION}); upgrade parity to read it"
+            return None, f"schema_version {version}: written by a newer parity (this one reads up to {model.SCHEMA_VERSION}); upgrade parity to read it"
     try:
-        msgspec.convert(data, cls)
+        typed = msgspec.convert(data, cls)
     except msgspec.ValidationError as e:
-        return _shape_line(str(e))
+        return None, _shape_line(str(e))
     for name in getattr(cls, "FINITE", ()):
         if isinstance(data, dict) and name in data:
             at = non_finite(data[name], name)
             if at:
-                return f"{at} is {_nan_word(data, at)}: a number there must be finite (parity writes null for a value it could not compute)"
-    return None
+                return None, f"{at} is {_nan_word(data, at)}: a number there must be finite (parity writes null for a value it could not compute)"
+    return typed, None
 
 
 def check(data: Any, cls: type[T], path, what: str) -> Doc[T]:
     """data as cls, or BadResultFile naming the file and its problem."""
-    bad = problem(data, cls)
+    typed, bad = _typed(data, cls)
     if bad:
         raise BadResultFile(f"{path}: not a {what}: {bad}" if what and "finite" not in bad and "schema_version" not in bad else f"{path}: {bad}")
-    return Doc(Path(path), msgspec.convert(data, cls), data)
+    return Doc(Path(path), typed, data)
 
 
 def read_summary(path) -> Doc:
