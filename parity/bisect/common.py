@@ -12,6 +12,7 @@ def series_dir(profile, engine: str, override: str | None = None) -> str:
     from parity.engine import patches
     from parity.engine import source as srcmod
     from parity.engine.build import resolved_series_dir
+    from parity.results import run_dir
 
     if override:
         d = expand_path(override)
@@ -22,6 +23,7 @@ def series_dir(profile, engine: str, override: str | None = None) -> str:
         if not e.source:
             raise UsageError(f"engine {engine} has no source")
         d = resolved_series_dir(e, srcmod.describe(e.source, profile.sources[e.source]))
+    run_dir(d, "patch series directory")  # missing, a file, a name too long: one line
     if not patches.list_series(d):
         raise UsageError(f"patch series {d}: no NNNN-*.patch in it: nothing to apply (a moved or emptied series directory?)")
     return d

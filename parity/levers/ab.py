@@ -191,7 +191,7 @@ def prepare(ctx, req: ABRequest) -> dict:
     builds = {arm: armsmod.check_build(prof, arm) for arm in (arm_a, arm_b)}
     models, paths = gate_plan(prof, arm_a, req)
     facts = context_facts(ctx, arm_a)
-    map_path = levermap.default_path(prof, ctx.artifacts_root) if not req.map else __import__("pathlib").Path(req.map).expanduser()
+    map_path = levermap.default_path(prof, ctx.artifacts_root) if not req.map else __import__("pathlib").Path(__import__("os").path.expanduser(req.map))
     rows = levermap.load(map_path)
     name = lever.label()
     same = levermap.matching(rows, name, facts["hardware_class"], facts["pin"])

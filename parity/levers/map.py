@@ -165,9 +165,9 @@ class LeversRequest:
 
 def listing(ctx, req: LeversRequest) -> dict:
     """`parity levers`: the map's rows, filtered, and their markdown table."""
-    path = Path(req.map).expanduser() if req.map else default_path(ctx.profile, ctx.artifacts_root)
-    if req.map and not path.exists():
-        raise UsageError(f"--map {req.map}: no such file")
+    from parity.results import existing_file
+
+    path = existing_file(req.map, "--map") if req.map else default_path(ctx.profile, ctx.artifacts_root)
     rows = filter_rows(load(path), req.verdict, req.hardware, req.lever)
     return {"map": str(path), "rows": rows, "count": len(rows), "markdown": render_markdown(rows, path.name)}
 

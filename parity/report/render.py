@@ -242,13 +242,13 @@ def render_report(profile, req: ReportRequest) -> dict:
 
 
 def _made_dir(path: str, what: str) -> Path:
-    p = Path(path).expanduser()
-    if p.exists() and not p.is_dir():
-        raise UsageError(f"{what} {path}: a file, not a directory")
+    p = Path(os.path.expanduser(path))
     try:
+        if p.exists() and not p.is_dir():
+            raise UsageError(f"{what} {path}: a file, not a directory")
         p.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise UsageError(f"{what} {path}: cannot create it ({e.strerror or type(e).__name__})") from None
+    except (OSError, ValueError) as e:
+        raise UsageError(f"{what} {str(path)[:200]}: cannot create it ({getattr(e, 'strerror', None) or e})") from None
     return p
 
 

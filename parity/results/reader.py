@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,13 +35,29 @@ class Doc(Generic[T]):
 
 def run_dir(path, what: str = "run directory") -> Path:
     """An existing directory, or one line saying why path is not one."""
-    p = Path(str(path)).expanduser()
-    if p.is_dir():
+    p = Path(os.path.expanduser(str(path)))  # os.path: ~unknown-user stays as written (Path raises)
+    try:
+        is_dir, exists = p.is_dir(), p.exists()
+    except (OSError, ValueError) as e:  # a name too long, a NUL byte
+        raise BadResultFile(f"{str(path)[:200]}: not a usable path ({getattr(e, 'strerror', None) or e})") from None
+    if is_dir:
         return p
-    if p.exists():
+    if exists:
         hint = f" (the {what} that holds it: {p.parent})" if p.name in FILES else ""
         raise BadResultFile(f"{path}: a file, not a {what}{hint}")
     raise BadResultFile(f"{path}: no such {what}")
+
+
+def existing_file(path, what: str) -> Path:
+    """An existing file, or one line saying why path is not one (missing, a directory, unusable)."""
+    p = Path(os.path.expanduser(str(path)))
+    try:
+        if p.is_file():
+            return p
+        missing = not p.exists()
+    except (OSError, ValueError) as e:
+        raise BadResultFile(f"{what} {str(path)[:200]}: not a usable path ({getattr(e, 'strerror', None) or e})") from None
+    raise BadResultFile(f"{what} {path}: " + ("no such file" if missing else "not a file"))
 
 
 FILES = ("summary.json", "bench.json", "manifest.json", "paired.tsv", "bisect.json", "matrix.json", "lever_map.yaml")
@@ -179,8 +196,11 @@ def read_lever_map(path) -> list[dict]:
     from parity.yamlload import safe_load
 
     p = Path(path)
-    if not p.exists() or (p.is_file() and not p.read_bytes().strip()):
-        return []
+    try:
+        if not p.exists() or (p.is_file() and not p.read_bytes().strip()):
+            return []
+    except (OSError, ValueError) as e:
+        raise BadResultFile(f"{str(p)[:200]}: not a usable lever map path ({getattr(e, 'strerror', None) or e})") from None
     try:
         data = safe_load(read_text(p))
     except (yaml.YAMLError, RecursionError) as e:

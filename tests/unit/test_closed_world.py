@@ -234,3 +234,10 @@ def test_ab_on_a_broken_lever_map_stops_before_any_work_and_leaves_it_alone(tmp_
     (tmp_path / "file").write_text("x")  # the run root is a file: a run that got past the map would stop there too
     r = cli("--artifacts", tmp_path / "file" / "runs", "ab", "--env", "LLAMA_X=1", "--map", m)
     assert said in one_line(r) and m.read_text() == text and not (tmp_path / "lever_map.md").exists()
+
+
+@pytest.mark.parametrize("args", [["levers", "--map", "x" * 300], ["report", REPORT / "candidate", "--out-dir", "x" * 300, "--no-plots"],
+                                  ["bisect", "--series", "x" * 300], ["bisect", "--series", "~nobody-here/series"], ["gap", "~nobody-here/run", REPORT / "candidate"]])
+def test_a_path_too_long_or_of_an_unknown_users_home_is_one_line(tmp_path, args):
+    (tmp_path / "file").write_text("x")
+    one_line(cli("--artifacts", tmp_path / "file" / "runs", *args))

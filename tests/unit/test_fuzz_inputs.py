@@ -412,3 +412,43 @@ def test_canary_on_broken_series_dirs_is_never_green_on_nothing(files, shape, na
             assert not no_nan(r.out)["green"] and "canary red" in no_nan(r.out)["line"]
         else:
             assert r.rc == 2 and len(r.error_lines()) == 1, r.err[-2000:]
+
+
+# ------------------------------------------------------------------ generated path options
+
+PATH_VALUES = st.sampled_from(["", ".", "-", "~", "~nobody-here/x", "x" * 300, "a/" * 200 + "b", "none ü/ 空", "FILE", "DIR", "RUN/summary.json"]) | NAMES
+COMMANDS = {
+    "compare A": lambda p, run: ["compare", p, run],
+    "compare B": lambda p, run: ["compare", run, p],
+    "compare --noise-floor": lambda p, run: ["compare", run, run, "--noise-floor", p],
+    "report": lambda p, run: ["report", p, "--no-plots"],
+    "report --compare": lambda p, run: ["report", run, "--compare", p, "--no-plots"],
+    "report --noise-floor": lambda p, run: ["report", run, "--compare", run, "--noise-floor", p, "--no-plots"],
+    "report --out-dir": lambda p, run: ["report", run, "--out-dir", p, "--no-plots"],
+    "report --rebuild-ledger": lambda p, run: ["report", "--rebuild-ledger", "--out-dir", p],
+    "gap serving": lambda p, run: ["gap", p, run],
+    "gap bench": lambda p, run: ["gap", run, p],
+    "levers --map": lambda p, run: ["levers", "--map", p],
+    "bisect --series": lambda p, run: ["bisect", "--series", p, "--first", "9999"],
+    "ab --map": lambda p, run: ["ab", "--env", "LLAMA_FUZZ=1", "--map", p, "--dry-run"],
+}
+
+
+@budget(80)
+@given(command=st.sampled_from(sorted(COMMANDS)), value=PATH_VALUES)
+def test_path_options_with_generated_values(command, value):
+    with workdir() as d:
+        run = copy_run(REPORT / "candidate", d / "run")
+        (d / "FILE").write_text("not a run\n")
+        (d / "DIR").mkdir()
+        p = {"FILE": str(d / "FILE"), "DIR": str(d / "DIR"), "RUN/summary.json": str(run / "summary.json")}.get(value, value)
+        (d / "root-file").write_text("x")
+        args = ["--artifacts", d / "root-file" / "runs", *COMMANDS[command](p, run)]
+        if args[2] == "report" and "--out-dir" not in args:
+            args += ["--out-dir", d / "reports"]
+        old = os.getcwd()
+        os.chdir(d)  # relative values land in the example's own directory
+        try:
+            holds(cli(*args, "--json") if args[2] not in ("bisect",) else cli(*args), json_out=args[2] != "bisect")
+        finally:
+            os.chdir(old)
