@@ -241,3 +241,54 @@ def test_ab_on_a_broken_lever_map_stops_before_any_work_and_leaves_it_alone(tmp_
 def test_a_path_too_long_or_of_an_unknown_users_home_is_one_line(tmp_path, args):
     (tmp_path / "file").write_text("x")
     one_line(cli("--artifacts", tmp_path / "file" / "runs", *args))
+
+
+# ------------------------------------------------------------------ what the fuzzing found (tests/unit/test_fuzz_inputs.py), kept
+
+
+def _users_art_without_its_gate_header(tmp_path):
+    art = shutil.copytree(DATA / "users-art" / "phase72", tmp_path / "phase72")
+    text = (art / "gate_summary.tsv").read_text()
+    (art / "gate_summary.tsv").write_text("\n" + text.split("\n", 1)[1])  # the header line emptied
+    return ["compare", art, DATA / "users-art" / "phase72", "--force", "--json"]
+
+
+def _builds_with(edit):
+    def make(tmp_path):
+        run = shutil.copytree(REPORT / "candidate", tmp_path / "run")
+        doc = json.loads((run / "builds.json").read_text())
+        edit(doc["paged"])
+        (run / "builds.json").write_text(json.dumps(doc))
+        return ["report", run, "--out-dir", tmp_path / "reports", "--no-plots", "--json"]
+
+    return make
+
+
+def _ledger_not_utf8(rebuild):
+    def make(tmp_path):
+        out = tmp_path / "reports"
+        assert cli("report", REPORT / "candidate", "--out-dir", out, "--no-plots", "--title", "first").rc == 0
+        (out / "BENCHMARK.csv").write_bytes(b"\x80")
+        return ["report", "--rebuild-ledger", "--out-dir", out, "--json"] if rebuild else ["report", REPORT / "candidate", "--out-dir", out, "--no-plots", "--phase", "7"]
+
+    return make
+
+
+@pytest.mark.parametrize("make, code, said", [
+    (_users_art_without_its_gate_header, 0, None),
+    (_builds_with(lambda b: b.update(tree_after=math.nan)), 0, None),
+    (_builds_with(lambda b: b["source"].update(sha256=math.nan)), 0, None),
+    (_ledger_not_utf8(rebuild=True), 0, None),
+    (_ledger_not_utf8(rebuild=False), 2, "a broken ledger"),
+], ids=["gate-table-header-emptied", "builds-tree-nan", "builds-source-sha-nan", "rebuild-a-ledger-not-utf8", "report-into-a-ledger-not-utf8"])  # fmt: skip
+def test_what_the_fuzzing_found(tmp_path, make, code, said):
+    args = make(tmp_path)
+    snapshot = None
+    if args[0] == "report" and "--phase" in args:
+        snapshot = (tmp_path / "reports" / "BENCHMARK.csv").read_bytes(), (tmp_path / "reports" / "BENCHMARK.md").read_bytes()
+    r = cli(*args)
+    assert "internal error" not in r.err and r.rc == code, (r.rc, r.err[-1500:])
+    if said:
+        assert said in one_line(r, code)
+        assert ((tmp_path / "reports" / "BENCHMARK.csv").read_bytes(), (tmp_path / "reports" / "BENCHMARK.md").read_bytes()) == snapshot
+        assert not list((tmp_path / "reports").glob("*-phase007-*"))  # nothing written before the ledger was found broken
