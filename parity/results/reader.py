@@ -111,24 +111,17 @@ def _shape_line(msg: str) -> str:
 
 
 def non_finite(data: Any, where: str = "") -> str | None:
-    """The path of the first NaN or inf in data (None when every number is finite)."""
+    """'<path> is NaN' (or inf, -inf) for the first non-finite number in data; None when every number is finite."""
     stack = [(where, data)]
     while stack:
         at, v = stack.pop()
         if isinstance(v, float) and not math.isfinite(v):
-            return at or "the document"
+            return f"{at or 'the document'} is {'NaN' if v != v else 'inf' if v > 0 else '-inf'}"
         if isinstance(v, dict):
             stack.extend((f"{at}.{k}" if at else str(k), x) for k, x in reversed(list(v.items())))
         elif isinstance(v, list):
             stack.extend((f"{at}[{i}]", x) for i, x in reversed(list(enumerate(v))))
     return None
-
-
-def _nan_word(data: Any, at: str) -> str:
-    v = data
-    for part in re.findall(r"[^.\[\]]+|\[\d+\]", at):
-        v = v[int(part[1:-1])] if part.startswith("[") else v[part]
-    return "NaN" if v != v else ("inf" if v > 0 else "-inf")
 
 
 def problem(data: Any, cls: type) -> str | None:
@@ -149,7 +142,7 @@ def _typed(data: Any, cls: type) -> tuple[Any, str | None]:
         if isinstance(data, dict) and name in data:
             at = non_finite(data[name], name)
             if at:
-                return None, f"{at} is {_nan_word(data, at)}: a number there must be finite (parity writes null for a value it could not compute)"
+                return None, f"{at}: a number there must be finite (parity writes null for a value it could not compute)"
     return typed, None
 
 
