@@ -91,12 +91,12 @@ def load_run(path, *, need_summary: bool = True) -> RunData:
     notes: list[str] = []
     if not (p / "manifest.json").exists():
         raise UsageError(f"{path}: not a parity run directory (no manifest.json)")
-    manifest = results.read_manifest(p / "manifest.json").data
+    manifest = results.read_manifest(p / "manifest.json").filled()
     if manifest.get("status") == "running":
         from parity.artifacts import RunDir
 
         if RunDir(p).settle("report"):  # its parity was killed: it will never end by itself
-            manifest = results.read_manifest(p / "manifest.json").data
+            manifest = results.read_manifest(p / "manifest.json").filled()
     rd = RunData(p, manifest, notes=notes)
     rd.hardware = _json(p / "hardware.json", notes, model.Hardware)
     rd.gates = _json(p / "gates.json", notes, model.Gates)
@@ -246,8 +246,8 @@ def gate_problems(rd: RunData, *, current: bool = False) -> list[str]:
     if m.get("valid") is False:
         out.append("manifest valid=false (" + "; ".join(m.get("invalid_reasons") or ["no reason"]) + ")")
     status = m.get("status")
-    if status in ("failed", "interrupted") or (status == "running" and not current):
-        out.append(f"run status {status}")
+    if status in ("failed", "interrupted", None) or (status == "running" and not current):
+        out.append(f"run status {status}" if status else "manifest.json has no status (did the run end?)")
     g = rd.gates
     if not isinstance(g, dict):
         users = m.get("kind") == "users-snapshot"

@@ -8,7 +8,7 @@ import json
 import math
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, is_dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
@@ -31,6 +31,12 @@ class Doc(Generic[T]):
     path: Path
     typed: T
     data: Any
+
+    def filled(self) -> Any:
+        """The content with every declared field present (a missing one at its default)."""
+        if not isinstance(self.data, dict) or not is_dataclass(self.typed):
+            return self.data
+        return {**{f.name: getattr(self.typed, f.name) for f in fields(self.typed) if f.name not in self.data}, **self.data}
 
 
 def run_dir(path, what: str = "run directory") -> Path:

@@ -292,3 +292,13 @@ def test_what_the_fuzzing_found(tmp_path, make, code, said):
         assert said in one_line(r, code)
         assert ((tmp_path / "reports" / "BENCHMARK.csv").read_bytes(), (tmp_path / "reports" / "BENCHMARK.md").read_bytes()) == snapshot
         assert not list((tmp_path / "reports").glob("*-phase007-*"))  # nothing written before the ledger was found broken
+
+
+def test_a_manifest_without_kind_or_status_reports_and_is_not_green(tmp_path):
+    """Found by the long fuzzing profile: the report's template read manifest.kind (internal error)."""
+    run_ = run(tmp_path)
+    m = json.loads((run_ / "manifest.json").read_text())
+    (run_ / "manifest.json").write_text(json.dumps({k: v for k, v in m.items() if k not in ("kind", "status")}))
+    r = cli("report", run_, "--out-dir", tmp_path / "reports", "--no-plots", "--json")
+    assert r.rc == 0 and json.loads(r.out)["verdict"] == "invalid", r.err
+    assert "manifest.json has no status" in one_line(cli("compare", REPORT / "control", run_))

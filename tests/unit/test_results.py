@@ -209,3 +209,12 @@ def test_an_open_loop_rate_is_a_point(tmp_path):
     tsv = "\n".join(["\t".join(results.model.PAIRED_COLUMNS), "a\tb\t2.5\tttft_mean_ms\t2\t1.01\t0.99\t1.03\t2.0\tequivalent\t\t1.0,1.02"]) + "\n"
     (tmp_path / "paired.tsv").write_text(tsv)
     assert results.read_paired_tsv(tmp_path / "paired.tsv")[0]["n"] == 2.5
+
+
+def test_non_finite_under_an_odd_key_is_named(tmp_path):
+    """Found by the long fuzzing profile: an inf under an empty or dotted key broke the path walk."""
+    doc = json.loads(SNAPSHOT.read_text())
+    doc["rows"][0]["gen_total"] = {"": math.inf, "a.b": 1}
+    (tmp_path / "summary.json").write_text(json.dumps(doc))
+    with pytest.raises(results.BadResultFile, match=r"rows\[0\]\.gen_total\. is inf"):
+        results.read_summary(tmp_path / "summary.json")
