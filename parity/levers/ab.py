@@ -17,7 +17,9 @@ Exit: 0 with a verdict, 3 when a gate is red (the measurement is still written).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from parity.errors import UsageError
 from parity.results import write_summary
@@ -191,7 +193,7 @@ def prepare(ctx, req: ABRequest) -> dict:
     builds = {arm: armsmod.check_build(prof, arm) for arm in (arm_a, arm_b)}
     models, paths = gate_plan(prof, arm_a, req)
     facts = context_facts(ctx, arm_a)
-    map_path = levermap.default_path(prof, ctx.artifacts_root) if not req.map else __import__("pathlib").Path(__import__("os").path.expanduser(req.map))
+    map_path = levermap.default_path(prof, ctx.artifacts_root) if not req.map else Path(os.path.expanduser(req.map))
     rows = levermap.load(map_path)
     name = lever.label()
     same = levermap.matching(rows, name, facts["hardware_class"], facts["pin"])
@@ -278,7 +280,7 @@ def session(ctx, req: ABRequest, p: dict) -> dict:
         phases.append(gatesmod.run_gates(ctx, a, b, p["gate_models"], p["gate_paths"], req.lossy, "pre-"))
         # kept if the measurement fails or is interrupted; replaced by the verdict below
         write_summary(ctx.run, {"kind": "lever-ab", "lever": p["name"], "arms": {"A": a, "B": b}, "verdict": None, "state": "measuring",
-                                            "gates": {**gatesmod.verdict(phases, req.lossy), "phases": phases}})  # fmt: skip
+                                "gates": {**gatesmod.verdict(phases, req.lossy), "phases": phases}})  # fmt: skip
         measured = measure(ctx, req, a, b, lever)
         if req.post_gates:
             phases.append(gatesmod.run_gates(ctx, a, b, p["gate_models"], p["gate_paths"], req.lossy, "post-"))
