@@ -63,10 +63,9 @@ def report(ctx, req: ReportRequest) -> dict:
     if req.rebuild_ledger:
         from parity.report.ledger import rebuild
 
-        if not Path(req.out_dir).is_dir():
-            raise UsageError(f"--out-dir {req.out_dir}: no such directory")
-        rows = rebuild(Path(req.out_dir))
-        return {"ledger": str(Path(req.out_dir) / "BENCHMARK.md"), "rows": rows}
+        out = results.run_dir(req.out_dir, "--out-dir directory")
+        rows = rebuild(out)
+        return {"ledger": str(out / "BENCHMARK.md"), "rows": rows}
     if not req.run:
         raise UsageError("parity report needs a RUN directory (or --rebuild-ledger)")
     return render_report(ctx.profile, req)

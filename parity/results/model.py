@@ -23,10 +23,10 @@ class Reconciliation:
     """A point's server-side count against the client's (parity.serving.server_metrics)."""
 
     quantity: str
-    client: Any = None
-    server: Any = None
-    rule: str = ""
-    status: str = ""
+    client: Any
+    server: Any
+    rule: str
+    status: str
 
 
 @dataclass
