@@ -1,4 +1,4 @@
-"""CPU seconds to read a GGUF's header: parity.models.gguf_header against gguf's GGUFReader,
+"""CPU seconds to read a GGUF's header: parity.gguf.header against gguf's GGUFReader,
 median of N reads each.  Target: < 0.25 s for a 32k-token vocabulary (GGUFReader: ~3 s).
 
     python benchmarks/gguf_header.py [--model PATH] [--runs 5] [--json]
@@ -41,7 +41,7 @@ def main() -> int:
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     sys.path.insert(0, str(ROOT))
-    from parity.models.gguf_header import read_header
+    from parity.gguf.header import read_header
 
     path, full = a.model, True
     if path is None:

@@ -1,7 +1,7 @@
 """Load generator overhead: parity's streaming client against a null server.
 
 Starts benchmarks/null_server.py in its own process (vLLM's wire format), then
-drives it with parity.serving.loadgen in this one process: CONCURRENCY workers
+drives it with parity.loadgen.client in this one process: CONCURRENCY workers
 on keep-alive connections, REQUESTS requests of GEN streamed tokens each.
 Prints streamed chunks/s, requests/s, client CPU seconds, peak RSS and the
 TTFT overhead (client first-chunk arrival - the server's send stamp, p50/p99).
@@ -35,10 +35,10 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-from parity.serving.arrivals import achieved, open_loop_times  # noqa: E402
-from parity.serving.loadgen import RequestSpec, Target, run_open_loop, run_requests  # noqa: E402
-from parity.serving.metrics import percentile  # noqa: E402
-from parity.serving.validity import check_request  # noqa: E402
+from parity.loadgen.arrivals import achieved, open_loop_times  # noqa: E402
+from parity.loadgen.client import RequestSpec, Target, run_open_loop, run_requests  # noqa: E402
+from parity.metrics.serving import percentile  # noqa: E402
+from parity.metrics.validity import check_request  # noqa: E402
 from parity.runners.local import LocalRunner  # noqa: E402
 
 AIPERF_CHUNKS_S = 27_000
@@ -64,7 +64,7 @@ def wait_port(port: int, timeout: float = 10) -> None:
 
 def target(port: int, count: str) -> Target:
     extra = {"stream_options": {"include_usage": True, "continuous_usage_stats": True}} if count == "usage" else {}
-    return Target("127.0.0.1", port, "null", "vllm", count=count, extra=extra)
+    return Target("127.0.0.1", port, "null", "prompt", count=count, extra=extra)
 
 
 def run_phase(concurrency: int, requests: int, gen: int, ptok: int, itl_ms: float, count: str) -> dict:

@@ -9,7 +9,10 @@ host-bound 0.9 GB model, and the H100 A/A on a GPU-bound 16 GB model, N 1/8/32;
 --tsv adds another parity_summary.tsv).  Budgets: 5 fixed blocks, the
 recommended --until-ci 1.5 (3..20 blocks), and --until-ci 3.  Prints one row per
 source x budget; exits 1 when the recommended budget claims more than 5 % + 3
-Monte-Carlo standard errors on any source.
+Monte-Carlo standard errors on any source.  Then the family-wise rate: A/A sessions
+over all the cells one verdict reads (a lever's points, a nightly's N x metric), any
+cell claimed, per cell and under Holm (parity.stats.family); exits 1 when Holm's
+exceeds the same bound.
 """
 
 from __future__ import annotations
@@ -56,9 +59,35 @@ def main() -> int:
             if budget is adaptive.RECOMMENDED and aa["claims"] > bound:
                 bad.append(f"{src.name}: {aa['claims']:.1%} false claims")
     print(f"{args.sessions} sessions per cell; a claim is improved or regressed; bound on A/A claims {bound:.1%}")
+    bad += families(args.sessions)
     if bad:
         print("FAIL: " + "; ".join(bad))
     return 1 if bad else 0
+
+
+def families(sessions: int) -> list[str]:
+    """The family-wise false-claim rate: A/A sessions over every cell one verdict reads (a lever's
+    points; a nightly's or compare's N x metric), drawn with the recorded spreads and correlations
+    of tests/data/h100-noise; "any cell claimed" per cell (before) and under Holm (after)."""
+    from parity.stats import adaptive, simulate
+
+    data = ROOT / "tests" / "data" / "h100-noise"
+    fams = [("lever A/B (S_TG per point)", simulate.family_from_bench(str(data / "lever-bench.json"))),
+            ("nightly / compare (serving A/A)", simulate.family_from_tsv(str(data / "aa-parity_summary.tsv"), ["decode_agg_tps", "agg_tps", "ttft_mean_ms"], "stock", "stock_b"))]  # fmt: skip
+    budgets = [("fixed 5", adaptive.Budget(None, 5, 5)), ("until-ci 1.5 (recommended)", adaptive.RECOMMENDED)]
+    bound = 0.05 + 3 * math.sqrt(0.05 * 0.95 / sessions)
+    print()
+    print(f"{'family (recorded A/A spreads)':<34} {'cells':>5} {'budget':<28} {'any claim, per cell':>19} {'any claim, Holm':>15} {'blocks':>6}")
+    bad = []
+    for label, fam in fams:
+        for bl, budget in budgets:
+            r = simulate.family_rates(fam, budget, sessions, seed=21)
+            print(f"{label:<34} {len(fam.cells):>5} {bl:<28} {r['before']:>19.1%} {r['after']:>15.1%} {r['mean_blocks']:>6.1f}")
+            if r["after"] > bound:
+                bad.append(f"{label} {bl}: {r['after']:.1%} family-wise false claims under Holm")
+        print(f"{'':<34} {'':>5} cells: {', '.join(fam.cells)} ({len(fam.blocks)} recorded blocks, {Path(fam.source).name})")
+    print(f"{sessions} A/A sessions per row; a family-wise false claim is any cell improved or regressed; bound under Holm {bound:.1%}")
+    return bad
 
 
 if __name__ == "__main__":

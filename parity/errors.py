@@ -7,6 +7,7 @@ EXIT_GATE = 3  # a correctness gate is red
 EXIT_INFRA = 4  # infrastructure: build failed, server never ready, lock timeout
 EXIT_REGRESSION = 5  # performance regression beyond the noise rule
 EXIT_INVALID = 6  # a measurement broke a validity rule (its numbers are written, marked invalid)
+EXIT_CHANGE_POINT = 7  # a change point over the run history is newly confirmed (parity.history)
 EXIT_INTERRUPTED = 130
 
 
@@ -43,6 +44,12 @@ class RegressionDetected(ParityError):
 
 class InvalidMeasurement(ParityError):
     exit_code = EXIT_INVALID
+
+
+class ChangePointConfirmed(ParityError):
+    """The history of this run's series has a step that is significant and has enough runs after it."""
+
+    exit_code = EXIT_CHANGE_POINT
 
 
 class Interrupted(ParityError):

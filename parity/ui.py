@@ -6,6 +6,9 @@ import json
 import os
 import sys
 from typing import Any, Callable
+from parity.errors import OutputClosed
+from parity.files import json_default
+from parity.results import plain
 
 # what rich's Text strips from a plain line (bell, backspace, vertical tab, form feed, CR)
 _CONTROL = dict.fromkeys((7, 8, 11, 12, 13))
@@ -29,7 +32,6 @@ def _plain_stream(stderr: bool):
 def _output_closed(f):
     """The reader of f went away: an interrupt, not a failure (rich's own handler exits 1,
     which a run dir would record as `failed: SystemExit: 1`)."""
-    from parity.errors import OutputClosed
 
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, f.fileno())  # no second broken pipe at exit
@@ -97,17 +99,12 @@ class Output:
     def emit(self, data: Any, human: Callable[[], None] | None = None) -> None:
         """The command's result: JSON on stdout in --json mode, else human()."""
         if self.json_mode:
-            from parity.artifacts import json_default
-            from parity.results import plain
-
             # JSON has no NaN / inf: a non-finite number (a user's file, a 0/0) prints as null
             sys.stdout.write(json.dumps(plain(json.loads(json.dumps(data, default=json_default))), indent=2) + "\n")
             sys.stdout.flush()
         elif human is not None:
             human()
         else:
-            from parity.artifacts import json_default
-
             self.console.print_json(json.dumps(data, default=json_default))
 
     def table(self, title: str | None, columns: list[str], rows: list[list[Any]]):

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Issue 23 on the lent H100: noise against model size, an A/A of one stock build, and the
+# Noise on the lent H100: against model size, an A/A of one stock build, and the
 # series' runtime lever LLAMA_MOE_NO_FORCE_GRAPHS=1, all with the paired statistics
-# (campaigns/profiles/h100-noise.yaml; docs/device-h100-noise/README.md says what came back).
+# (campaigns/profiles/h100-noise.yaml; docs/evidence/device-h100-noise/README.md says what came back).
 # The call runs in a copy of this checkout; it needs, git-ignored and carried:
 #   .carry/real/llama.cpp-0ed235ea.tar.gz   the pin (git archive, 33 MB)
 #   .carry/real/localai-paged/              the backend dir: Makefile + patches/paged
@@ -14,10 +14,11 @@
 #   wait       wait for the builds and models; quantize the MoE to Q8_0 (stock's llama-quantize)
 #   noise      batched-bench A/A (stock vs stock_b) at 1, 4 and 16 GB, REPEAT blocks each
 #   aa         serving A/A, stock vs stock_b, N 1/8/32 on MODEL, --until-ci CI
+#   canary     serving A/A of REPEAT (16) fixed blocks: the drift canary's flagged blocks, the intervals with and without them
 #   lever      paged vs paged_nofg on moe-big-q8: batched-bench and serving, --until-ci CI
 #   aa-sizes   serving A/A at SIZES (dense-1g dense-4g), REPEAT fixed blocks
 #   paged-stock  paged vs stock on gpu-qwen35moe: bench A/B, gated serving sweep, parity gap
-#   ab-runtime / ab-build / levers   issue 24: parity ab on a runtime and a build lever, the map
+#   ab-runtime / ab-build / levers   parity ab on a runtime and a build lever, the map
 #   collect    everything small into $OUT
 # Another profile: PROF=... ENGINES="paged paged_wo0011" MODELS="dense-16g moe-big" QUANT_ENGINE=paged
 set -uo pipefail
@@ -87,6 +88,12 @@ for stage in "$@"; do
     t $P snapshot -p $PROF --engines stock_b,stock -m ${MODEL:-dense-16g} --npl 1,8,32 --until-ci ${CI:-3} --max-repeats ${MAXREP:-12} --budget-s ${BUDGET:-420} --no-gates --json > $R/out/aa.json 2> $R/out/aa.err
     tail -n 30 $R/out/aa.err
     ;;
+  canary)  # the drift canary on a serving A/A of REPEAT fixed blocks: the blocks it flags, and each interval with and without them
+    t $P snapshot -p $PROF --engines stock_b,stock -m ${MODEL:-dense-16g} --npl ${NPL:-1,8,32} --repeat ${REPEAT:-16} --no-gates --json > $R/out/canary.json 2> $R/out/canary.err
+    grep "drift canary" $R/out/canary.err
+    python3 -c "import json, sys; from parity.stats.canary import with_and_without; from parity.metrics.registry import direction; d = json.load(open(sys.argv[1])); s = json.load(open(d['run_dir'] + '/summary.json')); print(json.dumps({'canary': {k: s['canary'][k] for k in ('median_ms', 'mad_pct', 'threshold_pct', 'flagged', 'overhead_ms_per_block')}, 'intervals': with_and_without(s, ['decode_agg_tps', 'agg_tps', 'ttft_mean_ms'], direction)}, indent=1))" $R/out/canary.json | tee $R/out/canary-intervals.json
+    cp $(python3 -c "import json, sys; print(json.load(open(sys.argv[1]))['run_dir'])" $R/out/canary.json)/summary.json $R/out/canary-summary.json
+    ;;
   lever)
     t $P bench -p $PROF --engines paged_nofg,paged -m moe-big-q8 --until-ci 2 --max-repeats 8 --budget-s 120 --json > $R/out/lever-bench.json 2> $R/out/lever-bench.err
     tail -n 12 $R/out/lever-bench.err
@@ -99,7 +106,7 @@ for stage in "$@"; do
       tail -n 4 $R/out/aa-$m.err
     done
     ;;
-  paged-stock)  # issue 25: paged vs stock on gpu-qwen35moe, engine alone and serving (gated), then the gap chain
+  paged-stock)  # paged vs stock on gpu-qwen35moe, engine alone and serving (gated), then the gap chain
     t $P bench -p $PROF --engines paged,stock -m gpu-qwen35moe --until-ci 2 --max-repeats 8 --budget-s 100 --json > $R/out/ps-bench.json 2> $R/out/ps-bench.err
     tail -n 6 $R/out/ps-bench.err
     t $P snapshot -p $PROF --engines paged,stock -m gpu-qwen35moe --npl 1,8,32 --until-ci 3 --max-repeats 10 --budget-s ${BUDGET:-180} --json > $R/out/ps.json 2> $R/out/ps.err
@@ -107,11 +114,11 @@ for stage in "$@"; do
     s=$(ls -td $R/runs/*_snapshot-gpu-qwen35moe | head -1); b=$(ls -td $R/runs/*_bench-ab | head -1)
     t $P gap "$s" "$b" 2>&1 | tee $R/out/ps-gap.txt
     ;;
-  ab-runtime)  # issue 24: a runtime lever of the series with parity ab (PROF=campaigns/profiles/h100-levers.yaml)
+  ab-runtime)  # a runtime lever of the series with parity ab (PROF=campaigns/profiles/h100-levers.yaml)
     t $P ab -p $PROF --engine paged --env LLAMA_MOE_NO_FORCE_GRAPHS=1 -m moe-big-q8 --until-ci 2 --max-repeats 8 --budget-s ${BUDGET:-150} --json > $R/out/ab-runtime.json 2> $R/out/ab-runtime.err
     tail -n 25 $R/out/ab-runtime.err
     ;;
-  ab-build)  # issue 24: a build lever (the series without 0011; arm B primed by build-bg as paged_wo0011)
+  ab-build)  # a build lever (the series without 0011; arm B primed by build-bg as paged_wo0011)
     t $P ab -p $PROF --engine paged --series-without 0011 -m ${MODEL:-dense-16g} --until-ci 2 --max-repeats 8 --budget-s ${BUDGET:-150} ${AB_ARGS:-} --json > $R/out/ab-build.json 2> $R/out/ab-build.err
     tail -n 25 $R/out/ab-build.err
     ;;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The users' real paged series on the lent H100 (sm_90), in stages that fit its 10-minute
-# calls (docs/device-h100-real/README.md says what came back).  The call runs in a copy of
+# calls (docs/evidence/device-h100-real/README.md says what came back).  The call runs in a copy of
 # /work/main; it needs .carry/real/ there:
 #   parity-real.tgz                 this branch's tree (git archive)
 #   llama.cpp-0ed235ea.tar.gz       llama.cpp at the pin (git archive, 33 MB)

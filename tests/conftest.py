@@ -145,6 +145,14 @@ def _isolated_series_registry(tmp_path_factory):
     yield
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _history_store_off():
+    """Runs of the suite keep out of a history store (each would add ~0.2 CPU-s of DuckDB at its
+    end); the history tests name their own store with PARITY_HISTORY or --store."""
+    os.environ.setdefault("PARITY_HISTORY", "off")
+    yield
+
+
 SHARED = REPO.parent / "shared"
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from parity.bisect import apply, common, upstream
+from parity.context import run_session
 
 EXIT_RED = 1  # the series does not apply at REF
 
@@ -21,8 +22,6 @@ class CanaryRequest:
 
 
 def canary(ctx, req: CanaryRequest) -> dict:
-    from parity.context import run_session
-
     series = common.series_dir(ctx.profile, req.engine, req.series)
     repo = upstream.repository(common.repo_of(ctx.profile, req.engine, req.repo), ctx.runner, ctx.out)
     commit = upstream.commit_of(repo, req.upstream, ctx.runner)

@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 from parity.errors import UsageError
+from parity.engine import patches
+from parity.engine import source as srcmod
+from parity.engine.build import resolved_series_dir
+from parity.paths import expand_path
+from parity.results import run_dir
 
 
 def series_dir(profile, engine: str, override: str | None = None) -> str:
     """--series DIR, else the engine's series (series: auto = the localai source's patches/paged);
     a series without a patch is refused: a canary or bisection of nothing would pass."""
-    from parity.config import expand_path
-    from parity.engine import patches
-    from parity.engine import source as srcmod
-    from parity.engine.build import resolved_series_dir
-    from parity.results import run_dir
-
     if override:
         d = expand_path(override)
     else:

@@ -8,8 +8,17 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from parity import session
 from parity.bisect.search import BAD, GOOD, UNDECIDED
 from parity.errors import InfraError
+from parity.bench.ab import Arm, block_order, paired_table
+from parity.bench.batched_bench import argv, run_complete
+from parity.engine.build import ensure_built
+from parity.gates.checks import ERROR, FAIL, FLAKY, PASS
+from parity.gates.common import path_env, resolve_model, save, tool
+from parity.gates.md5 import greedy, md5_gate, run_problem
+from parity.gates.oracle import op_gate
+from parity.stats.paired import REGRESSED
 
 TARGETS = {"md5": ["llama-completion"], "metric": ["llama-batched-bench"], "oracle": ["test-backend-ops"], "apply": [], "build": None}
 
@@ -34,7 +43,6 @@ class Judge:
 
 def build(ctx, name: str, engine_cfg) -> dict:
     """Register the variant as engine `name` and build it: {key, cached, seconds} or {failed, seconds, error}."""
-    from parity.engine.build import ensure_built
 
     ctx.profile.engines[name] = engine_cfg
     t0 = time.monotonic()
@@ -56,14 +64,9 @@ class Reference:
         if judge.criterion == "md5":
             self._md5()
         elif judge.criterion == "oracle":
-            from parity.gates.oracle import op_gate
-
             self.ops = {op: op_gate(ctx, op, judge.backend, engine, tag="reference-").status for op in judge.ops}
 
     def _md5(self) -> None:
-        from parity.gates.common import resolve_model, save
-        from parity.gates.md5 import greedy, run_problem
-
         g = self.ctx.profile.gates
         _, model_file = resolve_model(self.ctx, self.j.model)
         run = greedy(self.ctx, self.engine, model_file, self.j.path, g.form, g.n_predict)
@@ -84,9 +87,6 @@ def judge(ctx, ref: Reference, name: str, tag: str) -> tuple[str, str, dict]:
     """(verdict, result in words, evidence) of the built variant `name`."""
     j = ref.j
     if j.criterion == "md5":
-        from parity.gates.checks import PASS
-        from parity.gates.md5 import md5_gate
-
         c = md5_gate(ctx, j.model, j.path, engine=name, expect=ref.md5, tag=tag)
         ev = {"status": c.status, "expected": c.expected, "got": c.got, "detail": c.detail, "transcript": (c.data or {}).get("transcript")}
         if c.status == PASS:
@@ -102,8 +102,6 @@ def judge(ctx, ref: Reference, name: str, tag: str) -> tuple[str, str, dict]:
 def _oracle(ctx, ref: Reference, name: str, tag: str) -> tuple[str, str, dict]:
     """Bad: a case fails (or passes only on a retry); an op the good endpoint could not run is not
     watched; one it passed that now errors is undecided."""
-    from parity.gates.checks import ERROR, FAIL, FLAKY, PASS
-    from parity.gates.oracle import op_gate
 
     checks = {op: op_gate(ctx, op, ref.j.backend, name, tag=tag) for op in ref.j.ops}
     ev = {op: {"status": c.status, "got": c.got, "detail": c.detail, "reference": ref.ops.get(op)} for op, c in checks.items()}
@@ -119,7 +117,6 @@ def _oracle(ctx, ref: Reference, name: str, tag: str) -> tuple[str, str, dict]:
 def metric_verdict(points: list[dict], threshold_pct: float) -> str:
     """bad: regressed at any point; good: not slower than 1/(1 + t) at every point (the paired
     interval's low end); else undecided (more blocks)."""
-    from parity.stats.paired import REGRESSED
 
     floor = 1 / (1 + threshold_pct / 100)
     if any(p["outcome"] == REGRESSED for p in points):
@@ -136,23 +133,17 @@ def measure(ctx, good: str, probe: str, j: Judge, tag: str) -> tuple[str, str, d
     than the threshold (the interval's low end >= 1/(1 + t): a non-inferiority claim, since a
     regression bisection does not ask whether a probe is faster) = good; else more blocks, up to
     max_blocks, then undecided."""
-    from parity.engine.build import tool_path
-    from parity.gates.common import path_env, resolve_model
-    from parity.gpu.lock import held_lock
-    from parity.serving.batched_bench import argv, run_complete
-    from parity.serving.bench_ab import Arm, block_order, paired_table
-    from parity.stats.paired import REGRESSED
 
     b = ctx.profile.serving.bench
     npp, ntg, npl = j.npp or b.npp, j.ntg or b.ntg, j.npl or b.npl
-    model_file = resolve_model(ctx, j.model or ctx.profile.serving.model)[1]
+    model_file = session.model_file(ctx, j.model or ctx.profile.serving.model)  # prepared with the reference, before the lock
     arms = [Arm("good", good), Arm("probe", probe)]
-    cmds = {a.name: argv(tool_path(ctx.profile, a.engine, "llama-batched-bench", ctx.runner, ctx.out), model_file, npp, ntg, npl, b) for a in arms}
+    cmds = {a.name: argv(tool(ctx, a.engine, "llama-batched-bench"), model_file, npp, ntg, npl, b) for a in arms}
     envs = {a.name: path_env(ctx, a.engine, j.path) for a in arms}
     rows: list[dict] = []
     verdict, points = UNDECIDED, []
     floor = 1 / (1 + j.threshold_pct / 100)  # not slower than the threshold
-    with held_lock(ctx):
+    with session.locked(ctx):  # the caller holds it: one hold per probe
         for block in range(j.max_blocks):
             for a in block_order(arms, block, "abba"):
                 def log(attempt, res, a=a, block=block):

@@ -6,13 +6,24 @@ stops applying, the build fails or the md5 moves).  A run dir holds the probe lo
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from dataclasses import dataclass, field
 
+from parity import session
 from parity.bisect import common, probe, search
 from parity.errors import ParityError, UsageError
+from parity.bisect import upstream
+from parity.bisect.apply import apply_at, failure_line
+from parity.context import run_session
+from parity.gonogo import dry_run_session, go_no_go
+from parity.gpu.lock import effective_dir
+from parity.options import positive_int
+from parity.engine import patches
+from parity.engine.source import add_pinned_source
+from parity.errors import InfraError
 
-CRITERIA = {"series": ("md5", "oracle", "metric"), "pin": ("apply", "build", "md5")}
+CRITERIA = {"series": ("md5", "oracle", "metric"), "pin": ("apply", "build", "md5", "metric")}
 
 
 class NoCulprit(ParityError):
@@ -36,18 +47,20 @@ class BisectRequest:
     bad: str | None = None  # pin: the bad commit
     targets: list[str] | None = None  # what each probe builds (default: what the criterion runs)
     judge: probe.Judge = field(default_factory=lambda: probe.Judge("md5"))
+    dry_run: bool = False  # the checked plan (endpoints, candidates, the bound) and the go / no-go; nothing is built
 
 
 def bisect(ctx, req: BisectRequest) -> dict:
-    from parity.context import run_session
-
     if req.over not in CRITERIA:
         raise UsageError(f"--over must be series or pin, got {req.over!r}")
     if req.criterion not in CRITERIA[req.over]:
         raise UsageError(f"--criterion {req.criterion!r}: over the {req.over} it is one of {', '.join(CRITERIA[req.over])}")
     req.judge.criterion = req.criterion
     _defaults(ctx, req)
+    check_judge(ctx, req)
     plan = _series_plan(ctx, req) if req.over == "series" else _pin_plan(ctx, req)
+    if req.dry_run:
+        return dry_run(ctx, req, plan)
     with run_session(ctx, "bisect", f"bisect-{req.over}-{req.criterion}"):
         doc = {"kind": "bisect", "over": req.over, "criterion": req.criterion, "engine": req.engine, **plan["info"], "labels": plan["labels"], "n": len(plan["labels"]) - 1,
                "bound": search.bound(len(plan["labels"]) - 1), "judge": dataclasses.asdict(req.judge), "probes": [], "run_dir": str(ctx.run.path)}  # fmt: skip
@@ -72,6 +85,45 @@ def bisect(ctx, req: BisectRequest) -> dict:
     return doc
 
 
+METRICS = ("s_tg", "s_pp", "s")
+
+
+def check_judge(ctx, req: BisectRequest) -> None:
+    """Every option the probes will read, checked before anything is built (the dry run and the real run alike)."""
+    j = req.judge
+    ctx.profile.engine(req.engine)
+    if req.criterion in ("md5", "metric"):
+        session.check_model(ctx, j.model or ctx.profile.serving.model)
+    if req.criterion != "metric":
+        return
+    if j.metric not in METRICS:
+        raise UsageError(f"--metric {j.metric!r}: one of {', '.join(METRICS)} (the llama-batched-bench throughputs)")
+    if not (isinstance(j.threshold_pct, (int, float)) and math.isfinite(j.threshold_pct) and j.threshold_pct >= 0):
+        raise UsageError(f"--min-delta-pct must be a finite percentage >= 0, got {j.threshold_pct!r}")
+    for name, v in (("--blocks", j.blocks), ("--max-blocks", j.max_blocks)):
+        if not positive_int(v):
+            raise UsageError(f"{name} must be a positive integer, got {v!r}")
+    if j.blocks > j.max_blocks:
+        raise UsageError(f"--blocks {j.blocks} / --max-blocks {j.max_blocks}: need 1 <= blocks <= max-blocks")
+    b = ctx.profile.serving.bench
+    for name, vals in (("--npp", j.npp or b.npp), ("--ntg", j.ntg or b.ntg), ("--npl", j.npl or b.npl)):
+        if not vals or not all(map(positive_int, vals)):
+            raise UsageError(f"{name}: expected positive integers, got {vals!r}")
+
+
+def dry_run(ctx, req: BisectRequest, plan: dict) -> dict:
+    """The bisection a real run would make: its endpoints and candidates, the bound, what each probe
+    builds and runs, and the go / no-go (the lock its probes take)."""
+    n = len(plan["labels"]) - 1
+    doc = {"dry_run": True, "kind": "bisect", "over": req.over, "criterion": req.criterion, "engine": req.engine, **plan["info"], "labels": plan["labels"], "n": n,
+           "bound": search.bound(n), "judge": dataclasses.asdict(req.judge), "targets": req.targets or probe.TARGETS.get(req.criterion), "lock": str(effective_dir(ctx.profile.lock))}  # fmt: skip
+    with dry_run_session(ctx, "bisect", f"bisect-{req.over}-{req.criterion}") as rd:
+        doc["go_no_go"] = go_no_go(ctx, gpu=req.criterion not in ("apply", "build"))
+        doc["run_dir"] = str(rd.path)
+        rd.write_json("plan.json", doc)
+    return doc
+
+
 def _defaults(ctx, req: BisectRequest) -> None:
     j, g = req.judge, ctx.profile.gates
     if req.criterion == "md5":
@@ -85,8 +137,6 @@ def _defaults(ctx, req: BisectRequest) -> None:
             raise UsageError("--ops: the profile has no gates.ops to take them from")
     if req.criterion == "metric":
         j.threshold_pct = j.threshold_pct if j.threshold_pct is not None else ctx.profile.stats.min_delta_pct
-        if not (1 <= j.blocks <= j.max_blocks):
-            raise UsageError(f"--blocks {j.blocks} / --max-blocks {j.max_blocks}: need 1 <= blocks <= max-blocks")
 
 
 def _variant(ctx, req: BisectRequest, **changes):
@@ -100,8 +150,6 @@ def _num(name: str) -> str:
 
 
 def _series_plan(ctx, req: BisectRequest) -> dict:
-    from parity.engine import patches
-
     if req.repo or req.good or req.bad:
         raise UsageError("--repo, --good and --bad go with --over pin")
     sdir = common.series_dir(ctx.profile, req.engine, req.series)
@@ -121,9 +169,6 @@ def _series_plan(ctx, req: BisectRequest) -> dict:
 
 
 def _pin_plan(ctx, req: BisectRequest) -> dict:
-    from parity.bisect import upstream
-    from parity.engine.source import add_pinned_source
-
     if req.first or req.last:
         raise UsageError("--first and --last go with --over series")
     if not (req.good and req.bad):
@@ -137,8 +182,6 @@ def _pin_plan(ctx, req: BisectRequest) -> dict:
     labels = [f"{c[:12]} {upstream.subject(repo, c, ctx.runner)}".strip() for c in commits]
     info = {"series_dir": sdir, "repo": str(repo), "good": good, "bad": bad, "commits": commits}
     if req.criterion == "apply":
-        from parity.bisect.apply import apply_at, failure_line
-
         def apply_probe(k: int) -> search.Probe:
             r = apply_at(repo, commits[k], sdir, ctx.runner, ctx.out)
             words = f"{r['applied']}/{r['patches']} apply, tree {r['tree_after']}" if r["ok"] else failure_line(r["failure"])
@@ -155,17 +198,14 @@ def _pin_plan(ctx, req: BisectRequest) -> dict:
 def _plan(ctx, req: BisectRequest, good_cfg, labels: list[str], variant, info: dict, verify_good: bool) -> dict:
     """Probes that build state k's variant and judge it against the good endpoint, which is built
     and measured first, once, as the reference (the log's row 'ref', not counted)."""
-    from parity.gpu.lock import held_lock
-
     state: dict = {}
 
     def reference() -> search.Probe:
         b = probe.build(ctx, "bisect-good", good_cfg)
         if b.get("failed"):
-            from parity.errors import InfraError
-
             raise InfraError(f"the good endpoint {labels[0]} does not build: {b['error']}")
-        with held_lock(ctx):  # gates run under the GPU lock, builds before it
+        session.prepare(ctx, models=[req.judge.model or ctx.profile.serving.model])  # the model before the lock, once
+        with session.locked(ctx):  # gates run under the GPU lock, builds before it
             state["ref"] = probe.Reference(ctx, "bisect-good", req.judge)
         return search.Probe(0, "reference", 0, labels[0], search.GOOD, state["ref"].result(), b, {"md5": state["ref"].md5, "ops": state["ref"].ops})
 
@@ -176,7 +216,7 @@ def _plan(ctx, req: BisectRequest, good_cfg, labels: list[str], variant, info: d
             return search.Probe(0, "", k, "", search.BAD, f"build failed: {b['error']}", b, {"build_error": b["error"], "apply": b.get("apply")})
         if req.criterion == "build":
             return search.Probe(0, "", k, "", search.GOOD, "built", b, {})
-        with held_lock(ctx):
+        with session.locked(ctx):
             verdict, words, ev = probe.judge(ctx, state["ref"], name, tag=f"probe-{k}-")
         return search.Probe(0, "", k, "", verdict, words, b, ev)
 

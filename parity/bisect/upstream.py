@@ -9,13 +9,13 @@ import re
 from pathlib import Path
 
 from parity.errors import InfraError, UsageError
+from parity.paths import cache_dir, expand_path
 
 _URL = re.compile(r"^(https?|ssh|git|file)://|^[\w.-]+@[\w.-]+:")
 
 
 def repository(where: str, runner, out=None) -> Path:
     """A checkout (work tree or bare) as is; a url cloned (bare) once into the cache, then fetched."""
-    from parity.config import cache_dir, expand_path
 
     if _URL.match(where):
         repo = cache_dir() / "sources" / "clones" / hashlib.sha256(where.encode()).hexdigest()[:16]

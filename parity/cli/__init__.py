@@ -26,6 +26,7 @@ COMMAND_MODULES = [
     "levers",
     "bisect",
     "matrix",
+    "history",
 ]
 
 app = typer.Typer(

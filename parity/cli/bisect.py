@@ -11,7 +11,7 @@ def register(app: typer.Typer) -> None:
     @app.command("bisect")
     def bisect(
         over: str = typer.Option("series", "--over", metavar="series|pin", help="Bisect the patch series (at the pin) or llama.cpp commits (with the series)."),
-        criterion: str = typer.Option("md5", "--criterion", "-c", metavar="NAME", help="series: md5 | oracle | metric; pin: apply | build | md5."),
+        criterion: str = typer.Option("md5", "--criterion", "-c", metavar="NAME", help="series: md5 | oracle | metric; pin: apply | build | md5 | metric."),
         engine: str = typer.Option("paged", "--engine", "-e", metavar="NAME", help="The engine whose series and build flags the probes use."),
         series: Optional[str] = typer.Option(None, "--series", metavar="DIR", help="A NNNN-*.patch series instead of the engine's."),
         first: Optional[str] = typer.Option(None, "--first", metavar="NNNN", help="series: the first patch of the range (good = the patches before it; default: stock)."),
@@ -31,6 +31,7 @@ def register(app: typer.Typer) -> None:
         ntg: Optional[str] = typer.Option(None, "--ntg", metavar="N,..", help="metric: generated lengths (default: serving.bench.ntg)."),
         npl: Optional[str] = typer.Option(None, "--npl", metavar="N,..", help="metric: parallel sequences (default: serving.bench.npl)."),
         targets: Optional[str] = typer.Option(None, "--targets", metavar="T,..", help="What each probe builds (default: what the criterion runs; build: the engine's targets)."),
+        dry_run: bool = typer.Option(False, "--dry-run", help="Print the checked plan (endpoints, candidates, the bound) and the go / no-go; build nothing."),
         profile: Optional[str] = ProfileOpt,
         json: bool = JsonOpt,
     ):
@@ -43,7 +44,14 @@ def register(app: typer.Typer) -> None:
         ctx = make_context(profile, json)
         judge = Judge(criterion, model=model, path=path, ops=parse_str_list(ops) or [], backend=backend, metric=metric, threshold_pct=min_delta, blocks=blocks, max_blocks=max_blocks,
                       npp=parse_int_list(npp, "--npp"), ntg=parse_int_list(ntg, "--ntg"), npl=parse_int_list(npl, "--npl"))  # fmt: skip
-        req = BisectRequest(over=over, criterion=criterion, engine=engine, series=series, first=first, last=last, repo=repo, good=good, bad=bad, targets=parse_str_list(targets), judge=judge)
+        req = BisectRequest(over=over, criterion=criterion, engine=engine, series=series, first=first, last=last, repo=repo, good=good, bad=bad, targets=parse_str_list(targets), judge=judge, dry_run=dry_run)
+        if dry_run:
+            doc = run(ctx, req)
+            ctx.out.emit(doc, lambda: _render_plan(ctx.out, doc))
+            from parity.gonogo import raise_if_no_go
+
+            raise_if_no_go(doc["go_no_go"], doc["run_dir"])
+            return
         try:
             doc = run(ctx, req)
         except NoCulprit as e:
@@ -69,6 +77,13 @@ def register(app: typer.Typer) -> None:
         doc = run(ctx, CanaryRequest(upstream=upstream, repo=repo, engine=engine, series=series))
         ctx.out.emit(doc, lambda: ctx.out.info(f"{doc['line']} -> {doc['run_dir']}"))
         raise typer.Exit(0 if doc["green"] else EXIT_RED)
+
+
+def _render_plan(out, doc: dict) -> None:
+    from parity.cli.common import render_go
+
+    out.info(f"bisect plan over the {doc['over']} ({doc['criterion']}): {doc['n']} candidates between {doc['labels'][0]} (good) and {doc['labels'][-1]} (bad); at most {doc['bound']} probes, each building {', '.join(doc['targets'] or []) or 'its targets'}")
+    render_go(out, doc)
 
 
 def _render(out, doc: dict) -> None:

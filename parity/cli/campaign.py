@@ -43,7 +43,7 @@ def register(app: typer.Typer) -> None:
         out = opened[0].out
         out.emit(doc, lambda: render_plan(out, doc) if dry_run else render_summary(out, doc))
         if dry_run and "go_no_go" in doc:
-            from parity.gpu.gonogo import raise_if_no_go
+            from parity.gonogo import raise_if_no_go
 
             raise_if_no_go(doc["go_no_go"], doc["run_dir"])
 

@@ -13,10 +13,10 @@ DEFAULT_PROFILE = "smoke"
 
 
 def make_context(profile: Optional[str], json_mode: bool, default_profile: str | None = None):
-    """Load the profile; with --host, run the command there instead (parity.remote); else a local Context."""
+    """Load the profile; with --host, run the command there instead (parity.hosts.delegation); else a local Context."""
     from pathlib import Path
 
-    from parity.cli import state
+    from parity.cli import command_argv, state
     from parity.config import load_profile
     from parity.context import Context
     from parity.runners.local import LocalRunner
@@ -24,11 +24,13 @@ def make_context(profile: Optional[str], json_mode: bool, default_profile: str |
 
     prof = load_profile(profile or default_profile or DEFAULT_PROFILE)
     if state.host:
-        from parity.remote import refuse_or_delegate
+        from parity.hosts.registry import refuse_or_delegate
 
-        refuse_or_delegate(state.host, prof)
+        refuse_or_delegate(state.host, prof, command_argv(), Path(state.artifacts))
     out = Output(json_mode, state.verbose)
-    return Context(profile=prof, runner=LocalRunner(), out=out, artifacts_root=Path(state.artifacts), host=state.host)
+    from parity.history.record import record_run
+
+    return Context(profile=prof, runner=LocalRunner(), out=out, artifacts_root=Path(state.artifacts), host=state.host, argv=command_argv(), after_run=[record_run])
 
 
 def parse_int_list(value: Optional[str], name: str) -> Optional[list[int]]:
@@ -52,7 +54,16 @@ def parse_str_list(value: Optional[str]) -> Optional[list[str]]:
 
 
 def render_go(out, doc: dict) -> None:
-    """A dry run's go/no-go verdict (parity.gpu.gonogo), its reasons and where the evidence is."""
+    """A dry run's go/no-go verdict (parity.gonogo), its reasons and where the evidence is."""
     g = doc["go_no_go"]
     verdict = "GO" if g["go"] else f"NO GO (exit {g['exit_code']})"
     out.info(f"go/no-go: {verdict}; lock: {g['lock']}" + "".join(f"\n  - {r['what']}" for r in g["reasons"]) + f"\n-> {doc['run_dir']} (hardware.txt, preflight.txt, go_no_go.json)")
+
+
+def flag(name: str, extra: str = ""):
+    """The typer option of a declared option (parity.options.OPTIONS): one flag, one help, every command."""
+    from parity.options import OPTIONS
+
+    o = OPTIONS[name]
+    default = f" (default: {o.profile})" if o.profile else ""
+    return typer.Option(None, o.flag, metavar=o.metavar, help=o.help + extra + default)

@@ -49,7 +49,7 @@ def register(app: typer.Typer) -> None:
         if out is None:
             print(text, end="")
             return
-        from parity.artifacts import atomic_write_text
+        from parity.files import atomic_write_text
         from parity.errors import UsageError
 
         try:

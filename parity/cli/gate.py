@@ -1,4 +1,4 @@
-"""parity gate -> parity.gates.gate.gate; parity gate summarize -> parity.gates.summary.summarize"""
+"""parity gate -> parity.gating.gate; parity gate summarize -> parity.gates.summary.summarize"""
 
 from typing import List, Optional
 
@@ -31,8 +31,8 @@ def register(app: typer.Typer) -> None:
             return
         from parity.cli.common import make_context, parse_str_list
         from parity.errors import EXIT_GATE
-        from parity.gates.gate import GateRequest
-        from parity.gates.gate import gate as run
+        from parity.gating import GateRequest
+        from parity.gating import gate as run
 
         ctx = make_context(profile, json)
         req = GateRequest(model=model, path=path, ops=parse_str_list(ops), backend=backend, kl=kl, engine=engine, expect=expect, form=form, record=record, registry=registry)

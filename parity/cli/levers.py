@@ -4,7 +4,7 @@ from typing import List, Optional
 
 import typer
 
-from parity.cli.common import JsonOpt, ProfileOpt
+from parity.cli.common import JsonOpt, ProfileOpt, flag
 
 
 def register(app: typer.Typer) -> None:
@@ -25,16 +25,17 @@ def register(app: typer.Typer) -> None:
         npl: Optional[str] = typer.Option(None, "--npl", metavar="N,...", help="Parallel sequences / concurrency (default: serving.bench.npl, or serving.npl with --serving)."),
         npp: Optional[str] = typer.Option(None, "--npp", metavar="N,...", help="batched-bench prompt lengths (default: serving.bench.npp)."),
         ntg: Optional[str] = typer.Option(None, "--ntg", metavar="N,...", help="batched-bench generated tokens (default: serving.bench.ntg)."),
-        repeat: Optional[int] = typer.Option(None, "--repeat", help="Blocks (with --until-ci: at least this many)."),
-        until_ci: Optional[float] = typer.Option(None, "--until-ci", metavar="PCT", help="Add blocks until every headline half-width is <= PCT %."),
-        max_repeats: Optional[int] = typer.Option(None, "--max-repeats", metavar="N", help="--until-ci: at most N blocks."),
-        budget_s: Optional[float] = typer.Option(None, "--budget-s", metavar="S", help="--until-ci: no block past S seconds."),
-        order: Optional[str] = typer.Option(None, "--order", help="Arm order across blocks: abba (default) or abab."),
+        repeat: Optional[int] = flag("repeat"),
+        until_ci: Optional[str] = flag("until_ci"),
+        max_repeats: Optional[int] = flag("max_repeats"),
+        budget_s: Optional[float] = flag("budget_s"),
+        order: Optional[str] = flag("order"),
         gate_models: Optional[str] = typer.Option(None, "--gate-models", metavar="M,...", help="Models the md5 gate runs (default: gates.models)."),
         gate_paths: Optional[str] = typer.Option(None, "--gate-paths", metavar="P,...", help="Paths the md5 gate runs (default: gates.paths)."),
         no_post_gates: bool = typer.Option(False, "--no-post-gates", help="Gate both arms before the measurement only."),
         map_file: Optional[str] = typer.Option(None, "--map", metavar="FILE", help="The lever map (default: levers.map, else <artifacts>/lever_map.yaml)."),
         dry_run: bool = typer.Option(False, "--dry-run", help="Say what would be built, gated, measured, locked and which map row is checked; start nothing."),
+        aa: bool = typer.Option(False, "--aa", help="The arms are meant to be identical (same build, same env): an A/A of this setup, recorded as '<lever> (A/A)'. Without it such an A/B is refused."),
         profile: Optional[str] = ProfileOpt,
         json: bool = JsonOpt,
     ):
@@ -47,7 +48,7 @@ def register(app: typer.Typer) -> None:
         req = ABRequest(engine=engine, env=env or [], series_without=series_without or [], series_until=series_until, series=series, pin=pin, repo=repo, name=name, reopen=reopen, lossy=lossy,
                         serving=serving, model=model, npl=parse_int_list(npl, "--npl"), npp=parse_int_list(npp, "--npp"), ntg=parse_int_list(ntg, "--ntg"), repeat=repeat,
                         until_ci=until_ci, max_repeats=max_repeats, budget_s=budget_s, order=order, gate_models=parse_str_list(gate_models), gate_paths=parse_str_list(gate_paths),
-                        post_gates=not no_post_gates, map=map_file, dry_run=dry_run)  # fmt: skip
+                        post_gates=not no_post_gates, map=map_file, dry_run=dry_run, aa=aa)  # fmt: skip
         doc = run_ab(ctx, req)
         ctx.out.emit(doc, lambda: (render_plan if dry_run else render_result)(ctx.out, doc))
         if dry_run and doc["map"]["refusal"] and not reopen:
@@ -85,6 +86,9 @@ def register(app: typer.Typer) -> None:
 
             sys.stdout.write(doc["markdown"])
             return
+
+        for problem in doc["problems"]:  # a NaN or inf in a row: null in the result, named here
+            ctx.out.warn(f"lever map {path}: {problem}")
 
         def human():
             ctx.out.table(f"lever map {path} ({len(rows)} row(s); artifacts and pins: --json or --markdown)", ["#", "lever", "verdict", "key number", "gates", "hardware", "date"],

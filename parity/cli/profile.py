@@ -10,7 +10,7 @@ from parity.cli.common import JsonOpt, ProfileOpt
 def register(app: typer.Typer) -> None:
     group = typer.Typer(
         name="profile",
-        help="nsys profiles of decode with --cuda-graph-trace=node, kernel buckets, difference method.",
+        help="Graph-node kernel profiles of decode (nsys --cuda-graph-trace=node, or parity's CUPTI tracer), kernel buckets, difference method, paired buckets.",
         invoke_without_command=True,
         no_args_is_help=False,
         rich_markup_mode=None,
@@ -28,7 +28,10 @@ def register(app: typer.Typer) -> None:
         npp: Optional[int] = typer.Option(None, "--npp", help="Prompt tokens (default: profiling.npp)."),
         model: Optional[str] = typer.Option(None, "--model", "-m", help="Model (default: serving.model)."),
         allow_env: Optional[List[str]] = typer.Option(None, "--allow-env", metavar="NAME", help="Allow a forbidden bench env knob."),
-        dry_run: bool = typer.Option(False, "--dry-run", help="Print the exact nsys commands; start nothing."),
+        tracer: Optional[str] = typer.Option(None, "--tracer", metavar="cupti|nsys|auto", help="Who traces: nsys, parity's CUPTI injection library, or auto (nsys where it runs, else CUPTI). Default: profiling.tracer."),
+        engines: Optional[str] = typer.Option(None, "--engines", metavar="A,B", help="Two arms (engines, or a lever's arms): paired buckets, B/A per bucket with its interval."),
+        blocks: Optional[int] = typer.Option(None, "--blocks", help="Blocks (each: every arm traced at each ntg and untraced once). Default: profiling.blocks."),
+        dry_run: bool = typer.Option(False, "--dry-run", help="Print the exact commands; start nothing."),
         profile: Optional[str] = ProfileOpt,
         json: bool = JsonOpt,
     ):
@@ -40,13 +43,14 @@ def register(app: typer.Typer) -> None:
         from parity.profiles.capture import profile as run
 
         check_graph_node(graph_node, allow_collapsed)  # the refusal comes before anything is loaded
+        arms = [a.strip() for a in engines.split(",") if a.strip()] if engines is not None else None
         req = ProfileRequest(graph_node=graph_node, allow_collapsed=allow_collapsed, engine=engine, workload=workload, ntgs=parse_int_list(ntg, "--ntg"),
-                             npl=npl, npp=npp, model=model, allow_env=allow_env or [], dry_run=dry_run)  # fmt: skip
+                             npl=npl, npp=npp, model=model, allow_env=allow_env or [], dry_run=dry_run, tracer=tracer, engines=arms, blocks=blocks)  # fmt: skip
         ctx = make_context(profile, json)
         doc = run(ctx, req)
         ctx.out.emit(doc, lambda: (render_plan if dry_run else render)(ctx.out, doc))
         if dry_run:
-            from parity.gpu.gonogo import raise_if_no_go
+            from parity.gonogo import raise_if_no_go
 
             raise_if_no_go(doc["go_no_go"], doc["run_dir"])  # after the plan: the user sees what would run
 
@@ -83,6 +87,7 @@ def render_plan(out, doc: dict) -> None:
 
     if doc["collapsed"]:
         out.info("COLLAPSED capture (--allow-collapsed): comparison only, decode attribution will be wrong")
+    out.info(f"# tracer: {doc.get('tracer')} ({doc.get('tracer_choice')}); {doc.get('blocks')} block(s), arms {', '.join(doc.get('engines') or [])}")
     for c in doc["commands"]:
         env = " ".join(f"{k}={v}" for k, v in c["env"].items())
         out.info(f"# {c['label']}\n{('env ' + env + ' ') if env else ''}{c['shell']}")
@@ -115,8 +120,42 @@ def render(out, doc: dict) -> None:
     c = doc.get("comparison")
     if c:
         out.table(f"{c['b']} vs {c['a']}", ["bucket", "a ms", "b ms", "b/a", "a ms/launch", "b ms/launch"], [[r["bucket"], f"{r['a_ms']:.3f}", f"{r['b_ms']:.3f}", _f(r["ratio"]), _f(r["a_ms_per_launch"]), _f(r["b_ms_per_launch"])] for r in c["buckets"]])
+    render_tracer(out, doc)
     for name, path in (doc.get("files") or {}).items():
         out.info(f"-> {path}")
+
+
+def render_tracer(out, doc: dict) -> None:
+    """The tracer, its cost per arm, and the paired bucket table (two arms)."""
+    from parity.tracer.overhead import line
+    from parity.tracer.pairs import table_lines
+
+    t = doc.get("tracer")
+    if t:
+        out.info(f"tracer: {t['name']} ({t['choice']}), {t['blocks']} block(s)")
+    for d in doc.get("tracer_cost") or []:
+        out.info(line(d))
+    for c in doc.get("captures") or []:
+        nc = (c.get("trace") or {}).get("node_check")
+        if nc:
+            out.info(node_check_line(c["label"], nc, (c.get("trace") or {}).get("graphs") or []))
+    pb = doc.get("paired_buckets")
+    if pb:
+        out.info(f"paired buckets {pb['candidate']} (B) vs {pb['reference']} (A), blocks {pb['blocks']}, ms per decoded token:")
+        for ln in table_lines(pb):
+            out.info("  " + ln)
+        if pb["engine_time_missing"]:
+            out.warn(f"engine decode time unknown (table row lost) for {', '.join(pb['engine_time_missing'])}: no remainder there")
+
+
+def node_check_line(label: str, nc: dict, graphs: list[dict]) -> str:
+    """One line: how many graph launches ran exactly their executable graph's kernel nodes."""
+    if not nc["launches"]:
+        return f"{label}: no CUDA-graph launch (every kernel launched on its own)"
+    per = ", ".join(f"graph {g['graph_id']}: {'/'.join(g['kernels_per_launch'])} kernels x {sum(g['kernels_per_launch'].values())} launches"
+                    f" ({'-' if g.get('kernel_nodes') is None else g['kernel_nodes']} kernel nodes)" for g in graphs)  # fmt: skip
+    head = f"{label}: {nc['launches']} graph launches; kernels per launch = the graph's kernel-node count in {nc['matched']}, not in {nc['mismatched']}"
+    return head + (f", not checked in {nc['unknown']} (no instantiation record)" if nc["unknown"] else "") + (f" [{per}]" if per else "")
 
 
 def _f(v) -> str:

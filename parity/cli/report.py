@@ -51,6 +51,8 @@ def register(app: typer.Typer) -> None:
     def gap(
         serving_run: str = typer.Argument(..., metavar="SERVING_RUN", help="A two-engine snapshot run directory."),
         bench_run: str = typer.Argument(..., metavar="BENCH_RUN", help="A bench A/B run directory of the same engines (parity bench --engines A,B)."),
+        kernels: Optional[str] = typer.Option(None, "--kernels", metavar="PROFILE_RUN", help="A paired profile run of the same arms (parity profile --engines A,B): static = kernel buckets + remainder."),
+        plot: Optional[str] = typer.Option(None, "--plot", metavar="PNG", help="With --kernels: the kernel link as one plot (default: PROFILE_RUN/profile/gap-kernels.png)."),
         json: bool = JsonOpt,
     ):
         """Where the gap lives: the serving ratio = static engine decode (batched-bench) x serving overhead, each with its interval."""
@@ -58,7 +60,15 @@ def register(app: typer.Typer) -> None:
         from parity.efficiency.gap import between_runs, check_complete, lines
 
         ctx = make_context(None, json)
-        doc = between_runs(serving_run, bench_run)
+        doc = between_runs(serving_run, bench_run, kernels)
+        if kernels:
+            import os
+
+            from parity.tracer.chain import plot as plot_link
+
+            for p in doc["points"]:
+                if p.get("kernels"):
+                    p["kernels"]["plot"] = plot_link(p["kernels"], plot or os.path.join(kernels, "profile", f"gap-kernels-n{p['n']}.png"), f"N=B={p['n']}: static = kernel buckets + remainder")
 
         def human():
             for p in doc["points"]:

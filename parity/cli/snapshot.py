@@ -1,10 +1,10 @@
-"""parity snapshot / parity bench -> parity.serving.snapshot.snapshot / parity.serving.batched_bench.bench"""
+"""parity snapshot / parity bench -> parity.serving.snapshot.snapshot / parity.bench.run.bench"""
 
 from typing import List, Optional
 
 import typer
 
-from parity.cli.common import JsonOpt, ProfileOpt
+from parity.cli.common import JsonOpt, ProfileOpt, flag
 
 
 def register(app: typer.Typer) -> None:
@@ -17,11 +17,11 @@ def register(app: typer.Typer) -> None:
         ctx_len: Optional[int] = typer.Option(None, "--ctx", help="llama-server -c."),
         engines: Optional[str] = typer.Option(None, "--engines", metavar="A,B", help="Engines in session order (default: serving.engines)."),
         model: Optional[str] = typer.Option(None, "--model", "-m", help="Model name (default: serving.model)."),
-        repeat: Optional[int] = typer.Option(None, "--repeat", help="Repeats; >1 gives the noise floor (medians, ratios of medians)."),
-        order: Optional[str] = typer.Option(None, "--order", help="Engine order across repeats: abab, abba or aabb (default: serving.order)."),
-        until_ci: Optional[float] = typer.Option(None, "--until-ci", metavar="PCT", help="Adaptive repeats: add blocks until every headline paired half-width (every engine vs the reference, every N) is <= PCT % (default: stats.until_ci_pct; off)."),
-        max_repeats: Optional[int] = typer.Option(None, "--max-repeats", metavar="N", help="With --until-ci: at most N blocks (default: stats.max_repeats, 20)."),
-        budget_s: Optional[float] = typer.Option(None, "--budget-s", metavar="S", help="With --until-ci: no block that would end past S seconds of measured blocks (default: stats.budget_s; none)."),
+        repeat: Optional[int] = flag("repeat"),
+        order: Optional[str] = flag("order"),
+        until_ci: Optional[str] = flag("until_ci"),
+        max_repeats: Optional[int] = flag("max_repeats"),
+        budget_s: Optional[float] = flag("budget_s"),
         no_gates: bool = typer.Option(False, "--no-gates", help="Skip pre/post gates (the run is marked ungated)."),
         allow_env: Optional[List[str]] = typer.Option(None, "--allow-env", metavar="NAME", help="Allow a forbidden bench env knob."),
         dry_run: bool = typer.Option(False, "--dry-run", help="Print every resolved command, env and the preflight; start nothing."),
@@ -44,7 +44,7 @@ def register(app: typer.Typer) -> None:
         doc = run(ctx, req)
         ctx.out.emit(doc, lambda: (render_plan if dry_run else render_workload if doc.get("workload") else render_summary)(ctx.out, doc))
         if dry_run:
-            from parity.gpu.gonogo import raise_if_no_go
+            from parity.gonogo import raise_if_no_go
 
             raise_if_no_go(doc["go_no_go"], doc["run_dir"])  # after the plan: exit 2 (missing path) or 4 (GPU not free)
         if not dry_run and doc.get("output_parity", {}).get("status") == "fail":
@@ -64,25 +64,32 @@ def register(app: typer.Typer) -> None:
         engine: Optional[str] = typer.Option(None, "--engine", "-e", help="Engine (default: the first serving engine)."),
         engines: Optional[str] = typer.Option(None, "--engines", metavar="A,B", help="A/B: blocks of one run per engine, paired statistics vs the reference (serving.reference_engine if listed, else the last)."),
         aa: bool = typer.Option(False, "--aa", help="A/A: the one engine of --engine/--engines measured as two arms (E and E#2), the noise floor."),
-        repeat: Optional[int] = typer.Option(None, "--repeat", help="Blocks (with --until-ci: at least this many; default 3). One engine: its CV per point."),
-        until_ci: Optional[float] = typer.Option(None, "--until-ci", metavar="PCT", help="Add blocks until every S_TG half-width (B/A, 95 %) is <= PCT."),
-        max_repeats: Optional[int] = typer.Option(None, "--max-repeats", metavar="M", help="--until-ci: at most M blocks (default 20)."),
-        budget_s: Optional[float] = typer.Option(None, "--budget-s", metavar="S", help="--until-ci: stop before a block would pass S seconds."),
-        order: Optional[str] = typer.Option(None, "--order", help="Arm order across blocks: abba (default: reversed every other block) or abab."),
+        repeat: Optional[int] = flag("repeat"),
+        until_ci: Optional[str] = flag("until_ci"),
+        max_repeats: Optional[int] = flag("max_repeats"),
+        budget_s: Optional[float] = flag("budget_s"),
+        order: Optional[str] = flag("order"),
         model: Optional[str] = typer.Option(None, "--model", "-m", help="Model (default: serving.model)."),
         allow_env: Optional[List[str]] = typer.Option(None, "--allow-env", metavar="NAME"),
+        dry_run: bool = typer.Option(False, "--dry-run", help="Print the checked plan, every command and the go / no-go; start nothing."),
         profile: Optional[str] = ProfileOpt,
         json: bool = JsonOpt,
     ):
         """llama-batched-bench (PP/TG/B table) into bench.json; with --engines A,B / --aa / --repeat: blocks and paired statistics."""
         from parity.cli.common import make_context, parse_int_list, parse_str_list
-        from parity.serving.batched_bench import BenchRequest
-        from parity.serving.batched_bench import bench as run
+        from parity.bench.request import BenchRequest
+        from parity.bench.run import bench as run
 
         ctx = make_context(profile, json)
         req = BenchRequest(npp=parse_int_list(npp, "--npp"), ntg=parse_int_list(ntg, "--ntg"), npl=parse_int_list(npl, "--npl"), engine=engine, model=model, allow_env=allow_env or [],
-                           engines=parse_str_list(engines), aa=aa, repeat=repeat, until_ci=until_ci, max_repeats=max_repeats, budget_s=budget_s, order=order)  # fmt: skip
+                           engines=parse_str_list(engines), aa=aa, repeat=repeat, until_ci=until_ci, max_repeats=max_repeats, budget_s=budget_s, order=order, dry_run=dry_run)  # fmt: skip
         doc = run(ctx, req)
+        if dry_run:
+            ctx.out.emit(doc, lambda: render_bench_plan(ctx.out, doc))
+            from parity.gonogo import raise_if_no_go
+
+            raise_if_no_go(doc["go_no_go"], doc["run_dir"])
+            return
         if "paired" in doc:
             ctx.out.emit(doc, lambda: render_bench_ab(ctx.out, doc))
             return
@@ -98,7 +105,7 @@ def register(app: typer.Typer) -> None:
 
 
 def render_bench_ab(out, doc: dict) -> None:
-    from parity.serving.bench_ab import table
+    from parity.bench.ab import table
 
     ref = doc.get("reference")
     what = f"A/B, reference {ref}" if ref else "repeats"
@@ -130,6 +137,9 @@ def render_plan(out, doc: dict) -> None:
         if c["model_error"]:
             out.warn(f"{c['engine']}: {c['model_error']} (a real run stops here)")
         out.info(f"# {c['engine']} (served as {c['served_name'] or '?'}; ready: {c['ready']} within {c['ready_timeout_s']:g} s, probes {c['ready_probe_timeout_s']:g} s)")
+        if not c.get("spawned", True):  # a server parity does not start: its own start/stop commands, if any
+            out.info(f"not started by parity; answering now: {c.get('answering')}; start: {shlex.join(c['start']) if c.get('start') else 'none (it already runs)'}; stop: {shlex.join(c['stop']) if c.get('stop') else 'none'}")
+            continue
         out.info(f"env {unset} {env} {' '.join(shlex.quote(a) for a in c['argv'])}".replace("env  ", "env "))
     pf = doc["preflight"]
     out.info(f"preflight: lock {doc['lock_dir']}; gpu: {pf['gpu']}; docker: {pf['docker']}; port {doc['shape']['port']} {'free' if doc['port_free'] else 'IN USE'}")
@@ -139,7 +149,8 @@ def render_plan(out, doc: dict) -> None:
 
 
 def render_summary(out, doc: dict) -> None:
-    from parity.serving.metrics import HEADLINE, render_definitions
+    from parity.metrics.registry import render_definitions
+    from parity.metrics.serving import HEADLINE
 
     cols = ["decode_agg_tps", "decode_perseq_tps", "agg_tps", "prefill_tps", "ttft_mean_ms", "wall_s", "decode_window_s"]
     rows = [[m["engine"], m["n"], f"{m['repeats']}" + (f" (+{m['invalid_repeats']} invalid)" if m["invalid_repeats"] else ""), *(m.get(k) for k in cols)] for m in doc["medians"]]
@@ -152,6 +163,8 @@ def render_summary(out, doc: dict) -> None:
         out.table("paired block statistics (engine / reference per block; geometric mean, t interval on the logs) beside the users' rule", ["engine", "N", "metric", "ratio", "interval", "blocks", "outcome", "blocks needed", "users' rule"], paired_rows(doc))
     if doc["headline"]:
         out.info(f"headline: {doc['headline']}")
+    if doc.get("binary_gates"):
+        out.info("binary gates: " + "; ".join(f"{e}: " + (g["why"] if g["why"].startswith(g["status"]) else f"{g['status']} ({g['why']})") for e, g in doc["binary_gates"].items()))
     render_run_notes(out, doc)
     for p in doc["invalid_points"]:
         out.warn(f"INVALID {p}")
@@ -188,7 +201,7 @@ def render_run_notes(out, doc: dict) -> None:
 
 
 def render_workload(out, doc: dict) -> None:
-    from parity.serving.metrics import render_definitions
+    from parity.metrics.registry import render_definitions
 
     w, cols = doc["workload"], doc["shown"]
     rows = [[m["engine"], m["point"], f"{m['repeats']}" + (f" (+{m['invalid_repeats']} invalid)" if m["invalid_repeats"] else ""), *(m.get(k) for k in cols)] for m in doc["medians"]]
@@ -206,3 +219,16 @@ def render_workload(out, doc: dict) -> None:
         out.warn(f"COARSE STREAM {p}")
     out.info(render_definitions(cols))
     out.info(f"-> {doc['run_dir']}")
+
+
+def render_bench_plan(out, doc: dict) -> None:
+    import shlex
+
+    what = f"arms {', '.join(doc['arms'])} (reference {doc.get('reference') or 'none'}), order {doc['order']}; {doc['blocks']}" if doc.get("arms") else "one run"
+    out.info(f"bench plan: model {doc['model']}, {what}; npp {doc['npp']} ntg {doc['ntg']} npl {doc['npl']}")
+    for e, argv in doc["commands"].items():
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in doc["env"][e].items())
+        out.info(f"# {e}\n{('env ' + env + ' ') if env else ''}{' '.join(shlex.quote(str(a)) for a in argv)}")
+    from parity.cli.common import render_go
+
+    render_go(out, doc)

@@ -1,4 +1,4 @@
-"""Bytes one decode step moves, from the model file (a GGUF's header, parity.models.gguf_header).
+"""Bytes one decode step moves, from the model file (a GGUF's header, parity.gguf.header).
 
 Declared once (QUANTITIES: name, unit, formula in words); reports print these, so the figure
 and its meaning never drift apart.  `decode_bytes(model, context, n_seqs)` is the one entry.
@@ -13,6 +13,8 @@ import functools
 import os
 import re
 from dataclasses import dataclass, field
+from parity.gguf.constants import constants
+from parity.gguf.header import read_header
 
 # blk.N.ffn_{gate,up,down,gate_up}_exps.{weight,bias}: the routed experts (shared ones are _shexp)
 ROUTED = re.compile(r"^blk\.\d+\.ffn_[a-z_]*_exps\.")
@@ -59,7 +61,6 @@ def definitions() -> list[dict]:
 
 def type_bytes(type_name: str, elements: int = 1) -> float:
     """Bytes of `elements` values of a ggml type ("F16", "Q8_0", "f16"): elements / block x type size."""
-    from parity.models.gguf_constants import constants
 
     c = constants()
     t = c.GGMLQuantizationType[type_name.upper()]
@@ -117,9 +118,6 @@ def expected_experts(experts: int, used: int, n_seqs: int = 1) -> float:
 
 @functools.lru_cache(maxsize=16)
 def _parse(path: str, size: int, mtime: float) -> ModelBytes:
-    from parity.models.gguf_constants import constants
-    from parity.models.gguf_header import read_header
-
     gguf = constants()
 
     h = read_header(path)

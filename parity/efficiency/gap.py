@@ -16,6 +16,9 @@ import math
 
 from parity import results
 from parity.errors import UsageError
+from parity.stats.paired import paired
+from parity.tracer.chain import kernel_link, lines as kernel_lines, static_delta
+from parity.tracer.pairs import from_captures
 
 METHOD = ("serving = static x overhead; overhead = serving / static; intervals: paired block statistics per ratio (t interval on log "
           "ratios); the overhead's log half-width = sqrt(h_serving^2 + h_static^2) (independent sessions, log-normal ratios combined in quadrature)")  # fmt: skip
@@ -53,7 +56,6 @@ def chain(serving: dict, static: dict, engine: str = "B", reference: str = "A") 
 
 def serving_ratio(summary: dict, engine: str, reference: str, n: int, metric: str = "decode_agg_tps") -> dict:
     """{ratio, low, high} of engine/reference at N from a snapshot summary's rows (paired blocks)."""
-    from parity.stats.paired import paired
 
     ok = [r for r in summary.get("rows") or [] if r.get("valid", True) and r.get("n") == n]
     cell = lambda e: {r.get("repeat"): r.get(metric) for r in ok if r["engine"] == e}  # noqa: E731
@@ -64,7 +66,6 @@ def serving_ratio(summary: dict, engine: str, reference: str, n: int, metric: st
 def static_ratio(rows: list[dict], engine: str, reference: str, b: int, metric: str = "s_tg") -> dict:
     """{ratio, low, high} of engine/reference S_TG at B from batched-bench rows carrying
     `engine` and `repeat` (an A/B bench: rows of both engines, repeats as blocks)."""
-    from parity.stats.paired import paired
 
     ok = [r for r in rows if r.get("b") == b]
     cell = lambda e: {r.get("repeat", 0): r.get(metric) for r in ok if r.get("engine") == e}  # noqa: E731
@@ -78,13 +79,18 @@ def lines(doc: dict) -> list[str]:
         iv = f"[{lk['low']:.4f}, {lk['high']:.4f}] (+-{lk['half_width_pct']:.2f} %)" if lk["low"] is not None else "(no interval)"
         out.append(f"  {lk['link']:>8}: {lk['ratio']:.4f} {iv}  {lk['what']}")
     out.append(f"  method: {doc['method']}")
+    if doc.get("kernels"):
+        out += kernel_lines(doc["kernels"])
     return out
 
 
-def between_runs(serving_dir: str, bench_dir: str) -> dict:
+def between_runs(serving_dir: str, bench_dir: str, kernels_dir: str | None = None) -> dict:
     """`parity gap`: for the engines both runs hold (the serving run's reference and each
     other engine), at every N the serving sweep has and the batched-bench A/B ran as B,
-    the chain serving = static x overhead with each link's interval."""
+    the chain serving = static x overhead with each link's interval; with kernels_dir (a
+    paired `parity profile --engines` run of the same arms), at its npl the third link:
+    static delta = kernel bucket deltas + remainder (parity.tracer.chain)."""
+
     def load(d: str, name: str, read, what: str) -> dict:
         p = results.run_dir(d) / name
         if not p.exists():
@@ -110,6 +116,8 @@ def between_runs(serving_dir: str, bench_dir: str) -> dict:
             out.append({"n": n, **chain(serving, static, e, ref)})
     if not out and not missing:
         raise UsageError("no N of the serving sweep is a batch size B of the bench A/B (bench --npl should list the sweep's N)")
+    if kernels_dir:
+        kernels_link(out, bench, kernels_dir)
     return {"serving_run": str(serving_dir), "bench_run": str(bench_dir), "model": summary.get("model"), "bench_model": bench.get("model"), "points": out, "missing": missing, "method": METHOD}
 
 
@@ -117,3 +125,38 @@ def check_complete(doc: dict) -> None:
     """A gap with a point it cannot answer is not an answer: one line naming each (exit 2)."""
     if doc["missing"]:
         raise UsageError(f"gap incomplete: {'; '.join(doc['missing'])}" + (f" (answered at N={', '.join(str(p['n']) for p in doc['points'])})" if doc["points"] else ""))
+
+
+def kernels_link(points: list[dict], bench: dict, kernels_dir: str) -> None:
+    """Adds p["kernels"] (static = buckets + remainder) at the point whose N is the profile's npl."""
+    d = results.run_dir(kernels_dir) / "profile"
+    try:
+        pairs = results.load_json(d / "paired_buckets.json")
+        analysis = results.load_json(d / "analysis.json")
+        npl = analysis["captures"][0]["npl"]
+    except (IndexError, KeyError, TypeError, ValueError) as e:  # BadResultFile is a ValueError
+        raise UsageError(f"{kernels_dir}: not a paired profile run (parity profile --engines A,B): {e}") from None
+    hit = [p for p in points if p["n"] == npl]
+    if not hit:
+        raise UsageError(f"{kernels_dir}: the profile ran npl {npl}, which is no N of the serving sweep and B of the bench A/B")
+    if pairs.get("rows") and "ran" not in pairs["rows"][0]:  # written before buckets were marked (ran, in decode): recomputed from the captures
+
+        pairs = from_captures(analysis["captures"], analysis["difference"], pairs["reference"], pairs["candidate"], order=[r["bucket"] for r in pairs["rows"] if r["kind"] == "bucket"])
+    for p in hit:
+        p["kernels"] = kernel_link(static_delta(bench["rows"], p["engine"], p["reference"], npl), pairs, p["engine"], p["reference"])
+        p["kernels"]["steps_note"] = steps_note(bench["rows"], analysis, npl)
+
+
+def steps_note(bench_rows: list[dict], analysis: dict, npl: int) -> str | None:
+    """A line when the bench's decode steps are not the profile's: per-token costs depend on the
+    context length, so the static delta and the bucket deltas then average different positions."""
+    prof = {(d.get("ntg_short"), d.get("ntg_long")) for d in analysis.get("difference") or []}
+    pp = {w.get("pp") for c in analysis.get("captures") or [] for w in c.get("workload_rows") or []}
+    bench = {(r.get("pp"), r.get("tg")) for r in bench_rows if r.get("b") == npl}
+    if len(prof) != 1 or len(pp) != 1 or len(bench) != 1:
+        return None
+    ((short, long),), (npp,), ((bpp, btg),) = prof, pp, bench
+    if (bpp, btg) == (npp, long) and short == 0:
+        return None
+    return (f"the static delta averages the bench's decode steps 1-{btg} after a {bpp}-token prompt, the bucket deltas the profile's steps "
+            f"{short + 1}-{long} after {npp}: per-token costs that grow with the context differ between the two, and the remainder holds the difference")  # fmt: skip

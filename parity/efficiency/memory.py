@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import os
 import statistics
+from parity.gpu.memory import used_mib
+from parity.gpu.nvidia_smi import nvml_call
 
-VLLM_NOTE = "vLLM reserves gpu_memory_utilization of the device up front (weights + KV cache pool): its figure is a reservation, not what the load needs"
 
 
 def pid_tree(pid: int) -> list[int]:
@@ -53,7 +54,6 @@ def rss_mib(pids: list[int]) -> int | None:
 
 def nvml_process_mib(pids: list[int]) -> int | None:
     """Compute memory NVML attributes to these pids, summed over the GPUs (None: NVML cannot say)."""
-    from parity.gpu.nvidia_smi import nvml_call
 
     want = set(pids)
 
@@ -70,16 +70,17 @@ def nvml_process_mib(pids: list[int]) -> int | None:
     return value
 
 
+NOT_A_PROCESS = "not applicable: the server is not a process parity started (memory per process does not apply)"
+
+
 class Track:
-    def __init__(self, before: int | None, source: str, proc=None, engine=None):
+    def __init__(self, before: int | None, source: str, proc=None, note: str | None = None):
         self.before, self.source = before, source
         self.pid = getattr(proc, "pid", None)
-        self.kind = getattr(engine, "kind", None)
+        self.note = note  # what its kind says of its figures (vLLM: a reservation)
         self.samples: list[dict] = []
 
     def sample(self, label: str) -> dict:
-        from parity.gpu.memory import used_mib
-
         used, src = used_mib()
         s = {"at": label, "used_mib": used}
         if self.pid is not None:
@@ -106,29 +107,37 @@ class Track:
             "process_source": next((s.get("process_source") for s in self.samples if s.get("process_mib") is not None), None),
             "samples": self.samples,
         }
-        if self.kind == "vllm":
-            out["note"] = VLLM_NOTE
+        if self.note:
+            out["note"] = self.note
+        if self.pid is None:
+            out["process_source"] = NOT_A_PROCESS
+            out["not_applicable"] = True
         return out
 
 
-def start(before: int | None, source: str, proc=None, engine=None) -> Track:
-    t = Track(before, source, proc, engine)
+def start(before: int | None, source: str, proc=None, note: str | None = None) -> Track:
+    t = Track(before, source, proc, note)
     t.sample("ready")
     return t
 
 
 def summary(arms: list[dict], reference: str | None) -> dict | None:
     """Per engine: the median over its arms of peak and steady memory (the server's process
-    tree where every arm has it, else the device total above `before`), and engine/reference."""
+    tree where every arm of a started server has it, else the device total above `before`), and
+    engine/reference.  A server parity did not start (an endpoint) has no process: not applicable."""
     per: dict[str, list[dict]] = {}
     for a in arms:
         if isinstance(a.get("memory"), dict):
             per.setdefault(a["engine"], []).append(a["memory"])
     if not per:
         return None
-    use_proc = all(m.get("process_peak") is not None for ms in per.values() for m in ms)
+    na = {e for e, ms in per.items() if all(m.get("not_applicable") for m in ms)}
+    use_proc = all(m.get("process_peak") is not None for e, ms in per.items() if e not in na for m in ms)
     engines = {}
     for e, ms in per.items():
+        if e in na:
+            engines[e] = {"peak_mib": None, "steady_mib": None, "before_mib": ms[0].get("before"), "arms": len(ms), "source": NOT_A_PROCESS, "not_applicable": True}
+            continue
         if use_proc:
             peak, steady = [m["process_peak"] for m in ms], [m["process_steady"] for m in ms if m.get("process_steady") is not None]
         else:
@@ -143,6 +152,10 @@ def summary(arms: list[dict], reference: str | None) -> dict | None:
     for e, m in engines.items():
         if ref is None or e == reference:
             continue
+        if e in na or reference in na:
+            ratios.append({"engine": e, "reference": reference, "peak": None, "steady": None, "why": f"not applicable: {e if e in na else reference} is not a process parity started"})
+            continue
         r = lambda k: round(m[k] / ref[k], 4) if m.get(k) and ref.get(k) else None  # noqa: E731
         ratios.append({"engine": e, "reference": reference, "peak": r("peak_mib"), "steady": r("steady_mib")})
-    return {"engines": engines, "ratios": ratios, "basis": "process tree" if use_proc else "device total delta"}
+    basis = "not applicable" if len(na) == len(per) else "process tree" if use_proc else "device total delta"
+    return {"engines": engines, "ratios": ratios, "basis": basis}

@@ -11,10 +11,11 @@ roofline = achieved / peak, against the published figure and against the measure
 """
 
 from __future__ import annotations
+from parity.efficiency.bytes_per_token import QUANTITIES, decode_bytes
 
 DEFINITIONS = {
     "achieved_gbps": "decode steps/s (rate / B) x bytes one step moves (weights + B x (kv + state), see bytes_per_token) / 1e9",
-    "pct_published": "achieved_gbps / the published peak of the GPU (parity.efficiency.peak.PUBLISHED, cited) x 100",
+    "pct_published": "achieved_gbps / the published peak of the GPU (parity.gpu.bandwidth.PUBLISHED, cited) x 100",
     "pct_measured": "achieved_gbps / the measured copy bandwidth (bandwidth.json: bytes read + written / best time) x 100",
     "serving": "rate = decode_agg_tps (median of valid repeats), B = N, context = ptok + gen/2",
     "bench": "rate = S_TG of llama-batched-bench row (PP, TG, B), context = PP + TG/2",
@@ -23,7 +24,6 @@ DEFINITIONS = {
 
 def point(model_path: str, rate: float | None, n_seqs: int, context: float, bw: dict | None, kv_type: str = "f16") -> dict:
     """One point: bytes per step, achieved GB/s, % of each peak (None with a reason where there is none)."""
-    from parity.efficiency.bytes_per_token import decode_bytes
 
     b = decode_bytes(model_path, context, n_seqs, kv_type)
     out = {"n": n_seqs, "context": context, "rate_tps": rate, "bytes_per_step": b["total"], "weights": b["weights"], "kv": b["kv"], "state": b["state"], "expert_share": b["expert_share"]}
@@ -75,8 +75,6 @@ def bench(rows: list[dict], model_path: str, bw: dict | None, kv_type: str = "f1
 
 
 def _bytes_definitions() -> dict:
-    from parity.efficiency.bytes_per_token import QUANTITIES
-
     return {q.name: f"[{q.unit}] {q.formula}" for q in QUANTITIES.values()}
 
 
@@ -95,7 +93,7 @@ def lines(eff: dict | None) -> list[str]:
     for p in eff.get("points") or []:
         where = f"N={p['n']}" if eff.get("kind") == "serving" else f"PP={p.get('pp')} TG={p.get('tg')} B={p['n']}"
         if p.get("achieved_gbps") is None:
-            out.append(f"  {p.get('engine') or ''} {where}: {p.get('why')}")
+            out.append(f"  {p.get('engine') or '':>8} {where}: {p.get('why')}")
             continue
         pct = lambda v: "-" if v is None else f"{v:.2f} %"  # noqa: E731
         out.append(f"  {p.get('engine') or '':>8} {where}: {p['bytes_per_step'] / 1e6:.3f} MB/step x {p['rate_tps'] / p['n']:.1f} steps/s = {p['achieved_gbps']:.3f} GB/s"
@@ -104,36 +102,10 @@ def lines(eff: dict | None) -> list[str]:
     mem = eff.get("memory")
     if mem:
         for e, m in (mem.get("engines") or {}).items():
+            if m.get("not_applicable"):
+                out.append(f"  memory {e}: {m.get('source')}")
+                continue
             out.append(f"  memory {e}: peak {m.get('peak_mib')} MiB, steady {m.get('steady_mib')} MiB ({m.get('source')}; median of {m.get('arms')} arm(s))" + (" [reservation]" if m.get("note") else ""))
         for r in mem.get("ratios") or []:
-            out.append(f"  memory {r['engine']}/{r['reference']}: peak x{r['peak']}, steady x{r['steady']}")
+            out.append(f"  memory {r['engine']}/{r['reference']}: " + (r["why"] if r.get("why") else f"peak x{r['peak']}, steady x{r['steady']}"))
     return out
-
-
-def for_snapshot(ctx, plan, rows: list[dict], arms: list[dict]) -> dict:
-    """The snapshot summary's `efficiency`: per engine x N from the medians of valid repeats,
-    the GGUF a llama engine serves (vLLM serves the same weights), the run's bandwidth.json,
-    and memory per engine from the arms."""
-    from parity.efficiency import memory, peak
-    from parity.serving.summary import medians
-
-    doc = serving(medians(rows), snapshot_model_file(ctx, plan), plan.shape.ptok, plan.shape.gen, peak.load(ctx.run.path) if ctx.run else None)
-    mem = memory.summary(arms, plan.reference)
-    if mem:
-        doc["memory"] = mem
-    return doc
-
-
-def snapshot_model_file(ctx, plan) -> str | None:
-    import os
-
-    from parity.serving.engines import model_for
-
-    for e in plan.engines:
-        if ctx.profile.engine(e).kind == "llama":
-            try:
-                return model_for(ctx, e, plan.model)
-            except Exception:  # noqa: BLE001 - no file: the efficiency says why
-                return None
-    m = ctx.profile.models.get(plan.model)
-    return m.path if m is not None and os.path.isfile(m.path) and m.path.endswith(".gguf") else None

@@ -20,11 +20,17 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from parity.config import EngineConfig, Profile, cache_dir
+
+from parity.paths import cache_dir
 from parity.engine import cmake, patches
 from parity.engine import source as srcmod
 from parity.errors import ConfigError, InfraError, UsageError
 from parity.filelock import locked
+from parity.gpu.lock import refuse_while_held
+from parity.engine import detach as bg, mirror
+from parity.files import atomic_write_json, atomic_write_text
+from parity.paths import expand_path
+from parity.runners.local import LocalRunner
 
 OK_MARKER = "BUILD_OK"
 
@@ -56,8 +62,6 @@ class BuildResult:
 
 @functools.lru_cache(maxsize=None)
 def _version(tool: str) -> str | None:
-    from parity.runners.local import LocalRunner
-
     r = LocalRunner()
     if not r.which(tool):
         return None
@@ -73,13 +77,13 @@ def toolchain(cuda: bool) -> dict:
     return tc
 
 
-def selection(e: EngineConfig) -> patches.Selection:
+def selection(e) -> patches.Selection:
     if (e.series_until or e.series_without) and not e.series:
         raise UsageError("series_until / series_without need an engine with a series")
     return patches.Selection(e.series_until, tuple(e.series_without))
 
 
-def resolved_series_dir(e: EngineConfig, src: srcmod.Source) -> str | None:
+def resolved_series_dir(e, src: srcmod.Source) -> str | None:
     if e.series == "auto":
         if not src.series_dir:
             raise UsageError("series: auto needs a localai source (series from its patches/paged/)")
@@ -87,9 +91,9 @@ def resolved_series_dir(e: EngineConfig, src: srcmod.Source) -> str | None:
     return e.series
 
 
-def plan(profile: Profile, engine: str, extra_flags: list[str] | None = None, jobs: int | None = None) -> BuildPlan:
+def plan(profile, engine: str, extra_flags: list[str] | None = None, jobs: int | None = None) -> BuildPlan:
     e = profile.engine(engine)
-    if e.kind != "llama":
+    if not hasattr(e, "source"):  # only a kind built from a source has one (parity.engines.llama)
         raise UsageError(f"engine {engine} is a {e.kind} engine: nothing to build")
     if not e.source:
         raise UsageError(f"engine {engine} has no source to build (it uses prebuilt binaries from {e.bin_dir})")
@@ -121,13 +125,19 @@ def plan(profile: Profile, engine: str, extra_flags: list[str] | None = None, jo
 
 
 def _cached(p: BuildPlan) -> BuildResult | None:
+    """The finished build of this key; None when there is none, or its provenance does not
+    read (damaged by hand or by the disk): then it is built again, under the key's lock."""
     if (p.dir / OK_MARKER).exists() and (p.dir / "build.json").exists():
-        prov = json.loads((p.dir / "build.json").read_text())
-        return BuildResult(p.engine, p.key, p.dir / "build" / "bin", p.dir / "build", prov, True)
+        try:
+            prov = json.loads((p.dir / "build.json").read_text())
+        except (OSError, ValueError):
+            return None
+        if isinstance(prov, dict):
+            return BuildResult(p.engine, p.key, p.dir / "build" / "bin", p.dir / "build", prov, True)
     return None
 
 
-def ensure_built(profile: Profile, engine: str, runner, out, force: bool = False, extra_flags: list[str] | None = None, jobs: int | None = None) -> BuildResult:
+def ensure_built(profile, engine: str, runner, out, force: bool = False, extra_flags: list[str] | None = None, jobs: int | None = None) -> BuildResult:
     p = plan(profile, engine, extra_flags, jobs)
     if not force and (hit := _cached(p)):
         return hit
@@ -137,14 +147,11 @@ def ensure_built(profile: Profile, engine: str, runner, out, force: bool = False
         return _build(profile, p, runner, out)
 
 
-def _build(profile: Profile, p: BuildPlan, runner, out) -> BuildResult:
-    from parity.gpu.lock import held_here
-
-    if lock_dir := held_here():
-        out.warn(f"building {p.engine} while this parity holds the GPU lock {lock_dir}: nobody else can use the GPU until it compiles "
-                 "(parity builds before taking the lock; this caller did not: parity.engine.build.ensure_engines_built)")  # fmt: skip
+def _build(profile, p: BuildPlan, runner, out) -> BuildResult:
+    refuse_while_held(f"the build of {p.engine}")
     e = profile.engine(p.engine)
     t0 = time.monotonic()
+    (p.dir / OK_MARKER).unlink(missing_ok=True)  # first: a rebuild killed while removing the old one never leaves it "good"
     shutil.rmtree(p.dir, ignore_errors=True)
     p.dir.mkdir(parents=True)
     pristine = srcmod.materialize(e.source, profile.sources[e.source], runner, out)
@@ -200,7 +207,6 @@ def _build(profile: Profile, p: BuildPlan, runner, out) -> BuildResult:
         "wall_s": round(time.monotonic() - t0, 1),
         "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
-    from parity.artifacts import atomic_write_json, atomic_write_text
 
     atomic_write_json(p.dir / "build.json", prov)
     atomic_write_text(p.dir / OK_MARKER, p.key + "\n")
@@ -220,22 +226,21 @@ def _compile_slot(p: BuildPlan, out):
     the total is the same or less, since each build already uses every core.  Builds of other
     sources share little and do not wait.  Held by a lock file, so a killed build frees it."""
 
-    def waiting(f):
-        f.seek(0)
-        holder = f.read().strip() or "another parity"
+    def waiting(path):
+        try:
+            holder = path.read_text().strip() or "another parity"
+        except OSError:
+            holder = "another parity"
         out.info(f"{p.engine} ({p.key}): waiting for the build compiling now ({holder}): one compile at a time per source, so this one reuses its objects")
 
-    with locked(compile_slot_path(p), on_wait=waiting) as f:
-        f.truncate(0)
-        f.write(f"{p.engine} {p.key}, pid {os.getpid()}\n")
-        f.flush()
+    with locked(compile_slot_path(p), on_wait=waiting) as path:
+        path.write_text(f"{p.engine} {p.key}, pid {os.getpid()}\n")  # the holder's note (the lock is on the file's inode, not its text)
         yield
 
 
-def _patch(runner, p: BuildPlan, workdir: str, e: EngineConfig, out) -> tuple[patches.SeriesResult, patches.SeriesResult, dict]:
+def _patch(runner, p: BuildPlan, workdir: str, e, out) -> tuple[patches.SeriesResult, patches.SeriesResult, dict]:
     """The engine's series, its mirror invariant (pin + series == the fork's tree), then the
     source's fixups (not part of the invariant)."""
-    from parity.engine import mirror
 
     sel = selection(e)
     series = patches.apply_series(runner, workdir, p.series_dir, out, sel=sel)
@@ -264,7 +269,7 @@ def _compile(p: BuildPlan, runner, out, log, log_path) -> None:
         raise InfraError(f"build of {p.engine} failed (log: {log_path}): {res.tail(4)}")
 
 
-def tool_path(profile: Profile, engine: str, tool: str, runner, out) -> str:
+def tool_path(profile, engine: str, tool: str, runner, out) -> str:
     """A tool binary of an engine: prebuilt bin_dir first, else the cached build."""
     e = profile.engine(engine)
     if e.bin_dir:
@@ -276,30 +281,7 @@ def tool_path(profile: Profile, engine: str, tool: str, runner, out) -> str:
     return str(path)
 
 
-def ensure_engines_built(ctx, engines) -> dict[str, dict]:
-    """Build (or find in the cache) every llama engine in `engines`, BEFORE taking the GPU lock:
-    a cold build takes minutes on a CPU and much longer for CUDA, and the users' harness builds
-    before it locks.  vLLM engines and prebuilt ones (engines.X.bin_dir) have nothing to build;
-    unknown names are a UsageError.  {engine: {"key", "bin_dir", "cached"} | {"prebuilt": dir}}."""
-    done: dict[str, dict] = {}
-    for name in dict.fromkeys(e for e in engines if e):
-        e = ctx.profile.engine(name)
-        if e.kind == "vllm" and e.vllm_bin == "auto":  # the cached CPU venv: minutes on first use, before the lock too
-            from parity.serving.vllm_install import ensure_vllm
-
-            done[name] = {"vllm": str(ensure_vllm(ctx.out))}
-            continue
-        if e.kind != "llama":
-            continue
-        if e.bin_dir:
-            done[name] = {"prebuilt": e.bin_dir}
-            continue
-        r = ensure_built(ctx.profile, name, ctx.runner, ctx.out)
-        done[name] = {"key": r.key, "bin_dir": str(r.bin_dir), "cached": r.cached}
-    return done
-
-
-def dry_tool_path(profile: Profile, engine: str, tool: str, runner, out) -> str:
+def dry_tool_path(profile, engine: str, tool: str, runner, out) -> str:
     """tool_path for a dry run, which builds nothing: the cached build's path, or a placeholder
     (also when the engine's source is not on this machine, e.g. the GB10's LocalAI checkout)."""
     if profile.engine(engine).bin_dir:
@@ -311,11 +293,12 @@ def dry_tool_path(profile: Profile, engine: str, tool: str, runner, out) -> str:
     return str(hit.bin_dir / tool) if hit else f"<{tool} of {engine}: built on the first real run>"
 
 
-def llama_engines(profile: Profile) -> list[str]:
-    return [n for n, e in profile.engines.items() if e.kind == "llama" and e.source]
+def llama_engines(profile) -> list[str]:
+    """The engines built from a source (prebuilt and served-only kinds have none)."""
+    return [n for n, e in profile.engines.items() if getattr(e, "source", None)]
 
 
-def check_series(profile: Profile, engine: str, runner, out) -> dict:
+def check_series(profile, engine: str, runner, out) -> dict:
     """Apply the series (then the fixups) on a scratch copy of the pin and check the mirror invariant."""
     import tempfile
 
@@ -361,10 +344,9 @@ def check_series_lines(r: dict) -> list[str]:
     return lines
 
 
-def record_series_tree(profile: Profile, engine: str, runner, out) -> dict:
+def record_series_tree(profile, engine: str, runner, out) -> dict:
     """check_series, then record its resulting tree for this series digest and pin tree in the
     series registry (a mismatch against a fork or a constant is refused by check_series)."""
-    from parity.engine import mirror
 
     r = check_series(profile, engine, runner, out)
     if not r["series_dir"]:
@@ -372,31 +354,6 @@ def record_series_tree(profile: Profile, engine: str, runner, out) -> dict:
     how = f"matched {r['expected_from']}" if r["mirror_ok"] else "parity build --check-series --record (no fork to compare with)"
     r["recorded_in"] = str(mirror.record(r["series_digest"], r["tree_before"], r["tree_after"], len(r["patches"]), how))
     return r
-
-
-def write_builds_json(ctx, engines: list[str]) -> dict:
-    """builds.json in the run dir: provenance of every engine this run used."""
-    data = {}
-    for name in engines:
-        e = ctx.profile.engine(name)
-        if e.kind == "vllm" and e.vllm_bin == "auto":
-            from parity.serving.vllm_install import status
-
-            data[name] = {"engine": name, "kind": "vllm", "vllm": status()}  # the cached CPU venv: version, recipe, path
-            continue
-        if e.kind != "llama":
-            continue
-        if e.bin_dir:
-            data[name] = {"engine": name, "prebuilt": e.bin_dir}
-        else:
-            data[name] = ensure_built(ctx.profile, name, ctx.runner, ctx.out).provenance
-    if ctx.run:
-        try:
-            data = {**(ctx.run.read_json("builds.json") or {}), **data}
-        except (OSError, ValueError):
-            pass
-        ctx.run.write_json("builds.json", data)
-    return data
 
 
 def campaign_step(ctx, options: dict) -> dict:
@@ -408,7 +365,9 @@ def campaign_step(ctx, options: dict) -> dict:
     for n in names:
         r = ensure_built(ctx.profile, n, ctx.runner, ctx.out, force=bool(options.get("force")))
         result[n] = {"key": r.key, "bin_dir": str(r.bin_dir), "cached": r.cached, "tree_after": r.provenance.get("tree_after")}
-    write_builds_json(ctx, names)
+        if ctx.run:
+            prev = ctx.run.read_json("builds.json") if (ctx.run.path / "builds.json").is_file() else {}
+            ctx.run.write_json("builds.json", {**(prev or {}), n: r.provenance})
     return result
 
 
@@ -429,7 +388,6 @@ class BuildRequest:
 
 def build(ctx, req: BuildRequest):
     """`parity build`: build (or check, print, detach, poll) the requested engines; plain data back."""
-    from parity.engine import detach as bg
 
     if req.mode == "status":
         return bg.detached_status()
@@ -454,8 +412,6 @@ def build(ctx, req: BuildRequest):
     if req.mode != "check-series" and (req.record or req.fork or req.fork_ref):
         raise UsageError("--record, --fork and --fork-ref go with --check-series")
     if req.mode == "check-series":
-        from parity.config import expand_path
-
         for n in names:
             if req.fork:
                 ctx.profile.engine(n).fork = expand_path(req.fork)

@@ -9,8 +9,10 @@ import re
 import time
 from pathlib import Path
 
-from parity.config import cache_dir
+from parity.paths import cache_dir
+from parity.files import atomic_write_text
 from parity.engine import cmake
+from parity.gpu.lock import pid_alive
 
 
 def detach_dir() -> Path:
@@ -33,7 +35,7 @@ def start_detached(parity_args: list[str], runner) -> dict:
     tmp = done.with_suffix(".done.tmp")
     proc = runner.spawn(["sh", "-c", f"{cmd}; echo $? > {shlex.quote(str(tmp))} && mv {shlex.quote(str(tmp))} {shlex.quote(str(done))}"], log_path=str(log), detached=True)  # outlives this parity; the exit status appears whole
     doc = {"id": stamp, "pid": proc.pid, "argv": parity_args, "log": str(log), "started": stamp}
-    state.write_text(json.dumps(doc))
+    atomic_write_text(state, json.dumps(doc))  # `parity build --status` never reads half of it
     return doc
 
 
@@ -58,7 +60,6 @@ def detached_status() -> list[dict]:
     for st in sorted(detach_dir().glob("*.json")):
         doc = json.loads(st.read_text())
         done = st.with_suffix(".done")
-        from parity.gpu.lock import pid_alive
 
         alive = pid_alive(doc["pid"])  # before looking for the exit status: one written in between is then seen
         if done.exists():

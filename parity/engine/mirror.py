@@ -23,6 +23,10 @@ from pathlib import Path
 
 from parity.engine import git as gitmod
 from parity.errors import ConfigError, GateFailed, UsageError
+from parity.artifacts import now_iso
+from parity.filelock import updating
+from parity.yamledit import YamlEditError, edit
+from parity.yamlload import safe_load
 
 TREE_LEN = 40
 
@@ -40,8 +44,6 @@ def registry_path() -> Path:
 
 def _read_registry(path: Path) -> dict:
     import yaml
-
-    from parity.yamlload import safe_load
 
     if not path.exists():
         return {}
@@ -64,20 +66,26 @@ def recorded(digest: str, pin_tree: str) -> dict | None:
 
 def record(digest: str, pin_tree: str, tree: str, n_patches: int, how: str) -> Path:
     """Add or replace the (series digest, pin tree) entry in the series registry."""
-    import yaml
-
-    from parity.artifacts import atomic_write_text, now_iso
-
     for t in (pin_tree, tree):
         if not gitmod.is_tree_id(t):
             raise UsageError(f"refusing to record {t!r}: not a 40-hex git tree id")
     path = registry_path()
-    data = _read_registry(path)
-    series = data.setdefault("series", {})
-    entries = [e for e in (series.get(digest) or []) if e.get("pin_tree") != pin_tree]
-    entries.append({"pin_tree": pin_tree, "tree": tree, "patches": n_patches, "recorded": now_iso(), "how": how})
-    series[digest] = entries
-    atomic_write_text(path, yaml.safe_dump(data, sort_keys=False))
+    entry = {"pin_tree": pin_tree, "tree": tree, "patches": n_patches, "recorded": now_iso(), "how": how}
+
+    def change(data) -> None:
+        if data.get("series") is None:
+            data["series"] = {}
+        series = data["series"]
+        keep = [e for e in (series.get(digest) or []) if not (isinstance(e, dict) and e.get("pin_tree") == pin_tree)]
+        series[digest] = [*keep, dict(entry)]
+
+    with updating(path) as write:  # two recordings at once both land; the file's comments stay
+        text = path.read_text() if path.exists() else ""
+        _read_registry(path)
+        try:
+            write(edit(text, change))
+        except YamlEditError as e:
+            raise ConfigError(str(path), "series", f"cannot record the tree without changing what the file holds: {e}") from None
     return path
 
 

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from parity.artifacts import sha256_file as sha256  # the name build provenance and tests use
+from parity.files import sha256_file as sha256  # the name build provenance and tests use
 from parity.engine import git as gitmod
 from parity.errors import ConfigError, InfraError, UsageError
 

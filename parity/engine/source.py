@@ -11,14 +11,29 @@ import sys
 import tarfile
 import zipfile
 from dataclasses import dataclass
+from typing import Literal
 from pathlib import Path
 
-from parity.artifacts import sha256_file
-from parity.config import SourceConfig, cache_dir, expand_path
+from parity.files import sha256_file
+from parity.paths import cache_dir, expand_path
 from parity.errors import InfraError, UsageError
 from parity.filelock import locked
 
 _PIN = re.compile(r"^\s*LLAMA_VERSION\s*\??=\s*([0-9a-f]{7,40})\s*$", re.M)
+
+
+@dataclass
+class SourceConfig:
+    kind: Literal["git", "path", "archive", "pypi-sdist", "localai"] = "path"
+    url: str | None = None
+    pin: str | None = None
+    path: str | None = None
+    sha256: str | None = None
+    package: str | None = None  # pypi-sdist: "name==version"
+    subdir: str | None = None  # pypi-sdist/archive: where llama.cpp sits inside
+    checkout: str | None = None  # git/localai: an existing upstream clone holding the pin (instead of cloning url)
+    fixups: str | None = None  # NNNN-*.patch applied to every engine of this source, stock too, after any series
+    archive: str | None = None  # localai: llama.cpp at the pin as a `git archive` tarball (instead of url/checkout)
 
 
 @dataclass
@@ -263,7 +278,6 @@ def add_pinned_source(profile, engine: str, repo: str, commit: str) -> str:
     """Register (in this profile object) a git source: llama.cpp at `commit` of the checkout or
     bare clone `repo`, with the engine's source's fixups; returns its name.  What a build at
     another pin (a lever arm, a bisection probe over the pin) builds from."""
-    from parity.config import SourceConfig
 
     fixups = profile.sources[profile.engine(engine).source].fixups if profile.engine(engine).source else None
     name = f"pin-{commit[:12]}"

@@ -7,27 +7,23 @@ import json
 import os
 from pathlib import Path
 
-from parity.config import cache_dir
+from parity.paths import cache_dir
+from parity.engines import kind_of
+from parity.engines.base import engine_env
 from parity.errors import UsageError
+from parity.models.synth import ensure_model
+from parity.files import atomic_write_json, sha256_file as hash_file
 
 
 def path_env(ctx, engine: str, path: str | None) -> dict[str, str]:
     """engine.env + engine.paths[path] (the default path when None)."""
-    e = ctx.profile.engine(engine)
-    path = path or e.default_path
-    env = dict(e.env)
-    if path is not None:
-        if e.paths and path not in e.paths:
-            raise UsageError(f"engine {engine} has no path {path!r} (paths: {', '.join(e.paths)})")
-        env.update(e.paths.get(path, {}))
-    return env
+    return engine_env(ctx.profile, engine, path)
 
 
 def resolve_model(ctx, model: str) -> tuple[str, str]:
-    """(label, file) for a profile model name or a GGUF path."""
+    """(label, file) for a profile model name or a GGUF path (prepared before the lock: here it is
+    a lookup, parity.session.prepare made it)."""
     if model in ctx.profile.models:
-        from parity.models.synth import ensure_model
-
         return model, ensure_model(ctx.profile, model)
     p = Path(model).expanduser()
     if p.is_file():
@@ -37,9 +33,8 @@ def resolve_model(ctx, model: str) -> tuple[str, str]:
 
 
 def tool(ctx, engine: str, name: str) -> str:
-    from parity.engine.build import tool_path
-
-    return tool_path(ctx.profile, engine, name, ctx.runner, ctx.out)
+    """A llama.cpp tool of the engine (NotApplicable for a kind without llama.cpp binaries)."""
+    return kind_of(ctx.profile, engine).tool_path(ctx.profile, engine, name, ctx.runner, ctx.out)
 
 
 def gate_engine(ctx, engine: str | None) -> str:
@@ -70,7 +65,6 @@ def sha256_file(path: str) -> str:
         index = {}
     if key in index:
         return index[key]
-    from parity.artifacts import atomic_write_json, sha256_file as hash_file
 
     index[key] = hash_file(path)
 

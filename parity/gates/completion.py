@@ -6,7 +6,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 
-from parity.config import MD5_RE
+from parity.gates.canonical import MD5_RE
 
 EMPTY_MD5 = "d41d8cd98f00b204e9800998ecf8427e"
 

@@ -11,7 +11,7 @@ import hashlib
 import math
 from pathlib import Path
 
-from parity.config import cache_dir
+from parity.paths import cache_dir
 from parity.errors import ParityError, UsageError
 from parity.gates import perplexity
 from parity.gates.checks import ERROR, FAIL, NOT_RUN, PASS, Check

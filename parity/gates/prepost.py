@@ -1,6 +1,6 @@
 """Gate sets and the pre/post wrapper every benchmark runs inside.
 
-`with gated(ctx): ...` runs the gate set before (a red pre-gate stops the
+parity.session.gated runs the gate set before (a red pre-gate stops the
 benchmark), runs the body, runs it again after, and writes gates.json,
 gate_summary.tsv in the users' layout (phase check status actual expected
 details, parity.gates.summary) and gate_checks.tsv (parity's: phase check
@@ -10,12 +10,15 @@ not count.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from parity.engines import kind_of
 from parity.errors import ConfigError, GateFailed
 from parity.gates.checks import FAIL, PASS, Check, overall
 from parity.gates.run import kl_gate, md5_gate, op_gate
+from parity.options import check_step_options
+from parity.errors import UsageError
+from parity.gates import summary
 
 
 @dataclass
@@ -53,7 +56,43 @@ def gate_engines(ctx, spec: GateSpec | None = None) -> list[str]:
             names.append(g.reference_engine)
     if spec.ops or spec.kl:
         names.append(engine)
-    return [n for n in dict.fromkeys(names) if n]
+    names = [n for n in dict.fromkeys(names) if n]
+    for n in names:
+        if n in ctx.profile.engines and (note := kind_of(ctx.profile, n).binary_gates_note()):
+            raise UsageError(f"gates on engine {n}: the gates run an engine's own binaries, {note}")
+    return names
+
+
+def binary_gates(ctx, engines, spec: GateSpec | None) -> dict[str, dict]:
+    """Per engine of a measurement, whether the binary gates (md5, op-oracle, KL) ran on its own
+    binaries: {"status": gated | not run | not applicable, "why"} (not applicable: as its kind says)."""
+    g = ctx.profile.gates
+    out = {}
+    for e in engines:
+        note = kind_of(ctx.profile, e).binary_gates_note()
+        if note:
+            out[e] = {"status": "not applicable", "why": note}
+            continue
+        if spec is None:
+            out[e] = {"status": "not run", "why": "ungated run (--no-gates)"}
+            continue
+        engine = spec.engine or g.engine or next(iter(ctx.profile.engines), None)
+        ran = []
+        if spec.models and e in (spec.engines or [engine]):
+            ran.append(f"md5 of {', '.join(spec.models)}")
+        elif spec.models and not spec.expect and e == g.reference_engine:
+            ran.append("the md5 reference")
+        if e == engine:
+            ran += [f"op-oracle {', '.join(spec.ops)}"] * bool(spec.ops) + ["KL band"] * bool(spec.kl)
+        covered = gate_engines(ctx, spec)
+        out[e] = {"status": "gated", "why": "pre and post: " + "; ".join(ran)} if ran else {"status": "not run", "why": f"the gate set runs on {', '.join(covered) or 'no engine'} (gates.engine, gates.reference_engine)"}
+    return out
+
+
+def gate_models(ctx, spec: GateSpec) -> list[str]:
+    """The model files this gate set reads (md5 models, the KL models): prepared before the lock."""
+    kl = ctx.profile.gates.kl
+    return [m for m in dict.fromkeys([*spec.models, *((kl.reference, kl.candidate, kl.baseline) if spec.kl else ())]) if m]
 
 
 def _paths(ctx, spec: GateSpec, engine: str | None) -> list[str | None]:
@@ -74,7 +113,6 @@ def _engine_paths(ctx, engine: str, wanted: list[str]) -> list[str | None]:
 
 def run_gate_set(ctx, spec: GateSpec, phase: str = "gate") -> dict:
     """Run md5 (models x paths), op-oracle (ops) and KL (per path) checks."""
-    from parity.errors import UsageError
 
     checks: list[Check] = []
     engine = spec.engine or ctx.profile.gates.engine
@@ -110,7 +148,6 @@ def run_gate_set(ctx, spec: GateSpec, phase: str = "gate") -> dict:
 
 def write_summary(ctx, sets: dict[str, dict]) -> None:
     """gates.json, gate_summary.tsv (the users' layout) and gate_checks.tsv for every phase run so far."""
-    from parity.gates import summary
 
     if ctx.run is None:
         return
@@ -127,11 +164,9 @@ def _sets(ctx) -> dict:
 
 
 def run_phase(ctx, phase: str, spec: GateSpec | None = None) -> dict:
-    from parity.gpu.lock import held_lock
-
+    """One phase of the gate set; the caller holds the GPU lock (parity.session)."""
     spec = spec or GateSpec.from_profile(ctx.profile)
-    with held_lock(ctx):  # re-entrant: a caller that holds the GPU lock keeps it
-        result = run_gate_set(ctx, spec, phase)
+    result = run_gate_set(ctx, spec, phase)
     sets = _sets(ctx)
     sets[phase] = result
     write_summary(ctx, sets)
@@ -143,35 +178,9 @@ def run_phase(ctx, phase: str, spec: GateSpec | None = None) -> dict:
     return result
 
 
-@contextmanager
-def gated(ctx, spec: GateSpec | None = None, enabled: bool = True):
-    """Pre-gates, the body, post-gates (also after a failing body, not after an interrupt),
-    all under one hold of the GPU lock (re-entrant: the caller's hold when it has one)."""
-    if not enabled:
-        yield
-        return
-    from parity.gpu.lock import held_lock
-
-    with held_lock(ctx):
-        run_phase(ctx, "pre", spec)
-        try:
-            yield
-        except KeyboardInterrupt:
-            raise
-        except BaseException:
-            try:
-                run_phase(ctx, "post", spec)
-            except GateFailed:
-                pass
-            raise
-        run_phase(ctx, "post", spec)
-
-
 def spec_from_options(options: dict) -> tuple[str, dict]:
     """(phase, GateSpec overrides) from a gate step's `with:` (checked; lists may be "a,b")."""
     lists, scalars = {"models", "paths", "ops", "engines"}, {"engine", "expect", "form", "backend", "phase"}
-    from parity.campaign import check_step_options
-
     check_step_options("gate", options, lists | scalars | {"kl"})
     for k in lists & set(options):
         v = options[k]
@@ -186,17 +195,3 @@ def spec_from_options(options: dict) -> tuple[str, dict]:
         raise ConfigError("campaign", "with.kl", "expected true or false")
     phase = options.pop("phase", "gate")
     return phase, options
-
-
-def step_engines(ctx, options: dict) -> list[str]:
-    """The engines a gate step will run (the campaign builds them before its lock step)."""
-    _, over = spec_from_options(dict(options))
-    return gate_engines(ctx, GateSpec.from_profile(ctx.profile, **over))
-
-
-def campaign_step(ctx, options: dict) -> dict:
-    """kind: gate -- options {phase: pre|post|<name>, models, paths, ops, kl, engine, engines, expect, form, backend}."""
-    phase, over = spec_from_options(options)
-    spec = GateSpec.from_profile(ctx.profile, **over)
-    result = run_phase(ctx, phase, spec)
-    return {"phase": phase, "status": result["status"], "checks": [{k: c[k] for k in ("check", "expected", "got", "status")} for c in result["checks"]]}

@@ -19,9 +19,14 @@ import os
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from parity.config import CanonicalMd5, Profile, expand_path
+from parity.gates.canonical import CanonicalMd5
+
+from parity.paths import expand_path
 from parity.errors import ConfigError, GateFailed, UsageError
 from parity.gates.completion import usable_md5
+from parity.decode import decode_value, read_utf8
+from parity.files import atomic_write_bytes, atomic_write_text
+from parity.yamlload import safe_load
 
 
 def registry_path(override: str | None = None) -> Path:
@@ -30,9 +35,6 @@ def registry_path(override: str | None = None) -> Path:
 
 def _read(path: Path) -> dict:
     import yaml
-
-    from parity.config import read_utf8
-    from parity.yamlload import safe_load
 
     if not path.exists():
         return {}
@@ -47,8 +49,6 @@ def _read(path: Path) -> dict:
 
 
 def user_entries(path: Path) -> dict[str, list[CanonicalMd5]]:
-    from parity.config import decode_value  # typed decoding with the same error messages
-
     out = {}
     for model, entries in (_read(path).get("models") or {}).items():
         decoded = decode_value(list[CanonicalMd5], entries, str(path), f"models.{model}")
@@ -66,7 +66,7 @@ def _resolve(transcript: str | None, base: Path) -> str | None:
     return str(p if p.is_absolute() else base / p)
 
 
-def lookup(profile: Profile, model: str, path: str, form: str, n_predict: int, registry: str | None = None) -> CanonicalMd5 | None:
+def lookup(profile, model: str, path: str, form: str, n_predict: int, registry: str | None = None) -> CanonicalMd5 | None:
     """User registry entries win over the profile's (the newest accepted reference)."""
     candidates = list(user_entries(registry_path(registry)).get(model, []))
     if model in profile.models:
@@ -87,8 +87,6 @@ def record(model: str, entry: CanonicalMd5, kl_green: bool, transcript: bytes | 
     if not usable_md5(entry.md5):
         raise UsageError(f"refusing to record {entry.md5!r}: not the md5 of a non-empty output")
     import yaml
-
-    from parity.artifacts import atomic_write_bytes, atomic_write_text
 
     path = registry_path(registry)
     data = _read(path)

@@ -17,6 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from parity.errors import UsageError
+from parity.files import atomic_write_text
+from parity.results import check, load_json, model
+from parity.gates import registry, test_backend_ops as tbo
+from parity.gates.checks import PASS
 
 COLUMNS = ["phase", "check", "status", "actual", "expected", "details"]
 FILE = "gate_summary.tsv"  # the users' name and layout
@@ -77,7 +81,7 @@ def _details(c: dict, run_path: Path | None) -> str:
 def rows_from_sets(sets: dict[str, dict], profile, run_path: Path | None = None) -> list[list[str]]:
     """parity's gate sets (gates.json phases) as the users' rows."""
     g = profile.gates
-    defaults = {n: e.default_path for n, e in profile.engines.items()}
+    defaults = {n: getattr(e, "default_path", None) for n, e in profile.engines.items()}
     rows = []
     for phase, s in sets.items():
         for c in s.get("checks", []):
@@ -115,9 +119,6 @@ def _md5_rows(phase: str, d: Path, expected: dict[str, str]) -> list[list[str]]:
 
 
 def _op_rows(phase: str, d: Path, backend: str) -> list[list[str]]:
-    from parity.gates import test_backend_ops as tbo
-    from parity.gates.checks import PASS
-
     files = sorted(d.glob("op_*.txt"))
     if not files:
         return [[phase, "op", "missing", "", "", "no op_*.txt files"]]
@@ -153,7 +154,6 @@ class SummarizeRequest:
 
 def expected_md5s(profile, registry_file: str | None = None) -> dict[str, str]:
     """{model: canonical md5} for the profile's gate models on the gate engine's default path."""
-    from parity.gates import registry
 
     g = profile.gates
     path = profile.engines[g.engine].default_path if g.engine in profile.engines else None
@@ -173,14 +173,11 @@ def summarize(ctx, req: SummarizeRequest) -> dict:
         raise UsageError(f"{req.art}: no such artifact directory")
     gates_json = art / "gates.json"
     if gates_json.is_file():  # a parity run: the same rows its gates wrote
-        from parity.results import check, load_json, model
-
         sets = {k: v for k, v in check(load_json(gates_json), model.Gates, gates_json, "gates file").data.items() if k != "status"}
         rows = rows_from_sets(sets, ctx.profile, art)
     else:
         expected = req.expect if req.expect is not None else expected_md5s(ctx.profile, ctx.vars.get("registry"))
         rows = summarize_dir(art, expected, req.backend or ctx.profile.gates.op_backend)
-    from parity.artifacts import atomic_write_text
 
     out = art / FILE
     atomic_write_text(out, render(rows))

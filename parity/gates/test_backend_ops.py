@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from parity.gates.checks import ERROR, FAIL, PASS
 
 _ANSI = re.compile(r"\x1b?\[[0-9;]*m")  # captures that lost the ESC byte keep the rest
 # a backend log line (stderr) that may land mid-line after "  OP(params): " in a 2>&1 capture
@@ -116,7 +117,6 @@ def argv(binary: str, op: str, backend: str, params: str | None = None) -> list[
 def verdict(run: OpsRun, backend: str, rc: int | None) -> tuple[str, str, str]:
     """(status, got, detail) for one op on one backend: pass only on seen evidence.  rc None: the
     exit code was not recorded (an old artifact), so only the text can show the pass."""
-    from parity.gates.checks import ERROR, FAIL, PASS
 
     b = run.backend(backend)
     if b is None:

@@ -4,6 +4,9 @@
 from __future__ import annotations
 
 from parity.gpu import nvidia_smi
+from parity.errors import UsageError
+from parity.files import atomic_write_json, atomic_write_text
+from parity.gpu.bandwidth import write_bandwidth
 
 # compute-capability major -> class; 8.x and 7.x split on the minor below
 _MAJOR = {12: "gb10_or_workstation_blackwell", 11: "thor_blackwell", 10: "datacenter_blackwell", 9: "hopper"}
@@ -148,14 +151,12 @@ def render(info: dict) -> str:
 def write_hardware(ctx, bandwidth: bool = True) -> dict:
     """Inventory -> hardware.txt + hardware.json in ctx.run (when there is one); warns on a class
     other than the profile's hardware_class.  Call before any server starts.  bandwidth: also
-    bandwidth.json, the published and measured memory bandwidth (parity.efficiency.peak)."""
+    bandwidth.json, the published and measured memory bandwidth (parity.gpu.bandwidth)."""
     info = inventory(ctx.runner)
     if ctx.run is not None:
         ctx.run.write_text("hardware.txt", render(info))
         ctx.run.write_json("hardware.json", info)
         if bandwidth:
-            from parity.efficiency.peak import write_bandwidth
-
             write_bandwidth(ctx, info)
     expected = ctx.profile.hardware_class
     if expected and info["hardware_class"] != expected:
@@ -168,9 +169,6 @@ def hw(ctx, out_dir: str | None = None) -> dict:
     info = inventory(ctx.runner)
     if out_dir:
         from pathlib import Path
-
-        from parity.artifacts import atomic_write_json, atomic_write_text
-        from parity.errors import UsageError
 
         d = Path(out_dir)
         try:

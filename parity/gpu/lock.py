@@ -38,9 +38,13 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from parity.config import LockConfig
+from parity.gpu.lock_config import LockConfig
 from parity.errors import InfraError, UsageError
 from parity.gpu.preflight import preflight  # noqa: F401  (public: parity.gpu.lock.preflight)
+from parity.artifacts import RunDir
+from parity.options import positive_seconds
+from parity.runners import lifetime
+from parity.runners.local import add_group_listener, remove_group_listener
 
 ENV_HELD = "PARITY_GPU_LOCK"  # "<dir>\t<owner record>" inherited by the children of a holder
 _HELD_HERE: list = []  # the GpuLocks this process took (holding() pushes and pops)
@@ -49,6 +53,17 @@ _HELD_HERE: list = []  # the GpuLocks this process took (holding() pushes and po
 def held_here() -> str | None:
     """The dir of the GPU lock this process took and still holds (None: none, or only inherited)."""
     return str(_HELD_HERE[-1].dir) if _HELD_HERE else None
+
+
+class PreparedUnderLock(InfraError):
+    """A build, a model synthesis or an install started while this process holds the GPU lock."""
+
+
+def refuse_while_held(what: str) -> None:
+    """Preparation (builds, models, installs) runs before the lock (parity.session.prepare):
+    a compile or a download must never hold the shared GPU.  Called where the work starts."""
+    if lock_dir := held_here():
+        raise PreparedUnderLock(f"internal: {what} started while this parity holds the GPU lock {lock_dir}; parity prepares everything before it locks (parity.session.prepare) -- a bug, please report it")
 AUTO, BREAK = "auto", "break-stale"
 
 
@@ -412,7 +427,6 @@ class GpuLock:
     def _stop_leftovers(self, st: LockState) -> list[int]:
         """Kill what a dead holder left running (its recorded groups, and every process that
         inherited its record) and wait until it is gone; returns the pids still alive."""
-        from parity.runners import lifetime
 
         # what inherited the dead holder's record is its own: killed.  A member of a recorded
         # group without it (a tool that cleared its environment) is waited for, not killed,
@@ -517,7 +531,6 @@ def wait_and_acquire(
 ) -> dict:
     """Poll until the lock is free AND the GPU idle for lock.idle_checks consecutive checks,
     then take it (acquire=False: just return).  Timeout -> InfraError.  Returns the last check."""
-    from parity.config import positive_seconds
 
     cfg = lock.cfg
     timeout = cfg.timeout_s if timeout is None else positive_seconds(timeout, "lock timeout")
@@ -561,7 +574,6 @@ def holding(lock: GpuLock, runner, out, timeout: float | None = None, break_stal
     if lock.adopt_inherited():
         yield {"inherited": True, "lock": f"held by the parent process: {lock.record}"}
         return
-    from parity.runners.local import add_group_listener, remove_group_listener
 
     old_env = os.environ.get(ENV_HELD)
     with sigterm_as_interrupt():
@@ -610,20 +622,7 @@ def settle_reclaimed(lock: GpuLock, artifacts_root, out) -> None:
     o = lock.reclaimed.owner if lock.reclaimed else None
     if not o or not o.run or artifacts_root is None:
         return
-    from parity.artifacts import RunDir
 
     rd = RunDir(Path(artifacts_root).expanduser() / o.run)
     if rd.manifest_path.is_file() and rd.settle(f"the GPU lock reclaim by {lock.who}"):
         out.warn(f"run {rd.path} of the dead lock holder marked interrupted")
-
-
-def campaign_step(ctx, options: dict) -> dict:
-    """kind: lock -- take the GPU lock for the rest of the campaign (released when it ends)."""
-    bad = set(options) - {"timeout_s", "break_stale"}
-    if bad:
-        raise UsageError(f"lock step: unknown option {sorted(bad)[0]} (known: timeout_s, break_stale)")
-    from parity.config import positive_seconds
-
-    timeout = positive_seconds(options["timeout_s"], "lock step with.timeout_s") if options.get("timeout_s") is not None else None
-    lock = ctx.cleanup.enter_context(held_lock(ctx, timeout, bool(options.get("break_stale"))))
-    return {"owner": lock.record, "dir": str(lock.dir), "inherited": lock.inherited}

@@ -9,6 +9,9 @@ import time
 from dataclasses import dataclass, field
 
 from parity.errors import InfraError, UsageError
+from parity.gpu.lock import GpuLock, holding, hostname, pid_alive, settle_reclaimed, wait_and_acquire, whoami
+from parity.gpu.preflight import preflight
+from parity.options import positive_seconds
 
 
 @dataclass
@@ -26,9 +29,6 @@ class LockRequest:
 
 
 def _lock(ctx, req: LockRequest, who=None, run_id=None):
-    from parity.config import positive_seconds
-    from parity.gpu.lock import GpuLock
-
     if req.timeout is not None:
         req.timeout = positive_seconds(req.timeout, "--timeout")
 
@@ -40,8 +40,6 @@ def _run_id(kind: str) -> str:
 
 
 def status(ctx, req: LockRequest) -> dict:
-    from parity.gpu.preflight import preflight
-
     lock = _lock(ctx, req)
     st = lock.read()
     pf = preflight(ctx.runner, ctx.profile.lock)
@@ -50,16 +48,12 @@ def status(ctx, req: LockRequest) -> dict:
 
 
 def acquire(ctx, req: LockRequest) -> dict:
-    from parity.gpu.lock import pid_alive, settle_reclaimed, wait_and_acquire
-
     owner, pid, timeout, break_stale = req.owner, req.pid, req.timeout, req.break_stale
     if pid is not None and (pid <= 0 or not pid_alive(pid)):
         raise UsageError(f"--pid {pid}: no such live process on this host")
     lock = _lock(ctx, req, who=owner, run_id=_run_id("acquire"))
     try:
         if req.no_wait:
-            from parity.gpu.preflight import preflight
-
             pf = preflight(ctx.runner, ctx.profile.lock)
             if not pf["idle"]:
                 raise InfraError(f"GPU not idle: gpu: {pf['gpu']}; docker: {pf['docker']}")
@@ -78,8 +72,6 @@ def acquire(ctx, req: LockRequest) -> dict:
 
 
 def release(ctx, req: LockRequest) -> dict:
-    from parity.gpu.lock import hostname, pid_alive, whoami
-
     owner, force = req.owner, req.force
     lock = _lock(ctx, req, who=owner)
     st = lock.read()
@@ -99,8 +91,6 @@ def release(ctx, req: LockRequest) -> dict:
 
 
 def wait(ctx, req: LockRequest) -> dict:
-    from parity.gpu.lock import wait_and_acquire
-
     lock = _lock(ctx, req)
     info = wait_and_acquire(lock, ctx.runner, ctx.out, req.timeout, req.break_stale, acquire=False)
     return {"dir": str(lock.dir), "free_and_idle": True, **info}
@@ -108,7 +98,6 @@ def wait(ctx, req: LockRequest) -> dict:
 
 def run(ctx, req: LockRequest) -> dict:
     """Hold the lock exactly while the command runs, its output streamed through; {"rc", ...}."""
-    from parity.gpu.lock import holding, settle_reclaimed
 
     cmd = list(req.command[1:] if req.command and req.command[0] == "--" else req.command)
     if not cmd:

@@ -14,11 +14,10 @@ import time
 from pathlib import Path
 
 from parity.errors import InfraError
+from parity.gpu.nvidia_smi import nvml_call
 
 
 def nvml_used_mib() -> int | None:
-    from parity.gpu.nvidia_smi import nvml_call
-
     def query(nv):
         total = 0
         for i in range(nv.nvmlDeviceGetCount()):

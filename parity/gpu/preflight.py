@@ -11,12 +11,11 @@ judged by parity.gpu.lock; wait_and_acquire combines both."""
 
 from __future__ import annotations
 
-from parity.config import LockConfig
+from parity.gpu.lock_config import LockConfig
+from parity.gpu import docker, nvidia_smi
 
 
 def gpu_check(runner, cfg: LockConfig) -> dict:
-    from parity.gpu import nvidia_smi
-
     apps, src = nvidia_smi.compute_apps(runner)
     if apps is None:
         idle = cfg.nvidia_smi_missing == "idle"
@@ -29,8 +28,6 @@ def gpu_check(runner, cfg: LockConfig) -> dict:
 
 
 def docker_check(runner, cfg: LockConfig) -> dict:
-    from parity.gpu import docker
-
     d = docker.running(runner)
     if d.state == "ok":
         only = cfg.docker_busy_only_matching

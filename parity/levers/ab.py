@@ -21,7 +21,26 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from parity import session
+from parity.engines import kind_of
 from parity.errors import UsageError
+from parity.options import check as check_options
+from parity.artifacts import slugify
+from parity.bench.ab import budget_for, plan_ab, run_ab
+from parity.bench.batched_bench import argv
+from parity.bench.request import BenchRequest
+from parity.context import run_session
+from parity.engine import patches
+from parity.engine.build import dry_tool_path, plan
+from parity.gates.common import path_env
+from parity.gpu.hardware import inventory
+from parity.gpu.lock import effective_dir, preflight
+from parity.levers import arms as armsmod, gates as gatesmod, map as levermap
+from parity.levers.gates import check_lossy
+from parity.levers.map import describe
+from parity.levers.report import write_report
+from parity.serving.snapshot import SnapshotRequest, make_plan, run_snapshot
+from parity.stats import family
 from parity.results import write_summary
 
 GO, NO_GO, FLAT, INCONCLUSIVE = "GO", "NO-GO", "FLAT", "INCONCLUSIVE"
@@ -48,7 +67,7 @@ class ABRequest:
     npp: list[int] | None = None
     ntg: list[int] | None = None
     repeat: int | None = None
-    until_ci: float | None = None
+    until_ci: float | str | None = None  # PCT, or METRIC=PCT,... (serving) / s_tg=PCT
     max_repeats: int | None = None
     budget_s: float | None = None
     order: str | None = None
@@ -57,6 +76,7 @@ class ABRequest:
     post_gates: bool = True
     map: str | None = None  # None: levers.map, else <artifacts>/lever_map.yaml
     dry_run: bool = False
+    aa: bool = False  # the arms are identical on purpose (an A/A of this setup)
 
 
 def base_engine(profile, engine: str | None) -> str:
@@ -64,7 +84,7 @@ def base_engine(profile, engine: str | None) -> str:
         profile.engine(engine)
         return engine
     cands = [profile.gates.engine] if profile.gates.engine else []
-    cands += [n for n, e in profile.engines.items() if e.kind == "llama"]
+    cands += [n for n in profile.engines if kind_of(profile, n).variants]
     if not cands:
         raise UsageError(f"profile {profile.name} has no llama engine to take as arm A (--engine)")
     return cands[0]
@@ -88,9 +108,6 @@ def gate_plan(profile, arm: str, req: ABRequest) -> tuple[list[str], list[str | 
 
 def context_facts(ctx, arm_a: str) -> dict:
     """hardware class (this machine's), pin and series digest of arm A: the map's identity of a row."""
-    from parity.engine import patches
-    from parity.engine.build import plan
-    from parity.gpu.hardware import inventory
 
     facts = {"hardware_class": inventory(ctx.runner)["hardware_class"], "pin": None, "series_digest": None}
     try:
@@ -177,10 +194,10 @@ def _decide(gate: dict | None, cells: list[dict], metric: str) -> dict:
 def prepare(ctx, req: ABRequest) -> dict:
     """Everything checked before a run dir exists: the lever, the arms (profile copy on ctx),
     builds planned (unknown patch numbers fail here), gates, map row.  Raises UsageError."""
-    from parity.levers import arms as armsmod
-    from parity.levers import map as levermap
-    from parity.levers.gates import check_lossy
 
+    check_options(repeat=req.repeat, until_ci=req.until_ci, max_repeats=req.max_repeats, budget_s=req.budget_s, order=req.order)
+    if req.reopen is not None and not req.reopen.strip():
+        raise UsageError("--reopen: give the reason this closed lever is measured again (it is recorded in the map)")
     lever = armsmod.make_lever(req.env, req.series_without, req.series_until, req.series, req.name, req.pin, req.repo)
     base = base_engine(ctx.profile, req.engine)
     armsmod.resolve_pin(ctx.profile, base, lever, ctx.runner, ctx.out)
@@ -191,11 +208,18 @@ def prepare(ctx, req: ABRequest) -> dict:
     if req.model:
         prof.model(req.model)
     builds = {arm: armsmod.check_build(prof, arm) for arm in (arm_a, arm_b)}
+    same = armsmod.identical(prof, arm_a, arm_b, builds)
+    if same and not req.aa:
+        raise UsageError(f"{lever.derived_name()}: {same}; for an A/A on purpose (the noise floor of this setup) give --aa")
+    if not same and req.aa:
+        raise UsageError(f"--aa: the arms differ ({lever.changes(arm_a)}): an A/A needs a lever that leaves arm B equal to arm A")
     models, paths = gate_plan(prof, arm_a, req)
+    measure_plan(ctx, req, arm_a, arm_b, lever)  # the measurement's own checks (order, stop rule, shape), as the real run makes them
     facts = context_facts(ctx, arm_a)
     map_path = levermap.default_path(prof, ctx.artifacts_root) if not req.map else Path(os.path.expanduser(req.map))
     rows = levermap.load(map_path)
-    name = lever.label()
+    levermap.check_writable(map_path)  # the row lands after the measurement: find out now, not then
+    name = lever.label() if lever.name or not req.aa else f"{lever.label()} (A/A)"  # an A/A row never closes the real lever
     same = levermap.matching(rows, name, facts["hardware_class"], facts["pin"])
     closed = levermap.closing_row(rows, name, facts["hardware_class"], facts["pin"])
     return {"lever": lever, "name": name, "arm_a": arm_a, "arm_b": arm_b, "builds": builds, "gate_models": models, "gate_paths": paths, "facts": facts,
@@ -204,10 +228,6 @@ def prepare(ctx, req: ABRequest) -> dict:
 
 def dry_run(ctx, req: ABRequest, p: dict) -> dict:
     """What a real run would build, gate, measure, lock and check in the map; starts nothing."""
-    from parity.engine.build import dry_tool_path
-    from parity.gates.common import path_env
-    from parity.gpu.lock import effective_dir, preflight
-    from parity.serving.batched_bench import argv
 
     prof = ctx.profile
     a, b = p["arm_a"], p["arm_b"]
@@ -220,8 +240,6 @@ def dry_run(ctx, req: ABRequest, p: dict) -> dict:
     else:
         measure = {"kind": "batched-bench", "model": model, "npp": npp, "ntg": ntg, "npl": npl, "reference": a, "metric": BENCH_HEADLINE,
                    "commands": {arm: {"env": path_env(ctx, arm, None), "argv": argv(dry_tool_path(prof, arm, "llama-batched-bench", ctx.runner, ctx.out), mf, npp, ntg, npl, bench)} for arm in (a, b)}}  # fmt: skip
-    from parity.serving.batched_bench import BenchRequest
-    from parity.serving.bench_ab import budget_for
 
     measure["blocks"] = budget_for(BenchRequest(repeat=req.repeat, until_ci=req.until_ci, max_repeats=req.max_repeats, budget_s=req.budget_s), prof.stats, 2).describe()
     closed = p["closed"]
@@ -239,44 +257,34 @@ def dry_run(ctx, req: ABRequest, p: dict) -> dict:
 
 
 def levermap_describe(row: dict) -> str:
-    from parity.levers.map import describe
-
     return describe(row)
 
 
 def run(ctx, req: ABRequest) -> dict:
     """`parity ab`: the plan (--dry-run) or a run directory with the gated, measured lever."""
-    from parity.levers import map as levermap
 
     p = prepare(ctx, req)
     if req.dry_run:
         return dry_run(ctx, req, p)
     levermap.refuse_if_closed(p["map_rows"], p["name"], p["facts"]["hardware_class"], p["facts"]["pin"], req.reopen, p["map_path"])
-    from parity.artifacts import slugify
-    from parity.context import run_session
 
     with run_session(ctx, "ab", f"ab-{slugify(p['name'])[:40]}"):
-        doc = session(ctx, req, p)
+        doc = measure_lever(ctx, req, p)
         return doc
 
 
-def session(ctx, req: ABRequest, p: dict) -> dict:
-    from parity.engine.build import ensure_engines_built
-    from parity.gpu.hardware import write_hardware
-    from parity.gpu.lock import held_lock
-    from parity.levers import gates as gatesmod
-    from parity.levers import map as levermap
-    from parity.levers.report import write_report
-
+def measure_lever(ctx, req: ABRequest, p: dict) -> dict:
     a, b = p["arm_a"], p["arm_b"]
     lever = p["lever"]
     ctx.out.info(f"[ab] lever {p['name']}: A = {a}, B = {b} ({lever.changes(a)})")
-    built = ensure_engines_built(ctx, [a, b])  # before the shared GPU is taken
+    kl = ctx.profile.gates.kl
+    models = [*p["gate_models"], req.model or ctx.profile.serving.model, *((kl.reference, kl.candidate or ctx.profile.serving.model) if req.lossy else ())]
+    built = session.prepare(ctx, [a, b], models)  # builds and model files, before the shared GPU is taken
     for arm in (a, b):
-        ctx.out.info(f"[ab] {arm}: build {built[arm].get('key') or built[arm]} ({'cached' if built[arm].get('cached') else 'built now'})")
+        bld = built[arm]
+        ctx.out.info(f"[ab] {arm}: " + (f"prebuilt {bld['prebuilt']}" if "prebuilt" in bld else f"build {bld.get('key')} ({'cached' if bld.get('cached') else 'built now'})"))
     phases = []
-    with held_lock(ctx):
-        hw = write_hardware(ctx)
+    with session.measuring(ctx, [a, b]) as hw:
         phases.append(gatesmod.run_gates(ctx, a, b, p["gate_models"], p["gate_paths"], req.lossy, "pre-"))
         # kept if the measurement fails or is interrupted; replaced by the verdict below
         write_summary(ctx.run, {"kind": "lever-ab", "lever": p["name"], "arms": {"A": a, "B": b}, "verdict": None, "state": "measuring",
@@ -286,7 +294,8 @@ def session(ctx, req: ABRequest, p: dict) -> dict:
             phases.append(gatesmod.run_gates(ctx, a, b, p["gate_models"], p["gate_paths"], req.lossy, "post-"))
     gate = gatesmod.verdict(phases, req.lossy)
     metric = BENCH_HEADLINE if not req.serving else ctx.profile.stats.metrics[0]
-    cells = measure_cells(measured, req.serving, metric)
+    # the verdict reads every point: Holm over them keeps an A/A's chance of any claim at alpha
+    cells = family.adjust(measure_cells(measured, req.serving, metric), 1 - ctx.profile.stats.confidence)
     dec = decide(gate, cells, metric, expected_points(measured, req.serving))
     if measured.get("invalid_points"):  # left out of the paired statistics (parity.serving.summary), said beside the verdict
         dec["why"] += f"; {len(measured['invalid_points'])} invalid serving point(s) left out, first: {measured['invalid_points'][0]}"
@@ -298,6 +307,7 @@ def session(ctx, req: ABRequest, p: dict) -> dict:
         **facts, "builds": {arm: built[arm] for arm in (a, b)}, "verdict": dec["verdict"], "why": dec["why"], "key": dec["key"], "missing": dec["missing"],
         "gates": {**gate, "phases": [{k: v for k, v in ph.items()} for ph in phases]}, "lossy": req.lossy,
         "measurement": {"kind": "serving" if req.serving else "batched-bench", "metric": metric, "points": [_cell(c) for c in cells],
+                        "family": {"method": family.METHOD, "line": family.family_line(cells, f"{metric} at every point")},
                         "blocks": measured.get("blocks"), "stop": measured.get("stop"), "order": measured.get("order"),
                         "file": "serving_summary.json" if req.serving else "bench.json", "invalid_points": measured.get("invalid_points") or []},
         "reopen": req.reopen, "reopens": levermap.describe(p["closed"]) if p["closed"] else None, "map": str(p["map_path"]), "run_dir": run_dir,
@@ -308,35 +318,45 @@ def session(ctx, req: ABRequest, p: dict) -> dict:
            "series_digest": facts["series_digest"], "verdict": dec["verdict"], "key_number": dec["key"]["text"], "metric": metric, "point": dec["key"]["point"],
            "ratio": dec["key"]["ratio"], "low": dec["key"]["low"], "high": dec["key"]["high"], "gates": gate["summary"], "gate_kind": gate["kind"],
            "artifact": run_dir, "report": doc["report"], "date": levermap.today(), "reopen": req.reopen, "reopens": doc["reopens"]}  # fmt: skip
-    rows = levermap.append(p["map_path"], row)
-    doc["map_markdown"] = str(levermap.write_markdown(p["map_path"], rows))
+    levermap.append(p["map_path"], row, markdown=True)
+    doc["map_markdown"] = str(levermap.markdown_path(p["map_path"]))
     write_summary(ctx.run, doc)
     ctx.out.info(f"[ab] {dec['verdict']}: {dec['key']['text']}; {dec['why']}")
     return doc
 
 
 def _cell(c: dict) -> dict:
-    keep = ("point", "ratio", "low", "high", "outcome", "n_blocks", "ratios", "blocks", "half_width_pct", "blocks_needed", "reason", "threshold_pct")
+    keep = ("point", "ratio", "low", "high", "outcome", "n_blocks", "ratios", "blocks", "half_width_pct", "blocks_needed", "reason", "threshold_pct", "family")
     return {k: c.get(k) for k in keep}
 
 
-def measure(ctx, req: ABRequest, a: str, b: str, lever) -> dict:
-    """Both arms in paired blocks under the held lock: batched-bench (parity.serving.bench_ab) or
-    the serving sweep (parity.serving.snapshot, no gates of its own: the arms' gates are ours)."""
+def measure_requests(ctx, req: ABRequest, a: str, b: str, lever):
+    """(serving request, bench request) of the measurement, one of them None: what measure() runs."""
     allow = [k for k in lever.env if k in ctx.profile.policy.forbidden_bench_env]  # the lever's own env is the point of arm B, not a knob to refuse
     if req.serving:
-        from parity.serving.snapshot import SnapshotRequest, make_plan, run_snapshot
+        return SnapshotRequest(npl=req.npl, engines=[a, b], model=req.model, repeat=req.repeat, order=req.order, gates=False, allow_env=allow,
+                               until_ci=req.until_ci, max_repeats=req.max_repeats, budget_s=req.budget_s), None  # fmt: skip
+    return None, BenchRequest(engines=[a, b], model=req.model, npp=req.npp, ntg=req.ntg, npl=req.npl, allow_env=allow, repeat=req.repeat, until_ci=req.until_ci,
+                              max_repeats=req.max_repeats, budget_s=req.budget_s, order=req.order)  # fmt: skip
 
-        sreq = SnapshotRequest(npl=req.npl, engines=[a, b], model=req.model, repeat=req.repeat, order=req.order, gates=False, allow_env=allow,
-                               until_ci=req.until_ci, max_repeats=req.max_repeats, budget_s=req.budget_s)  # fmt: skip
-        doc = run_snapshot(ctx, make_plan(ctx, sreq), gates=False, allow_env=allow)
+
+def measure_plan(ctx, req: ABRequest, a: str, b: str, lever) -> None:
+    """Every check the measurement makes, before anything runs (the serving plan, or the bench A/B's)."""
+    sreq, breq = measure_requests(ctx, req, a, b, lever)
+    if sreq is not None:
+        make_plan(ctx, sreq)
+    else:
+        plan_ab(ctx, breq)
+
+
+def measure(ctx, req: ABRequest, a: str, b: str, lever) -> dict:
+    """Both arms in paired blocks under the held lock: batched-bench (parity.bench.ab) or
+    the serving sweep (parity.serving.snapshot, no gates of its own: the arms' gates are ours)."""
+    sreq, breq = measure_requests(ctx, req, a, b, lever)
+    if sreq is not None:
+        doc = run_snapshot(ctx, make_plan(ctx, sreq), gates=False, allow_env=sreq.allow_env)
         src = ctx.run.file("summary.json")
         if src.exists():
             src.replace(ctx.run.file("serving_summary.json"))  # summary.json is the lever's
         return doc
-    from parity.serving.bench_ab import run_ab
-    from parity.serving.batched_bench import BenchRequest
-
-    breq = BenchRequest(engines=[a, b], model=req.model, npp=req.npp, ntg=req.ntg, npl=req.npl, allow_env=allow, repeat=req.repeat, until_ci=req.until_ci,
-                        max_repeats=req.max_repeats, budget_s=req.budget_s, order=req.order)  # fmt: skip
     return run_ab(ctx, breq)

@@ -13,7 +13,14 @@ import copy
 import re
 from dataclasses import dataclass, field, replace
 
+from parity.engines import kind_of
 from parity.errors import UsageError
+from parity.bisect import upstream
+from parity.bisect.common import repo_of, series_dir
+from parity.engine.build import OK_MARKER, plan, selection
+from parity.engine.patches import patch_number as checked
+from parity.engine.source import add_pinned_source
+from parity.paths import expand_path
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 ARM_B_SUFFIX = "+lever"
@@ -83,7 +90,6 @@ def parse_env(items: list[str] | None) -> dict[str, str]:
 
 def patch_number(value: str, flag: str) -> str:
     """The number as written (the lever's name keeps it), checked by the series' own rule."""
-    from parity.engine.patches import patch_number as checked
 
     checked(value, flag)
     return str(value).strip()
@@ -105,19 +111,15 @@ def make_lever(env: list[str] | None, series_without: list[str] | None, series_u
 def derive(profile, base: str, lever: Lever):
     """(profile copy with arm B added, arm A name, arm B name).  The copy's serving reference is
     arm A, so every ratio reads B/A.  Bad combinations are one-line UsageErrors."""
-    from parity.config import expand_path
 
     e = profile.engine(base)
-    if e.kind != "llama":
+    if not kind_of(profile, base).variants:
         raise UsageError(f"engine {base} is a {e.kind} engine: a lever A/B needs a llama engine (its build and env)")
     if lever.builds():
         if e.bin_dir:
             raise UsageError(f"engine {base} uses prebuilt binaries ({e.bin_dir}): a build lever needs an engine parity builds (a source)")
         if not (e.series or lever.series):
             raise UsageError(f"engine {base} has no patch series: --series-without / --series-until need one (or give --series DIR)")
-    if not lever.builds() and all(e.env.get(k) == v and all(pe.get(k, v) == v for pe in e.paths.values()) for k, v in lever.env.items()):
-        raise UsageError(f"--env {' '.join(f'{k}={v}' for k, v in lever.env.items())}: engine {base} already runs with it, arm B would be arm A "
-                         f"(for an A/A of one build: parity bench --aa --engines {base})")  # fmt: skip
     prof = copy.deepcopy(profile)
     # the lever's env wins over the engine's and every path's own (a path's env is applied last)
     paths = {p: {**penv, **lever.env} for p, penv in e.paths.items()}
@@ -127,7 +129,6 @@ def derive(profile, base: str, lever: Lever):
     if lever.builds():
         series = expand_path(lever.series) if lever.series else e.series
         if lever.pin:  # the base's series (auto = the localai source's) applied at the other commit
-            from parity.bisect.common import series_dir
 
             series = series if lever.series else series_dir(profile, base)
         without = [*e.series_without, *(n for n in lever.series_without if n not in e.series_without)]
@@ -136,8 +137,6 @@ def derive(profile, base: str, lever: Lever):
     else:
         b.description = f"{base} with {lever.changes(base)}"
     if lever.pin:
-        from parity.engine.source import add_pinned_source
-
         b = replace(b, source=add_pinned_source(prof, base, lever.repo_path, lever.pin_commit))
     name_b = base + ARM_B_SUFFIX
     prof.engines[name_b] = b
@@ -145,12 +144,33 @@ def derive(profile, base: str, lever: Lever):
     return prof, base, name_b
 
 
+def measured_env(e) -> dict[str, str]:
+    """The env an engine is measured with: its own, then its default path's (which wins)."""
+    return {**e.env, **(e.paths.get(e.default_path, {}) if e.default_path is not None else {})}
+
+
+def identical(profile, a: str, b: str, builds: dict) -> str | None:
+    """Why arm B is arm A (the same build and the same measured env), or None when they differ.
+    builds: check_build of each arm."""
+    ea, eb = profile.engine(a), profile.engine(b)
+    if builds.get(a) is None or builds.get(a) != builds.get(b):
+        return None
+    ba = builds[a]
+    if not ba.get("key") and not ba.get("prebuilt"):
+        return None
+    env_a, env_b = measured_env(ea), measured_env(eb)
+    if env_a != env_b:
+        return None
+    where = f"path {ea.default_path}" if ea.default_path is not None else "its env"
+    build = f"build {ba['key']}" if ba.get("key") else f"prebuilt {ba['prebuilt']}"
+    env = " ".join(f"{k}={v}" for k, v in sorted(env_a.items())) or "no env"
+    return f"arm B would be arm A: the same {build} and the same env on {where} ({env})"
+
+
 def resolve_pin(profile, base: str, lever: Lever, runner, out=None) -> None:
     """--pin REF of --repo (or the engine's source checkout / url) -> a commit and a local repo."""
     if not lever.pin:
         return
-    from parity.bisect import upstream
-    from parity.bisect.common import repo_of
 
     repo = upstream.repository(repo_of(profile, base, lever.repo), runner, out)
     lever.repo_path, lever.pin_commit = str(repo), upstream.commit_of(repo, lever.pin, runner)
@@ -159,7 +179,6 @@ def resolve_pin(profile, base: str, lever: Lever, runner, out=None) -> None:
 def check_build(profile, arm: str) -> dict:
     """Plan arm's build now (an unknown patch number or series directory is a one-line
     UsageError before anything runs): {key, cached, series_selection, patches}."""
-    from parity.engine.build import OK_MARKER, plan, selection
 
     e = profile.engine(arm)
     if e.bin_dir or not e.source:

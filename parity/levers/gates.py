@@ -9,6 +9,10 @@ still recorded, as evidence, not as the gate)."""
 from __future__ import annotations
 
 from parity.errors import UsageError
+from parity.gates.common import resolve_model, save
+from parity.gates.completion import first_divergence
+from parity.gates.kl import DEFAULT_TEXT, band, kl_run, reference_logits
+from parity.gates.md5 import greedy, run_problem
 
 
 def check_lossy(profile) -> None:
@@ -21,9 +25,6 @@ def check_lossy(profile) -> None:
 
 def md5_pairs(ctx, arm_a: str, arm_b: str, models: list[str], paths: list[str | None], tag: str) -> list[dict]:
     """Per model x path: both arms' greedy md5, and whether they are equal."""
-    from parity.gates.common import resolve_model, save
-    from parity.gates.completion import first_divergence
-    from parity.gates.md5 import greedy, run_problem
 
     g = ctx.profile.gates
     out = []
@@ -55,9 +56,6 @@ def _read(ctx, name: str) -> bytes:
 def kl_pair(ctx, arm_a: str, arm_b: str, tag: str) -> dict:
     """KLD of the candidate model on each arm against the reference logits; B must stay in A's band."""
     from pathlib import Path
-
-    from parity.gates.common import resolve_model
-    from parity.gates.kl import DEFAULT_TEXT, band, kl_run, reference_logits
 
     kl = ctx.profile.gates.kl
     model = kl.candidate or ctx.profile.serving.model

@@ -2,8 +2,9 @@
 (their verdict words, notes, comments), rendered beside it as a markdown table in the layout
 of their VLLM_PARITY_LEVER_MAP.md (a master table, then "Drop / closed (do NOT pursue)").
 
-A row is appended as text at the end of the file, so comments and hand edits above it stay
-as they are; a file that no longer ends in its `levers:` list is rewritten whole.
+A row is appended under the map's inter-process lock (parity.filelock.updating), keeping
+what the users wrote: as text after the list when the list ends the file, else by a
+round-trip edit (parity.yamledit); comments, other keys, layout and the file's mode stay.
 
 Refusal: a lever whose latest row on the same hardware class and pin holds a closing verdict
 (REJECTED, FLAT, NO-GO, DROPPED) is not measured again without --reopen REASON."""
@@ -11,10 +12,18 @@ Refusal: a lever whose latest row on the same hardware class and pin holds a clo
 from __future__ import annotations
 
 import datetime as _dt
+import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from parity.errors import UsageError
+from parity.errors import ConfigError, UsageError
+from parity.decode import read_yaml
+from parity.filelock import updating
+from parity.files import atomic_write_text
+from parity.results import existing_file, read_lever_map
+from parity.yamledit import YamlEditError, append_to_list
+from parity.yamlload import safe_load
 
 MAP_NAME = "lever_map.yaml"
 HEADER = """\
@@ -26,7 +35,10 @@ levers:
 """
 CLOSING = ("REJECTED", "FLAT", "NO-GO", "DROPPED")
 COLUMNS = ["lever", "kind", "engine", "changes", "hardware_class", "pin", "series_digest", "verdict", "key_number", "metric", "point",
-           "ratio", "low", "high", "gates", "gate_kind", "artifact", "report", "date", "reopen", "reopens"]  # fmt: skip
+           "ratio", "low", "high", "gates", "gate_kind", "artifact", "report", "date", "reopen", "reopens", "problems"]  # fmt: skip
+
+
+SHAPE = "a lever map is a mapping with a `levers:` list of rows"
 
 
 class LeverRefused(UsageError):
@@ -39,39 +51,76 @@ def default_path(profile, artifacts_root) -> Path:
 
 def load(path: Path) -> list[dict]:
     """The rows of a map file (none when it does not exist); a broken file is a ConfigError."""
-    from parity.results import read_lever_map
-
     return read_lever_map(path)
 
 
-def append(path: Path, row: dict) -> list[dict]:
-    """Append one row (as text, keeping the file's comments); returns every row."""
-    import yaml
+def _data(path: Path) -> dict:
+    return read_yaml(path, str(path), not_mapping=SHAPE)
 
-    from parity.artifacts import atomic_write_text
 
+def _rows(path: Path, data: dict) -> list[dict]:
+    shape = SHAPE
+    if not isinstance(data.get("levers", []), (list, type(None))):
+        raise ConfigError(str(path), "levers", shape)
+    rows = data.get("levers") or []
+    for i, r in enumerate(rows):
+        if not isinstance(r, dict) or not r.get("lever"):
+            raise ConfigError(str(path), f"levers[{i}]", "a row is a mapping with at least `lever:`")
+    return rows
+
+
+def clean_row(row: dict) -> dict:
+    """The row as the map keeps it: parity's columns in order, None left out; a non-finite
+    number (NaN, inf) is left out too and named in `problems` (YAML would write `.nan`, which
+    no JSON reader takes and no verdict may rest on)."""
+    clean, problems = {}, []
+    for k in COLUMNS:
+        v = row.get(k)
+        if isinstance(v, float) and not math.isfinite(v):
+            problems.append(f"{k} was {v} (not a finite number)")
+        elif v is not None and k != "problems":
+            clean[k] = v
+    if problems or row.get("problems"):
+        clean["problems"] = "; ".join([*filter(None, [row.get("problems")]), *problems])
+    return clean
+
+
+def append(path: Path, row: dict, markdown: bool = False) -> list[dict]:
+    """Append one row under the map's lock, keeping everything else the file holds (comments,
+    other keys, layout, mode); returns every row.  markdown: also rewrite the rendered .md
+    beside it, under the same lock (so it is never older than the map)."""
     path = Path(path)
-    before = load(path)
-    clean = {k: row.get(k) for k in COLUMNS if row.get(k) is not None}
-    item = yaml.safe_dump([clean], sort_keys=False, allow_unicode=True, width=1000)
-    text = path.read_text() if path.exists() else HEADER
-    if not text.endswith("\n"):
-        text += "\n"
-    candidate = text + item
-    try:
-        ok = len(load_text(candidate)) == len(before) + 1
-    except Exception:  # noqa: BLE001 - any parse problem: rewrite the whole file below
-        ok = False
-    if not ok:  # the file no longer ends in its list: rewrite it (comments are lost)
-        candidate = HEADER + "".join(yaml.safe_dump([r], sort_keys=False, allow_unicode=True, width=1000) for r in [*before, clean])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, candidate)
-    return [*before, clean]
+    clean = clean_row(row)
+    with updating(path) as write:
+        data = _data(path) if path.exists() else {}
+        before = _rows(path, data)
+        text = _read_exact(path) if path.exists() else ""
+        try:
+            write(append_to_list(text, "levers", clean, header=HEADER, before=data if data else ...))  # empty or comments only: it looks again
+        except YamlEditError as e:
+            raise ConfigError(str(path), "levers", f"{e}; the row was not added (it is in the run's summary.json)") from None
+        rows = [*before, clean]
+        if markdown:
+            write_markdown(path, rows)
+    return rows
+
+
+def _read_exact(path: Path) -> str:
+    """The text as it is on disk (CRLF line ends stay CRLF)."""
+    with open(path, encoding="utf-8", newline="") as f:
+        return f.read()
+
+
+def check_writable(path: Path) -> None:
+    """UsageError unless a row could be appended to the map at path (its directory takes the
+    lock and the temporary; the file, when there, is writable)."""
+    path = Path(os.path.realpath(path))
+    d = next((p for p in [path.parent, *path.parent.parents] if p.exists()), None)
+    if d is None or not d.is_dir() or not os.access(d, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise UsageError(f"lever map {path}: not writable (the A/B's row could not land; --map FILE or levers.map elsewhere)")
 
 
 def load_text(text: str) -> list[dict]:
-    from parity.yamlload import safe_load
-
     data = safe_load(text) or {}
     return list(data.get("levers") or [])
 
@@ -145,10 +194,13 @@ def render_markdown(rows: list[dict], source: str = MAP_NAME) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_markdown(path: Path, rows: list[dict]) -> Path:
-    from parity.artifacts import atomic_write_text
+def markdown_path(path: Path) -> Path:
+    return Path(path).with_suffix(".md")
 
-    md = Path(path).with_suffix(".md")
+
+def write_markdown(path: Path, rows: list[dict]) -> Path:
+
+    md = markdown_path(path)
     atomic_write_text(md, render_markdown(rows, Path(path).name))
     return md
 
@@ -165,11 +217,37 @@ class LeversRequest:
 
 def listing(ctx, req: LeversRequest) -> dict:
     """`parity levers`: the map's rows, filtered, and their markdown table."""
-    from parity.results import existing_file
-
     path = existing_file(req.map, "--map") if req.map else default_path(ctx.profile, ctx.artifacts_root)
-    rows = filter_rows(load(path), req.verdict, req.hardware, req.lever)
-    return {"map": str(path), "rows": rows, "count": len(rows), "markdown": render_markdown(rows, path.name)}
+    rows, problems = plain_rows(filter_rows(load(path), req.verdict, req.hardware, req.lever))
+    return {"map": str(path), "rows": rows, "count": len(rows), "problems": problems, "markdown": render_markdown(rows, path.name)}
+
+
+def plain_rows(rows: list[dict]) -> tuple[list[dict], list[str]]:
+    """Rows as JSON can carry them, and what had to change: a NaN or inf (a hand edit, or a row
+    written before parity refused them) becomes null, named in the row's `problems` and in the
+    list returned; a YAML date becomes its ISO text."""
+    out, problems = [], []
+    for i, row in enumerate(rows, 1):
+        found: list[str] = []
+        clean = {k: _plain(v, str(k), found) for k, v in row.items()}
+        if found:
+            clean["problems"] = "; ".join(filter(None, [str(row.get("problems") or ""), *found]))
+            problems.append(f"row {i} (lever {row.get('lever')!r}): {'; '.join(found)}")
+        out.append(clean)
+    return out, problems
+
+
+def _plain(v, where: str, found: list[str]):
+    if isinstance(v, float) and not math.isfinite(v):
+        found.append(f"{where} is {v} (not a finite number)")
+        return None
+    if isinstance(v, (_dt.date, _dt.datetime)):
+        return v.isoformat()
+    if isinstance(v, dict):
+        return {k: _plain(x, f"{where}.{k}", found) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_plain(x, f"{where}[{j}]", found) for j, x in enumerate(v)]
+    return v
 
 
 def today() -> str:

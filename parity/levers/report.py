@@ -3,6 +3,12 @@ key number and interval, both arms' gates, the per-point paired table with per-b
 It goes to <run dir>/reports/ with its ledger row there (the lever map is the memory across runs)."""
 
 from __future__ import annotations
+from parity.artifacts import slugify
+from parity.bench.ab import table
+from parity.files import atomic_write_text
+from parity.levers.map import today
+from parity.report import ledger
+from parity.report.render import template_env
 
 
 def _f(v, nd=4) -> str:
@@ -10,11 +16,6 @@ def _f(v, nd=4) -> str:
 
 
 def write_report(ctx, doc: dict, measured: dict, serving: bool) -> str:
-    from parity.artifacts import atomic_write_text, slugify
-    from parity.levers.map import today
-    from parity.report import ledger
-    from parity.report.render import template_env
-
     out_dir = ctx.run.path / "reports"
     out_dir.mkdir(parents=True, exist_ok=True)
     phase, date = ledger.next_phase(out_dir), today()
@@ -27,11 +28,9 @@ def write_report(ctx, doc: dict, measured: dict, serving: bool) -> str:
             kld = k.get("kld") or {}
             kl_rows.append([k["phase"], k["model"], k["path"] or "-", _f(kld.get(doc["arms"]["A"]), 6), _f(kld.get(doc["arms"]["B"]), 6), k["status"], k["detail"]])
     point_rows = [[c["point"], _f(c["ratio"]), f"[{_f(c['low'])}, {_f(c['high'])}]", c.get("n_blocks"), c.get("outcome"), ", ".join(_f(r) for r in c.get("ratios") or []),
-                   c.get("reason") or ""] for c in doc["measurement"]["points"]]  # fmt: skip
+                   (c.get("reason") or "") + holm_note(c.get("family"))] for c in doc["measurement"]["points"]]  # fmt: skip
     bench_tables = []
     if not serving and measured.get("paired") is not None:
-        from parity.serving.bench_ab import table
-
         for metric in ("s_tg", "s_pp"):
             cols, rows = table(measured, metric)
             bench_tables.append({"metric": metric.upper(), "cols": cols, "rows": rows})
@@ -44,3 +43,13 @@ def write_report(ctx, doc: dict, measured: dict, serving: bool) -> str:
     atomic_write_text(out_dir / name, text)
     ledger.append(out_dir, {"date": date, "phase": phase, "title": title, "verdict": doc["verdict"], "key_ratios": doc["key"]["text"], "report": name, "artifact": doc["run_dir"]})
     return f"reports/{name}"
+
+
+def holm_note(fam: dict | None) -> str:
+    """The cell's place in the verdict's family: its Holm level and the interval at that level."""
+    if not fam:
+        return ""
+    changed = f"; per cell {fam['unadjusted']}, in the family {fam['outcome']}" if fam["unadjusted"] != fam["outcome"] else ""
+    iv = f" [{_f(fam['low'])}, {_f(fam['high'])}]" if fam.get("low") is not None else ""
+    p = "-" if fam.get("p") is None else f"{fam['p']:.3g}"
+    return f"; p {p}, Holm level {fam['level']:.4g}{iv}{changed}"

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import statistics
 from pathlib import Path
+from parity.errors import UsageError
+from parity.files import atomic_write_text
+from parity.report.rundata import gate_problems, load_run
 
 METRICS = ("decode_agg_tps", "decode_perseq_tps", "agg_tps", "prefill_tps", "ttft_mean_ms")
 
@@ -34,17 +37,12 @@ def provenance(run) -> dict:
 
 
 def gates(run) -> dict:
-    from parity.report.rundata import gate_problems
-
     g = run.gates if isinstance(run.gates, dict) else {}
     return {"pre": (g.get("pre") or {}).get("status", "not-run"), "post": (g.get("post") or {}).get("status", "not-run"),
             "problems": gate_problems(run)}  # fmt: skip
 
 
 def build_report(root: Path, name: str, table: list[dict]) -> dict:
-    from parity.errors import UsageError
-    from parity.report.rundata import load_run
-
     targets, runs = [], {}
     for row in table:
         t = {"target": row["target"], "host": row["host"], "kind": row.get("kind"), "exit_code": row.get("exit_code"), "error": row.get("error")}
@@ -125,8 +123,6 @@ def render_markdown(doc: dict) -> str:
 
 
 def write_report(root: Path, name: str, table: list[dict]) -> dict:
-    from parity.artifacts import atomic_write_text
-
     doc = build_report(root, name, table)
     doc["files"] = {"json": "cross_hardware.json", "markdown": "cross_hardware.md"}
     import json

@@ -1,5 +1,5 @@
 """Run a matrix: each target is `parity --host HOST campaign run CAMPAIGN --profile P`
-(parity.remote.delegate: over SSH, or one sbatch job on a Slurm host), its run dir
+(parity.hosts.registry.delegate: over SSH, or one sbatch job on a Slurm host), its run dir
 pulled into <matrix run>/targets/<name>/.  Hosts run at the same time (one thread
 each), a host's targets one after another.  Then the cross-hardware report."""
 
@@ -9,6 +9,11 @@ import threading
 from dataclasses import dataclass
 
 from parity.errors import ParityError
+from parity.context import run_session
+from parity.hosts.registry import delegate
+from parity.matrix.report import write_report
+from parity.matrix.spec import load_matrix
+from parity.runners import ssh
 
 
 @dataclass
@@ -23,10 +28,6 @@ def target_argv(mx, t) -> list[str]:
 
 
 def run_matrix(ctx, mx) -> dict:
-    from parity.matrix.report import write_report
-    from parity.remote import delegate
-    from parity.runners import ssh
-
     rd = ctx.require_run()
     rd.update(matrix={"name": mx.name, "file": mx.source, "sha256": mx.sha256, "campaign": mx.campaign,
                       "targets": [t.__dict__ for t in mx.targets]})  # fmt: skip
@@ -98,9 +99,6 @@ def _kind(profile, host: str) -> str:
 
 
 def run_request(req: MatrixRequest, open_context) -> dict:
-    from parity.context import run_session
-    from parity.matrix.spec import load_matrix
-
     mx = load_matrix(req.file)
     ctx = open_context(req.profile or mx.profile)
     with run_session(ctx, "matrix", f"{mx.name}-matrix"):

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from parity.errors import ConfigError
+from parity.decode import read_yaml
+from parity.paths import expand_path
 
 KEYS = {"name", "campaign", "profile", "targets", "description"}
 TARGET_KEYS = {"host", "profile", "name"}
@@ -43,8 +45,6 @@ class Matrix:
 
 
 def _path(value: str, base: Path) -> str:
-    from parity.config import expand_path
-
     p = Path(expand_path(value))
     if not p.is_absolute() and (base / p).exists():
         p = base / p
@@ -52,8 +52,6 @@ def _path(value: str, base: Path) -> str:
 
 
 def load_matrix(path: str) -> Matrix:
-    from parity.config import read_yaml
-
     label = str(path)
     p = Path(path).expanduser()
     data = read_yaml(p, label, missing="matrix file not found", not_mapping="a matrix must be a mapping with campaign: and targets:")

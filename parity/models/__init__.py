@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from parity.config import Profile, SynthSpec
+from parity.models.spec import SynthSpec
 from parity.errors import UsageError
+from parity.models.synth import check_spec, is_current
 
 
 MOE_DEFAULT_EXPERTS, MOE_DEFAULT_EXPERTS_USED = 8, 2
@@ -19,17 +20,14 @@ def spec_from_options(**options) -> SynthSpec:
         given.setdefault("experts", MOE_DEFAULT_EXPERTS)
         given.setdefault("experts_used", min(MOE_DEFAULT_EXPERTS_USED, given["experts"]))
     spec = SynthSpec(**given)
-    from parity.models.synth import check_spec
 
     check_spec(spec)
     return spec
 
 
-def model_rows(profile: Profile) -> list[dict]:
+def model_rows(profile) -> list[dict]:
     """One row per profile model: exists / missing / stale (synth spec changed)."""
     from pathlib import Path
-
-    from parity.models.synth import is_current
 
     rows = []
     for name, m in profile.models.items():

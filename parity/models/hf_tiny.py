@@ -17,9 +17,15 @@ import struct
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from parity.config import HfShape
+from parity.models.spec import HfShape
+from parity.engines import buildable
 from parity.errors import InfraError, UsageError
 from parity.filelock import locked
+from parity.gpu.lock import refuse_while_held
+from parity.engine import source as srcmod
+from parity.engines.vllm_install import ensure_vllm, venv
+from parity.files import atomic_write_json, sha256_file
+from parity.runners.local import LocalRunner
 
 TOKENIZER_FILE = "tokenizer.model.v1"  # in mistral_common/data/
 # the v1 model as shipped by mistral_common 1.x; another file would change token ids
@@ -54,7 +60,6 @@ def check_spec(spec: HfTinySpec) -> None:
 
 def find_tokenizer(site_packages: str | Path) -> Path:
     """mistral_common's SentencePiece model inside a venv's site-packages, checked by sha256."""
-    from parity.artifacts import sha256_file
 
     path = Path(site_packages) / "mistral_common" / "data" / TOKENIZER_FILE
     if not path.is_file():
@@ -198,8 +203,6 @@ def write_checkpoint(out_dir: str | Path, spec: HfTinySpec, tokenizer_model: str
     the sidecar record {spec, files: {name: sha256}}."""
     import hashlib
 
-    from parity.artifacts import atomic_write_json
-
     out_dir = Path(out_dir)
     content = files(spec, Path(tokenizer_model))
     record = {"spec": asdict(spec), "files": {n: hashlib.sha256(b).hexdigest() for n, b in sorted(content.items())}}
@@ -232,6 +235,7 @@ def _lock_of(path: str | Path) -> Path:
 
 def ensure_checkpoint(out_dir: str | Path, spec: HfTinySpec, tokenizer_model: str | Path) -> Path:
     if not is_current(out_dir, spec):
+        refuse_while_held(f"writing the checkpoint {out_dir}")
         with locked(_lock_of(out_dir)):
             if not is_current(out_dir, spec):
                 write_checkpoint(out_dir, spec, tokenizer_model)
@@ -244,7 +248,6 @@ def ensure_checkpoint(out_dir: str | Path, spec: HfTinySpec, tokenizer_model: st
 def ensure_gguf(hf_dir: str | Path, out_file: str | Path, llama_tree: str | Path, python: str | Path, runner=None, outtype: str = "f32") -> Path:
     """convert_to_gguf once per (checkpoint files, converter script, outtype): a sidecar
     `<out>.hf-tiny.json` records them and is written after the GGUF."""
-    from parity.artifacts import atomic_write_json, sha256_file
 
     hf_dir, out_file, tree = Path(hf_dir), Path(out_file), Path(llama_tree)
     try:
@@ -263,6 +266,7 @@ def ensure_gguf(hf_dir: str | Path, out_file: str | Path, llama_tree: str | Path
 
     if current():
         return out_file
+    refuse_while_held(f"converting {hf_dir} to {out_file}")
     with locked(_lock_of(out_file)):
         if not current():
             side.unlink(missing_ok=True)
@@ -274,7 +278,6 @@ def ensure_gguf(hf_dir: str | Path, out_file: str | Path, llama_tree: str | Path
 def convert_to_gguf(hf_dir: str | Path, out_file: str | Path, llama_tree: str | Path, python: str | Path, runner=None, outtype: str = "f32", timeout: float = 600) -> Path:
     """Run <llama_tree>/convert_hf_to_gguf.py with `python` (it needs torch, numpy,
     safetensors, sentencepiece: vLLM's venv has them) and the tree's own gguf-py."""
-    from parity.runners.local import LocalRunner
 
     tree, out_file = Path(llama_tree), Path(out_file)
     script = tree / "convert_hf_to_gguf.py"
@@ -298,9 +301,6 @@ def ensure_profile_model(profile, name: str, runner=None, out=None) -> Path:
     """models.NAME with an hf: spec: the checkpoint at vllm_path and its GGUF at path, made once.
     Both need the cached vLLM venv: its python runs the converter, its mistral_common ships the
     tokenizer."""
-    from parity.engine import source as srcmod
-    from parity.runners.local import LocalRunner
-    from parity.serving.vllm_install import ensure_vllm, venv
 
     m = profile.model(name)
     h = m.hf
@@ -309,7 +309,7 @@ def ensure_profile_model(profile, name: str, runner=None, out=None) -> Path:
     ensure_vllm(out)
     v = venv()
     hf_dir = ensure_checkpoint(m.vllm_path, spec, find_tokenizer(v.site_packages()))
-    src_name = h.source or next((e.source for e in profile.engines.values() if e.kind == "llama" and e.source), None)
+    src_name = h.source or next((profile.engine(n).source for n in buildable(profile)), None)
     if src_name is None:
         raise UsageError(f"model {name}: no llama.cpp source to convert it with (models.{name}.hf.source)")
     tree = srcmod.materialize(src_name, profile.sources[src_name], runner or LocalRunner())

@@ -21,9 +21,12 @@ import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
-from parity.artifacts import sha256_file
-from parity.config import Profile, SynthSpec
+from parity.files import sha256_file
+from parity.models.spec import SynthSpec
 from parity.errors import ConfigError, UsageError
+from parity.gpu.lock import refuse_while_held
+from parity.files import atomic_write_json
+from parity.models.hf_tiny import ensure_profile_model
 
 # printable ASCII plus tab/newline/CR, in GPT-2's byte->unicode spelling
 _BYTES = [9, 10, 13] + list(range(32, 127))
@@ -281,14 +284,12 @@ def _sidecar(path: Path) -> Path:
     return path.with_name(path.name + ".synth.json")
 
 
-def ensure_model(profile: Profile, name: str) -> str:
+def ensure_model(profile, name: str) -> str:
     """Path of a profile model; synthesized when it has a synth spec and the file
     is missing or was made from another spec."""
     m = profile.model(name)
     path = Path(m.path)
     if m.hf is not None:
-        from parity.models.hf_tiny import ensure_profile_model
-
         return str(ensure_profile_model(profile, name))
     if m.synth is None:
         if not path.is_file():
@@ -319,9 +320,9 @@ def recorded_sha256(path: str | Path) -> str | None:
 
 def write_model(path: str | Path, spec: SynthSpec, label: str = "") -> str:
     """Synthesize to path and write the `<path>.synth.json` sidecar; returns the sha256."""
-    from parity.artifacts import atomic_write_json
 
     path = Path(path)
+    refuse_while_held(f"{label}the synthesis of {path}")
     try:
         digest = synth_gguf(path, spec)
         atomic_write_json(_sidecar(path), {"spec": asdict(spec), "sha256": digest, "bytes": path.stat().st_size})

@@ -11,6 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from parity.errors import UsageError
+from parity.context import run_session
+from parity.files import atomic_write_json, atomic_write_text
+from parity.profiles.buckets import attribute, load_table_file, table_for
+from parity.profiles.nsys import GRAPH_TRACE, decode_window, export_metadata, export_sqlite, graph_launches, parse_kern_sum_csv, parse_window_spec, read_kernel_groups
+from parity.runners.local import LocalRunner
 
 # Every derived number, declared once; reports print these definitions.
 DEFINITIONS = {
@@ -32,7 +37,6 @@ COLLAPSED_NOTE = "COLLAPSED: captured without --cuda-graph-trace=node; each CUDA
 
 def resolve_sqlite(path: str, runner=None, nsys: str = "nsys") -> str | None:
     """The SQLite export for a path (.nsys-rep exported first); None for a kern_sum CSV."""
-    from parity.profiles.nsys import export_sqlite
 
     p = Path(path)
     if not p.exists():
@@ -45,8 +49,6 @@ def resolve_sqlite(path: str, runner=None, nsys: str = "nsys") -> str | None:
         if out.is_file() and out.stat().st_mtime >= p.stat().st_mtime:
             return str(out)
         if runner is None:
-            from parity.runners.local import LocalRunner
-
             runner = LocalRunner()
         return export_sqlite(runner, nsys, str(p), str(out))
     if suffix in (".sqlite", ".sqlite3", ".db"):
@@ -56,8 +58,6 @@ def resolve_sqlite(path: str, runner=None, nsys: str = "nsys") -> str | None:
 
 def analyze_file(path: str, table, *, label: str | None = None, engine: str | None = None, ntg: int | None = None, npl: int | None = None,
                  top_unmatched: int = 10, window_ms=None, after_nvtx: str | None = None, runner=None, nsys: str = "nsys", collapsed: bool = False) -> dict:  # fmt: skip
-    from parity.profiles.buckets import attribute
-    from parity.profiles.nsys import decode_window, parse_kern_sum_csv, read_kernel_groups
 
     sqlite_path = resolve_sqlite(path, runner, nsys)
     window = None
@@ -89,7 +89,6 @@ def _graph_trace(cap: dict, sqlite_path: str, window, res: dict) -> None:
     """What the export says about CUDA graphs: whole-graph launches (graph mode: their kernels
     are not in the kernel table, so the capture is collapsed whatever was asked) and the
     recorded trace mode (newer exports), plus the nsys version that wrote it."""
-    from parity.profiles.nsys import GRAPH_TRACE, export_metadata, graph_launches
 
     meta = export_metadata(sqlite_path)
     mode = meta["graph_trace_mode"]
@@ -132,6 +131,7 @@ def difference(long: dict, short: dict, npl: int | None = None) -> dict:
         "long": long["label"],
         "short": short["label"],
         "engine": long.get("engine"),
+        "block": long.get("block"),
         "ntg_long": nl,
         "ntg_short": ns,
         "npl": npl,
@@ -192,11 +192,12 @@ def build_doc(captures: list[dict], *, diff: list[dict] = (), comparison: dict |
 
 
 def auto_differences(captures: list[dict]) -> list[dict]:
-    """One difference per engine that has captures at two or more ntg values (longest minus shortest)."""
+    """One difference per engine (and block, for a profile in blocks) that has captures at two or
+    more ntg values (longest minus shortest)."""
     by_engine: dict = {}
     for c in captures:
         if c.get("ntg") is not None:
-            by_engine.setdefault(c.get("engine"), []).append(c)
+            by_engine.setdefault((c.get("engine"), c.get("block")), []).append(c)
     out = []
     for caps in by_engine.values():
         if len({c["ntg"] for c in caps}) >= 2:
@@ -207,7 +208,6 @@ def auto_differences(captures: list[dict]) -> list[dict]:
 
 def write_outputs(directory: Path, doc: dict) -> dict:
     """profile/analysis.json + buckets.tsv (+ difference.tsv, comparison.tsv) under directory."""
-    from parity.artifacts import atomic_write_json, atomic_write_text
 
     d = Path(directory)
     atomic_write_json(d / "analysis.json", doc)
@@ -266,9 +266,6 @@ class AnalyzeRequest:
 
 def analyze(ctx, req: AnalyzeRequest) -> dict:
     """`parity profile analyze`: bucket existing captures into a new run directory's profile/."""
-    from parity.context import run_session
-    from parity.profiles.buckets import load_table_file, table_for
-    from parity.profiles.nsys import parse_window_spec
 
     p = ctx.profile.profiling
     table = load_table_file(req.buckets) if req.buckets else table_for(p)

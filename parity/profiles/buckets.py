@@ -10,11 +10,36 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from parity.config import DEFAULTS_DIR, BucketRule
+from parity.paths import DEFAULTS_DIR
 from parity.errors import ConfigError
+from parity.yamlload import safe_load
 
 OTHER = "other"
 DEFAULT_TABLE = DEFAULTS_DIR / "buckets.yaml"
+
+
+@dataclass
+class BucketRule:
+    name: str
+    pattern: str  # regex searched in the demangled kernel name; first matching rule wins
+    group: str | None = None  # macro bucket (GDN, MoE/FFN-GEMM, ...); None = the name
+
+
+@dataclass
+class ProfilingConfig:
+    nsys: str = "nsys"
+    trace: str = "cuda,nvtx"
+    ntg: list[int] = field(default_factory=lambda: [64, 16])
+    npl: int = 128
+    npp: int = 128
+    extra_args: list[str] = field(default_factory=list)
+    buckets: list[BucketRule] = field(default_factory=list)  # empty = the shipped default table (parity/defaults/buckets.yaml)
+    top_unmatched: int = 10
+    decode_after_nvtx: str | None = None  # regex: analyze only kernels after the last matching NVTX range
+    timeout_s: float = 3600.0  # one capture (nsys + workload)
+    tracer: str = "auto"  # nsys | cupti | auto (nsys where it is installed and runs, else parity's CUPTI tracer)
+    cupti: str | None = None  # a CUPTI root (include/, lib/); default: the toolkit's extras/CUPTI, else the nvidia-cuda-cupti wheel
+    blocks: int = 3  # blocks per profile: each runs every arm traced (every ntg) and untraced, for the tracer's cost and paired buckets
 
 
 @dataclass
@@ -54,8 +79,6 @@ class BucketTable:
 
 def load_table_file(path: str | Path) -> BucketTable:
     import yaml
-
-    from parity.yamlload import safe_load
 
     label = str(path)
     try:

@@ -9,6 +9,12 @@ bench: nsys wraps llama-batched-bench -npp NPP -ntg NTG -npl NPL, once per ntg.
 serve: nsys wraps the engine's server while the load generator sends NPL
 requests of NPP prompt tokens and NTG generated tokens; the report is written
 when the server is stopped.
+
+--tracer cupti (or auto without a working nsys) loads parity's CUPTI injection library
+into the workload instead of wrapping it (parity.tracer); its trace becomes an nsys-shaped
+SQLite export, so the analysis is the same.  Every profile runs in blocks: each block runs
+every arm (engine) traced at each ntg and once untraced at the longest ntg, so the tracer's
+cost (traced/untraced S_TG) comes with its interval, and two arms give paired buckets.
 """
 
 from __future__ import annotations
@@ -16,7 +22,32 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, replace
 
+from parity import session
+from parity.engines import kind_of
 from parity.errors import InfraError, UsageError
+from parity.options import check_step_options
+from parity.bench import batched_bench
+from parity.bench.batched_bench import argv
+from parity.context import run_session
+from parity.engines.envpolicy import check_bench_env
+from parity.engines.server import serving
+from parity.gonogo import dry_run_session, go_no_go
+from parity.gpu.cuda_device import cuda_device, require_cuda_device
+from parity.gpu.lock import effective_dir as lock_effective_dir
+from parity.loadgen.client import Target, drive
+from parity.loadgen.prompts import token_prompts
+from parity.metrics.validity import check_request, reason
+from parity.profiles import nsys as nsysmod
+from parity.profiles.analysis import analyze_file, auto_differences, build_doc, write_outputs
+from parity.profiles.buckets import table_for
+from parity.profiles.nsys import analysis_failure
+from parity.stats.blocks import block_order
+from parity.tracer import TRACERS
+from parity.tracer.build import ensure_built, injection_env
+from parity.tracer.locate import find_cupti
+from parity.tracer.overhead import not_measured, tracer_overhead
+from parity.tracer.pairs import arm_block, engine_ms_per_token, from_captures, paired_buckets
+from parity.tracer.trace import convert, require_clean, trace_files
 
 WORKLOADS = ("bench", "serve")
 REFUSAL = (
@@ -37,6 +68,9 @@ class Capture:
     env: dict[str, str] = field(default_factory=dict)
     unset: list[str] = field(default_factory=list)
     server: object = None  # serve: the engine's Launch (ready path, served name, tokenize dialect)
+    tracer: str = "nsys"
+    traced: bool = True  # False: the same workload without the tracer (its cost)
+    block: int | None = None
 
 
 @dataclass
@@ -51,6 +85,12 @@ class ProfilePlan:
     collapsed: bool
     captures: list[Capture]
     nsys: str
+    tracer: str = "nsys"
+    tracer_choice: str = ""  # why this tracer (auto's reasoning)
+    tracer_build: dict | None = None  # the CUPTI library: path, key, CUPTI source
+    blocks: int = 1
+    engines: list[str] = field(default_factory=list)  # the arms (one engine, or A and B for paired buckets)
+    untraced: list[Capture] = field(default_factory=list)  # per arm: the longest ntg without the tracer
 
 
 def check_graph_node(graph_node: bool | None, allow_collapsed: bool) -> bool:
@@ -62,9 +102,67 @@ def check_graph_node(graph_node: bool | None, allow_collapsed: bool) -> bool:
     raise UsageError(REFUSAL)
 
 
-def make_plan(ctx, *, engine=None, workload="bench", ntgs=None, npl=None, npp=None, model=None, graph_node=None, allow_collapsed=False, out_dir="<run>/profile", dry=False) -> ProfilePlan:
-    from parity.gates.run import path_env
-    from parity.profiles import nsys as nsysmod
+def make_plan(ctx, *, engine=None, workload="bench", ntgs=None, npl=None, npp=None, model=None, graph_node=None, allow_collapsed=False, out_dir="<run>/profile", dry=False,
+              tracer=None, engines=None, blocks=None) -> ProfilePlan:  # fmt: skip
+    """The captures of every arm (engines: paired buckets; else the one engine) at every ntg,
+    one tracer for all, and per arm the untraced run that measures the tracer's cost."""
+    arms = list(engines or [engine or None])
+    if len(set(arms)) != len(arms):
+        raise UsageError(f"--engines: an engine is listed twice ({', '.join(map(str, arms))})")
+    blocks = blocks or ctx.profile.profiling.blocks
+    if not isinstance(blocks, int) or blocks < 1:
+        raise UsageError(f"--blocks must be a positive integer, got {blocks!r}")
+    plans = [_make_arm_plan(ctx, engine=a, workload=workload, ntgs=ntgs, npl=npl, npp=npp, model=model, graph_node=graph_node, allow_collapsed=allow_collapsed,
+                            out_dir=out_dir, dry=dry, tracer=tracer, blocks=blocks) for a in arms]  # fmt: skip
+    first = plans[0]
+    for pl in plans[1:]:
+        first.captures += pl.captures
+        first.untraced += pl.untraced
+    first.engines = [pl.engine for pl in plans]
+    return first
+
+
+def choose_tracer(ctx, wanted: str | None, dry: bool) -> tuple[str, str, str | None]:
+    """(tracer, why, nsys binary or None).  auto: nsys where it is on PATH and `nsys --version`
+    runs, else CUPTI.  cupti (chosen or automatic) needs a CUDA device: without one the refusal
+    is one line (exit 2), unless this is a dry run."""
+
+    p = ctx.profile.profiling
+    wanted = wanted or p.tracer
+    if wanted not in TRACERS:
+        raise UsageError(f"--tracer {wanted!r}: expected one of {', '.join(TRACERS)}")
+    if wanted == "nsys":
+        return "nsys", "asked for nsys", _nsys_binary(ctx, dry)
+    if wanted == "auto":
+        name = p.nsys
+        found = ctx.runner.which(name) if "/" not in name else (name if os.path.isfile(name) else None)
+        if found:
+            res = ctx.runner.run([found, "--version"], timeout=60)
+            if res.ok:
+                return "nsys", f"auto: {found} runs ({res.tail(1).strip()})", found
+            why = f"auto: {found} --version failed (exit {res.rc}), so parity's CUPTI tracer"
+        else:
+            why = f"auto: nsys ({name}) is not on PATH, so parity's CUPTI tracer"
+    else:
+        why = "asked for cupti"
+    if not dry:
+        require_cuda_device(ctx.runner)
+    return "cupti", why, None
+
+
+def _cupti_library(ctx, dry: bool) -> dict:
+    """Find CUPTI for the driver's CUDA and build the injection library (a dry run finds nothing)."""
+    if dry:
+        return {"library": "<built at the first real run: parity/tracer/cupti/parity_cupti.cpp against the CUPTI of the driver's CUDA>", "cached": False}
+
+    dev = cuda_device(ctx.runner)
+    cupti = find_cupti(dev["cuda"], ctx.runner, ctx.profile.profiling.cupti)
+    b = ensure_built(ctx.runner, cupti, out=ctx.out)
+    return {"library": b.library, "key": b.key, "cupti": b.cupti, "compiler": b.compiler, "cached": b.cached, "driver_cuda": dev["cuda"], "gpus": dev["gpus"]}
+
+
+def _make_arm_plan(ctx, *, engine=None, workload="bench", ntgs=None, npl=None, npp=None, model=None, graph_node=None, allow_collapsed=False, out_dir="<run>/profile", dry=False,
+                   tracer=None, blocks=1) -> ProfilePlan:  # fmt: skip
 
     collapsed = check_graph_node(graph_node, allow_collapsed)
     if workload not in WORKLOADS:
@@ -72,9 +170,11 @@ def make_plan(ctx, *, engine=None, workload="bench", ntgs=None, npl=None, npp=No
     prof = ctx.profile
     p = prof.profiling
     engine = engine or _default_engine(ctx, workload)
-    e = prof.engine(engine)
-    if workload == "bench" and e.kind != "llama":
+    e, kind = prof.engine(engine), kind_of(prof, engine)
+    if workload == "bench" and not kind.binary_gates:
         raise UsageError(f"engine {engine} is {e.kind}: the bench workload runs llama-batched-bench; profile {e.kind} with --workload serve")
+    if workload == "serve" and not kind.profiled_serving:
+        raise UsageError(f"engine {engine} is {e.kind}: parity does not start its server, so it cannot run it under the profiler (profile it where it runs)")
     ntgs = list(ntgs or p.ntg)
     if len(set(ntgs)) != len(ntgs):
         raise UsageError(f"--ntg {ntgs}: values must differ")
@@ -82,31 +182,41 @@ def make_plan(ctx, *, engine=None, workload="bench", ntgs=None, npl=None, npp=No
     model = model or prof.serving.model
     if not model:
         raise UsageError("no model to profile (serving.model or --model)")
-    nsys_bin = _nsys_binary(ctx, dry)
+    tracer, why, nsys_bin = choose_tracer(ctx, tracer, dry)
+    built = _cupti_library(ctx, dry) if tracer == "cupti" else None
     # what does not depend on ntg: the model, the engine's binary, env, the server launch
     if workload == "bench":
         model_file, binary = _model_file(ctx, model, dry), _bench_binary(ctx, engine, dry)
-        env, unset, server = path_env(ctx, engine, None), [], None
+        env, unset, server = kind.env(prof, engine), [], None
     else:
         server = _serve_launch(ctx, engine, model, npl, dry)
         env, unset = server.env, server.unset
-    captures = []
-    for ntg in ntgs:
-        label = f"{engine}-{workload}-ntg{ntg}{'-collapsed' if collapsed else ''}"
-        out_base = os.path.join(out_dir, label)
-        wl = _bench_argv(ctx, binary, model_file, npp, ntg, npl) if workload == "bench" else server.argv
-        argv = nsysmod.profile_argv(nsys_bin, out_base, wl, graph_node=not collapsed, trace=p.trace, extra=p.extra_args, fork=(e.kind == "vllm"))
-        captures.append(Capture(label, engine, ntg, out_base, argv, wl, env, unset, server))
-    return ProfilePlan(engine, workload, model, ntgs, npl, npp, not collapsed, collapsed, captures, nsys_bin)
+    captures, untraced = [], []
+    for block in range(blocks):
+        suffix = f"-b{block}" if blocks > 1 else ""
+        for ntg in ntgs:
+            label = f"{engine}-{workload}-ntg{ntg}{'-collapsed' if collapsed else ''}{suffix}"
+            out_base = os.path.join(out_dir, label)
+            wl = _bench_argv(ctx, binary, model_file, npp, ntg, npl) if workload == "bench" else server.argv
+            if tracer == "cupti":
+                argv, cenv = list(wl), {**env, **injection_env(built["library"], out_base + ".cupti.%p.tsv")}
+            else:
+                argv, cenv = nsysmod.profile_argv(nsys_bin, out_base, wl, graph_node=not collapsed, trace=p.trace, extra=p.extra_args, fork=kind.forks), env
+            captures.append(Capture(label, engine, ntg, out_base, argv, wl, cenv, unset, server, tracer=tracer, block=block if blocks > 1 else None))
+        if workload == "bench":  # the tracer's cost: the longest ntg again, untraced
+            ntg = max(ntgs)
+            wl = _bench_argv(ctx, binary, model_file, npp, ntg, npl)
+            base = os.path.join(out_dir, f"{engine}-{workload}-ntg{ntg}-untraced{suffix}")
+            untraced.append(Capture(f"{engine}-{workload}-ntg{ntg}-untraced{suffix}", engine, ntg, base, list(wl), wl, env, unset, None, tracer=tracer, traced=False, block=block))
+    return ProfilePlan(engine, workload, model, ntgs, npl, npp, not collapsed, collapsed, captures, nsys_bin or "", tracer=tracer, tracer_choice=why, tracer_build=built,
+                       blocks=blocks, engines=[engine], untraced=untraced)  # fmt: skip
 
 
 def _model_file(ctx, model: str, dry: bool) -> str:
     """The model's file; a dry run on a workstation shows the configured path even when it is
     not there (the capture runs on the GPU box)."""
-    from parity.gates.common import resolve_model
-
     try:
-        return resolve_model(ctx, model)[1]
+        return session.model_file(ctx, model) if not dry else session.model_file_if_there(ctx, model)
     except UsageError:
         if dry and model in ctx.profile.models and ctx.profile.models[model].path:
             return ctx.profile.models[model].path
@@ -116,7 +226,8 @@ def _model_file(ctx, model: str, dry: bool) -> str:
 def _default_engine(ctx, workload: str) -> str:
     s = ctx.profile.serving
     for name in s.engines or list(ctx.profile.engines):
-        if workload == "serve" or ctx.profile.engine(name).kind == "llama":
+        kind = kind_of(ctx.profile, name)
+        if kind.binary_gates if workload == "bench" else kind.profiled_serving:
             return name
     raise UsageError(f"profile {ctx.profile.name}: no engine to profile (--engine)")
 
@@ -132,24 +243,18 @@ def _nsys_binary(ctx, dry: bool) -> str:
 
 
 def _bench_binary(ctx, engine: str, dry: bool) -> str:
-    from parity.engine.build import dry_tool_path, tool_path
-
-    find = dry_tool_path if dry else tool_path
-    return find(ctx.profile, engine, "llama-batched-bench", ctx.runner, ctx.out)
+    return kind_of(ctx.profile, engine).tool_path(ctx.profile, engine, "llama-batched-bench", ctx.runner, ctx.out, dry=dry)
 
 
 def _bench_argv(ctx, binary: str, model_file: str, npp: int, ntg: int, npl: int) -> list[str]:
-    from parity.serving.batched_bench import argv
-
     return argv(binary, model_file, [npp], [ntg], [npl], ctx.profile.serving.bench)
 
 
 def _serve_launch(ctx, engine: str, model: str, npl: int, dry: bool):
-    from parity.serving.engines import adapter, model_for
-
     s = _serve_shape(ctx, npl)
+    kind = kind_of(ctx.profile, engine)
     # as in snapshot: --model names the served model, and a dry run builds nothing
-    return adapter(ctx, engine).launch(ctx, engine, model_for(ctx, engine, model), s.port, s, dry=dry, model=model)
+    return kind.launch(ctx.profile, engine, kind.model_file(ctx.profile, engine, model), s.port, s, dry=dry, model=model, out=ctx.out)
 
 
 def _serve_shape(ctx, npl: int):
@@ -158,8 +263,6 @@ def _serve_shape(ctx, npl: int):
 
 
 def dry_run(ctx, plan: ProfilePlan) -> dict:
-    from parity.gpu.lock import effective_dir as lock_effective_dir
-
     import shlex
 
     return {
@@ -171,8 +274,15 @@ def dry_run(ctx, plan: ProfilePlan) -> dict:
         "npp": plan.npp,
         "graph_node": plan.graph_node,
         "collapsed": plan.collapsed,
-        "commands": [{"label": c.label, "ntg": c.ntg, "argv": c.argv, "env": c.env, "unset": c.unset, "shell": " ".join(shlex.quote(a) for a in c.argv)} for c in plan.captures],
-        "export": f"{plan.nsys} export --type sqlite --output OUT.sqlite --force-overwrite true OUT.nsys-rep",
+        "tracer": plan.tracer,
+        "tracer_choice": plan.tracer_choice,
+        "tracer_build": plan.tracer_build,
+        "blocks": plan.blocks,
+        "engines": plan.engines,
+        "commands": [{"label": c.label, "ntg": c.ntg, "block": c.block, "traced": c.traced, "argv": c.argv, "env": c.env, "unset": c.unset, "shell": " ".join(shlex.quote(a) for a in c.argv)}
+                     for c in plan.captures + plan.untraced],  # fmt: skip
+        "export": (f"{plan.nsys} export --type sqlite --output OUT.sqlite --force-overwrite true OUT.nsys-rep" if plan.tracer == "nsys"
+                   else "the CUPTI trace files OUT.cupti.<pid>.tsv -> OUT.sqlite (nsys's tables, parity.tracer.trace.convert)"),  # fmt: skip
         "lock_dir": str(lock_effective_dir(ctx.profile.lock)),
     }
 
@@ -181,7 +291,8 @@ def dry_paths(ctx, plan: ProfilePlan) -> dict[str, str]:
     """The files the real capture needs, for the go/no-go: nsys, the workload binary, the model."""
     paths = {}
     nsys = plan.nsys
-    paths["nsys"] = nsys if "/" in nsys else f"<nsys: {nsys!r} is not on PATH (profiling.nsys)>"
+    if plan.tracer == "nsys":
+        paths["nsys"] = nsys if "/" in nsys else f"<nsys: {nsys!r} is not on PATH (profiling.nsys)>"
     wl = plan.captures[0].workload_argv
     exe = wl[0]
     paths[f"{os.path.basename(exe)} of {plan.engine}"] = exe if "/" in exe or exe.startswith("<") else (ctx.runner.which(exe) or f"<{exe}: not on PATH>")
@@ -194,53 +305,100 @@ def dry_paths(ctx, plan: ProfilePlan) -> dict[str, str]:
 
 
 def run_profile(ctx, plan: ProfilePlan, allow_env=()) -> dict:
-    """Capture every ntg under the GPU lock, export, bucket, difference; write profile/*."""
-    from parity.engine.build import ensure_engines_built
-    from parity.serving.envpolicy import check_bench_env
-    from parity.gpu.hardware import write_hardware
-    from parity.gpu.lock import held_lock
-    from parity.profiles.analysis import auto_differences, build_doc, write_outputs
-    from parity.profiles.buckets import table_for
+    """Blocks under the GPU lock: each block runs every arm (ABBA order) traced at each ntg and
+    untraced at the longest; export, bucket, difference per arm and block; the tracer's cost per
+    arm; with two arms the paired bucket table.  Writes profile/*."""
 
     rd = ctx.require_run()
     for c in plan.captures:
         check_bench_env(c.env, ctx.profile.policy, allow_env, context=f"profile (engine {c.engine})")
-    rd.update(collapsed=plan.collapsed, profile={"graph_node": plan.graph_node, "collapsed": plan.collapsed, "workload": plan.workload, "engine": plan.engine, "commands": [c.argv for c in plan.captures]})
-    ensure_engines_built(ctx, [plan.engine])  # before the lock (make_plan found or built it already)
-    write_hardware(ctx)
-    if ctx.profile.engine(plan.engine).kind == "llama":
-        from parity.engine.build import write_builds_json
-
-        write_builds_json(ctx, [plan.engine])
+    rd.update(collapsed=plan.collapsed, profile={"graph_node": plan.graph_node, "collapsed": plan.collapsed, "workload": plan.workload, "engine": plan.engine, "engines": plan.engines,
+                                                 "tracer": plan.tracer, "tracer_choice": plan.tracer_choice, "tracer_build": plan.tracer_build, "blocks": plan.blocks,
+                                                 "commands": [c.argv for c in plan.captures]})  # fmt: skip
+    session.prepare(ctx, plan.engines, [plan.model])  # before the lock (make_plan found or built it already)
     table = table_for(ctx.profile.profiling)
-    captures = []
-    with held_lock(ctx):
-        for c in plan.captures:
-            ctx.out.info(f"[profile] {c.label}: {' '.join(c.argv[:4])} ... ({plan.workload}, ntg {c.ntg}, npl {plan.npl})")
-            rows = _capture_bench(ctx, c, plan) if plan.workload == "bench" else _capture_serve(ctx, c, plan)
-            rep = c.out_base + ".nsys-rep"
-            check_analysis(c.out_base + ".log")
-            if not os.path.isfile(rep):
-                raise InfraError(f"nsys wrote no report at {rep} (log: {c.out_base}.log)")
-            from parity.profiles.analysis import analyze_file
-
-            cap = analyze_file(rep, table, label=c.label, engine=c.engine, ntg=c.ntg, npl=plan.npl, top_unmatched=ctx.profile.profiling.top_unmatched,
-                               after_nvtx=ctx.profile.profiling.decode_after_nvtx, runner=ctx.runner, nsys=plan.nsys, collapsed=plan.collapsed)  # fmt: skip
-            cap["command"] = c.argv
-            cap["workload_rows"] = rows
-            captures.append(cap)
+    captures, runs = [], []
+    with session.measuring(ctx, plan.engines):  # hardware.txt, builds.json, then the captures
+        for block in range(plan.blocks):
+            for arm in block_order(plan.engines, block, "abba"):
+                for c in _block_sequence(plan, arm, block):
+                    ctx.out.info(f"[profile] {c.label}: {'traced (' + plan.tracer + ')' if c.traced else 'untraced'}, {plan.workload}, ntg {c.ntg}, npl {plan.npl}")
+                    rows = _capture_bench(ctx, c, plan) if plan.workload == "bench" else _capture_serve(ctx, c, plan)
+                    runs.append({"engine": c.engine, "block": c.block if c.block is not None else 0, "traced": c.traced, "ntg": c.ntg, "rows": rows,
+                                 "s_tg": rows[0].get("s_tg") if len(rows) == 1 else None})  # fmt: skip
+                    if c.traced:
+                        cap = _analyze_capture(ctx, c, plan, table)
+                        cap["workload_rows"] = rows
+                        captures.append(cap)
     if not plan.collapsed and any(c["collapsed"] for c in captures):  # the export says graph mode whatever was asked
         rd.update(collapsed=True)
     diffs = auto_differences(captures)
     doc = build_doc(captures, diff=diffs, bucket_table=table.source)
+    doc["tracer"] = {"name": plan.tracer, "choice": plan.tracer_choice, "build": plan.tracer_build, "blocks": plan.blocks}
+    doc["tracer_cost"] = _tracer_cost(plan, runs)
+    if len(plan.engines) == 2:
+        doc["paired_buckets"] = paired_from_captures(captures, diffs, plan.engines, table)
     files = write_outputs(rd.path / "profile", doc)
+    rd.write_json("profile/tracer_cost.json", doc["tracer_cost"])
+    files["tracer_cost"] = str(rd.path / "profile" / "tracer_cost.json")
+    if doc.get("paired_buckets"):
+        rd.write_json("profile/paired_buckets.json", doc["paired_buckets"])
+        files["paired_buckets"] = str(rd.path / "profile" / "paired_buckets.json")
     return {**doc, "files": files}
+
+
+def _block_sequence(plan: ProfilePlan, arm: str, block: int) -> list[Capture]:
+    """One arm's runs in one block: its traced captures, and the untraced run first in even
+    blocks and last in odd ones (so the tracer's cost is not read off a drift)."""
+    traced = [c for c in plan.captures if c.engine == arm and (c.block or 0) == block]
+    plain = [c for c in plan.untraced if c.engine == arm and c.block == block]
+    return plain + traced if block % 2 == 0 else traced + plain
+
+
+def _analyze_capture(ctx, c: Capture, plan: ProfilePlan, table) -> dict:
+    """The capture's SQLite export (nsys: exported from its report; CUPTI: converted from its
+    trace files and refused when incomplete or collapsed), bucketed."""
+
+    summary = None
+    if c.tracer == "cupti":
+        files = trace_files(c.out_base + ".cupti.%p.tsv")
+        if not files:
+            raise InfraError(f"the CUPTI tracer wrote no trace for {c.label} (expected {c.out_base}.cupti.<pid>.tsv; log {c.out_base}.log): was the library loaded (CUDA_INJECTION64_PATH)?")
+        summary = convert(files, c.out_base + ".sqlite")
+        require_clean(summary, allow_collapsed=plan.collapsed)
+        src = c.out_base + ".sqlite"
+    else:
+        check_analysis(c.out_base + ".log")
+        src = c.out_base + ".nsys-rep"
+        if not os.path.isfile(src):
+            raise InfraError(f"nsys wrote no report at {src} (log: {c.out_base}.log)")
+    cap = analyze_file(src, table, label=c.label, engine=c.engine, ntg=c.ntg, npl=plan.npl, top_unmatched=ctx.profile.profiling.top_unmatched,
+                       after_nvtx=ctx.profile.profiling.decode_after_nvtx, runner=ctx.runner, nsys=plan.nsys or "nsys", collapsed=plan.collapsed)  # fmt: skip
+    cap["command"] = c.argv
+    cap["block"] = c.block
+    cap["tracer"] = c.tracer
+    if summary is not None:
+        cap["trace"] = {k: summary[k] for k in ("kernels", "graph_kernels", "graph_node_kernels", "graph_launches_seen", "graph_launches_traced", "node_check", "graphs", "graph_trace_mode")}
+        cap["trace"]["processes"] = [{k: p[k] for k in ("pid", "path", "complete", "dropped", "buffers_requested", "buffers_refused", "counted", "cupti_version")} for p in summary["processes"]]
+    return cap
+
+
+def _tracer_cost(plan: ProfilePlan, runs: list[dict]) -> list[dict]:
+    if plan.workload != "bench":
+        return not_measured(plan.engines, plan.tracer, "measured on the bench workload only (a serve capture has no untraced twin with the same load)")
+    longest = max(plan.ntgs)
+    return tracer_overhead([r for r in runs if r["ntg"] == longest], plan.tracer)
+
+
+def paired_from_captures(captures: list[dict], diffs: list[dict], engines: list[str], table) -> dict:
+    """The paired bucket table of two arms from per-block differences (reference: the second arm,
+    as the bench A/B takes the last engine as A)."""
+    return from_captures(captures, diffs, engines[1], engines[0], order=list(table.order()))
 
 
 def check_analysis(log_path: str) -> None:
     """nsys exits 0 when its own analysis failed (seen on an H100: an nsys older than the CUDA
     runtime); the report it leaves lacks the kernel table, which is not the capture flags' fault."""
-    from parity.profiles.nsys import analysis_failure
 
     try:
         text = open(log_path, errors="replace").read()
@@ -254,7 +412,6 @@ def check_analysis(log_path: str) -> None:
 
 def _capture_bench(ctx, c: Capture, plan: ProfilePlan) -> list[dict]:
     """Run nsys around llama-batched-bench; returns the bench table rows (maybe empty, see below)."""
-    from parity.serving import batched_bench
 
     os.makedirs(os.path.dirname(c.out_base), exist_ok=True)
     res = ctx.runner.run(c.argv, env=c.env, unset=c.unset, timeout=ctx.profile.profiling.timeout_s)
@@ -277,22 +434,17 @@ def _capture_bench(ctx, c: Capture, plan: ProfilePlan) -> list[dict]:
 def _capture_serve(ctx, c: Capture, plan: ProfilePlan) -> list[dict]:
     import asyncio
 
-    from parity.serving.loadgen import Target, drive
-    from parity.serving.prompts import token_prompts
-    from parity.serving.server import serving
-    from parity.serving.validity import check_request, reason
-
     e = ctx.profile.engine(c.engine)
     s = _serve_shape(ctx, plan.npl)
     base = c.server
-    la = replace(base, argv=c.argv)  # the nsys-wrapped command; readiness, model check, names as launched
+    la = replace(base, argv=c.argv, env=c.env)  # the nsys-wrapped command (or the CUPTI env); readiness, model check, names as launched
     os.makedirs(os.path.dirname(c.out_base), exist_ok=True)
     # nsys writes the report after the server stops: give it time before SIGKILL.  The stop
     # signal goes to nsys alone: it ends the server itself (its --kill: SIGTERM), and a second
     # signal sends llama-server down its "terminating immediately" exit(1), which hung at exit
     # here (a busy 2-core box) until the SIGKILL, so nsys wrote no report
     with serving(ctx, la, s.port, c.out_base + ".log", e.ready_timeout_s * 2, e.ready_probe_timeout_s, e.stop_grace_s + 120, leader_only=True):
-        t = Target("127.0.0.1", s.port, base.served_name, base.tokenize, count=base.count, extra=base.request_extra)
+        t = Target(base.host, base.port, base.served_name, base.tokenize, count=base.count, extra=base.request_extra)
         specs = asyncio.run(token_prompts(t, plan.npl, plan.npp, c.ntg))
         recs = [check_request(r) for r in drive(t, specs, s.request_timeout_s)]
     bad = [r for r in recs if not r.valid]
@@ -315,19 +467,27 @@ class ProfileRequest:
     model: str | None = None
     allow_env: list[str] = field(default_factory=list)
     dry_run: bool = False
+    tracer: str | None = None  # auto | cupti | nsys (None: profiling.tracer)
+    engines: list[str] | None = None  # two arms: paired buckets (B/A over blocks)
+    blocks: int | None = None  # None: profiling.blocks
 
 
 def profile(ctx, req: ProfileRequest) -> dict:
     """`parity profile`: the dry-run commands, or captures + analysis in a new run directory."""
-    from parity.context import run_session
 
     check_graph_node(req.graph_node, req.allow_collapsed)
     for name, v in (("--npl", req.npl), ("--npp", req.npp)):
         if v is not None and v <= 0:
             raise UsageError(f"{name} must be positive")
-    options = dict(engine=req.engine, workload=req.workload, ntgs=req.ntgs, npl=req.npl, npp=req.npp, model=req.model, graph_node=req.graph_node, allow_collapsed=req.allow_collapsed)
+    if req.engines is not None and len(req.engines) != 2:
+        raise UsageError(f"--engines takes two arms for paired buckets (A,B), got {len(req.engines)}: {','.join(req.engines)}")
+    if req.engines and req.engine:
+        raise UsageError("give --engine (one arm) or --engines A,B (paired buckets), not both")
+    options = dict(engine=req.engine, workload=req.workload, ntgs=req.ntgs, npl=req.npl, npp=req.npp, model=req.model, graph_node=req.graph_node, allow_collapsed=req.allow_collapsed,
+                   tracer=req.tracer, engines=req.engines, blocks=req.blocks)  # fmt: skip
+    if not req.dry_run:
+        choose_tracer(ctx, req.tracer, dry=False)  # no CUDA device for CUPTI: one line, exit 2, before any run directory
     if req.dry_run:  # a go/no-go with its evidence in a `dry-run` run dir; the CLI exits with its code
-        from parity.gpu.gonogo import dry_run_session, go_no_go
 
         plan = make_plan(ctx, **options, dry=True)
         doc = dry_run(ctx, plan)
@@ -337,7 +497,9 @@ def profile(ctx, req: ProfileRequest) -> dict:
             doc["run_dir"] = str(rd.path)
             rd.write_json("plan.json", doc)
         return doc
+    make_plan(ctx, **options, dry=True)  # every check of the real plan, before the run dir
     with run_session(ctx, "profile", f"profile-{req.engine or 'default'}-{req.workload}"):
+        session.prepare(ctx, req.engines or [req.engine or _default_engine(ctx, req.workload)], [req.model or ctx.profile.serving.model])
         plan = make_plan(ctx, **options, out_dir=str(ctx.run.path / "profile"))
         doc = run_profile(ctx, plan, req.allow_env)
         return {"run_dir": str(ctx.run.path), **doc}
@@ -345,17 +507,26 @@ def profile(ctx, req: ProfileRequest) -> dict:
 
 def step_engines(ctx, options: dict) -> list[str]:
     """The engine a profile step captures (the campaign builds it before its lock step)."""
-    return [options.get("engine") or _default_engine(ctx, options.get("workload", "bench"))]
+    return list(options.get("engines") or [options.get("engine") or _default_engine(ctx, options.get("workload", "bench"))])
+
+
+STEP_OPTIONS = {"engine", "workload", "ntg", "npl", "npp", "model", "graph_node", "allow_collapsed", "allow_env", "tracer", "engines", "blocks"}
+
+
+def check_step(ctx, options: dict) -> ProfilePlan:
+    """A profile step's options, checked as the real step plans them (a dry plan: nothing is built)."""
+    check_step_options("profile", options, STEP_OPTIONS)
+    return make_plan(ctx, engine=options.get("engine"), workload=options.get("workload", "bench"), ntgs=options.get("ntg"), npl=options.get("npl"), npp=options.get("npp"),
+                     model=options.get("model"), graph_node=options.get("graph_node", True), allow_collapsed=bool(options.get("allow_collapsed")),
+                     tracer=options.get("tracer"), engines=options.get("engines"), blocks=options.get("blocks"), dry=True)  # fmt: skip
 
 
 def campaign_step(ctx, options: dict) -> dict:
     """kind: profile -- options {engine, workload, ntg: [64, 16], npl, npp, model, graph_node: true, allow_collapsed, allow_env}."""
-    known = {"engine", "workload", "ntg", "npl", "npp", "model", "graph_node", "allow_collapsed", "allow_env"}
-    bad = set(options) - known
-    if bad:
-        raise UsageError(f"profile step: unknown option {sorted(bad)[0]} (known: {', '.join(sorted(known))})")
+    check_step(ctx, options)
     out_dir = str(ctx.require_run().path / "profile")
     plan = make_plan(ctx, engine=options.get("engine"), workload=options.get("workload", "bench"), ntgs=options.get("ntg"), npl=options.get("npl"), npp=options.get("npp"),
-                     model=options.get("model"), graph_node=options.get("graph_node", True), allow_collapsed=bool(options.get("allow_collapsed")), out_dir=out_dir)  # fmt: skip
+                     model=options.get("model"), graph_node=options.get("graph_node", True), allow_collapsed=bool(options.get("allow_collapsed")), out_dir=out_dir,
+                     tracer=options.get("tracer"), engines=options.get("engines"), blocks=options.get("blocks"))  # fmt: skip
     doc = run_profile(ctx, plan, options.get("allow_env", ()))
     return {"collapsed": doc["collapsed"], "files": doc["files"], "captures": [{"label": c["label"], "total_ms": c["total_ms"], "kernels": c["kernels"]} for c in doc["captures"]]}

@@ -1,8 +1,9 @@
-"""The bench A/B (parity.serving.bench_ab) in a report: per point each arm's S_TG / S_PP
+"""The bench A/B (parity.bench.ab) in a report: per point each arm's S_TG / S_PP
 median and CV, B/A [low, high] with the paired outcome and the users' rule, and the stop
 rule.  Kept apart from sections.py: rendering only, from bench.json."""
 
 from __future__ import annotations
+from parity.bench.ab import table
 
 
 def bench_ab_section(rd) -> dict | None:
@@ -10,7 +11,6 @@ def bench_ab_section(rd) -> dict | None:
     b = getattr(rd, "bench", None)
     if not b or "paired" not in b or not b.get("per_engine"):
         return None
-    from parity.serving.bench_ab import table
 
     tables = []
     for metric in ("s_tg", "s_pp"):

@@ -15,9 +15,12 @@ from dataclasses import dataclass
 
 from parity import stats
 from parity.errors import UsageError
-from parity.serving.metrics import direction as metric_direction
+from parity.metrics.registry import direction as metric_direction
 from parity.report.rundata import RunData, cells, gate_problems, load_run, values_by_cell
+from parity.stats import family
 from parity.stats.unpaired import METHOD, ratio_change, welch
+from parity.errors import RegressionDetected
+from parity.report.sections import paired_points, pct
 
 
 MISSING = "missing"  # a cell without a finite value in A or B: a named failure, never within noise
@@ -93,7 +96,7 @@ def compare_runs(a: RunData, b: RunData, metrics: list[str], rule: stats.Rule, *
             gap = missing(metric, engine, n, ca.get((engine, n)), cb.get((engine, n)))
             if gap:
                 r = stats.ABResult(None, None, 0, 0, None, None, None, "none", rule.min_delta_pct, None, None, MISSING, gap, better)
-                rows.append({"engine": engine, "n": n, "metric": metric, **r.to_dict(), "unpaired": None})
+                rows.append({"engine": engine, "n": n, "metric": metric, **r.to_dict(), "unpaired": {"ratio": None, "p": None, "outcome": MISSING, "reason": gap}})
                 continue
             va, vb = ca[(engine, n)]["values"], cb[(engine, n)]["values"]
             r = stats.compare_samples(va, vb, rule, better, _floor_cell(floor, metric, engine, n))
@@ -101,6 +104,12 @@ def compare_runs(a: RunData, b: RunData, metrics: list[str], rule: stats.Rule, *
             rows.append({"engine": engine, "n": n, "metric": metric, **r.to_dict(), "unpaired": up})
     if not rows:
         raise UsageError(f"nothing to compare: runs {a.run_id} and {b.run_id} share no engine x N cell")
+    # the comparison's verdict reads every engine x N x metric: its unpaired claims are held to the family (Holm)
+    for r, u in zip(rows, family.adjust_tests([r["unpaired"] for r in rows], 1 - rule.confidence)):
+        r["unpaired"] = u
+    sess = sessions(a, b, metrics, rule)
+    for r, c in zip(sess, family.adjust_tests([r["change"] for r in sess], 1 - rule.confidence)):
+        r["change"] = c
     counts = {v: sum(1 for r in rows if r["verdict"] == v) for v in stats.VERDICTS}
     gaps = [r["reason"] for r in rows if r["verdict"] == MISSING]
     return {
@@ -121,7 +130,9 @@ def compare_runs(a: RunData, b: RunData, metrics: list[str], rule: stats.Rule, *
         "missing": gaps,
         "verdict": verdict(rows),
         "unpaired_method": METHOD.replace("95 %", f"{rule.confidence * 100:g} %"),
-        "sessions": sessions(a, b, metrics, rule),
+        "sessions": sess,
+        "family": {"method": family.METHOD, "unpaired": family.family_line([r["unpaired"] for r in rows], "unpaired B/A of every engine x N x metric"),
+                   "sessions": family.family_line([r["change"] for r in sess], "change of every paired ratio from A to B")},
     }
 
 
@@ -129,7 +140,6 @@ def sessions(a: RunData, b: RunData, metrics: list[str], rule: stats.Rule) -> li
     """Both runs hold the same engines and reference: per engine x N x metric each run's own
     paired estimate (engine/reference over its blocks) and the change of that ratio from A to
     B (unpaired across the runs).  [] otherwise."""
-    from parity.report.sections import paired_points
 
     sa, sb = a.summary or {}, b.summary or {}
     ref = sa.get("reference_engine")
@@ -148,9 +158,6 @@ def sessions(a: RunData, b: RunData, metrics: list[str], rule: stats.Rule) -> li
 
 def check_regressions(rows: list[dict], against: str = "") -> None:
     """Raise RegressionDetected (exit 5) naming every row whose verdict is regressed or missing."""
-    from parity.errors import RegressionDetected
-    from parity.report.sections import pct
-
     bad = [f"{r['engine']} N={r['n']} {r['metric']} {pct(r['delta_pct'])}" for r in rows if r["verdict"] == "regressed"]
     gaps = [r["reason"] for r in rows if r["verdict"] == MISSING]
     if bad or gaps:

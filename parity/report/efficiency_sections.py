@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from parity.report.sections import fmt
+from parity.gpu.bandwidth import load
 
 
 def _table(header: list[str], rows: list[list]) -> str:
@@ -21,7 +22,7 @@ def _points(eff: dict, bench: bool) -> list[list]:
     rows = []
     for p in eff.get("points") or []:
         where = [p.get("pp"), p.get("tg"), p["n"]] if bench else [p["n"]]
-        rows.append([p.get("engine"), *where, fmt(p.get("context")), fmt(p.get("rate_tps")), fmt((p.get("bytes_per_step") or 0) / 1e6), fmt(p.get("achieved_gbps")),
+        rows.append([p.get("engine"), *where, fmt(p.get("context")), fmt(p.get("rate_tps")), fmt(p["bytes_per_step"] / 1e6) if p.get("bytes_per_step") else "-", fmt(p.get("achieved_gbps")),
                      fmt(p.get("pct_published")), fmt(p.get("pct_measured")), p.get("expert_share") if p.get("expert_share") is not None else "-"])  # fmt: skip
     return rows
 
@@ -32,7 +33,6 @@ def efficiency_section(rd, asset_dir: Path, rel: str, plots: bool = True) -> dic
     bench = (rd.bench or {}).get("efficiency")
     if not serving and not bench:
         return None
-    from parity.efficiency.peak import load
 
     bw = load(rd.path) or {}
     pub, meas = bw.get("published") or {}, bw.get("measured") or {}
@@ -45,6 +45,7 @@ def efficiency_section(rd, asset_dir: Path, rel: str, plots: bool = True) -> dic
     head = ["engine", "context", "rate tok/s", "MB/step", "achieved GB/s", "% published", "% measured copy", "expert share"]
     if serving and serving.get("points"):
         md += [f"Serving (model file `{serving.get('model_file')}`):", "", _table([head[0], "N", *head[1:]], _points(serving, False)), ""]
+        md += [f"- {p['engine']} N={p['n']}: {p['why']}" for p in serving["points"] if p.get("why")] + [""] * any(p.get("why") for p in serving["points"])
     elif serving:
         md += [f"Serving: {serving.get('why')}", ""]
     if bench and bench.get("points"):
@@ -53,7 +54,7 @@ def efficiency_section(rd, asset_dir: Path, rel: str, plots: bool = True) -> dic
     if mem:
         rows = [[e, m.get("peak_mib"), m.get("steady_mib"), m.get("arms"), m.get("source"), m.get("note") or ""] for e, m in mem["engines"].items()]
         md += ["Memory per engine (median over its arms):", "", _table(["engine", "peak MiB", "steady MiB", "arms", "source", "note"], rows), ""]
-        md += [f"- {r['engine']}/{r['reference']}: peak x{r['peak']}, steady x{r['steady']}" for r in mem.get("ratios") or []] + [""]
+        md += [f"- {r['engine']}/{r['reference']}: " + (r["why"] if r.get("why") else f"peak x{r['peak']}, steady x{r['steady']}") for r in mem.get("ratios") or []] + [""]
     figs = []
     if plots:
         path = roofline_vs_n(serving, bench, asset_dir / "roofline_vs_n.png")

@@ -6,13 +6,16 @@ a report without a sidecar is read from its markdown front matter."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
 import re
 from pathlib import Path
 
-from parity.artifacts import atomic_write_text
+from parity.files import atomic_write_text
+from parity.filelock import lock_path
+from parity.filelock import locked as file_locked
 from parity.errors import UsageError
 
 COLUMNS = ["date", "phase", "title", "verdict", "key_ratios", "report", "artifact"]
@@ -66,12 +69,57 @@ def next_phase(out_dir: Path) -> int:
 
 
 def append(out_dir: Path, row: dict) -> None:
+    """One row more in both files, under the ledger's lock (concurrent writers all land).
+    Each file is replaced whole (a writer killed mid-write leaves the previous file), the CSV
+    first; a markdown a killed writer left one row behind gets that row too.  The markdown
+    rows go right after the table's last row, so notes below the table stay below it."""
     out_dir = Path(out_dir)
     csv_p, md_p = out_dir / "BENCHMARK.csv", out_dir / "BENCHMARK.md"
-    old_csv = csv_p.read_text() if csv_p.is_file() else ",".join(COLUMNS) + "\n"
-    old_md = md_p.read_text() if md_p.is_file() else MD_HEADER + _md_table_head()
-    atomic_write_text(csv_p, old_csv + _csv_line(row))
-    atomic_write_text(md_p, old_md.rstrip("\n") + "\n" + md_row(row) + "\n")
+    with locked(out_dir):
+        old_csv = csv_p.read_text() if csv_p.is_file() else ",".join(COLUMNS) + "\n"
+        if old_csv and not old_csv.endswith("\n"):
+            old_csv += "\n"
+        earlier = list(csv.DictReader(io.StringIO(old_csv)))
+        atomic_write_text(csv_p, old_csv + _csv_line(row))
+        old_md = md_p.read_text() if md_p.is_file() else MD_HEADER + _md_table_head()
+        behind = earlier[_md_row_count(old_md):]
+        atomic_write_text(md_p, _md_with_rows(old_md, [md_row(r) for r in [*behind, row]]))
+
+
+def _md_table(lines: list[str]) -> tuple[int, int] | None:
+    """(index of the ledger table's head line, index after its last row)."""
+    head = next((i for i, ln in enumerate(lines) if ln.strip() == _md_table_head().splitlines()[0]), None)
+    if head is None:
+        return None
+    end = head + 1
+    while end < len(lines) and lines[end].lstrip().startswith("|"):
+        end += 1
+    return head, end
+
+
+def _md_row_count(text: str) -> int:
+    span = _md_table(text.splitlines())
+    return 0 if span is None else max(0, span[1] - span[0] - 2)
+
+
+def _md_with_rows(text: str, row_lines: list[str]) -> str:
+    lines = text.splitlines(keepends=True)
+    add = "".join(r + "\n" for r in row_lines)
+    span = _md_table(lines)
+    if span is None:  # no ledger table (a hand-edited file): a new one at the end
+        return text.rstrip("\n") + "\n\n" + _md_table_head() + add
+    end = span[1]
+    if end == len(lines) and lines and not lines[-1].endswith("\n"):
+        lines[-1] += "\n"
+    return "".join(lines[:end]) + add + "".join(lines[end:])
+
+
+@contextlib.contextmanager
+def locked(out_dir: Path):
+    """The ledger's lock (one for both files; re-entrant in one thread): hold it from choosing
+    a phase number to appending its row, and no two writers take the same number."""
+    with file_locked(lock_path(Path(out_dir) / "BENCHMARK.csv")):
+        yield
 
 
 def front_matter(text: str) -> dict:
@@ -98,6 +146,11 @@ def rebuild(out_dir: Path) -> list[dict]:
     ledger whose report lives elsewhere (a campaign's, in its run dir) are kept while that
     report still exists."""
     out_dir = Path(out_dir)
+    with locked(out_dir):
+        return _rebuild(out_dir)
+
+
+def _rebuild(out_dir: Path) -> list[dict]:
     try:
         kept = read_rows(out_dir)
     except UsageError:  # a broken ledger is what a rebuild is for

@@ -15,6 +15,7 @@ reports to its own ledger (phases restart at 1 in each run dir)."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import os
@@ -22,13 +23,25 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from parity import results, stats
-from parity.artifacts import atomic_write_json, atomic_write_text, slugify
-from parity.errors import UsageError
+from parity.report import plots
+from parity.artifacts import slugify
+from parity.files import atomic_write_json, atomic_write_text
+from parity.errors import RegressionDetected, UsageError
 from parity.report import ledger
 from parity.report.rundata import RunData, gate_problems, load_run, values_by_cell
 from parity.report.sections import (RESULT_METRICS, ab_table, bench_section, buckets_section, definitions, fmt, gates_section, hardware_section, key_ratios,
                                     noise_section, output_parity_section, paired_definition, paired_section, paired_text, provenance_section, ratio_section, reconciliation_section,
                                     reproduce, results_section, server_section, sessions_table, validity_section)
+from parity.errors import ConfigError
+from parity.options import check_step_options
+from parity.report.bench_sections import bench_ab_section
+from parity.report.compare import check_regressions, compare_runs
+from parity.report.efficiency_sections import efficiency_section
+from parity.report.ledger import rebuild
+from parity.report.plots import throughput_vs_clock
+from parity.report.telemetry_sections import canary_section, plot_points, telemetry_section
+from parity.report.workload_sections import workload_section
+from parity.stats.paired import overall
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 USER_VERDICTS = ("keep", "reject", "default-off")
@@ -61,8 +74,6 @@ def report(ctx, req: ReportRequest) -> dict:
 
     req = replace(req, out_dir=req.out_dir or ctx.profile.reports.dir)
     if req.rebuild_ledger:
-        from parity.report.ledger import rebuild
-
         out = results.run_dir(req.out_dir, "--out-dir directory")
         rows = rebuild(out)
         return {"ledger": str(out / "BENCHMARK.md"), "rows": rows}
@@ -107,10 +118,6 @@ def decide(user: str | None, problems: list[str], ab: dict | None, rule: stats.R
 
 def draw_plots(rd: RunData, ab: dict | None, asset_dir: Path, rel: str, paired: dict | None = None) -> tuple[list[dict], str | None]:
     try:
-        from parity.report import plots
-    except ImportError as e:  # pragma: no cover - matplotlib is a dependency
-        return [], f"plots unavailable ({e})"
-    try:
         import matplotlib  # noqa: F401
     except ImportError as e:
         return [], f"plots unavailable (matplotlib: {e})"
@@ -136,8 +143,6 @@ def draw_plots(rd: RunData, ab: dict | None, asset_dir: Path, rel: str, paired: 
 
 def telemetry_plot(rd: RunData, path: Path):
     """Only when the run has GPU telemetry (parity/telemetry)."""
-    from parity.report.plots import throughput_vs_clock
-    from parity.report.telemetry_sections import plot_points
 
     return throughput_vs_clock(plot_points(rd), path)
 
@@ -167,6 +172,20 @@ def default_title(rd: RunData) -> str:
 
 
 def render_report(profile, req: ReportRequest) -> dict:
+    """The report, its sidecar and its ledger rows, written while the ledgers it joins are
+    locked: two reports into one directory at once take phases N and N+1 (before, both took N,
+    and with one title the second overwrote the first)."""
+    dirs = sorted({_resolved(d) for d in (req.out_dir, req.ledger_dir) if d})  # one order everywhere: no deadlock
+    with contextlib.ExitStack() as held:
+        for d in dirs:
+            try:
+                held.enter_context(ledger.locked(Path(d)))
+            except OSError:  # not a usable directory: the report below says so, as it did unlocked
+                pass
+        return _render_report(profile, req)
+
+
+def _render_report(profile, req: ReportRequest) -> dict:
     if req.verdict is not None and req.verdict not in USER_VERDICTS:
         raise UsageError(f"--verdict {req.verdict}: must be one of {', '.join(USER_VERDICTS)}")
     if req.phase is not None and req.phase <= 0:
@@ -178,13 +197,11 @@ def render_report(profile, req: ReportRequest) -> dict:
     metrics = req.metrics or list(profile.stats.metrics)
     ab = None
     if req.compare:
-        from parity.report.compare import compare_runs
-
         control = load_run(req.compare)
         floor = load_run(req.noise_floor) if req.noise_floor else None
         ab = compare_runs(control, rd, metrics, rule, force=req.force, floor=floor, current=rd if req.current else None, defaults=not req.metrics)
     out_dir = _made_dir(req.out_dir, "--out-dir")
-    running = Path(req.ledger_dir).expanduser() if req.ledger_dir else None
+    running = Path(os.path.expanduser(req.ledger_dir)) if req.ledger_dir else None
     if running is not None and running.resolve() == out_dir.resolve():
         running = None
     if running is not None:
@@ -207,12 +224,8 @@ def render_report(profile, req: ReportRequest) -> dict:
     defs, defs_note = definitions(list(dict.fromkeys(RESULT_METRICS + metrics)), rd.summary)
     row = {"date": date, "phase": phase, "title": title, "verdict": verdict, "key_ratios": key_ratios(rd, (paired or {}).get("points")), "report": md_path.name, "artifact": str(rd.path)}
     res = results_section(rd)
-    from parity.report.bench_sections import bench_ab_section
-    from parity.report.telemetry_sections import telemetry_section
-    from parity.report.workload_sections import workload_section
 
     workload = workload_section(rd, out_dir / stem, stem, plots=req.plots)
-    from parity.report.efficiency_sections import efficiency_section
 
     efficiency = efficiency_section(rd, out_dir / stem, stem, plots=req.plots)
     prov, gates = provenance_section(rd), gates_section(rd, problems)
@@ -226,7 +239,7 @@ def render_report(profile, req: ReportRequest) -> dict:
         "validity": validity_section(rd), "reconciliation": reconciliation_section(rd), "server": server_section(rd), "output_parity": output_parity_section(rd),
         "buckets": buckets_section(rd), "bench": bench_section(rd), "bench_ab": bench_ab_section(rd), "ab": ab, "ab_rows": ab_table(ab) if ab else [], "sessions_rows": sessions_table(ab) if ab else [], "plots": figs, "plot_note": plot_note,
         "definitions": defs, "definitions_note": defs_note, "reproduce": reproduce(rd), "notes": rd.notes, "workload": workload, "efficiency": efficiency,
-        "telemetry": telemetry_section(rd),
+        "telemetry": telemetry_section(rd), "canary": canary_section(rd),
     }
     text = _env().get_template("report.md.j2").render(**ctx)
     atomic_write_text(md_path, text)
@@ -238,6 +251,13 @@ def render_report(profile, req: ReportRequest) -> dict:
     return {"report": str(md_path), "sidecar": str(out_dir / f"{stem}.json"), "ledger": str(out_dir / "BENCHMARK.md"), "phase": phase, "verdict": verdict, "verdict_rule": verdict_rule, "plots": [f["path"] for f in figs], "forced": bool(ab and ab["forced"]),
             "ab_rows": ab["rows"] if ab else [], "running_ledger": str(running / "BENCHMARK.md") if running else None,
             "paired": (paired or {}).get("points") or [], "paired_overall": paired_overall(paired), "paired_source": (paired or {}).get("source")}
+
+
+def _resolved(path: str) -> str:
+    try:
+        return str(Path(os.path.expanduser(path)).resolve())
+    except (OSError, RuntimeError, ValueError):  # not a usable path: _made_dir says so in one line
+        return str(path)
 
 
 def _made_dir(path: str, what: str) -> Path:
@@ -255,7 +275,6 @@ def paired_overall(paired: dict | None) -> str | None:
     """One word over the run's paired outcomes (None: no paired statistics)."""
     if not paired or not paired["points"]:
         return None
-    from parity.stats.paired import overall
 
     return overall(p.get("outcome") for p in paired["points"])
 
@@ -295,7 +314,6 @@ def campaign_step(ctx, options: dict) -> dict:
     control run, a regression beyond noise or a missing number fails the step (exit 5) after
     the report is written, unless fail_on_regression: false; so do earlier runs of which none
     can be the control (the first run has none and passes)."""
-    from parity.campaign import check_step_options
 
     check_step_options("report", options, {"title", "phase", "verdict", "compare", "noise_floor", "metrics", "out_dir", "plots", "force", "fail_on_regression", "ledger"})
     rd = ctx.require_run()
@@ -304,8 +322,6 @@ def campaign_step(ctx, options: dict) -> dict:
         out_dir = ctx.profile.reports.dir
     which = options.get("ledger", "running")
     if not isinstance(which, str) or not which:
-        from parity.errors import ConfigError
-
         raise ConfigError("campaign", "with.ledger", "running, run, or a directory")
     ledger_dir = None if which == "run" else ctx.profile.reports.dir if which == "running" else which
     compare = options.get("compare")
@@ -324,11 +340,7 @@ def campaign_step(ctx, options: dict) -> dict:
     result = render_report(ctx.profile, req)
     ctx.out.info(f"report: {result['report']} (phase {result['phase']}, verdict {result['verdict']})" + (f"; ledger {result['running_ledger']}" if result["running_ledger"] else ""))
     if options.get("fail_on_regression", True):
-        from parity.report.compare import check_regressions
-
         check_regressions(result["ab_rows"], f" against {compare} (report {result['report']})")
         if no_control:
-            from parity.errors import RegressionDetected
-
             raise RegressionDetected(f"{no_control} (report {result['report']})")
     return result

@@ -17,6 +17,7 @@ from pathlib import Path
 from parity import results
 from parity.results import model
 from parity.errors import UsageError
+from parity.artifacts import RunDir
 
 
 @dataclass
@@ -93,8 +94,6 @@ def load_run(path, *, need_summary: bool = True) -> RunData:
         raise UsageError(f"{path}: not a parity run directory (no manifest.json)")
     manifest = results.read_manifest(p / "manifest.json").filled()
     if manifest.get("status") == "running":
-        from parity.artifacts import RunDir
-
         if RunDir(p).settle("report"):  # its parity was killed: it will never end by itself
             manifest = results.read_manifest(p / "manifest.json").filled()
     rd = RunData(p, manifest, notes=notes)

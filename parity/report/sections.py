@@ -7,8 +7,11 @@ import shlex
 from pathlib import Path
 
 from parity import stats
+from parity.engines import ENGINES
 from parity.report.rundata import RunData, values_by_cell
 from parity.stats.calibrate import outran_line
+from parity.metrics.registry import all_metrics, direction
+from parity.stats.paired import MAX_BLOCKS_ESTIMATE, METHOD, OUTCOMES, by_point, overall
 
 RESULT_METRICS = ["decode_agg_tps", "decode_perseq_tps", "agg_tps", "prefill_tps", "ttft_mean_ms", "wall_s", "decode_window_s", "prompt_tok_total", "gen_total"]
 HEADLINE = ["decode_agg_tps", "decode_perseq_tps", "agg_tps", "ttft_mean_ms"]
@@ -70,11 +73,10 @@ def provenance_section(rd: RunData) -> list[dict]:
     sources = ((rd.manifest.get("config") or {}).get("sources")) or {}
     engines_cfg = ((rd.manifest.get("config") or {}).get("engines")) or {}
     for name, b in sorted((rd.builds or {}).items()):
-        if b.get("kind") == "vllm":
-            v = b.get("vllm") or {}
-            rec = v.get("record") or {}
-            out.append({"engine": name, "source": f"vLLM {rec.get('vllm_version') or rec.get('version') or '?'} ({v.get('state', '?')} venv {v.get('root', '-')})", "series": "-", "tree": "-",
-                        "flags": "-", "cuda_archs": "cpu", "bin": v.get("vllm") or "-", "key": f"recipe {rec.get('recipe', '?')}"})  # fmt: skip
+        kind = ENGINES.get(b.get("kind") or "llama")  # a builds.json row says its kind (a build row before kinds said none)
+        cells = kind.provenance_cells(b) if kind is not None else None
+        if cells is not None:
+            out.append({"engine": name, **cells})
             continue
         src = b.get("source") or sources.get((engines_cfg.get(name) or {}).get("source") or "", {}) or {}
         pin = src.get("pin") or src.get("package") or src.get("path") or src.get("url") or "-"
@@ -106,7 +108,9 @@ def gates_section(rd: RunData, problems: list[str]) -> dict:
     elif rd.gate_rows:
         rows = rd.gate_rows
     status = rd.gates.get("status") if isinstance(rd.gates, dict) else ("ungated" if not rd.gate_rows else "unknown")
-    return {"rows": rows, "status": status, "problems": problems}
+    per = (rd.summary or {}).get("binary_gates") or {}  # per engine: gated, not run, or not applicable (its kind says why)
+    engines = [[e, g.get("status"), g.get("why")] for e, g in per.items() if isinstance(g, dict)]
+    return {"rows": rows, "status": status, "problems": problems, "engines": engines}
 
 
 def results_section(rd: RunData) -> dict:
@@ -227,19 +231,14 @@ def buckets_section(rd: RunData) -> dict | None:
 
 
 def definitions(names: list[str], summary: dict | None = None) -> tuple[list[list], str | None]:
-    """From parity.serving.metrics (each metric declared once); else the definitions the
-    run recorded in summary.json; else a note."""
-    try:
-        from parity.serving.metrics import all_metrics
+    """The definitions the run recorded in summary.json (what its numbers meant when they were
+    measured), else the registry's (parity.metrics.registry: each metric declared once)."""
 
-        table = {n: (m.unit, m.better, m.formula) for n, m in all_metrics().items()}
-        note = None
-    except ImportError as e:
-        recorded = [m for m in (summary or {}).get("metrics") or [] if isinstance(m, dict) and "name" in m]
-        table = {m["name"]: (m.get("unit", "-"), m.get("better", "-"), m.get("formula", "-")) for m in recorded}
-        note = f"metric definitions unavailable (parity.serving.metrics: {e})"
+    table = {n: (m.unit, m.better, m.formula) for n, m in all_metrics().items()}
+    recorded = [m for m in (summary or {}).get("metrics") or [] if isinstance(m, dict) and "name" in m]
+    table.update({m["name"]: (m.get("unit", "-"), m.get("better", "-"), m.get("formula", "-")) for m in recorded})
     rows = [[n, *table[n]] for n in names if n in table]
-    return rows, (None if rows else note or "no definitions for these metrics")
+    return rows, (None if rows else "no definitions for these metrics")
 
 
 def reproduce(rd: RunData) -> dict:
@@ -299,8 +298,6 @@ def paired_points(rd: RunData, metrics: list[str], threshold_pct: float, confide
     ref, rows = s.get("reference_engine"), [r for r in s.get("rows") or [] if "repeat" in r and "n" in r and "engine" in r]
     if not ref or not rows:
         return [], "not recorded (no reference engine or no repeat rows in the run)"
-    from parity.serving.metrics import direction
-    from parity.stats.paired import by_point
 
     ms = [m for m in metrics if any(isinstance(r.get(m), (int, float)) for r in rows)]
     pts = by_point(rows, ref, ms, direction, threshold_pct, confidence)
@@ -346,8 +343,6 @@ def _needed(p: dict) -> str:
     if p.get("n_blocks", 0) < 2:
         return ">= 2 (no interval from one block)" if p.get("n_blocks") else "-"
     if p.get("outcome") == "inconclusive" and p.get("low") is not None:
-        from parity.stats.paired import MAX_BLOCKS_ESTIMATE
-
         return f"> {MAX_BLOCKS_ESTIMATE}"
     return "-"
 
@@ -363,8 +358,6 @@ def _disagrees(outcome: str | None, users: str) -> bool:
 
 
 def _counts(pts: list[dict]) -> dict:
-    from parity.stats.paired import OUTCOMES
-
     return {o: sum(1 for p in pts if p.get("outcome") == o) for o in OUTCOMES}
 
 
@@ -372,7 +365,6 @@ def paired_text(sec: dict) -> str:
     """One line: the paired outcomes over every engine x N x metric, and where the rules disagree."""
     if not sec["points"]:
         return f"paired block statistics: {sec['source']}"
-    from parity.stats.paired import overall
 
     c = sec["counts"]
     word = overall(p.get("outcome") for p in sec["points"])
@@ -388,7 +380,6 @@ def paired_text(sec: dict) -> str:
 
 def paired_definition(threshold_pct: float, confidence: float) -> list[str]:
     """The method and the outcome rules, said once in the definitions."""
-    from parity.stats.paired import METHOD
 
     return [
         f"A block is one repeat in which every engine ran once, back to back (the run's order); per block the ratio engine/reference of a metric. "

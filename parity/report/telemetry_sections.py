@@ -7,6 +7,9 @@ import statistics
 
 from parity.report.rundata import RunData
 from parity.report.sections import fmt
+from parity.telemetry.engine_timing import DEFINITIONS
+from parity.metrics.registry import direction
+from parity.stats.canary import line, with_and_without
 
 
 def _med(vals):
@@ -22,7 +25,6 @@ def _max(vals):
 def telemetry_section(rd: RunData) -> dict | None:
     """Per engine x N (over repeats): SM clock and power medians, max temperature, throttle events,
     foreign processes, host load max, client and server CPU %; the engine-clock figures beside the client's."""
-    from parity.telemetry.engine_timing import DEFINITIONS
 
     s = rd.summary or {}
     rows = [r for r in s.get("rows") or [] if isinstance(r.get("telemetry"), dict)]
@@ -65,3 +67,24 @@ def plot_points(rd: RunData) -> list[dict]:
         if t.get("gpu") and (t.get("sm_mhz_median") is not None or t.get("power_w_median") is not None):
             out.append({"engine": r.get("engine"), "n": r.get("n"), "repeat": r.get("repeat"), "decode_agg_tps": r.get("decode_agg_tps"), "sm_mhz": t.get("sm_mhz_median"), "power_w": t.get("power_w_median")})
     return out
+
+
+def canary_section(rd: RunData, metrics=("decode_agg_tps", "agg_tps", "ttft_mean_ms")) -> dict | None:
+    """The drift canary (summary.json "canary", parity.stats.canary): its line, each flagged block
+    with the telemetry of that block's points beside it (host load, client and server CPU %), and
+    the paired intervals with and without the flagged blocks."""
+
+    c = (rd.summary or {}).get("canary")
+    if not isinstance(c, dict):
+        return None
+    rows = []
+    for f in c.get("flagged") or []:
+        rs = [r for r in (rd.summary or {}).get("rows") or [] if r.get("repeat") == f["block"] and r.get("engine") == f["engine"]]
+        t = [r["telemetry"] for r in rs if isinstance(r.get("telemetry"), dict)]
+        rows.append([f["block"], f["engine"], fmt(f["ms"]), f"{f['off_pct']:+.1f}%", fmt(_max(x.get("load1_max") for x in t)), fmt(_med(x.get("client_cpu_pct") for x in t)),
+                     fmt(_med(x.get("server_cpu_pct") for x in t)), "discarded" if any(r.get("discarded") for r in rs) else "flagged"])  # fmt: skip
+    def iv(t):
+        return "-" if not t or t[0] is None else f"{t[0]:.4f} [{fmt(t[1])}, {fmt(t[2])}] ({t[3]})"
+
+    both = [[w["engine"], w["n"], w["metric"], iv(w["all"]), iv(w["kept"])] for w in with_and_without(rd.summary or {}, list(metrics), direction)]
+    return {"line": line(c), "method": c.get("method"), "rows": rows, "intervals": both}

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from parity.metrics.registry import all_metrics
+from parity.report import workload_plots
 from parity.report.sections import fmt
+from parity.metrics.workload import HEADLINE
 
 # per kind: the plots (title, file, function name, what it reads); the table's columns are
 # the run's own `shown` (workload_summary.SHOWN, what the CLI printed)
@@ -27,12 +30,9 @@ WHAT = {
 
 
 def _definitions(names: list[str], summary: dict) -> list[list]:
-    try:
-        from parity.serving.metrics import all_metrics
-
-        table = {n: (m.unit, m.better, m.formula) for n, m in all_metrics().items()}
-    except ImportError:
-        table = {m["name"]: (m.get("unit"), m.get("better"), m.get("formula")) for m in summary.get("metrics") or [] if isinstance(m, dict) and "name" in m}
+    """The run's own recorded definitions, else the registry's (as parity.report.sections.definitions)."""
+    table = {n: (m.unit, m.better, m.formula) for n, m in all_metrics().items()}
+    table.update({m["name"]: (m.get("unit"), m.get("better"), m.get("formula")) for m in summary.get("metrics") or [] if isinstance(m, dict) and "name" in m})
     return [[n, *table[n]] for n in names if n in table]
 
 
@@ -57,8 +57,6 @@ def _long_prompts(summary: dict) -> list[list]:
 
 
 def _ratios(summary: dict, kind: str) -> tuple[list[str], list[list]]:
-    from parity.serving.workload_metrics import HEADLINE
-
     cols = HEADLINE[kind]
     rows = []
     for r in summary.get("ratios") or []:
@@ -71,7 +69,7 @@ def _ratios(summary: dict, kind: str) -> tuple[list[str], list[list]]:
 
 
 def calibration_notes(cal) -> list[str]:
-    """What the trial block chose for a built-in's field (parity.serving.workload_calibration)."""
+    """What the trial block chose for a built-in's field (parity.workloads.calibration)."""
     if not isinstance(cal, dict) or not cal.get("knob"):
         return []
     knob, trial, chosen = cal["knob"], cal.get("trial_gen"), cal.get("gen")
@@ -106,19 +104,14 @@ def workload_section(rd, asset_dir: Path | None = None, rel: str = "", plots: bo
     notes += [f"COARSE STREAM: {p}" for p in s.get("coarse_streams") or []]
     figs, plot_note = [], None
     if plots and asset_dir is not None:
-        try:
-            from parity.report import workload_plots
-        except ImportError as e:  # pragma: no cover - matplotlib is a dependency
-            plot_note = f"plots unavailable ({e})"
-        else:
-            for title, name, fn, reads in PLOTS[kind]:
-                draw, where = getattr(workload_plots, fn), Path(asset_dir) / name
-                if reads == "both":
-                    path = draw(s.get("medians") or [], where, s.get("rows") or [])
-                else:
-                    path = draw(s.get(reads) or [], where)
-                if path is not None:
-                    figs.append({"title": title, "file": f"{rel}/{name}" if rel else name, "path": str(path)})
+        for title, name, fn, reads in PLOTS[kind]:
+            draw, where = getattr(workload_plots, fn), Path(asset_dir) / name
+            if reads == "both":
+                path = draw(s.get("medians") or [], where, s.get("rows") or [])
+            else:
+                path = draw(s.get(reads) or [], where)
+            if path is not None:
+                figs.append({"title": title, "file": f"{rel}/{name}" if rel else name, "path": str(path)})
     return {
         "name": w.get("name"),
         "kind": kind,

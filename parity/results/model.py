@@ -247,7 +247,6 @@ class Manifest:
 class LeverRow:
     """One row of the lever map (lever_map.yaml levers[]): the users edit verdicts and add keys."""
 
-    FINITE: ClassVar[tuple[str, ...]] = ("ratio", "low", "high")
     lever: Union[Annotated[str, msgspec.Meta(min_length=1)], int]
     verdict: Any = None
     ratio: Number = None
@@ -257,7 +256,9 @@ class LeverRow:
 
 @dataclass
 class LeverMap:
-    FINITE: ClassVar[tuple[str, ...]] = ("levers",)
+    """lever_map.yaml: the users' file; a NaN a hand edit left is listed as null with the row's
+    problem named (parity.levers.map.plain_rows), not refused."""
+
     levers: Optional[list[LeverRow]] = None
 
 

@@ -13,9 +13,11 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 import msgspec
+import yaml
 
 from parity.errors import ConfigError, UsageError
 from parity.results import model
+from parity.yamlload import safe_load
 
 T = TypeVar("T")
 
@@ -190,10 +192,6 @@ def read_matrix(path) -> Doc:
 def read_lever_map(path) -> list[dict]:
     """The rows of a lever map (none when the file does not exist or is empty); a broken map is
     a ConfigError naming the line or row (the users edit it by hand)."""
-    import yaml
-
-    from parity.yamlload import safe_load
-
     p = Path(path)
     try:
         if not p.exists() or (p.is_file() and not p.read_bytes().strip()):

@@ -22,6 +22,7 @@ from typing import Iterable, Mapping
 
 from parity.runners import lifetime
 from parity.runners.base import CommandResult, LineCallback
+from parity.files import atomic_write_text
 
 _live: dict[int, "LocalProcess"] = {}
 _live_lock = threading.Lock()
@@ -356,8 +357,6 @@ class LocalRunner:
         return Path(os.path.expanduser(path)).read_text()
 
     def write_text(self, path: str, text: str) -> None:
-        from parity.artifacts import atomic_write_text
-
         atomic_write_text(Path(os.path.expanduser(path)), text)
 
     def which(self, name: str) -> str | None:

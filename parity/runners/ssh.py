@@ -23,7 +23,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from parity.config import HostConfig
+from parity.runners.hosts import HostConfig
 from parity.errors import InfraError, UsageError
 from parity.runners.base import CommandResult, LineCallback
 

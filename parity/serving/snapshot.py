@@ -11,9 +11,35 @@ memory back); post-gates; summary.json / parity_summary.tsv / summary.tsv
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
-from parity.config import positive_int
+from parity import session
+from parity.stats.adaptive import Budget, parse_until_ci
+from parity.stats import canary
+from parity.engines import kind_of
 from parity.errors import UsageError
+from parity.gates.prepost import GateSpec, binary_gates
+from parity.options import check as check_options
+from parity.options import positive_int
+from parity.stats.calibrate import calibration_off
+from parity.context import run_session
+from parity.efficiency.roofline import lines
+from parity.engines.envpolicy import check_bench_env
+from parity.engines.server import answering, port_free
+from parity.gonogo import command_paths, dry_run_session, go_no_go, not_answering
+from parity.gpu.lock import effective_dir as lock_effective_dir, preflight
+from parity.metrics.output_parity import compare_engines
+from parity.metrics.registry import definitions, direction
+from parity.metrics.workload import WINDOWS as KIND_WINDOWS
+from parity.options import check_step_options
+from parity.serving import summary, workload_summary
+from parity.serving.efficiency import for_snapshot
+from parity.serving.sweep import run_arm
+from parity.serving.workloads import attach, resolve
+from parity.stats.blocks import block_line, block_order, half_widths, run_blocks
+from parity.stats.calibrate import WINDOWS, choose, outran, outran_line
+from parity.workloads.calibration import choose_for, plan_text, why_off, with_value
+from parity.workloads.defaults import parse_options
 
 
 @dataclass
@@ -34,6 +60,7 @@ class SnapshotPlan:
     calibration: dict | None = None  # what the calibration chose, with its evidence (summary.json "calibration")
     trial_arms: list = field(default_factory=list)  # the calibration trial's arms when it did not count
     stop: dict | None = None  # which stop rule ended the sweep (summary.json "stop")
+    canary: dict | None = None  # the drift canary's samples and flagged blocks (summary.json "canary")
 
 
 @dataclass
@@ -54,7 +81,7 @@ class SnapshotRequest:
     dry_run: bool = False
     workload: str | dict | None = None  # a built-in kind or serving.workloads.NAME (or a campaign's inline mapping)
     workload_opts: list[str] = field(default_factory=list)  # --workload-opt KEY=VALUE
-    until_ci: float | None = None  # adaptive repeats (None: stats.until_ci_pct)
+    until_ci: float | str | None = None  # adaptive repeats: PCT or METRIC=PCT,... (None: stats.until_ci_pct / until_ci_targets)
     max_repeats: int | None = None  # None: stats.max_repeats
     budget_s: float | None = None  # None: stats.budget_s
 
@@ -62,28 +89,22 @@ class SnapshotRequest:
 def make_plan(ctx, req: SnapshotRequest) -> SnapshotPlan:
     """The sweep to run, checked: every problem here is a one-line UsageError (exit 2)
     before the lock is taken or any server starts."""
-    from parity.serving.engines import adapter
-
     s = ctx.profile.serving
     over = {k: getattr(req, k) for k in ("ptok", "gen", "parallel", "ctx", "order") if getattr(req, k) is not None}
     # here, not in the CLI: campaign steps come through this function too
-    for key in ("repeat", "ptok", "gen", "parallel", "ctx"):
+    check_options(repeat=req.repeat, until_ci=req.until_ci, max_repeats=req.max_repeats, budget_s=req.budget_s, order=req.order)
+    for key in ("ptok", "gen", "parallel", "ctx"):
         v = getattr(req, key)
         if v is not None and not positive_int(v):
-            raise UsageError(f"--{key} must be positive")
+            raise UsageError(f"--{key} must be a positive integer, got {v!r}")
     npl, engines = req.npl, req.engines
     if npl is not None and not (npl and all(map(positive_int, npl))):
         raise UsageError(f"--npl: expected positive integers, got {npl!r}")
-    if over.get("order", "abab") not in ("abab", "abba", "aabb"):
-        raise UsageError(f"--order must be abab, abba or aabb, got {over['order']!r}")
     if npl:
         over["npl"] = npl
     s = replace(s, **over)
     workload = None
     if req.workload is not None:  # workload hook: parity.serving.workloads
-        from parity.serving.workloads import resolve
-
-        from parity.serving.workload_defaults import parse_options
 
         workload = resolve(ctx, req.workload, s, npl=req.npl, options=parse_options(req.workload_opts))
     engines = engines or s.engines
@@ -93,31 +114,34 @@ def make_plan(ctx, req: SnapshotRequest) -> SnapshotPlan:
         raise UsageError(f"--engines: an engine is listed twice ({', '.join(engines)}); use --repeat for repeats")
     for e in engines:
         ctx.profile.engine(e)
-    if workload is None and s.parallel < max(s.npl) and any(ctx.profile.engine(e).kind == "llama" for e in engines):
-        raise UsageError(f"N={max(s.npl)} exceeds --parallel {s.parallel}: llama-server would queue requests; raise --parallel")
+    for e in engines:
+        slots = kind_of(ctx.profile, e).queue_limit(ctx.profile.engine(e), s)
+        if workload is None and slots is not None and slots < max(s.npl):
+            raise UsageError(f"N={max(s.npl)} exceeds --parallel {s.parallel}: engine {e} would queue requests; raise --parallel")
     model = req.model or s.model
     if not model:
         raise UsageError("no model to serve (serving.model or --model)")
+    if model not in ctx.profile.models and not Path(model).expanduser().exists() and any(kind_of(ctx.profile, e).model_source for e in engines):
+        raise UsageError(f"--model {model!r}: neither a model of profile {ctx.profile.name} ({', '.join(ctx.profile.models) or 'none'}) nor a file")
     repeat = req.repeat or s.repeat
     ref = s.reference_engine if s.reference_engine in engines else (engines[-1] if len(engines) > 1 else None)
     plan = SnapshotPlan(model, list(engines), ref, list(s.npl), repeat, s, run_order(list(engines), repeat, s.order))
     plan.budget = make_budget(ctx, req, plan, workload)
-    if workload is not None:  # a built-in's sized field (parity.serving.workload_calibration)
-        from parity.serving.workload_calibration import why_off
+    if workload is not None:  # a built-in's sized field (parity.workloads.calibration)
 
         plan.calibration_off = why_off(s, workload, req.gen is not None)
     else:  # an explicit --gen (or a step's gen) is respected exactly
         plan.calibration_off = calibration_off(s, req.gen is not None)
     plan.calibrate = s.calibrate if plan.calibration_off is None else None
     for e in engines:
-        plan.limits[e], plan.limit_what[e] = adapter(ctx, e).context_need(ctx, e, s, existing_model(ctx, e, model))
+        need = kind_of(ctx.profile, e).context_need(ctx.profile, e, s, kind_of(ctx.profile, e).local_model_file(ctx.profile, e, model))
+        if need.tokens is not None:
+            plan.limits[e], plan.limit_what[e] = need.tokens, need.what
         if workload is None:  # a workload checks its own shapes (attach, below)
             check_shape(plan, e, s.ptok, s.gen, "the sweep")
         if s.warmup.requests:
             check_shape(plan, e, s.ptok, s.warmup.gen, "the warmup")
     if workload is not None:
-        from parity.serving.workloads import attach
-
         attach(ctx, plan, workload)
     return plan
 
@@ -125,18 +149,14 @@ def make_plan(ctx, req: SnapshotRequest) -> SnapshotPlan:
 def make_budget(ctx, req: SnapshotRequest, plan: SnapshotPlan, workload):
     """The stop rule's budget: fixed (repeat blocks) or --until-ci's (at least repeat and
     2 blocks, at most --max-repeats, within --budget-s).  Bad values: one-line UsageError."""
-    import math
-
-    from parity.stats.adaptive import Budget
-
     st = ctx.profile.stats
-    for flag, v in (("--until-ci", req.until_ci), ("--budget-s", req.budget_s)):
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0):
-            raise UsageError(f"{flag} must be a positive number, got {v!r}")
-    if req.max_repeats is not None and not positive_int(req.max_repeats):
-        raise UsageError(f"--max-repeats must be a positive integer, got {req.max_repeats!r}")
-    pct = req.until_ci if req.until_ci is not None else st.until_ci_pct
-    if pct is None:
+    check_options(until_ci=req.until_ci, max_repeats=req.max_repeats, budget_s=req.budget_s)
+    # --until-ci PCT or METRIC=PCT,... replaces the profile's stats.until_ci_pct and until_ci_targets
+    pct, targets = parse_until_ci(req.until_ci) if req.until_ci is not None else (st.until_ci_pct, dict(st.until_ci_targets))
+    unknown = sorted(set(targets) - set(st.metrics))
+    if unknown:
+        raise UsageError(f"--until-ci: {unknown[0]} is not a headline metric the stop rule watches (stats.metrics: {', '.join(st.metrics)})")
+    if pct is None and not targets:
         if req.max_repeats is not None or req.budget_s is not None:
             raise UsageError(f"{'--max-repeats' if req.max_repeats is not None else '--budget-s'} bounds adaptive repeats: give --until-ci PCT too (or --repeat N for a fixed count)")
         return Budget(until_ci_pct=None, min_blocks=plan.repeat, max_blocks=plan.repeat)
@@ -150,16 +170,16 @@ def make_budget(ctx, req: SnapshotRequest, plan: SnapshotPlan, workload):
     hi = req.max_repeats if req.max_repeats is not None else st.max_repeats
     if hi < lo:
         raise UsageError(f"--max-repeats {hi} is below the minimum of {lo} blocks (--repeat/serving.repeat {plan.repeat}, and an interval needs 2)")
-    return Budget(until_ci_pct=float(pct), min_blocks=lo, max_blocks=hi, max_seconds=req.budget_s if req.budget_s is not None else st.budget_s)
+    return Budget(until_ci_pct=None if pct is None else float(pct), min_blocks=lo, max_blocks=hi, max_seconds=req.budget_s if req.budget_s is not None else st.budget_s, targets=targets)
 
 
-def existing_model(ctx, engine: str, model: str) -> str | None:
-    """The engine's model file when it is already there (plan time never synthesizes)."""
-    import os
-
-    m = ctx.profile.models.get(model)
-    path = m.path if m and ctx.profile.engine(engine).kind == "llama" else None
-    return path if path and os.path.isfile(path) else None
+def served_model_problem(ctx, engine: str, model: str) -> str | None:
+    """Why the engine's model cannot be served yet (a dry run shows it; the real run stops), None: fine."""
+    try:
+        session.check_served_model(ctx, engine, model)
+    except UsageError as e:
+        return str(e)
+    return None
 
 
 def check_shape(plan: SnapshotPlan, engine: str, ptok: int, gen: int, what: str) -> None:
@@ -176,23 +196,19 @@ def run_order(engines: list[str], repeat: int, order: str) -> list[tuple[int, st
     slot); aabb: every repeat of A, then of B (not blocks: no engine pair runs back to back)."""
     if order == "aabb":
         return [(r, e) for e in engines for r in range(repeat)]
-    from parity.serving.blocks import block_order
 
     return [(r, e) for r in range(repeat) for e in block_order(engines, r, order)]
 
 
 def snapshot(ctx, req: SnapshotRequest) -> dict:
     """`parity snapshot`: the dry-run plan, or a run directory with the gated sweep's summary."""
-    from parity.context import run_session
 
     plan = make_plan(ctx, req)
+    check_env(ctx, plan, req.allow_env)  # the forbidden bench knobs: refused before the run dir, dry run or not
     if req.dry_run:
-        from parity.gpu.gonogo import command_paths, dry_run_session, go_no_go
-
-        check_env(ctx, plan, req.allow_env)
         doc = dry_run(ctx, plan)
         with dry_run_session(ctx, "snapshot", f"snapshot-{plan.model}") as rd:  # the users' DRY_RUN=1: a go/no-go with its evidence
-            doc["go_no_go"] = go_no_go(ctx, paths=command_paths(ctx, doc["commands"]), ports=[plan.shape.port])
+            doc["go_no_go"] = go_no_go(ctx, paths=command_paths(ctx, doc["commands"]), ports=[plan.shape.port], more=not_answering(doc["commands"]))
             doc["run_dir"] = str(rd.path)
             rd.write_json("plan.json", doc)
         return doc
@@ -204,31 +220,21 @@ def snapshot(ctx, req: SnapshotRequest) -> dict:
 
 
 def check_env(ctx, plan: SnapshotPlan, allow_env) -> None:
-    from parity.serving.engines import adapter
-    from parity.serving.envpolicy import check_bench_env
-
     for e in plan.engines:
-        env = adapter(ctx, e).env(ctx, e)
+        env = kind_of(ctx.profile, e).env(ctx.profile, e)
         check_bench_env(env, ctx.profile.policy, allow_env, context=f"benchmark (engine {e})")
 
 
 def dry_run(ctx, plan: SnapshotPlan) -> dict:
-    from parity.gpu.lock import effective_dir as lock_effective_dir
-    from parity.gpu.lock import preflight
-    from parity.serving.engines import adapter, model_for
-    from parity.serving.metrics import definitions
-    from parity.serving.server import port_free
-
     commands = []
     for e in plan.engines:
+        kind = kind_of(ctx.profile, e)
+        mf, model_error = kind.model_file(ctx.profile, e, plan.model), served_model_problem(ctx, e, plan.model)
         try:
-            mf, model_error = model_for(ctx, e, plan.model, dry=True), None
-        except UsageError as err:  # still show the command, with a placeholder for the file
-            mf, model_error = f"<{err}>", str(err)
-        try:
-            la = adapter(ctx, e).launch(ctx, e, mf, plan.shape.port, plan.shape, dry=True, model=plan.model)
+            la = kind.launch(ctx.profile, e, mf, plan.shape.port, plan.shape, dry=True, model=plan.model, out=ctx.out)
             eng = ctx.profile.engine(e)
-            commands.append({"engine": e, "argv": la.argv, "env": la.env, "unset": la.unset, "ready": f"http://127.0.0.1:{plan.shape.port}{la.ready_path}",
+            commands.append({"engine": e, "argv": la.argv, "env": la.env, "unset": la.unset, "ready": f"http://{la.host}:{la.port}{la.ready_path}",
+                             "start": la.start, "stop": la.stop, "spawned": la.spawned, **({} if la.spawned else {"answering": answering(la, eng.ready_probe_timeout_s)}),
                              "served_name": None if model_error else la.served_name, "model_error": model_error,
                              "ready_timeout_s": eng.ready_timeout_s, "ready_probe_timeout_s": eng.ready_probe_timeout_s,
                              "request_limit": plan.limits.get(e), "request_limit_set_by": plan.limit_what.get(e)})  # fmt: skip
@@ -248,28 +254,15 @@ def dry_run(ctx, plan: SnapshotPlan) -> dict:
         "lock_dir": str(lock_effective_dir(ctx.profile.lock)),
         "port_free": port_free(s.port),
         "metrics": definitions(),
-        "budget": plan.budget.describe() + ("" if plan.budget.until_ci_pct is None else f"; the order above is the minimum, further blocks keep its rotation"),
+        "budget": plan.budget.describe() + ("" if not plan.budget.adaptive else f"; the order above is the minimum, further blocks keep its rotation"),
         "calibration": calibration_plan(plan),
         **({"workload": plan.workload.describe()} if plan.workload is not None else {}),
     }
 
 
-def calibration_off(s, gen_given: bool) -> str | None:
-    """Why the trial block may not raise gen (None: it may)."""
-    if not s.calibrate.enabled:
-        return "serving.calibrate.enabled false"
-    if s.min_window_s <= 0:
-        return "min_window_s 0"
-    if s.order == "aabb":
-        return "--order aabb has no trial block"
-    return "--gen given" if gen_given else None
-
-
 def calibration_plan(plan: SnapshotPlan) -> str:
     s, c = plan.shape, plan.calibrate
     if plan.workload is not None:
-        from parity.serving.workload_calibration import plan_text
-
         return plan_text(plan)
     if c is None:
         return f"off ({plan.calibration_off}): gen {s.gen} as given"
@@ -277,36 +270,26 @@ def calibration_plan(plan: SnapshotPlan) -> str:
 
 
 def run_snapshot(ctx, plan: SnapshotPlan, gates: bool = True, allow_env=()) -> dict:
-    from parity.engine.build import ensure_engines_built, write_builds_json
-    from parity.gates.prepost import gate_engines, gated
-    from parity.gpu.hardware import write_hardware
-    from parity.gpu.lock import held_lock
-
     check_env(ctx, plan, allow_env)
-    ensure_engines_built(ctx, [*plan.engines, *(gate_engines(ctx) if gates else [])])  # every build before the shared GPU is taken
-    with held_lock(ctx):
-        write_hardware(ctx)  # before any server starts (Phase 24)
-        write_builds_json(ctx, plan.engines)  # vLLM from the cached CPU venv too
-        with gated(ctx, enabled=gates):
-            arms = sweep_all(ctx, plan)
-    return write_summary(ctx, plan, arms)
+    spec = GateSpec.from_profile(ctx.profile) if gates else None
+    session.prepare(ctx, plan.engines, gates=spec)  # builds, installs, gate models: before the shared GPU is taken
+    for e in plan.engines:
+        session.serve_model(ctx, e, plan.model)
+    with session.measuring(ctx, plan.engines, gates=spec):  # hardware.txt before any server starts, builds.json, pre/post gates
+        arms = sweep_all(ctx, plan)
+    return write_summary(ctx, plan, arms, binary_gates(ctx, plan.engines, spec))
 
 
-def write_summary(ctx, plan: SnapshotPlan, arms: list[dict]) -> dict:
-    from parity.serving import summary, workload_summary
-
+def write_summary(ctx, plan: SnapshotPlan, arms: list[dict], gated: dict | None = None) -> dict:
     rows = [r for a in arms for r in a["rows"]]
     if plan.calibration is not None:
         note_outran(ctx, plan, rows)
-    extra = {"arms": [{k: v for k, v in a.items() if k not in ("rows", "outputs")} for a in arms], **run_notes(plan)}
+    extra = {"arms": [{k: v for k, v in a.items() if k not in ("rows", "outputs")} for a in arms], **run_notes(plan), **({"binary_gates": gated} if gated else {})}
     outputs = {a["engine"]: a["outputs"] for a in [*plan.trial_arms, *arms] if a.get("outputs")}  # the probe ran in the engine's first arm
     if len(outputs) > 1:
-        from parity.serving.output_parity import compare_engines
-
         op = plan.shape.output_parity
         extra["output_parity"] = compare_engines(outputs, plan.reference or plan.engines[0], op.min_agreement, op.max_kl)
     if plan.workload is None:  # efficiency hook: % of roofline and memory per engine (parity.efficiency)
-        from parity.efficiency.roofline import for_snapshot
 
         extra["efficiency"] = for_snapshot(ctx, plan, rows, arms)
     writer = summary if plan.workload is None else workload_summary  # workload hook: its metrics, same machinery
@@ -321,14 +304,11 @@ def write_summary(ctx, plan: SnapshotPlan, arms: list[dict]) -> dict:
 def note_outran(ctx, plan: SnapshotPlan, rows: list[dict]) -> None:
     """Calibrated windows that still fell short: recorded (calibration.outran) and said, with
     how much faster than the trial they ran (parity.stats.calibrate.outran)."""
-    from parity.stats.calibrate import WINDOWS, outran, outran_line
 
     if plan.calibration.get("capped"):
         return  # the cap's warning said its windows may stay short
     windows = WINDOWS
     if plan.workload is not None:
-        from parity.serving.workload_metrics import WINDOWS as KIND_WINDOWS
-
         windows = KIND_WINDOWS[plan.workload.kind]
     trial = [r for a in plan.trial_arms for r in a["rows"]] or [r for r in rows if r.get("repeat") == 0]
     items = outran(plan.calibration, trial, rows, plan.shape.min_window_s, windows)
@@ -342,6 +322,8 @@ def run_notes(plan: SnapshotPlan) -> dict:
     out = {}
     if plan.stop is not None:
         out["stop"] = plan.stop
+    if plan.canary is not None:
+        out["canary"] = plan.canary
     if plan.calibration is not None:
         out["calibration"] = plan.calibration
         if plan.trial_arms:
@@ -352,9 +334,6 @@ def run_notes(plan: SnapshotPlan) -> dict:
 def sweep_all(ctx, plan: SnapshotPlan) -> list[dict]:
     """Run the blocks: the fixed number, or until the stop rule (--until-ci) ends it; the
     first block doubles as the calibration trial.  A partial summary after every arm."""
-    from parity.serving import summary, workload_summary
-    from parity.serving.blocks import block_line, block_order, half_widths, run_blocks
-    from parity.serving.sweep import run_arm
 
     arms: list[dict] = []
     writer = summary if plan.workload is None else workload_summary
@@ -374,26 +353,34 @@ def sweep_all(ctx, plan: SnapshotPlan) -> list[dict]:
             plan.stop = {"rule": "fixed", "why": f"{plan.repeat} repeats as asked (aabb)", "blocks": plan.repeat, "budget": budget.describe()}
             return arms
         counted = [0]
+        probes: list[dict] = []  # the drift canary's samples (parity.stats.canary)
 
         def run_block(b: int) -> bool:
             for engine in block_order(plan.engines, b, plan.shape.order):
                 if (b, engine) not in plan.order:
                     plan.order.append((b, engine))
                     prog.update(task, total=len(plan.order) * len(plan.npl))
+                if st.canary != "off":
+                    probes.append({"block": b, "engine": engine, "ms": round(canary.host_probe(), 3)})
                 arms.append(run_arm(ctx, plan, engine, b, prog, task))
                 partial(counted[0])
+            if st.canary == "discard":
+                canary.discard(arms, b, canary.assess(probes))
             if b == 0 and plan.calibrate is not None:
                 return calibrate_after_trial(ctx, plan, arms)
             return True
 
         def widths() -> dict:
-            return half_widths([r for a in arms for r in a["rows"]], plan.reference, st.metrics, st.min_delta_pct, st.confidence) if plan.workload is None else {}
+            return half_widths([r for a in arms for r in a["rows"]], plan.reference, st.metrics, st.min_delta_pct, st.confidence, direction) if plan.workload is None else {}
 
         def report(block, n, hw, decision) -> None:
             counted[0] = n
             ctx.out.info(block_line(block, n, hw, decision, budget))
 
         rule, why, blocks, seconds = run_blocks(budget, run_block, widths, report)
+        if probes:
+            plan.canary = {**canary.assess(probes), "policy": st.canary}
+            ctx.out.info(canary.line(plan.canary))
     plan.order = [(a["repeat"], a["engine"]) for a in [*plan.trial_arms, *arms]]  # as run
     plan.repeat = blocks
     plan.stop = {"rule": rule, "why": why, "blocks": blocks, "measured_s": round(seconds, 1), "budget": budget.describe()}
@@ -406,8 +393,7 @@ def calibrate_after_trial(ctx, plan: SnapshotPlan, arms: list[dict]) -> bool:
     raised, block 0 was the trial (its arms move to plan.trial_arms) and the measured blocks
     follow at the new value."""
     rows = [r for a in arms for r in a["rows"]]
-    if plan.workload is not None:  # a built-in's field instead of gen (parity.serving.workload_calibration)
-        from parity.serving.workload_calibration import choose_for
+    if plan.workload is not None:  # a built-in's field instead of gen (parity.workloads.calibration)
 
         cal = choose_for(plan, rows)
         plan.calibration = {**cal.to_dict(), "workload": plan.workload.name}
@@ -422,8 +408,6 @@ def calibrate_after_trial(ctx, plan: SnapshotPlan, arms: list[dict]) -> bool:
     if cal.kept_trial:
         return True
     if plan.workload is not None:
-        from parity.serving.workload_calibration import with_value
-
         plan.workload = with_value(plan.workload, cal.gen)
     else:
         plan.shape = replace(plan.shape, gen=cal.gen)
@@ -434,7 +418,6 @@ def calibrate_after_trial(ctx, plan: SnapshotPlan, arms: list[dict]) -> bool:
 
 def choose_gen(plan: SnapshotPlan, rows: list[dict]):
     """The sweep's Calibration of gen, capped by each engine's request context less the prompt it sent."""
-    from parity.stats.calibrate import choose
 
     s, c = plan.shape, plan.calibrate
     caps = {}
@@ -447,17 +430,27 @@ def choose_gen(plan: SnapshotPlan, rows: list[dict]):
     return choose(rows, s.gen, s.min_window_s, c.margin, caps, c.max_gen)
 
 
-def campaign_step(ctx, options: dict) -> dict:
-    """kind: snapshot -- options {npl, engines, model, repeat, ptok, gen, parallel, ctx, order, gates, allow_env, workload, until_ci, max_repeats, budget_s}
-    (workload: a serving.workloads name, or a mapping declaring one inline: {name, kind, ...})."""
-    from parity.campaign import check_step_options
+STEP_OPTIONS = {"npl", "engines", "model", "repeat", "ptok", "gen", "parallel", "ctx", "order", "gates", "allow_env", "workload", "until_ci", "max_repeats", "budget_s"}
 
-    check_step_options("snapshot", options, {"npl", "engines", "model", "repeat", "ptok", "gen", "parallel", "ctx", "order", "gates", "allow_env", "workload", "until_ci", "max_repeats", "budget_s"})
+
+def check_step(ctx, options: dict) -> tuple[SnapshotRequest, SnapshotPlan]:
+    """A snapshot step's options, checked as `parity snapshot` checks its flags (the campaign's
+    dry run and its real run both call this before any step runs)."""
+    check_step_options("snapshot", options, STEP_OPTIONS)
     options = {"gates": False, **options}  # campaigns usually run gate steps around it
     options["gates"] = bool(options["gates"])
     req = SnapshotRequest(**options)
-    doc = run_snapshot(ctx, make_plan(ctx, req), gates=req.gates, allow_env=req.allow_env)
-    from parity.efficiency.roofline import lines
+    plan = make_plan(ctx, req)
+    check_env(ctx, plan, req.allow_env)
+    return req, plan
+
+
+def campaign_step(ctx, options: dict) -> dict:
+    """kind: snapshot -- options {npl, engines, model, repeat, ptok, gen, parallel, ctx, order, gates, allow_env, workload, until_ci, max_repeats, budget_s}
+    (workload: a serving.workloads name, or a mapping declaring one inline: {name, kind, ...})."""
+
+    req, plan = check_step(ctx, options)
+    doc = run_snapshot(ctx, plan, gates=req.gates, allow_env=req.allow_env)
 
     for line in lines(doc.get("efficiency")):
         ctx.out.info(line)

@@ -15,8 +15,10 @@ import math
 import statistics
 
 from parity import results, stats
-from parity.serving import validity
-from parity.serving.metrics import HEADLINE, METRICS, definitions, direction
+from parity.metrics import validity
+from parity.metrics.registry import definitions, direction
+from parity.metrics.serving import HEADLINE, METRICS
+from parity.stats.paired import METHOD, by_point
 
 ROW_KEYS = [k for k in METRICS]
 USERS_COLUMNS = ["agg_tps", "decode_agg_tps", "decode_perseq_tps", "prefill_tps", "ttft_mean_ms", "wall_s"]
@@ -50,7 +52,6 @@ def paired_points(rows: list[dict], reference: str | None, metrics: list[str], t
     """paired.by_point over the valid rows: engine/reference per block (repeat) x N x metric."""
     if not reference:
         return []
-    from parity.stats.paired import by_point
 
     return by_point(rows, reference, list(metrics), direction, threshold_pct, confidence)
 
@@ -208,7 +209,6 @@ def write(ctx, plan, rows: list[dict], extra: dict | None = None) -> dict:
 
 def paired_rule(threshold_pct: float, confidence: float) -> dict:
     """How the paired outcomes were decided (recorded once per summary)."""
-    from parity.stats.paired import METHOD
 
     return {"method": METHOD.replace("95 %", f"{confidence * 100:g} %"), "threshold_pct": threshold_pct, "confidence": confidence,
             "outcomes": {"improved / regressed": f"the interval excludes 1 and the estimate is beyond +-{threshold_pct:g}%",

@@ -3,7 +3,7 @@ warmed up, then every N; afterwards the memory it held must come back before the
 next engine starts.
 
 Per point: prompts (serving.prompt), the server's /metrics before and after, the
-requests (closed loop, N at once), each request checked (parity.serving.validity),
+requests (closed loop, N at once), each request checked (parity.metrics.validity),
 the users' metrics over the valid ones, the point's own verdict, and the server's
 counters reconciled with the client's."""
 
@@ -11,67 +11,24 @@ from __future__ import annotations
 
 import asyncio
 
+from parity.engines import kind_of
+from parity.engines.server import died, serving
 from parity.errors import InfraError
-from parity.serving import server_metrics, validity
-from parity.serving.metrics import NoValue, RequestRecord, compute, decode_window_reads
-
-
-def records_json(recs: list[RequestRecord]) -> list[dict]:
-    out = []
-    for r in recs:
-        d = dict(r.__dict__)
-        d["valid"] = r.valid
-        out.append(d)
-    return out
-
-
-def scrape_parsed(port: int, path: str | None) -> tuple[dict | None, str | None]:
-    from parity.serving.server import scrape
-
-    text = scrape(port, path)
-    if text is None:
-        return None, None
-    try:
-        return server_metrics.parse(text), text
-    except ValueError:  # not Prometheus text
-        return None, text
-
-
-def slot_context(port: int, la) -> int | None:
-    """The context one llama-server slot really has (GET /props), None when it does not say."""
-    if not la.props_path:
-        return None
-    from parity.serving.server import probe
-
-    try:
-        status, body = probe(port, la.props_path, 10.0)
-    except (OSError, asyncio.TimeoutError, ValueError):
-        return None
-    settings = body.get("default_generation_settings") if status == 200 and isinstance(body, dict) else None
-    n = settings.get("n_ctx") if isinstance(settings, dict) else None
-    return n if isinstance(n, int) and n > 0 else None
-
-
-def build_specs(target, s, n: int, gen: int):
-    from parity.serving.prompts import prompts
-
-    return asyncio.run(prompts(target, s.prompt, n, s.ptok, gen))
-
-
-def check_fits(specs, limit: int | None, label: str, what: str) -> None:
-    """Refuse requests that do not fit the context the engine really gives them (a
-    word prompt's length is only known once tokenized, after the server started)."""
-    from parity.serving.prompts import shortest_context_need
-
-    need = shortest_context_need(specs)
-    if limit and need > limit:
-        raise InfraError(f"{label}: a request needs {need} tokens (prompt + generated) but {what} gives {limit}")
+from parity.metrics import prometheus as server_metrics
+from parity.metrics import validity
+from parity.metrics.serving import NoValue, compute, decode_window_reads
+from parity.serving.point import build_specs, check_fits, client_side, records_json, scrape_parsed, slot_context
+from parity.efficiency import memory as memtrack
+from parity.gpu.memory import used_mib, wait_back
+from parity.loadgen import client as loadgen
+from parity.metrics.output_parity import probe
+from parity.serving.workloads import run_points
+from parity.telemetry import affinity, watch
 
 
 def warmup(ctx, target, s, engine: str, rep: int, timeout: float, plan) -> dict:
     """The harness's warmup: serving.warmup.requests requests of warmup.gen tokens, own nonces,
     discarded from every metric (kept in requests/<engine>-r<k>-warmup.json)."""
-    from parity.serving import loadgen
 
     w = s.warmup
     if w.requests <= 0:
@@ -90,7 +47,6 @@ def warmup(ctx, target, s, engine: str, rep: int, timeout: float, plan) -> dict:
 
 def probe_outputs(ctx, target, la, s, engine: str) -> list[dict]:
     """Greedy answers with top-k logprobs to serving.output_parity.prompts (outputs/<engine>.json)."""
-    from parity.serving.output_parity import probe
 
     op = s.output_parity
     try:
@@ -101,30 +57,15 @@ def probe_outputs(ctx, target, la, s, engine: str) -> list[dict]:
     return answers
 
 
-def client_side(recs: list[RequestRecord], row: dict) -> dict:
-    ok = [r for r in recs if r.valid]
-    e2e = [(r.end - r.send) * 1000 for r in ok if r.end is not None]
-    return {
-        "requests": len(ok),
-        "prompt_tokens": row.get("prompt_tok_total"),
-        "generation_tokens": row.get("gen_total"),
-        "ttft_mean_ms": row.get("ttft_mean_ms"),
-        "e2e_mean_ms": round(sum(e2e) / len(e2e), 3) if e2e else None,
-    }
-
-
 def run_point(ctx, plan, la, target, engine: str, rep: int, n: int, show, server_pid: int | None = None, affinity: dict | None = None) -> dict:
-    from parity.serving import loadgen
-    from parity.telemetry import watch
-
     s = plan.shape
     label = f"{engine} r{rep} N={n}"
     specs = build_specs(target, s, n, s.gen)
     check_fits(specs, plan.limits.get(engine), label, plan.limit_what.get(engine, "the engine"))
-    before, _ = scrape_parsed(s.port, la.metrics_path)
+    before, _ = scrape_parsed(la)
     with watch.point(ctx, s.telemetry, server_pid, affinity) as tel:  # GPU + host samples, client pinned (parity/telemetry)
         recs = loadgen.drive(target, specs, s.request_timeout_s, show)
-    after, text = scrape_parsed(s.port, la.metrics_path)
+    after, text = scrape_parsed(la)
     for r in recs:
         validity.check_request(r)
     ok = [r for r in recs if r.valid]
@@ -135,7 +76,7 @@ def run_point(ctx, plan, la, target, engine: str, rep: int, n: int, show, server
     except NoValue:
         row["decode_window_reads"] = None
     problems = validity.point_verdict(recs, row, s.min_window_s, s.invalid_tolerance)
-    problems += tel.finish(ctx.run, row, recs, la.kind, before, after, f"telemetry/{engine}-r{rep}-n{n}.json")
+    problems += tel.finish(ctx.run, row, recs, la.family, before, after, f"telemetry/{engine}-r{rep}-n{n}.json")
     row.update(
         requests=len(recs),
         valid_requests=sum(r.valid for r in recs),
@@ -145,7 +86,7 @@ def run_point(ctx, plan, la, target, engine: str, rep: int, n: int, show, server
         invalid_reasons=problems,
     )
     if before is not None and after is not None:
-        server = server_metrics.deltas(la.kind, before, after)
+        server = server_metrics.deltas(la.family, before, after)
         recon = server_metrics.reconcile(server, client_side(recs, row))
         row["server"], row["reconciliation"] = server, recon
         for m in server_metrics.mismatches(recon):
@@ -158,36 +99,31 @@ def run_point(ctx, plan, la, target, engine: str, rep: int, n: int, show, server
 
 def cpu_plan(ctx, s) -> dict:
     """Which cores the server and the client get (parity.telemetry.affinity; serving.telemetry.pin_cpus)."""
-    from parity.telemetry import affinity
 
     return affinity.plan(s.telemetry, ctx.runner)
 
 
 def run_arm(ctx, plan, engine: str, rep: int, prog, task) -> dict:
     """Start the engine's server, warm it up, run every N, stop it, wait for its memory."""
-    from parity.efficiency import memory as memtrack
-    from parity.gpu.memory import used_mib, wait_back
-    from parity.serving import loadgen
-    from parity.serving.engines import adapter, model_for
-    from parity.serving.server import died, serving
-    from parity.telemetry import affinity
 
     s = plan.shape
     e = ctx.profile.engine(engine)
-    mf = model_for(ctx, engine, plan.model)
-    la = adapter(ctx, engine).launch(ctx, engine, mf, s.port, s, model=plan.model)
+    kind = kind_of(ctx.profile, engine)
+    mf = kind.model_file(ctx.profile, engine, plan.model)
+    la = kind.launch(ctx.profile, engine, mf, s.port, s, model=plan.model, out=ctx.out)
     pin = cpu_plan(ctx, s)
     la = affinity.wrap(la, pin)  # taskset -c <server cores> in the recorded argv when the box has enough cores
     log = str(ctx.run.file(f"servers/{engine}-r{rep}.log"))
-    ctx.run.write_json(f"servers/{engine}-r{rep}.json", {"argv": la.argv, "env": la.env, "unset": la.unset, "served_name": la.served_name, "count": la.count, "request_extra": la.request_extra, "affinity": pin})
+    ctx.run.write_json(f"servers/{engine}-r{rep}.json", {"argv": la.argv, "env": la.env, "unset": la.unset, "served_name": la.served_name, "count": la.count, "request_extra": la.request_extra, "affinity": pin,
+                                                      **({} if la.spawned else {"started_by_parity": False, "address": f"http://{la.host}:{la.port}", "start": la.start, "stop": la.stop})})  # fmt: skip
     mem_before, mem_source = used_mib()
     rows, arm = [], {"engine": engine, "repeat": rep, "affinity": pin}
     prog.update(task, status=f"{engine} r{rep}: starting server (budget {e.ready_timeout_s:g} s)")
     with serving(ctx, la, s.port, log, e.ready_timeout_s, e.ready_probe_timeout_s, e.stop_grace_s) as (proc, ready_s):
         arm["ready_s"] = round(ready_s, 2)
-        mem = memtrack.start(mem_before, mem_source, proc, e)  # memory per engine (parity.efficiency.memory)
-        target = loadgen.Target("127.0.0.1", s.port, la.served_name, la.tokenize, count=la.count, extra=la.request_extra)
-        real = slot_context(s.port, la)
+        mem = memtrack.start(mem_before, mem_source, proc, kind.memory_note)  # memory per engine (parity.efficiency.memory)
+        target = loadgen.Target(la.host, la.port, la.served_name, la.tokenize, count=la.count, extra=la.request_extra)
+        real = slot_context(la)
         if real is not None:  # what the server really gives a slot (it caps at the model's training context)
             arm["slot_ctx"] = real
             if real != plan.limits.get(engine):
@@ -199,7 +135,6 @@ def run_arm(ctx, plan, engine: str, rep: int, prog, task) -> dict:
             prog.update(task, status=f"{engine} r{rep}: output-parity probe")
             arm["outputs"] = probe_outputs(ctx, target, la, s, engine)
         if plan.workload is not None:  # workload hook: its own points (parity.serving.workloads) instead of every N
-            from parity.serving.workloads import run_points
 
             rows += run_points(ctx, plan, la, target, engine, rep, prog, task, proc, log)
         for n in [] if plan.workload is not None else plan.npl:

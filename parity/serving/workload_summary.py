@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from parity import results, stats
 from parity.serving import summary
-from parity.serving.metrics import METRICS, definitions
-from parity.serving.workload_metrics import BY_KIND, HEADLINE
+from parity.metrics.registry import definitions
+from parity.metrics.serving import METRICS
+from parity.metrics.workload import BY_KIND, HEADLINE
 
 # the serving metrics each kind's table shows first (every one is still in the rows and medians)
 SHOWN = {

@@ -13,7 +13,7 @@ numeric key (requests, rate or turn), a "point" label and the kind's own fields.
   them decode, long_prompts prompts of long_ptok tokens arrive every long_every_s.  The
   stall of each: the decode gaps overlapping its admission (send -> its first token).
 - open-loop: for each rate, requests_per_rate requests due at seeded gamma arrival times
-  (parity.serving.arrivals; exact_rate: scaled so the schedule's mean rate is the
+  (parity.loadgen.arrivals; exact_rate: scaled so the schedule's mean rate is the
   requested one), sent whatever is in flight.  A load generator that fell
   behind makes the point invalid; a server that did not keep up makes it "not held".
 - multi-turn: conversations in lockstep: turn k of every conversation goes at once, its
@@ -27,12 +27,25 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 
+from parity.engines import kind_of
+from parity.serving.point import check_fits, client_side, records_json, scrape_parsed
 from parity.errors import InfraError, UsageError
-from parity.serving.metrics import RequestRecord
+from parity.loadgen.record import RequestRecord
+from parity.artifacts import slugify
+from parity.decode import from_dict
+from parity.engines.server import died
+from parity.loadgen import client as loadgen
+from parity.loadgen.arrivals import open_loop_times
+from parity.loadgen.client import RequestSpec, one_request, request_body, tokenize
+from parity.loadgen.http import Connection
+from parity.loadgen.prompts import shared_prefix_prompts, token_prompts
+from parity.metrics import prometheus as server_metrics, validity, workload as workload_metrics
+from parity.metrics.serving import compute
+from parity.metrics.workload import HEADLINE
+from parity.workloads.calibration import basis
+from parity.workloads.defaults import BUILTIN, builtin, sized
+from parity.workloads.spec import WorkloadConfig, check_workload
 
-# llama-server's prompt counter that excludes reused tokens ("Number of prompt tokens
-# processed, excluding cached tokens"): the reuse a build without a cached counter did
-COMPUTED_PROMPT = {"llama": "llamacpp:prompt_tokens_total"}
 
 
 @dataclass
@@ -41,7 +54,7 @@ class Workload:
     cfg: object  # parity.config.WorkloadConfig
     gen: int
     ptok: int
-    builtin: bool = False  # one of the four kinds by name (parity.serving.workload_defaults)
+    builtin: bool = False  # one of the four kinds by name (parity.workloads.defaults)
     sized: tuple = ()  # the fields parity sized for the profile (not written in YAML or --workload-opt)
 
     @property
@@ -83,16 +96,13 @@ class Workload:
 
 
 def resolve(ctx, spec, s, npl=None, options: dict | None = None) -> Workload:
-    """A workload by name (a built-in kind, parity.serving.workload_defaults, or
+    """A workload by name (a built-in kind, parity.workloads.defaults, or
     serving.workloads.NAME) or inline (a campaign step's mapping, with an optional name);
     options: --workload-opt overrides."""
     from dataclasses import replace
 
-    from parity.config import WorkloadConfig, check_workload, from_dict
-    from parity.serving.workload_defaults import BUILTIN, builtin, sized
-
     options = options or {}
-    made: dict = {}  # a built-in's: what parity sized (parity.serving.workload_calibration may raise it)
+    made: dict = {}  # a built-in's: what parity sized (parity.workloads.calibration may raise it)
 
     if npl:
         raise UsageError("--npl does not apply to a workload run: its points are the workload's own (rates, turns, ...)")
@@ -126,8 +136,9 @@ def attach(ctx, plan, wl: Workload) -> None:
     s = plan.shape
     width = wl.concurrency()
     for e in plan.engines:
-        if width and width > s.parallel and ctx.profile.engine(e).kind == "llama":
-            raise UsageError(f"workload {wl.name}: {width} requests in flight exceed --parallel {s.parallel}: llama-server would queue them; raise --parallel")
+        slots = kind_of(ctx.profile, e).queue_limit(ctx.profile.engine(e), s)
+        if width and slots is not None and width > slots:
+            raise UsageError(f"workload {wl.name}: {width} requests in flight exceed --parallel {s.parallel}: engine {e} would queue them; raise --parallel")
         limit = plan.limits.get(e)
         if limit and wl.need() > limit:
             raise UsageError(f"workload {wl.name}: a request needs {wl.need()} tokens (prompt + generated) but engine {e} gives {limit}: {plan.limit_what.get(e)}")
@@ -159,13 +170,9 @@ class Arm:
         return self.plan.shape.request_timeout_s
 
     def scrape(self) -> tuple[dict | None, str | None]:
-        from parity.serving.sweep import scrape_parsed
-
-        return scrape_parsed(self.shape.port, self.la.metrics_path)
+        return scrape_parsed(self.la)
 
     def fits(self, specs, label: str) -> None:
-        from parity.serving.sweep import check_fits
-
         check_fits(specs, self.plan.limits.get(self.engine), label, self.plan.limit_what.get(self.engine, "the engine"))
 
     def show(self, label: str):
@@ -173,8 +180,6 @@ class Arm:
 
     def alive(self, label: str) -> None:
         if self.proc is not None and (rc := self.proc.poll()) is not None:
-            from parity.serving.server import died
-
             raise died(self.engine, rc, self.log, label)
 
 
@@ -211,8 +216,6 @@ def run_points(ctx, plan, la, target, engine: str, rep: int, prog, task, proc=No
 
 
 def headline_of(kind: str) -> list[str]:
-    from parity.serving.workload_metrics import HEADLINE
-
     return HEADLINE[kind]
 
 
@@ -224,13 +227,13 @@ def verdict_text(row: dict) -> str:
 # ------------------------------------------------------------------ rows
 
 
-def server_deltas(kind: str, before: dict | None, after: dict | None) -> dict | None:
-    from parity.serving import server_metrics
+def server_deltas(family, before: dict | None, after: dict | None) -> dict | None:
+    """The point's server figures under the engine's /metrics family (its kind's)."""
 
     if before is None or after is None:
         return None
-    d = server_metrics.deltas(kind, before, after)
-    name = COMPUTED_PROMPT.get(kind)
+    d = server_metrics.deltas(family, before, after)
+    name = family.prompt_computed
     d["prompt_tokens_computed"] = after[name] - before.get(name, 0.0) if name and name in after else None
     return d
 
@@ -238,9 +241,6 @@ def server_deltas(kind: str, before: dict | None, after: dict | None) -> dict | 
 def point_row(kind: str, wl_cfg, m: Measured, server: dict | None, min_window_s: float, tolerance: float) -> dict:
     """The point's row from its records: validity of each request, the serving metrics over
     the valid ones, the kind's own metrics, and the point's verdict (pure: no server)."""
-    from parity.serving import validity, workload_metrics
-    from parity.serving.metrics import compute
-    from parity.serving.workload_calibration import basis
 
     for r in m.records:
         validity.check_request(r)
@@ -248,7 +248,7 @@ def point_row(kind: str, wl_cfg, m: Measured, server: dict | None, min_window_s:
     sample = workload_metrics.Sample(m.records, decode=m.decode, long=m.long, slo=getattr(wl_cfg, "slo", None), server=server, prefix_tokens=m.prefix_tokens)
     wmetrics, wwhy = workload_metrics.compute(kind, sample)
     row = {"n": m.key, "point": m.label, **metrics, **wmetrics, "why": {**why, **wwhy}, **m.extra}
-    row["calibration_basis"] = basis(kind, m.records, m.decode, workload_metrics.WINDOWS[kind])  # what a trial block's rows tell parity.serving.workload_calibration
+    row["calibration_basis"] = basis(kind, m.records, m.decode, workload_metrics.WINDOWS[kind])  # what a trial block's rows tell parity.workloads.calibration
     problems = validity.point_verdict(m.records, row, min_window_s, tolerance, workload_metrics.WINDOWS[kind]) + list(m.problems)
     if kind == "open-loop":
         problems += open_loop_problems(row, wl_cfg)
@@ -308,17 +308,13 @@ def held_verdict(row: dict, cfg) -> dict:
 
 def finish(arm: Arm, wl: Workload, m: Measured) -> dict:
     """Row + files of one measured point (requests/, servers/), server reconciled."""
-    from parity.artifacts import slugify
-    from parity.serving import server_metrics
-    from parity.serving.sweep import client_side, records_json
 
     s = arm.shape
-    server = server_deltas(arm.la.kind, m.before, m.after)
+    server = server_deltas(arm.la.family, m.before, m.after)
     row = {"engine": arm.engine, "repeat": arm.rep, "workload": wl.name, "kind": wl.kind,
            **point_row(wl.kind, wl.cfg, m, server, s.min_window_s, s.invalid_tolerance), "prompt": "tokens"}  # fmt: skip
     if server is not None:
         recon = server_metrics.reconcile(server, client_side(m.records, row))
-        explain_reuse(recon, server, row)
         row["server"], row["reconciliation"] = server, recon
         for text in server_metrics.mismatches(recon):
             arm.ctx.out.warn(f"{arm.engine} r{arm.rep} {wl.name} {m.label}: server and client disagree on {text}")
@@ -331,23 +327,11 @@ def finish(arm: Arm, wl: Workload, m: Measured) -> dict:
     return row
 
 
-def explain_reuse(recon: list[dict], server: dict, row: dict) -> None:
-    """A llama-server build without prompt_tokens_cached_total counts only the prompt tokens it
-    computed: a prompt-token gap equal to the reuse it did is that, not a disagreement."""
-    reused = row.get("prefix_hits_derived")
-    for r in recon:
-        if r["quantity"] == "prompt_tokens" and r["status"] == "MISMATCH" and server.get("prefix_hits") is None and reused and r["client"] is not None:
-            if round(r["client"] - r["server"]) == round(reused):
-                r["status"], r["rule"] = "ok", "exact, + tokens reused from cache (this build does not count them)"
-
-
 # ------------------------------------------------------------------ the kinds
 
 
 async def _batch(t, specs, timeout: float, keep_text: bool = False) -> list[tuple[RequestRecord, str | None]]:
     """Every spec at once, each on its own connection; (record, text when keep_text)."""
-    from parity.serving.http import Connection
-    from parity.serving.loadgen import one_request, request_body
 
     async def one(spec):
         rec = RequestRecord(sent_prompt_tokens=spec.prompt_tokens or len(spec.prompt), expected_tokens=spec.gen)
@@ -362,9 +346,6 @@ async def _batch(t, specs, timeout: float, keep_text: bool = False) -> list[tupl
 
 
 def shared_prefix(arm: Arm, wl: Workload):
-    from parity.serving import loadgen, validity
-    from parity.serving.prompts import shared_prefix_prompts
-
     c, t = wl.cfg, arm.target
     (key, label), = wl.points()
     per = c.group_size + (1 if c.prime else 0)
@@ -390,8 +371,6 @@ def shared_prefix(arm: Arm, wl: Workload):
 async def _under_decode(t, decode_specs, long_specs, every_s: float, timeout: float) -> tuple[list[RequestRecord], list[RequestRecord]]:
     """The decode streams first; once every one of them has its first token (or ended), the
     long prompts at every_s apart, each on its own connection."""
-    from parity.serving.http import Connection
-    from parity.serving.loadgen import one_request, request_body
 
     conns: list = []
 
@@ -419,8 +398,6 @@ async def _under_decode(t, decode_specs, long_specs, every_s: float, timeout: fl
 
 
 def prefill_under_decode(arm: Arm, wl: Workload):
-    from parity.serving.prompts import token_prompts
-
     c, t = wl.cfg, arm.target
     (key, label), = wl.points()
     decode_specs = asyncio.run(token_prompts(t, c.decode_streams, wl.ptok, c.decode_gen))
@@ -435,10 +412,6 @@ def prefill_under_decode(arm: Arm, wl: Workload):
 
 
 def open_loop(arm: Arm, wl: Workload):
-    from parity.serving import loadgen
-    from parity.serving.arrivals import open_loop_times
-    from parity.serving.prompts import token_prompts
-
     c, t = wl.cfg, arm.target
     for rate, label in wl.points():
         specs = asyncio.run(token_prompts(t, c.requests_per_rate, wl.ptok, wl.gen))
@@ -453,9 +426,6 @@ def open_loop(arm: Arm, wl: Workload):
 
 
 def multi_turn(arm: Arm, wl: Workload):
-    from parity.serving.loadgen import RequestSpec, tokenize
-    from parity.serving.prompts import token_prompts
-
     c, t = wl.cfg, arm.target
     chunks = asyncio.run(token_prompts(t, c.conversations * c.turns, c.turn_tokens, wl.gen))
     history: list[list[int] | None] = [[] for _ in range(c.conversations)]

@@ -18,6 +18,16 @@ IMPROVED, REGRESSED, NOISE = "improved", "regressed", "within noise"
 VERDICTS = (IMPROVED, REGRESSED, NOISE)
 
 
+def percentile(values: Sequence[float], q: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default)."""
+    if not values:
+        return math.nan
+    v = sorted(values)
+    k = (len(v) - 1) * q / 100
+    lo, hi = math.floor(k), math.ceil(k)
+    return v[lo] + (v[hi] - v[lo]) * (k - lo)
+
+
 def finite(values: Iterable) -> list[float]:
     return [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)]
 

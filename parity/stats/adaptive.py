@@ -7,42 +7,102 @@ the false-claim rate under this rule)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
+from parity.errors import UsageError
 
 UNTIL_CI, MAX_REPEATS, TIME_BUDGET, FIXED = "until-ci", "max-repeats", "time-budget", "fixed"
 
 
 @dataclass
 class Budget:
-    until_ci_pct: float | None = None  # None: a fixed number of blocks (min_blocks)
+    until_ci_pct: float | None = None  # None: a fixed number of blocks (min_blocks), unless targets name metrics
     min_blocks: int = 3  # an interval needs >= 2; 3 keeps t's tail from dominating
     max_blocks: int = 20
     max_seconds: float | None = None  # wall time of the measured blocks
+    targets: dict = field(default_factory=dict)  # {metric: pct}: its own target (a half-width label ends in its metric)
+    last_open: list = field(default_factory=list, compare=False, repr=False)  # the labels still over their target at the last look
+
+    @property
+    def adaptive(self) -> bool:
+        return self.until_ci_pct is not None or bool(self.targets)
+
+    def target(self, label: str) -> float | None:
+        """The target of one half-width (None: not waited on)."""
+        return self.targets.get(label.rsplit(" ", 1)[-1], self.until_ci_pct)
 
     def describe(self) -> str:
-        if self.until_ci_pct is None:
+        if not self.adaptive:
             return f"fixed: {self.min_blocks} blocks"
         tail = f", or {self.max_seconds:g} s" if self.max_seconds else ""
-        return f"until every headline half-width <= {self.until_ci_pct:g}% (at least {self.min_blocks}, at most {self.max_blocks} blocks{tail})"
+        what = ", ".join([*(f"{m} <= {v:g}%" for m, v in self.targets.items()), *([f"every other headline <= {self.until_ci_pct:g}%"] if self.until_ci_pct is not None and self.targets else [])])
+        what = what or f"every headline <= {self.until_ci_pct:g}%"
+        return f"until the half-widths reach their targets: {what} (at least {self.min_blocks}, at most {self.max_blocks} blocks{tail})" if self.targets else \
+            f"until every headline half-width <= {self.until_ci_pct:g}% (at least {self.min_blocks}, at most {self.max_blocks} blocks{tail})"
+
+
+def parse_until_ci(value, name: str = "--until-ci") -> tuple[float | None, dict]:
+    """(the target of every headline metric, {metric: its own target}) from 1.5, "1.5",
+    "decode_agg_tps=1,ttft_mean_ms=10" (those metrics only), "2,ttft_mean_ms=10" (2 % for the
+    others) or a profile's mapping {metric: pct} ("*": the others).  Bad input: UsageError."""
+
+    def pct(v, what):
+        try:
+            x = float(v) if not isinstance(v, bool) else math.nan
+        except (TypeError, ValueError):
+            x = math.nan
+        if not (math.isfinite(x) and x > 0):
+            raise UsageError(f"{name} must be a positive number, got {what!r}" if what is value else f"{name}: {what!r} is not a positive percentage")
+        return x
+
+    if value is None:
+        return None, {}
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return pct(value, value), {}
+    items = list(value.items()) if isinstance(value, dict) else [part.partition("=")[::2] if "=" in part else ("*", part) for part in str(value).split(",") if part.strip()]
+    if not items:
+        raise UsageError(f"{name} must be a positive number or METRIC=PCT,..., got {value!r}")
+    default, per = None, {}
+    for k, v in items:
+        k = str(k).strip()
+        if k == "*":
+            default = pct(v, value if len(items) == 1 and not isinstance(value, dict) else f"{v}")
+        elif not k.replace("_", "").isalnum():
+            raise UsageError(f"{name}: {k!r} is not a metric name (METRIC=PCT,...)")
+        else:
+            per[k] = pct(v, f"{k}={v}")
+    return default, per
+
+
+def kept_going(labels) -> str:
+    """The metrics whose half-widths kept the blocks going, for the stop line."""
+    metrics = sorted({lbl.rsplit(" ", 1)[-1] for lbl in labels})
+    return ", ".join(metrics)
 
 
 def stop(budget: Budget, blocks: int, half_widths: dict, elapsed_s: float = 0.0, block_s: float | None = None) -> tuple[str, str] | None:
     """None: run another block.  Else (rule, why).  half_widths: {label: % or None};
     block_s: the last block's duration (the next one is assumed to take as long)."""
-    if budget.until_ci_pct is None:
+    if not budget.adaptive:
         return (FIXED, f"{blocks} blocks as asked") if blocks >= budget.min_blocks else None
-    if blocks >= budget.min_blocks:
-        wide = {k: v for k, v in half_widths.items() if v is None or v > budget.until_ci_pct}
-        if not wide:
-            worst = max(half_widths.values(), default=0.0)
-            return UNTIL_CI, f"every headline half-width <= {budget.until_ci_pct:g}% after {blocks} blocks (widest {worst:.2f}%)"
-    else:
-        wide = half_widths
+    watched = {k: v for k, v in half_widths.items() if budget.target(k) is not None}
+    wide = {k: v for k, v in watched.items() if v is None or v > budget.target(k)}
+    if blocks >= budget.min_blocks and not wide:
+        worst = max((v for v in watched.values() if v is not None), default=0.0)
+        last = f"; the last to narrow: {kept_going(budget.last_open)}" if budget.targets and budget.last_open else ""
+        if budget.targets:
+            return UNTIL_CI, f"every half-width at its target after {blocks} blocks (widest {worst:.2f}%){last}"
+        return UNTIL_CI, f"every headline half-width <= {budget.until_ci_pct:g}% after {blocks} blocks (widest {worst:.2f}%)"
+    wide = wide if blocks >= budget.min_blocks else watched
+    budget.last_open = sorted(wide)
+    over = f"{budget.until_ci_pct:g}%" if not budget.targets else "its target"
     open_ = ", ".join(f"{k} {'n/a' if v is None else f'+-{v:.2f}%'}" for k, v in sorted(wide.items()))
+    if budget.targets:
+        open_ += f" (kept going by {kept_going(wide)})"
     if blocks >= budget.max_blocks:
-        return MAX_REPEATS, f"{blocks} blocks (--max-repeats) with {open_} still over {budget.until_ci_pct:g}%"
+        return MAX_REPEATS, f"{blocks} blocks (--max-repeats) with {open_} still over {over}"
     if budget.max_seconds and block_s is not None and elapsed_s + block_s > budget.max_seconds:
-        return TIME_BUDGET, f"{elapsed_s:.0f} s spent, another block (~{block_s:.0f} s) would pass the {budget.max_seconds:g} s budget; {open_} still over {budget.until_ci_pct:g}%"
+        return TIME_BUDGET, f"{elapsed_s:.0f} s spent, another block (~{block_s:.0f} s) would pass the {budget.max_seconds:g} s budget; {open_} still over {over}"
     return None
 
 

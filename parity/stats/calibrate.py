@@ -152,7 +152,7 @@ def outran(cal: dict, trial_rows: list[dict], rows: list[dict], min_window_s: fl
     than in the trial their tokens came.  The choice covers `margin` times the trial pace,
     so `faster` above the margin means the box sped up past it (other load went away,
     clocks rose); at or below it, the trial did not predict this window.  windows: those
-    the validity rule times (parity.serving.validity.point_verdict's)."""
+    the validity rule times (parity.metrics.validity.point_verdict's)."""
     def key(r: dict):
         return r.get("engine"), r.get("point") or r.get("n")
 
@@ -187,3 +187,14 @@ def outran_line(items: list[dict], margin: float, min_window_s: float) -> str | 
            "run where nothing else competes, or raise the margin") if not within else \
           "some ran within the margin of the trial's pace: the trial did not predict their windows (a calibration defect worth reporting)"  # fmt: skip
     return f"calibration: {len(items)} calibrated window(s) fell under min_window_s {min_window_s:g} s: {'; '.join(one(o) for o in items)}. {why}"
+
+
+def calibration_off(s, gen_given: bool) -> str | None:
+    """Why the trial block may not raise gen (None: it may)."""
+    if not s.calibrate.enabled:
+        return "serving.calibrate.enabled false"
+    if s.min_window_s <= 0:
+        return "min_window_s 0"
+    if s.order == "aabb":
+        return "--order aabb has no trial block"
+    return "--gen given" if gen_given else None

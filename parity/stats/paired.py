@@ -158,7 +158,7 @@ def by_point(rows: list[dict], reference: str, metrics: list[str], better, thres
     paired statistics of engine/reference over the blocks (rows' "repeat") where both
     ran a valid point.  better(metric) -> "higher" | "lower"."""
     out = []
-    ok = [r for r in rows if r.get("valid", True)]
+    ok = [r for r in rows if r.get("valid", True) and not r.get("discarded")]  # discarded: a block the drift canary flagged (stats.canary: discard)
     for eng in sorted({r["engine"] for r in ok} - {reference}):
         for pt in sorted({r[key] for r in ok if r["engine"] == eng}):
             for m in metrics:

@@ -44,7 +44,8 @@ def welch(a, b, better: str = "higher", threshold_pct: float = 2.0, confidence: 
     se = math.sqrt(va + vb)
     df = (va + vb) ** 2 / (va**2 / (len(la) - 1) + vb**2 / (len(lb) - 1)) if se > 0 else float(len(la) + len(lb) - 2)
     hw = t_quantile(confidence, round(df, 3)) * se
-    out.update(low=round(math.exp(d - hw), 6), high=round(math.exp(d + hw), 6), half_width_pct=round((math.exp(hw) - 1) * 100, 6), df=round(df, 3))
+    out.update(low=round(math.exp(d - hw), 6), high=round(math.exp(d + hw), 6), half_width_pct=round((math.exp(hw) - 1) * 100, 6), df=round(df, 3),
+               se_log=se, p=_welch_p(d, se, round(df, 3)))
     margin = math.log1p(threshold_pct / 100)
     gain = (math.exp(d) - 1) * 100 * (-1.0 if better == "lower" else 1.0)
     ci = f"{math.exp(d):.4f} [{out['low']:.4f}, {out['high']:.4f}], {len(la)} vs {len(lb)} values, unpaired"
@@ -57,6 +58,15 @@ def welch(a, b, better: str = "higher", threshold_pct: float = 2.0, confidence: 
     else:
         out["reason"] = f"{ci}: the interval (+-{out['half_width_pct']:.2f}%) is neither clear of 1 beyond the threshold nor inside +-{threshold_pct:g}%"
     return out
+
+
+def _welch_p(d: float, se: float, df: float) -> float:
+    """Two-sided p of the Welch t test of no change (what the interval inverts)."""
+    from scipy.special import stdtr
+
+    if se == 0:
+        return 0.0 if d != 0 else 1.0
+    return float(2 * stdtr(df, -abs(d) / se))
 
 
 def ratio_change(a_ratios: list[float], b_ratios: list[float], better: str = "higher", threshold_pct: float = 2.0, confidence: float = 0.95) -> dict:

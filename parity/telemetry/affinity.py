@@ -55,7 +55,7 @@ def parse_cpu_list(text: str) -> set[int]:
 
 def wrap(launch, aff: dict):
     """The launch with its argv under taskset when the plan pins (the recorded argv shows it)."""
-    if not aff.get("applied"):
+    if not aff.get("applied") or not launch.spawned:  # a server parity does not start keeps its own cores
         return launch
     return dataclasses.replace(launch, argv=["taskset", "-c", aff["server_cpus"], *launch.argv])
 

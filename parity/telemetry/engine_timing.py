@@ -20,8 +20,6 @@ DEFINITIONS: dict[str, tuple[str, str]] = {
     "client_e2e_ms_mean": ("ms", "mean over valid requests of (last token arrival - send)"),
     "client_overhead_ms_mean": ("ms", "client_e2e_ms_mean - engine_e2e_ms_mean: what the client adds to a request end to end (queueing before the engine's clock starts included)"),
 }
-VLLM_DECODE = "vllm:request_decode_time_seconds"
-VLLM_E2E = "vllm:e2e_request_latency_seconds"
 
 
 def _mean(xs) -> float | None:
@@ -43,8 +41,9 @@ def _hist_mean_ms(before: dict | None, after: dict | None, base: str) -> float |
     return round((s - before.get(f"{base}_sum", 0.0)) / n * 1000, 3)
 
 
-def compute(recs, kind: str | None, before: dict | None = None, after: dict | None = None) -> dict:
-    """{figure: value or None, "why": {figure: reason}} over the valid records of a point."""
+def compute(recs, family=None, before: dict | None = None, after: dict | None = None) -> dict:
+    """{figure: value or None, "why": {figure: reason}} over the valid records of a point;
+    family: what the engine's /metrics calls its decode and end-to-end histograms (its kind says)."""
     ok = [r for r in recs if r.valid and r.first is not None and r.end is not None]
     out: dict = {
         "client_decode_ms_mean": _mean((r.end - r.first) * 1000 for r in ok),
@@ -57,10 +56,10 @@ def compute(recs, kind: str | None, before: dict | None = None, after: dict | No
         out["engine_decode_ms_mean"] = _mean(t["predicted_ms"] for t in timed)
         out["engine_e2e_ms_mean"] = _mean(t.get("prompt_ms", 0) + t["predicted_ms"] for t in timed)
         out["source"] = f"llama-server timings of {len(timed)}/{len(ok)} valid requests"
-    elif kind == "vllm":
-        out["engine_decode_ms_mean"] = _hist_mean_ms(before, after, VLLM_DECODE)
-        out["engine_e2e_ms_mean"] = _hist_mean_ms(before, after, VLLM_E2E)
-        out["source"] = "vLLM /metrics histograms (deltas over the point)"
+    elif family is not None and (family.decode or family.e2e):
+        out["engine_decode_ms_mean"] = _hist_mean_ms(before, after, family.decode) if family.decode else None
+        out["engine_e2e_ms_mean"] = _hist_mean_ms(before, after, family.e2e) if family.e2e else None
+        out["source"] = f"/metrics histograms {family.decode or '-'}, {family.e2e or '-'} (deltas over the point)"
     out["decode_overhead_ms_mean"] = _diff(out["client_decode_ms_mean"], out.get("engine_decode_ms_mean"))
     out["client_overhead_ms_mean"] = _diff(out["client_e2e_ms_mean"], out.get("engine_e2e_ms_mean"))
     why = {}

@@ -7,6 +7,7 @@ never an error for the point."""
 from __future__ import annotations
 
 from parity.telemetry import throttle
+from parity.gpu.nvidia_smi import open_nvml
 
 
 class NvmlGpu:
@@ -21,7 +22,6 @@ class NvmlGpu:
     @classmethod
     def open(cls) -> tuple[NvmlGpu | None, str]:
         """(sampler, "nvml") or (None, why NVML cannot answer here)."""
-        from parity.gpu.nvidia_smi import open_nvml
 
         nv, note = open_nvml()
         if nv is None:

@@ -9,6 +9,7 @@ import os
 import statistics
 
 from parity.telemetry import throttle
+from parity.gpu.nvidia_smi import process_name
 
 GPU_METRICS = ("sm_mhz", "mem_mhz", "power_w", "temp_c", "util_gpu_pct", "util_mem_pct", "mem_used_mib")
 
@@ -60,8 +61,6 @@ def summarize(samples: list[dict], gpu_source: str | None, gpu_note: str, cpu: d
 
 
 def _comm(pid: int) -> str:
-    from parity.gpu.nvidia_smi import process_name
-
     return process_name(pid)
 
 

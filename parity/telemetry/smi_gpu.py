@@ -5,6 +5,7 @@ captured output (tests/data/telemetry/)."""
 from __future__ import annotations
 
 from parity.telemetry import throttle
+from parity.gpu.nvidia_smi import QUERY_APPS, parse_compute_apps
 
 FIELDS = ("clocks.sm", "clocks.mem", "power.draw", "temperature.gpu", "utilization.gpu", "utilization.memory", "memory.used", "clocks_throttle_reasons.active")
 QUERY = ["nvidia-smi", f"--query-gpu={','.join(FIELDS)}", "--format=csv,noheader,nounits"]
@@ -49,8 +50,6 @@ class SmiGpu:
         return cls(runner), "nvidia-smi"
 
     def sample(self) -> list[dict]:
-        from parity.gpu.nvidia_smi import QUERY_APPS, parse_compute_apps
-
         res = self.runner.run(QUERY, timeout=30)
         if not res.ok:
             raise RuntimeError(f"nvidia-smi failed (exit {res.rc}): {res.tail(1).strip() or 'no output'}")

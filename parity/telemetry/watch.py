@@ -2,7 +2,7 @@
 
     with watch.point(ctx, shape, server_pid, affinity) as w:
         records = drive(...)
-    problems += w.finish(ctx.run, row, records, kind, before, after, "telemetry/<engine>-r<k>-n<N>.json")
+    problems += w.finish(ctx.run, row, records, launch.family, before, after, "telemetry/<engine>-r<k>-n<N>.json")
 
 Starting, sampling and summarizing never fail the point: an error is recorded in the
 file and on the row instead.  The sampler stops in the finally, also when the load
@@ -12,6 +12,10 @@ from __future__ import annotations
 
 import os
 from contextlib import contextmanager
+from parity.telemetry import affinity as aff, engine_timing, point_summary
+from parity.telemetry.nvml_gpu import NvmlGpu
+from parity.telemetry.sampler import Sampler
+from parity.telemetry.smi_gpu import SmiGpu
 
 
 class Watch:
@@ -19,15 +23,14 @@ class Watch:
         self.sampler, self.affinity, self.error = sampler, affinity, error
         self.client_cpus, self.server_cpus = client_cpus, server_cpus
 
-    def finish(self, run, row: dict, recs, kind: str | None, before: dict | None, after: dict | None, path: str) -> list[str]:
+    def finish(self, run, row: dict, recs, family, before: dict | None, after: dict | None, path: str) -> list[str]:
         """Write the point's telemetry file, put the short summary, flags and engine timing on the row;
         return the problems that make the point invalid."""
-        from parity.telemetry import engine_timing, point_summary
 
         problems: list[str] = []
         row.setdefault("flags", [])
         try:
-            row["engine_timing"] = engine_timing.compute(recs, kind, before, after)
+            row["engine_timing"] = engine_timing.compute(recs, family, before, after)
         except Exception as e:  # never the point's failure
             row["engine_timing"] = {"error": repr(e)}
         try:
@@ -51,8 +54,6 @@ class Watch:
 
 def open_gpu(runner):
     """(gpu sampler or None, note): NVML where importable (local), else nvidia-smi, else why neither."""
-    from parity.telemetry.nvml_gpu import NvmlGpu
-    from parity.telemetry.smi_gpu import SmiGpu
 
     notes = []
     if getattr(runner, "host", "local") == "local":
@@ -70,8 +71,6 @@ def open_gpu(runner):
 @contextmanager
 def point(ctx, cfg, server_pid: int | None, affinity: dict | None):
     """Sample around the block (serving.telemetry: enabled, interval_s); the client thread pinned per the affinity plan."""
-    from parity.telemetry import affinity as aff
-    from parity.telemetry.sampler import Sampler
 
     if not cfg.enabled:
         yield Watch(None, affinity, None, None, "off (serving.telemetry.enabled: false)")

@@ -11,7 +11,7 @@ import pytest
 from parity.errors import InfraError
 from parity.runners.base import CommandResult
 from parity.config import BenchConfig
-from parity.serving.batched_bench import PartialTable, check, failure, missing_rows, parse, parse_header, run_complete
+from parity.bench.batched_bench import PartialTable, check, failure, missing_rows, parse, parse_header, run_complete
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "bench"
 
@@ -130,7 +130,7 @@ def test_kv_share_too_small_is_refused_before_the_run(parity_cli, engine_bins, t
     assert not (tmp_path / "lock").exists()  # refused before the lock was taken
     # the same shape runs once -kvu shares the cells (unit check of the rule)
     from parity.config import load_profile
-    from parity.serving.batched_bench import split_kv_problem
+    from parity.bench.batched_bench import split_kv_problem
 
     b = load_profile(str(prof)).serving.bench
     assert split_kv_problem([32], [8], [1, 64], b) and split_kv_problem([32], [8], [1, 51], b) is None

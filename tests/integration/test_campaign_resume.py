@@ -82,3 +82,38 @@ def test_resume_refuses_another_campaigns_run_dir(tmp_path):
     assert r.returncode == 2 and "not a run of campaign 'b'" in r.stderr
     r = run(str(a), "--resume", str(tmp_path))
     assert r.returncode == 2 and "not a parity run directory" in r.stderr
+
+
+def test_resumes_of_one_run_dir_at_once_run_its_steps_once(tmp_path):
+    """Three `--resume DIR` started together: one resumes, the others stop at once with one line
+    (before, two or three passed the checks and ran the remaining steps side by side)."""
+    camp, marks, arts = tmp_path / "c.yaml", tmp_path / "marks", tmp_path / "runs"
+    marks.mkdir()
+    camp.write_text("name: twice\nvars: {marks: /nowhere}\nsteps:\n"
+                    "  - {name: one, kind: shell, with: {argv: [sh, -c, 'test -e \"$0/ok\" || exit 1; echo run >> \"$0/one\"; "
+                    "while [ ! -e \"$0/go\" ]; do sleep 0.1; done', \"${marks}\"]}}\n")  # fmt: skip
+    base = [sys.executable, "-m", "parity", "--artifacts", str(arts), "campaign", "run", str(camp), "--var", f"marks={marks}"]
+    first = subprocess.run(base, cwd=REPO, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=120)
+    assert first.returncode != 0
+    (run_dir,) = list(arts.iterdir())
+    (marks / "ok").write_text("")
+    # each interpreter up first, then all three start parity at once (the checks race in the first ~0.1 s)
+    together = ["-c", "import runpy, sys, time, os\nwhile not os.path.exists(sys.argv[1]): time.sleep(0.002)\n"
+                      "sys.argv = ['parity'] + sys.argv[2:]\nrunpy.run_module('parity', run_name='__main__', alter_sys=True)", str(tmp_path / "start")]  # fmt: skip
+    procs = [subprocess.Popen([sys.executable, *together, *base[3:], "--resume", str(run_dir)], cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(3)]  # fmt: skip
+    time.sleep(1.0)
+    (tmp_path / "start").write_text("")
+    deadline = time.monotonic() + 120
+    while lines(marks / "one") == 0 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(3)  # time for a second resume to reach the step too, were it let through
+    (marks / "go").write_text("")
+    results = sorted((p.wait(timeout=120), p.stderr.read()) for p in procs)
+    assert lines(marks / "one") == 1
+    (ok, _), *refused = results
+    assert ok == 0
+    for rc, err in refused:
+        assert rc == 2 and len(err.strip().splitlines()) == 1, err
+        assert "another parity is resuming it" in err or "still running (pid" in err
+    assert json.loads((run_dir / "manifest.json").read_text())["steps"]["one"]["status"] == "complete"

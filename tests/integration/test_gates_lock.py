@@ -16,7 +16,7 @@ import pytest
 from gate_helpers import make_ctx, write_profile
 
 from parity.errors import InfraError
-from parity.gates.prepost import campaign_step
+from parity.gating import campaign_step
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "gates"
 TRANSCRIPT = DATA / "completion-no-cnv.stdout"

@@ -7,7 +7,9 @@ from gate_helpers import make_ctx
 
 from parity.errors import ConfigError, GateFailed, UsageError
 from parity.gates.md5 import md5_gate
-from parity.gates.prepost import GateSpec, campaign_step, gated
+from parity.gates.prepost import GateSpec
+from parity.gating import campaign_step
+from parity.session import gated
 
 pytestmark = pytest.mark.slow
 

@@ -28,8 +28,8 @@ def env_prof(tmp_path, engine_bins, tiny_model):
     prof.write_text(
         "extends: smoke\n"
         f"lock: {{dir: {tmp_path / 'lock'}, poll_s: 0.2}}\n"
-        f"engines: {{paged: {{bin_dir: {engine_bins['paged']}}}}}\n"
-        "profiling: {ntg: [8, 4], npl: 2, npp: 16}\n"
+        f"engines: {{paged: {{bin_dir: {engine_bins['paged']}}}, stock: {{bin_dir: {engine_bins['stock']}}}}}\n"
+        "profiling: {ntg: [8, 4], npl: 2, npp: 16, blocks: 1, tracer: nsys}\n"
     )
     env = {
         "PATH": f"{FAKE_BIN}{os.pathsep}{os.environ['PATH']}",
@@ -139,3 +139,28 @@ def test_serve_workload_drives_the_server_under_nsys(parity_cli, env_prof, tmp_p
     # the load generator sent npl requests of ntg tokens to the server nsys wrapped
     assert [c["workload_rows"] for c in doc["captures"]] == [[{"requests": 2, "completion_tokens": 12}], [{"requests": 2, "completion_tokens": 6}]]
     assert (Path(doc["run_dir"]) / "profile" / "analysis.json").is_file()
+
+
+def test_paired_blocks_give_the_tracer_cost_and_paired_buckets(parity_cli, env_prof, tmp_path):
+    """Two arms x 2 blocks with the fake nsys around the real CPU llama-batched-bench: per block
+    each arm runs traced at both ntg and untraced once; the tracer's cost per arm is a paired
+    ratio over the blocks, and the paired bucket table adds up (kernels + remainder = engine)."""
+    prof, env = env_prof
+    r = parity_cli("profile", "--graph-node", "--engines", "paged,stock", "--blocks", "2", "--model", "tiny", "--ntg", "4,2", "--json", "-p", prof, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    doc = json.loads(r.stdout)
+    assert [(c["engine"], c["block"], c["ntg"]) for c in doc["captures"]] == [("paged", 0, 4), ("paged", 0, 2), ("stock", 0, 4), ("stock", 0, 2),
+                                                                                ("stock", 1, 4), ("stock", 1, 2), ("paged", 1, 4), ("paged", 1, 2)]  # ABBA
+    cost = {c["engine"]: c for c in doc["tracer_cost"]}
+    assert set(cost) == {"paged", "stock"} and all(c["blocks"] == 2 and c["low"] is not None and c["tracer"] == "nsys" for c in cost.values())
+    assert len(doc["difference"]) == 4  # one per arm and block
+    pb = doc["paired_buckets"]
+    assert (pb["reference"], pb["candidate"], pb["blocks"]) == ("stock", "paged", [0, 1])
+    rows = {r["bucket"]: r for r in pb["rows"]}
+    k, rem, eng = rows["kernels (sum)"], rows["remainder"], rows["engine decode"]
+    assert eng["delta_ms_per_token"] == pytest.approx(k["delta_ms_per_token"] + rem["delta_ms_per_token"], abs=1e-6)
+    assert sum(r["delta_ms_per_token"] for r in pb["rows"] if r["kind"] == "bucket") == pytest.approx(k["delta_ms_per_token"], abs=1e-6)
+    run = Path(doc["run_dir"])
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["profile"]["tracer"] == "nsys" and manifest["profile"]["engines"] == ["paged", "stock"] and manifest["profile"]["blocks"] == 2
+    assert (run / "profile" / "tracer_cost.json").is_file() and (run / "profile" / "paired_buckets.json").is_file()

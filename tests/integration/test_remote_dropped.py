@@ -42,13 +42,13 @@ def _remote_runs(ssh_profile: Path) -> Path:
 
 def _start(ssh_profile: Path, tmp_path: Path, m: str):
     arts = tmp_path / "runs"
-    before = set(_remote_runs(ssh_profile).glob("*")) if _remote_runs(ssh_profile).exists() else set()
+    before = {p for p in _remote_runs(ssh_profile).glob("*") if p.is_dir()} if _remote_runs(ssh_profile).exists() else set()
     proc = subprocess.Popen(
         [sys.executable, "-m", "parity", "--artifacts", str(arts), "--host", "local-ssh", "campaign", "run", str(_sleeper(tmp_path, m)), "--profile", str(ssh_profile)],
         cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     assert wait_until(lambda: pids(f"^sleep {m}"), 120), proc.communicate(timeout=5)
-    (remote,) = set(_remote_runs(ssh_profile).glob("*")) - before
+    (remote,) = {p for p in _remote_runs(ssh_profile).glob("*") if p.is_dir()} - before  # run dirs (the history store sits beside them)
     return proc, arts, remote
 
 

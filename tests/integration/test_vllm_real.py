@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from parity.config import cache_dir
-from parity.serving.engines import Launch
-from parity.serving.http import request_json
+from parity.engines.base import Launch
+from parity.loadgen.http import request_json
 from parity.runners.local import LocalRunner
-from parity.serving.server import wait_ready
+from parity.engines.server import wait_ready
 from ports import free_port
 
 pytestmark = pytest.mark.slow
@@ -33,7 +33,7 @@ TEXTS = ["The quick brown fox jumps over the lazy dog.", "Paged attention stores
 
 @pytest.fixture(scope="session")  # session scope: set up before the session-scoped llama builds, so the skip comes first
 def vllm_venv():
-    from parity.serving import vllm_install
+    from parity.engines import vllm_install
     from parity.ui import Output
 
     try:
@@ -115,14 +115,14 @@ def test_both_engines_tokenize_alike(servers):
 
 
 def test_streamed_completion_counts_agree(servers):
-    from parity.serving.loadgen import RequestSpec, Target, run_requests
-    from parity.serving.validity import check_request
+    from parity.loadgen.client import RequestSpec, Target, run_requests
+    from parity.metrics.validity import check_request
 
     _, tok = call(servers["vllm"], "POST", "/tokenize", {"model": SERVED, "prompt": TEXTS[0], "add_special_tokens": True})
     prompt = tok["tokens"]
     recs = {}
     counting = {"vllm": ("usage", {"stream_options": {"include_usage": True, "continuous_usage_stats": True}}), "llama": ("timings", {"timings_per_token": True})}
-    for engine, dialect in (("vllm", "vllm"), ("llama", "llama")):
+    for engine, dialect in (("vllm", "prompt"), ("llama", "content")):
         count, extra = counting[engine]
         t = Target("127.0.0.1", servers[engine], SERVED if engine == "vllm" else "", dialect, count=count, extra=extra)
         (rec,) = asyncio.run(run_requests(t, [RequestSpec(prompt, 16)], 1, 300))

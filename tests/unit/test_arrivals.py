@@ -9,8 +9,8 @@ import statistics
 
 import pytest
 
-from parity.serving.arrivals import achieved, open_loop_times
-from parity.serving.metrics import RequestRecord
+from parity.loadgen.arrivals import achieved, open_loop_times
+from parity.metrics.serving import RequestRecord
 
 DRAWS = 20_000
 # over 20 seeds x 20,000 gaps the worst relative error seen was 2.9 % (mean, burstiness

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from parity.artifacts import RunDir, atomic_write_bytes, atomic_write_json, redact_env, slugify
+from parity.artifacts import RunDir, redact_env, slugify
+
+from parity.files import atomic_write_bytes, atomic_write_json
 from parity.config import load_profile
 from parity.context import Context, run_session
 from parity.errors import GateFailed, UsageError

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from parity.serving.batched_bench import missing_rows, parse, parse_header
+from parity.bench.batched_bench import missing_rows, parse, parse_header
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "bench"
 

@@ -1,4 +1,4 @@
-"""The bench A/B (parity.serving.bench_ab) on real llama-batched-bench tables: blocks replayed
+"""The bench A/B (parity.bench.ab) on real llama-batched-bench tables: blocks replayed
 from captured logs of real sessions (tests/data/bench/ab, README there), the arms' naming
 (A/A), the stop rule, the paired table and its rendering."""
 
@@ -11,9 +11,9 @@ from types import SimpleNamespace
 import pytest
 
 from parity.errors import ConfigError, UsageError
-from parity.serving.batched_bench import parse
-from parity.serving import bench_ab
-from parity.serving.bench_ab import Arm, arms_for, block_order, paired_table, per_arm, reference_arm, run_blocks, table, tsv
+from parity.bench.batched_bench import parse
+from parity.bench import ab as bench_ab
+from parity.bench.ab import Arm, arms_for, block_order, paired_table, per_arm, reference_arm, run_blocks, table, tsv
 from parity.stats import adaptive
 
 AB = Path(__file__).resolve().parent.parent / "data" / "bench" / "ab"
@@ -173,7 +173,8 @@ def test_budget_from_flags_and_profile_defaults():
 
 def test_campaign_bench_step_options():
     from parity.campaign import check_step_options
-    from parity.serving.batched_bench import STEP_OPTIONS, BenchRequest
+    from parity.bench.request import BenchRequest
+    from parity.bench.run import STEP_OPTIONS
 
     check_step_options("bench", {"engines": ["paged", "stock"], "repeat": 3, "until_ci": 1.5, "max_repeats": 10}, STEP_OPTIONS)
     with pytest.raises(ConfigError, match="unknown bench option"):

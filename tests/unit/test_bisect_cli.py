@@ -19,7 +19,8 @@ def series(tmp_path):
 
 @pytest.mark.parametrize("args, msg", [
     (["--criterion", "nope"], "--criterion 'nope': over the series it is one of md5, oracle, metric"),
-    (["--over", "pin", "--criterion", "metric"], "--criterion 'metric': over the pin it is one of apply, build, md5"),
+    (["--over", "pin", "--criterion", "oracle"], "--criterion 'oracle': over the pin it is one of apply, build, md5, metric"),
+    (["--over", "pin", "--criterion", "metric"], "--over pin needs --good COMMIT and --bad COMMIT"),  # a step between two nightlies' pins
     (["--over", "sideways"], "--over must be series or pin, got 'sideways'"),
     (["--first", "0006"], "series {series}: no patch in 0006..0005"),
     (["--first", "two"], "--first: 'two' is not a patch number (NNNN, as in NNNN-title.patch)"),

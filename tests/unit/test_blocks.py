@@ -9,7 +9,8 @@ import pytest
 
 from parity.config import load_profile
 from parity.errors import UsageError
-from parity.serving.blocks import block_line, block_order, half_widths, run_blocks
+from parity.metrics.registry import direction
+from parity.stats.blocks import block_line, block_order, half_widths, run_blocks
 from parity.serving.snapshot import SnapshotRequest, make_budget, run_order
 from parity.stats.adaptive import FIXED, MAX_REPEATS, TIME_BUDGET, UNTIL_CI, Budget
 
@@ -101,7 +102,7 @@ def rows_for(values: dict) -> list[dict]:
 
 def test_half_widths_are_the_paired_conservative_ones_per_engine_point_metric():
     rows = rows_for({("s", 0): 100, ("p", 0): 101, ("s", 1): 100, ("p", 1): 103, ("s", 2): 100, ("p", 2): 102})
-    hw = half_widths(rows, "s", ["decode_agg_tps", "ttft_mean_ms"], 2.0, 0.95)
+    hw = half_widths(rows, "s", ["decode_agg_tps", "ttft_mean_ms"], 2.0, 0.95, direction)
     assert set(hw) == {"p N=1 decode_agg_tps", "p N=1 ttft_mean_ms"} and all(v > 0 for v in hw.values())
     from parity.stats.paired import paired
 
@@ -112,8 +113,8 @@ def test_half_widths_are_the_paired_conservative_ones_per_engine_point_metric():
 def test_half_widths_skip_invalid_rows_and_say_none_until_two_blocks():
     rows = rows_for({("s", 0): 100, ("p", 0): 101, ("s", 1): 100, ("p", 1): 103})
     rows[3]["valid"] = False
-    assert half_widths(rows, "s", ["decode_agg_tps"], 2.0, 0.95) == {"p N=1 decode_agg_tps": None}
-    assert half_widths(rows, None, ["decode_agg_tps"], 2.0, 0.95) == {}
+    assert half_widths(rows, "s", ["decode_agg_tps"], 2.0, 0.95, direction) == {"p N=1 decode_agg_tps": None}
+    assert half_widths(rows, None, ["decode_agg_tps"], 2.0, 0.95, direction) == {}
 
 
 def test_block_line_names_the_widest_and_the_rule():
@@ -168,6 +169,7 @@ def test_campaign_snapshot_step_takes_the_adaptive_options(monkeypatch):
 
     seen = {}
     monkeypatch.setattr(snap, "make_plan", lambda ctx, req: seen.setdefault("req", req))
+    monkeypatch.setattr(snap, "check_env", lambda ctx, plan, allow_env: None)
     monkeypatch.setattr(snap, "run_snapshot", lambda ctx, plan, gates, allow_env: {"medians": [], "ratios": [], "headline": "", "valid": True, "stop": {"rule": "until-ci"}})
     out = snap.campaign_step(SimpleNamespace(), {"until_ci": 1.5, "max_repeats": 8, "budget_s": 600})
     assert (seen["req"].until_ci, seen["req"].max_repeats, seen["req"].budget_s) == (1.5, 8, 600) and out["stop"] == {"rule": "until-ci"}

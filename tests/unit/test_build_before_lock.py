@@ -80,31 +80,27 @@ def test_profile_builds_before_its_lock(recorded, tmp_path):
     assert json.loads((run / "lock.json").read_text())["owner"] and (lock_dir / "owner").read_text().startswith("FREE")
 
 
-def test_a_build_under_the_lock_is_called_out(mini_build, tmp_path):
-    """Any caller that still builds while holding the lock gets a warning naming the lock."""
+def test_a_build_under_the_lock_is_refused(mini_build, tmp_path):
+    """A caller that would build while holding the lock is refused, naming the lock; the same
+    build prepared before the lock is a cache hit under it."""
+    from parity import session
     from parity.config import load_profile
-    from parity.engine.build import ensure_engines_built
     from parity.context import Context
-    from parity.gpu.lock import GpuLock, held_here, holding
+    from parity.gpu.lock import GpuLock, PreparedUnderLock, held_here, holding
     from parity.runners.local import LocalRunner
-
     from parity.ui import Output
-
-    class Out(Output):
-        warnings: list[str] = []
-
-        def warn(self, m):
-            self.warnings.append(m)
 
     prof = load_profile(str(mini_build()))
     prof.lock.preflight = False
-    ctx = Context(profile=prof, runner=LocalRunner(), out=Out(json_mode=True), artifacts_root=tmp_path)
+    ctx = Context(profile=prof, runner=LocalRunner(), out=Output(json_mode=True), artifacts_root=tmp_path)
     lock = GpuLock(prof.lock, str(tmp_path / "lk"))
     assert held_here() is None
     with holding(lock, ctx.runner, ctx.out, timeout=30):
         assert held_here() == str(lock.dir)
-        built = ensure_engines_built(ctx, ["paged", "paged"])
-    assert held_here() is None and list(built) == ["paged"] and built["paged"]["cached"] is False
-    assert any(f"building paged while this parity holds the GPU lock {lock.dir}" in w for w in Out.warnings)
-    Out.warnings.clear()
-    assert ensure_engines_built(ctx, ["paged"])["paged"]["cached"] is True and not Out.warnings
+        with pytest.raises(PreparedUnderLock, match=f"the build of paged started while this parity holds the GPU lock {lock.dir}"):
+            session.prepare(ctx, ["paged", "paged"])
+    assert held_here() is None
+    built = session.prepare(ctx, ["paged", "paged"])
+    assert list(built) == ["paged"] and built["paged"]["cached"] is False
+    with holding(lock, ctx.runner, ctx.out, timeout=30):
+        assert session.prepare(ctx, ["paged"])["paged"]["cached"] is True

@@ -312,3 +312,15 @@ def test_cli_detach_and_status(parity_cli, mini_build, tmp_path):
     rows = _wait_status(parity_cli, env, 2)
     failed = [x for x in rows if x["state"] == "failed"]
     assert len(failed) == 1 and failed[0]["rc"] == 4 and "0002-drifted.patch" in failed[0]["last_line"]
+
+
+@pytest.mark.parametrize("damage", ["", "{\"key\": ", "[1, 2]"])
+def test_a_damaged_build_json_is_built_again_not_an_internal_error(mini_build, damage):
+    """BUILD_OK beside a build.json that does not read (emptied, cut short, not a mapping): the
+    entry is not a cache hit, and the next ensure_built builds it again under the key's lock."""
+    path = mini_build()
+    prof = load_profile(str(path))
+    first = build.ensure_built(prof, "stock", LocalRunner(), Output(json_mode=True))
+    (first.build_dir.parent / "build.json").write_text(damage)
+    again = build.ensure_built(prof, "stock", LocalRunner(), Output(json_mode=True))
+    assert not again.cached and again.key == first.key and json.loads((first.build_dir.parent / "build.json").read_text())["key"] == first.key

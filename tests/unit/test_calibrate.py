@@ -10,7 +10,7 @@ import pytest
 
 from parity.config import load_profile
 from parity.errors import ConfigError
-from parity.serving.metrics import RequestRecord, decode_window_reads
+from parity.metrics.serving import RequestRecord, decode_window_reads
 from parity.stats.calibrate import burst, choose, needed_gen, outran, outran_line
 
 CAPTURE = Path(__file__).resolve().parents[1] / "data" / "calibration" / "outran-summary.json"  # a real run (README there)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from parity.serving.http import BodyDecoder, SSEParser, parse_head
+from parity.loadgen.http import BodyDecoder, SSEParser, parse_head
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 VLLM, LLAMA = DATA / "vllm", DATA / "llama_server"

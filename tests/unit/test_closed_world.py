@@ -184,13 +184,6 @@ def test_canary_on_an_empty_patch_directory_is_not_green(tmp_path):
     assert "no NNNN-*.patch in it" in one_line(r) and "green" not in r.out + r.err
 
 
-def test_levers_json_with_a_nan_ratio_is_one_line_not_bare_nan(tmp_path):
-    m = tmp_path / "lever_map.yaml"
-    m.write_text("levers:\n- {lever: LLAMA_X=1, verdict: GO, ratio: .nan, key_number: S_TG B/A nan}\n")
-    r = cli("levers", "--map", m, "--json")
-    assert "levers[0].ratio is NaN" in one_line(r) and "NaN" not in r.out
-
-
 def test_ab_point_without_a_ratio_is_never_go():
     from parity.levers.ab import GO, INCONCLUSIVE, NO_GO, decide
 
@@ -226,7 +219,7 @@ def test_levers_json_with_a_date_the_user_typed_unquoted(tmp_path):
     assert json.loads(r.out)["rows"][0]["date"] == "2026-11-25"
 
 
-@pytest.mark.parametrize("text, said", [("levers:\n- {lever: LLAMA_X=1, verdict: FLAT, ratio: .inf}\n", "levers[0].ratio is inf"),
+@pytest.mark.parametrize("text, said", [("levers:\n- {lever: LLAMA_X=1, verdict: FLAT, ratio: fast}\n", "levers[0].ratio is a string"),
                                         ("levers:\n- {verdict: GO}\n", "levers[0]: object missing required field `lever`"), ("levers: [\n", "YAML syntax error")])
 def test_ab_on_a_broken_lever_map_stops_before_any_work_and_leaves_it_alone(tmp_path, text, said):
     m = tmp_path / "lever_map.yaml"

@@ -132,7 +132,7 @@ def test_localai_paged_cpu_reads_the_shared_data_beside_the_checkout():
     assert all(e.expected_tree is None and e.fork is None for e in prof.engines.values())
     assert prof.engines["paged"].series == "auto" and prof.engines["stock"].series is None
     gb10 = load_profile("gb10-qwen36")
-    assert all(e.expected_tree is None for e in gb10.engines.values())  # no stale constant (dedb1182)
+    assert all(getattr(e, "expected_tree", None) is None for e in gb10.engines.values())  # no stale constant (dedb1182)
 
 
 def test_extends_a_file_named_relative_to_the_profile_that_extends_it(tmp_path, monkeypatch):
@@ -159,3 +159,17 @@ def test_h100_noise_profile_arms_share_their_builds():
     assert plan(p, "stock").key == plan(p, "stock_b").key  # the A/A arms are one binary
     assert plan(p, "paged").key == plan(p, "paged_nofg").key  # a runtime lever: same build, env differs
     assert p.engine("paged_nofg").env["LLAMA_MOE_NO_FORCE_GRAPHS"] == "1"
+
+
+def test_h100_cupti_profile_keeps_the_lever_arms_one_build():
+    from pathlib import Path
+
+    from conftest import shared_or_skip
+
+    shared_or_skip("localai-paged", "llama.cpp-pin")
+    from parity.config import load_profile
+    from parity.engine.build import plan
+
+    p = load_profile(str(Path(__file__).resolve().parents[2] / "campaigns" / "profiles" / "h100-cupti.yaml"))
+    assert plan(p, "paged").key == plan(p, "paged_nofg").key and plan(p, "stock").key == plan(p, "stock_b").key
+    assert p.profiling.tracer == "cupti" and p.profiling.blocks == 3

@@ -6,8 +6,11 @@ import math
 
 import pytest
 
+from parity.engines.vllm import MEMORY_NOTE
+
 from parity.config import SynthSpec
-from parity.efficiency import gap, memory, peak, roofline
+from parity.efficiency import gap, memory, roofline
+from parity.gpu import bandwidth as peak
 from parity.efficiency.bytes_per_token import decode_bytes
 from parity.models.synth import synth_gguf
 
@@ -109,7 +112,7 @@ def test_no_model_file_says_why():
 def test_memory_summary_and_ratio():
     arms = [
         {"engine": "stock", "memory": {"before": 1000, "peak": 1500, "steady": 1400, "source": "meminfo", "process_peak": 400, "process_steady": 380, "process_source": "VmRSS"}},
-        {"engine": "vllm", "memory": {"before": 1000, "peak": 3000, "steady": 2900, "source": "meminfo", "process_peak": 1600, "process_steady": 1520, "process_source": "VmRSS", "note": memory.VLLM_NOTE}},
+        {"engine": "vllm", "memory": {"before": 1000, "peak": 3000, "steady": 2900, "source": "meminfo", "process_peak": 1600, "process_steady": 1520, "process_source": "VmRSS", "note": MEMORY_NOTE}},
     ]
     s = memory.summary(arms, "stock")
     assert s["engines"]["vllm"]["peak_mib"] == 1600 and s["engines"]["vllm"]["note"]

@@ -13,13 +13,23 @@ import pytest
 from parity.config import load_profile
 from parity.context import Context
 from parity.errors import ConfigError, InfraError
-from parity.serving.engines import VLLM_HARNESS_VARS, Launch, adapter, model_for
+from parity.engines import kind_of
+from parity.engines.base import Launch
+from parity.engines.vllm import HARNESS_VARS as VLLM_HARNESS_VARS
 from parity.runners.local import LocalRunner
-from parity.serving.server import check_port, parse_proc_net_tcp, serving
+from parity.engines.server import check_port, parse_proc_net_tcp, serving
 from parity.ui import Output
 from ports import free_port
 
 FAKE_VLLM = Path(__file__).resolve().parent.parent / "fakes" / "bin" / "vllm"
+
+
+def launch(ctx, engine: str, *args, **kw):
+    return kind_of(ctx.profile, engine).launch(ctx.profile, engine, *args, **kw)
+
+
+def model_for(ctx, engine: str, model: str) -> str:
+    return kind_of(ctx.profile, engine).model_file(ctx.profile, engine, model)
 
 
 
@@ -56,7 +66,7 @@ serving: {{model: small}}
 def test_vllm_launch_exact_argv_and_env(tmp_path):
     ctx = make_ctx(tmp_path)
     s = ctx.profile.serving
-    la = adapter(ctx, "vllm").launch(ctx, "vllm", model_for(ctx, "vllm", "small"), 8123, s)
+    la = launch(ctx, "vllm", model_for(ctx, "vllm", "small"), 8123, s)
     assert la.argv == [
         str(FAKE_VLLM), "serve", f"{tmp_path}/weights",
         "--gpu-memory-utilization", "0.5", "--max-model-len", "2048", "--max-num-seqs", "64", "--tensor-parallel-size", "1",
@@ -68,20 +78,20 @@ def test_vllm_launch_exact_argv_and_env(tmp_path):
                       "VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1"}  # fmt: skip
     assert set(la.unset) == set(VLLM_HARNESS_VARS) and "VLLM_LOGGING_LEVEL" not in la.unset
     assert la.count == "usage" and la.request_extra == {"stream_options": {"include_usage": True, "continuous_usage_stats": True}}
-    assert (la.ready_path, la.models_path, la.metrics_path, la.tokenize, la.served_name) == ("/health", "/v1/models", "/metrics", "vllm", "small-served")
+    assert (la.ready_path, la.models_path, la.metrics_path, la.tokenize, la.served_name) == ("/health", "/v1/models", "/metrics", "prompt", "small-served")
 
 
 def test_harness_knob_in_vllm_env_is_refused(tmp_path):
     ctx = make_ctx(tmp_path)
     ctx.profile.engines["vllm"].env["VLLM_MAX_NUM_SEQS"] = "8"
     with pytest.raises(ConfigError, match="engines.vllm.env.VLLM_MAX_NUM_SEQS: a parity setting.*engines.vllm.max_num_seqs"):
-        adapter(ctx, "vllm").launch(ctx, "vllm", "/m", 1, ctx.profile.serving)
+        launch(ctx, "vllm", "/m", 1, ctx.profile.serving)
 
 
 def test_llama_launch_exact_argv_and_path_env(tmp_path):
     ctx = make_ctx(tmp_path)
     s = ctx.profile.serving
-    la = adapter(ctx, "prebuilt").launch(ctx, "prebuilt", "/models/m.gguf", 8124, s)
+    la = launch(ctx, "prebuilt", "/models/m.gguf", 8124, s)
     assert la.argv == [
         f"{tmp_path}/bin/llama-server", "-m", "/models/m.gguf", "-c", str(s.ctx), "--parallel", str(s.parallel), "-b", str(s.batch), "-ub", str(s.ubatch),
         *s.server_args, "--host", "127.0.0.1", "--port", "8124", "--no-webui", "--metrics",
@@ -97,7 +107,7 @@ def test_vllm_lifecycle_scrubs_harness_env_and_stops_the_group(tmp_path, monkeyp
     monkeypatch.setenv("VLLM_EXTRA_ARGS", "--bogus")
     monkeypatch.setenv("FAKE_VLLM_RECORD", str(tmp_path / "record.json"))
     monkeypatch.setenv("FAKE_VLLM_STARTUP_S", "1")  # not listening for a second, like a model load
-    la = adapter(ctx, "vllm").launch(ctx, "vllm", model_for(ctx, "vllm", "small"), port, ctx.profile.serving)
+    la = launch(ctx, "vllm", model_for(ctx, "vllm", "small"), port, ctx.profile.serving)
     log = tmp_path / "vllm.log"
     with serving(ctx, la, port, str(log), 20, 2, 5) as (proc, ready_s):
         assert ready_s >= 0.9
@@ -115,7 +125,7 @@ def test_early_exit_during_readiness_is_infra_error_with_log_tail(tmp_path, monk
     ctx = make_ctx(tmp_path)
     monkeypatch.setenv("FAKE_VLLM_CRASH", "1")
     port = free_port()
-    la = adapter(ctx, "vllm").launch(ctx, "vllm", model_for(ctx, "vllm", "small"), port, ctx.profile.serving)
+    la = launch(ctx, "vllm", model_for(ctx, "vllm", "small"), port, ctx.profile.serving)
     with pytest.raises(InfraError, match=r"(?s)vllm exited with code 1 before becoming ready; log tail:.*no kernel image is available"):
         with serving(ctx, la, port, str(tmp_path / "crash.log"), 20, 2, 5):
             pass
@@ -125,7 +135,7 @@ def test_not_ready_within_budget_is_a_clean_error_and_the_server_is_stopped(tmp_
     ctx = make_ctx(tmp_path)
     monkeypatch.setenv("FAKE_VLLM_STARTUP_S", "60")
     port = free_port()
-    la = adapter(ctx, "vllm").launch(ctx, "vllm", model_for(ctx, "vllm", "small"), port, ctx.profile.serving)
+    la = launch(ctx, "vllm", model_for(ctx, "vllm", "small"), port, ctx.profile.serving)
     spawned = []
     real_spawn = ctx.runner.spawn
     ctx.runner.spawn = lambda *a, **k: spawned.append(real_spawn(*a, **k)) or spawned[-1]
@@ -138,7 +148,7 @@ def test_not_ready_within_budget_is_a_clean_error_and_the_server_is_stopped(tmp_
 def test_wrong_served_name_is_caught_at_readiness(tmp_path):
     ctx = make_ctx(tmp_path)
     port = free_port()
-    la = adapter(ctx, "vllm").launch(ctx, "vllm", model_for(ctx, "vllm", "small"), port, ctx.profile.serving)
+    la = launch(ctx, "vllm", model_for(ctx, "vllm", "small"), port, ctx.profile.serving)
     la = Launch(la.argv, la.env, la.unset, la.ready_path, "some-other-name", la.tokenize, la.models_path, engine="vllm")
     with pytest.raises(InfraError, match=r"does not serve 'some-other-name' .*models \['small-served'\]"):
         with serving(ctx, la, port, str(tmp_path / "n.log"), 20, 2, 5):
@@ -158,7 +168,7 @@ def test_parse_proc_net_tcp_finds_listeners_only():
 def test_vllm_model_path_missing_makes_fake_exit_like_vllm(tmp_path):
     ctx = make_ctx(tmp_path)
     port = free_port()
-    la = adapter(ctx, "vllm").launch(ctx, "vllm", str(tmp_path / "nope"), port, ctx.profile.serving)
+    la = launch(ctx, "vllm", str(tmp_path / "nope"), port, ctx.profile.serving)
     with pytest.raises(InfraError, match="exited with code 1"):
         with serving(ctx, la, port, str(tmp_path / "m.log"), 20, 2, 5):
             pass
@@ -166,10 +176,10 @@ def test_vllm_model_path_missing_makes_fake_exit_like_vllm(tmp_path):
 
 
 @pytest.mark.parametrize("options,message", [
-    ({"repeat": -1}, "--repeat must be positive"),
-    ({"repeat": 0}, "--repeat must be positive"),
-    ({"ptok": 0}, "--ptok must be positive"),
-    ({"ctx": -5}, "--ctx must be positive"),
+    ({"repeat": -1}, "--repeat must be a positive integer"),
+    ({"repeat": 0}, "--repeat must be a positive integer"),
+    ({"ptok": 0}, "--ptok must be a positive integer"),
+    ({"ctx": -5}, "--ctx must be a positive integer"),
     ({"npl": [4, 0]}, "--npl: expected positive integers"),
 ])
 def test_snapshot_step_checks_numbers_like_the_cli(tmp_path, options, message):
@@ -184,7 +194,7 @@ def test_snapshot_step_checks_numbers_like_the_cli(tmp_path, options, message):
 @pytest.mark.parametrize("options,message", [({"npl": [0]}, "--npl: expected positive integers"), ({"npp": [32, -1]}, "--npp: expected positive integers")])
 def test_bench_step_checks_numbers_like_the_cli(tmp_path, options, message):
     from parity.errors import UsageError
-    from parity.serving.batched_bench import campaign_step
+    from parity.bench.run import campaign_step
 
     with pytest.raises(UsageError, match=message):
         campaign_step(make_ctx(tmp_path), dict(options))
@@ -195,7 +205,7 @@ def test_server_closing_mid_answer_is_a_failed_probe(tmp_path):
     ending in the not-ready InfraError, never an escaping protocol error."""
     import threading
 
-    from parity.serving.server import wait_ready
+    from parity.engines.server import wait_ready
 
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
@@ -222,7 +232,7 @@ def test_server_closing_mid_answer_is_a_failed_probe(tmp_path):
 
     try:
         with pytest.raises(InfraError, match="not ready within 1 s .*HttpError"):
-            wait_ready(Alive(), port, Launch(["x"], {}, [], "/health", "m", "llama"), budget_s=1, probe_timeout_s=0.5, poll_s=0.1)
+            wait_ready(Alive(), port, Launch(["x"], {}, [], "/health", "m", "content"), budget_s=1, probe_timeout_s=0.5, poll_s=0.1)
     finally:
         srv.close()
 
@@ -232,11 +242,11 @@ def test_profile_serve_capture_keeps_the_launch_and_the_model_name(tmp_path, mon
     metrics path and engine name survive, and --model names the served model as in snapshot."""
     import contextlib
 
-    import parity.serving.server as server
+    import parity.engines.server as server
     from parity.profiles import capture as cap
 
     ctx = make_ctx(tmp_path, "models:\n  other: {path: x.gguf, vllm_path: /w/other, served_name: other-served}\n")
-    plan = cap.make_plan(ctx, engine="vllm", workload="serve", ntgs=[8], npl=2, model="other", graph_node=True, dry=True)
+    plan = cap.make_plan(ctx, engine="vllm", workload="serve", ntgs=[8], npl=2, model="other", graph_node=True, dry=True, tracer="nsys", blocks=1)
     (c,) = plan.captures
     assert c.server.served_name == "other-served" and "other-served" in c.argv
     seen = {}
@@ -247,7 +257,7 @@ def test_profile_serve_capture_keeps_the_launch_and_the_model_name(tmp_path, mon
         raise RuntimeError("stop here")
         yield
 
-    monkeypatch.setattr(server, "serving", fake_serving)
+    monkeypatch.setattr(cap, "serving", fake_serving)
     with pytest.raises(RuntimeError, match="stop here"):
         cap._capture_serve(ctx, c, plan)
     la = seen["la"]

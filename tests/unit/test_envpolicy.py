@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from parity.config import PolicyConfig
-from parity.serving.envpolicy import check_bench_env
+from parity.engines.envpolicy import check_bench_env
 from parity.errors import UsageError
 
 SEED_KNOBS = ["LLAMA_MAX_BATCH_TOKENS", "GDN_TC", "GDN_CHUNK_MIN", "LLAMA_PAGED_DECODE_STABLE"]

@@ -9,8 +9,9 @@ import asyncio
 import json
 from pathlib import Path
 
-from parity.serving.http import BodyDecoder, Connection, SSEParser, parse_head, request_json
-from parity.serving.server_metrics import FAMILIES, parse
+from parity.loadgen.http import BodyDecoder, Connection, SSEParser, parse_head, request_json
+from parity.engines.vllm import FAMILY
+from parity.metrics.prometheus import parse
 
 from tests.unit.test_loadgen import fake_vllm  # noqa: F401  (the fixture starting the real fake process)
 
@@ -76,13 +77,13 @@ def test_errors_are_nested_like_the_real_ones(fake_vllm):  # noqa: F811
 
 def test_metrics_families_parity_reads_exist_in_the_real_text():
     real = parse(body_of_raw("metrics-2-after-batch.raw").decode())
-    f = FAMILIES["vllm"]
+    f = FAMILY
     for name in (*f.requests, *f.prompt_tokens, *f.generation_tokens, *f.preemptions, *f.prefix_queries, *f.prefix_hits, f.kv_usage, f"{f.ttft}_count", f"{f.e2e}_sum"):
         assert name in real, name
 
 
 def test_the_fakes_metrics_are_real_names(fake_vllm):  # noqa: F811
-    from parity.serving.http import request_text
+    from parity.loadgen.http import request_text
 
     t = fake_vllm()
     status, text = asyncio.run(request_text(t.host, t.port, "/metrics"))

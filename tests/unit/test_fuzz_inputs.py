@@ -35,7 +35,7 @@ from inproc import cli
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 REPORT, H100 = DATA / "report", DATA / "h100-noise"
-LEVER_MAP = Path(__file__).resolve().parents[2] / "docs" / "device-h100-levers" / "runs" / "lever_map.yaml"
+LEVER_MAP = Path(__file__).resolve().parents[2] / "docs" / "evidence" / "device-h100-levers" / "runs" / "lever_map.yaml"
 LONG = os.environ.get("HYPOTHESIS_PROFILE") == "long"
 
 

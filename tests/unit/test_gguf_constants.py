@@ -12,7 +12,7 @@ REPO = Path(__file__).resolve().parents[2]
 def test_the_table_is_the_packages():
     import gguf
 
-    from parity.models import gguf_constants
+    from parity.gguf import constants as gguf_constants
 
     sys.modules.pop(gguf_constants._NAME, None)
     real = {t.name: size for t, size in gguf.GGML_QUANT_SIZES.items()}

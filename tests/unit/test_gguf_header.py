@@ -1,4 +1,4 @@
-"""parity.models.gguf_header against gguf's own GGUFReader: on the captured header of a real
+"""parity.gguf.header against gguf's own GGUFReader: on the captured header of a real
 convert_hf_to_gguf.py output (32k-token vocabulary), on models parity synthesizes, on a
 big-endian file, and on files that are not GGUFs."""
 
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from parity.efficiency import bytes_per_token
-from parity.models.gguf_header import GGUFHeaderError, read_header
-from parity.serving.engines import gguf_context_length
+from parity.gguf.header import GGUFHeaderError, read_header
+from parity.gguf.header import context_length as gguf_context_length
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "gguf"
 

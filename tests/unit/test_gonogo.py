@@ -11,7 +11,7 @@ import pytest
 from parity.config import load_profile
 from parity.context import Context
 from parity.errors import InfraError, UsageError
-from parity.gpu.gonogo import go_no_go, raise_if_no_go, users_preflight_txt
+from parity.gonogo import go_no_go, raise_if_no_go, users_preflight_txt
 from parity.runners.local import LocalRunner
 from parity.ui import Output
 
@@ -75,7 +75,7 @@ def test_users_preflight_txt_shape():
 
 
 def test_command_paths_from_snapshot_dry_run_commands(ctx, tmp_path):
-    from parity.gpu.gonogo import command_paths
+    from parity.gonogo import command_paths
 
     cmds = [
         {"engine": "paged", "argv": ["<llama-server of paged: built on the first real run>", "-m", "x"], "model_error": None},

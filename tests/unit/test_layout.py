@@ -1,6 +1,6 @@
-"""The package's shape (issue: one shape for every command): no module reaches into
-another module's private names, no *_impl/*_cli glue modules, and README's Layout map
-names, for every command, a cli module and a domain function that exist."""
+"""The package's shape (one shape for every command): no module reaches into another
+module's private names, no *_impl/*_cli glue modules, and the command table of
+docs/ARCHITECTURE.md names, for every command, a cli module and a domain function that exist."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import typer
 
 ROOT = Path(__file__).resolve().parents[2]
 PKG = ROOT / "parity"
+ARCH = ROOT / "docs" / "ARCHITECTURE.md"
 
 
 def _module_of(path: Path) -> str:
@@ -86,16 +87,16 @@ def _commands(group: typer.Typer, prefix: str = "") -> list[str]:
     return out
 
 
-def test_readme_layout_maps_every_command_to_an_existing_domain_function():
+def test_architecture_maps_every_command_to_an_existing_domain_function():
     from parity.cli import app
 
     rows = {}
-    for line in (ROOT / "README.md").read_text().splitlines():
+    for line in ARCH.read_text().splitlines():
         m = re.match(r"\|\s*`parity ([a-z ]+)`\s*\|\s*`(cli/[a-z_]+\.py)`\s*\|\s*`(parity\.[a-z_.]+)`\s*\|", line)
         if m:
             rows[m.group(1).strip()] = (m.group(2), m.group(3))
     commands = _commands(app)
-    assert sorted(commands) == sorted(rows), "README's Layout map and `parity --help` disagree"
+    assert sorted(commands) == sorted(rows), "docs/ARCHITECTURE.md's command table and `parity --help` disagree"
     for command, (cli_module, target) in rows.items():
         assert (PKG / cli_module).exists(), cli_module
         mod, _, fn = target.rpartition(".")

@@ -40,11 +40,22 @@ def test_map_append_keeps_comments_and_edits(tmp_path):
     assert "ratio" not in levermap.load(path)[1]  # None fields are left out, not written as null
 
 
-def test_map_rewritten_when_it_no_longer_ends_in_its_list(tmp_path):
+def test_map_append_keeps_crlf_line_ends(tmp_path):
     path = tmp_path / "m.yaml"
-    path.write_text("levers:\n- lever: A=1\n  verdict: GO\nowner: perf team\n")
+    path.write_bytes(b"# ours\r\nlevers:\r\n- lever: A=1\r\n  verdict: GO\r\n")
+    levermap.append(path, _row(lever="B=1"))
+    raw = path.read_bytes()
+    assert raw.startswith(b"# ours\r\nlevers:\r\n- lever: A=1\r\n  verdict: GO\r\n- lever: B=1\r\n") and b"\n" not in raw.replace(b"\r\n", b"")
+
+
+def test_map_that_no_longer_ends_in_its_list_keeps_comments_and_keys(tmp_path):
+    """It used to be rewritten whole from its data (comments and the other keys' layout lost)."""
+    path = tmp_path / "m.yaml"
+    path.write_text("# ours\nlevers:\n- lever: A=1\n  verdict: GO  # shipped in 0.3\nowner: perf team  # ask them\n")
     rows = levermap.append(path, _row(lever="B=1"))
     assert [r["lever"] for r in rows] == ["A=1", "B=1"] and [r["lever"] for r in levermap.load(path)] == ["A=1", "B=1"]
+    text = path.read_text()
+    assert text.startswith("# ours\nlevers:\n- lever: A=1\n  verdict: GO  # shipped in 0.3\n- lever: B=1\n") and text.endswith("owner: perf team  # ask them\n")
 
 
 @pytest.mark.parametrize("text, where", [("levers: [\n", "YAML syntax"), ("- a\n- b\n", "levers"), ("levers:\n- verdict: GO\n", "levers[0]")])
@@ -180,11 +191,39 @@ def test_derive_runtime_and_build_arms():
     ("v", (["A=1"], None, None, None), "needs a llama engine"),
     ("stock", (None, ["0055"], None, None), "has no patch series"),
     ("nope", (["A=1"], None, None, None), "no such engine"),
-    ("paged", (["K=1"], None, None, None), "already runs with it"),
 ])  # fmt: skip
 def test_derive_refuses(engine, lever, msg):
     with pytest.raises(UsageError, match=msg):
         derive(_profile(), engine, make_lever(*lever, None))
+
+
+@pytest.mark.parametrize("env, same", [
+    (["K=1"], True),  # the engine's own env
+    (["P=1"], True),  # what the measured (default) path already sets: LLAMA_KV_PAGED=1 on a paged path
+    (["K=1", "P=1"], True),
+    (["P=0"], False),
+    (["X=1"], False),
+    (["K=2"], False),
+])  # fmt: skip
+def test_identical_arms_are_named(env, same):
+    from parity.levers.arms import identical
+
+    prof = _profile(paged={"source": "s", "series": "/x/series", "env": {"K": "1"}, "paths": {"paged": {"P": "1"}, "off": {}}, "default_path": "paged"})
+    p2, a, b = derive(prof, "paged", make_lever(env, None, None, None, None))
+    why = identical(p2, a, b, {a: {"key": "k1"}, b: {"key": "k1"}})
+    assert (why is not None) == same
+    if same:
+        assert why == "arm B would be arm A: the same build k1 and the same env on path paged (K=1 P=1)"
+    assert identical(p2, a, b, {a: {"key": "k1"}, b: {"key": "k2"}}) is None  # another build is another arm
+
+
+def test_identical_prebuilt_arms():
+    from parity.levers.arms import identical
+
+    prof = _profile(pre={"bin_dir": "/opt/llama/bin", "env": {"A": "1"}})
+    p2, a, b = derive(prof, "pre", make_lever(["A=1"], None, None, None, None))
+    assert identical(p2, a, b, {a: {"prebuilt": "/opt/llama/bin"}, b: {"prebuilt": "/opt/llama/bin"}}) == \
+        "arm B would be arm A: the same prebuilt /opt/llama/bin and the same env on its env (A=1)"
 
 
 def test_runtime_arms_share_a_build_build_arms_do_not():
@@ -217,6 +256,10 @@ def test_runtime_arms_share_a_build_build_arms_do_not():
     (["--env", "A=1", "--engine", "nope"], "no such engine"),
     (["--env", "A=1", "--npl", "0"], "--npl"),
     (["--env", "A=1", "--gate-paths", "sideways"], "no path 'sideways'"),
+    (["--env", "LLAMA_KV_PAGED=1"], "arm B would be arm A: the same build"),  # the paged path sets it already
+    (["--env", "GGML_NO_BACKTRACE=1"], "arm B would be arm A"),  # the engine's own env
+    (["--env", "LLAMA_X=1", "--aa"], "--aa: the arms differ"),
+    (["--env", "LLAMA_X=1", "--map", "/etc/hostname/lever_map.yaml"], "not writable"),  # a file where its directory should be
 ])  # fmt: skip
 def test_ab_bad_input_one_line_exit_2(tmp_path, args, needle):
     shared_or_skip("localai-paged/Makefile", "localai-paged/patches/paged")
@@ -238,6 +281,32 @@ def test_levers_missing_map_and_empty_default(tmp_path):
     r = run_parity("--artifacts", str(tmp_path), "levers", "--json")
     d = json.loads(r.stdout)
     assert r.returncode == 0 and (d["map"], d["rows"], d["count"]) == (str(tmp_path / "lever_map.yaml"), [], 0) and "## Master lever table" in d["markdown"]
+
+
+def test_levers_json_never_prints_a_bare_nan(tmp_path):
+    """A row a hand edit (or an older parity) left with .nan / .inf / an unquoted date: the
+    listing is valid JSON, the value is null and the row says why; a warning names the row."""
+    path = tmp_path / "lever_map.yaml"
+    path.write_text("levers:\n- lever: A=1\n  verdict: GO\n  ratio: .nan\n  high: -.inf\n  date: 2026-11-01\n- lever: B=1\n  verdict: FLAT\n  ratio: 1.002\n")
+    r = run_parity("--artifacts", str(tmp_path), "levers", "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout, parse_constant=lambda c: pytest.fail(f"bare {c} in --json output"))
+    a, b = d["rows"]
+    assert a["ratio"] is None and a["high"] is None and a["date"] == "2026-11-01" and b["ratio"] == 1.002
+    assert a["problems"] == "ratio is nan (not a finite number); high is -inf (not a finite number)" and "problems" not in b
+    assert d["problems"] == ["row 1 (lever 'A=1'): ratio is nan (not a finite number); high is -inf (not a finite number)"]
+    assert "row 1 (lever 'A=1'): ratio is nan" in r.stderr
+    human = run_parity("--artifacts", str(tmp_path), "levers")
+    assert human.returncode == 0 and "warning: lever map" in human.stderr + human.stdout
+
+
+def test_map_append_names_a_non_finite_number_instead_of_writing_it(tmp_path):
+    path = tmp_path / "m.yaml"
+    rows = levermap.append(path, _row(ratio=float("nan"), low=float("-inf"), high=1.01))
+    assert ".nan" not in path.read_text() and ".inf" not in path.read_text()
+    (r,) = levermap.load(path)
+    assert rows == [r] and "ratio" not in r and "low" not in r and r["high"] == 1.01
+    assert r["problems"] == "ratio was nan (not a finite number); low was -inf (not a finite number)"
 
 
 # ------------------------------------------------------------------ dry run on the H100 profile
@@ -278,3 +347,13 @@ def test_ab_dry_run_names_the_refusal(tmp_path):
     assert r.returncode == 2 and "REJECTED" in r.stderr.splitlines()[-1] and "/runs/20261101_ab" in r.stderr.splitlines()[-1]
     r = run_parity(*args, "--reopen", "new driver", "--json")
     assert r.returncode == 0 and "reopens it" in json.loads(r.stdout)["map"]["refusal"]
+
+
+def test_ab_aa_on_purpose_is_its_own_lever(tmp_path):
+    """--aa lets identical arms run, recorded under a name of their own (its FLAT never closes the real lever)."""
+    shared_or_skip("localai-paged/Makefile", "localai-paged/patches/paged")
+    r = run_parity("--artifacts", str(tmp_path), "ab", "--profile", "localai-paged-cpu", "--env", "LLAMA_KV_PAGED=1", "--aa", "--dry-run", "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["lever"] == "LLAMA_KV_PAGED=1 (A/A)" and d["builds"]["paged"] == d["builds"]["paged+lever"]
+    assert d["measure"]["commands"]["paged"]["env"] == d["measure"]["commands"]["paged+lever"]["env"]

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from parity.serving.http import BodyDecoder, Connection, HttpError, SSEParser, parse_head
-from parity.serving.loadgen import RequestSpec, Target, drive, run_requests
-from parity.serving.prompts import token_prompts
-from parity.serving.validity import check_request
+from parity.loadgen.http import BodyDecoder, Connection, HttpError, SSEParser, parse_head
+from parity.loadgen.client import RequestSpec, Target, drive, run_requests
+from parity.loadgen.prompts import token_prompts
+from parity.metrics.validity import check_request
 from ports import free_port
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "serving"
@@ -53,7 +53,7 @@ def test_chunked_sse_stream_of_llama_server_in_any_split(step):
 
 
 def test_fast_path_gives_the_same_events_as_the_general_parsers():
-    from parity.serving.http import simple_sse_chunks
+    from parity.loadgen.http import simple_sse_chunks
 
     _, headers, body = split_response((DATA / "llama-server-stream.raw").read_bytes())
     general, _ = decode_events(headers, body, 1 << 20)
@@ -120,7 +120,7 @@ def fake_vllm(tmp_path):
             try:
                 socket.create_connection(("127.0.0.1", port), 0.2).close()
                 extra = {"stream_options": {"include_usage": True, "continuous_usage_stats": True}} if counted else {}
-                return Target("127.0.0.1", port, served, "vllm", count="usage" if counted else "chunks", extra=extra)
+                return Target("127.0.0.1", port, served, "prompt", count="usage" if counted else "chunks", extra=extra)
             except OSError:
                 time.sleep(0.05)
         raise RuntimeError("fake vllm did not start")
@@ -167,7 +167,7 @@ def test_a_tokenizer_that_ignores_the_nonce_is_an_error_not_a_spin(fake_vllm):
 
 
 def test_short_response_is_flagged_not_valid(fake_vllm):
-    from parity.serving.metrics import compute
+    from parity.metrics.serving import compute
 
     t = fake_vllm(FAKE_VLLM_SHORT="2")
     recs = checked(drive(t, specs(t, 3, 8, 6), 30))
@@ -207,12 +207,12 @@ def test_a_clamped_response_is_invalid_with_its_reason(fake_vllm):
 
 def test_http_errors_become_request_errors_of_either_shape(fake_vllm):
     t = fake_vllm()
-    wrong = Target(t.host, t.port, "not-served", "vllm")
+    wrong = Target(t.host, t.port, "not-served", "prompt")
     (rec,) = asyncio.run(run_requests(wrong, [RequestSpec([5, 6, 7], 4)], 1, 10))
     assert not rec.valid and rec.error.startswith("HTTP 404") and "does not exist" in rec.error
     (rec,) = asyncio.run(run_requests(t, [RequestSpec(list(range(3, 5000)), 4)], 1, 10))  # prompt alone over max_model_len
     assert rec.error.startswith("HTTP 400") and "maximum context length" in rec.error
-    from parity.serving.loadgen import error_message
+    from parity.loadgen.client import error_message
 
     assert error_message(b'{"error": {"code": 400, "message": "too long", "type": "exceed_context_size_error"}}') == "too long (exceed_context_size_error)"
     assert error_message(b'{"object": "error", "message": "old shape", "type": "BadRequestError", "code": 400}') == "old shape (BadRequestError)"

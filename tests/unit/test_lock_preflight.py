@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from parity.session import lock_step
+
 import parity.gpu.lock as L
 from parity.config import LockConfig, load_profile
 from parity.errors import InfraError
@@ -184,7 +186,7 @@ def test_campaign_step_holds_until_session_ends(tmp_path):
     ctx = _ctx(tmp_path)
     owner = tmp_path / "gpu_bench_lock" / "owner"
     with run_session(ctx, "campaign", "locktest", argv=["test"]) as rd:
-        res = L.campaign_step(ctx, {"timeout_s": 30})
+        res = lock_step(ctx, {"timeout_s": 30})
         assert res["owner"].split()[0] == L.whoami() and f"run={rd.run_id}" in owner.read_text()
         assert (rd.path / "lock.json").exists()
         # a child `parity lock run` inherits the lock instead of waiting on it
@@ -201,5 +203,5 @@ def test_campaign_step_holds_until_session_ends(tmp_path):
 def test_campaign_step_rejects_unknown_option(tmp_path):
     from parity.errors import UsageError
 
-    with pytest.raises(UsageError, match="unknown option"):
-        L.campaign_step(_ctx(tmp_path), {"timeot_s": 1})
+    with pytest.raises(UsageError, match="unknown lock option"):
+        lock_step(_ctx(tmp_path), {"timeot_s": 1})

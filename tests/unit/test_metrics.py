@@ -7,8 +7,9 @@ import math
 
 import pytest
 
-from parity.serving.metrics import METRICS, RequestRecord, compute, definitions, percentile, render_definitions
-from parity.serving.validity import check_request, noise_note, point_verdict
+from parity.metrics.registry import definitions, render_definitions
+from parity.metrics.serving import METRICS, RequestRecord, compute, percentile
+from parity.metrics.validity import check_request, noise_note, point_verdict
 
 
 def rec(send, first, gap, tokens, gen=None, prompt=10, error=None, usage=None):
@@ -89,7 +90,7 @@ def test_percentile_interpolates_like_numpy():
 
 def test_every_metric_is_declared_once_with_its_definition():
     defs = {d["name"]: d for d in definitions()}
-    from parity.serving.workload_metrics import WORKLOAD_METRICS
+    from parity.metrics.workload import WORKLOAD_METRICS
 
     assert not set(METRICS) & set(WORKLOAD_METRICS)  # one declaration per name
     assert set(defs) == set(METRICS) | set(WORKLOAD_METRICS) and all(d["formula"] and d["unit"] and d["better"] in ("higher", "lower") for d in defs.values())

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from parity.serving.metrics import METRICS, RequestRecord, compute
+from parity.metrics.serving import METRICS, RequestRecord, compute
 
 ROWS = Path(__file__).resolve().parents[1] / "data" / "h2h" / "recorded_rows.tsv"
 N, GEN = 128, 64
@@ -99,7 +99,7 @@ def test_one_read_gives_a_reason_not_an_empty_cell():
 
 def test_merged_chunk_tokens_share_the_gap():
     r = RequestRecord(send=0.0, first=1.0, token_times=[1.0, 1.1, 1.4, 1.4, 1.4], chunks=3, tokens=5, expected_tokens=5, prompt_tokens=4)
-    from parity.serving.metrics import itl_ms
+    from parity.metrics.serving import itl_ms
 
     assert itl_ms([r]) == pytest.approx([100.0, 100.0, 100.0, 100.0])
 

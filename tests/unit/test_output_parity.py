@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from parity.serving.output_parity import Trace, compare, shared_kl, verdict
+from parity.metrics.output_parity import Trace, compare, shared_kl, verdict
 
 
 def lp(*ps):

@@ -71,5 +71,5 @@ def test_campaign_step_rejects_unknown_options(smoke_profile):
     class C:
         profile = smoke_profile
 
-    with pytest.raises(UsageError, match="unknown option"):
+    with pytest.raises(UsageError, match="unknown profile option"):
         cap.campaign_step(C(), {"ntgs": [4, 2]})

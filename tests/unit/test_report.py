@@ -66,7 +66,7 @@ def test_full_report_has_every_section_plots_and_links(profile, tmp_path):
     assert "| gdn_core | 1250.0 | 41.67% | 600 | 2.08 |" in text  # profile/analysis.json, per capture
     assert "### Difference method: paged ntg64 - paged ntg16 (paged, 48 steps x npl 4)" in text
     assert "| total | 2250.0 | 6900 | 46.88 | 11718.8 | 0.3261 |" in text
-    assert "| ttft_mean_ms | ms | lower | mean over requests of" in text  # parity.serving.metrics definitions
+    assert "| ttft_mean_ms | ms | lower | mean over requests of" in text  # parity.metrics.serving definitions
     assert "parity --artifacts runs snapshot -p smoke --model tiny --npl 1,4 --repeat 5" in text  # manifest argv
 
 
@@ -199,18 +199,15 @@ def test_gates_only_run_still_gets_every_section(profile, tmp_path):
         render(profile, tmp_path / "out", run_path=run, title="x", compare=str(DATA / "control"))
 
 
-def test_definitions_degrade_without_parity_metrics(monkeypatch):
-    import sys
-
+def test_definitions_are_the_runs_own_else_the_registrys():
+    from parity.metrics.registry import all_metrics
     from parity.report.sections import definitions
 
     rows, note = definitions(["ttft_p50_ms"])
-    assert rows[0][:3] == ["ttft_p50_ms", "ms", "lower"] and note is None
-    monkeypatch.setitem(sys.modules, "parity.serving.metrics", None)  # import now raises ImportError
+    assert rows == [["ttft_p50_ms", "ms", "lower", all_metrics()["ttft_p50_ms"].formula]] and note is None
     recorded = {"metrics": [{"name": "ttft_p50_ms", "unit": "ms", "better": "lower", "formula": "median of (first token - send)"}]}
     assert definitions(["ttft_p50_ms"], recorded) == ([["ttft_p50_ms", "ms", "lower", "median of (first token - send)"]], None)
-    rows, note = definitions(["ttft_p50_ms"], {})
-    assert rows == [] and note.startswith("metric definitions unavailable (parity.serving.metrics")
+    assert definitions(["no_such_metric"], {}) == ([], "no definitions for these metrics")
 
 
 def test_collapsed_profile_is_flagged(profile, tmp_path):
@@ -262,7 +259,7 @@ def test_nightly_report_against_previous_run_fails_on_regression(tmp_path):
 
 
 def test_batched_bench_and_cpu_line_from_real_files(profile, tmp_path):
-    from parity.serving.batched_bench import parse
+    from parity.bench.batched_bench import parse
 
     run = tmp_path / "run"
     shutil.copytree(DATA / "candidate", run)
@@ -325,3 +322,29 @@ def test_a_campaign_can_keep_its_own_ledger(tmp_path):
     other = tmp_path / "team-ledger"
     c = _step(tmp_path, _campaign_run(tmp_path, "20261122_021700_nightly"), ledger=str(other))
     assert c["phase"] == 1 and ledger.read_rows(other)[0]["phase"] == "1"
+
+
+def test_reports_written_at_once_into_one_directory_take_their_own_phases(tmp_path):
+    """Four `parity report` processes into one directory, one title: four reports, phases 1-4,
+    four ledger rows (before, they could all take phase 1 and overwrite one another's file)."""
+    import subprocess
+    import sys
+    import time
+
+    from conftest import REPO
+
+    code = ("import sys, os, time\nwhile not os.path.exists(sys.argv[1]): time.sleep(0.002)\n"
+            "import runpy\nsys.argv = ['parity'] + sys.argv[2:]\nrunpy.run_module('parity', run_name='__main__', alter_sys=True)")  # fmt: skip
+    args = ["report", str(DATA / "candidate"), "--out-dir", str(tmp_path / "out"), "--title", "nightly", "--no-plots", "--json"]
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "go"), *args], cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(4)]  # fmt: skip
+    time.sleep(1.0)
+    (tmp_path / "go").write_text("")
+    docs = []
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err[-2000:]
+        docs.append(json.loads(out))
+    assert sorted(d["phase"] for d in docs) == [1, 2, 3, 4] and len({d["report"] for d in docs}) == 4
+    assert sorted(int(r["phase"]) for r in ledger.read_rows(tmp_path / "out")) == [1, 2, 3, 4]
+    assert all(Path(d["report"]).is_file() for d in docs)

@@ -17,16 +17,17 @@ from parity.results import schema
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data"
 # every summary.json / bench.json parity wrote that the repository keeps: the fixtures, the
-# H100 noise and lever runs (docs/device-h100-*), the calibration and workload captures
+# H100 noise and lever runs (docs/evidence/device-h100-*), the calibration and workload captures
 SUMMARIES = sorted({*DATA.rglob("*summary.json"), *(ROOT / "docs").rglob("summary.json")} - set(DATA.glob("workloads/*r0.json")))
 BENCHES = sorted({*DATA.rglob("*bench.json"), *(ROOT / "docs").rglob("bench*.json")})
 MANIFESTS = sorted({*DATA.rglob("manifest.json"), *(ROOT / "docs").rglob("manifest.json")})
 PAIRED = sorted((ROOT / "docs").rglob("paired.tsv"))
+H100_PAIRED = ROOT / "docs" / "evidence" / "device-h100-noise" / "aa" / "paired.tsv"
 SNAPSHOT = DATA / "h100-noise" / "lever-summary.json"
 
 
 def test_the_repositorys_run_files_are_all_found():
-    assert len(SUMMARIES) >= 10 and len(BENCHES) >= 12 and len(MANIFESTS) >= 6 and len(PAIRED) == 3
+    assert len(SUMMARIES) >= 10 and len(BENCHES) >= 12 and len(MANIFESTS) >= 6 and len(PAIRED) >= 3
 
 
 @pytest.mark.parametrize("path", SUMMARIES + BENCHES + MANIFESTS, ids=lambda p: str(p.relative_to(ROOT)))
@@ -56,8 +57,8 @@ def test_bisection_logs_and_a_matrix_table_read(tmp_path):
 def test_paired_tsv_and_the_lever_map_of_the_h100_runs():
     for p in PAIRED:
         rows = results.read_paired_tsv(p)
-        assert len(rows) == 12 and all(isinstance(r["ratio"], float) and len(r["block_ratios"]) == r["n_blocks"] for r in rows)
-    rows = results.read_lever_map(ROOT / "docs" / "device-h100-levers" / "runs" / "lever_map.yaml")
+        assert rows and all(isinstance(r["ratio"], float) and len(r["block_ratios"]) == r["n_blocks"] for r in rows)
+    rows = results.read_lever_map(ROOT / "docs" / "evidence" / "device-h100-levers" / "runs" / "lever_map.yaml")
     assert [r["verdict"] for r in rows] and all(isinstance(r["ratio"], float) for r in rows)
 
 
@@ -150,7 +151,7 @@ def test_bench_manifest_and_paired_tsv_problems(tmp_path):
     (tmp_path / "manifest.json").write_text(json.dumps({"status": "complete", "valid": "yes"}))
     with pytest.raises(results.BadResultFile, match="valid is a string, expected true/false"):
         results.read_manifest(tmp_path / "manifest.json")
-    lines = PAIRED[0].read_text().splitlines()
+    lines = H100_PAIRED.read_text().splitlines()
     (tmp_path / "paired.tsv").write_text("\n".join([*lines[:3], lines[3][:40]]) + "\n")
     with pytest.raises(results.BadResultFile, match="line 4: .* cells under a 12-column header"):
         results.read_paired_tsv(tmp_path / "paired.tsv")
@@ -161,11 +162,10 @@ def test_bench_manifest_and_paired_tsv_problems(tmp_path):
 
 def test_lever_map_problems_are_config_errors_naming_the_row(tmp_path):
     m = tmp_path / "lever_map.yaml"
-    shutil.copy(ROOT / "docs" / "device-h100-levers" / "runs" / "lever_map.yaml", m)
+    shutil.copy(ROOT / "docs" / "evidence" / "device-h100-levers" / "runs" / "lever_map.yaml", m)
     text = m.read_text()
-    m.write_text(text.replace("ratio: ", "ratio: .nan #", 1))
-    with pytest.raises(ConfigError, match=r"levers\[0\]\.ratio is NaN"):
-        results.read_lever_map(m)
+    m.write_text(text.replace("ratio: ", "ratio: .nan #", 1))  # a hand edit: read, listed as null with its problem (parity.levers.map.plain_rows)
+    assert math.isnan(results.read_lever_map(m)[0]["ratio"])
     m.write_text("levers:\n- {lever: X, ratio: fast}\n")
     with pytest.raises(ConfigError, match=r"levers\[0\]\.ratio is a string, expected a number or null"):
         results.read_lever_map(m)

@@ -2,7 +2,8 @@
 
 import pytest
 
-from parity.serving.server_metrics import deltas, mismatches, parse, reconcile
+from parity.engines import llama, vllm
+from parity.metrics.prometheus import deltas, mismatches, parse, reconcile
 
 from tests.unit.test_fake_vllm_vs_real import body_of_raw
 
@@ -13,7 +14,7 @@ def body(name: str) -> str:
 
 @pytest.fixture(scope="module")
 def server():
-    return deltas("vllm", parse(body("metrics-1-before-batch.raw")), parse(body("metrics-2-after-batch.raw")))
+    return deltas(vllm.FAMILY, parse(body("metrics-1-before-batch.raw")), parse(body("metrics-2-after-batch.raw")))
 
 
 def client(server, **over):
@@ -76,7 +77,7 @@ def _captured() -> list[tuple[str, str]]:
     from pathlib import Path
 
     data = Path(__file__).resolve().parent.parent / "data"
-    files = sorted((data / "vllm").glob("metrics-*")) + sorted((data / "llama_server").glob("metrics-*"))
+    files = sorted((data / "vllm").glob("metrics-*")) + sorted((data / "llama_server").glob("metrics-*")) + sorted((data / "llama_server_pin").glob("*metrics-*"))
     # .raw: the whole HTTP response, decoded as the client does
     return [(f"{f.parent.name}/{f.name}", body_of_raw(f).decode() if f.suffix == ".raw" else f.read_text()) for f in files]
 
@@ -100,3 +101,86 @@ def test_parse_reads_quoted_label_values_special_values_and_timestamps():
     assert got["x_total"] == 5.0 and got["y_count"] == 4.0 and "y_bucket" not in got
     with pytest.raises(ValueError, match="unterminated labels"):
         parse('x_total{engine="0 1\n')
+
+
+# ------------------------------------------------------------------ prompt tokens and the prompt cache
+
+
+def _metrics(folder: str, name: str) -> dict:
+    from pathlib import Path
+
+    return parse(body_of_raw(Path(__file__).resolve().parent.parent / "data" / folder / name).decode())
+
+
+def _client(folder: str, stream: str) -> dict:
+    """The client's side of one real captured stream, read by parity's own stream handler."""
+    from pathlib import Path
+
+    from parity.loadgen.client import _Handler
+    from parity.loadgen.http import BodyDecoder, SSEParser, parse_head
+    from parity.metrics.serving import RequestRecord
+
+    raw = (Path(__file__).resolve().parent.parent / "data" / folder / stream).read_bytes()
+    i = raw.find(b"\r\n\r\n")
+    _, headers = parse_head(raw[:i])
+    rec, events = RequestRecord(), SSEParser().feed(BodyDecoder(headers).feed(raw[i + 4 :]))
+    h = _Handler(rec, None, "chunks")
+    for k, ev in enumerate(events):
+        h(float(k), ev)
+    return {"requests": 1, "prompt_tokens": rec.prompt_tokens, "generation_tokens": rec.usage_tokens, "cached_prompt_tokens": rec.cached_tokens}
+
+
+def _prompt_row(server: dict, client: dict) -> dict:
+    (row,) = [r for r in reconcile(server, client) if r["quantity"] == "prompt_tokens"]
+    return row
+
+
+PIN = "llama_server_pin"
+
+
+@pytest.mark.parametrize("before, stream, after, cached", [
+    ("metrics-0-fresh.raw", "stream-first.raw", "metrics-1-after-first.raw", 0),
+    ("metrics-1-after-first.raw", "stream-bos-reused.raw", "metrics-2-after-bos-reused.raw", 1),  # client 32, server 31: the H100 run's warning
+    ("metrics-2-after-bos-reused.raw", "stream-repeat.raw", "metrics-3-after-repeat.raw", 31),
+    ("paged-metrics-1-after-first.raw", "paged-stream-bos-reused.raw", "paged-metrics-2-after-bos-reused.raw", 0),  # the paged path reuses nothing
+])  # fmt: skip
+def test_the_pins_llama_server_reconciles_with_what_its_cache_took(before, stream, after, cached):
+    """The users' llama-server (pin + series; tests/data/llama_server_pin) counts only computed
+    prompt tokens and has no cached counter: its count is the client's less the cached tokens
+    the response reported, and that is no mismatch."""
+    server = deltas(llama.FAMILY, _metrics(PIN, before), _metrics(PIN, after))
+    client = _client(PIN, stream)
+    assert (client["prompt_tokens"], client["cached_prompt_tokens"], server["prompt_tokens"], server["prompt_includes_cached"]) == (32, cached, 32 - cached, False)
+    rows = reconcile(server, client)
+    assert mismatches(rows) == [] and {r["quantity"]: r["status"] for r in rows}["prompt_tokens"] == "ok"
+    off = _prompt_row(server, {**client, "cached_prompt_tokens": cached + 1})  # a token the cache does not explain
+    assert off["status"] == "MISMATCH"
+    unknown = _prompt_row(server, {**client, "cached_prompt_tokens": None})  # not every response said: at most the client's
+    assert unknown["status"] == "ok" and unknown["rule"].startswith("at most the client's")
+
+
+def test_a_newer_llama_server_with_the_cached_counter_counts_the_whole_prompt():
+    # ../llama_server: the same 8 x 32-token prompts again, 8 computed and 248 from cache (usage cached_tokens 31 each)
+    server = deltas(llama.FAMILY, _metrics("llama_server", "metrics-2-after-batch.raw"), _metrics("llama_server", "metrics-3-after-repeat.raw"))
+    assert (server["prompt_tokens"], server["prompt_includes_cached"]) == (256, True)
+    assert _prompt_row(server, {"prompt_tokens": 256, "cached_prompt_tokens": 248})["status"] == "ok"  # not 256 - 248
+    assert _prompt_row(server, {"prompt_tokens": 256, "cached_prompt_tokens": None})["status"] == "ok"
+    assert _prompt_row(server, {"prompt_tokens": 255, "cached_prompt_tokens": 248})["status"] == "MISMATCH"
+    assert _prompt_row(server, {"prompt_tokens": 7, "cached_prompt_tokens": None})["status"] == "MISMATCH"
+
+
+def test_one_cached_token_in_4096_is_no_warning():
+    """The H100 serving run's figures: 4096 prompt tokens sent, the pin's server computed 4095
+    (one token of one request came from its cache); 9 of 60 points warned before."""
+    server = {"prompt_tokens": 4095.0, "prompt_includes_cached": False}
+    assert mismatches(reconcile(server, {"prompt_tokens": 4096, "cached_prompt_tokens": 1})) == []
+    assert mismatches(reconcile(server, {"prompt_tokens": 4096, "cached_prompt_tokens": 0})) == [
+        "prompt_tokens: client 4096 vs server 4095.0 (exact, less the 0 prompt tokens the responses said the server took from its cache (its counter leaves them out))"]
+
+
+def test_vllm_counts_the_tokens_it_took_from_its_prefix_cache():
+    # two 300-token prompts, the second hit 256 tokens in the prefix cache: prompt_tokens_total +300 both times
+    v = lambda n: parse(body(n))  # noqa: E731
+    first, again = deltas(vllm.FAMILY, v("metrics-4-before-prefix.raw"), v("metrics-5-after-first-300.raw")), deltas(vllm.FAMILY, v("metrics-5-after-first-300.raw"), v("metrics-6-after-repeat-300.raw"))
+    assert (first["prompt_tokens"], again["prompt_tokens"], again["prefix_hits"], again["prompt_includes_cached"]) == (300, 300, 256, True)
+    assert _prompt_row(again, {"prompt_tokens": 300, "cached_prompt_tokens": 256})["status"] == "ok"  # not 300 - 256

@@ -1,4 +1,4 @@
-"""parity.slurm.commands parsers on output captured from a real Slurm 22.05 (tests/data/slurm/,
+"""parity.hosts.slurm.commands parsers on output captured from a real Slurm 22.05 (tests/data/slurm/,
 from the single-node cluster of tests/slurmd.py), and the Slurm host's profile section."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import yaml
 
 from conftest import DATA
 from parity.errors import ConfigError
-from parity.slurm import commands as sl
+from parity.hosts.slurm import commands as sl
 
 S = DATA / "slurm"
 
@@ -111,8 +111,8 @@ def test_run_inside_a_job_records_it():
 
 def test_job_script_quotes_the_command_and_sets_the_delegation_env(tmp_path):
     from parity.config import HostConfig, SlurmConfig
-    from parity.slurm.job import Submission
-    from parity.slurm.login import LocalLogin
+    from parity.hosts.slurm.job import Submission
+    from parity.hosts.slurm.login import LocalLogin
 
     cfg = HostConfig(kind="slurm", slurm=SlurmConfig(), workdir=str(tmp_path), lock_dir="/locks/gpu")
     sub = Submission(LocalLogin("b200", cfg), cfg, "", True)
@@ -126,7 +126,7 @@ def test_job_script_quotes_the_command_and_sets_the_delegation_env(tmp_path):
 
 def test_a_run_slurm_ended_is_interrupted_with_its_reason(tmp_path):
     from parity.artifacts import RunDir
-    from parity.slurm.job import job_name, record_job
+    from parity.hosts.slurm.job import job_name, record_job
 
     assert job_name(["--artifacts", "x", "campaign", "run", "f.yaml", "--json"]) == "parity-campaign-run"
     timeout = sl.parse_scontrol_job(read("scontrol-job-timeout.txt"))

@@ -11,7 +11,7 @@ import pytest
 
 from conftest import DATA
 from parity.config import load_profile, profile_from_dict
-from parity.remote import missing_module, remote_argv, source_archive, split_root
+from parity.hosts.delegation import missing_module, remote_argv, source_archive, split_root
 from parity.runners.ssh import inner_script, resolve_host, wrapper_script
 
 

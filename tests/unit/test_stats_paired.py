@@ -84,8 +84,8 @@ def test_stop_rules_name_themselves():
 
 NOISES = [
     simulate.Noise("users GB10 same-binary", "seeds Phase139: 7 identical runs, agg_tps CV 1.349 %", arm_cv_pct=1.349),
-    simulate.Noise("H100 long sweep N=8", "docs/device-h100-real/long-sweep, paged/stock per block", block_logs=simulate.logs_from_tsv(str(LONG_SWEEP), "decode_agg_tps", 8, "stock", "paged")),
-    *[simulate.Noise(f"H100 A/A 16 GB N={n}", "docs/device-h100-noise/aa, stock_b/stock per block", block_logs=simulate.logs_from_tsv(str(AA_16G), "decode_agg_tps", n, "stock", "stock_b")) for n in (1, 8)],
+    simulate.Noise("H100 long sweep N=8", "docs/evidence/device-h100-real/long-sweep, paged/stock per block", block_logs=simulate.logs_from_tsv(str(LONG_SWEEP), "decode_agg_tps", 8, "stock", "paged")),
+    *[simulate.Noise(f"H100 A/A 16 GB N={n}", "docs/evidence/device-h100-noise/aa, stock_b/stock per block", block_logs=simulate.logs_from_tsv(str(AA_16G), "decode_agg_tps", n, "stock", "stock_b")) for n in (1, 8)],
 ]
 
 
@@ -118,7 +118,8 @@ def test_recorded_aa_on_a_gpu_bound_model_is_never_a_claim():
     for r in rows:
         for k in ("decode_agg_tps", "decode_perseq_tps", "agg_tps", "ttft_mean_ms"):
             r[k] = float(r[k])
-    from parity.serving.metrics import HEADLINE, direction
+    from parity.metrics.registry import direction
+    from parity.metrics.serving import HEADLINE
 
     cells = paired.by_point(rows, "stock", HEADLINE, direction)
     assert len(cells) == 12 and {c["outcome"] for c in cells} <= {EQUIVALENT, INCONCLUSIVE}

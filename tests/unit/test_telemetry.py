@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from parity.engines import llama, vllm
 from parity.config import TelemetryConfig
 from parity.runners.local import LocalRunner
-from parity.serving.metrics import RequestRecord
+from parity.metrics.serving import RequestRecord
 from parity.telemetry import affinity, engine_timing, point_summary, procfs, smi_gpu, throttle
 from parity.telemetry.nvml_gpu import NvmlGpu
 from parity.telemetry.sampler import Sampler
@@ -250,9 +251,9 @@ def test_affinity_plan_splits_cores_or_says_why_not():
 
 
 def test_affinity_wraps_the_recorded_argv():
-    from parity.serving.engines import Launch
+    from parity.engines.base import Launch
 
-    la = Launch(["llama-server", "-m", "x.gguf"], {}, [], "/health", "x", "llama")
+    la = Launch(["llama-server", "-m", "x.gguf"], {}, [], "/health", "x", "content")
     assert affinity.wrap(la, {"applied": False}).argv == la.argv
     assert affinity.wrap(la, {"applied": True, "server_cpus": "0-13"}).argv == ["taskset", "-c", "0-13", "llama-server", "-m", "x.gguf"]
 
@@ -283,7 +284,7 @@ def _rec(send, first, end, timings=None):
 def test_engine_timing_llama_server():
     t = {"prompt_n": 15, "prompt_ms": 6.397, "predicted_n": 32, "predicted_ms": 300.0, "predicted_per_second": 106.667}
     recs = [_rec(0.0, 0.010, 0.320, t), _rec(0.0, 0.012, 0.322, t)]
-    et = engine_timing.compute(recs, "llama")
+    et = engine_timing.compute(recs, llama.FAMILY)
     assert et["engine_decode_tps_mean"] == 106.667 and et["engine_perseq_tps_mean"] == pytest.approx(103.333, abs=1e-3)
     assert et["engine_decode_ms_mean"] == 300.0 and et["client_decode_ms_mean"] == pytest.approx(310.0)
     assert et["decode_overhead_ms_mean"] == pytest.approx(10.0) and et["client_overhead_ms_mean"] == pytest.approx(321.0 - 306.397, abs=1e-3)
@@ -293,6 +294,6 @@ def test_engine_timing_llama_server():
 def test_engine_timing_vllm_from_metrics_deltas():
     before = {"vllm:e2e_request_latency_seconds_sum": 1.0, "vllm:e2e_request_latency_seconds_count": 2.0, "vllm:request_decode_time_seconds_sum": 0.5, "vllm:request_decode_time_seconds_count": 2.0}
     after = {"vllm:e2e_request_latency_seconds_sum": 1.6, "vllm:e2e_request_latency_seconds_count": 4.0, "vllm:request_decode_time_seconds_sum": 0.9, "vllm:request_decode_time_seconds_count": 4.0}
-    et = engine_timing.compute([_rec(0.0, 0.1, 0.31)], "vllm", before, after)
+    et = engine_timing.compute([_rec(0.0, 0.1, 0.31)], vllm.FAMILY, before, after)
     assert et["engine_e2e_ms_mean"] == 300.0 and et["engine_decode_ms_mean"] == 200.0 and et["client_overhead_ms_mean"] == pytest.approx(10.0)
     assert et["engine_decode_tps_mean"] is None and "per-request timings" in et["why"]["engine_decode_tps_mean"]

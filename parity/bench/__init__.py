@@ -1,0 +1,1 @@
+"""llama-batched-bench and its paired A/B."""

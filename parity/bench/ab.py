@@ -1,0 +1,334 @@
+"""`parity bench --engines A,B`: the engine-level reference A/B (issue 23).
+
+llama-batched-bench is the low-noise static number next to serving: no HTTP, no
+scheduler, one process per run.  Blocks as in a serving A/B: each block runs the
+tool once per arm, back to back (the arms' order rotated per block, ABBA by
+default), with the same npp/ntg/npl; per arm x point (PP x TG x B) and metric
+(S_TG = the users' decode_agg for batched-bench, S_PP, S) the per-block values,
+each arm's median and CV, and the paired statistics B/A over the blocks
+(parity.stats.paired) with the users' rule (parity.stats.compare_samples)
+beside.  --until-ci adds blocks until every S_TG half-width is narrow enough
+(parity.stats.adaptive.stop).  One arm with --repeat N gives the CV per point
+(the noise floor) without pairing; --aa measures one build as two arms
+(stock, stock#2), the A/A that shows what "no difference" looks like.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from parity import session
+from parity.engines import kind_of, with_binaries
+from parity.errors import UsageError
+from parity.options import check as check_options
+from parity.results import write_bench
+from parity.stats import adaptive
+from parity.bench.batched_bench import argv, parse_header, run_complete, split_kv_problem
+from parity.engines.envpolicy import check_bench_env
+from parity.options import positive_int
+from parity.stats import Rule, compare_samples, describe
+from parity.stats.blocks import block_order as names_in_order, run_blocks as loop
+from parity.stats.paired import by_point
+
+METRICS = ["s_tg", "s_pp", "s"]  # all throughputs: higher is better
+HEADLINE = "s_tg"  # what --until-ci watches, at every point
+POINT = ("pp", "tg", "b")
+AA_SUFFIX = "#2"
+ORDERS = ("abba", "abab")
+
+
+@dataclass
+class Arm:
+    name: str  # as it appears in rows and logs (stock, stock#2)
+    engine: str  # the profile's engine (its build and env)
+
+
+# `parity bench --engines` asks with the same request as `parity bench` (engines resolved)
+from parity.bench.request import BenchRequest as ABRequest  # noqa: E402
+
+
+def arms_for(engines: list[str], aa: bool = False) -> list[Arm]:
+    """The arms in the order given.  --aa: one engine measured as two arms (e, e#2)."""
+    if aa:
+        if len(set(engines)) != 1:
+            raise UsageError(f"--aa measures one engine as two arms: give one engine (got {', '.join(engines) or 'none'})")
+        e = engines[0]
+        return [Arm(e, e), Arm(e + AA_SUFFIX, e)]
+    if len(set(engines)) != len(engines):
+        raise UsageError(f"--engines: an engine is listed twice ({', '.join(engines)}); for an A/A of one build use --aa --engines {engines[0]}")
+    return [Arm(e, e) for e in engines]
+
+
+def reference_arm(arms: list[Arm], reference_engine: str | None, aa: bool = False) -> str | None:
+    """A: serving.reference_engine when it is among the arms, else the last one (snapshot's rule);
+    an A/A's reference is its first arm.  One arm: none."""
+    if len(arms) < 2:
+        return None
+    if aa:
+        return arms[0].name
+    names = [a.name for a in arms]
+    return reference_engine if reference_engine in names else names[-1]
+
+
+def block_order(arms: list[Arm], block: int, order: str = "abba") -> list[Arm]:
+    """The arms of block `block` in run order (parity.stats.blocks.block_order: abba rotates
+    them by the block, A B, B A, ...: cancels linear drift; abab keeps one order)."""
+
+    if order not in ORDERS:
+        raise UsageError(f"--order must be {' or '.join(ORDERS)}, got {order!r}")
+    by_name = {a.name: a for a in arms}
+    return [by_name[n] for n in names_in_order([a.name for a in arms], block, order)]
+
+
+def point_of(r: dict) -> tuple:
+    return tuple(r[k] for k in POINT)
+
+
+def label(pt: tuple) -> str:
+    return f"PP={pt[0]} TG={pt[1]} B={pt[2]}"
+
+
+def paired_table(rows: list[dict], reference: str | None, threshold_pct: float = 2.0, confidence: float = 0.95, rule=None) -> list[dict]:
+    """Per arm (other than the reference) x point x metric: parity.stats.paired.by_point over the
+    blocks, plus the users' rule (compare_samples on the same paired blocks) beside."""
+
+    if not reference:
+        return []
+    rule = rule or Rule()
+    out = []
+    for pp, tg in sorted({(r["pp"], r["tg"]) for r in rows}):
+        group = [r for r in rows if (r["pp"], r["tg"]) == (pp, tg)]
+        for p in by_point(group, reference, METRICS, lambda m: "higher", threshold_pct, confidence, key="b"):
+            cell = lambda e: {r["repeat"]: r[p["metric"]] for r in group if r["engine"] == e and r["b"] == p["b"]}  # noqa: E731
+            users = compare_samples(cell(reference), cell(p["engine"]), rule, "higher", paired=True)
+            p = {"pp": pp, "tg": tg, **p, "users_rule": {k: getattr(users, k) for k in ("verdict", "delta_pct", "threshold_pct", "stdev_pct", "consistent", "reason")}}
+            out.append(p)
+    return out
+
+
+def half_widths(paired_rows: list[dict]) -> dict:
+    """{'<arm> PP=.. TG=.. B=..': stop half-width % of S_TG} for adaptive.stop."""
+    return {f"{p['engine']} {label((p['pp'], p['tg'], p['b']))}": p["stop_half_width_pct"] for p in paired_rows if p["metric"] == HEADLINE}
+
+
+def per_arm(rows: list[dict], arms: list[Arm]) -> list[dict]:
+    """Per arm x point: median and CV % of every metric over the blocks (the noise figure)."""
+
+    out = []
+    for a in arms:
+        mine = [r for r in rows if r["engine"] == a.name]
+        for pt in sorted({point_of(r) for r in mine}):
+            vals = [r for r in mine if point_of(r) == pt]
+            d = {"engine": a.name, "build": a.engine, **dict(zip(POINT, pt)), "blocks": len(vals)}
+            for m in METRICS:
+                s = describe([r[m] for r in vals])
+                d[m] = {"median": s.median, "cv_pct": None if s.cv_pct is None else round(s.cv_pct, 3), "min": s.min, "max": s.max, "values": [r[m] for r in vals]}
+            out.append(d)
+    return out
+
+
+def run_blocks(arms: list[Arm], run_one, budget: adaptive.Budget, order: str = "abba", reference: str | None = None,
+               threshold_pct: float = 2.0, confidence: float = 0.95, clock=time.monotonic, on_block=None) -> dict:
+    """The block loop (parity.stats.blocks.run_blocks, the snapshot's too), pure but for
+    run_one(arm, block) -> the tool's table rows (parse()).  Every block runs each arm once
+    in block_order; after each block the stop rule decides (with >= 2 arms on S_TG's paired
+    half-widths at every point; one arm: a fixed count).
+    Returns {rows, blocks, order (per block), stop: {rule, why, blocks, elapsed_s}}."""
+
+    rows: list[dict] = []
+    orders: list[list[str]] = []
+
+    def run_block(block: int) -> None:
+        seq = block_order(arms, block, order)
+        orders.append([a.name for a in seq])
+        for slot, a in enumerate(seq):
+            for r in run_one(a, block):
+                rows.append({"engine": a.name, "build": a.engine, "repeat": block, "slot": slot, **r})
+
+    def widths() -> dict:
+        return half_widths(paired_table(rows, reference, threshold_pct, confidence)) if reference else {}
+
+    def report(block, counted, hw, decision) -> None:
+        if on_block:
+            on_block(counted, hw)
+
+    rule, why, blocks, elapsed = loop(budget, run_block, widths, report, clock)
+    return {"rows": rows, "blocks": blocks, "order": orders, "stop": {"rule": rule, "why": why, "blocks": blocks, "elapsed_s": round(elapsed, 3), "budget": budget.describe(), "half_widths": widths()}}
+
+
+def budget_for(req: ABRequest, stats_cfg, n_arms: int) -> adaptive.Budget:
+    """--repeat N: N blocks (with --until-ci: at least N).  --until-ci / --max-repeats / --budget-s
+    default to the profile's stats.until_ci_pct / max_repeats / budget_s where it has them
+    (an A/B without --repeat only)."""
+
+    check_options(repeat=req.repeat, max_repeats=req.max_repeats, budget_s=req.budget_s, until_ci=req.until_ci)
+    until, targets = adaptive.parse_until_ci(req.until_ci)
+    if (until is not None or targets) and set(targets) - {HEADLINE}:
+        raise UsageError(f"--until-ci: {sorted(set(targets) - {HEADLINE})[0]} is not what llama-batched-bench's stop rule watches ({HEADLINE})")
+    until = targets.get(HEADLINE, until)  # a bench A/B watches S_TG alone
+    if until is None and req.repeat is None and n_arms >= 2:
+        until = getattr(stats_cfg, "until_ci_pct", None)
+        until = (getattr(stats_cfg, "until_ci_targets", None) or {}).get(HEADLINE, until)
+    if until is not None and n_arms < 2:
+        raise UsageError("--until-ci needs two arms (an A/B, or --aa): one engine has no paired interval; use --repeat N for its CV")
+    max_blocks = req.max_repeats or getattr(stats_cfg, "max_repeats", None) or adaptive.Budget.max_blocks
+    min_blocks = req.repeat or adaptive.Budget.min_blocks
+    if until is None:
+        return adaptive.Budget(None, min_blocks=min_blocks, max_blocks=max(min_blocks, max_blocks))
+    if min_blocks > max_blocks:
+        raise UsageError(f"--repeat {min_blocks} (the minimum with --until-ci) exceeds --max-repeats {max_blocks}")
+    return adaptive.Budget(float(until), min_blocks=min_blocks, max_blocks=max_blocks, max_seconds=req.budget_s or getattr(stats_cfg, "budget_s", None))
+
+
+@dataclass
+class ABPlan:
+    """The A/B as checked (every check before a run dir, a build or the lock): its arms, their order, the stop rule, the shape."""
+
+    arms: list[Arm]
+    engines: list[str]
+    order: str
+    budget: adaptive.Budget
+    npp: list[int]
+    ntg: list[int]
+    npl: list[int]
+    envs: dict[str, dict]
+    model: str
+    reference: str | None
+
+
+def plan_ab(ctx, req: ABRequest) -> ABPlan:
+    """Every check of an A/B's request, touching nothing: arms, order, stop rule, shape, env
+    policy, model.  The dry run and the real run both start here."""
+    s, st = ctx.profile.serving, ctx.profile.stats
+    b = s.bench
+    arms = arms_for(list(req.engines), req.aa)
+    for a in arms:
+        if a.engine not in with_binaries(ctx.profile, [a.engine]):
+            raise UsageError(f"engine {a.engine} is {ctx.profile.engine(a.engine).kind}: llama-batched-bench needs an engine with llama.cpp binaries")
+    check_options(order=req.order)
+    order = req.order or "abba"
+    if order not in ORDERS:
+        raise UsageError(f"--order {order}: blocks of llama-batched-bench run {' or '.join(ORDERS)} (aabb has no blocks)")
+    budget = budget_for(req, st, len(arms))
+    npp, ntg, npl = req.npp or b.npp, req.ntg or b.ntg, req.npl or b.npl
+    for name, vals in (("--npp", npp), ("--ntg", ntg), ("--npl", npl)):
+        if not vals or not all(map(positive_int, vals)):
+            raise UsageError(f"{name}: expected positive integers, got {vals!r}")
+    if problem := split_kv_problem(npp, ntg, npl, b):
+        raise UsageError(problem)
+    engines = list(dict.fromkeys(a.engine for a in arms))
+    envs = {e: kind_of(ctx.profile, e).env(ctx.profile, e) for e in engines}
+    for e in engines:
+        check_bench_env(envs[e], ctx.profile.policy, req.allow_env)
+    model = req.model or s.model
+    session.check_model(ctx, model)
+    return ABPlan(arms, engines, order, budget, npp, ntg, npl, envs, model, reference_arm(arms, s.reference_engine, req.aa))
+
+
+def run_ab(ctx, req: ABRequest) -> dict:
+    """Blocks of llama-batched-bench over the arms under one lock; bench.json + bench_ab.tsv."""
+    s, st = ctx.profile.serving, ctx.profile.stats
+    b = s.bench
+    p = plan_ab(ctx, req)
+    arms, order, budget, npp, ntg, npl, engines, envs, model = p.arms, p.order, p.budget, p.npp, p.ntg, p.npl, p.engines, p.envs, p.model
+    session.prepare(ctx, engines, [model])  # the builds and the model, before the lock
+    model_file = session.model_file(ctx, model)
+    cmds = {e: argv(kind_of(ctx.profile, e).tool_path(ctx.profile, e, "llama-batched-bench", ctx.runner, ctx.out), model_file, npp, ntg, npl, b) for e in engines}
+    reference = reference_arm(arms, s.reference_engine, req.aa)
+    threshold, confidence = st.min_delta_pct, st.confidence
+    headers: dict = {}
+    retried: list[str] = []
+
+    def run_one(a: Arm, block: int) -> list[dict]:
+        def log(attempt, res):
+            if ctx.run:
+                ctx.run.write_text(f"bench-{a.name}-b{block}{f'-retry{attempt}' if attempt else ''}.log", res.stdout + "\n" + res.stderr)
+
+        res, rows, again = run_complete(ctx.runner, cmds[a.engine], envs[a.engine], b, npp, ntg, npl, log, ctx.out.warn)
+        headers.setdefault(a.name, parse_header(res.stdout))
+        retried.extend(f"{a.name} block {block}: {r}" for r in again)
+        return rows
+
+    def on_block(k, hw):
+        wide = ", ".join(f"{lbl} +-{v:.2f}%" if v is not None else f"{lbl} n/a" for lbl, v in sorted(hw.items()))
+        ctx.out.info(f"[bench] {k} block(s) done" + (f"; S_TG stop half-widths: {wide}" if wide else ""))
+
+    ctx.out.info(f"[bench] arms {', '.join(a.name for a in arms)} (reference {reference or 'none'}), order {order}; {budget.describe()}")
+    with session.measuring(ctx, engines):
+        res = run_blocks(arms, run_one, budget, order, reference, threshold, confidence, on_block=on_block)
+    paired = paired_table(res["rows"], reference, threshold, confidence, Rule.from_config(st))
+    doc = {
+        "kind": "bench", "mode": "ab" if reference else "repeat", "engine": reference or arms[0].name,
+        "arms": [{"name": a.name, "engine": a.engine} for a in arms], "engines": [a.name for a in arms], "reference": reference, "aa": req.aa,
+        "model": model, "npp": npp, "ntg": ntg, "npl": npl, "order_rule": order, "order": res["order"], "blocks": res["blocks"],
+        "commands": cmds, "command": cmds[arms[0].engine], "env": envs, "header": headers, "retried": retried,
+        "metrics": METRICS, "headline": HEADLINE, "threshold_pct": threshold, "confidence": confidence,
+        "rows": res["rows"], "per_engine": per_arm(res["rows"], arms), "paired": paired, "stop": res["stop"],
+    }  # fmt: skip
+    if ctx.run:
+        write_bench(ctx.run, doc)
+        ctx.run.write_text("bench_ab.tsv", tsv(doc))
+    return doc
+
+
+TSV_COLS = ["kind", "engine", "reference", "build", "repeat", "slot", "pp", "tg", "b", "metric", "value", "median", "cv_pct", "ratio", "low", "high", "n_blocks", "outcome", "users_verdict"]
+
+
+def tsv(doc: dict) -> str:
+    """One table: kind=row (a block's value), kind=arm (median, CV), kind=paired (B/A, interval, outcome)."""
+
+    def line(**kw):
+        return "\t".join("" if kw.get(c) is None else str(kw.get(c)) for c in TSV_COLS)
+
+    out = ["\t".join(TSV_COLS)]
+    for r in doc["rows"]:
+        for m in METRICS:
+            out.append(line(kind="row", engine=r["engine"], build=r["build"], repeat=r["repeat"], slot=r["slot"], pp=r["pp"], tg=r["tg"], b=r["b"], metric=m, value=r[m]))
+    for a in doc["per_engine"]:
+        for m in METRICS:
+            out.append(line(kind="arm", engine=a["engine"], build=a["build"], pp=a["pp"], tg=a["tg"], b=a["b"], metric=m, median=a[m]["median"], cv_pct=a[m]["cv_pct"], n_blocks=a["blocks"]))
+    for p in doc["paired"]:
+        out.append(line(kind="paired", engine=p["engine"], reference=p["reference"], pp=p["pp"], tg=p["tg"], b=p["b"], metric=p["metric"], ratio=p["ratio"], low=p["low"], high=p["high"],
+                        n_blocks=p["n_blocks"], outcome=p["outcome"], users_verdict=p["users_rule"]["verdict"]))  # fmt: skip
+    return "\n".join(out) + "\n"
+
+
+def _f(v, nd=2) -> str:
+    return "-" if v is None else f"{v:.{nd}f}"
+
+
+def table(doc: dict, metric: str = HEADLINE) -> tuple[list[str], list[list]]:
+    """(columns, rows) of the human table: per point, each arm's median (CV %) of the metric,
+    then B/A [low, high] and the outcome (with the users' rule beside)."""
+    arms = doc["engines"]
+    ref = doc.get("reference")
+    others = [a for a in arms if a != ref]
+    ordered = ([ref] if ref else []) + others
+    name = metric.upper()
+    cols = ["PP", "TG", "B", *[f"{name} {a}" for a in ordered], *[f"CV % {a}" for a in ordered]]
+    if ref:
+        for a in others:
+            cols += [f"{a}/{ref} [low, high]", "outcome", "users' rule"]
+    med = {(a["engine"], a["pp"], a["tg"], a["b"]): a[metric] for a in doc["per_engine"]}
+    par = {(p["engine"], p["pp"], p["tg"], p["b"]): p for p in doc["paired"] if p["metric"] == metric}
+    rows = []
+    for pt in sorted({(a["pp"], a["tg"], a["b"]) for a in doc["per_engine"]}):
+        row = [*pt, *[_f((med.get((a, *pt)) or {}).get("median")) for a in ordered], *[_f((med.get((a, *pt)) or {}).get("cv_pct")) for a in ordered]]
+        for a in others if ref else []:
+            p = par.get((a, *pt))
+            if not p or p.get("ratio") is None:
+                row += ["-", "-", "-"]
+                continue
+            row += [f"{p['ratio']:.4f} [{_f(p['low'], 4)}, {_f(p['high'], 4)}]", p["outcome"] + (f" (~{p['blocks_needed']} blocks)" if p.get("blocks_needed") else " (> 1000 blocks)" if p["outcome"] == "inconclusive" and p.get("n_blocks", 0) >= 2 else ""), p["users_rule"]["verdict"]]
+        rows.append(row)
+    return cols, rows
+
+
+def campaign_options(options: dict) -> ABRequest:
+    """A campaign bench step's options -> ABRequest (engines: a list or 'A,B')."""
+    eng = options.get("engines")
+    engines = [x.strip() for x in eng.split(",") if x.strip()] if isinstance(eng, str) else list(eng or [])
+    return ABRequest(engines=engines, aa=bool(options.get("aa", False)), repeat=options.get("repeat"), until_ci=options.get("until_ci"), max_repeats=options.get("max_repeats"),
+                     budget_s=options.get("budget_s"), order=options.get("order"), model=options.get("model"), npp=options.get("npp"), ntg=options.get("ntg"), npl=options.get("npl"),
+                     allow_env=list(options.get("allow_env") or []))  # fmt: skip

@@ -1,0 +1,132 @@
+"""The llama kind: llama.cpp built by parity from a source (+ a patch series), or prebuilt
+binaries; llama-server serves it, its tools (llama-completion, llama-batched-bench,
+test-backend-ops, llama-perplexity) run the gates and the static bench."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+
+from parity.engine import build
+from parity.engines.base import ContextNeed, EngineKind, EngineSection, Launch, engine_env
+from parity.errors import ConfigError
+from parity.gguf.header import context_length
+from parity.metrics.prometheus import Series
+
+DEFAULT_TARGETS = ["llama-server", "llama-completion", "llama-batched-bench", "llama-perplexity", "test-backend-ops"]
+CUDA_ARCHS = re.compile(r"\s*[0-9]{2,3}[a-z]?(-real|-virtual)?(\s*;\s*[0-9]{2,3}[a-z]?(-real|-virtual)?)*\s*")
+
+# llama-server --metrics: prompt_tokens_total excludes cached tokens, so the prompt total is
+# prompt + cached, and the prefix-cache queries are that total; a build without the cached
+# counter (the users' pin 0ed235ea) counts only the prompt tokens it computed
+FAMILY = Series(
+    prompt_tokens=("llamacpp:prompt_tokens_total",),
+    prompt_cached="llamacpp:prompt_tokens_cached_total",
+    generation_tokens=("llamacpp:tokens_predicted_total",),
+    prefix_queries=("llamacpp:prompt_tokens_total", "llamacpp:prompt_tokens_cached_total"),
+    prefix_hits=("llamacpp:prompt_tokens_cached_total",),
+    # "Number of prompt tokens processed, excluding cached tokens": the reuse a build without the cached counter did
+    prompt_computed="llamacpp:prompt_tokens_total",
+)
+STREAM_TIMINGS = {"timings_per_token": True}  # timings.predicted_n in every chunk: its token count as it streams
+
+
+@dataclass
+class LlamaSection(EngineSection):
+    kind: str = "llama"
+    source: str | None = None  # a name under `sources`
+    series: str | None = None  # directory of NNNN-*.patch files; "auto" = the localai source's patches/paged; None = stock
+    expected_tree: str | None = None  # mirror invariant: git tree after the series (a constant; prefer fork)
+    fork: str | None = None  # mirror invariant: a checkout of the fork branch the series mirrors (its fork_ref tree)
+    fork_ref: str = "HEAD"
+    # a variant of the series (a build lever's arm, a bisection probe): patches numbered <= series_until,
+    # none of series_without; the mirror invariant is not checked for a variant
+    series_until: str | None = None
+    series_without: list[str] = field(default_factory=list)
+    cuda_archs: str | None = None  # "121", "121a", "90;121a"; None = CPU build
+    cmake_flags: list[str] = field(default_factory=list)
+    targets: list[str] = field(default_factory=lambda: list(DEFAULT_TARGETS))
+    bin_dir: str | None = None  # use prebuilt binaries instead of building
+    paths: dict[str, dict[str, str]] = field(default_factory=dict)  # path name -> extra env
+    default_path: str | None = None
+    server_args: list[str] = field(default_factory=list)
+
+
+class Llama(EngineKind):
+    name = "llama"
+    section = LlamaSection
+    binary_gates = True
+    variants = True
+    model_source = "gguf"
+    family = FAMILY
+
+    def validate(self, profile, name: str, e: LlamaSection, label: str) -> None:
+        if e.source is not None and e.source not in profile.sources:
+            raise ConfigError(label, f"engines.{name}.source", f"unknown source {e.source!r} (known: {', '.join(profile.sources) or 'none'})")
+        if e.source is None and e.bin_dir is None:
+            raise ConfigError(label, f"engines.{name}", "a llama engine needs a source (to build) or a bin_dir (prebuilt)")
+        if e.default_path is not None and e.paths and e.default_path not in e.paths:
+            raise ConfigError(label, f"engines.{name}.default_path", f"{e.default_path!r} is not one of its paths ({', '.join(e.paths)})")
+        if e.cuda_archs is not None and not CUDA_ARCHS.fullmatch(e.cuda_archs):
+            raise ConfigError(label, f"engines.{name}.cuda_archs", f"not a CUDA architecture list like '121' or '90;121a': {e.cuda_archs!r}")
+
+    def expand_paths(self, e: LlamaSection, expand) -> None:
+        if e.series not in (None, "auto"):
+            e.series = expand(e.series)
+        e.bin_dir = expand(e.bin_dir)
+        e.fork = expand(e.fork)
+
+    # ---- preparation ----------------------------------------------------------------------
+    def provision(self, profile, name: str, runner, out) -> dict:
+        e = profile.engine(name)
+        if e.bin_dir:
+            return {"engine": name, "prebuilt": e.bin_dir}
+        r = build.ensure_built(profile, name, runner, out)
+        return {"key": r.key, "bin_dir": str(r.bin_dir), "cached": r.cached}
+
+    def provenance(self, profile, name: str, runner, out) -> dict:
+        e = profile.engine(name)
+        if e.bin_dir:
+            return {"engine": name, "prebuilt": e.bin_dir}
+        return build.ensure_built(profile, name, runner, out).provenance
+
+    def dry_paths(self, profile, name: str, runner) -> dict[str, str]:
+        e = profile.engine(name)
+        return {f"{e.targets[0]} of {name}": build.dry_tool_path(profile, name, e.targets[0], runner, None)} if e.targets else {}
+
+    def tool_path(self, profile, name: str, tool: str, runner, out, dry: bool = False) -> str:
+        return (build.dry_tool_path if dry else build.tool_path)(profile, name, tool, runner, out)
+
+    # ---- serving ------------------------------------------------------------------------
+    def env(self, profile, name: str, path: str | None = None) -> dict[str, str]:
+        """The engine's env plus its path's (e.g. LLAMA_KV_PAGED=1 for the paged path)."""
+        return engine_env(profile, name, path)
+
+    def local_model_file(self, profile, name: str, model: str) -> str | None:
+        m = profile.models.get(model)
+        return m.path if m is not None and m.path and os.path.isfile(m.path) else None
+
+    def launch(self, profile, name, model_file, port, shape, path=None, dry=False, model=None, out=None) -> Launch:
+        e, s = profile.engine(name), shape
+        argv = [self.tool_path(profile, name, "llama-server", None, out, dry), "-m", model_file, "-c", str(s.ctx), "--parallel", str(s.parallel), "-b", str(s.batch), "-ub", str(s.ubatch)]
+        argv += [*s.server_args, *e.server_args, "--host", "127.0.0.1", "--port", str(port), "--no-webui", "--metrics"]
+        return Launch(argv, self.env(profile, name, path), [], "/health", os.path.basename(model_file), "content", metrics_path="/metrics", engine=name, kind=self.name,
+                      count="timings", request_extra=dict(STREAM_TIMINGS), props_path="/props", family=self.family, port=port)  # fmt: skip
+
+    def context_need(self, profile, name, shape, model_file=None) -> ContextNeed:
+        """-c is split across --parallel slots, and llama-server caps a slot at the model's training context."""
+        per_slot = shape.ctx // max(1, shape.parallel)
+        train = context_length(model_file) if model_file else None
+        if train and train < per_slot:
+            return ContextNeed(train, f"the model's training context ({train}; llama-server caps each slot there, -c {shape.ctx} / --parallel {shape.parallel} would give {per_slot})")
+        return ContextNeed(per_slot, f"-c {shape.ctx} / --parallel {shape.parallel} (raise serving.ctx / --ctx, or lower --parallel)")
+
+    def queue_limit(self, e, shape) -> int | None:
+        return shape.parallel
+
+    def on_gpu(self, e: LlamaSection) -> bool:
+        return bool(e.cuda_archs)
+
+
+KIND = Llama()

@@ -1,0 +1,144 @@
+"""`parity gate` and the campaign's gate step: check a request, run the gate set in a measurement
+session (prepared, then under the GPU lock), record canonical md5s."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from parity import session
+from parity.context import run_session
+from parity.errors import GateFailed, UsageError
+from parity.gates.prepost import GateSpec, gate_engines, run_gate_set, spec_from_options, write_summary
+from parity.gates import registry
+from parity.gates.canonical import CanonicalMd5
+from parity.gates.completion import usable_md5
+
+
+@dataclass
+class GateRequest:
+    """What `parity gate` asks for; None keeps the profile's gates settings."""
+
+    model: str | None = None
+    path: str | None = None
+    ops: list[str] | None = None  # ['none'] runs no op check
+    backend: str | None = None
+    kl: bool = False
+    engine: str | None = None
+    expect: str | None = None
+    form: str | None = None
+    record: bool = False
+    registry: str | None = None
+
+
+def _validate(ctx, model, path, engine, expect, form, ops) -> None:
+    if expect and not usable_md5(expect):
+        raise UsageError(f"--expect {expect!r}: not the md5 of a non-empty output (32 lowercase hex digits)")
+    if form and form not in ("chat", "no-cnv"):
+        raise UsageError(f"--form {form!r}: expected chat or no-cnv")
+    if model and model not in ctx.profile.models and not Path(model).expanduser().is_file():
+        raise UsageError(f"--model {model!r}: neither a model of profile {ctx.profile.name} ({', '.join(ctx.profile.models)}) nor a file")
+    eng = engine or ctx.profile.gates.engine
+    if eng:
+        e = ctx.profile.engine(eng)
+        if path and path != "all" and e.paths and path not in e.paths:
+            raise UsageError(f"--path {path!r}: engine {eng} has paths {', '.join(e.paths)} (or all)")
+    if ops is not None and not ops:
+        raise UsageError("--ops: give OP,OP,... or none")
+
+
+def _record(ctx, result: dict, form: str, registry_file: str | None) -> list[str]:
+    """Record each produced md5 whose (model, path) has a green KL check; refuse otherwise."""
+
+    md5s = [c for c in result["checks"] if c["kind"] == "md5" and (c["status"] in ("pass", "fail") or c["data"].get("no_expectation"))]
+    if not md5s:
+        raise UsageError("--record: no md5 was produced to record (every md5 check errored)")
+    written = []
+    for c in md5s:
+        kl = next((k for k in result["checks"] if k["kind"] == "kl" and k["status"] == "pass" and k["path"] == c["path"] and k["model"] == c["model"]), None)
+        if kl is None:
+            raise GateFailed(
+                f"refusing to record {c['got']} for {c['model']}/{c['path']}: no green KL check with candidate {c['model']} on path {c['path']} "
+                f"(run with --kl; gates.kl.candidate must be {c['model']})"
+            )
+        validated = f"{kl['detail']} (parity gate --record, run {ctx.run.run_id})"
+        entry = CanonicalMd5(c["got"], c["path"] or "default", form, ctx.profile.gates.n_predict, validated)
+        transcript = (ctx.run.path / c["data"]["transcript"]).read_bytes() if c["data"].get("transcript") else None
+        written.append(str(registry.record(c["model"], entry, True, transcript, registry_file)))
+    return written
+
+
+def gate(ctx, req: GateRequest) -> dict:
+    """The gate set in a new run directory; the run is marked invalid unless green."""
+    op_list = req.ops
+    _validate(ctx, req.model, req.path, req.engine, req.expect, req.form, op_list)
+    if op_list == ["none"]:
+        op_list = []
+    if req.registry:
+        ctx.vars["registry"] = req.registry
+    spec = GateSpec.from_profile(
+        ctx.profile,
+        models=[req.model] if req.model else None,
+        paths=[req.path] if req.path else None,
+        ops=op_list,
+        kl=req.kl or None,
+        engine=req.engine,
+        expect=req.expect,
+        form=req.form,
+        backend=req.backend,
+    )
+    with run_session(ctx, "gate", f"gate-{Path(req.model).stem if req.model else 'default'}"):
+        session.prepare(ctx, gates=spec)  # every build and model first, before the lock and any check
+        with session.locked(ctx):  # the gates run llama-completion, test-backend-ops and KL on the GPU
+            result = run_gate_set(ctx, spec, "gate")
+        write_summary(ctx, {"gate": result})
+        recorded, record_error = [], None
+        if req.record:
+            try:
+                recorded = _record(ctx, result, req.form or ctx.profile.gates.form, req.registry)
+            except GateFailed as e:
+                record_error = str(e)
+        # a recorded proposal settles the md5 checks that had no expectation yet
+        unsettled = [c["check"] for c in result["checks"] if c["status"] in ("fail", "error") and not (recorded and c["data"].get("no_expectation"))]
+        green = not unsettled and result["status"] != "not-run" and not record_error
+        if not green:
+            ctx.run.mark_invalid(f"gate not green: {', '.join(unsettled) or record_error or result['status']}")
+        return {
+            "run_dir": str(ctx.run.path),
+            "status": result["status"],
+            "green": green,
+            "checks": result["checks"],
+            "recorded": recorded,
+            "record_error": record_error,
+        }
+
+
+def step_engines(ctx, options: dict) -> list[str]:
+    """The engines a gate step will run (the campaign builds them before its lock step)."""
+    _, over = spec_from_options(dict(options))
+    return gate_engines(ctx, GateSpec.from_profile(ctx.profile, **over))
+
+
+def check_spec(ctx, spec: GateSpec) -> None:
+    """The gate set names models and engines that exist (before anything is built)."""
+    for m in spec.models:
+        if m not in ctx.profile.models and not Path(m).expanduser().is_file():
+            raise UsageError(f"gate models: {m!r} is neither a model of profile {ctx.profile.name} ({', '.join(ctx.profile.models) or 'none'}) nor a file")
+    for e in [spec.engine, *spec.engines]:
+        if e:
+            ctx.profile.engine(e)
+
+
+def check_step(ctx, options: dict) -> GateSpec:
+    """A gate step's options, checked before any step runs."""
+    _, over = spec_from_options(dict(options))
+    spec = GateSpec.from_profile(ctx.profile, **over)
+    check_spec(ctx, spec)
+    return spec
+
+
+def campaign_step(ctx, options: dict) -> dict:
+    """kind: gate -- options {phase: pre|post|<name>, models, paths, ops, kl, engine, engines, expect, form, backend}."""
+    phase, over = spec_from_options(options)
+    result = session.gate_phase(ctx, phase, GateSpec.from_profile(ctx.profile, **over))
+    return {"phase": phase, "status": result["status"], "checks": [{k: c[k] for k in ("check", "expected", "got", "status")} for c in result["checks"]]}

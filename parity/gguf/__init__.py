@@ -1,0 +1,1 @@
+"""Reading GGUF files: the header (metadata, tensor infos) and the gguf package's constants."""

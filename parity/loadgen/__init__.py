@@ -1,0 +1,1 @@
+"""The load generator: HTTP client, request driving, arrivals, prompts."""

@@ -1,0 +1,45 @@
+"""What a synthesized model is: a tiny GGUF (SynthSpec) or a tiny Hugging Face checkpoint and its GGUF twin (HfModelSpec)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+
+@dataclass
+class SynthSpec:
+    arch: str = "llama"
+    dtype: Literal["f32", "f16"] = "f32"
+    seed: int = 0
+    layers: int = 2
+    embd: int = 64
+    heads: int = 4
+    kv_heads: int = 2
+    ff: int = 128
+    ctx: int = 512
+    experts: int = 0
+    experts_used: int = 0
+    noise: float = 0.0  # perturbation scale on top of `seed` weights (KL variants)
+    perturb_seed: int = 0
+
+
+@dataclass(frozen=True)
+class HfShape:
+    """The shape of a tiny Hugging Face llama checkpoint (parity.models.hf_tiny)."""
+
+    seed: int = 0
+    layers: int = 2
+    hidden: int = 256
+    heads: int = 4
+    kv_heads: int = 2
+    ff: int = 512
+    ctx: int = 2048
+
+
+@dataclass(frozen=True)
+class HfModelSpec(HfShape):
+    """A tiny deterministic HF llama checkpoint written at models.X.vllm_path and converted to
+    models.X.path by `source`'s convert_hf_to_gguf.py: the same weights for vLLM and llama.cpp."""
+
+    source: str | None = None  # the llama.cpp source whose converter makes the GGUF; None: the first llama engine's
+    outtype: Literal["f32", "f16"] = "f32"

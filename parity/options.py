@@ -1,0 +1,83 @@
+"""Value checks shared by every option, flag and campaign step: one meaning, one message."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from parity.errors import ConfigError, UsageError
+from parity.stats.adaptive import parse_until_ci
+
+
+def positive_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v > 0
+
+
+def positive_seconds(value, name: str) -> float:
+    """A CLI/step timeout: a finite number of seconds > 0 (else a one-line UsageError naming it)."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise UsageError(f"{name} {value!r}: not a number of seconds") from None
+    if not math.isfinite(v) or v <= 0:
+        raise UsageError(f"{name} {value!r}: must be a finite number of seconds > 0")
+    return v
+
+
+def check_step_options(kind: str, options: dict, known: set[str]) -> None:
+    """A campaign step's `with:` names only options its kind knows (typos fail before anything runs)."""
+    bad = set(options) - known
+    if bad:
+        raise ConfigError("campaign", f"with.{sorted(bad)[0]}", f"unknown {kind} option (known: {', '.join(sorted(known))})")
+
+
+# --------------------------------------------------------------------------- declared once
+# The options several commands share: each declared once (flag, what it takes, help, the profile
+# field it overrides); the CLI's flags (parity.cli.common.flag), the requests' checks and the
+# campaign steps (the same field names under `with:`) all read these.
+
+
+@dataclass(frozen=True)
+class Option:
+    name: str  # the request field and the campaign step's key
+    flag: str
+    takes: str  # "count" (a positive integer), "pct" (a positive %, or METRIC=PCT,...), "seconds", or "choice"
+    help: str
+    metavar: str | None = None
+    profile: str | None = None  # the profile field it overrides (None: the command's own default)
+    choices: tuple[str, ...] = ()
+
+    def check(self, value):
+        """The value, checked (None: not given); bad input is one UsageError naming the flag."""
+        if value is None:
+            return None
+        if self.takes == "count":
+            if not positive_int(value):
+                raise UsageError(f"{self.flag} must be a positive integer, got {value!r}")
+        elif self.takes == "seconds":
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+                raise UsageError(f"{self.flag} must be a positive number, got {value!r}")
+        elif self.takes == "pct":
+            parse_until_ci(value, self.flag)
+        elif self.takes == "choice":
+            if value not in self.choices:
+                raise UsageError(f"{self.flag} must be {', '.join(self.choices[:-1])} or {self.choices[-1]}, got {value!r}")
+        return value
+
+
+OPTIONS: dict[str, Option] = {
+    o.name: o
+    for o in (
+        Option("repeat", "--repeat", "count", "Blocks (a block runs every engine or arm once); with --until-ci the minimum.", "N", "serving.repeat"),
+        Option("until_ci", "--until-ci", "pct", "Adaptive repeats: add blocks until every headline paired half-width (every engine vs the reference, every point) is <= PCT %, or each named metric's <= its own (decode_agg_tps=1,ttft_mean_ms=10; PCT,METRIC=PCT: PCT for the others; batched-bench watches s_tg).", "PCT|METRIC=PCT,..", "stats.until_ci_pct"),
+        Option("max_repeats", "--max-repeats", "count", "With --until-ci: at most N blocks.", "N", "stats.max_repeats"),
+        Option("budget_s", "--budget-s", "seconds", "With --until-ci: no block that would end past S seconds of measured blocks.", "S", "stats.budget_s"),
+        Option("order", "--order", "choice", "Engine order across blocks: abba (rotated every block: a linear drift cancels), abab, or aabb (every repeat of one engine, then the next; serving only).", "ORDER", "serving.order", ("abab", "abba", "aabb")),
+    )
+}
+
+
+def check(**values) -> None:
+    """Check the declared options given by field name, e.g. check(until_ci=-1) (UsageError)."""
+    for name, value in values.items():
+        OPTIONS[name].check(value)

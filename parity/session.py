@@ -1,0 +1,170 @@
+"""One measurement session, written once for every command that measures (snapshot, bench,
+bench A/B, lever A/B, profile, gate, bisection probes, campaign lock steps):
+
+    prepare(ctx, engines, models)   builds, installs and model files, BEFORE the lock
+    with measuring(ctx, engines, gates=spec):
+        ...                         under the GPU lock: hardware.txt, builds.json, pre-gates,
+                                    the body, post-gates (also after a failing body)
+
+This module is the one place measurement code takes the GPU lock (locked()); a build, a model
+synthesis or an install started while it is held is refused (parity.gpu.lock.refuse_while_held).
+The run directory's lifecycle (manifest end state, interrupts, children stopped) is
+parity.context.run_session's."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from parity.engines import kind_of
+from parity.errors import GateFailed, UsageError
+from parity.gates import prepost
+from parity.gpu import lock as gpulock
+from parity.gpu.hardware import write_hardware
+from parity.models.synth import ensure_model
+from parity.options import check_step_options, positive_seconds
+
+
+def prepare(ctx, engines=(), models=(), gates: prepost.GateSpec | None = None) -> dict[str, dict]:
+    """Every engine's build or install and every model file, before the GPU lock.
+    models: profile model names or files; with `gates`, the gate set's engines and models too.
+    {engine: its builds.json row}."""
+    names = list(engines)
+    wanted = list(models)
+    if gates is not None:
+        names += prepost.gate_engines(ctx, gates)
+        wanted += prepost.gate_models(ctx, gates)
+    done = {}
+    for name in dict.fromkeys(n for n in names if n):
+        done[name] = kind_of(ctx.profile, name).provision(ctx.profile, name, ctx.runner, ctx.out)
+    for m in dict.fromkeys(x for x in wanted if x):
+        model_file(ctx, m)
+    return done
+
+
+def check_model(ctx, model: str | None) -> None:
+    """The model a command names is a model of the profile or a file (UsageError otherwise);
+    nothing is made here (prepare() makes it)."""
+    if not model:
+        raise UsageError("no model (serving.model or --model)")
+    if model not in ctx.profile.models and not Path(model).expanduser().is_file():
+        raise UsageError(f"--model {model!r}: neither a model of profile {ctx.profile.name} ({', '.join(ctx.profile.models) or 'none'}) nor a file")
+
+
+def model_file(ctx, model: str) -> str:
+    """A profile model's file (synthesized or converted when missing: before the lock only), or a
+    file named directly."""
+    if model in ctx.profile.models:
+        return ensure_model(ctx.profile, model)
+    p = Path(model).expanduser()
+    if p.is_file():
+        return str(p)
+    known = ", ".join(ctx.profile.models) or "none"
+    raise UsageError(f"model {model!r}: neither a model of profile {ctx.profile.name} ({known}) nor a file")
+
+
+def check_served_model(ctx, engine: str, model: str) -> None:
+    """What a dry run can tell of the model the engine will serve (UsageError: the real run stops)."""
+    source = kind_of(ctx.profile, engine).model_source
+    m = ctx.profile.models.get(model)
+    if source is None or (m is not None and (m.synth is not None or m.hf is not None or source == "checkpoint")):
+        return  # nothing read, or made on the first real run, or a checkpoint directory vLLM checks itself
+    path = Path(m.path if m is not None else model).expanduser()
+    if not path.is_file():
+        raise UsageError(f"model {model}: file not found: {path}" if m is not None else f"model {model!r}: neither a model of profile {ctx.profile.name} nor a file")
+
+
+def serve_model(ctx, engine: str, model: str) -> None:
+    """Before the lock: the file (or checkpoint) the engine will serve exists, made when the
+    profile says how (a synth or hf model)."""
+    source = kind_of(ctx.profile, engine).model_source
+    m = ctx.profile.models.get(model)
+    if source == "gguf" or (source == "checkpoint" and m is not None and m.hf is not None):
+        model_file(ctx, model)
+
+
+def model_file_if_there(ctx, model: str) -> str:
+    """A dry run's model file: the profile's path even when it is not made yet (never synthesizes)."""
+    m = ctx.profile.models.get(model)
+    if m is not None and m.path:
+        return m.path
+    return model_file(ctx, model)
+
+
+@contextmanager
+def locked(ctx, timeout: float | None = None, break_stale: bool = False) -> Iterator:
+    """The GPU lock for this context, re-entrant: a caller that holds it keeps it."""
+    with gpulock.held_lock(ctx, timeout, break_stale) as lk:
+        yield lk
+
+
+def check_lock_step(ctx, options: dict) -> float | None:
+    """A lock step's options, checked before any step runs: its timeout (None: lock.timeout_s)."""
+    check_step_options("lock", options, {"timeout_s", "break_stale"})
+    return positive_seconds(options["timeout_s"], "lock step with.timeout_s") if options.get("timeout_s") is not None else None
+
+
+def lock_step(ctx, options: dict) -> dict:
+    """Campaign step kind: lock -- take the GPU lock for the rest of the campaign (released when
+    it ends; the campaign prepares what the steps after it need before this step runs)."""
+    timeout = check_lock_step(ctx, options)
+    lock = ctx.cleanup.enter_context(locked(ctx, timeout, bool(options.get("break_stale"))))
+    return {"owner": lock.record, "dir": str(lock.dir), "inherited": lock.inherited}
+
+
+def builds_json(ctx, engines) -> dict:
+    """builds.json in the run dir: each engine's provenance row, as its kind states it."""
+    data = {name: kind_of(ctx.profile, name).provenance(ctx.profile, name, ctx.runner, ctx.out) for name in dict.fromkeys(engines)}
+    if ctx.run:
+        try:
+            data = {**(ctx.run.read_json("builds.json") or {}), **data}
+        except (OSError, ValueError):
+            pass
+        ctx.run.write_json("builds.json", data)
+    return data
+
+
+@contextmanager
+def measuring(ctx, engines=(), gates: prepost.GateSpec | None = None, hardware: bool = True) -> Iterator[dict]:
+    """Under the GPU lock: hardware.txt (before any server starts), builds.json, the pre-gates
+    (gates=None: none), the body, the post-gates.  Yields the hardware inventory ({} without a run)."""
+    with locked(ctx):
+        hw = write_hardware(ctx) if hardware and ctx.run is not None else {}
+        if engines:
+            builds_json(ctx, engines)
+        with gated(ctx, gates, enabled=gates is not None):
+            yield hw
+
+
+@contextmanager
+def gated(ctx, spec: prepost.GateSpec | None = None, enabled: bool = True):
+    """Pre-gates, the body, post-gates (also after a failing body, not after an interrupt),
+    all under one hold of the GPU lock."""
+    if not enabled:
+        yield
+        return
+    spec = spec or prepost.GateSpec.from_profile(ctx.profile)
+    prepare(ctx, gates=spec)  # a cache hit when the caller prepared (it must have, when it holds the lock)
+    with locked(ctx):
+        prepost.run_phase(ctx, "pre", spec)
+        try:
+            yield
+        except KeyboardInterrupt:
+            raise
+        except BaseException:
+            try:
+                prepost.run_phase(ctx, "post", spec)
+            except GateFailed:
+                pass
+            raise
+        prepost.run_phase(ctx, "post", spec)
+
+
+def gate_phase(ctx, phase: str, spec: prepost.GateSpec | None = None) -> dict:
+    """One gate phase on its own (a campaign's gate step, `parity gate`), its builds and models
+    prepared first, then run under the lock."""
+    spec = spec or prepost.GateSpec.from_profile(ctx.profile)
+    prepare(ctx, gates=spec)
+    with locked(ctx):
+        return prepost.run_phase(ctx, phase, spec)
