@@ -20,6 +20,7 @@ from typing import Any, Mapping
 
 from parity import __version__
 from parity.files import atomic_write_json, atomic_write_text, json_default
+from parity.results import read_manifest, run_dir
 from parity.filelock import locked_dir
 from parity.errors import UsageError
 from parity.runners.lifetime import started_at
@@ -134,7 +135,7 @@ class RunDir:
 
     @classmethod
     def open(cls, path: Path) -> "RunDir":
-        rd = cls(Path(path).expanduser())
+        rd = cls(run_dir(path))
         if not rd.manifest_path.is_file():
             raise UsageError(f"{path}: not a parity run directory (no manifest.json)")
         return rd
@@ -145,7 +146,7 @@ class RunDir:
         return self.path.name
 
     def manifest(self) -> dict:
-        return json.loads(self.manifest_path.read_text())
+        return read_manifest(self.manifest_path).data
 
     def _write_manifest(self, data: dict) -> None:
         atomic_write_json(self.manifest_path, data)

@@ -51,6 +51,7 @@ from parity.options import positive_seconds
 from parity.paths import PARITY_ROOT, cache_dir
 from parity.runners import ssh
 from parity.yamlload import safe_load
+from parity.results import BadResultFile, load_json, read_manifest
 
 STEP_KINDS: dict[str, str] = {
     "synth": "parity.models.synth:campaign_step",
@@ -490,21 +491,18 @@ def run_fanout(ctx, c: Campaign, argv: list[str]) -> dict:
 
 
 def _manifest(run_dir: str | None) -> dict:
-    import json
-
     try:
-        return json.loads((Path(run_dir) / "manifest.json").read_text()) if run_dir else {}
-    except (OSError, ValueError):
+        return read_manifest(Path(run_dir) / "manifest.json").data if run_dir else {}
+    except BadResultFile:
         return {}
 
 
 def _hardware_class(run_dir: str | None) -> str | None:
-    import json
-
     try:
-        return json.loads((Path(run_dir) / "hardware.json").read_text()).get("hardware_class") if run_dir else None
-    except (OSError, ValueError, AttributeError):
+        hw = load_json(Path(run_dir) / "hardware.json") if run_dir else None
+    except BadResultFile:
         return None
+    return hw.get("hardware_class") if isinstance(hw, dict) else None
 
 
 @dataclass

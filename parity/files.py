@@ -3,6 +3,7 @@ JSON encoder every parity file uses (dataclasses, paths, sets, numpy scalars).""
 
 from __future__ import annotations
 
+import datetime as _dt
 import json
 import os
 import tempfile
@@ -86,8 +87,8 @@ def json_default(o):
 
     if dataclasses.is_dataclass(o):
         return dataclasses.asdict(o)
-    if isinstance(o, Path):
-        return str(o)
+    if isinstance(o, (Path, _dt.date)):  # a date: from a YAML file (the lever map) the user edited
+        return o.isoformat() if isinstance(o, _dt.date) else str(o)
     if isinstance(o, (set, tuple)):
         return list(o)
     if hasattr(o, "item"):  # numpy scalars

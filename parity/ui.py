@@ -8,6 +8,7 @@ import sys
 from typing import Any, Callable
 from parity.errors import OutputClosed
 from parity.files import json_default
+from parity.results import plain
 
 # what rich's Text strips from a plain line (bell, backspace, vertical tab, form feed, CR)
 _CONTROL = dict.fromkeys((7, 8, 11, 12, 13))
@@ -98,7 +99,8 @@ class Output:
     def emit(self, data: Any, human: Callable[[], None] | None = None) -> None:
         """The command's result: JSON on stdout in --json mode, else human()."""
         if self.json_mode:
-            sys.stdout.write(json.dumps(data, indent=2, default=json_default) + "\n")
+            # JSON has no NaN / inf: a non-finite number (a user's file, a 0/0) prints as null
+            sys.stdout.write(json.dumps(plain(json.loads(json.dumps(data, default=json_default))), indent=2) + "\n")
             sys.stdout.flush()
         elif human is not None:
             human()

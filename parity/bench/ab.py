@@ -22,6 +22,7 @@ from parity import session
 from parity.engines import kind_of, with_binaries
 from parity.errors import UsageError
 from parity.options import check as check_options
+from parity.results import write_bench
 from parity.stats import adaptive
 from parity.bench.batched_bench import argv, parse_header, run_complete, split_kv_problem
 from parity.engines.envpolicy import check_bench_env
@@ -266,7 +267,7 @@ def run_ab(ctx, req: ABRequest) -> dict:
         "rows": res["rows"], "per_engine": per_arm(res["rows"], arms), "paired": paired, "stop": res["stop"],
     }  # fmt: skip
     if ctx.run:
-        ctx.run.write_json("bench.json", doc)
+        write_bench(ctx.run, doc)
         ctx.run.write_text("bench_ab.tsv", tsv(doc))
     return doc
 

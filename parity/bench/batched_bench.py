@@ -12,6 +12,7 @@ from parity.errors import InfraError, UsageError
 from parity.efficiency import roofline
 from parity.engines.envpolicy import check_bench_env
 from parity.gpu import bandwidth as peak
+from parity.results import write_bench
 
 COLS = ["pp", "tg", "b", "n_kv", "t_pp", "s_pp", "t_tg", "s_tg", "t", "s"]
 _HEADER = re.compile(r"^\|\s*PP\s*\|\s*TG\s*\|\s*B\s*\|\s*N_KV\s*\|")
@@ -179,5 +180,5 @@ def run_bench(ctx, engine=None, model=None, npp=None, ntg=None, npl=None, allow_
 
     doc["efficiency"] = roofline.bench(rows, model_file, peak.load(ctx.run.path) if ctx.run else None, engine=engine)
     if ctx.run:
-        ctx.run.write_json("bench.json", doc)
+        write_bench(ctx.run, doc)
     return doc

@@ -3,22 +3,29 @@
 from __future__ import annotations
 
 from parity.errors import UsageError
+from parity.engine import patches
 from parity.engine import source as srcmod
 from parity.engine.build import resolved_series_dir
 from parity.paths import expand_path
+from parity.results import run_dir
 
 
 def series_dir(profile, engine: str, override: str | None = None) -> str:
-    """--series DIR, else the engine's series (series: auto = the localai source's patches/paged)."""
-
+    """--series DIR, else the engine's series (series: auto = the localai source's patches/paged);
+    a series without a patch is refused: a canary or bisection of nothing would pass."""
     if override:
-        return expand_path(override)
-    e = profile.engine(engine)
-    if not e.series:
-        raise UsageError(f"engine {engine} has no series (give --series DIR or an engine with one)")
-    if not e.source:
-        raise UsageError(f"engine {engine} has no source")
-    return resolved_series_dir(e, srcmod.describe(e.source, profile.sources[e.source]))
+        d = expand_path(override)
+    else:
+        e = profile.engine(engine)
+        if not e.series:
+            raise UsageError(f"engine {engine} has no series (give --series DIR or an engine with one)")
+        if not e.source:
+            raise UsageError(f"engine {engine} has no source")
+        d = resolved_series_dir(e, srcmod.describe(e.source, profile.sources[e.source]))
+    run_dir(d, "patch series directory")  # missing, a file, a name too long: one line
+    if not patches.list_series(d):
+        raise UsageError(f"patch series {d}: no NNNN-*.patch in it: nothing to apply (a moved or emptied series directory?)")
+    return d
 
 
 def repo_of(profile, engine: str, override: str | None = None) -> str:

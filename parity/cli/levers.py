@@ -59,6 +59,10 @@ def register(app: typer.Typer) -> None:
             from parity.errors import GateFailed
 
             raise GateFailed(f"lever {doc['lever']}: NO-GO, gate red: {doc['gates']['problem']} (measured and recorded: {doc['run_dir']})")
+        if not dry_run and doc.get("missing"):
+            from parity.errors import InvalidMeasurement
+
+            raise InvalidMeasurement(f"lever {doc['lever']}: {doc['verdict']}, {doc['why']} (recorded: {doc['run_dir']})")
 
     @app.command("levers")
     def levers(

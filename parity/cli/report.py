@@ -39,7 +39,9 @@ def register(app: typer.Typer) -> None:
                               ["engine", "N", "metric", "A paired", "B paired", "change B/A", "change"], sessions_table(doc, compact=True))  # fmt: skip
             ctx.out.info(f"{doc['unpaired_method']}: two runs are two sessions, no block holds both")
             c = doc["counts"]
-            ctx.out.info(f"verdict: {doc['verdict']} ({c['improved']} improved, {c['regressed']} regressed, {c['within noise']} within noise); rule: {doc['rule']['text']}")
+            for gap in doc["missing"]:
+                ctx.out.warn(f"no verdict: {gap}")
+            ctx.out.info(f"verdict: {doc['verdict']} ({c['improved']} improved, {c['regressed']} regressed, {c['within noise']} within noise, {len(doc['missing'])} missing); rule: {doc['rule']['text']}")
 
         ctx.out.emit(doc, human)
         if fail_on_regression:
@@ -55,7 +57,7 @@ def register(app: typer.Typer) -> None:
     ):
         """Where the gap lives: the serving ratio = static engine decode (batched-bench) x serving overhead, each with its interval."""
         from parity.cli.common import make_context
-        from parity.efficiency.gap import between_runs, lines
+        from parity.efficiency.gap import between_runs, check_complete, lines
 
         ctx = make_context(None, json)
         doc = between_runs(serving_run, bench_run, kernels)
@@ -75,6 +77,7 @@ def register(app: typer.Typer) -> None:
                     ctx.out.info("  " + line)
 
         ctx.out.emit(doc, human)
+        check_complete(doc)
 
     @app.command("report")
     def report(

@@ -13,6 +13,8 @@ that treats each interval as a normal interval on the log scale (log-normal rati
 from __future__ import annotations
 
 import math
+
+from parity import results
 from parity.errors import UsageError
 from parity.stats.paired import paired
 from parity.tracer.chain import kernel_link, lines as kernel_lines, static_delta
@@ -56,7 +58,7 @@ def serving_ratio(summary: dict, engine: str, reference: str, n: int, metric: st
     """{ratio, low, high} of engine/reference at N from a snapshot summary's rows (paired blocks)."""
 
     ok = [r for r in summary.get("rows") or [] if r.get("valid", True) and r.get("n") == n]
-    cell = lambda e: {r["repeat"]: r.get(metric) for r in ok if r["engine"] == e}  # noqa: E731
+    cell = lambda e: {r.get("repeat"): r.get(metric) for r in ok if r["engine"] == e}  # noqa: E731
     p = paired(cell(reference), cell(engine))
     return {"ratio": p.ratio, "low": p.low, "high": p.high, "blocks": p.n_blocks, "reason": p.reason}
 
@@ -88,48 +90,51 @@ def between_runs(serving_dir: str, bench_dir: str, kernels_dir: str | None = Non
     the chain serving = static x overhead with each link's interval; with kernels_dir (a
     paired `parity profile --engines` run of the same arms), at its npl the third link:
     static delta = kernel bucket deltas + remainder (parity.tracer.chain)."""
-    import json
-    from pathlib import Path
 
-    def load(d: str, name: str) -> dict:
-        p = Path(d) / name
-        try:
-            return json.loads(p.read_text())
-        except FileNotFoundError:
-            raise UsageError(f"{d}: no {name} (expected a {'snapshot' if name == 'summary.json' else 'bench A/B'} run directory)") from None
-        except ValueError as e:
-            raise UsageError(f"{p}: not JSON ({e})") from None
+    def load(d: str, name: str, read, what: str) -> dict:
+        p = results.run_dir(d) / name
+        if not p.exists():
+            raise UsageError(f"{d}: no {name} (expected a {what} run directory)")
+        return read(p).data
 
-    summary, bench = load(serving_dir, "summary.json"), load(bench_dir, "bench.json")
+    summary, bench = load(serving_dir, "summary.json", results.read_summary, "snapshot"), load(bench_dir, "bench.json", results.read_bench, "bench A/B")
     ref = summary.get("reference_engine")
     if not ref or not bench.get("rows") or bench.get("reference") is None:
         raise UsageError("parity gap needs a two-engine serving sweep and a two-engine bench A/B (parity bench --engines A,B)")
-    engines = sorted({r["engine"] for r in summary.get("rows") or []} & {r["engine"] for r in bench["rows"]} - {ref})
-    if ref not in {r["engine"] for r in bench["rows"]} or not engines:
-        raise UsageError(f"the runs share no engine pair: serving {sorted({r['engine'] for r in summary.get('rows') or []})}, bench {sorted({r['engine'] for r in bench['rows']})}")
-    out = []
+    served, benched = {r["engine"] for r in summary.get("rows") or []}, {str(r.get("engine")) for r in bench["rows"]}
+    engines = sorted(served & benched - {ref})
+    if ref not in benched or not engines:
+        raise UsageError(f"the runs share no engine pair: serving {sorted(served)}, bench {sorted(benched)}")
+    out, missing = [], []
     for e in engines:
         for n in sorted({r["n"] for r in summary["rows"]} & {r["b"] for r in bench["rows"]}):
-            doc = chain(serving_ratio(summary, e, ref, n), static_ratio(bench["rows"], e, ref, n), e, ref)
-            out.append({"n": n, **doc})
-    if not out:
+            serving, static = serving_ratio(summary, e, ref, n), static_ratio(bench["rows"], e, ref, n)
+            gaps = [f"no {what} {e}/{ref} at N={n} ({r['reason']})" for what, r in (("serving decode_agg_tps ratio", serving), ("static S_TG ratio", static)) if r["ratio"] is None]
+            if gaps:
+                missing += gaps
+                continue
+            out.append({"n": n, **chain(serving, static, e, ref)})
+    if not out and not missing:
         raise UsageError("no N of the serving sweep is a batch size B of the bench A/B (bench --npl should list the sweep's N)")
     if kernels_dir:
         kernels_link(out, bench, kernels_dir)
-    return {"serving_run": str(serving_dir), "bench_run": str(bench_dir), "model": summary.get("model"), "bench_model": bench.get("model"), "points": out, "method": METHOD}
+    return {"serving_run": str(serving_dir), "bench_run": str(bench_dir), "model": summary.get("model"), "bench_model": bench.get("model"), "points": out, "missing": missing, "method": METHOD}
+
+
+def check_complete(doc: dict) -> None:
+    """A gap with a point it cannot answer is not an answer: one line naming each (exit 2)."""
+    if doc["missing"]:
+        raise UsageError(f"gap incomplete: {'; '.join(doc['missing'])}" + (f" (answered at N={', '.join(str(p['n']) for p in doc['points'])})" if doc["points"] else ""))
 
 
 def kernels_link(points: list[dict], bench: dict, kernels_dir: str) -> None:
     """Adds p["kernels"] (static = buckets + remainder) at the point whose N is the profile's npl."""
-    import json
-    from pathlib import Path
-
-    d = Path(kernels_dir) / "profile"
+    d = results.run_dir(kernels_dir) / "profile"
     try:
-        pairs = json.loads((d / "paired_buckets.json").read_text())
-        analysis = json.loads((d / "analysis.json").read_text())
+        pairs = results.load_json(d / "paired_buckets.json")
+        analysis = results.load_json(d / "analysis.json")
         npl = analysis["captures"][0]["npl"]
-    except (FileNotFoundError, IndexError, KeyError, ValueError) as e:
+    except (IndexError, KeyError, TypeError, ValueError) as e:  # BadResultFile is a ValueError
         raise UsageError(f"{kernels_dir}: not a paired profile run (parity profile --engines A,B): {e}") from None
     hit = [p for p in points if p["n"] == npl]
     if not hit:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from parity.errors import UsageError
 from parity.files import atomic_write_text
+from parity.results import check, load_json, model
 from parity.gates import registry, test_backend_ops as tbo
 from parity.gates.checks import PASS
 from parity.gates.kinds import of_check
@@ -50,7 +51,7 @@ def parse(text: str) -> list[dict]:
 
 
 def _details(c: dict, run_path: Path | None) -> str:
-    rel = of_check(c["kind"]).users_output(c)
+    rel = of_check(c.get("kind")).users_output(c)
     if rel and run_path is not None:
         return str(run_path / rel)
     return rel or c.get("detail") or ""
@@ -63,7 +64,7 @@ def rows_from_sets(sets: dict[str, dict], profile, run_path: Path | None = None)
     rows = []
     for phase, s in sets.items():
         for c in s.get("checks", []):
-            kind = of_check(c["kind"])  # each kind names its rows, their status and output file
+            kind = of_check(c.get("kind"))  # each kind names its rows, their status and output file
             actual = "" if (c.get("got") or "-") == "-" else c["got"]
             rows.append([phase, kind.users_name(c, g.engine, defaults), kind.users_status(c), actual, kind.users_expected(c), _details(c, run_path)])
     if "pre" in sets and "post" not in sets:
@@ -151,9 +152,7 @@ def summarize(ctx, req: SummarizeRequest) -> dict:
         raise UsageError(f"{req.art}: no such artifact directory")
     gates_json = art / "gates.json"
     if gates_json.is_file():  # a parity run: the same rows its gates wrote
-        import json
-
-        sets = {k: v for k, v in json.loads(gates_json.read_text()).items() if k != "status"}
+        sets = {k: v for k, v in check(load_json(gates_json), model.Gates, gates_json, "gates file").data.items() if k != "status"}
         rows = rows_from_sets(sets, ctx.profile, art)
     else:
         expected = req.expect if req.expect is not None else expected_md5s(ctx.profile, ctx.vars.get("registry"))

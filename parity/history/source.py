@@ -1,11 +1,12 @@
-"""The one door through which history reads a run directory: point read_run at parity.results
-when the typed reader lands; everything else in parity.history takes what it returns."""
+"""The one door through which history reads a run directory (every file through parity.results,
+the typed reader); everything else in parity.history takes what it returns."""
 
 from __future__ import annotations
 
-import json
+import os
 from pathlib import Path
 
+from parity import results
 from parity.errors import UsageError
 from parity.report.rundata import RunData, is_users_artifact, load_run
 from parity.report.rundata import parse_users_hardware
@@ -18,29 +19,29 @@ SKIP_DIRS = {"requests", "servers", "telemetry", "outputs", "gates", "steps", "b
 def read_run(path) -> RunData:
     """A parity run dir, an artifact dir of the users' harness, or a copy of a run's summary.json /
     bench.json without its manifest (kind `copy`, status unknown, no date)."""
-    p = Path(path).expanduser().resolve()
+    p = Path(os.path.expanduser(path)).resolve()
     if (p / "manifest.json").is_file() or (is_users_artifact(p) and not any((p / f).is_file() for f in COPY_MARKERS)):
         return load_run(p, need_summary=False)
     if not any((p / f).is_file() for f in COPY_MARKERS):
         raise UsageError(f"{path}: not a run directory (no manifest.json, summary.json, bench.json or the users' summary.tsv)")
     notes: list[str] = []
 
-    def read(name):
+    def read(name, reader):
         f = p / name
         if not f.is_file():
             return None
         try:
-            return json.loads(f.read_text())
-        except (OSError, ValueError) as e:
-            notes.append(f"{name}: unreadable ({e})")
+            return reader(f).data
+        except results.BadResultFile as e:  # one line naming the file and its problem
+            notes.append(str(e))
             return None
 
-    summary = read("summary.json")
+    summary = read("summary.json", results.read_summary)
     kind = (summary or {}).get("kind") or "bench"
     rd = RunData(p, {"run_id": p.name, "kind": kind, "status": "unknown", "valid": None, "origin": "copy", "argv": []}, notes=notes)
     rd.summary = summary if isinstance(summary, dict) else None
-    rd.bench = read("bench.json")
-    rd.hardware = read("hardware.json")
+    rd.bench = read("bench.json", results.read_bench)
+    rd.hardware = read("hardware.json", lambda f: results.check(results.load_json(f), results.model.Hardware, f, ""))
     if rd.hardware is None and (p / "hardware.txt").is_file():
         hw = parse_users_hardware((p / "hardware.txt").read_text(errors="replace"))
         rd.hardware = hw if hw.get("hardware_class") else None

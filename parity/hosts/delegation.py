@@ -31,6 +31,7 @@ from parity.gpu.lock import LOCK_DIR_ENV
 from parity.paths import PARITY_ROOT
 from parity.runners.local import LocalRunner
 from parity.runners.ssh import ConnectionLost
+from parity.results import BadResultFile, read_manifest
 
 ROOT_VALUE_OPTS = ("--artifacts", "--host")
 ROOT_FLAGS = ("-v", "--verbose", "--version")
@@ -307,8 +308,8 @@ def _await_remote_end(runner, remote_dir: str) -> None:
 
 def _status(local_dir: Path) -> str | None:
     try:
-        return json.loads((local_dir / "manifest.json").read_text()).get("status")
-    except (OSError, ValueError):
+        return read_manifest(local_dir / "manifest.json").data.get("status")
+    except BadResultFile:
         return None
 
 

@@ -17,7 +17,9 @@ Exit: 0 with a verdict, 3 when a gate is red (the measurement is still written).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from parity import session
 from parity.engines import kind_of
@@ -38,6 +40,7 @@ from parity.levers.map import describe
 from parity.levers.report import write_report
 from parity.serving.snapshot import SnapshotRequest, make_plan, run_snapshot
 from parity.stats import family
+from parity.results import write_summary
 
 GO, NO_GO, FLAT, INCONCLUSIVE = "GO", "NO-GO", "FLAT", "INCONCLUSIVE"
 BENCH_HEADLINE = "s_tg"
@@ -127,8 +130,34 @@ def measure_cells(doc: dict, serving: bool, headline: str) -> list[dict]:
     return [{**p, "point": f"PP={p['pp']} TG={p['tg']} B={p['b']}"} for p in rows]
 
 
-def decide(gate: dict | None, cells: list[dict], metric: str) -> dict:
-    """GO / NO-GO / FLAT / INCONCLUSIVE with the key cell and why (pure: unit-tested)."""
+def expected_points(doc: dict, serving: bool) -> list[str]:
+    """Every point either arm measured (and, serving, every planned N): each needs a B/A."""
+    rows = [r for r in doc.get("rows") or [] if isinstance(r, dict)]
+    if serving:
+        return [f"N={n}" for n in sorted({r.get("n") for r in rows} | set((doc.get("shape") or {}).get("npl") or []), key=str)]
+    return [f"PP={p} TG={t} B={b}" for p, t, b in sorted({(r.get("pp"), r.get("tg"), r.get("b")) for r in rows}, key=str)]
+
+
+def holes(cells: list[dict], expected: list[str], metric: str) -> list[str]:
+    """The points without a B/A of metric, each named (a missing number is never FLAT or GO)."""
+    if not cells and not expected:
+        return [f"no {metric} B/A at any point: nothing was measured (zero rows, zero blocks)"]
+    have = {c["point"] for c in cells}
+    out = [f"{c['point']}: no {metric} B/A ({c.get('reason') or 'no block with both arms'})" for c in cells if c.get("ratio") is None]
+    return out + [f"{p}: no {metric} B/A (B or A has no valid row there)" for p in expected if p not in have]
+
+
+def decide(gate: dict | None, cells: list[dict], metric: str, expected: list[str] | None = None) -> dict:
+    """GO / NO-GO / FLAT / INCONCLUSIVE with the key cell and why (pure: unit-tested).  A point of
+    `expected` without a ratio makes it INCONCLUSIVE ("missing" names it) unless a gate or a point says NO-GO."""
+    gaps = holes(cells, expected or [], metric)
+    dec = _decide(gate, [c for c in cells if c.get("ratio") is not None] if gaps else cells, metric)
+    if gaps and dec["verdict"] != NO_GO:
+        dec = {**dec, "verdict": INCONCLUSIVE, "why": f"no verdict where a number is missing: {'; '.join(gaps)}"}
+    return {**dec, "missing": gaps}
+
+
+def _decide(gate: dict | None, cells: list[dict], metric: str) -> dict:
 
     def key_of(c: dict | None) -> dict:
         if not c or c.get("ratio") is None or c.get("low") is None:
@@ -186,7 +215,7 @@ def prepare(ctx, req: ABRequest) -> dict:
     models, paths = gate_plan(prof, arm_a, req)
     measure_plan(ctx, req, arm_a, arm_b, lever)  # the measurement's own checks (order, stop rule, shape), as the real run makes them
     facts = context_facts(ctx, arm_a)
-    map_path = levermap.default_path(prof, ctx.artifacts_root) if not req.map else __import__("pathlib").Path(req.map).expanduser()
+    map_path = levermap.default_path(prof, ctx.artifacts_root) if not req.map else Path(os.path.expanduser(req.map))
     rows = levermap.load(map_path)
     levermap.check_writable(map_path)  # the row lands after the measurement: find out now, not then
     name = lever.label() if lever.name or not req.aa else f"{lever.label()} (A/A)"  # an A/A row never closes the real lever
@@ -256,8 +285,8 @@ def measure_lever(ctx, req: ABRequest, p: dict) -> dict:
     with session.measuring(ctx, [a, b]) as hw:
         phases.append(gatesmod.run_gates(ctx, a, b, p["gate_models"], p["gate_paths"], req.lossy, "pre-"))
         # kept if the measurement fails or is interrupted; replaced by the verdict below
-        ctx.run.write_json("summary.json", {"kind": "lever-ab", "lever": p["name"], "arms": {"A": a, "B": b}, "verdict": None, "state": "measuring",
-                                            "gates": {**gatesmod.verdict(phases, req.lossy), "phases": phases}})  # fmt: skip
+        write_summary(ctx.run, {"kind": "lever-ab", "lever": p["name"], "arms": {"A": a, "B": b}, "verdict": None, "state": "measuring",
+                                "gates": {**gatesmod.verdict(phases, req.lossy), "phases": phases}})  # fmt: skip
         measured = measure(ctx, req, a, b, lever)
         if req.post_gates:
             phases.append(gatesmod.run_gates(ctx, a, b, p["gate_models"], p["gate_paths"], req.lossy, "post-"))
@@ -265,7 +294,7 @@ def measure_lever(ctx, req: ABRequest, p: dict) -> dict:
     metric = BENCH_HEADLINE if not req.serving else ctx.profile.stats.metrics[0]
     # the verdict reads every point: Holm over them keeps an A/A's chance of any claim at alpha
     cells = family.adjust(measure_cells(measured, req.serving, metric), 1 - ctx.profile.stats.confidence)
-    dec = decide(gate, cells, metric)
+    dec = decide(gate, cells, metric, expected_points(measured, req.serving))
     if measured.get("invalid_points"):  # left out of the paired statistics (parity.serving.summary), said beside the verdict
         dec["why"] += f"; {len(measured['invalid_points'])} invalid serving point(s) left out, first: {measured['invalid_points'][0]}"
     facts = {**p["facts"], "hardware_class": hw["hardware_class"]}
@@ -273,7 +302,7 @@ def measure_lever(ctx, req: ABRequest, p: dict) -> dict:
     doc = {
         "kind": "lever-ab", "lever": p["name"], "lever_kind": lever.kind, "changes": lever.changes(a), "arms": {"A": a, "B": b},
         "engine": a, "env": lever.env, "series_without": lever.series_without, "series_until": lever.series_until, "series": lever.series,
-        **facts, "builds": {arm: built[arm] for arm in (a, b)}, "verdict": dec["verdict"], "why": dec["why"], "key": dec["key"],
+        **facts, "builds": {arm: built[arm] for arm in (a, b)}, "verdict": dec["verdict"], "why": dec["why"], "key": dec["key"], "missing": dec["missing"],
         "gates": {**gate, "phases": [{k: v for k, v in ph.items()} for ph in phases]}, "lossy": req.lossy,
         "measurement": {"kind": "serving" if req.serving else "batched-bench", "metric": metric, "points": [_cell(c) for c in cells],
                         "family": {"method": family.METHOD, "line": family.family_line(cells, f"{metric} at every point")},
@@ -282,14 +311,14 @@ def measure_lever(ctx, req: ABRequest, p: dict) -> dict:
         "reopen": req.reopen, "reopens": levermap.describe(p["closed"]) if p["closed"] else None, "map": str(p["map_path"]), "run_dir": run_dir,
     }  # fmt: skip
     doc["report"] = write_report(ctx, doc, measured, req.serving)
-    ctx.run.write_json("summary.json", doc)
+    write_summary(ctx.run, doc)
     row = {"lever": p["name"], "kind": lever.kind, "engine": a, "changes": doc["changes"], "hardware_class": facts["hardware_class"], "pin": facts["pin"],
            "series_digest": facts["series_digest"], "verdict": dec["verdict"], "key_number": dec["key"]["text"], "metric": metric, "point": dec["key"]["point"],
            "ratio": dec["key"]["ratio"], "low": dec["key"]["low"], "high": dec["key"]["high"], "gates": gate["summary"], "gate_kind": gate["kind"],
            "artifact": run_dir, "report": doc["report"], "date": levermap.today(), "reopen": req.reopen, "reopens": doc["reopens"]}  # fmt: skip
     levermap.append(p["map_path"], row, markdown=True)
     doc["map_markdown"] = str(levermap.markdown_path(p["map_path"]))
-    ctx.run.write_json("summary.json", doc)
+    write_summary(ctx.run, doc)
     ctx.out.info(f"[ab] {dec['verdict']}: {dec['key']['text']}; {dec['why']}")
     return doc
 

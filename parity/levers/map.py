@@ -21,6 +21,7 @@ from parity.errors import ConfigError, UsageError
 from parity.decode import read_yaml
 from parity.filelock import updating
 from parity.files import atomic_write_text
+from parity.results import existing_file, read_lever_map
 from parity.yamledit import YamlEditError, append_to_list
 from parity.yamlload import safe_load
 
@@ -50,10 +51,7 @@ def default_path(profile, artifacts_root) -> Path:
 
 def load(path: Path) -> list[dict]:
     """The rows of a map file (none when it does not exist); a broken file is a ConfigError."""
-    path = Path(path)
-    if not path.exists():
-        return []
-    return _rows(path, _data(path))
+    return read_lever_map(path)
 
 
 def _data(path: Path) -> dict:
@@ -219,9 +217,7 @@ class LeversRequest:
 
 def listing(ctx, req: LeversRequest) -> dict:
     """`parity levers`: the map's rows, filtered, and their markdown table."""
-    path = Path(req.map).expanduser() if req.map else default_path(ctx.profile, ctx.artifacts_root)
-    if req.map and not path.exists():
-        raise UsageError(f"--map {req.map}: no such file")
+    path = existing_file(req.map, "--map") if req.map else default_path(ctx.profile, ctx.artifacts_root)
     rows, problems = plain_rows(filter_rows(load(path), req.verdict, req.hardware, req.lever))
     return {"map": str(path), "rows": rows, "count": len(rows), "problems": problems, "markdown": render_markdown(rows, path.name)}
 

@@ -69,14 +69,28 @@ def run_matrix(ctx, mx) -> dict:
     rd.write_json("matrix.json", table)
     report = write_report(rd.path, mx.name, table)
     doc = {"matrix": mx.name, "run_dir": str(rd.path), "targets": table, "report": report["files"]}
-    bad = [r for r in table if r.get("exit_code") != 0]
+    bad = failures(table, report["targets"])
     if bad:
-        err = ParityError(f"matrix {mx.name}: failed on {', '.join(r['target'] for r in bad)} (exit {bad[0]['exit_code']}); "
-                          f"the cross-hardware report is written: {rd.path}/{report['files']['markdown']}")  # fmt: skip
-        err.exit_code = bad[0]["exit_code"] or 1
+        err = ParityError(f"matrix {mx.name}: failed on {'; '.join(bad)}; the cross-hardware report is written: {rd.path}/{report['files']['markdown']}")
+        err.exit_code = next((r["exit_code"] for r in table if r.get("exit_code")), 1)
         err.summary = doc
         raise err
     return doc
+
+
+def failures(table: list[dict], targets: list[dict]) -> list[str]:
+    """Each target that is not a result: a non-zero exit, no run dir pulled, or one the report
+    could not read (exit 0 without a readable run is never green)."""
+    errors = {t["target"]: t.get("error") for t in targets}
+    out = []
+    for r in table:
+        if r.get("exit_code") != 0:
+            out.append(f"{r['target']} (exit {r.get('exit_code')})")
+        elif not r.get("run_dir"):
+            out.append(f"{r['target']} (exit 0 but no run directory came back)")
+        elif errors.get(r["target"]):
+            out.append(f"{r['target']} (its run directory: {errors[r['target']]})")
+    return out
 
 
 def _kind(profile, host: str) -> str:

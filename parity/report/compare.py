@@ -16,11 +16,33 @@ from dataclasses import dataclass
 from parity import stats
 from parity.errors import UsageError
 from parity.metrics.registry import direction as metric_direction
-from parity.report.rundata import RunData, gate_problems, load_run, values_by_cell
+from parity.report.rundata import RunData, cells, gate_problems, load_run, values_by_cell
 from parity.stats import family
 from parity.stats.unpaired import METHOD, ratio_change, welch
 from parity.errors import RegressionDetected
 from parity.report.sections import paired_points, pct
+
+
+MISSING = "missing"  # a cell without a finite value in A or B: a named failure, never within noise
+
+
+def missing(metric: str, engine: str, n: int, a: dict | None, b: dict | None) -> str | None:
+    """Why engine x N has no verdict on metric ("B has no decode_agg_tps for paged at N=8 (r1: null)"), or None."""
+    out = []
+    for label, c in (("A", a), ("B", b)):
+        if c is None:
+            out.append(f"{label} has no row for {engine} at N={n}")
+        elif c["gaps"]:
+            out.append(f"{label} has no {metric} for {engine} at N={n} ({', '.join(c['gaps'][:3])}{', ...' if len(c['gaps']) > 3 else ''})")
+    return "; ".join(out) or None
+
+
+def verdict(rows: list[dict]) -> str:
+    """One word over the rows: a regression wins, then a missing value (never within noise)."""
+    vs = [r["verdict"] for r in rows]
+    if stats.REGRESSED in vs:
+        return stats.REGRESSED
+    return MISSING if MISSING in vs else stats.overall(vs)
 
 
 def refusal_reasons(a: RunData, b: RunData, *, current: RunData | None = None) -> list[str]:
@@ -66,11 +88,19 @@ def compare_runs(a: RunData, b: RunData, metrics: list[str], rule: stats.Rule, *
     rows, unmatched = [], set()
     for metric in metrics:
         better = metric_direction(metric)
-        ca, cb = values_by_cell(a, metric), values_by_cell(b, metric)
+        ca, cb = cells(a, metric), cells(b, metric)
         unmatched |= set(ca) ^ set(cb)
-        for engine, n in sorted(set(ca) & set(cb), key=lambda k: (k[0], k[1])):
-            r = stats.compare_samples(ca[(engine, n)], cb[(engine, n)], rule, better, _floor_cell(floor, metric, engine, n))
-            up = welch(ca[(engine, n)], cb[(engine, n)], better, rule.min_delta_pct, rule.confidence)
+        if not set(ca) & set(cb):
+            continue
+        for engine, n in sorted(set(ca) | set(cb), key=lambda k: (k[0], k[1])):
+            gap = missing(metric, engine, n, ca.get((engine, n)), cb.get((engine, n)))
+            if gap:
+                r = stats.ABResult(None, None, 0, 0, None, None, None, "none", rule.min_delta_pct, None, None, MISSING, gap, better)
+                rows.append({"engine": engine, "n": n, "metric": metric, **r.to_dict(), "unpaired": {"ratio": None, "p": None, "outcome": MISSING, "reason": gap}})
+                continue
+            va, vb = ca[(engine, n)]["values"], cb[(engine, n)]["values"]
+            r = stats.compare_samples(va, vb, rule, better, _floor_cell(floor, metric, engine, n))
+            up = welch(va, vb, better, rule.min_delta_pct, rule.confidence)
             rows.append({"engine": engine, "n": n, "metric": metric, **r.to_dict(), "unpaired": up})
     if not rows:
         raise UsageError(f"nothing to compare: runs {a.run_id} and {b.run_id} share no engine x N cell")
@@ -81,6 +111,7 @@ def compare_runs(a: RunData, b: RunData, metrics: list[str], rule: stats.Rule, *
     for r, c in zip(sess, family.adjust_tests([r["change"] for r in sess], 1 - rule.confidence)):
         r["change"] = c
     counts = {v: sum(1 for r in rows if r["verdict"] == v) for v in stats.VERDICTS}
+    gaps = [r["reason"] for r in rows if r["verdict"] == MISSING]
     return {
         "a": str(a.path),
         "b": str(b.path),
@@ -96,7 +127,8 @@ def compare_runs(a: RunData, b: RunData, metrics: list[str], rule: stats.Rule, *
         "unmatched": [f"{e} N={n}" for e, n in sorted(unmatched)],
         "skipped_metrics": skipped,
         "counts": counts,
-        "verdict": stats.overall(r["verdict"] for r in rows),
+        "missing": gaps,
+        "verdict": verdict(rows),
         "unpaired_method": METHOD.replace("95 %", f"{rule.confidence * 100:g} %"),
         "sessions": sess,
         "family": {"method": family.METHOD, "unpaired": family.family_line([r["unpaired"] for r in rows], "unpaired B/A of every engine x N x metric"),
@@ -125,11 +157,12 @@ def sessions(a: RunData, b: RunData, metrics: list[str], rule: stats.Rule) -> li
 
 
 def check_regressions(rows: list[dict], against: str = "") -> None:
-    """Raise RegressionDetected (exit 5) naming every row whose verdict is regressed."""
-
+    """Raise RegressionDetected (exit 5) naming every row whose verdict is regressed or missing."""
     bad = [f"{r['engine']} N={r['n']} {r['metric']} {pct(r['delta_pct'])}" for r in rows if r["verdict"] == "regressed"]
-    if bad:
-        raise RegressionDetected(f"regressed beyond noise{against}: {', '.join(bad)}")
+    gaps = [r["reason"] for r in rows if r["verdict"] == MISSING]
+    if bad or gaps:
+        said = ([f"regressed beyond noise{against}: {', '.join(bad)}"] if bad else []) + ([f"no verdict{against if not bad else ''} (a missing number is never within noise): {'; '.join(gaps)}"] if gaps else [])
+        raise RegressionDetected("; ".join(said))
 
 
 def run_compare(profile, run_a: str, run_b: str, metrics: list[str] | None, force: bool, noise_floor: str | None) -> dict:

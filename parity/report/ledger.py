@@ -16,6 +16,7 @@ from pathlib import Path
 from parity.files import atomic_write_text
 from parity.filelock import lock_path
 from parity.filelock import locked as file_locked
+from parity.errors import UsageError
 
 COLUMNS = ["date", "phase", "title", "verdict", "key_ratios", "report", "artifact"]
 MD_HEADER = "# Benchmark ledger\n\nOne row per phase report (append-only; `parity report --rebuild-ledger` regenerates it).\n\n"
@@ -46,7 +47,10 @@ def read_rows(out_dir: Path) -> list[dict]:
     p = Path(out_dir) / "BENCHMARK.csv"
     if not p.is_file():
         return []
-    return list(csv.DictReader(io.StringIO(p.read_text())))
+    try:
+        return list(csv.DictReader(io.StringIO(p.read_text())))
+    except (UnicodeDecodeError, csv.Error) as e:
+        raise UsageError(f"{p}: a broken ledger ({e}); `parity report --rebuild-ledger --out-dir {out_dir}` regenerates it from the reports") from None
 
 
 def next_phase(out_dir: Path) -> int:
@@ -147,7 +151,11 @@ def rebuild(out_dir: Path) -> list[dict]:
 
 
 def _rebuild(out_dir: Path) -> list[dict]:
-    rows = [r for r in read_rows(out_dir) if "/" in (r.get("report") or "") and (out_dir / r["report"]).is_file()]
+    try:
+        kept = read_rows(out_dir)
+    except UsageError:  # a broken ledger is what a rebuild is for
+        kept = []
+    rows = [r for r in kept if "/" in (r.get("report") or "") and (out_dir / r["report"]).is_file()]
     for md in sorted(out_dir.glob("*.md")):
         if not REPORT_NAME.match(md.name):
             continue
@@ -156,16 +164,23 @@ def _rebuild(out_dir: Path) -> list[dict]:
         if side.is_file():
             try:
                 data = json.loads(side.read_text()).get("ledger")
-            except ValueError:
+            except (ValueError, AttributeError):  # not JSON, or not an object: the front matter says it
                 data = None
-        if not data:
-            data = front_matter(md.read_text())
+        if not isinstance(data, dict) or not data:
+            data = front_matter(md.read_text(errors="replace"))
             data.setdefault("artifact", data.get("run", ""))
-        if not data.get("phase"):
+        if _int(data.get("phase")) <= 0:
             continue
         data.setdefault("report", md.name)
         rows.append({c: data.get(c, "") for c in COLUMNS})
-    rows.sort(key=lambda r: (int(r["phase"] or 0), str(r["date"]), r["report"]))
+    rows.sort(key=lambda r: (_int(r["phase"]), str(r["date"]), str(r["report"])))
     atomic_write_text(out_dir / "BENCHMARK.csv", ",".join(COLUMNS) + "\n" + "".join(_csv_line(r) for r in rows))
     atomic_write_text(out_dir / "BENCHMARK.md", MD_HEADER + _md_table_head() + "".join(md_row(r) + "\n" for r in rows))
     return rows
+
+
+def _int(v) -> int:
+    try:
+        return int(v or 0)
+    except (TypeError, ValueError):
+        return 0

@@ -22,11 +22,11 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from parity import stats
+from parity import results, stats
 from parity.report import plots
 from parity.artifacts import slugify
 from parity.files import atomic_write_json, atomic_write_text
-from parity.errors import UsageError
+from parity.errors import RegressionDetected, UsageError
 from parity.report import ledger
 from parity.report.rundata import RunData, gate_problems, load_run, values_by_cell
 from parity.report.sections import (RESULT_METRICS, ab_table, bench_section, buckets_section, definitions, fmt, gates_section, hardware_section, key_ratios,
@@ -74,10 +74,9 @@ def report(ctx, req: ReportRequest) -> dict:
 
     req = replace(req, out_dir=req.out_dir or ctx.profile.reports.dir)
     if req.rebuild_ledger:
-        if not Path(req.out_dir).is_dir():
-            raise UsageError(f"--out-dir {req.out_dir}: no such directory")
-        rows = rebuild(Path(req.out_dir))
-        return {"ledger": str(Path(req.out_dir) / "BENCHMARK.md"), "rows": rows}
+        out = results.run_dir(req.out_dir, "--out-dir directory")
+        rows = rebuild(out)
+        return {"ledger": str(out / "BENCHMARK.md"), "rows": rows}
     if not req.run:
         raise UsageError("parity report needs a RUN directory (or --rebuild-ledger)")
     return render_report(ctx.profile, req)
@@ -92,6 +91,11 @@ def decide(user: str | None, problems: list[str], ab: dict | None, rule: stats.R
         if user in ("keep", "default-off"):
             raise UsageError(f"--verdict {user}: the run's gates are not green ({'; '.join(problems)}); only reject is allowed")
         return (user or "invalid"), "gates not green: " + "; ".join(problems) + " -- its numbers do not count"
+    if ab and ab.get("missing"):
+        gaps = "; ".join(ab["missing"])
+        if user in ("keep", "default-off"):
+            raise UsageError(f"--verdict {user}: the A/B has no verdict where a number is missing ({gaps}); only reject is allowed")
+        return (user or "invalid"), f"no verdict where a number is missing (never within noise): {gaps}"
     if user:
         basis = f" (A/B: {ab['counts']['improved']} improved, {ab['counts']['regressed']} regressed, {ab['counts']['within noise']} within noise)" if ab else ""
         return user, f"set by the author (--verdict {user}){basis}{also}"
@@ -171,7 +175,7 @@ def render_report(profile, req: ReportRequest) -> dict:
     """The report, its sidecar and its ledger rows, written while the ledgers it joins are
     locked: two reports into one directory at once take phases N and N+1 (before, both took N,
     and with one title the second overwrote the first)."""
-    dirs = sorted({str(Path(d).expanduser().resolve()) for d in (req.out_dir, req.ledger_dir) if d})  # one order everywhere: no deadlock
+    dirs = sorted({_resolved(d) for d in (req.out_dir, req.ledger_dir) if d})  # one order everywhere: no deadlock
     with contextlib.ExitStack() as held:
         for d in dirs:
             try:
@@ -196,13 +200,15 @@ def _render_report(profile, req: ReportRequest) -> dict:
         control = load_run(req.compare)
         floor = load_run(req.noise_floor) if req.noise_floor else None
         ab = compare_runs(control, rd, metrics, rule, force=req.force, floor=floor, current=rd if req.current else None, defaults=not req.metrics)
-    out_dir = Path(req.out_dir).expanduser()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    running = Path(req.ledger_dir).expanduser() if req.ledger_dir else None
+    out_dir = _made_dir(req.out_dir, "--out-dir")
+    running = Path(os.path.expanduser(req.ledger_dir)) if req.ledger_dir else None
     if running is not None and running.resolve() == out_dir.resolve():
         running = None
     if running is not None:
-        running.mkdir(parents=True, exist_ok=True)
+        running = _made_dir(req.ledger_dir, "the running ledger (reports.dir or the step's ledger:)")
+    for d in (out_dir, running):
+        if d is not None:
+            ledger.read_rows(d)  # a broken ledger stops the report here, before anything is written
     phase = req.phase or max(ledger.next_phase(out_dir), ledger.next_phase(running) if running else 1)
     title = req.title or default_title(rd)
     date = req.date or _dt.date.today().isoformat()
@@ -247,6 +253,24 @@ def _render_report(profile, req: ReportRequest) -> dict:
             "paired": (paired or {}).get("points") or [], "paired_overall": paired_overall(paired), "paired_source": (paired or {}).get("source")}
 
 
+def _resolved(path: str) -> str:
+    try:
+        return str(Path(os.path.expanduser(path)).resolve())
+    except (OSError, RuntimeError, ValueError):  # not a usable path: _made_dir says so in one line
+        return str(path)
+
+
+def _made_dir(path: str, what: str) -> Path:
+    p = Path(os.path.expanduser(path))
+    try:
+        if p.exists() and not p.is_dir():
+            raise UsageError(f"{what} {path}: a file, not a directory")
+        p.mkdir(parents=True, exist_ok=True)
+    except (OSError, ValueError) as e:
+        raise UsageError(f"{what} {str(path)[:200]}: cannot create it ({getattr(e, 'strerror', None) or e})") from None
+    return p
+
+
 def paired_overall(paired: dict | None) -> str | None:
     """One word over the run's paired outcomes (None: no paired statistics)."""
     if not paired or not paired["points"]:
@@ -255,22 +279,29 @@ def paired_overall(paired: dict | None) -> str | None:
     return overall(p.get("outcome") for p in paired["points"])
 
 
-def previous_run(rd) -> str | None:
-    """The newest earlier run of the same campaign (or command) beside rd that completed with
-    green gates: the nightly's control run."""
+def earlier_runs(rd) -> list[tuple[Path, dict]]:
+    """The earlier runs of the same campaign (or command) beside rd, oldest first, with their
+    manifests (a sibling whose manifest is broken is none of them)."""
     me = rd.manifest()
     key = ((me.get("campaign") or {}).get("name"), me.get("kind"))
-    best = None
+    out = []
     for m in sorted(rd.path.parent.glob("*/manifest.json")):
         if m.parent.name >= rd.path.name:  # this run and later ones
             continue
         try:
-            other = json.loads(m.read_text())
-        except (OSError, ValueError):
+            other = results.read_manifest(m).data
+        except results.BadResultFile:
             continue
-        if ((other.get("campaign") or {}).get("name"), other.get("kind")) == key and other.get("status") == "complete" and other.get("valid", True):
-            best = str(m.parent)
-    return best
+        if ((other.get("campaign") or {}).get("name"), other.get("kind")) == key:
+            out.append((m.parent, other))
+    return out
+
+
+def previous_run(rd) -> str | None:
+    """The newest earlier run of the same campaign (or command) beside rd that completed with
+    green gates: the nightly's control run."""
+    good = [str(p) for p, m in earlier_runs(rd) if m.get("status") == "complete" and m.get("valid", True)]
+    return good[-1] if good else None
 
 
 def campaign_step(ctx, options: dict) -> dict:
@@ -280,8 +311,9 @@ def campaign_step(ctx, options: dict) -> dict:
     ledger: running (default: join the profile's reports.dir ledger, phases continue across
     runs) | run (the run dir's own ledger only) | a directory (that running ledger);
     compare: previous = the newest earlier complete, valid run of this campaign.  With a
-    control run, a regression beyond noise fails the step (exit 5) after the report is
-    written, unless fail_on_regression: false."""
+    control run, a regression beyond noise or a missing number fails the step (exit 5) after
+    the report is written, unless fail_on_regression: false; so do earlier runs of which none
+    can be the control (the first run has none and passes)."""
 
     check_step_options("report", options, {"title", "phase", "verdict", "compare", "noise_floor", "metrics", "out_dir", "plots", "force", "fail_on_regression", "ledger"})
     rd = ctx.require_run()
@@ -293,9 +325,15 @@ def campaign_step(ctx, options: dict) -> dict:
         raise ConfigError("campaign", "with.ledger", "running, run, or a directory")
     ledger_dir = None if which == "run" else ctx.profile.reports.dir if which == "running" else which
     compare = options.get("compare")
+    no_control = None
     if compare == "previous":
         compare = previous_run(rd)
         ctx.out.info(f"report: control run {compare}" if compare else "report: no earlier complete run of this campaign to compare against")
+        earlier = earlier_runs(rd) if compare is None else []
+        if earlier:  # the first run has no control; a later one without a usable control checked nothing
+            p, m = earlier[-1]
+            no_control = (f"no control run: {len(earlier)} earlier run(s) of this campaign, none complete with green gates "
+                          f"(newest {p.name}: status {m.get('status')}{', valid=false' if m.get('valid') is False else ''}); nothing was checked for a regression")  # fmt: skip
     req = ReportRequest(run=str(rd.path), out_dir=out_dir, phase=options.get("phase"), title=options.get("title"), verdict=options.get("verdict"),
                         compare=compare, noise_floor=options.get("noise_floor"), metrics=options.get("metrics"),
                         force=bool(options.get("force", False)), plots=bool(options.get("plots", True)), current=True, ledger_dir=ledger_dir)
@@ -303,4 +341,6 @@ def campaign_step(ctx, options: dict) -> dict:
     ctx.out.info(f"report: {result['report']} (phase {result['phase']}, verdict {result['verdict']})" + (f"; ledger {result['running_ledger']}" if result["running_ledger"] else ""))
     if options.get("fail_on_regression", True):
         check_regressions(result["ab_rows"], f" against {compare} (report {result['report']})")
+        if no_control:
+            raise RegressionDetected(f"{no_control} (report {result['report']})")
     return result

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import csv
 import io
-import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from parity import results
+from parity.results import model
 from parity.errors import UsageError
 from parity.artifacts import RunDir
 
@@ -43,14 +45,21 @@ class RunData:
         return list((self.summary or {}).get("rows") or [])
 
 
-def _json(path: Path, notes: list[str]):
-    if not path.is_file():
+def _json(path: Path, notes: list[str], shape=dict):
+    """An optional side file (hardware, gates, builds, analysis, the users' nNNN.json) checked as
+    its model (results.model): its content, else None with a note saying why it is left out."""
+    if not path.exists():
         return None
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        notes.append(f"{path.name}: unreadable ({e})")
+        return results.check(results.load_json(path), shape, path, "").data
+    except results.BadResultFile as e:
+        notes.append(f"{e}: left out")
         return None
+
+
+def _result(read, path: Path):
+    """summary.json / bench.json through the typed reader: None when absent, one line (exit 2) when bad."""
+    return read(path).data if path.exists() else None
 
 
 USERS_STATUS = {"ok": "pass", "skipped": "not-run", "mismatch": "fail", "fail": "fail", "missing": "error"}
@@ -64,40 +73,41 @@ def parse_gate_summary(text: str) -> list[dict]:
     rows = list(csv.DictReader(io.StringIO(text), delimiter="\t"))
     if not rows:
         return []
+    for i, r in enumerate(rows, 2):
+        if None in r or None in r.values():
+            raise ValueError(f"gate table: row {i} does not fit its header's columns (truncated or edited?)")
     cols = set(rows[0])
     if {"phase", "check", "expected", "got", "status"} <= cols:
         return rows
     if {"phase", "check", "status", "actual", "expected", "details"} <= cols:
         return [{"phase": r["phase"], "check": r["check"], "expected": r["expected"] or "-", "got": r["actual"] or "-",
                  "status": USERS_STATUS.get(r["status"], "error"), "detail": r["details"]} for r in rows]  # fmt: skip
-    raise ValueError(f"gate table: expected the columns phase check expected got status, or phase check status actual expected details; got {' '.join(rows[0])}")
+    raise ValueError(f"gate table: expected the columns phase check expected got status, or phase check status actual expected details; got {' '.join(map(str, rows[0]))}")
 
 
 def load_run(path, *, need_summary: bool = True) -> RunData:
-    p = Path(path).expanduser().resolve()
-    if not p.is_dir():
-        raise UsageError(f"{path}: no such run directory")
+    p = results.run_dir(path).resolve()
     if not (p / "manifest.json").exists() and is_users_artifact(p):
         return load_users_artifact(p, need_summary=need_summary)
     notes: list[str] = []
-    manifest = _json(p / "manifest.json", notes)
-    if not isinstance(manifest, dict):
-        raise UsageError(f"{path}: not a parity run directory (no readable manifest.json)")
+    if not (p / "manifest.json").exists():
+        raise UsageError(f"{path}: not a parity run directory (no manifest.json)")
+    manifest = results.read_manifest(p / "manifest.json").filled()
     if manifest.get("status") == "running":
         if RunDir(p).settle("report"):  # its parity was killed: it will never end by itself
-            manifest = _json(p / "manifest.json", notes)
+            manifest = results.read_manifest(p / "manifest.json").filled()
     rd = RunData(p, manifest, notes=notes)
-    rd.hardware = _json(p / "hardware.json", notes)
-    rd.gates = _json(p / "gates.json", notes)
-    rd.summary = _json(p / "summary.json", notes)
-    rd.builds = _json(p / "builds.json", notes)
-    rd.analysis = _json(p / "profile" / "analysis.json", notes)
-    rd.bench = _json(p / "bench.json", notes)
+    rd.hardware = _json(p / "hardware.json", notes, model.Hardware)
+    rd.gates = _json(p / "gates.json", notes, model.Gates)
+    rd.summary = _result(results.read_summary, p / "summary.json")
+    rd.builds = _json(p / "builds.json", notes, model.Builds)
+    rd.analysis = _json(p / "profile" / "analysis.json", notes, model.Analysis)
+    rd.bench = _result(results.read_bench, p / "bench.json")
     tsv = next((f for f in (p / "gate_checks.tsv", p / "gate_summary.tsv") if f.is_file()), p / "gate_checks.tsv")
     if tsv.is_file():
         try:
             rd.gate_rows = parse_gate_summary(tsv.read_text())
-        except ValueError as e:
+        except (ValueError, csv.Error) as e:
             notes.append(str(e))
     if need_summary and not rd.summary:
         raise UsageError(f"{path}: no summary.json (not a snapshot run, or it failed before any result)")
@@ -120,6 +130,8 @@ def _num(v: str):
         f = float(v)
     except ValueError:
         return v
+    if not math.isfinite(f):
+        raise ValueError(f"summary.tsv: {v!r} where a number must be finite")
     return int(f) if f.is_integer() and "." not in v and "e" not in v.lower() else f
 
 
@@ -139,6 +151,8 @@ def parse_users_summary(text: str) -> tuple[list[dict], list[dict]]:
         if len(cells) != len(header):
             raise ValueError(f"summary.tsv: {len(cells)} cells under a {len(header)}-column header: {line[:60]!r}")
         rec = {k: (_num(v) if k != "arm" else v) for k, v in zip(header, cells)}
+        if not isinstance(rec["n"], int):
+            raise ValueError(f"summary.tsv: n is {rec['n']!r}, not an integer: {line[:60]!r}")
         (ratios if header[0] == "ratio" else rows).append(rec)
     missing = [c for c in USERS_SUMMARY_COLUMNS if rows and c not in rows[0]]
     if missing:
@@ -176,15 +190,18 @@ def load_users_artifact(p: Path, *, need_summary: bool = True) -> RunData:
     if (p / "summary.tsv").is_file():
         try:
             rows, ratios = parse_users_summary((p / "summary.tsv").read_text())
-        except ValueError as e:
+        except (ValueError, csv.Error) as e:
             notes.append(str(e))
     have = {(r["arm"], r["n"]) for r in rows}
     for f in sorted(p.glob("*/n[0-9]*.json")):
         data = _json(f, notes)
         if not isinstance(data, dict) or "n" not in data:
             continue
-        key = (f.parent.name, int(data["n"]))
-        nums = {k: v for k, v in data.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        if not isinstance(data["n"], int) or isinstance(data["n"], bool):
+            notes.append(f"{f}: n is {data['n']!r}, not an integer: left out")
+            continue
+        key = (f.parent.name, data["n"])
+        nums = {k: v for k, v in data.items() if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
         if key in have:
             next(r for r in rows if (r["arm"], r["n"]) == key).update({k: v for k, v in nums.items() if k not in USERS_SUMMARY_COLUMNS})
         else:
@@ -213,7 +230,7 @@ def load_users_artifact(p: Path, *, need_summary: bool = True) -> RunData:
         try:
             rd.gate_rows = parse_gate_summary(gs.read_text())
             rd.gates = _users_gates(rd.gate_rows)
-        except ValueError as e:
+        except (ValueError, csv.Error) as e:
             notes.append(str(e))
     if need_summary and not rd.summary:
         raise UsageError(f"{p}: an artifact dir of the users' harness without summary.tsv or <arm>/nNNN.json rows")
@@ -228,8 +245,8 @@ def gate_problems(rd: RunData, *, current: bool = False) -> list[str]:
     if m.get("valid") is False:
         out.append("manifest valid=false (" + "; ".join(m.get("invalid_reasons") or ["no reason"]) + ")")
     status = m.get("status")
-    if status in ("failed", "interrupted") or (status == "running" and not current):
-        out.append(f"run status {status}")
+    if status in ("failed", "interrupted", None) or (status == "running" and not current):
+        out.append(f"run status {status}" if status else "manifest.json has no status (did the run end?)")
     g = rd.gates
     if not isinstance(g, dict):
         users = m.get("kind") == "users-snapshot"
@@ -256,4 +273,19 @@ def values_by_cell(rd: RunData, metric: str) -> dict[tuple[str, int], dict[int, 
             continue
         key = (str(r.get("engine")), int(r.get("n", 0)))
         out.setdefault(key, {})[int(r.get("repeat", i))] = float(v)
+    return out
+
+
+def cells(rd: RunData, metric: str) -> dict[tuple[str, int], dict]:
+    """{(engine, n): {"values": {repeat: value}, "gaps": [why a repeat has no value]}} for one metric:
+    every row counts, and a row whose value is absent, null, non-finite or not a number is a gap."""
+    out: dict[tuple[str, int], dict] = {}
+    for i, r in enumerate(rd.rows()):
+        cell = out.setdefault((str(r.get("engine")), r.get("n", 0)), {"values": {}, "gaps": []})  # n: an N, or a workload's rate
+        v, repeat = r.get(metric), r.get("repeat", i)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+            cell["values"][int(repeat) if isinstance(repeat, int) else i] = float(v)
+        else:
+            what = "absent" if metric not in r else "null" if v is None else repr(v) if isinstance(v, float) else f"a {type(v).__name__}"
+            cell["gaps"].append(f"r{repeat}: {what}" + ("" if r.get("valid", True) else " (invalid)"))
     return out

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import statistics
 
-from parity import stats
+from parity import results, stats
 from parity.metrics import validity
 from parity.metrics.registry import definitions, direction
 from parity.metrics.serving import HEADLINE, METRICS
@@ -143,7 +143,7 @@ def parity_tsv(rows: list[dict], med: list[dict], rat: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-PAIRED_COLUMNS = ["engine", "reference", "n", "metric", "n_blocks", "ratio", "low", "high", "half_width_pct", "outcome", "blocks_needed", "block_ratios"]
+PAIRED_COLUMNS = results.model.PAIRED_COLUMNS  # the result model owns the file's layout
 
 
 def paired_tsv(points: list[dict], key: str = "n") -> str:
@@ -200,7 +200,7 @@ def write(ctx, plan, rows: list[dict], extra: dict | None = None) -> dict:
         "metrics": definitions(),
         **(extra or {}),
     }
-    ctx.run.write_json("summary.json", doc)
+    results.write_summary(ctx.run, doc)
     ctx.run.write_text("parity_summary.tsv", parity_tsv(rows, med, rat))
     ctx.run.write_text("summary.tsv", users_tsv(med, plan.reference))
     ctx.run.write_text("paired.tsv", paired_tsv(pts))

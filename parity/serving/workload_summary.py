@@ -7,7 +7,7 @@ summary.tsv is the closed N sweep's layout, so a workload run does not write one
 
 from __future__ import annotations
 
-from parity import stats
+from parity import results, stats
 from parity.serving import summary
 from parity.metrics.registry import definitions
 from parity.metrics.serving import METRICS
@@ -88,7 +88,7 @@ def write(ctx, plan, rows: list[dict], extra: dict | None = None) -> dict:
         "metrics": definitions(keys(wl.kind)),
         **(extra or {}),
     }
-    ctx.run.write_json("summary.json", doc)
+    results.write_summary(ctx.run, doc)
     ctx.run.write_text("parity_summary.tsv", tsv(rows, med, rat, wl.kind))
     ctx.run.write_text("paired.tsv", summary.paired_tsv(pts))
     return doc

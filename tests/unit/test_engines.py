@@ -246,7 +246,7 @@ def test_profile_serve_capture_keeps_the_launch_and_the_model_name(tmp_path, mon
     from parity.profiles import capture as cap
 
     ctx = make_ctx(tmp_path, "models:\n  other: {path: x.gguf, vllm_path: /w/other, served_name: other-served}\n")
-    plan = cap.make_plan(ctx, engine="vllm", workload="serve", ntgs=[8], npl=2, model="other", graph_node=True, dry=True, tracer="nsys", blocks=1)
+    plan = cap.make_plan(ctx, engine="vllm", workload="serve", ntgs=[8], npl=2, model="other", graph_node=True, dry=True, tracer="nsys", blocks=1, out_dir=str(tmp_path / "profile"))
     (c,) = plan.captures
     assert c.server.served_name == "other-served" and "other-served" in c.argv
     seen = {}

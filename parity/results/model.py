@@ -1,0 +1,413 @@
+"""The result model: the rows and documents parity writes into a run directory, as dataclasses.
+
+Each declares the fields parity reads (their types are checked when a file is read, and its
+JSON Schema under docs/schemas/ is generated from them); a file may hold more keys (a row's
+metrics, provenance), kept as they are.  FINITE names the parts in which every number must be
+finite.  SCHEMA_VERSION counts changes of this model; a file written before it was versioned
+reads as version 0."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Annotated, Any, ClassVar, Literal, Optional, Union
+
+import msgspec
+
+SCHEMA_VERSION = 1
+Number = Optional[float]  # a value that could not be computed is null, never NaN
+Point = Union[int, float]  # a sweep's N, or a workload's point key (an open-loop rate is a float)
+
+
+@dataclass
+class Reconciliation:
+    """A point's server-side count against the client's (parity.serving.server_metrics)."""
+
+    quantity: str
+    client: Any
+    server: Any
+    rule: str
+    status: str
+
+
+@dataclass
+class PointRow:
+    """One engine x point x repeat of a serving sweep (summary.json rows[]); its metrics are the
+    row's other keys (a number, or null with invalid_reasons or a reason beside it)."""
+
+    engine: str
+    n: Point
+    repeat: Optional[int] = None
+    valid: bool = True
+    point: Optional[str] = None
+    invalid_reasons: list[str] = field(default_factory=list)
+    reconciliation: list[Reconciliation] = field(default_factory=list)
+    telemetry: Optional[dict[str, Any]] = None
+    server: Optional[dict[str, Any]] = None
+
+
+@dataclass
+class Median:
+    """Per engine x point: each metric's median over the valid repeats (summary.json medians[])."""
+
+    engine: str
+    n: Point
+    repeats: int = 0
+    invalid_repeats: int = 0
+    point: Optional[str] = None
+    spread: dict[str, list[float]] = field(default_factory=dict)
+
+
+@dataclass
+class Verdict:
+    """The users' rule on one metric of a ratio row."""
+
+    verdict: str
+    reason: str = ""
+    threshold_pct: Number = None
+    delta_pct: Number = None
+
+
+@dataclass
+class Ratio:
+    """engine / reference per point from medians, with the users' rule (summary.json ratios[])."""
+
+    engine: str
+    n: Point
+    reference: Optional[str] = None
+    repeats: int = 0
+    noise: Optional[str] = None
+    point: Optional[str] = None
+    verdicts: dict[str, Verdict] = field(default_factory=dict)
+    paired: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+@dataclass
+class PairedRow:
+    """The paired block statistics of one engine/reference x point x metric (summary.json
+    paired[], paired.tsv): geometric mean of the per-block ratios and its interval."""
+
+    engine: str
+    reference: str
+    metric: str
+    n: Point
+    n_blocks: int = 0
+    ratio: Number = None
+    low: Number = None
+    high: Number = None
+    half_width_pct: Number = None
+    outcome: Optional[str] = None
+    blocks_needed: Optional[int] = None
+    ratios: list[float] = field(default_factory=list)
+    reason: str = ""
+    point: Optional[str] = None
+
+
+@dataclass
+class Summary:
+    """summary.json of a serving snapshot or workload run."""
+
+    FINITE: ClassVar[tuple[str, ...]] = ("rows", "medians", "ratios", "paired")
+    kind: Literal["snapshot"] = "snapshot"
+    schema_version: int = 0
+    model: Optional[str] = None
+    engines: list[str] = field(default_factory=list)
+    reference_engine: Optional[str] = None
+    rows: list[PointRow] = field(default_factory=list)
+    medians: list[Median] = field(default_factory=list)
+    ratios: list[Ratio] = field(default_factory=list)
+    paired: list[PairedRow] = field(default_factory=list)
+    shape: dict[str, Any] = field(default_factory=dict)
+    headline: Optional[str] = None
+    valid: bool = True
+    invalid_points: list[str] = field(default_factory=list)
+    calibration: Optional[dict[str, Any]] = None
+    workload: Optional[dict[str, Any]] = None
+    shown: list[str] = field(default_factory=list)
+
+
+@dataclass
+class LeverCell:
+    """The headline's B/A at one point of a lever A/B."""
+
+    point: Optional[str] = None
+    ratio: Number = None
+    low: Number = None
+    high: Number = None
+    outcome: Optional[str] = None
+    n_blocks: Optional[int] = None
+
+
+@dataclass
+class LeverMeasurement:
+    kind: str = ""
+    metric: str = ""
+    points: list[LeverCell] = field(default_factory=list)
+    invalid_points: list[str] = field(default_factory=list)
+
+
+@dataclass
+class LeverSummary:
+    """summary.json of `parity ab` (verdict null while it measures)."""
+
+    FINITE: ClassVar[tuple[str, ...]] = ("key", "measurement")
+    kind: Literal["lever-ab"]
+    lever: str
+    schema_version: int = 0
+    verdict: Optional[str] = None
+    why: Optional[str] = None
+    arms: dict[str, str] = field(default_factory=dict)
+    key: Optional[LeverCell] = None
+    measurement: Optional[LeverMeasurement] = None
+    gates: Optional[dict[str, Any]] = None
+
+
+@dataclass
+class BenchRow:
+    """One llama-batched-bench table row (bench.json rows[]); an A/B's rows carry their arm and block."""
+
+    pp: int
+    tg: int
+    b: int
+    s_tg: Number = None
+    s_pp: Number = None
+    s: Number = None
+    n_kv: Optional[int] = None
+    t: Number = None
+    t_pp: Number = None
+    t_tg: Number = None
+    engine: Optional[str] = None
+    build: Optional[str] = None
+    repeat: Optional[int] = None
+    slot: Optional[int] = None
+
+
+@dataclass
+class BenchPaired:
+    """B/A of one arm x point x metric over the blocks (bench.json paired[])."""
+
+    engine: str
+    reference: str
+    metric: str
+    pp: int
+    tg: int
+    b: int
+    n_blocks: int = 0
+    ratio: Number = None
+    low: Number = None
+    high: Number = None
+    outcome: Optional[str] = None
+    blocks_needed: Optional[int] = None
+    users_rule: Optional[dict[str, Any]] = None
+
+
+@dataclass
+class Bench:
+    """bench.json: one llama-batched-bench run, or the blocks of an A/B (parity bench --engines)."""
+
+    FINITE: ClassVar[tuple[str, ...]] = ("rows", "paired", "per_engine")
+    kind: Literal["bench"] = "bench"
+    schema_version: int = 0
+    engine: Optional[str] = None
+    model: Optional[str] = None
+    rows: list[BenchRow] = field(default_factory=list)
+    engines: list[str] = field(default_factory=list)
+    reference: Optional[str] = None
+    paired: list[BenchPaired] = field(default_factory=list)
+    per_engine: list[dict[str, Any]] = field(default_factory=list)
+    command: list[str] = field(default_factory=list)
+    npp: list[int] = field(default_factory=list)
+    ntg: list[int] = field(default_factory=list)
+    npl: list[int] = field(default_factory=list)
+
+
+@dataclass
+class Manifest:
+    """manifest.json: a run's provenance and status (parity.artifacts.RunDir)."""
+
+    FINITE: ClassVar[tuple[str, ...]] = ()
+    run_id: Optional[str] = None
+    kind: Optional[str] = None
+    status: Optional[str] = None
+    valid: bool = True
+    invalid_reasons: list[str] = field(default_factory=list)
+    argv: list[str] = field(default_factory=list)
+    hostname: Optional[str] = None
+    pid: Optional[int] = None
+    started: Optional[str] = None
+    ended: Optional[str] = None
+    error: Optional[str] = None
+    config: Optional[dict[str, Any]] = None
+    env: dict[str, Any] = field(default_factory=dict)
+    steps: dict[str, dict[str, Any]] = field(default_factory=dict)
+    campaign: Optional[dict[str, Any]] = None
+    slurm: Optional[dict[str, Any]] = None
+
+
+@dataclass
+class LeverRow:
+    """One row of the lever map (lever_map.yaml levers[]): the users edit verdicts and add keys."""
+
+    lever: Union[Annotated[str, msgspec.Meta(min_length=1)], int]
+    verdict: Any = None
+    ratio: Number = None
+    low: Number = None
+    high: Number = None
+
+
+@dataclass
+class LeverMap:
+    """lever_map.yaml: the users' file; a NaN a hand edit left is listed as null with the row's
+    problem named (parity.levers.map.plain_rows), not refused."""
+
+    levers: Optional[list[LeverRow]] = None
+
+
+@dataclass
+class Probe:
+    """One probe of a bisection (bisect.json probes[])."""
+
+    n: int
+    role: str
+    state: int
+    label: str
+    verdict: str
+    result: str = ""
+
+
+@dataclass
+class Bisection:
+    """bisect.json."""
+
+    FINITE: ClassVar[tuple[str, ...]] = ()
+    kind: Literal["bisect"]
+    over: str
+    criterion: str
+    labels: list[str]
+    probes: list[Probe] = field(default_factory=list)
+    culprit: Optional[str] = None
+    reason: Optional[str] = None
+
+
+@dataclass
+class MatrixTarget:
+    """One target of a matrix run (matrix.json is a list of these)."""
+
+    target: str
+    host: str
+    exit_code: Optional[int] = None
+    run_dir: Optional[str] = None
+    error: Optional[str] = None
+    kind: Optional[str] = None
+    profile: Optional[str] = None
+
+
+# paired.tsv: one PairedRow per line (block_ratios: B/A per block, comma-joined in block order)
+PAIRED_COLUMNS = ["engine", "reference", "n", "metric", "n_blocks", "ratio", "low", "high", "half_width_pct", "outcome", "blocks_needed", "block_ratios"]
+PAIRED_TYPES = {"n": Point, "n_blocks": int, "ratio": float, "low": float, "high": float, "half_width_pct": float, "blocks_needed": int, "block_ratios": list}
+
+
+# ------------------------------------------------------------------ side files of a run (read by the report)
+
+
+@dataclass
+class Hardware:
+    """hardware.json (parity.gpu.hardware)."""
+
+    hardware_class: Optional[str] = None
+    gpus: list[dict[str, Any]] = field(default_factory=list)
+    cuda_version: Optional[str] = None
+    cpu: Optional[dict[str, Any]] = None
+    host: Optional[str] = None
+
+
+@dataclass
+class GateCheck:
+    check: str
+    status: str
+    kind: Optional[str] = None
+    expected: Any = None
+    got: Any = None
+    data: Optional[dict[str, Any]] = None
+    attempts: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class GateSet:
+    """One phase of gates.json (pre, post): its status and checks."""
+
+    status: str = ""
+    phase: Optional[str] = None
+    checks: list[GateCheck] = field(default_factory=list)
+
+
+Gates = dict[str, Union[str, GateSet]]  # gates.json: {"pre": GateSet, "post": GateSet, "status": "pass"}
+
+
+@dataclass
+class Source:
+    """Where a build's llama.cpp came from (builds.json source)."""
+
+    kind: Optional[str] = None
+    pin: Optional[str] = None
+    package: Optional[str] = None
+    path: Optional[str] = None
+    url: Optional[str] = None
+    sha256: Optional[str] = None
+
+
+@dataclass
+class BuildRecord:
+    """One engine of builds.json: a build's provenance, a prebuilt bin dir, or a vLLM venv."""
+
+    engine: Optional[str] = None
+    kind: Optional[str] = None
+    key: Optional[str] = None
+    prebuilt: Optional[str] = None
+    bin_dir: Optional[str] = None
+    source: Optional[Source] = None
+    series_dir: Optional[str] = None
+    series_digest: Optional[str] = None
+    patches: list[dict[str, Any]] = field(default_factory=list)
+    tree_before: Optional[str] = None
+    tree_after: Optional[str] = None
+    expected_tree: Optional[str] = None
+    cuda_archs: Optional[str] = None
+    cmake_configure: list[str] = field(default_factory=list)
+    vllm: Optional[dict[str, Any]] = None
+
+
+Builds = dict[str, BuildRecord]
+
+
+@dataclass
+class Bucket:
+    bucket: str
+    total_ms: Number = None
+    share: Number = None
+    ms_per_launch: Number = None
+
+
+@dataclass
+class Capture:
+    label: Optional[str] = None
+    engine: Optional[str] = None
+    total_ms: Number = None
+    buckets: list[Bucket] = field(default_factory=list)
+    unmatched_top: list[Any] = field(default_factory=list)
+
+
+@dataclass
+class Difference:
+    formula: Optional[str] = None
+    total: Optional[dict[str, Any]] = None
+    buckets: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class Analysis:
+    """profile/analysis.json (parity.profiles.analysis): kernel buckets per capture, the difference method."""
+
+    FINITE: ClassVar[tuple[str, ...]] = ("captures", "difference")
+    captures: list[Capture] = field(default_factory=list)
+    difference: list[Difference] = field(default_factory=list)
+    note: Optional[str] = None

@@ -1,0 +1,37 @@
+"""The JSON Schemas of summary.json and bench.json, generated from the result model (the files
+under docs/schemas/ are these, written by `python -m parity.results.schema`; a test keeps them equal)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import msgspec
+
+from parity.results import model
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "schemas"
+FILES = {"summary.json": (model.Summary, model.LeverSummary), "bench.json": (model.Bench,)}
+
+
+def schema(name: str) -> dict:
+    """JSON Schema (draft 2020-12) of one run-dir file: one of its model's documents."""
+    (refs, defs) = msgspec.json.schema_components(FILES[name], ref_template="#/$defs/{name}")
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": name,
+        "description": f"parity's {name} (schema_version {model.SCHEMA_VERSION}; a file without schema_version was written before it was versioned). "
+        "Objects may hold more keys than listed (a row's metrics, provenance). Generated from parity/results/model.py.",
+        **({"$ref": refs[0]["$ref"]} if len(refs) == 1 else {"anyOf": list(refs)}),
+        "$defs": defs,
+    }
+
+
+def text(name: str) -> str:
+    return json.dumps(schema(name), indent=2, sort_keys=True) + "\n"
+
+
+if __name__ == "__main__":  # regenerate docs/schemas/
+    DOCS.mkdir(parents=True, exist_ok=True)
+    for name in FILES:
+        (DOCS / name.replace(".json", ".schema.json")).write_text(text(name))

@@ -1,0 +1,71 @@
+"""Writing through the model: a summary or bench document is stamped with the schema version,
+its non-finite numbers become null (JSON has no NaN), and it is checked as the reader checks it,
+so parity never writes a file it would refuse to read."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, is_dataclass
+from pathlib import PurePath
+from typing import Any
+
+from parity.errors import ParityError
+from parity.results import model
+from parity.results.reader import BadResultFile, check
+
+
+def plain(data: Any) -> Any:
+    """data with every NaN / inf replaced by None (JSON has neither)."""
+    if isinstance(data, float) and not math.isfinite(data):
+        return None
+    if isinstance(data, dict):
+        return {k: plain(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [plain(v) for v in data]
+    return data
+
+
+def write(run, name: str, doc: dict, cls: type) -> dict:
+    """doc stamped with the schema version and its non-finite numbers made null (in place: the
+    caller's document is what was written), written through run.write_json, then checked as the
+    reader will check it (after writing: the numbers stay on disk when parity has a bug)."""
+    _finite_in_place(doc)
+    doc["schema_version"] = model.SCHEMA_VERSION
+    run.write_json(name, doc)
+    try:
+        check(plain(json.loads(json.dumps(doc, default=_default))), cls, name, cls.__name__)
+    except BadResultFile as e:
+        raise ParityError(f"parity wrote {name} in a shape its own reader refuses (a parity bug; the file is kept): {e}") from None
+    return doc
+
+
+def _finite_in_place(data: Any) -> None:
+    items = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, list) else ()
+    for k, v in list(items):
+        if isinstance(v, float) and not math.isfinite(v):
+            data[k] = None
+        elif isinstance(v, (dict, list)):
+            _finite_in_place(v)
+
+
+def write_summary(run, doc: dict) -> dict:
+    """summary.json of a snapshot, workload or lever A/B."""
+    return write(run, "summary.json", doc, model.LeverSummary if doc.get("kind") == "lever-ab" else model.Summary)
+
+
+def write_bench(run, doc: dict) -> dict:
+    """bench.json of llama-batched-bench (one run, or an A/B's blocks)."""
+    return write(run, "bench.json", doc, model.Bench)
+
+
+def _default(o):
+    if is_dataclass(o):
+        return asdict(o)
+    if isinstance(o, (set, tuple)):
+        return list(o)
+    if hasattr(o, "item"):  # numpy scalars
+        return o.item()
+    if isinstance(o, PurePath):
+        return str(o)
+    raise TypeError(f"not JSON serializable: {type(o).__name__}")
