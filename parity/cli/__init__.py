@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         # the first signal interrupts; later ones must not break the (bounded) cleanup
         signals.append(signum)
         interrupts.note(signum)
-        if len(signals) == 1:
+        if len(signals) == 1 and not _in_fork_hook(frame):
             raise KeyboardInterrupt(f"signal {signum}")
 
     previous = {sig: signal.signal(sig, _term) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
@@ -137,6 +137,22 @@ def _main(argv: list[str] | None, signals: list[int]) -> int:
             raise
         _one_line(f"internal error: {type(e).__name__}: {e} (set PARITY_DEBUG=1 for the traceback)")
         return 1
+
+
+FORK_HOOKS = {"_acquireLock", "_releaseLock", "_after_at_fork_child_reinit_locks"}  # logging's os.register_at_fork callbacks
+
+
+def _in_fork_hook(frame) -> bool:
+    """A signal landing in an at-fork callback (logging's, around every subprocess spawn): an
+    exception raised there is printed as "Exception ignored" and dropped, so the handler leaves
+    it to the loops' interrupts.check() instead."""
+    for _ in range(4):
+        if frame is None:
+            return False
+        if frame.f_code.co_name in FORK_HOOKS and frame.f_code.co_filename.endswith("logging/__init__.py"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _interrupted() -> int:

@@ -38,6 +38,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from parity import interrupts
 from parity.gpu.lock_config import LockConfig
 from parity.errors import InfraError, UsageError
 from parity.gpu.preflight import preflight  # noqa: F401  (public: parity.gpu.lock.preflight)
@@ -538,6 +539,7 @@ def wait_and_acquire(
     streak, prog, task = 0, None, None
     try:
         while True:
+            interrupts.check()  # a signal whose KeyboardInterrupt could not be raised where it landed
             st = lock.read()
             free = lock.acquirable(st, break_stale)
             pf = preflight(runner, cfg) if free and check_idle else None
