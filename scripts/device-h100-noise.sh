@@ -14,7 +14,8 @@
 #   wait       wait for the builds and models; quantize the MoE to Q8_0 (stock's llama-quantize)
 #   noise      batched-bench A/A (stock vs stock_b) at 1, 4 and 16 GB, REPEAT blocks each
 #   aa         serving A/A, stock vs stock_b, N 1/8/32 on MODEL, --until-ci CI
-#   canary     serving A/A of REPEAT (16) fixed blocks: the drift canary's flagged blocks, the intervals with and without them
+#   canary     serving A/A of REPEAT (16) fixed blocks: the drift canary's flagged blocks, the intervals with and without them;
+#              HOG="B:N ..." starves the host with N busy loops during block B
 #   lever      paged vs paged_nofg on moe-big-q8: batched-bench and serving, --until-ci CI
 #   aa-sizes   serving A/A at SIZES (dense-1g dense-4g), REPEAT fixed blocks
 #   paged-stock  paged vs stock on gpu-qwen35moe: bench A/B, gated serving sweep, parity gap
@@ -89,7 +90,20 @@ for stage in "$@"; do
     tail -n 30 $R/out/aa.err
     ;;
   canary)  # the drift canary on a serving A/A of REPEAT fixed blocks: the blocks it flags, and each interval with and without them
-    t $P snapshot -p $PROF --engines stock_b,stock -m ${MODEL:-dense-16g} --npl ${NPL:-1,8,32} --repeat ${REPEAT:-16} --no-gates --json > $R/out/canary.json 2> $R/out/canary.err
+    # HOG="3:16 7:32": N busy-looping processes (this host's CPU taken away, as a VM's stolen vCPUs) from the
+    # end of block B-1 to the end of block B, so the canary's flags can be checked against known disturbed blocks
+    : > $R/out/canary.err; : > $R/out/hog.txt
+    t $P snapshot -p $PROF --engines stock_b,stock -m ${MODEL:-dense-16g} --npl ${NPL:-1,8,32} --repeat ${REPEAT:-16} --no-gates --json > $R/out/canary.json 2> $R/out/canary.err &
+    snap=$!
+    for spec in ${HOG:-}; do
+      b=${spec%:*}; n=${spec#*:}
+      until grep -q "^block $((b - 1)) done" $R/out/canary.err; do kill -0 $snap 2> /dev/null || break 2; sleep 0.2; done
+      pids=""; for i in $(seq $n); do (while :; do :; done) & pids="$pids $!"; done
+      echo "$(date +%T.%N) block $b: $n busy loops on $(nproc) cores" | tee -a $R/out/hog.txt
+      until grep -q "^block $b done" $R/out/canary.err; do kill -0 $snap 2> /dev/null || break; sleep 0.2; done
+      kill $pids; echo "$(date +%T.%N) block $b: busy loops stopped" | tee -a $R/out/hog.txt
+    done
+    wait $snap
     grep "drift canary" $R/out/canary.err
     python3 -c "import json, sys; from parity.stats.canary import with_and_without; from parity.metrics.registry import direction; d = json.load(open(sys.argv[1])); s = json.load(open(d['run_dir'] + '/summary.json')); print(json.dumps({'canary': {k: s['canary'][k] for k in ('median_ms', 'mad_pct', 'threshold_pct', 'flagged', 'overhead_ms_per_block')}, 'intervals': with_and_without(s, ['decode_agg_tps', 'agg_tps', 'ttft_mean_ms'], direction)}, indent=1))" $R/out/canary.json | tee $R/out/canary-intervals.json
     cp $(python3 -c "import json, sys; print(json.load(open(sys.argv[1]))['run_dir'])" $R/out/canary.json)/summary.json $R/out/canary-summary.json

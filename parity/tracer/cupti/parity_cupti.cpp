@@ -178,9 +178,17 @@ void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *buffer, 
 typedef CUresult (*GetNodes)(CUgraph, CUgraphNode *, size_t *);
 typedef CUresult (*NodeType)(CUgraphNode, CUgraphNodeType *);
 
+void *driver_symbol(const char *name) {
+  // a static cudart (nvcc's default) dlopens libcuda RTLD_LOCAL, out of RTLD_DEFAULT's reach
+  void *sym = dlsym(RTLD_DEFAULT, name);
+  if (sym) return sym;
+  static void *driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+  return driver ? dlsym(driver, name) : nullptr;
+}
+
 void graph_nodes(CUgraph graph, size_t *nodes, size_t *kernels) {  // via the driver already loaded
-  static GetNodes get_nodes = (GetNodes)dlsym(RTLD_DEFAULT, "cuGraphGetNodes");
-  static NodeType node_type = (NodeType)dlsym(RTLD_DEFAULT, "cuGraphNodeGetType");
+  static GetNodes get_nodes = (GetNodes)driver_symbol("cuGraphGetNodes");
+  static NodeType node_type = (NodeType)driver_symbol("cuGraphNodeGetType");
   *nodes = *kernels = (size_t)-1;
   if (!get_nodes || !node_type || get_nodes(graph, nullptr, nodes) != CUDA_SUCCESS) return;
   std::vector<CUgraphNode> all(*nodes);
