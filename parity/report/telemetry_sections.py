@@ -81,7 +81,8 @@ def canary_section(rd: RunData, metrics=("decode_agg_tps", "agg_tps", "ttft_mean
     for f in c.get("flagged") or []:
         rs = [r for r in (rd.summary or {}).get("rows") or [] if r.get("repeat") == f["block"] and r.get("engine") == f["engine"]]
         t = [r["telemetry"] for r in rs if isinstance(r.get("telemetry"), dict)]
-        rows.append([f["block"], f["engine"], fmt(f["ms"]), f"{f['off_pct']:+.1f}%", fmt(_max(x.get("load1_max") for x in t)), fmt(_med(x.get("client_cpu_pct") for x in t)),
+        probe = fmt(f["ms"]) if f.get("cpu_ms") is None else f"{fmt(f['ms'])} / {fmt(f['cpu_ms'])}"
+        rows.append([f["block"], f["engine"], probe, f"{f['off_pct']:+.1f}%", fmt(_max(x.get("load1_max") for x in t)), fmt(_med(x.get("client_cpu_pct") for x in t)),
                      fmt(_med(x.get("server_cpu_pct") for x in t)), "discarded" if any(r.get("discarded") for r in rs) else "flagged"])  # fmt: skip
     def iv(t):
         return "-" if not t or t[0] is None else f"{t[0]:.4f} [{fmt(t[1])}, {fmt(t[2])}] ({t[3]})"

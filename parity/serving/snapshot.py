@@ -359,7 +359,7 @@ def sweep_all(ctx, plan: SnapshotPlan) -> list[dict]:
                     plan.order.append((b, engine))
                     prog.update(task, total=len(plan.order) * len(plan.npl))
                 if st.canary != "off":
-                    probes.append({"block": b, "engine": engine, "ms": round(canary.host_probe(), 3)})
+                    probes.append(canary.sample(b, engine))
                 arms.append(run_arm(ctx, plan, engine, b, prog, task))
                 partial(counted[0])
             if st.canary == "discard":

@@ -1,14 +1,17 @@
 """A drift canary per block: a short fixed-cost probe before every arm of every block (the same
 probe whatever the arm), its own noise learned across the blocks, and the blocks where it moved
-beyond that noise.  The probe is a fixed loop on the host CPU: what it catches is a host whose CPU
-time was taken away (a VM's vCPUs stolen, the server's threads starved), the disturbance seen in
-the H100 A/A where two slow blocks out of 16 kept N=32's interval wide.
+beyond that noise.  The probe is a fixed loop on the host CPU, timed twice: by the wall clock and by
+the thread's own CPU clock.  What it catches is a host whose CPU time was taken away (a VM's vCPUs
+stolen, the server's threads starved): the loop then waits for a core, and its wall time stretches
+past its CPU time.  The stretch, not the wall time, is judged: on the H100 the wall time alone ran
+in two modes (28-33 and 45-64 ms) on quiet blocks, which put its bar at +206 % and hid blocks whose
+busy loops cost the server 9-23 % of its decode rate (tests/data/canary).
 
-A sample is off when log(ms / median) exceeds max(k x 1.4826 x MAD of the log times, floor): the
-median and MAD (a robust spread that one or two disturbed blocks do not inflate) are of every
-sample of the run so far, so the canary needs `min_samples` before it judges.  Only a slower probe
-is a disturbance: on the H100 a quiet A/A's probe ran in two modes (31-33 and 48-64 ms) while
-every block measured alike, and the fast mode flagged a third of the blocks when both ways counted."""
+A sample is off when log(wall / cpu) exceeds the run's median by more than max(k x 1.4826 x MAD of
+those logs, floor): the median and MAD (a robust spread that one or two disturbed blocks do not
+inflate) are of every sample of the run so far, so the canary needs `min_samples` before it judges.
+Only a stretched probe is a disturbance; a sample without a CPU time (a run before the CPU clock
+was read) is judged by its wall time, as it was."""
 
 from __future__ import annotations
 
@@ -17,40 +20,65 @@ import statistics
 import time
 from parity.stats.paired import by_point
 
-METHOD = "host CPU loop before every arm; a block is flagged when a sample is slower than the run's median by more than max({k:g} x 1.4826 x MAD, {floor:g} %) of the log times"
+WALL_METHOD = "host CPU loop before every arm; a block is flagged when a sample is slower than the run's median by more than max({k:g} x 1.4826 x MAD, {floor:g} %) of the log times"
+METHOD = "host CPU loop before every arm, timed by the wall clock and by its thread's CPU clock; a block is flagged when a sample's wall/CPU stretch exceeds the run's median by more than max({k:g} x 1.4826 x MAD, {floor:g} %) of the logs"
 LOOP = 400_000  # iterations of the probe: ~20-40 ms of one core
 POLICIES = ("flag", "discard", "off")
 
 
-def host_probe(n: int = LOOP) -> float:
-    """Milliseconds a fixed integer loop takes on this host, wall clock."""
-    t0 = time.perf_counter()
+def host_probe(n: int = LOOP) -> tuple[float, float]:
+    """(wall ms, CPU ms) of a fixed integer loop on this host: the CPU clock is this thread's own."""
+    t0, c0 = time.perf_counter(), time.thread_time()
     acc = 0
     for i in range(n):
         acc = (acc + i * i) % 1_000_003
-    return (time.perf_counter() - t0) * 1000.0
+    return (time.perf_counter() - t0) * 1000.0, (time.thread_time() - c0) * 1000.0
 
 
-def assess(samples: list[dict], k: float = 3.5, floor_pct: float = 5.0, min_samples: int = 6) -> dict:
-    """samples: [{block, engine, ms}] in run order.  Returns {method, median_ms, mad_pct,
-    threshold_pct, samples, flagged: [{block, engine, ms, off_pct}], blocks_flagged, overhead_ms_per_block}
-    (no judgement under min_samples: flagged is [] and why says so)."""
-    ms = [s["ms"] for s in samples if s.get("ms") and s["ms"] > 0]
+def sample(block: int, engine: str) -> dict:
+    """One probe as the canary stores it: {block, engine, ms (wall), cpu_ms}."""
+    wall, cpu = host_probe()
+    return {"block": block, "engine": engine, "ms": round(wall, 3), "cpu_ms": round(cpu, 3)}
+
+
+def stretch(s: dict) -> float | None:
+    """A sample's judged quantity: wall / CPU time (wall time alone for a sample without a CPU time)."""
+    ms, cpu = s.get("ms"), s.get("cpu_ms")
+    if not isinstance(ms, (int, float)) or not ms > 0:
+        return None
+    if cpu is None:
+        return ms
+    return ms / cpu if isinstance(cpu, (int, float)) and cpu > 0 else None
+
+
+def assess(samples: list[dict], k: float = 3.5, floor_pct: float | None = None, min_samples: int = 6) -> dict:
+    """samples: [{block, engine, ms, cpu_ms}] in run order.  Returns {method, judged, median_ms,
+    median_stretch, mad_pct, threshold_pct, samples, flagged: [{block, engine, ms, cpu_ms, off_pct}],
+    blocks_flagged, overhead_ms_per_block} (no judgement under min_samples: flagged is [] and why
+    says so).  The floor is 15 % of stretch (a probe that waited that share of its CPU time for a
+    core), or 5 % of wall time for samples without a CPU time."""
+    by_cpu = bool(samples) and all(s.get("cpu_ms") is not None for s in samples)
+    floor = floor_pct if floor_pct is not None else (15.0 if by_cpu else 5.0)
+    judged = [(s, v) for s in samples if (v := stretch(s) if by_cpu else stretch({"ms": s.get("ms")})) is not None]
+    walls = [s["ms"] for s, _ in judged]
     blocks = sorted({s["block"] for s in samples})
-    out = {"method": METHOD.format(k=k, floor=floor_pct), "probe": f"{LOOP} iterations of an integer loop", "samples": samples, "flagged": [], "blocks_flagged": [],
-           "median_ms": None, "mad_pct": None, "threshold_pct": None,
-           "overhead_ms_per_block": round(sum(ms) / len(blocks), 2) if blocks else None}  # fmt: skip
-    if len(ms) < min_samples:
-        out["why"] = f"{len(ms)} samples: the canary judges from {min_samples}"
+    out = {"method": METHOD.format(k=k, floor=floor) if by_cpu else WALL_METHOD.format(k=k, floor=floor), "judged": "stretch" if by_cpu else "wall",
+           "probe": f"{LOOP} iterations of an integer loop", "samples": samples, "flagged": [], "blocks_flagged": [],
+           "median_ms": round(statistics.median(walls), 3) if walls else None, "median_stretch": None, "mad_pct": None, "threshold_pct": None,
+           "overhead_ms_per_block": round(sum(walls) / len(blocks), 2) if blocks else None}  # fmt: skip
+    if len(judged) < min_samples:
+        out["why"] = f"{len(judged)} samples: the canary judges from {min_samples}"
         return out
-    logs = [math.log(v) for v in ms]
+    logs = [math.log(v) for _, v in judged]
     med = statistics.median(logs)
     mad = statistics.median(abs(x - med) for x in logs) * 1.4826
-    limit = max(k * mad, math.log1p(floor_pct / 100))
-    out.update(median_ms=round(math.exp(med), 3), mad_pct=round((math.exp(mad) - 1) * 100, 3), threshold_pct=round((math.exp(limit) - 1) * 100, 3))
-    for s in samples:
-        if s.get("ms") and s["ms"] > 0 and math.log(s["ms"]) - med > limit:  # slower only: a faster host is no disturbance
-            out["flagged"].append({**s, "off_pct": round((s["ms"] / math.exp(med) - 1) * 100, 2)})
+    limit = max(k * mad, math.log1p(floor / 100))
+    out.update(mad_pct=round((math.exp(mad) - 1) * 100, 3), threshold_pct=round((math.exp(limit) - 1) * 100, 3))
+    if by_cpu:
+        out["median_stretch"] = round(math.exp(med), 4)
+    for s, v in judged:
+        if math.log(v) - med > limit:  # one way only: a faster or less stretched probe is no disturbance
+            out["flagged"].append({**s, "off_pct": round((v / math.exp(med) - 1) * 100, 2)})
     out["blocks_flagged"] = sorted({f["block"] for f in out["flagged"]})
     return out
 
@@ -61,7 +89,8 @@ def line(doc: dict | None) -> str | None:
         return None
     if doc.get("why"):
         return f"drift canary: {doc['why']}"
-    head = f"drift canary: probe median {doc['median_ms']:.1f} ms (robust spread {doc['mad_pct']:.1f} %, a block is flagged past {doc['threshold_pct']:.1f} %; {doc['overhead_ms_per_block']:.0f} ms a block)"
+    what = f"probe {doc['median_ms']:.1f} ms, wall/CPU {doc['median_stretch']:.3f}" if doc.get("median_stretch") else f"probe median {doc['median_ms']:.1f} ms"
+    head = f"drift canary: {what} (robust spread {doc['mad_pct']:.1f} %, a block is flagged past {doc['threshold_pct']:.1f} %; {doc['overhead_ms_per_block']:.0f} ms a block)"
     if not doc["flagged"]:
         return head + "; no block flagged"
     worst = ", ".join(f"block {f['block']} before {f['engine']} {f['off_pct']:+.0f} %" for f in doc["flagged"])

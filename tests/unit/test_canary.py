@@ -14,9 +14,30 @@ def samples(times: list[float], engines=("a", "b")) -> list[dict]:
     return [{"block": i // len(engines), "engine": engines[i % len(engines)], "ms": t} for i, t in enumerate(times)]
 
 
-def test_the_probe_is_a_fixed_cost_measured_in_ms():
-    t = [canary.host_probe(50_000) for _ in range(3)]
-    assert all(0 < x < 5_000 for x in t)
+def test_the_probe_is_a_fixed_cost_timed_by_the_wall_and_by_its_threads_cpu_clock():
+    for wall, cpu in [canary.host_probe(50_000) for _ in range(3)]:
+        assert 0 < cpu <= wall + 1.0 and wall < 5_000  # one thread's CPU time cannot outrun the wall (1 ms of clock grain)
+    s = canary.sample(3, "paged")
+    assert set(s) == {"block", "engine", "ms", "cpu_ms"} and canary.stretch(s) == pytest.approx(s["ms"] / s["cpu_ms"])
+
+
+def test_a_probe_that_waits_for_a_core_stretches_past_its_cpu_time():
+    """Three busy loops per core: the probe's thread gets at most a quarter of one, so its wall
+    time is several times its CPU time, however busy the machine was before."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(3 * (os.cpu_count() or 1))]
+    try:
+        time.sleep(0.5)
+        wall, cpu = canary.host_probe()
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait()
+    assert wall / cpu > 1.5
 
 
 def test_a_block_whose_probe_moved_past_the_noise_is_flagged_and_one_outlier_does_not_widen_the_noise():
