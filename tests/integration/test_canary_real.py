@@ -27,7 +27,7 @@ def test_the_canary_samples_every_arm_and_the_report_says_what_it_flagged(tmp_pa
     c = json.loads((run / "summary.json").read_text())["canary"]
     assert c["policy"] == "flag" and len(c["samples"]) == 8  # 4 blocks x 2 arms
     assert {(s["block"], s["engine"]) for s in c["samples"]} == {(b, e) for b in range(4) for e in ("paged", "stock")}
-    assert c["median_ms"] > 0 and c["median_stretch"] >= 1.0 and c["threshold_pct"] >= 15.0 and c["overhead_ms_per_block"] > 0
+    assert c["median_ms"] > 0 and c["median_stretch"] >= 0.99 and c["threshold_pct"] >= 15.0 and c["overhead_ms_per_block"] > 0
     assert set(c["blocks_flagged"]) <= set(range(4))
     assert "drift canary: probe " in r.stderr and "wall/CPU" in r.stderr
     rep = run_parity("--artifacts", str(tmp_path / "runs"), "report", str(run), "--profile", str(prof), "--out-dir", str(tmp_path / "rep"), "--json")
