@@ -87,3 +87,42 @@ def test_only_a_slower_probe_is_a_disturbance_as_on_the_h100():
     slow = [dict(s) for s in got]
     slow[13]["ms"] *= 2.0
     assert canary.assess(slow)["blocks_flagged"] == [slow[13]["block"]]
+
+
+def _capture(name: str) -> dict:
+    import json
+    from pathlib import Path
+
+    return json.loads((Path(__file__).resolve().parents[1] / "data" / "canary" / name).read_text())
+
+
+def _slow_blocks(rows: list[dict], below: float = 0.93) -> set[int]:
+    """Blocks where an arm's decode_agg_tps fell under `below` x the run's median."""
+    import statistics
+
+    med = statistics.median(r["decode_agg_tps"] for r in rows)
+    return {r["repeat"] for r in rows if r["decode_agg_tps"] < below * med}
+
+
+def test_on_the_gpu_box_the_stretch_flags_the_probes_that_ran_beside_busy_loops_and_the_slowed_blocks():
+    """H200 serving A/A, 12 blocks, with 32, 16 and 8 busy loops on 16 cores from the end of
+    block 2, 5 and 8 to the end of block 3, 6 and 9 (tests/data/canary/README.md).  The loops
+    were stopped ~0.2 s after the next block began, so the first probe of blocks 4 and 7 also ran
+    beside them: the canary flags every probe that did and none that did not, and both blocks the
+    loops slowed (-22 %, -15 %)."""
+    doc = _capture("h200-aa-starved-12-blocks.json")
+    got = canary.assess(doc["canary"]["samples"])
+    starved = {(s["block"], s["engine"]) for s in doc["canary"]["samples"] if s["ms"] > 1.5 * s["cpu_ms"]}
+    assert {(f["block"], f["engine"]) for f in got["flagged"]} == starved == {(3, "stock_b"), (4, "stock_b"), (6, "stock"), (7, "stock")}
+    assert _slow_blocks(doc["rows"]) == {3, 6} and {3, 6} <= set(got["blocks_flagged"])
+    assert got["median_stretch"] < 1.02 and got["threshold_pct"] == pytest.approx(15.0)  # the floor: quiet probes stretch under 1.2 %
+    assert 9 not in got["blocks_flagged"]  # 8 loops on 16 cores leave every thread a core
+
+
+def test_the_wall_time_alone_misses_the_slowed_blocks_where_it_runs_in_two_modes():
+    """H100, the same run with the wall time only: blocks 3 and 6 lost 9-23 % of their decode
+    rate, and their probes (75-96 and 36-60 ms) sit inside the quiet probes' two modes (27-52 ms)."""
+    doc = _capture("h100-aa-starved-wall-12-blocks.json")
+    assert _slow_blocks(doc["rows"]) == {3, 6}
+    got = canary.assess(doc["canary"]["samples"])
+    assert got["judged"] == "wall" and got["threshold_pct"] > 150 and got["blocks_flagged"] == []
