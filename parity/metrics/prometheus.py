@@ -14,7 +14,10 @@ gauges' values after), and reconciles them with the client:
 - the server's mean TTFT and E2E latency must agree with the client's: the client's
   include the network and the HTTP frontend (vLLM's API server tokenizes before its
   engine clock starts: ~6 ms on the 2-core CI box), so the client may be longer by up
-  to max(25 %, 10 ms) but shorter by no more than max(5 %, 1 ms);
+  to max(25 %, 10 ms) but shorter by no more than max(5 %, 1 ms); that frontend time sits in
+  the client's E2E as well (a quiet smoke run on the CI box: TTFT gaps 3.1, 10.4, 6.9 ms beside
+  E2E gaps 3.6, 10.4, 7.1 ms), so the client's TTFT may also be longer by the E2E gap plus
+  max(5 %, 1 ms): what no frontend offset explains is still a mismatch;
 a mismatch is a warning in the run and a row of the report's reconciliation table.
 What an engine does not expose is said ("not exposed"), never guessed."""
 
@@ -26,6 +29,7 @@ from dataclasses import dataclass
 CLIENT_LONGER = (0.25, 10.0)
 CLIENT_SHORTER = (0.05, 1.0)
 TIME_RULE = "client - server within [-max(5 %, 1 ms), +max(25 %, 10 ms)]"
+TTFT_RULE = "client - server within [-max(5 %, 1 ms), +max(25 %, 10 ms, the E2E gap + max(5 %, 1 ms))]"
 
 
 @dataclass(frozen=True)
@@ -128,10 +132,18 @@ def deltas(f: Series, before: dict, after: dict) -> dict:
     }
 
 
-def _within(client_ms: float, server_ms: float) -> bool:
+def _within(client_ms: float, server_ms: float, offset_ms: float | None = None) -> bool:
+    """client - server inside the time rule; offset_ms (the E2E gap) also bounds a longer client."""
     gap = client_ms - server_ms
-    longer, shorter = max(CLIENT_LONGER[0] * abs(client_ms), CLIENT_LONGER[1]), max(CLIENT_SHORTER[0] * abs(client_ms), CLIENT_SHORTER[1])
-    return -shorter <= gap <= longer
+    slack = max(CLIENT_SHORTER[0] * abs(client_ms), CLIENT_SHORTER[1])
+    longer = max(CLIENT_LONGER[0] * abs(client_ms), CLIENT_LONGER[1], (offset_ms + slack) if offset_ms is not None else 0.0)
+    return -slack <= gap <= longer
+
+
+def _e2e_gap(server: dict, client: dict) -> float | None:
+    """The client's E2E less the server's, when both are there and agree by the time rule."""
+    c, s = client.get("e2e_mean_ms"), server.get("e2e_mean_ms")
+    return c - s if c is not None and s is not None and _within(c, s) else None
 
 
 def reconcile(server: dict, client: dict) -> list[dict]:
@@ -143,7 +155,7 @@ def reconcile(server: dict, client: dict) -> list[dict]:
     rows = []
     for key, rule in (("requests", "exact"), ("generation_tokens", "exact"), ("prompt_tokens", "exact"), ("ttft_mean_ms", "tolerance"), ("e2e_mean_ms", "tolerance")):
         c, s = client.get(key), server.get(key)
-        text = "exact" if rule == "exact" else TIME_RULE
+        text = "exact" if rule == "exact" else TTFT_RULE if key == "ttft_mean_ms" else TIME_RULE
         if s is None:
             status = "not exposed"
         elif c is None:
@@ -153,7 +165,7 @@ def reconcile(server: dict, client: dict) -> list[dict]:
         elif rule == "exact":
             status = "ok" if round(s) == round(c) else "MISMATCH"
         else:
-            status = "ok" if _within(c, s) else "MISMATCH"
+            status = "ok" if _within(c, s, _e2e_gap(server, client) if key == "ttft_mean_ms" else None) else "MISMATCH"
         rows.append({"quantity": key, "client": c, "server": s, "rule": text, "status": status})
     return rows
 
