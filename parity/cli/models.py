@@ -32,7 +32,7 @@ def register(app: typer.Typer) -> None:
     ):
         """Write a small deterministic GGUF (byte-level vocab, random weights); same options, same sha256."""
         from parity.cli.common import make_context
-        from parity.models import spec_from_options
+        from parity.models.catalog import spec_from_options
         from parity.models.synth import write_model
 
         ctx = make_context(profile, json)
@@ -47,7 +47,7 @@ def register(app: typer.Typer) -> None:
     def list_(profile: Optional[str] = ProfileOpt, json: bool = JsonOpt):
         """The profile's models: path, whether the file exists, how it is made."""
         from parity.cli.common import make_context
-        from parity.models import model_rows
+        from parity.models.catalog import model_rows
 
         ctx = make_context(profile, json)
         rows = model_rows(ctx.profile)
