@@ -22,7 +22,7 @@ from parity.stats.paired import by_point
 
 WALL_METHOD = "host CPU loop before every arm; a block is flagged when a sample is slower than the run's median by more than max({k:g} x 1.4826 x MAD, {floor:g} %) of the log times"
 METHOD = "host CPU loop before every arm, timed by the wall clock and by its thread's CPU clock; a block is flagged when a sample's wall/CPU stretch exceeds the run's median by more than max({k:g} x 1.4826 x MAD, {floor:g} %) of the logs"
-LOOP = 400_000  # iterations of the probe: ~20-40 ms of one core
+LOOP = 400_000  # iterations of the probe: ~30-90 ms of one core
 POLICIES = ("flag", "discard", "off")
 
 
@@ -41,14 +41,15 @@ def sample(block: int, engine: str) -> dict:
     return {"block": block, "engine": engine, "ms": round(wall, 3), "cpu_ms": round(cpu, 3)}
 
 
+def _wall(s: dict) -> float | None:
+    ms = s.get("ms")
+    return ms if isinstance(ms, (int, float)) and ms > 0 else None
+
+
 def stretch(s: dict) -> float | None:
-    """A sample's judged quantity: wall / CPU time (wall time alone for a sample without a CPU time)."""
-    ms, cpu = s.get("ms"), s.get("cpu_ms")
-    if not isinstance(ms, (int, float)) or not ms > 0:
-        return None
-    if cpu is None:
-        return ms
-    return ms / cpu if isinstance(cpu, (int, float)) and cpu > 0 else None
+    """A sample's wall / CPU time (None when either is missing or not positive)."""
+    ms, cpu = _wall(s), s.get("cpu_ms")
+    return ms / cpu if ms is not None and isinstance(cpu, (int, float)) and cpu > 0 else None
 
 
 def assess(samples: list[dict], k: float = 3.5, floor_pct: float | None = None, min_samples: int = 6) -> dict:
@@ -59,7 +60,8 @@ def assess(samples: list[dict], k: float = 3.5, floor_pct: float | None = None, 
     core), or 5 % of wall time for samples without a CPU time."""
     by_cpu = bool(samples) and all(s.get("cpu_ms") is not None for s in samples)
     floor = floor_pct if floor_pct is not None else (15.0 if by_cpu else 5.0)
-    judged = [(s, v) for s in samples if (v := stretch(s) if by_cpu else stretch({"ms": s.get("ms")})) is not None]
+    value = stretch if by_cpu else _wall
+    judged = [(s, v) for s in samples if (v := value(s)) is not None]
     walls = [s["ms"] for s, _ in judged]
     blocks = sorted({s["block"] for s in samples})
     out = {"method": METHOD.format(k=k, floor=floor) if by_cpu else WALL_METHOD.format(k=k, floor=floor), "judged": "stretch" if by_cpu else "wall",
