@@ -171,6 +171,21 @@ def shared_or_skip(*rel: str) -> Path:
     return SHARED
 
 
+def vllm_venv_or_skip():
+    """parity's cached vLLM CPU venv (installed on first use); skipped with one line when vLLM
+    cannot be installed here (no index to download torch or vllm from)."""
+    from parity.engines import vllm_install
+    from parity.ui import Output
+
+    try:
+        vllm_install.ensure_vllm(Output(json_mode=True))
+    except vllm_install.VllmInstallError as e:
+        if e.step in ("torch", "vllm"):
+            pytest.skip(f"vLLM cannot be installed here: {e}")
+        raise
+    return vllm_install.venv()
+
+
 def kl_runs_losing_their_tail(bin_dirs: dict, ref: str, model: str, text: str, tmp_path: Path, timeout: float) -> int:
     """How many of 20 KL runs (10 per engine in bin_dirs' stock and paged, three CPU hogs
     beside them) lost their last statistics line: llama.cpp's leaked async logger dropped the

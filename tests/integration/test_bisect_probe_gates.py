@@ -15,19 +15,11 @@ from parity.bisect import probe
 from parity.bisect.search import BAD, GOOD, UNDECIDED
 from parity.errors import InfraError
 from parity.gates.checks import ERROR, FAIL, PASS
+from tests.integration.test_op_oracle_closed_world import WRAPPERS  # each runs the real binary ("$REAL" "$@")
 
 pytestmark = pytest.mark.slow
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "gates"
-WRAPPERS = {  # each runs the real binary ("$REAL" "$@"), as test_op_oracle_closed_world's do
-    "real": 'exec "$REAL" "$@"',
-    "silent": '"$REAL" "$@" >/dev/null 2>&1; exit 0',
-    "headerless": (
-        '"$REAL" "$@" 2>&1 | awk \'/^Backend [0-9]+\\/[0-9]+: /{next} '
-        '/^  [0-9]+\\/[0-9]+ tests passed/{split($1,a,"/"); print "  " a[1]-1 "/" a[2] " tests passed"; next} '
-        '{sub(/Backend CPU: .*OK.*/, "Backend CPU: FAIL"); print}\'; exit 0'
-    ),
-}
 
 
 @pytest.fixture(scope="module")

@@ -29,6 +29,8 @@ from parity.engines.server import port_free, wait_ready
 from parity.runners.local import LocalRunner
 from ports import free_port
 
+from tests.conftest import vllm_venv_or_skip
+
 pytestmark = pytest.mark.slow
 
 SERVED = "tiny-hf"  # the smoke profile's served name for tiny-hf
@@ -43,18 +45,11 @@ VLLM_READY_S = 900  # 50-230 s seen on a 2-core box
 @pytest.fixture(scope="module")
 def vllm_setup(smoke_profile):
     """(venv, checkpoint dir): parity's cached vLLM CPU venv and the tiny-hf checkpoint (and its GGUF)."""
-    from parity.engines import vllm_install
     from parity.models.synth import ensure_model
-    from parity.ui import Output
 
-    try:
-        vllm_install.ensure_vllm(Output(json_mode=True))
-    except vllm_install.VllmInstallError as e:
-        if e.step in ("torch", "vllm"):
-            pytest.skip(f"vLLM cannot be installed here: {e}")
-        raise
+    venv = vllm_venv_or_skip()
     ensure_model(smoke_profile, "tiny-hf")  # the checkpoint vLLM serves and the GGUF llama-server serves
-    return vllm_install.venv(), Path(smoke_profile.models["tiny-hf"].vllm_path)
+    return venv, Path(smoke_profile.models["tiny-hf"].vllm_path)
 
 
 def vllm_argv(venv, checkpoint: Path, port: int) -> list[str]:

@@ -20,6 +20,8 @@ from parity.runners.local import LocalRunner
 from parity.engines.server import wait_ready
 from ports import free_port
 
+from tests.conftest import vllm_venv_or_skip
+
 pytestmark = pytest.mark.slow
 
 SERVED = "hf-tiny"
@@ -33,16 +35,7 @@ TEXTS = ["The quick brown fox jumps over the lazy dog.", "Paged attention stores
 
 @pytest.fixture(scope="session")  # session scope: set up before the session-scoped llama builds, so the skip comes first
 def vllm_venv():
-    from parity.engines import vllm_install
-    from parity.ui import Output
-
-    try:
-        vllm_install.ensure_vllm(Output(json_mode=True))
-    except vllm_install.VllmInstallError as e:
-        if e.step in ("torch", "vllm"):
-            pytest.skip(f"vLLM cannot be installed here: {e}")
-        raise
-    return vllm_install.venv()
+    return vllm_venv_or_skip()
 
 
 @pytest.fixture(scope="module")

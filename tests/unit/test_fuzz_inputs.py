@@ -354,6 +354,18 @@ PATCH = "From 0000 Mon Sep 17 00:00:00 2001\nSubject: [PATCH] x\n\n--- a/README.
 FILE_NAMES = st.sampled_from(["0001-x.patch", "0002-y.patch", "0001-dup.patch", "x.patch", "README", "0003-ü ñ.patch", ".0004-hidden.patch", "0005-.patch"]) | NAMES
 
 
+def series_at(series: Path, shape: str, files) -> Path:
+    """A series argument as drawn: a directory of `files` (name, text), a file, or nothing there."""
+    if shape == "dir":
+        series.mkdir()
+        for fname, body in files:
+            if fname.strip() not in ("", ".", ".."):
+                (series / fname).write_bytes(body.encode("utf-8", "surrogateescape"))
+    elif shape == "file":
+        series.write_text(PATCH)
+    return series
+
+
 @budget(60)
 @given(files=st.lists(st.tuples(FILE_NAMES, st.sampled_from([PATCH, "", "garbage\n", "\x00\xff"])), max_size=4), shape=st.sampled_from(["dir", "file", "missing"]),
        name=NAMES, over=st.sampled_from(["series", "series", "pin", "x"]), criterion=st.sampled_from(["md5", "oracle", "metric", "apply", "zz"]),
@@ -362,14 +374,7 @@ def test_bisect_series_on_broken_series_dirs(files, shape, name, over, criterion
     """No example may start a real bisection: the run root is a file, so one that passes every
     check still ends at the run directory (exit 2), before any build."""
     with workdir() as d:
-        series = d / f"series {name}"
-        if shape == "dir":
-            series.mkdir()
-            for fname, body in files:
-                if fname.strip() not in ("", ".", ".."):
-                    (series / fname).write_bytes(body.encode("utf-8", "surrogateescape"))
-        elif shape == "file":
-            series.write_text(PATCH)
+        series = series_at(d / f"series {name}", shape, files)
         (d / "runs-file").write_text("not a directory\n")
         args = ["--artifacts", d / "runs-file" / "runs", "bisect", "--series", series, "--over", over, "--criterion", criterion, *(["--first", first] if first else []),
                 *(["--blocks", blocks] if blocks is not None else []), *(["--min-delta-pct", repr(delta)] if delta is not None else []), *(["--repo", d / "no-repo", "--good", "a", "--bad", "b"] if over == "pin" else [])]  # fmt: skip
@@ -394,14 +399,7 @@ def upstream_repo() -> Path:
 @given(files=st.lists(st.tuples(FILE_NAMES, st.sampled_from([PATCH, "", "garbage\n"])), max_size=3), shape=st.sampled_from(["dir", "dir", "file", "missing"]), name=NAMES)
 def test_canary_on_broken_series_dirs_is_never_green_on_nothing(files, shape, name):
     with workdir() as d:
-        series = d / f"series {name}"
-        if shape == "dir":
-            series.mkdir()
-            for fname, body in files:
-                if fname.strip() not in ("", ".", ".."):
-                    (series / fname).write_text(body)
-        elif shape == "file":
-            series.write_text(PATCH)
+        series = series_at(d / f"series {name}", shape, files)
         r = cli("--artifacts", d / "runs", "canary", "--upstream", "master", "--repo", upstream_repo(), "--series", series, "--json")
         assert "internal error" not in r.err and "Traceback" not in r.err, r.err[-3000:]
         event(f"exit {r.rc}")
