@@ -36,15 +36,17 @@ def register(app: typer.Typer) -> None:
         json: bool = JsonOpt,
     ):
         """The first patch (or llama.cpp commit) that turns a gate red or moves a metric beyond the rule; exit 1 when none can be named."""
+        from parity.cli.common import make_context, parse_int_list, parse_str_list
+
+        ctx = make_context(profile, json)  # the profile and the lists are checked before the measurement code loads
+        lists = dict(ops=parse_str_list(ops) or [], npp=parse_int_list(npp, "--npp"), ntg=parse_int_list(ntg, "--ntg"), npl=parse_int_list(npl, "--npl"))
+        target_list = parse_str_list(targets)
         from parity.bisect.probe import Judge
         from parity.bisect.run import BisectRequest, NoCulprit
         from parity.bisect.run import bisect as run
-        from parity.cli.common import make_context, parse_int_list, parse_str_list
 
-        ctx = make_context(profile, json)
-        judge = Judge(criterion, model=model, path=path, ops=parse_str_list(ops) or [], backend=backend, metric=metric, threshold_pct=min_delta, blocks=blocks, max_blocks=max_blocks,
-                      npp=parse_int_list(npp, "--npp"), ntg=parse_int_list(ntg, "--ntg"), npl=parse_int_list(npl, "--npl"))  # fmt: skip
-        req = BisectRequest(over=over, criterion=criterion, engine=engine, series=series, first=first, last=last, repo=repo, good=good, bad=bad, targets=parse_str_list(targets), judge=judge, dry_run=dry_run)
+        judge = Judge(criterion, model=model, path=path, backend=backend, metric=metric, threshold_pct=min_delta, blocks=blocks, max_blocks=max_blocks, **lists)
+        req = BisectRequest(over=over, criterion=criterion, engine=engine, series=series, first=first, last=last, repo=repo, good=good, bad=bad, targets=target_list, judge=judge, dry_run=dry_run)
         if dry_run:
             doc = run(ctx, req)
             ctx.out.emit(doc, lambda: _render_plan(ctx.out, doc))

@@ -31,11 +31,13 @@ def register(app: typer.Typer) -> None:
             return
         from parity.cli.common import make_context, parse_str_list
         from parity.errors import EXIT_GATE
+
+        ctx = make_context(profile, json)  # the profile and the lists are checked before the gate code loads
+        op_list = parse_str_list(ops)
         from parity.gating import GateRequest
         from parity.gating import gate as run
 
-        ctx = make_context(profile, json)
-        req = GateRequest(model=model, path=path, ops=parse_str_list(ops), backend=backend, kl=kl, engine=engine, expect=expect, form=form, record=record, registry=registry)
+        req = GateRequest(model=model, path=path, ops=op_list, backend=backend, kl=kl, engine=engine, expect=expect, form=form, record=record, registry=registry)
         doc = run(ctx, req)
 
         def human():

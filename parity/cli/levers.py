@@ -41,14 +41,15 @@ def register(app: typer.Typer) -> None:
     ):
         """One lever A/B: both arms built, gated (md5 per path, or --lossy KL), measured in paired blocks; verdict GO / NO-GO / FLAT / INCONCLUSIVE into the lever map."""
         from parity.cli.common import make_context, parse_int_list, parse_str_list
+
+        ctx = make_context(profile, json)  # the profile and the lists are checked before the measurement code loads
+        lists = dict(npl=parse_int_list(npl, "--npl"), npp=parse_int_list(npp, "--npp"), ntg=parse_int_list(ntg, "--ntg"), gate_models=parse_str_list(gate_models), gate_paths=parse_str_list(gate_paths))
         from parity.levers.ab import ABRequest
         from parity.levers.ab import run as run_ab
 
-        ctx = make_context(profile, json)
         req = ABRequest(engine=engine, env=env or [], series_without=series_without or [], series_until=series_until, series=series, pin=pin, repo=repo, name=name, reopen=reopen, lossy=lossy,
-                        serving=serving, model=model, npl=parse_int_list(npl, "--npl"), npp=parse_int_list(npp, "--npp"), ntg=parse_int_list(ntg, "--ntg"), repeat=repeat,
-                        until_ci=until_ci, max_repeats=max_repeats, budget_s=budget_s, order=order, gate_models=parse_str_list(gate_models), gate_paths=parse_str_list(gate_paths),
-                        post_gates=not no_post_gates, map=map_file, dry_run=dry_run, aa=aa)  # fmt: skip
+                        serving=serving, model=model, repeat=repeat, until_ci=until_ci, max_repeats=max_repeats, budget_s=budget_s, order=order,
+                        post_gates=not no_post_gates, map=map_file, dry_run=dry_run, aa=aa, **lists)  # fmt: skip
         doc = run_ab(ctx, req)
         ctx.out.emit(doc, lambda: (render_plan if dry_run else render_result)(ctx.out, doc))
         if dry_run and doc["map"]["refusal"] and not reopen:

@@ -32,12 +32,14 @@ def register(app: typer.Typer) -> None:
     ):
         """Same-session serving sweep: every engine over every N (or a workload's points), gated, locked."""
         from parity.cli.common import make_context, parse_int_list, parse_str_list
+
+        ctx = make_context(profile, json)  # the profile and the lists are checked before the measurement code loads
+        npl_list, engine_list = parse_int_list(npl, "--npl"), parse_str_list(engines)
         from parity.serving.snapshot import SnapshotRequest
         from parity.serving.snapshot import snapshot as run
 
-        ctx = make_context(profile, json)
         req = SnapshotRequest(
-            npl=parse_int_list(npl, "--npl"), engines=parse_str_list(engines), model=model, repeat=repeat, ptok=ptok, gen=gen,
+            npl=npl_list, engines=engine_list, model=model, repeat=repeat, ptok=ptok, gen=gen,
             parallel=parallel, ctx=ctx_len, order=order, gates=not no_gates, allow_env=allow_env or [], dry_run=dry_run, workload=workload, workload_opts=workload_opt or [],
             until_ci=until_ci, max_repeats=max_repeats, budget_s=budget_s,
         )  # fmt: skip
@@ -80,11 +82,12 @@ def register(app: typer.Typer) -> None:
         """llama-batched-bench (PP/TG/B table) into bench.json; with --engines A,B / --aa / --repeat: blocks and paired statistics."""
         from parity.cli.common import make_context, parse_int_list, parse_str_list
         from parity.bench.request import BenchRequest
-        from parity.bench.run import bench as run
 
         ctx = make_context(profile, json)
         req = BenchRequest(npp=parse_int_list(npp, "--npp"), ntg=parse_int_list(ntg, "--ntg"), npl=parse_int_list(npl, "--npl"), engine=engine, model=model, allow_env=allow_env or [],
                            engines=parse_str_list(engines), aa=aa, repeat=repeat, until_ci=until_ci, max_repeats=max_repeats, budget_s=budget_s, order=order, dry_run=dry_run)  # fmt: skip
+        from parity.bench.run import bench as run  # after the profile and the options are checked
+
         doc = run(ctx, req)
         if dry_run:
             ctx.out.emit(doc, lambda: render_bench_plan(ctx.out, doc))

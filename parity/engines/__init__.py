@@ -1,17 +1,17 @@
 """Engine kinds, one file each, registered here: everything parity knows about a kind lives
 in its file (profile section, provisioning, launch, readiness, token counting, /metrics
-family, engine clock, memory, doctor, provenance).  A new kind is one file plus one line."""
+family, engine clock, memory, doctor, provenance).  A new kind is one file plus one line here."""
 
 from __future__ import annotations
 
-from parity.engines import endpoint, llama, vllm
 from parity.engines.base import EngineKind, NotApplicable
+from parity.registry import Registry
 
-ENGINES: dict[str, EngineKind] = {
-    "llama": llama.KIND,
-    "vllm": vllm.KIND,
-    "endpoint": endpoint.KIND,
-}
+ENGINES: Registry = Registry({  # kind -> its KIND, imported when a profile names the kind
+    "llama": "parity.engines.llama:KIND",
+    "vllm": "parity.engines.vllm:KIND",
+    "endpoint": "parity.engines.endpoint:KIND",
+})
 
 
 def kind_of(profile, name: str) -> EngineKind:

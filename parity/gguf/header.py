@@ -97,9 +97,10 @@ class _Cursor:
         raise GGUFHeaderError(f"unknown value type {vtype} at byte {self.pos}")
 
 
-def read_header(path: str) -> Header:
+def read_header(path: str, enough=None) -> Header:
     """Metadata and tensor infos of a GGUF (v2 or v3, either byte order); GGUFHeaderError for
-    anything that is not one, OSError when the file cannot be read."""
+    anything that is not one, OSError when the file cannot be read.  enough(fields): stop
+    reading once it says yes (the tensor infos are then left unread)."""
     with open(path, "rb") as f:
         try:
             buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
@@ -121,6 +122,8 @@ def read_header(path: str) -> Header:
         for _ in range(n_kv):
             key = c.string()
             h.fields[key] = c.value(c.take("I"))
+            if enough is not None and enough(h.fields):
+                return h
         for _ in range(n_tensors):
             name = c.string()
             dims = c.take("I")
@@ -131,8 +134,11 @@ def read_header(path: str) -> Header:
 
 def context_length(path: str) -> int | None:
     """<arch>.context_length from a GGUF's header (None when it is not a readable GGUF)."""
+    def enough(fields: dict) -> bool:  # the key comes before the vocabulary in every writer seen: its arrays stay unread
+        return f"{fields.get('general.architecture')}.context_length" in fields
+
     try:
-        fields = read_header(path).fields
+        fields = read_header(path, enough).fields
     except (OSError, GGUFHeaderError):  # a missing or foreign file: the run-time /props check still holds
         return None
     n = fields.get(f"{fields.get('general.architecture')}.context_length")

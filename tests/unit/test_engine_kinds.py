@@ -155,19 +155,20 @@ def test_the_kind_scanner_reads_a_planted_file_under_parity(tmp_path):
 
 
 def registry_entries() -> dict[str, str]:
-    """ENGINES' literal in parity/engines/__init__.py: {key: the value's source}."""
+    """ENGINES' literal in parity/engines/__init__.py (ENGINES = Registry({...})): {key: its "module:NAME"}."""
     tree = ast.parse((ENGINES_DIR / "__init__.py").read_text())
     for node in ast.walk(tree):
         if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == "ENGINES":
-            return {k.value: ast.unparse(v) for k, v in zip(node.value.keys, node.value.values)}
-    raise AssertionError("no ENGINES = {...} literal in parity/engines/__init__.py")
+            (literal,) = node.value.args
+            return {k.value: v.value for k, v in zip(literal.keys, literal.values)}
+    raise AssertionError("no ENGINES = Registry({...}) literal in parity/engines/__init__.py")
 
 
 def test_the_endpoint_kind_is_one_file_and_one_registry_line():
     assert (ENGINES_DIR / "endpoint.py").is_file()
-    assert registry_entries()["endpoint"] == "endpoint.KIND" and ENGINES["endpoint"] is endpoint.KIND
+    assert registry_entries()["endpoint"] == "parity.engines.endpoint:KIND" and ENGINES["endpoint"] is endpoint.KIND
     lines = [ln for ln in (ENGINES_DIR / "__init__.py").read_text().splitlines() if "endpoint" in ln and not ln.lstrip().startswith("#")]
-    assert len(lines) == 2, lines  # the import line and the registry line
+    assert len(lines) == 1, lines  # the registry line (imported on first use: no import line)
     # every module outside engines/ that mentions "endpoint" (git grep, else every module): none singles the kind out
     try:
         listed = subprocess.run(["git", "grep", "-l", "endpoint", "--", "parity/"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()

@@ -12,7 +12,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PKG = ROOT / "parity"
 ARCH = ROOT / "docs" / "ARCHITECTURE.md"
-REGISTRY_STRING = re.compile(r"^(parity(?:\.[a-z_][a-z0-9_]*)+):[a-z_][a-z0-9_]*$")
+REGISTRY_STRING = re.compile(r"^(parity(?:\.[a-z_][a-z0-9_]*)+):[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def module_name(path: Path) -> str:

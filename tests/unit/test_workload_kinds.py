@@ -45,7 +45,8 @@ def _names(node: ast.AST, names=KIND_NAMES) -> list[str]:
 def _registry_literal(tree: ast.AST) -> ast.AST | None:
     for node in ast.walk(tree):
         if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == "WORKLOADS":
-            return node.value
+            v = node.value  # WORKLOADS = Registry({...}): the dict literal inside
+            return v.args[0] if isinstance(v, ast.Call) and v.args else v
     return None
 
 
@@ -126,15 +127,15 @@ def test_the_scanner_reads_a_planted_file_under_parity(tmp_path):
 
 def registry_entries() -> dict[str, str]:
     node = _registry_literal(ast.parse(REGISTRY.read_text()))
-    return {k.value: ast.unparse(v) for k, v in zip(node.keys, node.values)}
+    return {k.value: v.value for k, v in zip(node.keys, node.values)}
 
 
 def test_each_kind_is_its_own_file_registered_by_its_name():
     entries = registry_entries()
     assert list(entries) == list(WORKLOADS)
     for name, kind in WORKLOADS.items():
-        module = entries[name].removesuffix(".KIND")
-        assert entries[name] == f"{module}.KIND" and (PKG / "workloads" / f"{module}.py").is_file()
+        module = entries[name].removeprefix("parity.workloads.").removesuffix(":KIND")
+        assert entries[name] == f"parity.workloads.{module}:KIND" and (PKG / "workloads" / f"{module}.py").is_file()
         assert kind.name == name and type(kind).__module__ == f"parity.workloads.{module}"
 
 
@@ -287,12 +288,12 @@ def test_a_fifth_kind_is_one_file_and_one_registry_line(tmp_path):
     shutil.copytree(PKG, copy, ignore=shutil.ignore_patterns("__pycache__"))
     (copy / "workloads" / "distinct_prompts.py").write_text(FIFTH.lstrip())
     registry = (copy / "workloads" / "__init__.py").read_text()
-    imports, line = "from parity.workloads import multi_turn, ", '    "multi-turn": multi_turn.KIND,\n'
-    assert registry.count(imports) == 1 and registry.count(line) == 1
-    registry = registry.replace(imports, "from parity.workloads import distinct_prompts, multi_turn, ").replace(line, line + '    "distinct-prompts": distinct_prompts.KIND,\n')
+    line = '    "multi-turn": "parity.workloads.multi_turn:KIND",\n'
+    assert registry.count(line) == 1
+    registry = registry.replace(line, line + '    "distinct-prompts": "parity.workloads.distinct_prompts:KIND",\n')
     (copy / "workloads" / "__init__.py").write_text(registry)
     lines = [d for d in difflib.unified_diff(REGISTRY.read_text().splitlines(), registry.splitlines(), n=0, lineterm="") if d[:1] in "+-" and d[:3] not in ("+++", "---")]
-    assert len([d for d in lines if d.startswith("+")]) == 2 and len(lines) == 3, lines  # the import line, and one line added
+    assert lines == ['+    "distinct-prompts": "parity.workloads.distinct_prompts:KIND",'], lines  # one line added
     changed = [p.relative_to(copy) for p in copy.rglob("*.py") if not (PKG / p.relative_to(copy)).exists() or (PKG / p.relative_to(copy)).read_bytes() != p.read_bytes()]
     assert sorted(map(str, changed)) == ["workloads/__init__.py", "workloads/distinct_prompts.py"]
     records = ROOT / "tests" / "data" / "workloads" / "smoke-mt-turn2-stock-r0.json"  # real requests of a recorded run
