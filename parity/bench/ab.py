@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from parity import session
 from parity.engines import kind_of, with_binaries
 from parity.errors import UsageError
-from parity.options import check as check_options
+from parity.options import check as check_options, parse_until_ci
 from parity.results import write_bench
 from parity.stats import adaptive
 from parity.bench.batched_bench import argv, parse_header, run_complete, split_kv_problem
@@ -163,7 +163,7 @@ def budget_for(req: ABRequest, stats_cfg, n_arms: int) -> adaptive.Budget:
     (an A/B without --repeat only)."""
 
     check_options(repeat=req.repeat, max_repeats=req.max_repeats, budget_s=req.budget_s, until_ci=req.until_ci)
-    until, targets = adaptive.parse_until_ci(req.until_ci)
+    until, targets = parse_until_ci(req.until_ci)
     if (until is not None or targets) and set(targets) - {HEADLINE}:
         raise UsageError(f"--until-ci: {sorted(set(targets) - {HEADLINE})[0]} is not what llama-batched-bench's stop rule watches ({HEADLINE})")
     until = targets.get(HEADLINE, until)  # a bench A/B watches S_TG alone

@@ -8,8 +8,6 @@ import hashlib
 import re
 import shutil
 import sys
-import tarfile
-import zipfile
 from dataclasses import dataclass
 from typing import Literal
 from pathlib import Path
@@ -56,6 +54,8 @@ def localai_pin(name: str, cfg: SourceConfig) -> str:
 def archive_commit(archive: str) -> str | None:
     """The commit id `git archive` writes into a tarball's pax global header (what
     `git get-tar-commit-id` prints); None for an archive that has none (or a zip)."""
+    import tarfile  # stdlib, but 4 ms at every start for a rare path: imported here
+
     try:
         with tarfile.open(archive) as t:
             return t.pax_headers.get("comment") or None
@@ -86,6 +86,9 @@ def read_localai_pin(backend_dir: str) -> str:
 
 
 def _extract(archive: Path, dest: Path) -> None:
+    import tarfile
+    import zipfile
+
     tmp = dest.with_name(dest.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)

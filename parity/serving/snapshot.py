@@ -14,7 +14,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from parity import session
-from parity.stats.adaptive import Budget, parse_until_ci
+from parity.options import parse_until_ci
+from parity.stats.adaptive import Budget
 from parity.stats import canary
 from parity.engines import kind_of
 from parity.errors import UsageError

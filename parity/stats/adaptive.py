@@ -41,39 +41,6 @@ class Budget:
             f"until every headline half-width <= {self.until_ci_pct:g}% (at least {self.min_blocks}, at most {self.max_blocks} blocks{tail})"
 
 
-def parse_until_ci(value, name: str = "--until-ci") -> tuple[float | None, dict]:
-    """(the target of every headline metric, {metric: its own target}) from 1.5, "1.5",
-    "decode_agg_tps=1,ttft_mean_ms=10" (those metrics only), "2,ttft_mean_ms=10" (2 % for the
-    others) or a profile's mapping {metric: pct} ("*": the others).  Bad input: UsageError."""
-
-    def pct(v, what):
-        try:
-            x = float(v) if not isinstance(v, bool) else math.nan
-        except (TypeError, ValueError):
-            x = math.nan
-        if not (math.isfinite(x) and x > 0):
-            raise UsageError(f"{name} must be a positive number, got {what!r}" if what is value else f"{name}: {what!r} is not a positive percentage")
-        return x
-
-    if value is None:
-        return None, {}
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return pct(value, value), {}
-    items = list(value.items()) if isinstance(value, dict) else [part.partition("=")[::2] if "=" in part else ("*", part) for part in str(value).split(",") if part.strip()]
-    if not items:
-        raise UsageError(f"{name} must be a positive number or METRIC=PCT,..., got {value!r}")
-    default, per = None, {}
-    for k, v in items:
-        k = str(k).strip()
-        if k == "*":
-            default = pct(v, value if len(items) == 1 and not isinstance(value, dict) else f"{v}")
-        elif not k.replace("_", "").isalnum():
-            raise UsageError(f"{name}: {k!r} is not a metric name (METRIC=PCT,...)")
-        else:
-            per[k] = pct(v, f"{k}={v}")
-    return default, per
-
-
 def kept_going(labels) -> str:
     """The metrics whose half-widths kept the blocks going, for the stop line."""
     metrics = sorted({lbl.rsplit(" ", 1)[-1] for lbl in labels})

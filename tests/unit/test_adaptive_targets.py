@@ -13,7 +13,8 @@ from parity.errors import UsageError
 from parity.metrics.registry import direction
 from parity.stats.blocks import block_line, half_widths
 from parity.serving.snapshot import SnapshotRequest
-from parity.stats.adaptive import MAX_REPEATS, UNTIL_CI, Budget, parse_until_ci, stop
+from parity.options import parse_until_ci
+from parity.stats.adaptive import MAX_REPEATS, UNTIL_CI, Budget, stop
 from tests.conftest import DATA
 from tests.unit.test_blocks import budget_for
 
