@@ -25,6 +25,7 @@ from parity.options import check as check_options, parse_until_ci
 from parity.results import write_bench
 from parity.stats import adaptive
 from parity.bench.batched_bench import argv, parse_header, run_complete, split_kv_problem
+from parity.bench.table import HEADLINE, table  # noqa: F401 (table: public here too)
 from parity.engines.envpolicy import check_bench_env
 from parity.options import positive_int
 from parity.stats import Rule, compare_samples, describe
@@ -32,7 +33,6 @@ from parity.stats.blocks import block_order as names_in_order, run_blocks as loo
 from parity.stats.paired import by_point
 
 METRICS = ["s_tg", "s_pp", "s"]  # all throughputs: higher is better
-HEADLINE = "s_tg"  # what --until-ci watches, at every point
 POINT = ("pp", "tg", "b")
 AA_SUFFIX = "#2"
 ORDERS = ("abba", "abab")
@@ -292,37 +292,6 @@ def tsv(doc: dict) -> str:
         out.append(line(kind="paired", engine=p["engine"], reference=p["reference"], pp=p["pp"], tg=p["tg"], b=p["b"], metric=p["metric"], ratio=p["ratio"], low=p["low"], high=p["high"],
                         n_blocks=p["n_blocks"], outcome=p["outcome"], users_verdict=p["users_rule"]["verdict"]))  # fmt: skip
     return "\n".join(out) + "\n"
-
-
-def _f(v, nd=2) -> str:
-    return "-" if v is None else f"{v:.{nd}f}"
-
-
-def table(doc: dict, metric: str = HEADLINE) -> tuple[list[str], list[list]]:
-    """(columns, rows) of the human table: per point, each arm's median (CV %) of the metric,
-    then B/A [low, high] and the outcome (with the users' rule beside)."""
-    arms = doc["engines"]
-    ref = doc.get("reference")
-    others = [a for a in arms if a != ref]
-    ordered = ([ref] if ref else []) + others
-    name = metric.upper()
-    cols = ["PP", "TG", "B", *[f"{name} {a}" for a in ordered], *[f"CV % {a}" for a in ordered]]
-    if ref:
-        for a in others:
-            cols += [f"{a}/{ref} [low, high]", "outcome", "users' rule"]
-    med = {(a["engine"], a["pp"], a["tg"], a["b"]): a[metric] for a in doc["per_engine"]}
-    par = {(p["engine"], p["pp"], p["tg"], p["b"]): p for p in doc["paired"] if p["metric"] == metric}
-    rows = []
-    for pt in sorted({(a["pp"], a["tg"], a["b"]) for a in doc["per_engine"]}):
-        row = [*pt, *[_f((med.get((a, *pt)) or {}).get("median")) for a in ordered], *[_f((med.get((a, *pt)) or {}).get("cv_pct")) for a in ordered]]
-        for a in others if ref else []:
-            p = par.get((a, *pt))
-            if not p or p.get("ratio") is None:
-                row += ["-", "-", "-"]
-                continue
-            row += [f"{p['ratio']:.4f} [{_f(p['low'], 4)}, {_f(p['high'], 4)}]", p["outcome"] + (f" (~{p['blocks_needed']} blocks)" if p.get("blocks_needed") else " (> 1000 blocks)" if p["outcome"] == "inconclusive" and p.get("n_blocks", 0) >= 2 else ""), p["users_rule"]["verdict"]]
-        rows.append(row)
-    return cols, rows
 
 
 def campaign_options(options: dict) -> ABRequest:

@@ -110,7 +110,7 @@ def register(app: typer.Typer) -> None:
 
 
 def render_bench_ab(out, doc: dict) -> None:
-    from parity.bench.ab import table
+    from parity.bench.table import table
 
     ref = doc.get("reference")
     what = f"A/B, reference {ref}" if ref else "repeats"

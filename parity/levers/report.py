@@ -4,7 +4,7 @@ It goes to <run dir>/reports/ with its ledger row there (the lever map is the me
 
 from __future__ import annotations
 from parity.artifacts import slugify
-from parity.bench.ab import table
+from parity.bench.table import table
 from parity.files import atomic_write_text
 from parity.levers.map import today
 from parity.report import ledger

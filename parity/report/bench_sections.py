@@ -3,7 +3,7 @@ median and CV, B/A [low, high] with the paired outcome and the users' rule, and 
 rule.  Kept apart from sections.py: rendering only, from bench.json."""
 
 from __future__ import annotations
-from parity.bench.ab import table
+from parity.bench.table import table
 
 
 def bench_ab_section(rd) -> dict | None:
