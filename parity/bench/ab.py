@@ -25,7 +25,7 @@ from parity.options import check as check_options, parse_until_ci
 from parity.results import write_bench
 from parity.stats import adaptive
 from parity.bench.batched_bench import argv, parse_header, run_complete, split_kv_problem
-from parity.bench.table import HEADLINE, table  # noqa: F401 (table: public here too)
+from parity.bench.table import HEADLINE
 from parity.engines.envpolicy import check_bench_env
 from parity.options import positive_int
 from parity.stats import Rule, compare_samples, describe

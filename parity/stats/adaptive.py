@@ -7,9 +7,7 @@ the false-claim rate under this rule)."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
-from parity.errors import UsageError
 
 UNTIL_CI, MAX_REPEATS, TIME_BUDGET, FIXED = "until-ci", "max-repeats", "time-budget", "fixed"
 

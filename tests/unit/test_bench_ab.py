@@ -13,7 +13,8 @@ import pytest
 from parity.errors import ConfigError, UsageError
 from parity.bench.batched_bench import parse
 from parity.bench import ab as bench_ab
-from parity.bench.ab import Arm, arms_for, block_order, paired_table, per_arm, reference_arm, run_blocks, table, tsv
+from parity.bench.ab import Arm, arms_for, block_order, paired_table, per_arm, reference_arm, run_blocks, tsv
+from parity.bench.table import table
 from parity.stats import adaptive
 
 AB = Path(__file__).resolve().parent.parent / "data" / "bench" / "ab"
