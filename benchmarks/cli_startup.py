@@ -30,16 +30,18 @@ BARE_TYPER = (
 )
 
 
-def measure(argv: list[str], runs: int) -> list[float]:
+def measure(argv: list[str], runs: int, env: dict | None = None, rc: int = 0, cwd: str | None = None) -> list[float]:
+    """ms of each of `runs` starts of argv (after one that warms the page cache and .pyc files);
+    a start that does not exit `rc` stops the benchmark."""
     from parity.runners.local import LocalRunner
 
     runner = LocalRunner()
-    runner.run(argv, timeout=60)  # warm the page cache and .pyc files
+    runner.run(argv, env=env, cwd=cwd, timeout=60)
     times = []
     for _ in range(runs):
-        res = runner.run(argv, timeout=60)
-        if res.rc != 0:
-            raise SystemExit(f"{' '.join(argv)} exited {res.rc}: {res.tail(3)}")
+        res = runner.run(argv, env=env, cwd=cwd, timeout=60)
+        if res.rc != rc:
+            raise SystemExit(f"{' '.join(argv)} exited {res.rc}, not {rc}: {res.tail(3)}")
         times.append(res.duration_s * 1000)
     return times
 

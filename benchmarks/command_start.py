@@ -13,33 +13,23 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
+from cli_startup import measure
+
 REPO = Path(__file__).resolve().parents[1]
+# label -> (argv, the exit it must end with: 2 is a one-line refusal before any work)
 COMMANDS = {
-    "lock status": ["lock", "status", "--lock-dir", "{tmp}/lock"],
-    "config show": ["config", "show"],
-    "config show --profile missing.yaml": ["config", "show", "--profile", "{tmp}/missing.yaml"],
-    "snapshot --dry-run --npl 1,x": ["snapshot", "--dry-run", "--npl", "1,x"],
-    "compare missing missing": ["compare", "{tmp}/a", "{tmp}/b"],
-    "report missing": ["report", "{tmp}/a"],
+    "lock status": (["lock", "status", "--lock-dir", "{tmp}/lock"], 0),
+    "config show": (["config", "show"], 0),
+    "config show --profile missing.yaml": (["config", "show", "--profile", "{tmp}/missing.yaml"], 2),
+    "snapshot --dry-run --npl 1,x": (["snapshot", "--dry-run", "--npl", "1,x"], 2),
+    "compare missing missing": (["compare", "{tmp}/a", "{tmp}/b"], 2),
+    "report missing": (["report", "{tmp}/a"], 2),
 }
-
-
-def starts(argv: list[str], runs: int, env: dict) -> tuple[list[float], int]:
-    times, rc = [], 0
-    for i in range(runs + 1):  # the first warms the page cache
-        t = time.perf_counter()
-        rc = subprocess.run([sys.executable, "-m", "parity", *argv], cwd=REPO, env=env, capture_output=True).returncode
-        if i:
-            times.append((time.perf_counter() - t) * 1000)
-    return times, rc
 
 
 def main() -> int:
@@ -49,9 +39,9 @@ def main() -> int:
     args = ap.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        env = dict(os.environ, PARITY_ARTIFACTS=f"{tmp}/runs", PARITY_HISTORY="off")
-        for label, argv in COMMANDS.items():
-            t, rc = starts([a.replace("{tmp}", tmp) for a in argv], args.runs, env)
+        env = {"PARITY_ARTIFACTS": f"{tmp}/runs", "PARITY_HISTORY": "off"}
+        for label, (argv, rc) in COMMANDS.items():
+            t = measure([sys.executable, "-m", "parity", *(a.replace("{tmp}", tmp) for a in argv)], args.runs, env=env, rc=rc, cwd=str(REPO))
             rows.append({"command": label, "exit": rc, "runs": args.runs, "median_ms": round(statistics.median(t), 1), "min_ms": round(min(t), 1), "max_ms": round(max(t), 1)})
     if args.json:
         print(json.dumps(rows, indent=2))
