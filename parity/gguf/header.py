@@ -134,12 +134,12 @@ def read_header(path: str, enough=None) -> Header:
 
 def context_length(path: str) -> int | None:
     """<arch>.context_length from a GGUF's header (None when it is not a readable GGUF)."""
-    def enough(fields: dict) -> bool:  # the key comes before the vocabulary in every writer seen: its arrays stay unread
-        return f"{fields.get('general.architecture')}.context_length" in fields
+    def key(fields: dict) -> str:
+        return f"{fields.get('general.architecture')}.context_length"
 
-    try:
-        fields = read_header(path, enough).fields
+    try:  # the key comes before the vocabulary in every writer seen: its arrays stay unread
+        fields = read_header(path, lambda f: key(f) in f).fields
     except (OSError, GGUFHeaderError):  # a missing or foreign file: the run-time /props check still holds
         return None
-    n = fields.get(f"{fields.get('general.architecture')}.context_length")
+    n = fields.get(key(fields))
     return int(n) if isinstance(n, int) and not isinstance(n, bool) else None
