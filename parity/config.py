@@ -1,4 +1,4 @@
-"""Typed configuration (dataclasses) loaded from YAML, with embedded profiles.
+"""Typed configuration (msgspec Structs) loaded from YAML, with embedded profiles.
 
 A profile is one YAML file.  `--profile NAME` picks an embedded profile from
 parity/defaults/NAME.yaml; `--profile FILE` loads a file, which may say
@@ -8,15 +8,13 @@ Every problem is a ConfigError naming file, key and problem.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import re
-import types
-import typing
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
+
+import msgspec
 
 from parity.errors import ConfigError
 
@@ -30,7 +28,7 @@ from parity.engines.envpolicy import PolicyConfig
 from parity.engines import ENGINES
 from parity.engines.base import EngineSection
 from parity.workloads.spec import BUILTIN, WorkloadConfig, check_workload  # noqa: F401 (check_workload re-exported)
-from parity.decode import SECTIONS, decode_value, from_dict, read_utf8, read_yaml  # noqa: F401 (re-exported)
+from parity.decode import SECTIONS, decode_value, from_dict, is_record, read_utf8, read_yaml, record_fields  # noqa: F401 (re-exported)
 from parity.options import positive_int, positive_seconds  # noqa: F401 (re-exported)
 from parity.paths import DEFAULTS_DIR, PARITY_ROOT, cache_dir, expand_path  # noqa: F401 (re-exported)
 
@@ -38,26 +36,7 @@ from parity.paths import DEFAULTS_DIR, PARITY_ROOT, cache_dir, expand_path  # no
 # --------------------------------------------------------------------------- sections
 
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-@dataclass
-class ModelConfig:
+class ModelConfig(msgspec.Struct):
     path: str = ""
     arch: str = ""
     description: str = ""
@@ -65,14 +44,10 @@ class ModelConfig:
     hf: HfModelSpec | None = None  # a tiny HF checkpoint at vllm_path, converted to `path`
     vllm_path: str | None = None  # the same model for vLLM (safetensors dir)
     served_name: str | None = None
-    canonical: list[CanonicalMd5] = field(default_factory=list)
+    canonical: list[CanonicalMd5] = msgspec.field(default_factory=list)
 
 
-
-
-
-@dataclass
-class KLConfig:
+class KLConfig(msgspec.Struct):
     reference: str | None = None  # model name whose logits are the base (e.g. the f16 model)
     baseline: str | None = None  # model/engine whose KLD bounds the candidate
     baseline_path: str | None = None  # path the baseline runs on (seeds: nonpaged); None = the gated path
@@ -87,54 +62,50 @@ class KLConfig:
     timeout_s: float = 1800.0
 
 
-@dataclass
-class GatesConfig:
+class GatesConfig(msgspec.Struct):
     prompt: str = "The capital of France is"
     n_predict: int = 48
     seed: int = 1
     form: Literal["chat", "no-cnv"] = "chat"
-    completion_args: list[str] = field(default_factory=lambda: ["-ngl", "99", "-fa", "on", "--temp", "0"])
+    completion_args: list[str] = msgspec.field(default_factory=lambda: ["-ngl", "99", "-fa", "on", "--temp", "0"])
     ctx: int | None = None  # llama-completion -c (the context the canonical md5s were recorded with); None: the tool's default
     timeout_s: float = 600.0
     completion_retries: int = 3  # reruns while llama-completion's stdout is incomplete (its logger loses the tail at exit)
-    models: list[str] = field(default_factory=list)  # models gated pre/post by default
+    models: list[str] = msgspec.field(default_factory=list)  # models gated pre/post by default
     engine: str | None = None  # engine whose binaries run the gates
-    paths: list[str] = field(default_factory=list)  # paths gated by default
+    paths: list[str] = msgspec.field(default_factory=list)  # paths gated by default
     # no canonical md5 for a model: this engine's build, run in the same session, defines it
     reference_engine: str | None = None
     reference_path: str | None = None
-    ops: list[str] = field(default_factory=list)
+    ops: list[str] = msgspec.field(default_factory=list)
     op_backend: str = "CUDA0"
     # test-backend-ops -p REGEX per op: only the cases whose parameters match (a slow CPU can
     # keep the small cases of a suite built for GPU shapes, e.g. {MOE_SWIGLU_DOWN: "type_a=f32"})
-    op_params: dict[str, str] = field(default_factory=dict)
+    op_params: dict[str, str] = msgspec.field(default_factory=dict)
     op_retries: int = 0  # zero tolerance: a retry only when asked, and a pass on it is "flaky"
     op_timeout_s: float = 1800.0
-    kl: KLConfig = field(default_factory=KLConfig)
+    kl: KLConfig = msgspec.field(default_factory=KLConfig)
     kl_in_prepost: bool = False
 
 
-@dataclass
-class BenchConfig:
-    npp: list[int] = field(default_factory=lambda: [512, 2048])
-    ntg: list[int] = field(default_factory=lambda: [4])
-    npl: list[int] = field(default_factory=lambda: [32])
+class BenchConfig(msgspec.Struct):
+    npp: list[int] = msgspec.field(default_factory=lambda: [512, 2048])
+    ntg: list[int] = msgspec.field(default_factory=lambda: [4])
+    npl: list[int] = msgspec.field(default_factory=lambda: [32])
     ctx: int = 131072
     batch: int = 2048
     ubatch: int = 512
-    extra_args: list[str] = field(default_factory=lambda: ["-ngl", "99", "-fa", "on"])
+    extra_args: list[str] = msgspec.field(default_factory=lambda: ["-ngl", "99", "-fa", "on"])
     timeout_s: float = 3600.0
     retries: int = 3  # reruns while rows that fit are missing from stdout (its logger loses the tail at exit)
 
 
-@dataclass
-class WarmupConfig:
+class WarmupConfig(msgspec.Struct):
     requests: int = 8  # the users' harness: h2h -n 8 --gen 16 with its own nonce, discarded
     gen: int = 16
 
 
-@dataclass
-class TelemetryConfig:
+class TelemetryConfig(msgspec.Struct):
     """Around every serving point: GPU (NVML, else nvidia-smi) and host samples (parity/telemetry/)."""
 
     enabled: bool = True
@@ -144,20 +115,18 @@ class TelemetryConfig:
     client_cpus: int = 2  # the last cores go to the client, the rest to the server
 
 
-@dataclass
-class OutputParityConfig:
+class OutputParityConfig(msgspec.Struct):
     """Greedy outputs of every serving engine on the same prompts, compared token by token."""
 
     enabled: bool = False
-    prompts: list[str] = field(default_factory=lambda: ["The capital of France is", "Once upon a time", "def fibonacci(n):"])
+    prompts: list[str] = msgspec.field(default_factory=lambda: ["The capital of France is", "Once upon a time", "def fibonacci(n):"])
     gen: int = 16
     top_logprobs: int = 5
     min_agreement: float = 1.0  # share of generated tokens that must agree with the reference engine
     max_kl: float = 0.05  # bound on the mean KL divergence of the top-k distributions (nats)
 
 
-@dataclass
-class CalibrateConfig:
+class CalibrateConfig(msgspec.Struct):
     """Before measuring, choose the generated tokens so that every point's windows last
     min_window_s x margin (parity.stats.calibrate): block 0 runs at serving.gen; when a
     point's window falls short, gen is raised (never lowered), block 0 becomes the
@@ -168,21 +137,11 @@ class CalibrateConfig:
     max_gen: int = 4096  # never raise gen past this (nor past the context an engine gives a request)
 
 
-
-
-
-
-
-
-
-
-
-@dataclass
-class ServingConfig:
+class ServingConfig(msgspec.Struct):
     model: str = ""
-    engines: list[str] = field(default_factory=list)
+    engines: list[str] = msgspec.field(default_factory=list)
     reference_engine: str | None = None  # ratios are engine / reference
-    npl: list[int] = field(default_factory=lambda: [8, 32, 128])
+    npl: list[int] = msgspec.field(default_factory=lambda: [8, 32, 128])
     ptok: int = 128
     gen: int = 64
     parallel: int = 128
@@ -193,76 +152,60 @@ class ServingConfig:
     order: Literal["abab", "abba", "aabb"] = "abba"  # engine order across blocks: abba rotates them (stats.blocks.block_order), so a drift of the box cancels
     port: int = 8090
     request_timeout_s: float = 600.0
-    server_args: list[str] = field(default_factory=lambda: ["-ngl", "99", "-fa", "on"])
-    bench: BenchConfig = field(default_factory=BenchConfig)
+    server_args: list[str] = msgspec.field(default_factory=lambda: ["-ngl", "99", "-fa", "on"])
+    bench: BenchConfig = msgspec.field(default_factory=BenchConfig)
     prompt: Literal["tokens", "words"] = "tokens"  # exact PTOK token ids, or PTOK filler words like h2h
-    warmup: WarmupConfig = field(default_factory=WarmupConfig)
+    warmup: WarmupConfig = msgspec.field(default_factory=WarmupConfig)
     min_window_s: float = 0.5  # a point whose wall or decode window is shorter is invalid
     invalid_tolerance: float = 0.0  # share of invalid requests a point may have and still count
     settle_s: float = 3.0  # after stopping an engine: at least this long (the harness sleeps 3-5 s)
     settle_timeout_s: float = 120.0  # ... and until memory is back within settle_tolerance_mib of before
     settle_tolerance_mib: int = 1024
-    output_parity: OutputParityConfig = field(default_factory=OutputParityConfig)
-    workloads: dict[str, WorkloadConfig] = field(default_factory=dict)
-    telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
-    calibrate: CalibrateConfig = field(default_factory=CalibrateConfig)
+    output_parity: OutputParityConfig = msgspec.field(default_factory=OutputParityConfig)
+    workloads: dict[str, WorkloadConfig] = msgspec.field(default_factory=dict)
+    telemetry: TelemetryConfig = msgspec.field(default_factory=TelemetryConfig)
+    calibrate: CalibrateConfig = msgspec.field(default_factory=CalibrateConfig)
 
 
-
-
-
-
-
-
-
-
-
-@dataclass
-class StatsConfig:
+class StatsConfig(msgspec.Struct):
     min_delta_pct: float = 2.0
     noise_k: float = 3.0
     require_consistent_direction: bool = True
-    metrics: list[str] = field(default_factory=lambda: ["decode_agg_tps", "decode_perseq_tps", "agg_tps", "ttft_mean_ms"])  # the users' headline set
+    metrics: list[str] = msgspec.field(default_factory=lambda: ["decode_agg_tps", "decode_perseq_tps", "agg_tps", "ttft_mean_ms"])  # the users' headline set
     confidence: float = 0.95  # rank-based CI shown beside each A/B delta (informative, not part of the rule)
     until_ci_pct: float | None = None  # adaptive repeats: add blocks until every headline paired half-width <= this (null: fixed serving.repeat)
-    until_ci_targets: dict[str, float] = field(default_factory=dict)  # per headline metric, its own target (e.g. ttft_mean_ms: 10); the others wait on until_ci_pct (null: not waited on)
+    until_ci_targets: dict[str, float] = msgspec.field(default_factory=dict)  # per headline metric, its own target (e.g. ttft_mean_ms: 10); the others wait on until_ci_pct (null: not waited on)
     canary: str = "flag"  # the drift canary before every arm of a serving sweep (parity.stats.canary): flag | discard (its blocks leave the paired statistics) | off
     max_repeats: int = 20  # ... but never more blocks than this
     budget_s: float | None = 7200.0  # ... nor past this wall time of the measured blocks (every wait has a bound; null: max_repeats alone)
 
 
-@dataclass
-class ReportsConfig:
+class ReportsConfig(msgspec.Struct):
     dir: str = "reports"
 
 
-@dataclass
-class LeversConfig:
+class LeversConfig(msgspec.Struct):
     """`parity ab` / `parity levers`: where the lever map lives (None: <artifacts>/lever_map.yaml)."""
 
     map: str | None = None
 
 
-
-
-
-@dataclass
-class Profile:
+class Profile(msgspec.Struct):
     name: str = ""
     description: str = ""
     hardware_class: str | None = None  # expected class; runs on another class are flagged
-    hosts: dict[str, HostConfig] = field(default_factory=dict)
-    sources: dict[str, SourceConfig] = field(default_factory=dict)
-    models: dict[str, ModelConfig] = field(default_factory=dict)
-    engines: dict[str, EngineSection] = field(default_factory=dict)  # each a section of its kind (parity.engines)
-    gates: GatesConfig = field(default_factory=GatesConfig)
-    serving: ServingConfig = field(default_factory=ServingConfig)
-    lock: LockConfig = field(default_factory=LockConfig)
-    profiling: ProfilingConfig = field(default_factory=ProfilingConfig)
-    stats: StatsConfig = field(default_factory=StatsConfig)
-    reports: ReportsConfig = field(default_factory=ReportsConfig)
-    policy: PolicyConfig = field(default_factory=PolicyConfig)
-    levers: LeversConfig = field(default_factory=LeversConfig)
+    hosts: dict[str, HostConfig] = msgspec.field(default_factory=dict)
+    sources: dict[str, SourceConfig] = msgspec.field(default_factory=dict)
+    models: dict[str, ModelConfig] = msgspec.field(default_factory=dict)
+    engines: dict[str, EngineSection] = msgspec.field(default_factory=dict)  # each a section of its kind (parity.engines)
+    gates: GatesConfig = msgspec.field(default_factory=GatesConfig)
+    serving: ServingConfig = msgspec.field(default_factory=ServingConfig)
+    lock: LockConfig = msgspec.field(default_factory=LockConfig)
+    profiling: ProfilingConfig = msgspec.field(default_factory=ProfilingConfig)
+    stats: StatsConfig = msgspec.field(default_factory=StatsConfig)
+    reports: ReportsConfig = msgspec.field(default_factory=ReportsConfig)
+    policy: PolicyConfig = msgspec.field(default_factory=PolicyConfig)
+    levers: LeversConfig = msgspec.field(default_factory=LeversConfig)
     source_file: str = ""  # where it was loaded from (not a YAML key)
 
     # ---- lookups with clear errors ------------------------------------------------
@@ -303,13 +246,11 @@ def available_profiles() -> list[str]:
 
 def as_dict(p: Profile) -> dict:
     """The resolved profile as plain data (what `parity config show` prints)."""
-    return dataclasses.asdict(p)
+    return msgspec.to_builtins(p)
 
 
 def json_schema() -> dict:
-    """JSON Schema of a profile file (msgspec derives it from the dataclasses above)."""
-    import msgspec
-
+    """JSON Schema of a profile file (msgspec derives it from the sections above)."""
     schemas, defs = msgspec.json.schema_components([Profile, *(k.section for k in ENGINES.values())])
     schema = {**schemas[0], "$defs": defs}
     for name, k in ENGINES.items():  # engines.NAME: the section of its kind (kind: llama when not given)
@@ -545,27 +486,27 @@ def check_bounds(obj, label: str, prefix: str = "") -> None:
     negative value is a typo, never "no wait"."""
     import math
 
-    for f in dataclasses.fields(obj):
-        v, key = getattr(obj, f.name), f"{prefix}{f.name}"
-        if dataclasses.is_dataclass(v):
+    for name in record_fields(obj):
+        v, key = getattr(obj, name), f"{prefix}{name}"
+        if is_record(v):
             check_bounds(v, label, key + ".")
         elif isinstance(v, dict):
             for k, item in v.items():
-                if dataclasses.is_dataclass(item):
+                if is_record(item):
                     check_bounds(item, label, f"{key}.{k}.")
         elif isinstance(v, list):
             for i, item in enumerate(v):
-                if dataclasses.is_dataclass(item):
+                if is_record(item):
                     check_bounds(item, label, f"{key}[{i}].")
         elif v is None or isinstance(v, bool) or not isinstance(v, (int, float)):
             continue
-        elif f.name.endswith("_s"):
-            low_ok = f.name in ZERO_MEANS_OFF and v == 0
+        elif name.endswith("_s"):
+            low_ok = name in ZERO_MEANS_OFF and v == 0
             if not math.isfinite(v) or (v <= 0 and not low_ok):
-                raise ConfigError(label, key, f"must be a finite number of seconds > 0{' (or 0: off)' if f.name in ZERO_MEANS_OFF else ''}, got {v:g}")
-        elif f.name.endswith("retries") and v < 0:
+                raise ConfigError(label, key, f"must be a finite number of seconds > 0{' (or 0: off)' if name in ZERO_MEANS_OFF else ''}, got {v:g}")
+        elif name.endswith("retries") and v < 0:
             raise ConfigError(label, key, f"must be 0 or more, got {v}")
-        elif f.name == "port" and not 1 <= v <= 65535:
+        elif name == "port" and not 1 <= v <= 65535:
             raise ConfigError(label, key, f"not a TCP port (1..65535): {v}")
 
 

@@ -1,4 +1,4 @@
-"""Typed decoding of YAML into dataclasses: every problem is one ConfigError naming the
+"""Typed decoding of YAML into dataclasses and msgspec Structs: every problem is one ConfigError naming the
 file, the key and what is wrong (profiles, campaigns, matrices, registries, the lever map)."""
 
 from __future__ import annotations
@@ -8,6 +8,8 @@ import types
 import typing
 from pathlib import Path
 from typing import Any, Literal
+
+import msgspec
 
 from parity.errors import ConfigError
 from parity.yamlload import safe_load
@@ -51,6 +53,24 @@ def read_yaml(path: Path, label: str, missing: str = "file not found", not_mappi
 # --------------------------------------------------------------------------- dataclass decoding
 
 
+def is_record(tp) -> bool:
+    """A dataclass or a msgspec Struct (class or instance): the profile's sections are Structs
+    (cheap to create at every start), the other declarations dataclasses."""
+    return dataclasses.is_dataclass(tp) or isinstance(tp, msgspec.Struct) or (isinstance(tp, type) and issubclass(tp, msgspec.Struct))
+
+
+def replace(record, **changes):
+    """A copy of a record (a dataclass or a Struct) with changes."""
+    return msgspec.structs.replace(record, **changes) if isinstance(record, msgspec.Struct) else dataclasses.replace(record, **changes)
+
+
+def record_fields(tp) -> dict[str, bool]:
+    """A record's field names, each with whether it is required (no default)."""
+    if dataclasses.is_dataclass(tp):
+        return {f.name: f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING for f in dataclasses.fields(tp)}
+    return {f.name: f.required for f in msgspec.structs.fields(tp)}
+
+
 def _type_name(tp) -> str:
     origin = typing.get_origin(tp)
     if origin is Literal:
@@ -63,7 +83,7 @@ def _type_name(tp) -> str:
         return f"mapping of {_type_name(typing.get_args(tp)[1])}"
     if tp is type(None):
         return "null"
-    if dataclasses.is_dataclass(tp):
+    if is_record(tp):
         return "mapping"
     return getattr(tp, "__name__", str(tp))
 
@@ -103,7 +123,7 @@ def decode_value(tp, value, label: str, key: str):
             raise ConfigError(label, key, f"expected {_type_name(tp)}, got {_describe(value)}")
         _, vt = typing.get_args(tp)
         return {str(k): decode_value(vt, v, label, f"{key}.{k}") for k, v in value.items()}
-    if dataclasses.is_dataclass(tp):
+    if is_record(tp):
         return from_dict(tp, value, label, key)
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -146,7 +166,7 @@ def from_dict(cls, data, label: str, prefix: str = ""):
     if not isinstance(data, dict):
         raise ConfigError(label, prefix, f"expected a mapping, got {_describe(data)}")
     hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
+    fields = record_fields(cls)
     kwargs = {}
     for k, v in data.items():
         key = f"{prefix}.{k}" if prefix else str(k)
@@ -160,7 +180,7 @@ def from_dict(cls, data, label: str, prefix: str = ""):
             hint = f" (did you mean {close[0]}?)" if close else ""
             raise ConfigError(label, key, f"unknown key{hint}")
         kwargs[k] = decode_value(hints[k], v, label, key)
-    for name, f in fields.items():
-        if name not in kwargs and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+    for name, required in fields.items():
+        if name not in kwargs and required:
             raise ConfigError(label, f"{prefix}.{name}" if prefix else name, "required key is missing")
     return cls(**kwargs)

@@ -67,11 +67,17 @@ def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
-def sha256_file(path: str | Path) -> str:
-    """sha256 of a file, read in 1 MiB blocks (models and CUDA libraries are large)."""
+def sha256(data: bytes | str = b""):
+    """A sha256 hash object of bytes or UTF-8 text.  hashlib loads OpenSSL (~3 ms): on first
+    use, not at every parity start."""
     import hashlib
 
-    h = hashlib.sha256()
+    return hashlib.sha256(data.encode() if isinstance(data, str) else data)
+
+
+def sha256_file(path: str | Path) -> str:
+    """sha256 of a file, read in 1 MiB blocks (models and CUDA libraries are large)."""
+    h = sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
@@ -87,6 +93,8 @@ def json_default(o):
 
     if dataclasses.is_dataclass(o):
         return dataclasses.asdict(o)
+    if hasattr(type(o), "__struct_fields__"):  # a msgspec Struct (the result model), without importing msgspec
+        return {f: getattr(o, f) for f in o.__struct_fields__}
     if isinstance(o, (Path, _dt.date)):  # a date: from a YAML file (the lever map) the user edited
         return o.isoformat() if isinstance(o, _dt.date) else str(o)
     if isinstance(o, (set, tuple)):

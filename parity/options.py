@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+
+import msgspec
 
 from parity.errors import ConfigError, UsageError
 
@@ -36,8 +37,7 @@ def check_step_options(kind: str, options: dict, known: set[str]) -> None:
 # campaign steps (the same field names under `with:`) all read these.
 
 
-@dataclass(frozen=True)
-class Option:
+class Option(msgspec.Struct, frozen=True):
     name: str  # the request field and the campaign step's key
     flag: str
     takes: str  # "count" (a positive integer), "pct" (a positive %, or METRIC=PCT,...), "seconds", or "choice"

@@ -10,6 +10,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
+from parity.decode import replace
 from parity import session
 from parity.bisect import common, probe, search
 from parity.errors import ParityError, UsageError
@@ -142,7 +143,7 @@ def _defaults(ctx, req: BisectRequest) -> None:
 def _variant(ctx, req: BisectRequest, **changes):
     base = ctx.profile.engine(req.engine)
     targets = req.targets or probe.TARGETS[req.criterion] or list(base.targets)
-    return dataclasses.replace(base, targets=targets, expected_tree=None, fork=None, **changes)
+    return replace(base, targets=targets, expected_tree=None, fork=None, **changes)
 
 
 def _num(name: str) -> str:

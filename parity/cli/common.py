@@ -28,9 +28,14 @@ def make_context(profile: Optional[str], json_mode: bool, default_profile: str |
 
         refuse_or_delegate(state.host, prof, command_argv(), Path(state.artifacts))
     out = Output(json_mode, state.verbose)
+    return Context(profile=prof, runner=LocalRunner(), out=out, artifacts_root=Path(state.artifacts), host=state.host, argv=command_argv(), after_run=[record_run])
+
+
+def record_run(run_dir, artifacts_root=None, warn=None):
+    """The history hook (parity.history.record), loaded when a run ends, not at every start."""
     from parity.history.record import record_run
 
-    return Context(profile=prof, runner=LocalRunner(), out=out, artifacts_root=Path(state.artifacts), host=state.host, argv=command_argv(), after_run=[record_run])
+    return record_run(run_dir, artifacts_root, warn)
 
 
 def parse_int_list(value: Optional[str], name: str) -> Optional[list[int]]:

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import json
 import os
 import shutil
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
+import msgspec
 
 from parity.paths import cache_dir
 from parity.engine import cmake, patches
@@ -28,15 +27,14 @@ from parity.errors import ConfigError, InfraError, UsageError
 from parity.filelock import locked
 from parity.gpu.lock import refuse_while_held
 from parity.engine import detach as bg, mirror
-from parity.files import atomic_write_json, atomic_write_text
+from parity.files import atomic_write_json, atomic_write_text, sha256
 from parity.paths import expand_path
 from parity.runners.local import LocalRunner
 
 OK_MARKER = "BUILD_OK"
 
 
-@dataclass
-class BuildPlan:
+class BuildPlan(msgspec.Struct):
     engine: str
     key: str
     source: srcmod.Source
@@ -47,11 +45,10 @@ class BuildPlan:
     build: list[str]
     targets: list[str]
     toolchain: dict
-    dir: Path = field(default_factory=Path)
+    dir: Path = msgspec.field(default_factory=Path)
 
 
-@dataclass
-class BuildResult:
+class BuildResult(msgspec.Struct):
     engine: str
     key: str
     bin_dir: Path
@@ -107,7 +104,7 @@ def plan(profile, engine: str, extra_flags: list[str] | None = None, jobs: int |
     key_doc = {"source": src.identity, "series": series, "flags": flags, "archs": e.cuda_archs, "targets": e.targets, "toolchain": tc, "v": 1}
     if fixups_dir:  # only when set, so the keys of sources without fixups stay what they were
         key_doc["fixups"] = patches.series_digest(fixups_dir)
-    key = hashlib.sha256(json.dumps(key_doc, sort_keys=True).encode()).hexdigest()[:20]
+    key = sha256(json.dumps(key_doc, sort_keys=True)).hexdigest()[:20]
     d = cache_dir() / "builds" / key
     return BuildPlan(
         engine,
@@ -215,7 +212,7 @@ def _build(profile, p: BuildPlan, runner, out) -> BuildResult:
 
 
 def compile_slot_path(p: BuildPlan) -> Path:
-    return p.dir.parent / f"compile-{hashlib.sha256(p.source.identity.encode()).hexdigest()[:16]}.lock"
+    return p.dir.parent / f"compile-{sha256(p.source.identity).hexdigest()[:16]}.lock"
 
 
 @contextlib.contextmanager
@@ -371,12 +368,11 @@ def campaign_step(ctx, options: dict) -> dict:
     return result
 
 
-@dataclass
-class BuildRequest:
+class BuildRequest(msgspec.Struct):
     """What `parity build` asks for.  mode: build | check-series | print | detach | status."""
 
-    engines: list[str] = field(default_factory=list)  # empty: every llama engine of the profile
-    defines: list[str] = field(default_factory=list)  # VAR=VALUE, passed as -DVAR=VALUE
+    engines: list[str] = msgspec.field(default_factory=list)  # empty: every llama engine of the profile
+    defines: list[str] = msgspec.field(default_factory=list)  # VAR=VALUE, passed as -DVAR=VALUE
     mode: str = "build"
     force: bool = False
     jobs: int | None = None

@@ -18,8 +18,9 @@ Registry format:
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 from parity.engine import git as gitmod
 from parity.errors import ConfigError, GateFailed, UsageError
@@ -31,8 +32,7 @@ from parity.yamlload import safe_load
 TREE_LEN = 40
 
 
-@dataclass
-class Expectation:
+class Expectation(msgspec.Struct):
     tree: str | None  # None: nothing to compare with
     origin: str  # where the tree came from, in words
     fork_repo: str | None = None  # the fork's git dir (to name differing files)

@@ -7,12 +7,12 @@ patches exported while the fork sat on another base carry them).
 
 from __future__ import annotations
 
-import hashlib
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from parity.files import sha256_file as sha256  # the name build provenance and tests use
+import msgspec
+
+from parity.files import sha256 as sha256_of, sha256_file as sha256  # sha256: a file's, the name build provenance and tests use
 from parity.engine import git as gitmod
 from parity.errors import ConfigError, InfraError, UsageError
 
@@ -35,12 +35,11 @@ class PatchDoesNotApply(InfraError):
         return {"patch": self.patch, "file": self.file, "line": self.line, "hunk": self.hunk, "message": self.detail}
 
 
-@dataclass
-class SeriesResult:
+class SeriesResult(msgspec.Struct):
     tree_before: str
     tree_after: str
-    patches: list[dict] = field(default_factory=list)
-    preimage_mismatch: list[dict] = field(default_factory=list)  # {patch, file, index, blob}
+    patches: list[dict] = msgspec.field(default_factory=list)
+    preimage_mismatch: list[dict] = msgspec.field(default_factory=list)  # {patch, file, index, blob}
 
 
 def list_series(series_dir: str | Path) -> list[Path]:
@@ -61,8 +60,7 @@ def list_series(series_dir: str | Path) -> list[Path]:
     return [p for _, _, p in sorted(found)]
 
 
-@dataclass(frozen=True)
-class Selection:
+class Selection(msgspec.Struct, frozen=True):
     """A variant of a series: only patches numbered <= until, and none of `without` (numbers as
     written, e.g. "0055" or "55").  The empty selection is the whole series."""
 
@@ -110,7 +108,7 @@ def series_digest(series_dir: str | None, sel: Selection | None = None) -> list[
 
 def digest_of(series: list[dict]) -> str:
     """One id for a whole series: names (the order) and contents of its patches."""
-    return hashlib.sha256("".join(f"{d['name']} {d['sha256']}\n" for d in series).encode()).hexdigest()
+    return sha256_of("".join(f"{d['name']} {d['sha256']}\n" for d in series)).hexdigest()
 
 
 def preimages(text: str) -> list[tuple[str, str]]:

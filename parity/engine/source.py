@@ -4,15 +4,15 @@ at the pin from a url, a checkout holding the pin, or a `git archive` tarball of
 
 from __future__ import annotations
 
-import hashlib
 import re
 import shutil
 import sys
-from dataclasses import dataclass
 from typing import Literal
 from pathlib import Path
 
-from parity.files import sha256_file
+import msgspec
+
+from parity.files import sha256, sha256_file
 from parity.paths import cache_dir, expand_path
 from parity.errors import InfraError, UsageError
 from parity.filelock import locked
@@ -20,8 +20,7 @@ from parity.filelock import locked
 _PIN = re.compile(r"^\s*LLAMA_VERSION\s*\??=\s*([0-9a-f]{7,40})\s*$", re.M)
 
 
-@dataclass
-class SourceConfig:
+class SourceConfig(msgspec.Struct):
     kind: Literal["git", "path", "archive", "pypi-sdist", "localai"] = "path"
     url: str | None = None
     pin: str | None = None
@@ -34,8 +33,7 @@ class SourceConfig:
     archive: str | None = None  # localai: llama.cpp at the pin as a `git archive` tarball (instead of url/checkout)
 
 
-@dataclass
-class Source:
+class Source(msgspec.Struct):
     kind: str
     identity: str  # cheap, stable identity for the cache key
     info: dict  # provenance for build.json
@@ -122,7 +120,7 @@ def describe(name: str, cfg: SourceConfig) -> Source:
     root = Path(cfg.path)
     if not root.is_dir():
         raise UsageError(f"source {name}: path not found: {root}")
-    h = hashlib.sha256()
+    h = sha256()
     skip = set(copy_ignore(root)(str(root), [p.name for p in root.iterdir()]))
     for p in sorted(root.rglob("*")):
         if p.relative_to(root).parts[0] in skip:
@@ -228,7 +226,7 @@ def _export_pin(name, cfg, pin: str, runner, root: Path, dest: Path, out) -> Non
     else:
         if not cfg.url:
             raise UsageError(f"source {name}: a url or a checkout is needed to fetch llama.cpp at {pin}")
-        repo = root / "clones" / hashlib.sha256(cfg.url.encode()).hexdigest()[:16]
+        repo = root / "clones" / sha256(cfg.url).hexdigest()[:16]
         if not (repo / "HEAD").exists():
             repo.parent.mkdir(parents=True, exist_ok=True)
             if out:

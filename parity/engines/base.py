@@ -8,7 +8,8 @@ kind is said as "not applicable" (NotApplicable, or a row that says so), never f
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+
+import msgspec
 
 from parity.errors import UsageError
 from parity.metrics.prometheus import Series
@@ -18,20 +19,18 @@ class NotApplicable(UsageError):
     """Something a kind does not have (a binary, a build, a process): one line, exit 2."""
 
 
-@dataclass
-class EngineSection:
+class EngineSection(msgspec.Struct):
     """The keys every engine section has (engines.NAME); a kind adds its own."""
 
     kind: str = "llama"
     description: str = ""
-    env: dict[str, str] = field(default_factory=dict)  # always set for this engine (its server, its tools)
+    env: dict[str, str] = msgspec.field(default_factory=dict)  # always set for this engine (its server, its tools)
     ready_timeout_s: float = 120.0
     ready_probe_timeout_s: float = 5.0
     stop_grace_s: float = 15.0
 
 
-@dataclass
-class Launch:
+class Launch(msgspec.Struct):
     argv: list[str]  # empty: the server is not started by parity (an endpoint)
     env: dict[str, str]  # overrides on top of the inherited environment
     unset: list[str]  # inherited names removed from the child's environment
@@ -42,35 +41,32 @@ class Launch:
     metrics_path: str | None = None  # scraped around each point (Prometheus text)
     engine: str = ""
     kind: str = ""
-    notes: list[str] = field(default_factory=list)
+    notes: list[str] = msgspec.field(default_factory=list)
     count: str = "chunks"  # how its stream says tokens per chunk (parity.loadgen.client.COUNTERS)
-    request_extra: dict = field(default_factory=dict)  # fields added to every completion request
+    request_extra: dict = msgspec.field(default_factory=dict)  # fields added to every completion request
     props_path: str | None = None  # llama-server /props: the context each slot really has
-    probe_extra: dict = field(default_factory=dict)  # fields the output-parity probe adds (vLLM: token ids as logprob keys)
-    family: Series = field(default_factory=Series)  # what its /metrics calls each quantity (reconciliation, engine clock)
+    probe_extra: dict = msgspec.field(default_factory=dict)  # fields the output-parity probe adds (vLLM: token ids as logprob keys)
+    family: Series = msgspec.field(default_factory=Series)  # what its /metrics calls each quantity (reconciliation, engine clock)
     host: str = "127.0.0.1"
     port: int = 0
-    start: list[str] = field(default_factory=list)  # an endpoint's own start command (run by parity, not the server)
-    stop: list[str] = field(default_factory=list)  # ... and its stop command
+    start: list[str] = msgspec.field(default_factory=list)  # an endpoint's own start command (run by parity, not the server)
+    stop: list[str] = msgspec.field(default_factory=list)  # ... and its stop command
     spawned: bool = True  # parity starts the server itself (the port must be free before, its process is measured)
 
 
-@dataclass
-class DoctorRow:
+class DoctorRow(msgspec.Struct):
     status: str  # ok | missing | degraded
     found: str
     consequence: str = ""
 
 
-@dataclass
-class DoctorTool:
+class DoctorTool(msgspec.Struct):
     binary: str
     argv: list[str]
     purpose: str
 
 
-@dataclass
-class ContextNeed:
+class ContextNeed(msgspec.Struct):
     """The tokens one request may use (prompt + generated) and what sets that limit; None: unknown."""
 
     tokens: int | None

@@ -9,8 +9,9 @@ import copy
 import os
 import re
 import shlex
-from dataclasses import dataclass, field
 from typing import Any, Literal
+
+import msgspec
 
 from parity.engines import llama, vllm
 from parity.engines.base import ContextNeed, DoctorRow, EngineKind, EngineSection, Launch, served_name
@@ -21,7 +22,6 @@ from parity.metrics.prometheus import Series
 BASE_URL = re.compile(r"http://(?P<host>[A-Za-z0-9.\-]+|\[[0-9a-fA-F:]+\]):(?P<port>[0-9]{1,5})/?")
 
 
-@dataclass
 class EndpointSection(EngineSection):
     kind: str = "endpoint"
     base_url: str = ""  # http://HOST:PORT of the running server (parity's client speaks plain HTTP)
@@ -36,7 +36,7 @@ class EndpointSection(EngineSection):
     count: Literal["usage", "chunks", "timings"] = "usage"  # how its stream tells tokens per chunk
     max_model_len: int | None = None  # tokens one request may use (prompt + generated); null: not known
     gpu: bool = False  # it runs on a GPU (sizes the built-in workloads)
-    request_extra: dict[str, Any] = field(default_factory=dict)  # fields added to every completion request (over what `count` needs)
+    request_extra: dict[str, Any] = msgspec.field(default_factory=dict)  # fields added to every completion request (over what `count` needs)
     probe_extra: dict[str, Any] | None = None  # fields the output-parity probe adds (null: what its `metrics` server needs; vllm: token ids as logprob keys)
 
 

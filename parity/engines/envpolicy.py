@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from typing import Iterable, Mapping
+
+import msgspec
 
 from parity.errors import UsageError
 
 
-@dataclass
-class PolicyConfig:
+class PolicyConfig(msgspec.Struct):
     # env names refused in benchmark contexts, with the reason shown in the refusal
-    forbidden_bench_env: dict[str, str] = field(
+    forbidden_bench_env: dict[str, str] = msgspec.field(
         default_factory=lambda: {
             "LLAMA_MAX_BATCH_TOKENS": "changes the prefill budget; parity benches run the compiled-in scheduler default",
             "GDN_TC": "overrides the compiled-in GDN M5 default (GDN_TC=5); benches must use production defaults",

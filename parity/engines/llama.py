@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+
+import msgspec
 
 from parity.engine import build
 from parity.engines.base import ContextNeed, EngineKind, EngineSection, Launch, engine_env
@@ -32,7 +33,6 @@ FAMILY = Series(
 STREAM_TIMINGS = {"timings_per_token": True}  # timings.predicted_n in every chunk: its token count as it streams
 
 
-@dataclass
 class LlamaSection(EngineSection):
     kind: str = "llama"
     source: str | None = None  # a name under `sources`
@@ -43,14 +43,14 @@ class LlamaSection(EngineSection):
     # a variant of the series (a build lever's arm, a bisection probe): patches numbered <= series_until,
     # none of series_without; the mirror invariant is not checked for a variant
     series_until: str | None = None
-    series_without: list[str] = field(default_factory=list)
+    series_without: list[str] = msgspec.field(default_factory=list)
     cuda_archs: str | None = None  # "121", "121a", "90;121a"; None = CPU build
-    cmake_flags: list[str] = field(default_factory=list)
-    targets: list[str] = field(default_factory=lambda: list(DEFAULT_TARGETS))
+    cmake_flags: list[str] = msgspec.field(default_factory=list)
+    targets: list[str] = msgspec.field(default_factory=lambda: list(DEFAULT_TARGETS))
     bin_dir: str | None = None  # use prebuilt binaries instead of building
-    paths: dict[str, dict[str, str]] = field(default_factory=dict)  # path name -> extra env
+    paths: dict[str, dict[str, str]] = msgspec.field(default_factory=dict)  # path name -> extra env
     default_path: str | None = None
-    server_args: list[str] = field(default_factory=list)
+    server_args: list[str] = msgspec.field(default_factory=list)
 
 
 class Llama(EngineKind):

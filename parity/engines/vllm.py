@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import copy
 import os
-from dataclasses import dataclass, field
+
+import msgspec
 
 from parity.engines import vllm_install
 from parity.engines.base import ContextNeed, DoctorRow, DoctorTool, EngineKind, EngineSection, Launch, served_name
@@ -42,7 +43,6 @@ STREAM_USAGE = {"stream_options": {"include_usage": True, "continuous_usage_stat
 PROBE_EXTRA = {"return_tokens_as_token_ids": True}  # logprobs keyed by token id (the output-parity probe compares ids)
 
 
-@dataclass
 class VllmSection(EngineSection):
     kind: str = "vllm"
     vllm_bin: str = "vllm"  # a binary, or auto: the cached CPU venv parity installs
@@ -51,7 +51,7 @@ class VllmSection(EngineSection):
     max_num_seqs: int = 256
     tensor_parallel_size: int = 1
     dtype: str | None = None  # vllm serve --dtype (float32 serves the same weights as an f32 GGUF)
-    extra_args: list[str] = field(default_factory=list)
+    extra_args: list[str] = msgspec.field(default_factory=list)
 
 
 def binary(e: VllmSection, dry: bool = False, out=None, name: str = "vllm") -> str:

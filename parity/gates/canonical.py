@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Literal
+
+import msgspec
 
 MD5_RE = re.compile(r"^[0-9a-f]{32}$")
 
 
-@dataclass
-class CanonicalMd5:
+class CanonicalMd5(msgspec.Struct):
     md5: str
     path: str = "paged"  # paged | nonpaged (a path is an engine's env set)
     form: Literal["chat", "no-cnv"] = "chat"

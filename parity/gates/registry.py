@@ -16,9 +16,11 @@ A relative transcript is relative to the registry file's directory.
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, replace
 from pathlib import Path
 
+from msgspec.structs import asdict
+
+from parity.decode import replace
 from parity.gates.canonical import CanonicalMd5
 
 from parity.paths import expand_path

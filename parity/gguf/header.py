@@ -10,7 +10,8 @@ from __future__ import annotations
 import math
 import mmap
 import struct
-from dataclasses import dataclass, field
+
+import msgspec
 
 MAGIC = b"GGUF"
 # value type -> struct code (8 string and 9 array are read apart)
@@ -22,8 +23,7 @@ class GGUFHeaderError(ValueError):
     pass
 
 
-@dataclass(frozen=True)
-class TensorInfo:
+class TensorInfo(msgspec.Struct, frozen=True):
     name: str
     shape: tuple[int, ...]  # ne0 first, as GGUF stores it
     tensor_type: int  # a gguf.GGMLQuantizationType value
@@ -34,11 +34,10 @@ class TensorInfo:
         return math.prod(self.shape)
 
 
-@dataclass
-class Header:
+class Header(msgspec.Struct):
     version: int
-    fields: dict = field(default_factory=dict)
-    tensors: list[TensorInfo] = field(default_factory=list)
+    fields: dict = msgspec.field(default_factory=dict)
+    tensors: list[TensorInfo] = msgspec.field(default_factory=list)
 
 
 class _Cursor:

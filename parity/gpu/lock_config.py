@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal
 
+import msgspec
 
-@dataclass
-class LockConfig:
+
+class LockConfig(msgspec.Struct):
     RENAMED = {
         "docker_filter": "renamed to docker_busy_only_matching: by default ANY running container makes the GPU busy "
         "(the users' harness); set docker_busy_only_matching only to relax that to matching containers",

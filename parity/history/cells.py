@@ -5,13 +5,13 @@ Pure: no database, no files written."""
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
 import json
 import math
 import re
 import statistics
 from pathlib import Path
 
+from parity.files import sha256
 from parity import __version__
 from parity.engines import ENGINES
 from parity.paths import expand_path
@@ -61,7 +61,7 @@ def run_key(rd) -> str:
     else:
         files = [rd.path / f for f in ("summary.tsv", "summary.json", "bench.json")]
         basis = "|".join(f.read_text(errors="replace") for f in files if f.is_file()) or str(rd.path)
-    return hashlib.sha256(basis.encode()).hexdigest()[:20]
+    return sha256(basis).hexdigest()[:20]
 
 
 def served_identity(build: dict) -> tuple[str, str] | None:

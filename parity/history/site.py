@@ -6,13 +6,13 @@ provenance and a copy of its report."""
 
 from __future__ import annotations
 
-import hashlib
 import html
 import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from parity.files import sha256
 from parity.errors import UsageError
 from parity.history import store
 from parity.history.changes import ChangesRequest, analyse_all, check
@@ -45,7 +45,7 @@ def esc(v) -> str:
 
 def slug(text: str) -> str:
     base = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:60]
-    return f"{base}-{hashlib.sha256(text.encode()).hexdigest()[:8]}"
+    return f"{base}-{sha256(text).hexdigest()[:8]}"
 
 
 def page(title: str, body: str, up: str = "") -> str:

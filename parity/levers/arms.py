@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import copy
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
+from parity.decode import replace
 from parity.engines import kind_of
 from parity.errors import UsageError
 from parity.bisect import upstream

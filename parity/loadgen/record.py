@@ -3,14 +3,13 @@ the server said (usage, timings, errors); the metrics compute from these (parity
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import msgspec
 
 
-@dataclass
-class RequestRecord:
+class RequestRecord(msgspec.Struct):
     send: float = 0.0  # perf_counter seconds when the request was written
     first: float | None = None  # arrival of the first chunk carrying a generated token
-    token_times: list[float] = field(default_factory=list)  # one arrival per generated token (a merged chunk's tokens share it)
+    token_times: list[float] = msgspec.field(default_factory=list)  # one arrival per generated token (a merged chunk's tokens share it)
     chunks: int = 0  # chunks that carried at least one token
     tokens: int = 0  # generated tokens counted from the stream itself
     usage_tokens: int | None = None  # the server's usage.completion_tokens

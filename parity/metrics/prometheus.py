@@ -23,7 +23,7 @@ What an engine does not expose is said ("not exposed"), never guessed."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 # (relative, absolute ms) bounds on client - server: above it, then below it
 CLIENT_LONGER = (0.25, 10.0)
@@ -32,8 +32,7 @@ TIME_RULE = "client - server within [-max(5 %, 1 ms), +max(25 %, 10 ms)]"
 TTFT_RULE = "client - server within [-max(5 %, 1 ms), +max(25 %, 10 ms, the E2E gap + max(5 %, 1 ms))]"
 
 
-@dataclass(frozen=True)
-class Series:
+class Series(msgspec.Struct, frozen=True):
     """What one engine family calls a quantity: counters (deltas) and the histogram for means."""
 
     requests: tuple[str, ...] = ()

@@ -14,8 +14,9 @@ import json
 import os
 import shutil
 import struct
-from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+
+from msgspec.structs import asdict
 
 from parity.models.spec import HfShape
 from parity.engines import buildable
@@ -35,8 +36,7 @@ BOS, EOS, UNK = 1, 2, 0
 SIDECAR = "parity-hf-tiny.json"
 
 
-@dataclass(frozen=True)
-class HfTinySpec(HfShape):
+class HfTinySpec(HfShape, frozen=True):
     # Random weights give near-flat logits (top-1/top-2 gaps of a few hundredths of a nat),
     # so rounding differences between engines flip greedy ties.  Two structures fix that
     # and keep the output dependent on the context (so on attention and the KV cache):
@@ -304,7 +304,7 @@ def ensure_profile_model(profile, name: str, runner=None, out=None) -> Path:
 
     m = profile.model(name)
     h = m.hf
-    spec = HfTinySpec(**{f.name: getattr(h, f.name) for f in fields(HfShape)})
+    spec = HfTinySpec(**{name: getattr(h, name) for name in HfShape.__struct_fields__})
     check_spec(spec)
     ensure_vllm(out)
     v = venv()

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal
 
+import msgspec
 
-@dataclass
-class SynthSpec:
+
+class SynthSpec(msgspec.Struct):
     arch: str = "llama"
     dtype: Literal["f32", "f16"] = "f32"
     seed: int = 0
@@ -23,8 +23,7 @@ class SynthSpec:
     perturb_seed: int = 0
 
 
-@dataclass(frozen=True)
-class HfShape:
+class HfShape(msgspec.Struct, frozen=True):
     """The shape of a tiny Hugging Face llama checkpoint (parity.models.hf_tiny)."""
 
     seed: int = 0
@@ -36,8 +35,7 @@ class HfShape:
     ctx: int = 2048
 
 
-@dataclass(frozen=True)
-class HfModelSpec(HfShape):
+class HfModelSpec(HfShape, frozen=True):
     """A tiny deterministic HF llama checkpoint written at models.X.vllm_path and converted to
     models.X.path by `source`'s convert_hf_to_gguf.py: the same weights for vLLM and llama.cpp."""
 

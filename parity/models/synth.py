@@ -18,8 +18,9 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from dataclasses import asdict
 from pathlib import Path
+
+from msgspec.structs import asdict
 
 from parity.files import sha256_file
 from parity.models.spec import SynthSpec

@@ -10,6 +10,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import msgspec
+
 from parity.paths import DEFAULTS_DIR
 from parity.errors import ConfigError
 from parity.yamlload import safe_load
@@ -18,22 +20,20 @@ OTHER = "other"
 DEFAULT_TABLE = DEFAULTS_DIR / "buckets.yaml"
 
 
-@dataclass
-class BucketRule:
+class BucketRule(msgspec.Struct):
     name: str
     pattern: str  # regex searched in the demangled kernel name; first matching rule wins
     group: str | None = None  # macro bucket (GDN, MoE/FFN-GEMM, ...); None = the name
 
 
-@dataclass
-class ProfilingConfig:
+class ProfilingConfig(msgspec.Struct):
     nsys: str = "nsys"
     trace: str = "cuda,nvtx"
-    ntg: list[int] = field(default_factory=lambda: [64, 16])
+    ntg: list[int] = msgspec.field(default_factory=lambda: [64, 16])
     npl: int = 128
     npp: int = 128
-    extra_args: list[str] = field(default_factory=list)
-    buckets: list[BucketRule] = field(default_factory=list)  # empty = the shipped default table (parity/defaults/buckets.yaml)
+    extra_args: list[str] = msgspec.field(default_factory=list)
+    buckets: list[BucketRule] = msgspec.field(default_factory=list)  # empty = the shipped default table (parity/defaults/buckets.yaml)
     top_unmatched: int = 10
     decode_after_nvtx: str | None = None  # regex: analyze only kernels after the last matching NVTX range
     timeout_s: float = 3600.0  # one capture (nsys + workload)

@@ -20,7 +20,7 @@ cost (traced/untraced S_TG) comes with its interval, and two arms give paired bu
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from parity import session
 from parity.engines import kind_of
@@ -29,6 +29,7 @@ from parity.options import check_step_options
 from parity.bench import batched_bench
 from parity.bench.batched_bench import argv
 from parity.context import run_session
+from parity.decode import replace
 from parity.engines.envpolicy import check_bench_env
 from parity.engines.server import serving
 from parity.gonogo import dry_run_session, go_no_go

@@ -1,4 +1,6 @@
-"""The result model: the rows and documents parity writes into a run directory, as dataclasses.
+"""The result model: the rows and documents parity writes into a run directory, as msgspec Structs
+(declared as dataclasses would be: creating a Struct class costs about a fiftieth of a dataclass's,
+and most parity starts import this module).
 
 Each declares the fields parity reads (their types are checked when a file is read, and its
 JSON Schema under docs/schemas/ is generated from them); a file may hold more keys (a row's
@@ -8,18 +10,17 @@ reads as version 0."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Annotated, Any, ClassVar, Literal, Optional, Union
 
 import msgspec
+from msgspec import field
 
 SCHEMA_VERSION = 1
 Number = Optional[float]  # a value that could not be computed is null, never NaN
 Point = Union[int, float]  # a sweep's N, or a workload's point key (an open-loop rate is a float)
 
 
-@dataclass
-class Reconciliation:
+class Reconciliation(msgspec.Struct):
     """A point's server-side count against the client's (parity.serving.server_metrics)."""
 
     quantity: str
@@ -29,8 +30,7 @@ class Reconciliation:
     status: str
 
 
-@dataclass
-class PointRow:
+class PointRow(msgspec.Struct):
     """One engine x point x repeat of a serving sweep (summary.json rows[]); its metrics are the
     row's other keys (a number, or null with invalid_reasons or a reason beside it)."""
 
@@ -45,8 +45,7 @@ class PointRow:
     server: Optional[dict[str, Any]] = None
 
 
-@dataclass
-class Median:
+class Median(msgspec.Struct):
     """Per engine x point: each metric's median over the valid repeats (summary.json medians[])."""
 
     engine: str
@@ -57,8 +56,7 @@ class Median:
     spread: dict[str, list[float]] = field(default_factory=dict)
 
 
-@dataclass
-class Verdict:
+class Verdict(msgspec.Struct):
     """The users' rule on one metric of a ratio row."""
 
     verdict: str
@@ -67,8 +65,7 @@ class Verdict:
     delta_pct: Number = None
 
 
-@dataclass
-class Ratio:
+class Ratio(msgspec.Struct):
     """engine / reference per point from medians, with the users' rule (summary.json ratios[])."""
 
     engine: str
@@ -81,8 +78,7 @@ class Ratio:
     paired: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
-@dataclass
-class PairedRow:
+class PairedRow(msgspec.Struct):
     """The paired block statistics of one engine/reference x point x metric (summary.json
     paired[], paired.tsv): geometric mean of the per-block ratios and its interval."""
 
@@ -102,8 +98,7 @@ class PairedRow:
     point: Optional[str] = None
 
 
-@dataclass
-class Summary:
+class Summary(msgspec.Struct):
     """summary.json of a serving snapshot or workload run."""
 
     FINITE: ClassVar[tuple[str, ...]] = ("rows", "medians", "ratios", "paired")
@@ -125,8 +120,7 @@ class Summary:
     shown: list[str] = field(default_factory=list)
 
 
-@dataclass
-class LeverCell:
+class LeverCell(msgspec.Struct):
     """The headline's B/A at one point of a lever A/B."""
 
     point: Optional[str] = None
@@ -137,16 +131,14 @@ class LeverCell:
     n_blocks: Optional[int] = None
 
 
-@dataclass
-class LeverMeasurement:
+class LeverMeasurement(msgspec.Struct):
     kind: str = ""
     metric: str = ""
     points: list[LeverCell] = field(default_factory=list)
     invalid_points: list[str] = field(default_factory=list)
 
 
-@dataclass
-class LeverSummary:
+class LeverSummary(msgspec.Struct):
     """summary.json of `parity ab` (verdict null while it measures)."""
 
     FINITE: ClassVar[tuple[str, ...]] = ("key", "measurement")
@@ -161,8 +153,7 @@ class LeverSummary:
     gates: Optional[dict[str, Any]] = None
 
 
-@dataclass
-class BenchRow:
+class BenchRow(msgspec.Struct):
     """One llama-batched-bench table row (bench.json rows[]); an A/B's rows carry their arm and block."""
 
     pp: int
@@ -181,8 +172,7 @@ class BenchRow:
     slot: Optional[int] = None
 
 
-@dataclass
-class BenchPaired:
+class BenchPaired(msgspec.Struct):
     """B/A of one arm x point x metric over the blocks (bench.json paired[])."""
 
     engine: str
@@ -200,8 +190,7 @@ class BenchPaired:
     users_rule: Optional[dict[str, Any]] = None
 
 
-@dataclass
-class Bench:
+class Bench(msgspec.Struct):
     """bench.json: one llama-batched-bench run, or the blocks of an A/B (parity bench --engines)."""
 
     FINITE: ClassVar[tuple[str, ...]] = ("rows", "paired", "per_engine")
@@ -220,8 +209,7 @@ class Bench:
     npl: list[int] = field(default_factory=list)
 
 
-@dataclass
-class Manifest:
+class Manifest(msgspec.Struct):
     """manifest.json: a run's provenance and status (parity.artifacts.RunDir)."""
 
     FINITE: ClassVar[tuple[str, ...]] = ()
@@ -243,8 +231,7 @@ class Manifest:
     slurm: Optional[dict[str, Any]] = None
 
 
-@dataclass
-class LeverRow:
+class LeverRow(msgspec.Struct):
     """One row of the lever map (lever_map.yaml levers[]): the users edit verdicts and add keys."""
 
     lever: Union[Annotated[str, msgspec.Meta(min_length=1)], int]
@@ -254,16 +241,14 @@ class LeverRow:
     high: Number = None
 
 
-@dataclass
-class LeverMap:
+class LeverMap(msgspec.Struct):
     """lever_map.yaml: the users' file; a NaN a hand edit left is listed as null with the row's
     problem named (parity.levers.map.plain_rows), not refused."""
 
     levers: Optional[list[LeverRow]] = None
 
 
-@dataclass
-class Probe:
+class Probe(msgspec.Struct):
     """One probe of a bisection (bisect.json probes[])."""
 
     n: int
@@ -274,8 +259,7 @@ class Probe:
     result: str = ""
 
 
-@dataclass
-class Bisection:
+class Bisection(msgspec.Struct):
     """bisect.json."""
 
     FINITE: ClassVar[tuple[str, ...]] = ()
@@ -288,8 +272,7 @@ class Bisection:
     reason: Optional[str] = None
 
 
-@dataclass
-class MatrixTarget:
+class MatrixTarget(msgspec.Struct):
     """One target of a matrix run (matrix.json is a list of these)."""
 
     target: str
@@ -309,8 +292,7 @@ PAIRED_TYPES = {"n": Point, "n_blocks": int, "ratio": float, "low": float, "high
 # ------------------------------------------------------------------ side files of a run (read by the report)
 
 
-@dataclass
-class Hardware:
+class Hardware(msgspec.Struct):
     """hardware.json (parity.gpu.hardware)."""
 
     hardware_class: Optional[str] = None
@@ -320,8 +302,7 @@ class Hardware:
     host: Optional[str] = None
 
 
-@dataclass
-class GateCheck:
+class GateCheck(msgspec.Struct):
     check: str
     status: str
     kind: Optional[str] = None
@@ -331,8 +312,7 @@ class GateCheck:
     attempts: list[dict[str, Any]] = field(default_factory=list)
 
 
-@dataclass
-class GateSet:
+class GateSet(msgspec.Struct):
     """One phase of gates.json (pre, post): its status and checks."""
 
     status: str = ""
@@ -343,8 +323,7 @@ class GateSet:
 Gates = dict[str, Union[str, GateSet]]  # gates.json: {"pre": GateSet, "post": GateSet, "status": "pass"}
 
 
-@dataclass
-class Source:
+class Source(msgspec.Struct):
     """Where a build's llama.cpp came from (builds.json source)."""
 
     kind: Optional[str] = None
@@ -355,8 +334,7 @@ class Source:
     sha256: Optional[str] = None
 
 
-@dataclass
-class BuildRecord:
+class BuildRecord(msgspec.Struct):
     """One engine of builds.json: a build's provenance, a prebuilt bin dir, or a vLLM venv."""
 
     engine: Optional[str] = None
@@ -379,16 +357,14 @@ class BuildRecord:
 Builds = dict[str, BuildRecord]
 
 
-@dataclass
-class Bucket:
+class Bucket(msgspec.Struct):
     bucket: str
     total_ms: Number = None
     share: Number = None
     ms_per_launch: Number = None
 
 
-@dataclass
-class Capture:
+class Capture(msgspec.Struct):
     label: Optional[str] = None
     engine: Optional[str] = None
     total_ms: Number = None
@@ -396,15 +372,13 @@ class Capture:
     unmatched_top: list[Any] = field(default_factory=list)
 
 
-@dataclass
-class Difference:
+class Difference(msgspec.Struct):
     formula: Optional[str] = None
     total: Optional[dict[str, Any]] = None
     buckets: list[dict[str, Any]] = field(default_factory=list)
 
 
-@dataclass
-class Analysis:
+class Analysis(msgspec.Struct):
     """profile/analysis.json (parity.profiles.analysis): kernel buckets per capture, the difference method."""
 
     FINITE: ClassVar[tuple[str, ...]] = ("captures", "difference")

@@ -8,7 +8,7 @@ import json
 import math
 import os
 import re
-from dataclasses import dataclass, fields, is_dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
@@ -36,9 +36,9 @@ class Doc(Generic[T]):
 
     def filled(self) -> Any:
         """The content with every declared field present (a missing one at its default)."""
-        if not isinstance(self.data, dict) or not is_dataclass(self.typed):
+        if not isinstance(self.data, dict) or not isinstance(self.typed, msgspec.Struct):
             return self.data
-        return {**{f.name: getattr(self.typed, f.name) for f in fields(self.typed) if f.name not in self.data}, **self.data}
+        return {**{f: getattr(self.typed, f) for f in self.typed.__struct_fields__ if f not in self.data}, **self.data}
 
 
 def run_dir(path, what: str = "run directory") -> Path:

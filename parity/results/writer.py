@@ -10,6 +10,8 @@ from dataclasses import asdict, is_dataclass
 from pathlib import PurePath
 from typing import Any
 
+import msgspec
+
 from parity.errors import ParityError
 from parity.results import model
 from parity.results.reader import BadResultFile, check
@@ -62,6 +64,8 @@ def write_bench(run, doc: dict) -> dict:
 def _default(o):
     if is_dataclass(o):
         return asdict(o)
+    if isinstance(o, msgspec.Struct):  # the model's rows (parity.results.model)
+        return msgspec.to_builtins(o)
     if isinstance(o, (set, tuple)):
         return list(o)
     if hasattr(o, "item"):  # numpy scalars

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Literal
 
+import msgspec
 
-@dataclass
-class SlurmConfig:
+
+class SlurmConfig(msgspec.Struct):
     """How a `kind: slurm` host submits its job (parity.hosts.slurm): sbatch options and bounds."""
 
     partition: str | None = None  # --partition; None: the cluster's default partition
@@ -16,16 +16,15 @@ class SlurmConfig:
     account: str | None = None  # --account
     qos: str | None = None  # --qos
     time: str | None = None  # --time (Slurm's forms: minutes, HH:MM:SS, D-HH:MM:SS)
-    sbatch_args: list[str] = field(default_factory=list)  # more sbatch options, e.g. [--exclusive, --constraint=b200]
-    env: dict[str, str] = field(default_factory=dict)  # environment of the Slurm commands, e.g. {SLURM_CONF: /etc/slurm-b/slurm.conf}
+    sbatch_args: list[str] = msgspec.field(default_factory=list)  # more sbatch options, e.g. [--exclusive, --constraint=b200]
+    env: dict[str, str] = msgspec.field(default_factory=dict)  # environment of the Slurm commands, e.g. {SLURM_CONF: /etc/slurm-b/slurm.conf}
     poll_s: float = 10.0  # how often the job's state is read (scontrol show job)
     pending_timeout_s: float = 86400.0  # a job still pending after this is cancelled (exit 4)
     controller_timeout_s: float = 300.0  # how long the controller may stay unreachable while following (then exit 4)
     kill_grace_s: float = 120.0  # after scancel: how long to wait for the job to end (Slurm's KillWait and cleanup)
 
 
-@dataclass
-class HostConfig:
+class HostConfig(msgspec.Struct):
     kind: Literal["ssh", "slurm"] = "ssh"  # slurm: submit a batch job (parity.hosts.slurm); ssh: run over SSH
     slurm: SlurmConfig | None = None  # the sbatch options of a kind: slurm host
     hostname: str = ""  # ssh: the host; slurm: the login node (empty: sbatch runs on this machine)

@@ -19,10 +19,11 @@ import stat
 import threading
 import time
 import uuid
-from dataclasses import replace
 from pathlib import Path
 from typing import Iterable, Mapping
 
+
+from parity.decode import replace
 from parity.runners.hosts import HostConfig
 from parity.errors import InfraError, UsageError
 from parity.runners.base import CommandResult, LineCallback

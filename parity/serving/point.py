@@ -16,7 +16,7 @@ from parity.loadgen.prompts import prompts, shortest_context_need
 def records_json(recs: list[RequestRecord]) -> list[dict]:
     out = []
     for r in recs:
-        d = dict(r.__dict__)
+        d = {f: getattr(r, f) for f in r.__struct_fields__}
         d["valid"] = r.valid
         out.append(d)
     return out

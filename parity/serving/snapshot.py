@@ -10,9 +10,10 @@ memory back); post-gates; summary.json / parity_summary.tsv / summary.tsv
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from parity.decode import replace
 from parity import session
 from parity.options import parse_until_ci
 from parity.stats.adaptive import Budget

@@ -8,10 +8,11 @@ here: the workload resolved for a profile, the arm its runner drives, and the po
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from parity.artifacts import slugify
-from parity.decode import from_dict
+from parity.decode import from_dict, replace
 from parity.engines import kind_of
 from parity.engines.server import died
 from parity.errors import UsageError
@@ -56,8 +57,6 @@ class Workload:
         return self.kind_obj.need(self)
 
     def describe(self) -> dict:
-        import dataclasses
-
         return {**dataclasses.asdict(self.cfg), "name": self.name, "gen": self.gen, "ptok": self.ptok, "points": [label for _, label in self.points()]}
 
 
@@ -65,7 +64,6 @@ def resolve(ctx, spec, s, npl=None, options: dict | None = None) -> Workload:
     """A workload by name (a built-in kind, parity.workloads.defaults, or
     serving.workloads.NAME) or inline (a campaign step's mapping, with an optional name);
     options: --workload-opt overrides."""
-    from dataclasses import replace
 
     options = options or {}
     made: dict = {}  # a built-in's: what parity sized (parity.workloads.calibration may raise it)

@@ -6,9 +6,10 @@ pinned, and the arm record says so."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from contextlib import contextmanager
+
+from parity.decode import replace
 
 
 def cpu_list(cpus) -> str:
@@ -57,7 +58,7 @@ def wrap(launch, aff: dict):
     """The launch with its argv under taskset when the plan pins (the recorded argv shows it)."""
     if not aff.get("applied") or not launch.spawned:  # a server parity does not start keeps its own cores
         return launch
-    return dataclasses.replace(launch, argv=["taskset", "-c", aff["server_cpus"], *launch.argv])
+    return replace(launch, argv=["taskset", "-c", aff["server_cpus"], *launch.argv])
 
 
 @contextmanager

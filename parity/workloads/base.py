@@ -4,15 +4,15 @@ their width, its runner, its metrics, headline and windows, its calibration knob
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Callable, Iterator
+
+import msgspec
 
 from parity.errors import ConfigError
 from parity.loadgen.record import RequestRecord
 
 
-@dataclass
-class Measured:
+class Measured(msgspec.Struct):
     """One point's raw results, before the row is computed."""
 
     key: float
@@ -21,16 +21,15 @@ class Measured:
     before: dict | None = None
     after: dict | None = None
     metrics_text: str | None = None
-    decode: list[RequestRecord] = field(default_factory=list)
-    long: list[RequestRecord] = field(default_factory=list)
+    decode: list[RequestRecord] = msgspec.field(default_factory=list)
+    long: list[RequestRecord] = msgspec.field(default_factory=list)
     prefix_tokens: int = 0
-    extra: dict = field(default_factory=dict)
-    problems: list[str] = field(default_factory=list)
-    side: dict = field(default_factory=dict)  # other requests kept beside the point (primers): name -> records
+    extra: dict = msgspec.field(default_factory=dict)
+    problems: list[str] = msgspec.field(default_factory=list)
+    side: dict = msgspec.field(default_factory=dict)  # other requests kept beside the point (primers): name -> records
 
 
-@dataclass
-class Plot:
+class Plot(msgspec.Struct):
     """One of the report's plots: draw(data, path[, rows]) writes a PNG and returns its path (None: nothing to draw)."""
 
     title: str

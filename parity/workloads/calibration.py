@@ -15,8 +15,7 @@ keeps an explicit --gen."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
+from parity.decode import replace
 from parity.metrics import serving as metrics
 from parity.stats.calibrate import burst, calibration_off, choose, stream_need
 from parity.workloads import WORKLOADS

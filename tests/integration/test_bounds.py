@@ -4,26 +4,26 @@ names the bound, releasing the lock."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 
 import pytest
 
 from parity.config import HostConfig, available_profiles, load_profile
+from parity.decode import is_record, record_fields
 from tests.conftest import run_parity
 
 
 def _seconds_fields(obj, prefix=""):
-    for f in dataclasses.fields(obj):
-        v = getattr(obj, f.name)
-        if dataclasses.is_dataclass(v):
-            yield from _seconds_fields(v, f"{prefix}{f.name}.")
+    for name in record_fields(obj):
+        v = getattr(obj, name)
+        if is_record(v):
+            yield from _seconds_fields(v, f"{prefix}{name}.")
         elif isinstance(v, dict):
             for k, item in v.items():
-                if dataclasses.is_dataclass(item):
-                    yield from _seconds_fields(item, f"{prefix}{f.name}.{k}.")
-        elif f.name.endswith("_s"):
-            yield f"{prefix}{f.name}", v
+                if is_record(item):
+                    yield from _seconds_fields(item, f"{prefix}{name}.{k}.")
+        elif name.endswith("_s"):
+            yield f"{prefix}{name}", v
 
 
 @pytest.mark.parametrize("name", available_profiles())

@@ -6,11 +6,11 @@ import hashlib
 import json
 import os
 import subprocess
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from parity.decode import replace
 from parity.config import SynthSpec, profile_from_dict
 from parity.errors import UsageError
 from parity.gates.completion import is_complete

@@ -5,11 +5,11 @@ kinds present.  Loading and generating with the real engines is in test_real_eng
 from __future__ import annotations
 
 import hashlib
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from parity.decode import replace
 from parity.config import SynthSpec
 from parity.errors import UsageError
 from parity.models.synth import synth_gguf

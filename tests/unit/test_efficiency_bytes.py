@@ -5,12 +5,12 @@ and a quantized copy), checked against an independent sum: the file's own tensor
 from __future__ import annotations
 
 import os
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from parity.config import SynthSpec
+from parity.decode import replace
 from parity.efficiency.bytes_per_token import QUANTITIES, decode_bytes, expected_experts, expert_share, formula
 from parity.models.synth import synth_gguf
 

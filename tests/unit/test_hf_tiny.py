@@ -7,11 +7,11 @@ from __future__ import annotations
 import hashlib
 import json
 import struct
-from dataclasses import replace
 
 import numpy as np
 import pytest
 
+from parity.decode import replace
 from parity.errors import InfraError, UsageError
 from parity.models import hf_tiny as ht
 

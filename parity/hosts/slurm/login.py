@@ -9,6 +9,7 @@ import os
 import shutil
 from pathlib import Path
 
+from parity.decode import replace
 from parity.runners.local import LocalRunner
 from parity.runners.ssh import SSHRunner
 
@@ -49,8 +50,6 @@ class LocalLogin(LocalRunner):
 def login_runner(name: str, cfg):
     """The runner for a kind: slurm host's login side."""
     if cfg.hostname:
-        from dataclasses import replace
-
         ssh_cfg = replace(cfg)
         for attr in ("identity_file", "known_hosts"):
             if getattr(ssh_cfg, attr):
