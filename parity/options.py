@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import math
-
-import msgspec
+from dataclasses import dataclass
 
 from parity.errors import ConfigError, UsageError
 
@@ -37,7 +36,8 @@ def check_step_options(kind: str, options: dict, known: set[str]) -> None:
 # campaign steps (the same field names under `with:`) all read these.
 
 
-class Option(msgspec.Struct, frozen=True):
+@dataclass(frozen=True)
+class Option:
     name: str  # the request field and the campaign step's key
     flag: str
     takes: str  # "count" (a positive integer), "pct" (a positive %, or METRIC=PCT,...), "seconds", or "choice"
