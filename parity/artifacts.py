@@ -14,7 +14,6 @@ import os
 import re
 import socket
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any, Mapping
 

@@ -8,7 +8,6 @@ tests/data/doctor/); the checks run tools through a Runner.
 from __future__ import annotations
 
 import importlib.util
-import os
 import re
 import sys
 from dataclasses import asdict, dataclass

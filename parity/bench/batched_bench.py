@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 
 from parity import session
 from parity.engines import kind_of, with_binaries

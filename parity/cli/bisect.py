@@ -57,7 +57,7 @@ def register(app: typer.Typer) -> None:
         try:
             doc = run(ctx, req)
         except NoCulprit as e:
-            ctx.out.emit(e.doc, lambda: _render(ctx.out, e.doc))
+            ctx.out.emit(e.doc, lambda doc=e.doc: _render(ctx.out, doc))
             raise
         ctx.out.emit(doc, lambda: _render(ctx.out, doc))
 

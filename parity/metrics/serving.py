@@ -15,7 +15,7 @@ carries that reason instead of an empty cell."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from parity.loadgen.record import RequestRecord

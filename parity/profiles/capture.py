@@ -47,7 +47,7 @@ from parity.tracer import TRACERS
 from parity.tracer.build import ensure_built, injection_env
 from parity.tracer.locate import find_cupti
 from parity.tracer.overhead import not_measured, tracer_overhead
-from parity.tracer.pairs import arm_block, engine_ms_per_token, from_captures, paired_buckets
+from parity.tracer.pairs import from_captures
 from parity.tracer.trace import convert, require_clean, trace_files
 
 WORKLOADS = ("bench", "serve")

@@ -205,7 +205,7 @@ def read_kernel_groups(path: str, window: Window | None = None) -> list[KernelGr
             f"FROM CUPTI_ACTIVITY_KIND_KERNEL {where} GROUP BY {name_col}) g "
             "LEFT JOIN StringIds s ON s.id = g.sid"
         )
-        return [KernelGroup(name if name is not None else f"<string id missing>", int(total or 0), int(n), int(nodes or 0)) for name, total, n, nodes in conn.execute(sql, args)]
+        return [KernelGroup(name if name is not None else "<string id missing>", int(total or 0), int(n), int(nodes or 0)) for name, total, n, nodes in conn.execute(sql, args)]
     finally:
         conn.close()
 

@@ -12,7 +12,6 @@ the exporting nsys (META_DATA_EXPORT, EXPORT_META_DATA in older versions).
 
 from __future__ import annotations
 
-import re
 
 from parity.tracer.trace import short_name  # noqa: F401 (nsys's shortName, one definition)
 import sqlite3

@@ -255,7 +255,7 @@ def dry_run(ctx, plan: SnapshotPlan) -> dict:
         "lock_dir": str(lock_effective_dir(ctx.profile.lock)),
         "port_free": port_free(s.port),
         "metrics": definitions(),
-        "budget": plan.budget.describe() + ("" if not plan.budget.adaptive else f"; the order above is the minimum, further blocks keep its rotation"),
+        "budget": plan.budget.describe() + ("" if not plan.budget.adaptive else "; the order above is the minimum, further blocks keep its rotation"),
         "calibration": calibration_plan(plan),
         **({"workload": plan.workload.describe()} if plan.workload is not None else {}),
     }

@@ -53,7 +53,6 @@ def test_four_ab_runs_at_once_land_four_rows(paged_bin, tmp_path):
     turn and append as each ends): every verdict printed is a row in the map."""
     import subprocess
     import sys
-    import time
 
     from conftest import REPO
 

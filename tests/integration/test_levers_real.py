@@ -67,7 +67,7 @@ def test_runtime_lever_bit_exact(shared, tmp_path):
     assert bench["env"]["paged+lever"]["LLAMA_PAGED_NO_BT_CACHE"] == "1" and "LLAMA_PAGED_NO_BT_CACHE" not in bench["env"]["paged"]
     assert json.loads((run / "summary.json").read_text())["verdict"] == doc["verdict"]
     report = (run / doc["report"]).read_text()
-    assert f"# Phase 1 (" in report and doc["key"]["text"] in report and "md5 8/8 equal" in report and "per-block ratios" in report
+    assert "# Phase 1 (" in report and doc["key"]["text"] in report and "md5 8/8 equal" in report and "per-block ratios" in report
     rows = yaml.safe_load((tmp_path / "levers.yaml").read_text())["levers"]
     assert len(rows) == 1 and rows[0]["lever"] == "LLAMA_PAGED_NO_BT_CACHE=1" and rows[0]["verdict"] == doc["verdict"] and rows[0]["artifact"] == str(run)
     assert rows[0]["pin"] == "0ed235ea2c17a19fc8238668653946721ed136fd" and rows[0]["hardware_class"] == doc["hardware_class"]

@@ -13,7 +13,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 import yaml
 
 from conftest import REPO, slurm_host_entry

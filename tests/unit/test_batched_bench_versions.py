@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 
 from parity.bench.batched_bench import missing_rows, parse, parse_header
 

@@ -17,7 +17,7 @@ import pytest
 
 from parity.config import load_profile
 from parity.engine import build
-from parity.errors import GateFailed, InfraError, UsageError
+from parity.errors import InfraError, UsageError
 from parity.runners.local import LocalRunner
 from parity.ui import Output
 

@@ -4,7 +4,6 @@ and a quantized copy), checked against an independent sum: the file's own tensor
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest

@@ -242,7 +242,6 @@ def test_profile_serve_capture_keeps_the_launch_and_the_model_name(tmp_path, mon
     metrics path and engine name survive, and --model names the served model as in snapshot."""
     import contextlib
 
-    import parity.engines.server as server
     from parity.profiles import capture as cap
 
     ctx = make_ctx(tmp_path, "models:\n  other: {path: x.gguf, vllm_path: /w/other, served_name: other-served}\n")

@@ -25,7 +25,6 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
-import pytest
 import yaml
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st

@@ -1,7 +1,6 @@
 """`parity gap` on the H100 lever run (docs/evidence/device-h100-noise: paged vs paged with
 LLAMA_MOE_NO_FORCE_GRAPHS=1 on a Q8_0 MoE, serving sweep and batched-bench A/B)."""
 
-import json
 import math
 import shutil
 from pathlib import Path

@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
 
 from conftest import run_parity, shared_or_skip
 from parity.errors import ConfigError, UsageError

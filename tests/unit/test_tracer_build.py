@@ -5,7 +5,6 @@ the GPU host.  Link-level checks only: nothing here has a GPU to load it into.""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
