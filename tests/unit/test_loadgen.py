@@ -126,9 +126,13 @@ def fake_vllm(tmp_path):
         raise RuntimeError("fake vllm did not start")
 
     yield start
-    for p in procs:
+    for p in procs:  # a busy box may take more than a few seconds to stop it (the old 5 s bound flaked)
         p.terminate()
-        p.wait(5)
+        try:
+            p.wait(60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
 
 
 def specs(t, n, ptok, gen):
