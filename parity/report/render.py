@@ -175,6 +175,13 @@ def render_report(profile, req: ReportRequest) -> dict:
     """The report, its sidecar and its ledger rows, written while the ledgers it joins are
     locked: two reports into one directory at once take phases N and N+1 (before, both took N,
     and with one title the second overwrote the first)."""
+    if req.verdict is not None and req.verdict not in USER_VERDICTS:  # bad input: refused before any ledger lock file
+        raise UsageError(f"--verdict {req.verdict}: must be one of {', '.join(USER_VERDICTS)}")
+    if req.phase is not None and req.phase <= 0:
+        raise UsageError("--phase must be a positive integer")
+    rd = load_run(req.run, need_summary=False)  # a gates-only run still gets a report
+    if req.compare and not rd.summary:
+        raise UsageError(f"{req.run}: no summary.json to compare (not a snapshot run, or it failed before any result)")
     dirs = sorted({_resolved(d) for d in (req.out_dir, req.ledger_dir) if d})  # one order everywhere: no deadlock
     with contextlib.ExitStack() as held:
         for d in dirs:
@@ -182,17 +189,10 @@ def render_report(profile, req: ReportRequest) -> dict:
                 held.enter_context(ledger.locked(Path(d)))
             except OSError:  # not a usable directory: the report below says so, as it did unlocked
                 pass
-        return _render_report(profile, req)
+        return _render_report(profile, req, rd)
 
 
-def _render_report(profile, req: ReportRequest) -> dict:
-    if req.verdict is not None and req.verdict not in USER_VERDICTS:
-        raise UsageError(f"--verdict {req.verdict}: must be one of {', '.join(USER_VERDICTS)}")
-    if req.phase is not None and req.phase <= 0:
-        raise UsageError("--phase must be a positive integer")
-    rd = load_run(req.run, need_summary=False)  # a gates-only run still gets a report
-    if req.compare and not rd.summary:
-        raise UsageError(f"{req.run}: no summary.json to compare (not a snapshot run, or it failed before any result)")
+def _render_report(profile, req: ReportRequest, rd: RunData) -> dict:
     rule = stats.Rule.from_config(profile.stats)
     metrics = req.metrics or list(profile.stats.metrics)
     ab = None

@@ -149,6 +149,15 @@ def test_author_verdict_and_bad_options(profile, tmp_path, parity_cli):
     assert r.returncode == 2 and "RUN" in r.stderr
 
 
+def test_bad_input_leaves_no_ledger_lock_behind(profile, tmp_path, parity_cli):
+    out = tmp_path / "reports"
+    out.mkdir()
+    for args in ([str(tmp_path / "missing")], [str(DATA / "candidate"), "--verdict", "ship-it"], [str(DATA / "candidate"), "--phase", "0"]):
+        r = parity_cli("report", *args, "--out-dir", str(out))
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert list(out.iterdir()) == []  # refused before the ledger's lock file was made
+
+
 def test_regression_gives_reject(profile, tmp_path):
     res = render(profile, tmp_path, run="control", compare=str(DATA / "candidate"))
     assert res["verdict"] == "reject" and "regressed beyond noise" in res["verdict_rule"]
