@@ -484,8 +484,6 @@ def check_bounds(obj, label: str, prefix: str = "") -> None:
     """Every timeout/interval (a field named *_s) is a finite number of seconds > 0, every
     *retries count >= 0, every port in 1..65535: a wait must have a bound, and 0 or a
     negative value is a typo, never "no wait"."""
-    import math
-
     for name in record_fields(obj):
         v, key = getattr(obj, name), f"{prefix}{name}"
         if is_record(v):

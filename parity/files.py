@@ -7,7 +7,7 @@ import datetime as _dt
 import json
 import os
 import tempfile
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 
@@ -93,9 +93,9 @@ def json_default(o):
 
     if dataclasses.is_dataclass(o):
         return dataclasses.asdict(o)
-    if hasattr(type(o), "__struct_fields__"):  # a msgspec Struct (the result model), without importing msgspec
+    if hasattr(type(o), "__struct_fields__"):  # a msgspec Struct (the result model, the profile's sections, records), without importing msgspec
         return {f: getattr(o, f) for f in o.__struct_fields__}
-    if isinstance(o, (Path, _dt.date)):  # a date: from a YAML file (the lever map) the user edited
+    if isinstance(o, (PurePath, _dt.date)):  # a date: from a YAML file (the lever map) the user edited
         return o.isoformat() if isinstance(o, _dt.date) else str(o)
     if isinstance(o, (set, tuple)):
         return list(o)

@@ -6,13 +6,10 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, is_dataclass
-from pathlib import PurePath
 from typing import Any
 
-import msgspec
-
 from parity.errors import ParityError
+from parity.files import json_default
 from parity.results import model
 from parity.results.reader import BadResultFile, check
 
@@ -36,7 +33,7 @@ def write(run, name: str, doc: dict, cls: type) -> dict:
     doc["schema_version"] = model.SCHEMA_VERSION
     run.write_json(name, doc)
     try:
-        check(plain(json.loads(json.dumps(doc, default=_default))), cls, name, cls.__name__)
+        check(plain(json.loads(json.dumps(doc, default=json_default))), cls, name, cls.__name__)  # the encoder that wrote it
     except BadResultFile as e:
         raise ParityError(f"parity wrote {name} in a shape its own reader refuses (a parity bug; the file is kept): {e}") from None
     return doc
@@ -59,17 +56,3 @@ def write_summary(run, doc: dict) -> dict:
 def write_bench(run, doc: dict) -> dict:
     """bench.json of llama-batched-bench (one run, or an A/B's blocks)."""
     return write(run, "bench.json", doc, model.Bench)
-
-
-def _default(o):
-    if is_dataclass(o):
-        return asdict(o)
-    if isinstance(o, msgspec.Struct):  # the model's rows (parity.results.model)
-        return msgspec.to_builtins(o)
-    if isinstance(o, (set, tuple)):
-        return list(o)
-    if hasattr(o, "item"):  # numpy scalars
-        return o.item()
-    if isinstance(o, PurePath):
-        return str(o)
-    raise TypeError(f"not JSON serializable: {type(o).__name__}")

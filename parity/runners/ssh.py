@@ -22,7 +22,6 @@ import uuid
 from pathlib import Path
 from typing import Iterable, Mapping
 
-
 from parity.decode import replace
 from parity.runners.hosts import HostConfig
 from parity.errors import InfraError, UsageError

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
+import msgspec
+
 from parity.engines.server import probe, scrape
 from parity.errors import InfraError
 from parity.loadgen.record import RequestRecord
@@ -16,7 +18,7 @@ from parity.loadgen.prompts import prompts, shortest_context_need
 def records_json(recs: list[RequestRecord]) -> list[dict]:
     out = []
     for r in recs:
-        d = {f: getattr(r, f) for f in r.__struct_fields__}
+        d = msgspec.structs.asdict(r)
         d["valid"] = r.valid
         out.append(d)
     return out
