@@ -32,7 +32,7 @@ def recorded(tmp_path, mini_build, monkeypatch):
     doc = yaml.safe_load(prof.read_text())
     doc["lock"] = {"dir": str(lock_dir), "poll_s": 0.05, "timeout_s": 60, "idle_checks": 1, "preflight": False}
     doc["gates"] = {"engine": "paged", "ops": ["RMS_NORM"], "op_backend": "CPU"}
-    doc["profiling"] = {"ntg": [4, 2], "npl": 1, "npp": 16}
+    doc["profiling"] = {"ntg": [4, 2], "npl": 1, "npp": 16, "blocks": 1}  # one block: the order of build and lock is the point here
     prof.write_text(yaml.safe_dump(doc))
     record = tmp_path / "cmake-record.txt"
     monkeypatch.setenv("PATH", f"{shim}{os.pathsep}{FAKES}{os.pathsep}{os.environ['PATH']}")
