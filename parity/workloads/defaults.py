@@ -6,7 +6,7 @@ YAML (only the keys written there), then `--workload-opt KEY=VALUE` on the comma
 
 from __future__ import annotations
 
-from parity.decode import decode_value
+from parity.decode import decode_value, record_fields, type_hints
 from parity.engines import kind_of
 from parity.errors import ConfigError, UsageError
 from parity.workloads import WORKLOADS
@@ -47,13 +47,10 @@ def builtin(kind: str, profile, s, declared=None, options: dict | None = None):
 def parse_options(items: list[str]) -> dict:
     """--workload-opt KEY=VALUE (VALUE read as YAML: 4, 0.5, [1, 2], null) -> {key: typed value};
     a bad key or value is a UsageError naming it."""
-    import dataclasses
-    import typing
-
     import yaml
 
-    hints = typing.get_type_hints(WorkloadConfig)
-    names = [f.name for f in dataclasses.fields(WorkloadConfig) if f.name not in ("kind", "description")]
+    hints = type_hints(WorkloadConfig)
+    names = [n for n in record_fields(WorkloadConfig) if n not in ("kind", "description")]
     out = {}
     for item in items:
         key, sep, raw = item.partition("=")
