@@ -14,7 +14,7 @@ from parity.runners.local import LocalRunner
 
 # pytest keeps its assert-rewritten test modules in __pycache__ only where bytecode may be
 # written; with PYTHONDONTWRITEBYTECODE set (as on the CI box) each of make test's 4 workers
-# rewrote every module again (collection 3.5 -> 1.0 CPU-s a process).  make setup's compileall
+# rewrote every module again (collection 3.5 -> 1.3 CPU-s a process).  make setup's compileall
 # writes the same folders; the processes the tests start keep the setting.
 sys.dont_write_bytecode = False
 
