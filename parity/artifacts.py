@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping
 
-from parity import __version__
+from parity import __version__, openblas
 from parity.files import atomic_write_json, atomic_write_text, json_default
 from parity.results import read_manifest, run_dir
 from parity.filelock import locked_dir
@@ -125,7 +125,7 @@ class RunDir:
                 "started": now_iso(),
                 "ended": None,
                 "config": _plain(config),
-                "env": redact_env(env if env is not None else os.environ),
+                "env": redact_env(env if env is not None else openblas.callers_environ()),
                 "steps": {},
                 **slurm_job(os.environ),
             }

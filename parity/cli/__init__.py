@@ -174,4 +174,7 @@ def _one_line(msg: str) -> None:
 
 
 def entry() -> None:  # pragma: no cover
+    from parity import openblas
+
+    openblas.limit()  # before anything loads numpy
     sys.exit(main())

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Iterable, Mapping
 
+from parity import openblas
 from parity.runners import lifetime
 from parity.runners.base import CommandResult, LineCallback
 from parity.files import atomic_write_text
@@ -53,7 +54,7 @@ def _new_tag() -> str:
 
 
 def _child_env(env: Mapping[str, str] | None, unset: Iterable[str], tag: str | None = None) -> dict[str, str]:
-    merged = dict(os.environ)
+    merged = openblas.callers_environ()
     for name in unset:
         merged.pop(name, None)
     if env:
