@@ -95,8 +95,11 @@ def remote_argv(argv: list[str], remote_artifacts: str, upload, runs_map=None) -
 # --------------------------------------------------------------------------- bootstrap
 
 
+NOT_SHIPPED = ("tests/", "docs/", "benchmarks/", ".github/")  # nothing a remote parity runs reads them
+
+
 def source_files(root: Path) -> list[str]:
-    """This checkout's files (git ls-files incl. untracked, not ignored), tests left out;
+    """This checkout's files (git ls-files incl. untracked, not ignored) but NOT_SHIPPED;
     without git, the package, pyproject.toml and campaigns/."""
     names: list[str] = []
     if (root / ".git").exists():
@@ -109,23 +112,39 @@ def source_files(root: Path) -> list[str]:
                 if p.is_file() and "__pycache__" not in p.parts:
                     names.append(str(p.relative_to(root)))
         names.append("pyproject.toml")
-    keep = [n for n in names if not n.startswith(("tests/", ".github/")) and (root / n).is_file()]
+    keep = [n for n in names if not n.startswith(NOT_SHIPPED) and (root / n).is_file()]
     return sorted(set(keep))
 
 
-def source_archive(root: Path | None = None) -> tuple[bytes, str]:
-    """(tar.gz bytes, stamp) of the parity checkout; the stamp hashes names + contents."""
-
+def _shipped(root: Path | None):
     root = Path(root or PARITY_ROOT)
+    for name in source_files(root):
+        yield name, (root / name).read_bytes(), os.access(root / name, os.X_OK)
+
+
+def _stamp_add(h, name: str, data: bytes) -> None:
+    h.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
+
+
+def source_stamp(root: Path | None = None) -> str:
+    """The shipped files' names and contents, hashed: a remote copy with this stamp is current."""
+    h = hashlib.sha256()
+    for name, data, _ in _shipped(root):
+        _stamp_add(h, name, data)
+    return h.hexdigest()[:16]
+
+
+def source_archive(root: Path | None = None) -> tuple[bytes, str]:
+    """(tar.gz bytes, stamp) of the shipped files: built only when the remote copy is not current
+    (gzip of the tree is most of a delegated start's own time)."""
     h = hashlib.sha256()
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for name in source_files(root):
-            data = (root / name).read_bytes()
-            h.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
+        for name, data, executable in _shipped(root):
+            _stamp_add(h, name, data)
             info = tarfile.TarInfo(name)
             info.size, info.mtime = len(data), 0
-            info.mode = 0o755 if os.access(root / name, os.X_OK) else 0o644
+            info.mode = 0o755 if executable else 0o644
             tar.addfile(info, io.BytesIO(data))
     return buf.getvalue(), h.hexdigest()[:16]
 
@@ -141,12 +160,14 @@ def ensure_remote_parity(runner, out=None) -> tuple[list[str], str]:
         if not found:
             raise UsageError(f"--host {runner.host}: remote parity {cfg.parity!r} not found (hosts.{runner.host}.parity); fix the path or drop it to bootstrap a venv")
         return [exe], workdir
-    archive, stamp = source_archive()
+    stamp = source_stamp()
     venv, src = f"{workdir}/venv", f"{workdir}/src"
     stamp_file, py = f"{venv}/.parity-stamp", f"{venv}/bin/python"
     want = f"{stamp} {cfg.python}"
     if runner.exists(py) and runner.exists(stamp_file) and runner.read_text(stamp_file).strip() == want:
         return [py, "-m", "parity"], src
+    archive, stamp = source_archive()
+    want = f"{stamp} {cfg.python}"
     say = out.info if out is not None else (lambda m: sys.stderr.write(m + "\n"))
     say(f"bootstrapping parity {stamp} on {runner.host} in {workdir}")
     tgz = f"{workdir}/parity-src-{stamp}.tar.gz"

@@ -11,7 +11,7 @@ import pytest
 
 from conftest import DATA
 from parity.config import load_profile, profile_from_dict
-from parity.hosts.delegation import missing_module, remote_argv, source_archive, split_root
+from parity.hosts.delegation import missing_module, remote_argv, source_archive, source_stamp, split_root
 from parity.runners.ssh import inner_script, resolve_host, wrapper_script
 
 
@@ -99,7 +99,22 @@ def test_source_archive_is_stamped_by_content():
     import tarfile
 
     names = tarfile.open(fileobj=io.BytesIO(data)).getnames()
-    assert "parity/cli/__init__.py" in names and "pyproject.toml" in names and not any(n.startswith("tests/") for n in names)
+    assert "parity/cli/__init__.py" in names and "pyproject.toml" in names and "campaigns/smoke.yaml" in names
+    assert not any(n.startswith(("tests/", "docs/", "benchmarks/")) for n in names)
+    assert stamp == source_stamp()
+
+
+def test_the_stamp_follows_what_is_shipped_only(tmp_path):
+    for name, text in {"parity/x.py": "A = 1\n", "docs/a.md": "one\n", "pyproject.toml": "[project]\n"}.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    first = source_stamp(tmp_path)
+    (tmp_path / "docs" / "a.md").write_text("two\n")
+    assert source_stamp(tmp_path) == first  # a docs edit leaves the remote copy current
+    (tmp_path / "parity" / "x.py").write_text("A = 2\n")
+    assert source_stamp(tmp_path) != first
+    assert source_archive(tmp_path)[1] == source_stamp(tmp_path)
 
 
 def test_missing_module_from_the_bootstrap_import_check():
