@@ -71,6 +71,12 @@ def slurm_job(env: Mapping[str, str]) -> dict:
     return {"slurm": {k: env[v] for k, v in keys.items() if env.get(v)}}
 
 
+def _interrupt_open_steps(manifest: dict) -> None:
+    for entry in (manifest.get("steps") or {}).values():
+        if isinstance(entry, dict) and entry.get("status") == "running":
+            entry["status"] = "interrupted"
+
+
 class RunDir:
     """One run's directory and its manifest."""
 
@@ -166,11 +172,16 @@ class RunDir:
         return self._edit(change)
 
     def finish(self, status: str, error: str | None = None) -> None:
+        """Close the run; an interrupted run's steps still marked running are interrupted too
+        (its parity may have been killed before it could say so: Slurm's KillWait, SIGKILL)."""
         assert status in STATUSES, status
-        fields: dict[str, Any] = {"status": status, "ended": now_iso()}
-        if error:
-            fields["error"] = error
-        self.update(**fields)
+
+        def change(data):
+            data.update(status=status, ended=now_iso(), **({"error": error} if error else {}))
+            if status == "interrupted":
+                _interrupt_open_steps(data)
+
+        self._edit(change)
 
     def settle(self, seen_by: str) -> bool:
         """A run whose parity died without closing it (SIGKILL, OOM, power loss) says `running`
@@ -184,6 +195,7 @@ class RunDir:
                 return False
             m.update(status="interrupted", ended=now_iso(),
                      error=f"parity (pid {m['pid']}) ended without closing this run (killed?); marked by {seen_by} on {socket.gethostname()}")  # fmt: skip
+            _interrupt_open_steps(m)
             marked.append(True)
 
         try:

@@ -51,6 +51,11 @@ def test_finish_steps_and_invalid(tmp_path):
     assert m["status"] == "failed" and m["error"] == "boom" and m["ended"]
     with pytest.raises(AssertionError):
         rd.finish("exploded")
+    cut = RunDir.create(tmp_path, "y", argv=[], env={})
+    cut.record_step("a", "complete")
+    cut.record_step("b", "running")
+    cut.finish("interrupted", "SIGTERM")
+    assert cut.step_status("a") == "complete" and cut.step_status("b") == "interrupted"
 
 
 def test_open_refuses_a_non_run_dir(tmp_path):

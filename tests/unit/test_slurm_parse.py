@@ -136,6 +136,12 @@ def test_a_run_slurm_ended_is_interrupted_with_its_reason(tmp_path):
     m = rd.manifest()
     assert m["status"] == "interrupted" and m["slurm"]["state"] == "TIMEOUT" and m["slurm"]["job_id"] == "2"
     assert m["error"].startswith("slurm job 2 was ended by Slurm: TIMEOUT (TimeLimit) after 00:01:08 of 00:01:00") and "SIGTERM" in m["error"]
+    killed = RunDir.create(tmp_path, "killed", argv=["parity"], kind="campaign")  # its parity got SIGKILL first
+    killed.record_step("a", "complete")
+    killed.record_step("b", "running")
+    record_job(killed.path, "3", timeout, None)
+    m = killed.manifest()
+    assert m["status"] == "interrupted" and m["steps"]["a"]["status"] == "complete" and m["steps"]["b"]["status"] == "interrupted"
     done = RunDir.create(tmp_path, "ok", argv=["parity"], kind="campaign")
     done.finish("complete")
     record_job(done.path, "1", sl.parse_scontrol_job(read("scontrol-job-completed.txt")), None)
