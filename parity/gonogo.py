@@ -18,7 +18,7 @@ from pathlib import Path
 
 from parity.errors import EXIT_INFRA, EXIT_OK, EXIT_USAGE, InfraError, UsageError
 from parity.context import run_session
-from parity.engines.server import port_free
+from parity.ports import port_free
 from parity.gpu.hardware import write_hardware
 from parity.gpu.lock import AUTO, GpuLock, preflight
 

@@ -28,7 +28,8 @@ from parity.stats.calibrate import calibration_off
 from parity.context import run_session
 from parity.efficiency.roofline import lines
 from parity.engines.envpolicy import check_bench_env
-from parity.engines.server import answering, port_free
+from parity.engines.server import answering
+from parity.ports import port_free
 from parity.gonogo import command_paths, dry_run_session, go_no_go, not_answering
 from parity.gpu.lock import effective_dir as lock_effective_dir, preflight
 from parity.metrics.registry import definitions, direction

@@ -21,7 +21,7 @@ from parity.serving.point import build_specs, check_fits, client_side, records_j
 from parity.efficiency import memory as memtrack
 from parity.gpu.memory import used_mib, wait_back
 from parity.loadgen import client as loadgen
-from parity.metrics.output_parity import probe
+from parity.serving.output_probe import probe
 from parity.serving.workloads import run_points
 from parity.telemetry import affinity, watch
 

@@ -25,7 +25,8 @@ from pathlib import Path
 import pytest
 
 from parity.engines.base import Launch
-from parity.engines.server import port_free, wait_ready
+from parity.engines.server import wait_ready
+from parity.ports import port_free
 from parity.runners.local import LocalRunner
 from ports import free_port
 

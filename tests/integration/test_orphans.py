@@ -165,7 +165,7 @@ def test_sigkilled_parity_frees_its_llama_server_port(tmp_path, engine_bins, tin
         assert gone_within([server])
         # the port is free of our server: nothing, or another program that took the free port
         # (a busy box runs other suites), holds it
-        from parity.engines.server import port_holder
+        from parity.ports import port_holder
 
         now = port_holder(port)
         assert now is None or "llama-server" not in now, now

@@ -17,7 +17,8 @@ from parity.engines import kind_of
 from parity.engines.base import Launch
 from parity.engines.vllm import HARNESS_VARS as VLLM_HARNESS_VARS
 from parity.runners.local import LocalRunner
-from parity.engines.server import check_port, parse_proc_net_tcp, serving
+from parity.engines.server import serving
+from parity.ports import check_port, parse_proc_net_tcp
 from parity.ui import Output
 from ports import free_port
 
