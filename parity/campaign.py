@@ -44,7 +44,7 @@ from parity.decode import read_utf8
 from parity.engines import kind_of, with_binaries
 from parity.gates.prepost import GateSpec, gate_engines, gate_models, spec_from_options
 from parity.gonogo import dry_run_session, go_no_go
-from parity.gpu.lock import pid_alive
+from parity.runners.lifetime import pid_alive
 from parity.hosts.delegation import DELEGATED_ENV
 from parity.hosts.registry import delegate
 from parity.options import positive_seconds

@@ -7,7 +7,7 @@ bench A/B, lever A/B, profile, gate, bisection probes, campaign lock steps):
                                     the body, post-gates (also after a failing body)
 
 This module is the one place measurement code takes the GPU lock (locked()); a build, a model
-synthesis or an install started while it is held is refused (parity.gpu.lock.refuse_while_held).
+synthesis or an install started while it is held is refused (parity.gpu.held.refuse_while_held).
 The run directory's lifecycle (manifest end state, interrupts, children stopped) is
 parity.context.run_session's."""
 

@@ -25,7 +25,7 @@ from parity.engine import cmake, patches
 from parity.engine import source as srcmod
 from parity.errors import ConfigError, InfraError, UsageError
 from parity.filelock import locked
-from parity.gpu.lock import refuse_while_held
+from parity.gpu.held import refuse_while_held
 from parity.engine import detach as bg, mirror
 from parity.files import atomic_write_json, atomic_write_text, sha256
 from parity.paths import expand_path

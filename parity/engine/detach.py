@@ -12,7 +12,7 @@ from pathlib import Path
 from parity.paths import cache_dir
 from parity.files import atomic_write_text
 from parity.engine import cmake
-from parity.gpu.lock import pid_alive
+from parity.runners.lifetime import pid_alive
 
 
 def detach_dir() -> Path:

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from parity.paths import cache_dir
 from parity.errors import InfraError
-from parity.gpu.lock import refuse_while_held
+from parity.gpu.held import refuse_while_held
 from parity.files import atomic_write_json
 from parity.runners.local import LocalRunner
 

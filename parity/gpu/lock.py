@@ -39,32 +39,18 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from parity import interrupts
+from parity.gpu import held
+from parity.gpu.held import PreparedUnderLock, held_here, refuse_while_held  # noqa: F401  (public here too)
 from parity.gpu.lock_config import LockConfig
 from parity.errors import InfraError, UsageError
 from parity.gpu.preflight import preflight  # noqa: F401  (public: parity.gpu.lock.preflight)
 from parity.artifacts import RunDir
 from parity.options import positive_seconds
 from parity.runners import lifetime
+from parity.runners.lifetime import pid_alive
 from parity.runners.local import add_group_listener, remove_group_listener
 
 ENV_HELD = "PARITY_GPU_LOCK"  # "<dir>\t<owner record>" inherited by the children of a holder
-_HELD_HERE: list = []  # the GpuLocks this process took (holding() pushes and pops)
-
-
-def held_here() -> str | None:
-    """The dir of the GPU lock this process took and still holds (None: none, or only inherited)."""
-    return str(_HELD_HERE[-1].dir) if _HELD_HERE else None
-
-
-class PreparedUnderLock(InfraError):
-    """A build, a model synthesis or an install started while this process holds the GPU lock."""
-
-
-def refuse_while_held(what: str) -> None:
-    """Preparation (builds, models, installs) runs before the lock (parity.session.prepare):
-    a compile or a download must never hold the shared GPU.  Called where the work starts."""
-    if lock_dir := held_here():
-        raise PreparedUnderLock(f"internal: {what} started while this parity holds the GPU lock {lock_dir}; parity prepares everything before it locks (parity.session.prepare) -- a bug, please report it")
 AUTO, BREAK = "auto", "break-stale"
 
 
@@ -141,21 +127,6 @@ def parse_free(text: str) -> tuple[str | None, float | None]:
     who = next((p[len("released-by-") :] for p in parts if p.startswith("released-by-")), None)
     when = next((float(p) for p in reversed(parts) if p.isdigit()), None)
     return who, when
-
-
-def pid_alive(pid: int) -> bool:
-    """True for a live process on this host (a zombie counts as dead)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return stat.rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
 
 
 @dataclass
@@ -582,13 +553,12 @@ def holding(lock: GpuLock, runner, out, timeout: float | None = None, break_stal
         try:
             info = wait_and_acquire(lock, runner, out, timeout, break_stale, check_idle)
             os.environ[ENV_HELD] = lock.env_value()
-            _HELD_HERE.append(lock)
+            held.took(str(lock.dir))
             add_group_listener(lock.group_event)
             yield info
         finally:
             remove_group_listener(lock.group_event)
-            if lock in _HELD_HERE:
-                _HELD_HERE.remove(lock)
+            held.gave_back(str(lock.dir))
             if lock.held:
                 out.info("GPU lock released" if lock.release() else f"GPU lock {lock.dir} was taken over by someone else: left as it is")
             if old_env is None:

@@ -25,7 +25,7 @@ from msgspec.structs import asdict
 from parity.files import sha256_file
 from parity.models.spec import SynthSpec
 from parity.errors import ConfigError, UsageError
-from parity.gpu.lock import refuse_while_held
+from parity.gpu.held import refuse_while_held
 from parity.files import atomic_write_json
 from parity.models.hf_tiny import ensure_profile_model
 

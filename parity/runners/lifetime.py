@@ -92,6 +92,21 @@ def processes_with_env(name: str, value: str) -> list[int]:
     return found
 
 
+def pid_alive(pid: int) -> bool:
+    """True for a live process on this host (a zombie counts as dead)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
 def started_at(pid: int) -> float | None:
     """When a live process started (epoch seconds); None when it is gone, a zombie, or unknown."""
     raw = _read(f"/proc/{pid}/stat")

@@ -1,6 +1,6 @@
 """The GPU lock is taken in one place in measurement code (parity.session), and nothing is built,
 synthesized or installed while it is held: each of those refuses to start under a lock this
-process holds (parity.gpu.lock.refuse_while_held), and prepares before it is taken."""
+process holds (parity.gpu.held.refuse_while_held), and prepares before it is taken."""
 
 from __future__ import annotations
 
