@@ -6,8 +6,10 @@ GB10 (unified memory) reports memory.* as "[N/A]": memory_mib is then None.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,14 +79,31 @@ def parse_compute_apps(text: str) -> list[dict]:
     return apps
 
 
+NO_LIBRARY = "NVML Shared Library Not Found"  # what pynvml's nvmlInit says then
+
+
+def _has_nvml_library() -> bool:
+    """Whether libnvidia-ml loads: on a box without the driver, asked before pynvml's import
+    (~10 ms, paid by every start that looks at the GPU) rather than by its nvmlInit."""
+    import ctypes
+
+    try:
+        ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        return False
+    return True
+
+
 def _nvml():
     """(pynvml after nvmlInit, "nvml") or (None, why): not installed, no driver, PARITY_NO_NVML set."""
     if os.environ.get("PARITY_NO_NVML"):
         return None, "NVML disabled (PARITY_NO_NVML)"
-    try:
-        import pynvml
-    except ImportError:
-        return None, "nvidia-ml-py not installed"
+    if "pynvml" not in sys.modules:
+        if importlib.util.find_spec("pynvml") is None:
+            return None, "nvidia-ml-py not installed"
+        if sys.platform.startswith("linux") and not _has_nvml_library():
+            return None, f"NVML: {NO_LIBRARY}"
+    import pynvml
     try:
         pynvml.nvmlInit()
     except Exception as e:  # NVMLError_LibraryNotFound / DriverNotLoaded

@@ -5,7 +5,10 @@ str name and driver, cc (9, 0), CUDA driver version 13000."""
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import subprocess
 import sys
 import types
 
@@ -96,3 +99,24 @@ def test_real_pynvml_answers_or_says_why(monkeypatch):
         assert gpus is None and why.startswith("NVML: "), why
     else:
         assert gpus and why == "nvml"
+
+
+def test_a_box_without_the_library_gets_pynvmls_reason_without_its_import():
+    """Without libnvidia-ml, the reason is the one pynvml's nvmlInit gives, and pynvml (~10 ms
+    of a start) is not imported to learn it; with the library, pynvml answers as before."""
+    pytest.importorskip("pynvml")
+    probe = (
+        "import sys, json; from parity.gpu import nvidia_smi as n; gpus, why = n.nvml_gpus(); "
+        "print(json.dumps([n._has_nvml_library(), why, 'pynvml' in sys.modules]))"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PARITY_NO_NVML"}
+    has_lib, why, imported = json.loads(subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True).stdout)
+    if has_lib:
+        assert imported and why != f"NVML: {nvidia_smi.NO_LIBRARY}", why
+        return
+    assert (why, imported) == (f"NVML: {nvidia_smi.NO_LIBRARY}", False)
+    import pynvml
+
+    with pytest.raises(pynvml.NVMLError) as e:
+        pynvml.nvmlInit()
+    assert str(e.value) == nvidia_smi.NO_LIBRARY
