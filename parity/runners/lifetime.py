@@ -100,11 +100,8 @@ def pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
+    st = _stat(pid)
+    return st is None or st[0] != "Z"
 
 
 def started_at(pid: int) -> float | None:

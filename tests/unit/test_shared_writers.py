@@ -203,9 +203,12 @@ def test_sigkill_during_ledger_writes_leaves_whole_files(tmp_path):
     out = tmp_path / "reports"
     out.mkdir()
 
+    def md_titles():
+        return [ln.split(" | ")[2] for ln in (out / "BENCHMARK.md").read_text().splitlines() if ln.startswith("| 2026")] if (out / "BENCHMARK.md").exists() else []
+
     def titles():
         rows = [r["title"] for r in csv.DictReader(io.StringIO((out / "BENCHMARK.csv").read_text()))] if (out / "BENCHMARK.csv").exists() else []
-        md = [ln.split(" | ")[2] for ln in (out / "BENCHMARK.md").read_text().splitlines() if ln.startswith("| 2026")] if (out / "BENCHMARK.md").exists() else []
+        md = md_titles()
         # a writer killed between the two files leaves the markdown behind; one killed there
         # again before any write completes leaves it further behind (seen beside two CPU hogs)
         assert md == rows[: len(md)] and len(rows) - len(md) <= 25, "the markdown is the CSV, or behind it"
@@ -214,7 +217,7 @@ def test_sigkill_during_ledger_writes_leaves_whole_files(tmp_path):
     torn = _kill_loop(tmp_path, "forever-ledger", out, titles, kills=25, seed=43)
     ledger.append(out, {"title": "after", "date": "2026-11-28"})  # the next whole write brings the markdown level
     rows = titles()
-    assert rows[-1] == "after" and [ln.split(" | ")[2] for ln in (out / "BENCHMARK.md").read_text().splitlines() if ln.startswith("| 2026")] == rows
+    assert rows[-1] == "after" and md_titles() == rows
     print(f"{torn} of 25 kills left a temporary behind (killed between its write and its rename)")
 
 
