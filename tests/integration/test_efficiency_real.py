@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.integration.test_snapshot import GEN, profile_file  # noqa: F401 - the fixture
+from tests.integration.test_snapshot import CTX, GEN, profile_file  # noqa: F401 - the fixture
 
 
 def _run_dir(root: Path, kind: str) -> Path:
@@ -15,7 +15,7 @@ def _run_dir(root: Path, kind: str) -> Path:
 
 
 def test_snapshot_and_bench_efficiency(parity_cli, profile_file, tmp_path):  # noqa: F811
-    prof, _ = profile_file(model="small", gen=GEN, ctx=2048)  # 4 slots of 512: room for 32 + GEN
+    prof, _ = profile_file(model="small", gen=GEN, ctx=CTX)
     runs = tmp_path / "runs"
     r = parity_cli("--artifacts", str(runs), "snapshot", "--profile", str(prof), "--engines", "paged,stock", "--no-gates", timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]

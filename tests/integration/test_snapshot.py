@@ -67,11 +67,12 @@ def read_tsv(path: Path) -> list[dict]:
 
 
 GEN = 384  # ~0.7 s a stream: at 32 (~0.14 s), and at 96 (~0.18 s) beside two CPU hogs, a starved client (four workers on two cores) read one whole stream at once
+CTX = 2048  # 4 slots of 512: room for 32 + GEN
 
 
 def test_gated_sweep_paged_vs_stock(parity_cli, profile_file, tmp_path):
     # the small model: the tiny one streams 16 tokens in ~2 ms, often in one read, which leaves no decode interval to time
-    prof, port = profile_file(model="small", gen=GEN, ctx=2048)  # 4 slots of 512: room for 32 + GEN
+    prof, port = profile_file(model="small", gen=GEN, ctx=CTX)
     r = parity_cli("--artifacts", str(tmp_path / "runs"), "snapshot", "--profile", str(prof), "--engines", "paged,stock", "--json", timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     doc = json.loads(r.stdout)
