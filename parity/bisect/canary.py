@@ -22,6 +22,7 @@ class CanaryRequest:
 
 
 def canary(ctx, req: CanaryRequest) -> dict:
+    common.llama_engine(ctx.profile, req.engine, "canary")
     series = common.series_dir(ctx.profile, req.engine, req.series)
     repo = upstream.repository(common.repo_of(ctx.profile, req.engine, req.repo), ctx.runner, ctx.out)
     commit = upstream.commit_of(repo, req.upstream, ctx.runner)

@@ -6,8 +6,19 @@ from parity.errors import UsageError
 from parity.engine import patches
 from parity.engine import source as srcmod
 from parity.engine.build import resolved_series_dir
+from parity.engines import kind_of
 from parity.paths import expand_path
 from parity.results import run_dir
+
+
+def llama_engine(profile, engine: str, command: str) -> None:
+    """bisect and canary apply a patch series to llama.cpp (and build it): -e must name a llama engine."""
+    kind = kind_of(profile, engine)  # an unknown engine: one line naming the known ones
+    if not kind.variants:
+        llama = [n for n in profile.engines if kind_of(profile, n).variants]
+        which = f": one of {', '.join(llama)}" if llama else f"; profile {profile.name} has none"
+        raise UsageError(f"-e {engine}: engine kind {kind.name}; parity {command} needs a llama engine "
+                         f"(a patch series applied to a llama.cpp build){which}")
 
 
 def series_dir(profile, engine: str, override: str | None = None) -> str:

@@ -56,6 +56,7 @@ def bisect(ctx, req: BisectRequest) -> dict:
         raise UsageError(f"--over must be series or pin, got {req.over!r}")
     if req.criterion not in CRITERIA[req.over]:
         raise UsageError(f"--criterion {req.criterion!r}: over the {req.over} it is one of {', '.join(CRITERIA[req.over])}")
+    common.llama_engine(ctx.profile, req.engine, "bisect")
     req.judge.criterion = req.criterion
     _defaults(ctx, req)
     check_judge(ctx, req)

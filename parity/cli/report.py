@@ -29,8 +29,9 @@ def register(app: typer.Typer) -> None:
         doc = run(ctx, CompareRequest(run_a=run_a, run_b=run_b, metrics=metric or None, noise_floor=noise_floor, force=force))
 
         def human():
-            if doc["forced"]:
-                ctx.out.warn("FORCED: " + "; ".join(doc["force_reasons"]))
+            forced = [x for x in doc["force_reasons"] if x not in doc["invalid"]]
+            if forced:
+                ctx.out.warn("FORCED: " + "; ".join(forced))
             rows = [[r["engine"], r["n"], r["metric"], fmt(r["a_median"]), fmt(r["b_median"]), f"{r['a_repeats']}/{r['b_repeats']}", pct(r["delta_pct"]), f"{r['threshold_pct']:.2f}%", r["verdict"],
                      *unpaired_cells(r.get("unpaired"))] for r in doc["rows"]]  # fmt: skip
             ctx.out.table(f"A {doc['a_run']} vs B {doc['b_run']}", ["engine", "N", "metric", "A", "B", "repeats", "delta", "threshold", "verdict", "unpaired B/A", "unpaired"], rows)
@@ -39,9 +40,12 @@ def register(app: typer.Typer) -> None:
                               ["engine", "N", "metric", "A paired", "B paired", "change B/A", "change"], sessions_table(doc, compact=True))  # fmt: skip
             ctx.out.info(f"{doc['unpaired_method']}: two runs are two sessions, no block holds both")
             c = doc["counts"]
+            for why in doc["invalid"]:
+                ctx.out.warn(f"INVALID: {why}")
             for gap in doc["missing"]:
                 ctx.out.warn(f"no verdict: {gap}")
-            ctx.out.info(f"verdict: {doc['verdict']} ({c['improved']} improved, {c['regressed']} regressed, {c['within noise']} within noise, {len(doc['missing'])} missing); rule: {doc['rule']['text']}")
+            said = ", ".join(f"{c[k]} {k}" for k in ("improved", "regressed", "within noise", "missing", "invalid"))
+            ctx.out.info(f"verdict: {doc['verdict']} ({said}); rule: {doc['rule']['text']}")
 
         ctx.out.emit(doc, human)
         if fail_on_regression:

@@ -1,6 +1,7 @@
 """A vs B: per engine x N x metric, medians, delta, noise threshold and verdict.
-A is the control, B the candidate.  Runs whose gates are not green, or that ran
-on another hardware class, are refused unless forced (the output says so).
+A is the control, B the candidate.  Runs whose gates are not green or whose rows are marked
+invalid, or that ran on another hardware class, are refused unless forced (the output says so;
+a forced A/B of runs whose numbers do not count is invalid, never a verdict).
 
 Two runs are two sessions: no block holds both, so the paired block statistics do not
 apply to A vs B.  Beside the users' rule each row carries an UNPAIRED interval
@@ -23,33 +24,47 @@ from parity.errors import RegressionDetected
 from parity.report.sections import paired_points, pct
 
 
-MISSING = "missing"  # a cell without a finite value in A or B: a named failure, never within noise
+MISSING = "missing"  # a cell without a usable value in A or B: a named failure, never within noise
+INVALID = "invalid"  # a cell read from rows marked invalid; every cell of an A/B forced past numbers that do not count
+NO_VERDICT = (INVALID, MISSING)
 
 
-def missing(metric: str, engine: str, n: int, a: dict | None, b: dict | None) -> str | None:
-    """Why engine x N has no verdict on metric ("B has no decode_agg_tps for paged at N=8 (r1: null)"), or None."""
-    out = []
+def no_verdict(metric: str, engine: str, n: int, a: dict | None, b: dict | None) -> tuple[str, str] | None:
+    """(invalid | missing, why) when engine x N has no verdict on metric ("B has no decode_agg_tps
+    for paged at N=8 (r1: null)"), else None.  An invalid row on either side makes it invalid."""
+    out, invalid = [], False
     for label, c in (("A", a), ("B", b)):
         if c is None:
             out.append(f"{label} has no row for {engine} at N={n}")
-        elif c["gaps"]:
-            out.append(f"{label} has no {metric} for {engine} at N={n} ({', '.join(c['gaps'][:3])}{', ...' if len(c['gaps']) > 3 else ''})")
-    return "; ".join(out) or None
+            continue
+        said = c["invalid"] + c["gaps"]
+        invalid = invalid or bool(c["invalid"])
+        if said:
+            more = ", ..." if len(said) > 3 else ""
+            out.append(f"{label} has no {metric} for {engine} at N={n} ({', '.join(said[:3])}{more})")
+    return ((INVALID if invalid else MISSING), "; ".join(out)) if out else None
 
 
 def verdict(rows: list[dict]) -> str:
-    """One word over the rows: a regression wins, then a missing value (never within noise)."""
+    """One word over the rows: numbers that do not count win, then a regression, then a missing
+    value (never within noise)."""
     vs = [r["verdict"] for r in rows]
-    if stats.REGRESSED in vs:
-        return stats.REGRESSED
-    return MISSING if MISSING in vs else stats.overall(vs)
+    for word in (INVALID, stats.REGRESSED, MISSING):
+        if word in vs:
+            return word
+    return stats.overall(vs)
 
 
-def refusal_reasons(a: RunData, b: RunData, *, current: RunData | None = None) -> list[str]:
-    reasons = []
-    for label, rd in (("A", a), ("B", b)):
-        for p in gate_problems(rd, current=rd is current):
-            reasons.append(f"{label} {rd.run_id}: {p}")
+def invalid_reasons(a: RunData, b: RunData, floor: RunData | None = None, *, current: RunData | None = None
+                    ) -> list[str]:
+    """Why the numbers of A, B or the noise-floor run do not count (their gates, status, invalid rows)."""
+    runs = [("A", a), ("B", b)] + ([("noise floor", floor)] if floor is not None else [])
+    return [f"{label} {rd.run_id}: {p}" for label, rd in runs for p in gate_problems(rd, current=rd is current)]
+
+
+def refusal_reasons(a: RunData, b: RunData, *, current: RunData | None = None, floor: RunData | None = None
+                    ) -> list[str]:
+    reasons = invalid_reasons(a, b, floor, current=current)
     ha, hb = a.hardware_class, b.hardware_class
     if ha is None or hb is None:
         missing = [lbl for lbl, h in (("A", ha), ("B", hb)) if h is None]
@@ -72,9 +87,10 @@ def _floor_cell(floor: RunData | None, metric: str, engine: str, n: int):
 
 
 def compare_runs(a: RunData, b: RunData, metrics: list[str], rule: stats.Rule, *, force: bool = False, floor: RunData | None = None, current: RunData | None = None, defaults: bool = False) -> dict:
-    reasons = refusal_reasons(a, b, current=current)
+    reasons = refusal_reasons(a, b, current=current, floor=floor)
     if reasons and not force:
         raise UsageError("refusing to compare: " + "; ".join(reasons) + " (--force compares anyway and marks the output)")
+    invalid = invalid_reasons(a, b, floor, current=current)  # forced past: shown, never a verdict
     known = {k for r in a.rows() + b.rows() for k, v in r.items() if isinstance(v, (int, float)) and k not in ("n", "repeat")}
     skipped = []
     if defaults:  # the profile's set: older runs may lack a metric parity added since
@@ -93,15 +109,19 @@ def compare_runs(a: RunData, b: RunData, metrics: list[str], rule: stats.Rule, *
         if not set(ca) & set(cb):
             continue
         for engine, n in sorted(set(ca) | set(cb), key=lambda k: (k[0], k[1])):
-            gap = missing(metric, engine, n, ca.get((engine, n)), cb.get((engine, n)))
+            gap = no_verdict(metric, engine, n, ca.get((engine, n)), cb.get((engine, n)))
             if gap:
-                r = stats.ABResult(None, None, 0, 0, None, None, None, "none", rule.min_delta_pct, None, None, MISSING, gap, better)
-                rows.append({"engine": engine, "n": n, "metric": metric, **r.to_dict(), "unpaired": {"ratio": None, "p": None, "outcome": MISSING, "reason": gap}})
+                r = stats.ABResult(None, None, 0, 0, None, None, None, "none", rule.min_delta_pct, None, None, *gap,
+                                   better)
+                up = {"ratio": None, "p": None, "outcome": gap[0], "reason": gap[1]}
+                rows.append({"engine": engine, "n": n, "metric": metric, **r.to_dict(), "unpaired": up})
                 continue
             va, vb = ca[(engine, n)]["values"], cb[(engine, n)]["values"]
             r = stats.compare_samples(va, vb, rule, better, _floor_cell(floor, metric, engine, n))
             up = welch(va, vb, better, rule.min_delta_pct, rule.confidence)
             rows.append({"engine": engine, "n": n, "metric": metric, **r.to_dict(), "unpaired": up})
+    if invalid:
+        rows = [_invalidated(r, invalid) for r in rows]
     if not rows:
         raise UsageError(f"nothing to compare: runs {a.run_id} and {b.run_id} share no engine x N cell")
     # the comparison's verdict reads every engine x N x metric: its unpaired claims are held to the family (Holm)
@@ -110,7 +130,7 @@ def compare_runs(a: RunData, b: RunData, metrics: list[str], rule: stats.Rule, *
     sess = sessions(a, b, metrics, rule)
     for r, c in zip(sess, family.adjust_tests([r["change"] for r in sess], 1 - rule.confidence)):
         r["change"] = c
-    counts = {v: sum(1 for r in rows if r["verdict"] == v) for v in stats.VERDICTS}
+    counts = {v: sum(1 for r in rows if r["verdict"] == v) for v in stats.VERDICTS + NO_VERDICT}
     gaps = [r["reason"] for r in rows if r["verdict"] == MISSING]
     return {
         "a": str(a.path),
@@ -128,6 +148,7 @@ def compare_runs(a: RunData, b: RunData, metrics: list[str], rule: stats.Rule, *
         "skipped_metrics": skipped,
         "counts": counts,
         "missing": gaps,
+        "invalid": invalid or [r["reason"] for r in rows if r["verdict"] == INVALID],
         "verdict": verdict(rows),
         "unpaired_method": METHOD.replace("95 %", f"{rule.confidence * 100:g} %"),
         "sessions": sess,
@@ -156,12 +177,25 @@ def sessions(a: RunData, b: RunData, metrics: list[str], rule: stats.Rule) -> li
     return out
 
 
+def _invalidated(row: dict, why: list[str]) -> dict:
+    """A row of an A/B forced past runs whose numbers do not count: its numbers stay to read, its
+    verdict is invalid (rule_verdict: what the rule would have said on them)."""
+    reason = "forced past numbers that do not count: " + "; ".join(why)
+    return {**row, "verdict": INVALID, "rule_verdict": row["verdict"], "reason": reason}
+
+
 def check_regressions(rows: list[dict], against: str = "") -> None:
-    """Raise RegressionDetected (exit 5) naming every row whose verdict is regressed or missing."""
+    """Raise RegressionDetected (exit 5) naming every row whose verdict is regressed, invalid or missing."""
     bad = [f"{r['engine']} N={r['n']} {r['metric']} {pct(r['delta_pct'])}" for r in rows if r["verdict"] == "regressed"]
+    invalid = list(dict.fromkeys(r["reason"] for r in rows if r["verdict"] == INVALID))
     gaps = [r["reason"] for r in rows if r["verdict"] == MISSING]
-    if bad or gaps:
-        said = ([f"regressed beyond noise{against}: {', '.join(bad)}"] if bad else []) + ([f"no verdict{against if not bad else ''} (a missing number is never within noise): {'; '.join(gaps)}"] if gaps else [])
+    said = [f"regressed beyond noise{against}: {', '.join(bad)}"] if bad else []
+    if invalid:
+        said.append(f"invalid{against if not said else ''}: {'; '.join(invalid)}")
+    if gaps:
+        where = against if not said else ""
+        said.append(f"no verdict{where} (a missing number is never within noise): {'; '.join(gaps)}")
+    if said:
         raise RegressionDetected("; ".join(said))
 
 

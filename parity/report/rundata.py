@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from parity import results
+from parity import results, stats
 from parity.results import model
 from parity.errors import UsageError
 from parity.artifacts import RunDir
@@ -247,6 +247,14 @@ def gate_problems(rd: RunData, *, current: bool = False) -> list[str]:
     status = m.get("status")
     if status in ("failed", "interrupted", None) or (status == "running" and not current):
         out.append(f"run status {status}" if status else "manifest.json has no status (did the run end?)")
+    bad_rows = invalid_rows(rd)
+    if bad_rows:
+        more = "; ..." if len(bad_rows) > 3 else ""
+        shown = "; ".join(bad_rows[:3]) + more
+        out.append(f"summary.json: {len(bad_rows)} of {len(rd.rows())} row(s) invalid ({shown})")
+    elif (rd.summary or {}).get("valid") is False:
+        points = (rd.summary or {}).get("invalid_points") or ["no reason"]
+        out.append("summary.json valid=false (" + "; ".join(map(str, points)) + ")")
     g = rd.gates
     if not isinstance(g, dict):
         users = m.get("kind") == "users-snapshot"
@@ -264,12 +272,27 @@ def gate_problems(rd: RunData, *, current: bool = False) -> list[str]:
     return out
 
 
+def row_valid(r: dict) -> bool:
+    """A summary row counts only while it says valid (rows of runs before parity marked them lack the key)."""
+    return r.get("valid", True) is True
+
+
+def invalid_rows(rd: RunData) -> list[str]:
+    """"paged r0 N=1: why" for every row marked invalid."""
+    rows = enumerate(rd.rows())
+    return [f"{r.get('engine')} r{r.get('repeat', i)} N={r.get('n')}: {why_invalid(r)}" for i, r in rows if not row_valid(r)]
+
+
+def why_invalid(r: dict) -> str:
+    return "; ".join(map(str, r.get("invalid_reasons") or [])) or "no reason"
+
+
 def values_by_cell(rd: RunData, metric: str) -> dict[tuple[str, int], dict[int, float]]:
-    """{(engine, n): {repeat: value}} for one metric from summary rows."""
+    """{(engine, n): {repeat: value}} for one metric from the valid summary rows' usable values."""
     out: dict[tuple[str, int], dict[int, float]] = {}
     for i, r in enumerate(rd.rows()):
         v = r.get(metric)
-        if not isinstance(v, (int, float)) or isinstance(v, bool):
+        if not row_valid(r) or not stats.usable(v):
             continue
         key = (str(r.get("engine")), int(r.get("n", 0)))
         out.setdefault(key, {})[int(r.get("repeat", i))] = float(v)
@@ -277,15 +300,29 @@ def values_by_cell(rd: RunData, metric: str) -> dict[tuple[str, int], dict[int, 
 
 
 def cells(rd: RunData, metric: str) -> dict[tuple[str, int], dict]:
-    """{(engine, n): {"values": {repeat: value}, "gaps": [why a repeat has no value]}} for one metric:
-    every row counts, and a row whose value is absent, null, non-finite or not a number is a gap."""
+    """{(engine, n): {"values": {repeat: value}, "gaps": [why a repeat has no value], "invalid": [the
+    invalid rows' gaps]}} for one metric: every row is read, and a row marked invalid, or whose value is
+    absent, null, non-finite, out of the statistics' range or not a number, is a gap (never a value)."""
     out: dict[tuple[str, int], dict] = {}
     for i, r in enumerate(rd.rows()):
-        cell = out.setdefault((str(r.get("engine")), r.get("n", 0)), {"values": {}, "gaps": []})  # n: an N, or a workload's rate
+        key = (str(r.get("engine")), r.get("n", 0))  # n: an N, or a workload's rate
+        cell = out.setdefault(key, {"values": {}, "gaps": [], "invalid": []})
         v, repeat = r.get(metric), r.get("repeat", i)
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+        if not row_valid(r):
+            cell["invalid"].append(f"r{repeat}: invalid ({why_invalid(r)})")
+        elif stats.usable(v):
             cell["values"][int(repeat) if isinstance(repeat, int) else i] = float(v)
         else:
-            what = "absent" if metric not in r else "null" if v is None else repr(v) if isinstance(v, float) else f"a {type(v).__name__}"
-            cell["gaps"].append(f"r{repeat}: {what}" + ("" if r.get("valid", True) else " (invalid)"))
+            cell["gaps"].append(f"r{repeat}: {no_value(r, metric)}")
     return out
+
+
+def no_value(r: dict, metric: str) -> str:
+    """Why a valid row has no value of metric: absent, null, a number the statistics cannot hold, not a number."""
+    v = r.get(metric)
+    if metric not in r or v is None:
+        return "absent" if metric not in r else "null"
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return f"a {type(v).__name__}"
+    lo, hi = stats.RANGE
+    return repr(v) if not math.isfinite(v) else f"{v:g} (beyond the statistics' range {lo:g}..{hi:g})"

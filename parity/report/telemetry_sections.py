@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 
 from parity.report.rundata import RunData
@@ -67,6 +68,56 @@ def plot_points(rd: RunData) -> list[dict]:
         if t.get("gpu") and (t.get("sm_mhz_median") is not None or t.get("power_w_median") is not None):
             out.append({"engine": r.get("engine"), "n": r.get("n"), "repeat": r.get("repeat"), "decode_agg_tps": r.get("decode_agg_tps"), "sm_mhz": t.get("sm_mhz_median"), "power_w": t.get("power_w_median")})
     return out
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _block(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+CANARY_ENTRY = {"block": _block, "engine": lambda v: isinstance(v, str), "ms": _number, "off_pct": _number,
+                "cpu_ms": lambda v: v is None or _number(v)}
+CANARY_FIGURES = ("median_ms", "mad_pct", "threshold_pct", "overhead_ms_per_block")
+
+
+def canary_problem(summary: dict) -> str | None:
+    """Why summary.json's "canary" (parity.stats.canary.assess) cannot be reported, or None: checked
+    before the report writes anything, so a crafted or damaged entry is one line, not a half report."""
+    c = summary.get("canary")
+    if c is None:
+        return None
+    if not isinstance(c, dict):
+        return f"canary is {_show(c)}, not an object"
+    if c.get("why") is not None and not isinstance(c["why"], str):
+        return f"canary.why is {_show(c['why'])}, not text"
+    flagged = c.get("flagged", [] if c.get("why") else None)
+    if not isinstance(flagged, list):
+        return f"canary.flagged is {_show(flagged) if 'flagged' in c else 'absent'}, not a list"
+    for i, f in enumerate(flagged):
+        if not isinstance(f, dict):
+            return f"canary.flagged[{i}] is {_show(f)}, not an entry {{block, engine, ms, off_pct}}"
+        bad = next((k for k, ok in CANARY_ENTRY.items() if not ok(f.get(k))), None)
+        if bad:
+            return f"canary.flagged[{i}].{bad} is {_show(f[bad]) if bad in f else 'absent'}"
+    blocks = c.get("blocks_flagged") or []
+    if not isinstance(blocks, list) or not all(map(_block, blocks)):
+        return f"canary.blocks_flagged is {_show(blocks)}, not a list of block numbers"
+    if not c.get("why"):  # judged: its line shows these figures
+        bad = next((k for k in CANARY_FIGURES if not _number(c.get(k))), None)
+        if bad is None and c.get("median_stretch") is not None and not _number(c["median_stretch"]):
+            bad = "median_stretch"
+        if bad:
+            return f"canary.{bad} is {_show(c[bad]) if bad in c else 'absent'}, not a number"
+    if c.get("policy") is not None and not isinstance(c["policy"], str):
+        return f"canary.policy is {_show(c['policy'])}, not text"
+    return None
+
+
+def _show(v) -> str:
+    return "null" if v is None else repr(v)[:40]
 
 
 def canary_section(rd: RunData, metrics=("decode_agg_tps", "agg_tps", "ttft_mean_ms")) -> dict | None:

@@ -28,6 +28,16 @@ def percentile(values: Sequence[float], q: float) -> float:
     return v[lo] + (v[hi] - v[lo]) * (k - lo)
 
 
+RANGE = (1e-100, 1e100)  # magnitudes the statistics hold: they square values, take ratios and exponentiate log ratios
+
+
+def usable(v) -> bool:
+    """A number the statistics can hold: finite, and 0 or within RANGE in magnitude (1e308 overflows them)."""
+    if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
+        return False
+    return v == 0 or RANGE[0] <= abs(v) <= RANGE[1]
+
+
 def finite(values: Iterable) -> list[float]:
     return [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)]
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import math
 
-from parity.stats.paired import IMPROVED, INCONCLUSIVE, REGRESSED, t_quantile
+from parity.stats import usable
+from parity.stats.paired import IMPROVED, INCONCLUSIVE, REGRESSED, exp_or_none, t_quantile
 
 METHOD = "Holm step-down over the family's cells (k-th smallest p against alpha / (m - k)); a claim needs the Holm rejection and the estimate beyond the threshold"
 
@@ -50,30 +51,37 @@ def t_pvalue(mean: float, sd: float, n: int) -> float | None:
 def paired_cell_p(cell: dict) -> float | None:
     """p of a paired cell (parity.stats.paired.Paired.to_dict or a summary's paired row):
     from its block ratios, else its ratio, sd_log and n_blocks."""
-    ratios = [r for r in cell.get("ratios") or [] if isinstance(r, (int, float)) and r > 0]
+    ratios = [r for r in cell.get("ratios") or [] if usable(r) and r > 0]
     if len(ratios) >= 2:
         logs = [math.log(r) for r in ratios]
         mean = sum(logs) / len(logs)
         sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (len(logs) - 1))
         return t_pvalue(mean, sd, len(logs))
-    if cell.get("ratio") and cell.get("sd_log") is not None and (cell.get("n_blocks") or 0) >= 2:
+    if _summarized(cell):
         return t_pvalue(math.log(cell["ratio"]), cell["sd_log"], cell["n_blocks"])
     return None
 
 
+def _summarized(cell: dict) -> bool:
+    """The cell carries a usable ratio, sd_log and at least 2 blocks (a summary's paired row without its ratios)."""
+    ratio = cell.get("ratio")
+    return usable(ratio) and ratio > 0 and usable(cell.get("sd_log")) and (cell.get("n_blocks") or 0) >= 2
+
+
 def interval_at(cell: dict, level: float) -> tuple[float | None, float | None]:
     """The cell's ratio interval at confidence 1 - level (its t interval on the log ratios)."""
-    ratios = [r for r in cell.get("ratios") or [] if isinstance(r, (int, float)) and r > 0]
+    ratios = [r for r in cell.get("ratios") or [] if usable(r) and r > 0]
     if len(ratios) >= 2:
         logs = [math.log(r) for r in ratios]
         n, mean = len(logs), sum(logs) / len(logs)
         sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (n - 1))
-    elif cell.get("ratio") and cell.get("sd_log") is not None and (cell.get("n_blocks") or 0) >= 2:
+    elif _summarized(cell):
         n, mean, sd = cell["n_blocks"], math.log(cell["ratio"]), cell["sd_log"]
     else:
         return None, None
     hw = t_quantile(1 - level, n - 1) * sd / math.sqrt(n)
-    return math.exp(mean - hw), math.exp(mean + hw)
+    high = exp_or_none(mean + hw)
+    return (None, None) if high is None else (math.exp(mean - hw), high)
 
 
 def adjust(cells: list[dict], alpha: float = 0.05) -> list[dict]:
@@ -118,7 +126,8 @@ def adjust_tests(tests: list[dict], alpha: float = 0.05) -> list[dict]:
         low = high = None
         if t.get("ratio") and t.get("se_log") is not None and t.get("df"):
             hw = t_quantile(1 - mk["level"], t["df"]) * t["se_log"]
-            low, high = round(math.exp(math.log(t["ratio"]) - hw), 6), round(math.exp(math.log(t["ratio"]) + hw), 6)
+            top = exp_or_none(math.log(t["ratio"]) + hw)  # None: past the floating-point range, it bounds nothing
+            low, high = (None, None) if top is None else (round(math.exp(math.log(t["ratio"]) - hw), 6), round(top, 6))
         outcome = (before if mk["rejected"] else INCONCLUSIVE) if before in (IMPROVED, REGRESSED) else before
         out.append({**t, "outcome": outcome, "family": {"m": len(tests), "alpha": alpha, "p": mk["p"], "rank": mk["rank"], "level": mk["level"], "rejected": mk["rejected"],
                                                         "low": low, "high": high, "unadjusted": before, "outcome": outcome}})  # fmt: skip

@@ -27,6 +27,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 
+from parity.stats import usable
+
 IMPROVED, REGRESSED, EQUIVALENT, INCONCLUSIVE = "improved", "regressed", "equivalent", "inconclusive"
 OUTCOMES = (IMPROVED, REGRESSED, EQUIVALENT, INCONCLUSIVE)
 METHOD = "geometric mean of per-block ratios B/A; 95 % Student t interval on the log ratios"
@@ -81,9 +83,14 @@ def spread_upper(n: int, q: float = 0.10) -> float:
     return math.sqrt((n - 1) / float(2 * gammaincinv((n - 1) / 2, q)))
 
 
+def exp_or_none(x: float) -> float | None:
+    """exp(x), or None past the floating-point range (an interval that wide bounds nothing)."""
+    return math.exp(x) if x < 709 else None
+
+
 def block_ratios(a: dict, b: dict) -> tuple[list, list[float]]:
-    """(blocks, B/A) over blocks where both arms have a positive finite value."""
-    ok = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0  # noqa: E731
+    """(blocks, B/A) over blocks where both arms have a positive value the statistics hold (parity.stats.usable)."""
+    ok = lambda v: usable(v) and v > 0  # noqa: E731
     common = sorted(k for k in set(a) & set(b) if ok(a[k]) and ok(b[k]))
     return common, [b[k] / a[k] for k in common]
 
@@ -95,6 +102,8 @@ def blocks_for(sd_log: float, target_log: float, confidence: float, have: int) -
     if sd_log == 0:
         return max(have + 1, 2)
     z = t_quantile(confidence, 10**6)  # start from the normal approximation, then walk up
+    if z * sd_log / target_log > MAX_BLOCKS_ESTIMATE:  # n >= (z sd / target)^2: far past the estimate's cap
+        return None
     n = max(have + 1, 2, math.ceil((z * sd_log / target_log) ** 2))
     while n <= MAX_BLOCKS_ESTIMATE:
         if t_quantile(confidence, n - 1) * sd_log / math.sqrt(n) < target_log:
@@ -118,9 +127,14 @@ def paired(a: dict, b: dict, better: str = "higher", threshold_pct: float = 2.0,
         return p
     sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (n - 1))
     hw = t_quantile(confidence, n - 1) * sd / math.sqrt(n)
-    p.sd_log, p.low, p.high = sd, math.exp(mean - hw), math.exp(mean + hw)
-    p.half_width_pct = (math.exp(hw) - 1) * 100
-    p.stop_half_width_pct = (math.exp(hw * spread_upper(n)) - 1) * 100
+    p.sd_log = sd
+    high, wide, stop = exp_or_none(mean + hw), exp_or_none(hw), exp_or_none(hw * spread_upper(n))
+    if high is None or wide is None or stop is None:
+        p.reason = f"{n} blocks: the log ratios spread too wide (sd {sd:.3g}) for an interval in floating point"
+        return p
+    p.low, p.high = math.exp(mean - hw), high
+    p.half_width_pct = (wide - 1) * 100
+    p.stop_half_width_pct = (stop - 1) * 100
     margin = math.log1p(threshold_pct / 100)
     sign = -1.0 if better == "lower" else 1.0
     gain = (p.ratio - 1) * 100 * sign  # positive = better

@@ -15,14 +15,15 @@ from __future__ import annotations
 
 import math
 
-from parity.stats.paired import EQUIVALENT, IMPROVED, INCONCLUSIVE, REGRESSED, t_quantile
+from parity.stats import usable
+from parity.stats.paired import EQUIVALENT, IMPROVED, INCONCLUSIVE, REGRESSED, exp_or_none, t_quantile
 
 METHOD = "unpaired (different sessions): ratio of geometric means B/A; 95 % Welch t interval on the log values"
 CHANGE_METHOD = "each run's paired block ratios engine/reference; their change B/A across the runs: ratio of geometric means, 95 % Welch t interval on the log block ratios (unpaired)"
 
 
 def _logs(values) -> list[float]:
-    return [math.log(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0]
+    return [math.log(v) for v in values if usable(v) and v > 0]
 
 
 def welch(a, b, better: str = "higher", threshold_pct: float = 2.0, confidence: float = 0.95, method: str = METHOD) -> dict:
@@ -44,6 +45,10 @@ def welch(a, b, better: str = "higher", threshold_pct: float = 2.0, confidence: 
     se = math.sqrt(va + vb)
     df = (va + vb) ** 2 / (va**2 / (len(la) - 1) + vb**2 / (len(lb) - 1)) if se > 0 else float(len(la) + len(lb) - 2)
     hw = t_quantile(confidence, round(df, 3)) * se
+    if exp_or_none(d + hw) is None or exp_or_none(hw) is None:
+        out["reason"] = (f"{len(la)} vs {len(lb)} values: the log values spread too wide (se {se:.3g}) "
+                         "for an interval in floating point")
+        return out
     out.update(low=round(math.exp(d - hw), 6), high=round(math.exp(d + hw), 6), half_width_pct=round((math.exp(hw) - 1) * 100, 6), df=round(df, 3),
                se_log=se, p=_welch_p(d, se, round(df, 3)))
     margin = math.log1p(threshold_pct / 100)

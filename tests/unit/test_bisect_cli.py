@@ -42,3 +42,28 @@ def test_canary_without_a_repository(tmp_path, series):
     r = run_parity("--artifacts", str(tmp_path / "runs"), "canary", "--profile", "smoke", "--upstream", "master")
     assert r.returncode == 2 and r.stderr.strip() == "parity: error: engine paged: its source names no llama.cpp checkout or url: give --repo PATH|URL"
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.fixture
+def endpoint_profile(tmp_path):
+    """smoke plus an endpoint engine (docs/endpoint.md): a server parity neither builds nor starts."""
+    prof = tmp_path / "with-endpoint.yaml"
+    prof.write_text('extends: smoke\nengines:\n'
+                    '  ep: {kind: endpoint, base_url: "http://127.0.0.1:9", max_model_len: 2048}\n')
+    return str(prof)
+
+
+PIN_APPLY = ["bisect", "--over", "pin", "--criterion", "apply"]
+
+
+@pytest.mark.parametrize("engine, kind", [("vllm", "vllm"), ("ep", "endpoint")])
+@pytest.mark.parametrize("command", [["bisect", "--dry-run"], ["bisect"], PIN_APPLY, ["canary", "--upstream", "master"]])
+def test_an_engine_that_is_not_llama_is_one_line_exit_2(tmp_path, endpoint_profile, engine, kind, command):
+    """Issue 56 N9: -e vllm or an endpoint was an internal error (AttributeError: no default_path,
+    no series); bisect and canary apply a series to llama.cpp: one line naming the llama engines."""
+    r = run_parity("--artifacts", str(tmp_path / "runs"), *command, "--profile", endpoint_profile, "-e", engine)
+    assert r.returncode == 2, r.stderr
+    said = (f"parity: error: -e {engine}: engine kind {kind}; parity {command[0]} needs a llama engine "
+            "(a patch series applied to a llama.cpp build): one of paged, stock")
+    assert r.stderr.strip().splitlines() == [said]
+    assert not (tmp_path / "runs").exists()

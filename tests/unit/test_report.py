@@ -199,6 +199,8 @@ def test_gates_only_run_still_gets_every_section(profile, tmp_path):
     shutil.copytree(DATA / "control", run)
     (run / "summary.json").unlink()
     (run / "hardware.json").unlink()
+    manifest = json.loads((run / "manifest.json").read_text())
+    (run / "manifest.json").write_text(json.dumps({**manifest, "kind": "gate"}))  # a gate run: no summary.json
     res = render(profile, tmp_path / "out", run_path=run, title="gates only", plots=True)
     text = Path(res["report"]).read_text()
     assert headings(text) == SECTIONS[:5] + ["Ratios vs the reference engine (none)"] + SECTIONS[6:]
@@ -357,3 +359,116 @@ def test_reports_written_at_once_into_one_directory_take_their_own_phases(tmp_pa
     assert sorted(d["phase"] for d in docs) == [1, 2, 3, 4] and len({d["report"] for d in docs}) == 4
     assert sorted(int(r["phase"]) for r in ledger.read_rows(tmp_path / "out")) == [1, 2, 3, 4]
     assert all(Path(d["report"]).is_file() for d in docs)
+
+
+# ------------------------------------------------------------ issue 56: numbers that do not count, nothing half-written
+
+
+def _copy(name: str, to: Path, edit=None) -> Path:
+    run = shutil.copytree(DATA / name, to)
+    if edit is not None:
+        doc = json.loads((run / "summary.json").read_text())
+        edit(doc)
+        (run / "summary.json").write_text(json.dumps(doc))
+    return run
+
+
+def _flip_rows(s: dict) -> None:
+    for r in s["rows"]:
+        r.update(valid=False, invalid_reasons=["marked invalid by the test"])
+
+
+def test_report_never_writes_a_verdict_from_rows_marked_invalid(tmp_path):
+    """N1: `report B --compare A` with every row of B marked invalid (its manifest valid; the real
+    captured smoke run): refused with nothing written; forced, the verdict and the ledger row say
+    invalid (they said default-off); keep / default-off are refused; alone, B is invalid, not a
+    measurement."""
+    from inproc import cli
+
+    a, b = _copy("captured", tmp_path / "A"), _copy("captured", tmp_path / "B", _flip_rows)
+    out = tmp_path / "reports"
+    r = cli("report", b, "--compare", a, "--out-dir", out, "--no-plots")
+    assert r.rc == 2 and len(r.error_lines()) == 1, r.err
+    assert "refusing to compare" in r.err and "4 of 4 row(s) invalid" in r.err
+    assert not (out / "BENCHMARK.csv").exists()
+    r = cli("report", b, "--compare", a, "--out-dir", out, "--no-plots", "--force", "--verdict", "default-off")
+    assert r.rc == 2 and "only reject is allowed" in r.err and not (out / "BENCHMARK.csv").exists()
+    r = cli("report", b, "--compare", a, "--out-dir", out, "--no-plots", "--force", "--json")
+    assert r.rc == 0, r.err
+    doc = json.loads(r.out)
+    assert doc["verdict"] == "invalid" and "4 of 4 row(s) invalid" in doc["verdict_rule"]
+    assert [row["verdict"] for row in ledger.read_rows(out)] == ["invalid"]
+    r = cli("report", b, "--out-dir", out, "--no-plots", "--json")  # no control: not a valid measurement either
+    assert r.rc == 0 and json.loads(r.out)["verdict"] == "invalid"
+    # the control's numbers do not count: forced, the A/B is invalid though B is green
+    r = cli("report", a, "--compare", b, "--out-dir", out, "--no-plots", "--force", "--json")
+    doc = json.loads(r.out)
+    assert r.rc == 0 and doc["verdict"] == "invalid"
+    assert "the A/B reads numbers that do not count" in doc["verdict_rule"]
+    assert "default-off" not in (out / "BENCHMARK.md").read_text()
+
+
+def test_a_snapshot_run_without_its_summary_is_refused(tmp_path):
+    """Still open from issue 41: a snapshot run dir without summary.json gave a "measurement-only"
+    ledger row (exit 0); it is refused in one line, nothing written (a gate run still gets its report)."""
+    from inproc import cli
+
+    run = _copy("captured", tmp_path / "run")
+    (run / "summary.json").unlink()
+    r = cli("report", run, "--out-dir", tmp_path / "reports")
+    said = (f"parity: error: {run}: a snapshot run without its results "
+            "(no summary.json; status complete): nothing to report")
+    assert r.rc == 2 and r.error_lines() == [said], r.err
+    assert not (tmp_path / "reports").exists()
+
+
+def _canary(edit=None) -> dict:
+    """The drift canary of the real starved H200 A/A (tests/data/canary), as the snapshot records it."""
+    from parity.stats import canary
+
+    recorded = json.loads((DATA.parent / "canary" / "h200-aa-starved-12-blocks.json").read_text())
+    doc = canary.assess(recorded["canary"]["samples"])
+    assert doc["flagged"], "the starved run flags blocks"
+    if edit:
+        edit(doc)
+    return doc
+
+
+@pytest.mark.parametrize("edit, said", [
+    (lambda c: c.update(flagged=[4, 7]), "canary.flagged[0] is 4, not an entry {block, engine, ms, off_pct}"),
+    (lambda c: [f.pop("ms") for f in c["flagged"]], "canary.flagged[0].ms is absent"),
+    (lambda c: c.update(blocks_flagged=[[4]]), "canary.blocks_flagged is [[4]], not a list of block numbers"),
+    (lambda c: c.update(median_ms="fast"), "canary.median_ms is 'fast', not a number"),
+])  # fmt: skip
+def test_a_crafted_canary_is_one_line_and_leaves_nothing(tmp_path, edit, said):
+    """N11: integers as canary.flagged, or entries without ms, crashed the report after its plots
+    were drawn (a half-written plots folder); now one line, exit 2, nothing in --out-dir."""
+    from inproc import cli
+
+    good = _copy("candidate", tmp_path / "good", lambda s: s.update(canary=_canary()))
+    r = cli("report", good, "--out-dir", tmp_path / "ok", "--json")
+    assert r.rc == 0 and "drift canary: probe" in Path(json.loads(r.out)["report"]).read_text(), r.err
+    run = _copy("candidate", tmp_path / "run", lambda s: s.update(canary=_canary(edit)))
+    out = tmp_path / "reports"
+    r = cli("report", run, "--out-dir", out)
+    assert r.rc == 2 and r.error_lines() == [f"parity: error: {run / 'summary.json'}: {said}: cannot report it"], r.err
+    assert not out.exists() or list(out.iterdir()) == []
+
+
+def test_a_report_that_fails_after_its_plots_leaves_no_plots_behind(profile, tmp_path, monkeypatch):
+    """The plots are drawn into a hidden staging dir published with the report: a section that
+    fails after them (a bug, a full disk) leaves neither the plots folder nor the staging dir."""
+    import parity.report.render as render_mod
+
+    def broken(rd):
+        raise RuntimeError("a section failed")
+
+    monkeypatch.setattr(render_mod, "canary_section", broken)
+    out = tmp_path / "reports"
+    with pytest.raises(RuntimeError, match="a section failed"):
+        render(profile, out, compare=str(DATA / "control"), plots=True)
+    assert sorted(p.name for p in out.iterdir() if not p.name.endswith(".lock")) == []
+    monkeypatch.undo()
+    res = render(profile, out, compare=str(DATA / "control"), plots=True)
+    stem = Path(res["report"]).stem
+    assert res["plots"] and all(Path(p).is_file() and Path(p).parent.name == stem for p in res["plots"])

@@ -135,3 +135,20 @@ def test_quantiles_are_scipy_stats_own(df):
     for c in (0.9, 0.95, 0.99):
         assert paired.t_quantile(c, df) == float(t.ppf(0.5 + c / 2, df))
     assert paired.spread_upper(df + 1) == math.sqrt(df / float(chi2.ppf(0.10, df)))
+
+
+def test_an_interval_past_the_floating_point_range_is_inconclusive_not_a_crash():
+    """Issue 56 N11: exp of a wide interval overflowed (OverflowError) in paired, unpaired and the
+    family; now the interval is absent, the outcome inconclusive and the reason says why."""
+    from parity.stats import family
+    from parity.stats.unpaired import welch
+
+    wide = paired.paired({0: 1.0, 1: 1.0}, {0: 0.2, 1: 5.0}, confidence=0.999)  # t(0.999, 1 df) x sd 2.3: exp(1024)
+    assert wide.outcome == INCONCLUSIVE and wide.low is None and wide.high is None and wide.half_width_pct is None
+    assert "spread too wide (sd 2.28) for an interval in floating point" in wide.reason and math.isfinite(wide.ratio)
+    u = welch([1e-100, 1e100], [1e-100, 1e100])  # log values +-230: a half-width of ~1400 in log space
+    assert u["outcome"] == INCONCLUSIVE and u["low"] is None and "too wide" in u["reason"]
+    (cell,) = family.adjust([wide.to_dict()], 0.001)  # its interval at level 0.001: exp(1024) again
+    assert cell["outcome"] == INCONCLUSIVE and cell["family"]["low"] is None
+    tiny = paired.paired({0: 1.0, 1: 1.0}, {0: 1e-308, 1: 5e-324})  # beyond stats.RANGE: not a value
+    assert tiny.reason == "no block has both arms"
