@@ -23,9 +23,8 @@ from parity.results import read_manifest, run_dir
 from parity.filelock import locked_dir
 from parity.errors import UsageError
 from parity.runners.lifetime import started_at
+from parity.redact import REDACTED, SECRET_NAME, tree as redacted
 
-SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.I)
-REDACTED = "<redacted>"
 STATUSES = ("running", "complete", "failed", "interrupted", "dry-run")
 
 
@@ -154,7 +153,7 @@ class RunDir:
         return read_manifest(self.manifest_path).data
 
     def _write_manifest(self, data: dict) -> None:
-        atomic_write_json(self.manifest_path, data)
+        atomic_write_json(self.manifest_path, redacted(data))  # no URL password of an argv, a profile or an error
 
     def _edit(self, change) -> dict:
         """Read, change, write the manifest with the run directory locked: the threads of a

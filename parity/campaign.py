@@ -41,7 +41,7 @@ from parity import session
 from parity.artifacts import RunDir, now_iso, slurm_job
 from parity.context import run_session, run_session_existing
 from parity.decode import read_utf8
-from parity.engines import kind_of, with_binaries
+from parity.engines import with_binaries
 from parity.gates.prepost import GateSpec, gate_engines, gate_models, spec_from_options
 from parity.gonogo import dry_run_session, go_no_go
 from parity.runners.lifetime import pid_alive
@@ -50,7 +50,7 @@ from parity.hosts.registry import delegate
 from parity.options import positive_seconds
 from parity.paths import PARITY_ROOT, cache_dir
 from parity.runners import ssh
-from parity.yamlload import safe_load
+from parity.yamlload import TooBig, safe_load
 from parity.results import BadResultFile, load_json, read_manifest
 
 STEP_KINDS: dict[str, str] = {
@@ -74,6 +74,7 @@ STEP_CHECKS: dict[str, str] = {
     "snapshot": "parity.serving.snapshot:check_step",
     "bench": "parity.bench.run:check_step",
     "profile": "parity.profiles.capture:check_step",
+    "shell": "parity.campaign:check_shell_step",
 }
 
 # kinds whose effect dies with the process (a held lock): run again on --resume
@@ -163,7 +164,9 @@ def load_campaign(path: str, extra_vars: dict[str, str] | None = None) -> Campai
         data = safe_load(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
-        raise ConfigError(label, f"line {mark.line + 1}" if mark else "", f"YAML syntax error: {getattr(e, 'problem', e)}") from None
+        said = getattr(e, "problem", e)
+        said = said if isinstance(e, TooBig) else f"YAML syntax error: {said}"
+        raise ConfigError(label, f"line {mark.line + 1}" if mark else "", said) from None
     if not isinstance(data, dict):
         raise ConfigError(label, "", "a campaign must be a mapping with steps:")
     unknown = set(data) - {"name", "profile", "vars", "steps", "description", "hosts", "parallel_hosts"}
@@ -304,15 +307,11 @@ def dry_run_needs(ctx, steps: list[Step]) -> tuple[dict[str, str], list[int], bo
     """(paths, ports, uses the GPU) the steps' real run would need, for the go/no-go."""
 
     p = ctx.profile
-    paths: dict[str, str] = {}
-    for name in engines_for(ctx, steps):
-        paths.update(kind_of(p, name).dry_paths(p, name, ctx.runner))
-    for m in step_models(ctx, steps):
-        cfg = p.models.get(m)
-        if cfg is None:
-            paths[f"model {m}"] = m
-        elif cfg.synth is None:  # a synth model is made on the first real run
-            paths[f"model {m}"] = cfg.path
+    paths = session.engine_paths(ctx, engines_for(ctx, steps))
+    for m in step_models(ctx, steps):  # snapshot's rule: a synth or hf model is made on the first real run
+        path = session.dry_model_path(ctx, m)
+        if path is not None:
+            paths[f"model {m}"] = path
     serve = any(s.kind == "snapshot" or (s.kind == "profile" and s.options.get("workload") == "serve") for s in steps)
     return paths, [p.serving.port] if serve else [], any(s.kind in GPU_KINDS for s in steps)
 
@@ -410,18 +409,23 @@ def run_campaign(ctx, c: Campaign, steps: list[Step], *, resume: bool = False) -
     return summary
 
 
-def shell_step(ctx, options: dict) -> dict:
-    """kind: shell -- options {argv: [cmd, arg, ...], timeout_s, env: {K: V}, cwd, log}.
-    Runs through the context's runner; output goes to steps/<log or step name>.log."""
+def check_shell_step(ctx, options: dict) -> float | None:
+    """A shell step's options, checked before any step runs (dry run or not): its timeout."""
     check_step_options("shell", options, {"argv", "timeout_s", "env", "cwd", "log"})
     argv = options.get("argv")
     if not isinstance(argv, list) or not argv:
         raise ConfigError("campaign", "with.argv", "shell steps need argv: [cmd, arg, ...]")
-    env = options.get("env") or {}
-    if not isinstance(env, dict):
+    if not isinstance(options.get("env") or {}, dict):
         raise ConfigError("campaign", "with.env", "must be a mapping NAME: value")
+    timeout = options.get("timeout_s")
+    return None if timeout is None else positive_seconds(timeout, "shell step with.timeout_s")
 
-    timeout = positive_seconds(options["timeout_s"], "shell step with.timeout_s") if options.get("timeout_s") is not None else None
+
+def shell_step(ctx, options: dict) -> dict:
+    """kind: shell -- options {argv: [cmd, arg, ...], timeout_s, env: {K: V}, cwd, log}.
+    Runs through the context's runner; output goes to steps/<log or step name>.log."""
+    timeout = check_shell_step(ctx, options)
+    argv, env = options["argv"], options.get("env") or {}
     res = ctx.runner.run([str(a) for a in argv], timeout=timeout, env={str(k): str(v) for k, v in env.items()}, cwd=options.get("cwd"))
     log = options.get("log") or ctx.vars.get("_step") or "shell"
     if ctx.run:
@@ -594,6 +598,9 @@ def run_request(req: CampaignRequest, open_context: Callable[[str | None], Any])
     if fanout:
         with run_session(ctx, "campaign-hosts", f"{c.name}-hosts"):
             return run_fanout(ctx, c, req.argv)
+    # what the dry run's go/no-go calls missing of the steps' engines (an endpoint's start
+    # command) is refused here, before the run dir
+    session.refuse_missing_programs(ctx, engines_for(ctx, [s for s in steps if not (rd and will_skip(s, rd))]))
     if rd is not None:
         ctx.run, ctx.run_id = rd, rd.run_id
         with resuming(rd):

@@ -13,13 +13,17 @@ from typing import Any, Literal
 import msgspec
 
 from parity.errors import ConfigError
-from parity.yamlload import safe_load
+from parity.yamlload import MAX_BYTES, TooBig, safe_load
 
 
 def read_utf8(path: Path, label: str, missing: str = "file not found") -> str:
     """A config/campaign/registry file's text; every way it cannot be read is a ConfigError."""
     try:
-        return path.read_bytes().decode("utf-8")
+        with open(path, "rb") as f:  # no more than the YAML loader takes: /dev/zero is refused, not read
+            raw = f.read(MAX_BYTES + 1)
+        if len(raw) > MAX_BYTES:
+            raise ConfigError(label, "", f"over parity's limit of {MAX_BYTES:,} bytes for a YAML file")
+        return raw.decode("utf-8")
     except FileNotFoundError:
         raise ConfigError(label, "", missing) from None
     except IsADirectoryError:
@@ -43,7 +47,7 @@ def read_yaml(path: Path, label: str, missing: str = "file not found", not_mappi
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark else ""
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise ConfigError(label, where, f"YAML syntax error: {problem}") from None
+        raise ConfigError(label, where, problem if isinstance(e, TooBig) else f"YAML syntax error: {problem}") from None
     if data is None:
         data = {}
     if not isinstance(data, dict):

@@ -39,10 +39,24 @@ def _lock_reason(ctx) -> tuple[str, str | None]:
     return st.describe(), None
 
 
-def _path_reason(ctx, name: str, path: str) -> str | None:
+def _path_reason(runner, name: str, path: str) -> str | None:
     if path.startswith("<") and path.endswith(">"):
         return None if LATER in path else path[1:-1]  # "<what: why>" names itself
-    return None if ctx.runner.exists(path) else f"{name}: {path} does not exist"
+    return None if runner.exists(path) else f"{name}: {path} does not exist"
+
+
+def missing(runner, paths: dict[str, str]) -> list[str]:
+    """What of paths {what: path or "<placeholder>"} is not there: the go/no-go's path reasons, and
+    the real run's refusal (refuse_missing) before its run dir, in the same words."""
+    return [why for name, path in paths.items() if (why := _path_reason(runner, name, str(path)))]
+
+
+def refuse_missing(runner, paths: dict[str, str]) -> None:
+    """The real run's first check: a UsageError (exit 2) naming what the dry run's go/no-go would
+    call missing, before any run directory, lock or build."""
+    problems = missing(runner, paths)
+    if problems:
+        raise UsageError("; ".join(problems))
 
 
 def command_paths(ctx, commands: list[dict]) -> dict[str, str]:
@@ -103,7 +117,7 @@ def go_no_go(ctx, *, paths: dict[str, str] | None = None, ports=(), gpu: bool = 
         reasons.append({"kind": "docker", "what": f"docker busy: {pf['docker']}"})
     checked = {}
     for name, path in (paths or {}).items():
-        problem = _path_reason(ctx, name, str(path))
+        problem = _path_reason(ctx.runner, name, str(path))
         checked[name] = {"path": str(path), "ok": problem is None}
         if problem:
             reasons.append({"kind": "path", "what": problem})

@@ -20,6 +20,7 @@ from typing import Iterator
 from parity.engines import kind_of
 from parity.errors import GateFailed, UsageError
 from parity.gates import prepost
+from parity.gonogo import LATER, refuse_missing
 from parity.gpu import lock as gpulock
 from parity.gpu.hardware import write_hardware
 from parity.models.synth import ensure_model
@@ -64,15 +65,45 @@ def model_file(ctx, model: str) -> str:
     raise UsageError(f"model {model!r}: neither a model of profile {ctx.profile.name} ({known}) nor a file")
 
 
+def dry_model_path(ctx, model: str, engine: str | None = None) -> str | None:
+    """The one model-file rule of every dry run (snapshot, profile, campaign): the file the real
+    run will read, a placeholder when the real run makes it first (a synth or hf model: prepare()
+    makes it before the lock), None when nothing is read (an endpoint; a checkpoint vLLM checks
+    itself).  engine None: a GGUF read by a llama.cpp tool."""
+    source = kind_of(ctx.profile, engine).model_source if engine else "gguf"
+    m = ctx.profile.models.get(model)
+    if source is None or (m is not None and m.synth is None and m.hf is None and source == "checkpoint"):
+        return None
+    if m is not None and (m.synth is not None or m.hf is not None):
+        return f"<model {model}: made {LATER}>"
+    return str(Path(m.path if m is not None else model).expanduser())
+
+
 def check_served_model(ctx, engine: str, model: str) -> None:
     """What a dry run can tell of the model the engine will serve (UsageError: the real run stops)."""
-    source = kind_of(ctx.profile, engine).model_source
+    path = dry_model_path(ctx, model, engine)
+    if path is None or path.startswith("<") or Path(path).is_file():
+        return
     m = ctx.profile.models.get(model)
-    if source is None or (m is not None and (m.synth is not None or m.hf is not None or source == "checkpoint")):
-        return  # nothing read, or made on the first real run, or a checkpoint directory vLLM checks itself
-    path = Path(m.path if m is not None else model).expanduser()
-    if not path.is_file():
-        raise UsageError(f"model {model}: file not found: {path}" if m is not None else f"model {model!r}: neither a model of profile {ctx.profile.name} nor a file")
+    if m is not None:
+        raise UsageError(f"model {model}: file not found: {path}")
+    raise UsageError(f"model {model!r}: neither a model of profile {ctx.profile.name} nor a file")
+
+
+def engine_paths(ctx, engines) -> dict[str, str]:
+    """{what: path or placeholder} of the programs the engines run (their kinds' dry_paths: a
+    binary, an endpoint's start and stop commands): the dry run's go/no-go checks them, and
+    refuse_missing_programs() refuses the real run on the same ones."""
+    paths: dict[str, str] = {}
+    for name in dict.fromkeys(e for e in engines if e):
+        paths.update(kind_of(ctx.profile, name).dry_paths(ctx.profile, name, ctx.runner))
+    return paths
+
+
+def refuse_missing_programs(ctx, engines) -> None:
+    """The real run's first check of its engines, before its run dir, lock or build: what the dry
+    run calls missing (a start command that does not exist) is refused here, in its words (exit 2)."""
+    refuse_missing(ctx.runner, engine_paths(ctx, engines))
 
 
 def serve_model(ctx, engine: str, model: str) -> None:

@@ -7,6 +7,7 @@ import os
 import sys
 from typing import Any, Callable
 from parity.errors import OutputClosed
+from parity import redact
 from parity.files import json_default
 from parity.results import plain
 
@@ -80,6 +81,7 @@ class Output:
         return self._err
 
     def _line(self, stderr: bool, msg: str, style: str | None = None) -> None:
+        msg = redact.text(str(msg))  # a URL's password never reaches a terminal or a log
         f = _plain_stream(stderr)
         if f is not None:
             _write_line(f, msg)
@@ -100,7 +102,8 @@ class Output:
         """The command's result: JSON on stdout in --json mode, else human()."""
         if self.json_mode:
             # JSON has no NaN / inf: a non-finite number (a user's file, a 0/0) prints as null
-            sys.stdout.write(json.dumps(plain(json.loads(json.dumps(data, default=json_default))), indent=2) + "\n")
+            doc = redact.tree(plain(json.loads(json.dumps(data, default=json_default))))  # no URL password either
+            sys.stdout.write(json.dumps(doc, indent=2) + "\n")
             sys.stdout.flush()
         elif human is not None:
             human()

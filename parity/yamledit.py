@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import yaml
 
-from parity.yamlload import safe_load
+from parity.yamlload import compose, safe_load
 
 
 class YamlEditError(ValueError):
@@ -57,7 +57,7 @@ def _insertion(text: str, key: str) -> tuple[int, int, int] | None:
     top-level block list `key` (or for its first item when `key:` has no value); None when
     the list cannot simply be added to as text (flow style, an odd first line)."""
     try:
-        root = yaml.compose(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        root = compose(text)
     except yaml.YAMLError:
         return None
     if not isinstance(root, yaml.MappingNode):
@@ -94,7 +94,7 @@ def _layout(text: str) -> tuple[int, int, int]:
     read from the file's first nested block mapping and first block list under a key (ruamel's
     own guess misreads a key with a comment after it, and its wrong guess grows each rewrite)."""
     try:
-        root = yaml.compose(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        root = compose(text)
     except yaml.YAMLError:
         root = None
     mapping = seq = None

@@ -165,7 +165,9 @@ def _interrupted() -> int:
 
 
 def _one_line(msg: str) -> None:
-    msg = " ".join(str(msg).split())
+    from parity.redact import text
+
+    msg = text(" ".join(str(msg).split()))  # whatever an error quotes, a URL's password is not shown
     try:
         sys.stderr.write(f"parity: error: {msg}\n")
         sys.stderr.flush()

@@ -16,6 +16,7 @@ from parity.files import sha256, sha256_file
 from parity.paths import cache_dir, expand_path
 from parity.errors import InfraError, UsageError
 from parity.filelock import locked
+from parity import redact
 
 _PIN = re.compile(r"^\s*LLAMA_VERSION\s*\??=\s*([0-9a-f]{7,40})\s*$", re.M)
 
@@ -99,6 +100,11 @@ def _extract(archive: Path, dest: Path) -> None:
     tmp.rename(dest)
 
 
+def _shown(url: str | None) -> str | None:
+    """The url as provenance records it (builds.json, the build cache): without its credentials."""
+    return None if url is None else redact.text(url)
+
+
 def describe(name: str, cfg: SourceConfig) -> Source:
     """Identity without touching the network or copying anything (fast)."""
     if cfg.kind == "pypi-sdist":
@@ -106,11 +112,11 @@ def describe(name: str, cfg: SourceConfig) -> Source:
     if cfg.kind == "archive":
         return Source(cfg.kind, f"archive:{cfg.sha256}:{cfg.subdir}", {"kind": cfg.kind, "path": cfg.path, "sha256": cfg.sha256, "subdir": cfg.subdir})
     if cfg.kind == "git":
-        return Source(cfg.kind, f"git:{cfg.pin}", {"kind": cfg.kind, "url": cfg.url, "checkout": cfg.checkout, "pin": cfg.pin})
+        return Source(cfg.kind, f"git:{cfg.pin}", {"kind": cfg.kind, "url": _shown(cfg.url), "checkout": cfg.checkout, "pin": cfg.pin})
     if cfg.kind == "localai":
         pin = localai_pin(name, cfg)
         series = str(Path(cfg.path) / "patches" / "paged")
-        info = {"kind": cfg.kind, "backend_dir": cfg.path, "url": cfg.url, "checkout": cfg.checkout, "pin": pin}
+        info = {"kind": cfg.kind, "backend_dir": cfg.path, "url": _shown(cfg.url), "checkout": cfg.checkout, "pin": pin}
         if cfg.archive:
             localai_archive_pin(name, cfg, pin)
             info["archive"] = cfg.archive

@@ -16,6 +16,7 @@ import msgspec
 from parity.engines import llama, vllm
 from parity.engines.base import ContextNeed, DoctorRow, EngineKind, EngineSection, Launch, served_name
 from parity.engines.server import answering
+from parity import redact
 from parity.errors import ConfigError
 from parity.metrics.prometheus import Series
 
@@ -60,12 +61,15 @@ class Endpoint(EngineKind):
         if not e.base_url:
             raise ConfigError(label, key, "required: the http://HOST:PORT of the running server")
         if e.base_url.startswith("https://"):
-            raise ConfigError(label, key, f"https is not supported: parity's client speaks plain HTTP (a plain-HTTP port or a local proxy in front of it), got {e.base_url!r}")
+            raise ConfigError(label, key, f"https is not supported: parity's client speaks plain HTTP (a plain-HTTP port or a local proxy in front of it), got {redact.url(e.base_url)!r}")
+        if redact.url(e.base_url) != e.base_url:
+            raise ConfigError(label, key, "credentials in the URL are not supported (parity's client sends none): "
+                                          f"give http://HOST:PORT, got {redact.url(e.base_url)!r}")  # fmt: skip
         m = BASE_URL.fullmatch(e.base_url)
         if not m and BASE_URL.match(e.base_url):
-            raise ConfigError(label, key, f"give the server's root, http://HOST:PORT: parity adds /v1/completions, /tokenize and /metrics itself, got {e.base_url!r}")
+            raise ConfigError(label, key, f"give the server's root, http://HOST:PORT: parity adds /v1/completions, /tokenize and /metrics itself, got {redact.url(e.base_url)!r}")
         if not m or not 1 <= int(m.group("port")) <= 65535:
-            raise ConfigError(label, key, f"must be http://HOST:PORT (plain HTTP, a port 1..65535), got {e.base_url!r}")
+            raise ConfigError(label, key, f"must be http://HOST:PORT (plain HTTP, a port 1..65535), got {redact.url(e.base_url)!r}")
         for key in ("start", "stop"):
             cmd = getattr(e, key)
             if cmd is not None:
@@ -86,7 +90,8 @@ class Endpoint(EngineKind):
 
     def provenance(self, profile, name: str, runner, out) -> dict:
         e = profile.engine(name)
-        return {"engine": name, "kind": self.name, "base_url": e.base_url, "build": "not applicable: parity neither builds nor starts an endpoint"}
+        return {"engine": name, "kind": self.name, "base_url": redact.url(e.base_url),
+                "build": "not applicable: parity neither builds nor starts an endpoint"}
 
     def provenance_cells(self, row: dict) -> dict:
         na = "not applicable"

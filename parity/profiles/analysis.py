@@ -280,16 +280,16 @@ def analyze(ctx, req: AnalyzeRequest) -> dict:
     for f in paths:
         if not Path(f).exists():
             raise UsageError(f"{f}: no such file")
+    caps: dict[str, dict] = {}  # every capture read and bucketed before the run dir: a bad one leaves nothing behind
+    for f in paths:
+        n = req.ntg_long if diff and f == diff[0] and req.ntg_long else req.ntg_short if diff and f == diff[1] and req.ntg_short else ntg_from_name(f)
+        caps[f] = analyze_file(f, table, label=Path(f).stem, ntg=n, npl=npl, top_unmatched=p.top_unmatched, window_ms=win,
+                               after_nvtx=after_nvtx, runner=ctx.runner, nsys=p.nsys, collapsed=req.collapsed)  # fmt: skip
+    d = [difference(caps[diff[0]], caps[diff[1]], npl)] if diff else []
+    c = compare(caps[req.files[0]], caps[req.compare]) if req.compare else None
+    doc = build_doc(list(caps.values()), diff=d, comparison=c, bucket_table=table.source)
     with run_session(ctx, "profile-analyze", "profile-analyze"):
         if req.collapsed:
             ctx.run.update(collapsed=True)
-        caps: dict[str, dict] = {}
-        for f in paths:
-            n = req.ntg_long if diff and f == diff[0] and req.ntg_long else req.ntg_short if diff and f == diff[1] and req.ntg_short else ntg_from_name(f)
-            caps[f] = analyze_file(f, table, label=Path(f).stem, ntg=n, npl=npl, top_unmatched=p.top_unmatched, window_ms=win,
-                                   after_nvtx=after_nvtx, runner=ctx.runner, nsys=p.nsys, collapsed=req.collapsed)  # fmt: skip
-        d = [difference(caps[diff[0]], caps[diff[1]], npl)] if diff else []
-        c = compare(caps[req.files[0]], caps[req.compare]) if req.compare else None
-        doc = build_doc(list(caps.values()), diff=d, comparison=c, bucket_table=table.source)
         doc["files"] = write_outputs(ctx.run.path / "profile", doc)
         return {"run_dir": str(ctx.run.path), **doc}

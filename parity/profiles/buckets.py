@@ -13,8 +13,9 @@ from pathlib import Path
 import msgspec
 
 from parity.paths import DEFAULTS_DIR
+from parity.decode import read_utf8
 from parity.errors import ConfigError
-from parity.yamlload import safe_load
+from parity.yamlload import TooBig, safe_load
 
 OTHER = "other"
 DEFAULT_TABLE = DEFAULTS_DIR / "buckets.yaml"
@@ -81,12 +82,12 @@ def load_table_file(path: str | Path) -> BucketTable:
     import yaml
 
     label = str(path)
+    text = read_utf8(Path(path), label, missing="bucket table not found")  # bounded; unreadable: one line
     try:
-        data = safe_load(Path(path).read_text())
-    except FileNotFoundError:
-        raise ConfigError(label, "", "bucket table not found") from None
+        data = safe_load(text)
     except yaml.YAMLError as e:
-        raise ConfigError(label, "", f"YAML syntax error: {getattr(e, 'problem', e)}") from None
+        said = getattr(e, "problem", e)
+        raise ConfigError(label, "", said if isinstance(e, TooBig) else f"YAML syntax error: {said}") from None
     raw = data.get("buckets") if isinstance(data, dict) else data
     if not isinstance(raw, list) or not raw:
         raise ConfigError(label, "buckets", "must be a non-empty list of {name, pattern[, group]}")

@@ -32,7 +32,7 @@ from parity.context import run_session
 from parity.decode import replace
 from parity.engines.envpolicy import check_bench_env
 from parity.engines.server import serving
-from parity.gonogo import dry_run_session, go_no_go
+from parity.gonogo import dry_run_session, go_no_go, refuse_missing
 from parity.gpu.cuda_device import cuda_device, require_cuda_device
 from parity.gpu.lock import effective_dir as lock_effective_dir
 from parity.loadgen.client import Target, drive
@@ -92,6 +92,7 @@ class ProfilePlan:
     blocks: int = 1
     engines: list[str] = field(default_factory=list)  # the arms (one engine, or A and B for paired buckets)
     untraced: list[Capture] = field(default_factory=list)  # per arm: the longest ntg without the tracer
+    device: str | None = None  # a dry plan's CUPTI tracer without a CUDA device here: why (the real run refuses it)
 
 
 def check_graph_node(graph_node: bool | None, allow_collapsed: bool) -> bool:
@@ -110,9 +111,12 @@ def make_plan(ctx, *, engine=None, workload="bench", ntgs=None, npl=None, npp=No
     arms = list(engines or [engine or None])
     if len(set(arms)) != len(arms):
         raise UsageError(f"--engines: an engine is listed twice ({', '.join(map(str, arms))})")
-    blocks = blocks or ctx.profile.profiling.blocks
-    if not isinstance(blocks, int) or blocks < 1:
+    blocks = ctx.profile.profiling.blocks if blocks is None else blocks  # 0 is refused, not read as the default
+    if not isinstance(blocks, int) or isinstance(blocks, bool) or blocks < 1:
         raise UsageError(f"--blocks must be a positive integer, got {blocks!r}")
+    for flag, v in (("--npl", npl), ("--npp", npp)):
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+            raise UsageError(f"{flag} must be a positive integer, got {v!r}")
     plans = [_make_arm_plan(ctx, engine=a, workload=workload, ntgs=ntgs, npl=npl, npp=npp, model=model, graph_node=graph_node, allow_collapsed=allow_collapsed,
                             out_dir=out_dir, dry=dry, tracer=tracer, blocks=blocks) for a in arms]  # fmt: skip
     first = plans[0]
@@ -120,13 +124,13 @@ def make_plan(ctx, *, engine=None, workload="bench", ntgs=None, npl=None, npp=No
         first.captures += pl.captures
         first.untraced += pl.untraced
     first.engines = [pl.engine for pl in plans]
+    first.device = plans[0].device
     return first
 
 
 def choose_tracer(ctx, wanted: str | None, dry: bool) -> tuple[str, str, str | None]:
     """(tracer, why, nsys binary or None).  auto: nsys where it is on PATH and `nsys --version`
-    runs, else CUPTI.  cupti (chosen or automatic) needs a CUDA device: without one the refusal
-    is one line (exit 2), unless this is a dry run."""
+    runs, else CUPTI (whose CUDA device make_plan checks, dry run or not)."""
 
     p = ctx.profile.profiling
     wanted = wanted or p.tracer
@@ -146,9 +150,17 @@ def choose_tracer(ctx, wanted: str | None, dry: bool) -> tuple[str, str, str | N
             why = f"auto: nsys ({name}) is not on PATH, so parity's CUPTI tracer"
     else:
         why = "asked for cupti"
-    if not dry:
-        require_cuda_device(ctx.runner)
     return "cupti", why, None
+
+
+def device_problem(runner) -> str | None:
+    """Why the CUPTI tracer cannot run here (no CUDA device), else None: the same line for the dry
+    run's NO GO and the real run's refusal."""
+    try:
+        require_cuda_device(runner)
+    except UsageError as e:
+        return str(e)
+    return None
 
 
 def _cupti_library(ctx, dry: bool) -> dict:
@@ -184,6 +196,9 @@ def _make_arm_plan(ctx, *, engine=None, workload="bench", ntgs=None, npl=None, n
     if not model:
         raise UsageError("no model to profile (serving.model or --model)")
     tracer, why, nsys_bin = choose_tracer(ctx, tracer, dry)
+    device = device_problem(ctx.runner) if tracer == "cupti" else None
+    if device and not dry:
+        raise UsageError(device)
     built = _cupti_library(ctx, dry) if tracer == "cupti" else None
     # what does not depend on ntg: the model, the engine's binary, env, the server launch
     if workload == "bench":
@@ -210,7 +225,7 @@ def _make_arm_plan(ctx, *, engine=None, workload="bench", ntgs=None, npl=None, n
             base = os.path.join(out_dir, f"{engine}-{workload}-ntg{ntg}-untraced{suffix}")
             untraced.append(Capture(f"{engine}-{workload}-ntg{ntg}-untraced{suffix}", engine, ntg, base, list(wl), wl, env, unset, None, tracer=tracer, traced=False, block=block))
     return ProfilePlan(engine, workload, model, ntgs, npl, npp, not collapsed, collapsed, captures, nsys_bin or "", tracer=tracer, tracer_choice=why, tracer_build=built,
-                       blocks=blocks, engines=[engine], untraced=untraced)  # fmt: skip
+                       blocks=blocks, engines=[engine], untraced=untraced, device=device)  # fmt: skip
 
 
 def _model_file(ctx, model: str, dry: bool) -> str:
@@ -289,19 +304,22 @@ def dry_run(ctx, plan: ProfilePlan) -> dict:
 
 
 def dry_paths(ctx, plan: ProfilePlan) -> dict[str, str]:
-    """The files the real capture needs, for the go/no-go: nsys, the workload binary, the model."""
+    """What the real capture needs, for the go/no-go and the real run's first check (the same
+    words): a CUDA device for CUPTI, nsys, each arm's workload binary, the model (a synth or hf
+    model is made on the first real run: session.dry_model_path, snapshot's rule)."""
     paths = {}
+    if plan.device:
+        paths["CUDA device"] = f"<{plan.device}>"
     nsys = plan.nsys
     if plan.tracer == "nsys":
         paths["nsys"] = nsys if "/" in nsys else f"<nsys: {nsys!r} is not on PATH (profiling.nsys)>"
-    wl = plan.captures[0].workload_argv
-    exe = wl[0]
-    paths[f"{os.path.basename(exe)} of {plan.engine}"] = exe if "/" in exe or exe.startswith("<") else (ctx.runner.which(exe) or f"<{exe}: not on PATH>")
-    m = ctx.profile.models.get(plan.model)
-    if not (m and m.synth):  # a synth model is made on the first real run
-        model_file = wl[wl.index("-m") + 1] if "-m" in wl else (wl[wl.index("serve") + 1] if "serve" in wl else None)
-        if model_file:
-            paths[f"model {plan.model}"] = model_file
+    for arm in plan.engines:
+        exe = next(c.workload_argv for c in plan.captures if c.engine == arm)[0]
+        found = exe if "/" in exe or exe.startswith("<") else ctx.runner.which(exe)
+        paths[f"{os.path.basename(exe)} of {arm}"] = found or f"<{exe}: not on PATH>"
+    model = session.dry_model_path(ctx, plan.model, plan.engine if plan.workload == "serve" else None)
+    if model is not None:
+        paths[f"model {plan.model}"] = model
     return paths
 
 
@@ -486,11 +504,10 @@ def profile(ctx, req: ProfileRequest) -> dict:
         raise UsageError("give --engine (one arm) or --engines A,B (paired buckets), not both")
     options = dict(engine=req.engine, workload=req.workload, ntgs=req.ntgs, npl=req.npl, npp=req.npp, model=req.model, graph_node=req.graph_node, allow_collapsed=req.allow_collapsed,
                    tracer=req.tracer, engines=req.engines, blocks=req.blocks)  # fmt: skip
-    if not req.dry_run:
-        choose_tracer(ctx, req.tracer, dry=False)  # no CUDA device for CUPTI: one line, exit 2, before any run directory
+    # the planner, the real run's first step too: every check, the tracer's device and the files
+    # it needs, so a dry run and a real run cannot disagree
+    plan = make_plan(ctx, **options, dry=True)
     if req.dry_run:  # a go/no-go with its evidence in a `dry-run` run dir; the CLI exits with its code
-
-        plan = make_plan(ctx, **options, dry=True)
         doc = dry_run(ctx, plan)
         with dry_run_session(ctx, "profile", f"profile-{req.engine or 'default'}-{req.workload}") as rd:
             ports = [_serve_shape(ctx, plan.npl).port] if plan.workload == "serve" else []
@@ -498,9 +515,9 @@ def profile(ctx, req: ProfileRequest) -> dict:
             doc["run_dir"] = str(rd.path)
             rd.write_json("plan.json", doc)
         return doc
-    make_plan(ctx, **options, dry=True)  # every check of the real plan, before the run dir
+    refuse_missing(ctx.runner, dry_paths(ctx, plan))  # the dry run's NO GO paths, refused before the run dir
     with run_session(ctx, "profile", f"profile-{req.engine or 'default'}-{req.workload}"):
-        session.prepare(ctx, req.engines or [req.engine or _default_engine(ctx, req.workload)], [req.model or ctx.profile.serving.model])
+        session.prepare(ctx, plan.engines, [plan.model])
         plan = make_plan(ctx, **options, out_dir=str(ctx.run.path / "profile"))
         doc = run_profile(ctx, plan, req.allow_env)
         return {"run_dir": str(ctx.run.path), **doc}
@@ -517,9 +534,12 @@ STEP_OPTIONS = {"engine", "workload", "ntg", "npl", "npp", "model", "graph_node"
 def check_step(ctx, options: dict) -> ProfilePlan:
     """A profile step's options, checked as the real step plans them (a dry plan: nothing is built)."""
     check_step_options("profile", options, STEP_OPTIONS)
-    return make_plan(ctx, engine=options.get("engine"), workload=options.get("workload", "bench"), ntgs=options.get("ntg"), npl=options.get("npl"), npp=options.get("npp"),
+    plan = make_plan(ctx, engine=options.get("engine"), workload=options.get("workload", "bench"), ntgs=options.get("ntg"), npl=options.get("npl"), npp=options.get("npp"),
                      model=options.get("model"), graph_node=options.get("graph_node", True), allow_collapsed=bool(options.get("allow_collapsed")),
                      tracer=options.get("tracer"), engines=options.get("engines"), blocks=options.get("blocks"), dry=True)  # fmt: skip
+    if plan.device:  # the step's real plan refuses it: the campaign does too, dry run or not, before its first step
+        raise UsageError(plan.device)
+    return plan
 
 
 def campaign_step(ctx, options: dict) -> dict:

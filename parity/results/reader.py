@@ -17,7 +17,7 @@ import yaml
 
 from parity.errors import ConfigError, UsageError
 from parity.results import model
-from parity.yamlload import safe_load
+from parity.yamlload import TooBig, safe_load
 
 T = TypeVar("T")
 
@@ -203,7 +203,8 @@ def read_lever_map(path) -> list[dict]:
     except (yaml.YAMLError, RecursionError) as e:
         mark = getattr(e, "problem_mark", None)
         why = getattr(e, "problem", None) or (str(e).splitlines() or [type(e).__name__])[0]
-        raise ConfigError(str(p), f"line {mark.line + 1}" if mark else "", f"YAML syntax error: {why}") from None
+        why = why if isinstance(e, TooBig) else f"YAML syntax error: {why}"
+        raise ConfigError(str(p), f"line {mark.line + 1}" if mark else "", why) from None
     if data is None:
         return []
     if not isinstance(data, dict) or (data and "levers" not in data):

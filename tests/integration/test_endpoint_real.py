@@ -86,7 +86,7 @@ def vllm_counters_reconcile(row: dict) -> None:
     rec = {x["quantity"]: x for x in row["reconciliation"]}
     for q in ("requests", "generation_tokens", "prompt_tokens"):
         assert rec[q]["status"] == "ok" and rec[q]["server"] == rec[q]["client"] > 0, rec[q]
-    assert rec["generation_tokens"]["client"] == row["gen_total"]
+    assert rec["generation_tokens"]["client"] == row["gen_total"] * row["rounds"]  # the point's rounds: a row holds one round's
     assert rec["ttft_mean_ms"]["status"] in ("ok", "MISMATCH") and rec["e2e_mean_ms"]["server"] > 0, rec
 
 
@@ -136,12 +136,14 @@ def test_a_start_command_that_fails_or_is_missing_ends_the_run(parity_cli, tmp_p
     assert "parity: error: ep's start command (sh -c 'echo no GPU here >&2; exit 3') exited with code 3 before becoming ready" in r.stderr
     assert "no GPU here" in r.stderr  # its log's tail
     assert (tmp_path / "lock" / "owner").read_text().startswith("FREE released-by-")  # the lock given back
-    # a start command that is not there: the dry run names the path (2), the real run stops at once (4)
+    # a start command that is not there: the dry run names the path (2), the real run refuses it in
+    # the same words (2) before its lock and run dir (issue 56, N6)
     prof = endpoint_profile(tmp_path / "missing", free_port(), free_port(), start=str(tmp_path / "no-such-serve.sh"))
-    r = parity_cli("--artifacts", str(tmp_path / "runs"), "snapshot", "-p", str(prof), "--engines", "ep", "--dry-run", timeout=300)
+    r = parity_cli("--artifacts", str(tmp_path / "missing-runs"), "snapshot", "-p", str(prof), "--engines", "ep", "--dry-run", timeout=300)
     assert r.returncode == 2 and f"start command of ep: {tmp_path}/no-such-serve.sh does not exist" in r.stderr, r.stderr[-2000:]
-    r = parity_cli("--artifacts", str(tmp_path / "runs"), "snapshot", "-p", str(prof), "--engines", "ep", "--no-gates", timeout=300)
-    assert r.returncode == 4 and r.stderr.strip().splitlines()[-1] == f"parity: error: ep's start command ({tmp_path}/no-such-serve.sh) cannot run: No such file or directory", r.stderr[-2000:]
+    r = parity_cli("--artifacts", str(tmp_path / "missing-runs"), "snapshot", "-p", str(prof), "--engines", "ep", "--no-gates", timeout=300)
+    assert r.returncode == 2 and r.stderr.strip().splitlines()[-1] == f"parity: error: start command of ep: {tmp_path}/no-such-serve.sh does not exist", r.stderr[-2000:]
+    assert [p.name for p in (tmp_path / "missing-runs").iterdir() if p.is_dir() and not p.name.endswith("-dry-run")] == []
 
 
 # ------------------------------------------------------------------ started by the test: parity only reaches it

@@ -449,3 +449,48 @@ def test_path_options_with_generated_values(command, value):
             holds(cli(*args, "--json") if args[2] not in ("bisect",) else cli(*args), json_out=args[2] != "bisect")
         finally:
             os.chdir(old)
+
+
+# ------------------------------------------------------------------ endpoint configs through the profile loader
+
+SECRET = "S3CRETpw"  # in every generated password and query token: it must never be printed
+URL_SAFE = st.text(st.sampled_from("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._~"), max_size=8)
+
+
+@st.composite
+def base_urls(draw):
+    """A base_url as a user might write it (with credentials, a token in the query, a path, a bad
+    port, another scheme), or any text, or not a string at all."""
+    how = draw(st.sampled_from(["url", "url", "url", "text", "json"]))
+    if how == "json":
+        return draw(JSON)
+    if how == "text":
+        return draw(st.text(max_size=40))
+    scheme = draw(st.sampled_from(["http://", "https://", "ftp://", "", "HTTP://"]))
+    cred = draw(st.sampled_from(["", "user:{p}@", "{p}@", ":{p}@"])).format(p=SECRET + draw(URL_SAFE))
+    host = draw(st.sampled_from(["127.0.0.1", "gpu-box", "[::1]", "", "a b", "ü.example"]) | URL_SAFE)
+    port = draw(st.sampled_from(["", ":8000", ":0", ":65536", ":-1", ":x", ":99999999999999999999"]))
+    tail = draw(st.sampled_from(["", "/", "/v1", f"/?token={SECRET}", f"?api_key={SECRET}x", "#frag"]))
+    return f"{scheme}{cred}{host}{port}{tail}"
+
+
+COMMAND_LINES = st.none() | st.text(max_size=30) | st.sampled_from(["vllm serve 'unclosed", "   ", "./serve.sh --port 8000", f"curl http://u:{SECRET}@h:1/start"]) | JSON
+
+
+@budget(60)
+@given(base_url=base_urls(), start=COMMAND_LINES, stop=COMMAND_LINES, extra=st.dictionaries(st.text(max_size=8), JSON, max_size=3) | JSON,
+       headers=st.none() | st.dictionaries(st.text(max_size=8), st.text(max_size=8), max_size=2), env=st.dictionaries(st.text(max_size=8), st.text(max_size=12) | JSON, max_size=2),
+       fields=st.dictionaries(st.sampled_from(["max_model_len", "ready_path", "models_path", "metrics", "tokenize", "count", "gpu", "model"]), JSON, max_size=2))  # fmt: skip
+def test_endpoint_configs_through_the_profile_loader(base_url, start, stop, extra, headers, env, fields):
+    """Any endpoint section loads (config show) or is refused in one line naming the key; never an
+    internal error, and a URL's password or token is never printed, whatever else is wrong."""
+    section = {"kind": "endpoint", "base_url": base_url, "start": start, "stop": stop, "request_extra": extra, "env": env, **fields}
+    if headers is not None:
+        section["headers"] = headers
+    with workdir() as d:
+        prof = d / "ep.yaml"
+        prof.write_text(json.dumps({"extends": "smoke", "engines": {"ep": section}, "serving": {"engines": ["ep"]}}, ensure_ascii=False))  # YAML reads no surrogate escapes
+        r = cli("--artifacts", d / "runs", "config", "show", "-p", prof, "--json")
+        holds(r)
+        said = r.err if r.rc else r.out
+        assert SECRET not in said, said[-2000:]
