@@ -52,11 +52,15 @@ class KLConfig(msgspec.Struct):
     baseline: str | None = None  # model/engine whose KLD bounds the candidate
     baseline_path: str | None = None  # path the baseline runs on (seeds: nonpaged); None = the gated path
     candidate: str | None = None
-    text: str | None = None  # text file for llama-perplexity; None = built-in text
+    text: str | None = None  # text file for llama-perplexity; None = parity's generated text (parity/gates/kltext.py)
+    text_seed: int = 0  # the generated text's seed
     ctx: int = 128
     chunks: int = 4
     max_kld: float | None = None  # absolute bound when no baseline is measured
     kld_slack: float = 0.0  # candidate may exceed baseline by this much
+    min_same_top_p: float | None = 99.5  # % of tokens whose top token is the reference's (users' P1); null: none
+    same_top_p_slack: float | None = None  # with a baseline: >= the baseline's same top p less this; null: none
+    on_md5_change: list[str] = msgspec.field(default_factory=list)  # paths: a changed md5 of the candidate runs KL
     ppl_band_pct: float = 5.0  # |PPL(candidate)/PPL(baseline) - 1| * 100 bound
     retries: int = 3  # reruns when llama-perplexity exits 0 without its statistics (its logger loses the tail at exit)
     timeout_s: float = 1800.0
@@ -152,6 +156,8 @@ class ServingConfig(msgspec.Struct):
     order: Literal["abab", "abba", "aabb"] = "abba"  # engine order across blocks: abba rotates them (stats.blocks.block_order), so a drift of the box cancels
     port: int = 8090
     request_timeout_s: float = 600.0
+    min_requests: int = 8  # a point at N runs ceil(min_requests / N) rounds of N concurrent requests back to back (parity.serving.rounds)
+    server_log_trace: bool = True  # llama-server logs its clock at trace level: the TTFT anatomy reads each task's host work there (parity.ttft)
     server_args: list[str] = msgspec.field(default_factory=lambda: ["-ngl", "99", "-fa", "on"])
     bench: BenchConfig = msgspec.field(default_factory=BenchConfig)
     prompt: Literal["tokens", "words"] = "tokens"  # exact PTOK token ids, or PTOK filler words like h2h
@@ -290,6 +296,80 @@ def resolve_profile_path(name_or_path: str) -> tuple[Path, str]:
     )
 
 
+PROFILE_ENV = "PARITY_PROFILE"
+PROJECT_FILE = "parity.yaml"  # `profile: NAME|FILE` in the working directory or a parent
+FALLBACK_PROFILE = "smoke"
+
+
+class ProfileChoice(msgspec.Struct, frozen=True):
+    """Which profile a command loads, and why: given (-p), env ($PARITY_PROFILE), file (a
+    parity.yaml) or fallback (the command's own default)."""
+
+    profile: str  # what load_profile takes: an embedded name or a file path
+    source: Literal["given", "env", "file", "fallback"]
+    why: str  # one line, e.g. "from $PARITY_PROFILE" or "from /home/u/work/parity.yaml"
+    project_file: str | None = None
+
+
+def find_project_file(start: Path) -> Path | None:
+    """The nearest parity.yaml in start or a parent directory."""
+    for d in (start, *start.parents):
+        if (d / PROJECT_FILE).is_file():
+            return d / PROJECT_FILE
+    return None
+
+
+def read_project_file(path: Path) -> str:
+    """The profile a parity.yaml names: an embedded name, or a file relative to the parity.yaml."""
+    label = str(path)
+    data = read_yaml(path, label)
+    unknown = sorted(set(data) - {"profile"})
+    if unknown:
+        raise ConfigError(label, unknown[0], f"unknown key (a {PROJECT_FILE} names the default profile: "
+                                             "`profile: NAME|FILE`)")
+    value = data.get("profile")
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(label, "profile", "required: an embedded profile name or a profile file relative to "
+                                            "this file")
+    value = value.strip()
+    if value in available_profiles() and not (path.parent / value).is_file():
+        return value
+    target = (path.parent / Path(value).expanduser()).resolve()
+    if not target.is_file():
+        embedded = ", ".join(available_profiles())
+        raise ConfigError(label, "profile", f"{value!r} is neither an embedded profile ({embedded}) nor a file "
+                                            f"({target} does not exist)")
+    return str(target)
+
+
+def choose_profile(given: str | None, fallback: str = FALLBACK_PROFILE, cwd: Path | None = None,
+                   env=None) -> ProfileChoice:
+    """The profile of a command that takes -p: -p, else $PARITY_PROFILE, else the nearest
+    parity.yaml's `profile:`, else the command's fallback (smoke).  A bad value is a ConfigError
+    naming where it came from; the profile itself is loaded (and checked) by load_profile."""
+    env = os.environ if env is None else env
+    if given:
+        return ProfileChoice(given, "given", "given with -p/--profile")
+    value = (env.get(PROFILE_ENV) or "").strip()
+    if value:
+        try:
+            path, _ = resolve_profile_path(value)
+        except ConfigError as e:
+            raise ConfigError(f"${PROFILE_ENV}={value}", "", e.problem) from None
+        if not path.is_file():
+            raise ConfigError(f"${PROFILE_ENV}={value}", "", f"{path} does not exist")
+        return ProfileChoice(value, "env", f"from ${PROFILE_ENV}")
+    try:
+        here = Path(cwd or os.getcwd())
+    except OSError:  # the working directory was removed: no parity.yaml to find
+        here = None
+    found = find_project_file(here) if here is not None else None
+    if found is not None:
+        return ProfileChoice(read_project_file(found), "file", f"from {found}", str(found))
+    why = f"the default: no -p, no ${PROFILE_ENV}, no {PROJECT_FILE} here or above"
+    return ProfileChoice(fallback, "fallback", why)
+
+
 def load_raw(name_or_path: str, _seen: tuple = ()) -> tuple[dict, str]:
     path, label = resolve_profile_path(name_or_path)
     data = read_yaml(path, label)
@@ -403,7 +483,7 @@ def validate(p: Profile, label: str) -> None:
         vals = getattr(s, key)
         if not vals or any(v <= 0 for v in vals):
             raise ConfigError(label, f"serving.{key}", "must be a non-empty list of positive integers")
-    for key in ("ptok", "gen", "parallel", "ctx", "repeat", "request_timeout_s", "settle_timeout_s"):
+    for key in ("ptok", "gen", "parallel", "ctx", "repeat", "request_timeout_s", "settle_timeout_s", "min_requests"):
         if getattr(s, key) <= 0:
             raise ConfigError(label, f"serving.{key}", "must be positive")
     for key in ("min_window_s", "settle_s", "settle_tolerance_mib"):
@@ -442,6 +522,15 @@ def validate(p: Profile, label: str) -> None:
         val = getattr(p.gates.kl, key)
         if val and val not in p.models:
             raise ConfigError(label, f"gates.kl.{key}", f"unknown model {val!r}")
+    kl = p.gates.kl
+    if kl.min_same_top_p is not None and not 0 <= kl.min_same_top_p <= 100:
+        raise ConfigError(label, "gates.kl.min_same_top_p", "must be a percentage from 0 to 100 (or null: no bound)")
+    if kl.same_top_p_slack is not None and not kl.same_top_p_slack >= 0:
+        raise ConfigError(label, "gates.kl.same_top_p_slack", "must be 0 or more percentage points (or null)")
+    if kl.ctx < 2 or kl.chunks < 1:
+        raise ConfigError(label, "gates.kl", "ctx must be at least 2 tokens and chunks at least 1")
+    if kl.on_md5_change and not (kl.reference and kl.candidate):
+        raise ConfigError(label, "gates.kl.on_md5_change", "needs gates.kl.reference and gates.kl.candidate")
     for i, b in enumerate(p.profiling.buckets):
         try:
             re.compile(b.pattern)

@@ -155,6 +155,9 @@ def _isolated_series_registry(tmp_path_factory):
     yield
 
 
+os.environ.pop("PARITY_PROFILE", None)  # the suite's commands without -p mean smoke, whatever this shell's default
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _history_store_off():
     """Runs of the suite keep out of a history store (each would add ~0.2 CPU-s of DuckDB at its
@@ -175,6 +178,26 @@ def shared_or_skip(*rel: str) -> Path:
                 pytest.fail(f"../shared/{r} is missing (CI must provide ../shared)")
             pytest.skip(f"no ../shared/{r} beside this checkout (the users' real series and pin)")
     return SHARED
+
+
+USERS_SERIES = ("localai-paged/Makefile", "localai-paged/patches/paged", "llama.cpp-pin/llama.cpp-0ed235ea.tar.gz")
+
+
+def needs_shared(*rel: str):
+    """The mark of a test (or one parametrized case: pytest.param(..., marks=needs_shared(...)))
+    that reads ../shared/<rel> (default: the users' series and pin, what the localai-paged-cpu
+    profile builds): shared_or_skip before it runs."""
+    return pytest.mark.needs_shared(*(rel or USERS_SERIES))
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "needs_shared(*paths): reads ../shared/PATH; skipped with one line where it is missing, "
+                                       "a failure in CI")
+
+
+def pytest_runtest_setup(item):
+    for mark in item.iter_markers("needs_shared"):
+        shared_or_skip(*mark.args)
 
 
 def vllm_venv_or_skip():

@@ -4,31 +4,44 @@ from typing import Optional
 
 import typer
 
-PROFILE_HELP = "Profile: an embedded name (smoke, gb10-qwen36) or a YAML file."
+PROFILE_HELP = ("Profile: an embedded name (smoke, gb10-qwen36) or a YAML file (default: $PARITY_PROFILE, else a "
+                "parity.yaml here or above, else smoke; `parity config which`).")
 
 ProfileOpt = typer.Option(None, "--profile", "-p", metavar="FILE|NAME", help=PROFILE_HELP)
 JsonOpt = typer.Option(False, "--json", help="Print one JSON document on stdout; human output goes to stderr.")
 
-DEFAULT_PROFILE = "smoke"
-
 
 def make_context(profile: Optional[str], json_mode: bool, default_profile: str | None = None):
-    """Load the profile; with --host, run the command there instead (parity.hosts.delegation); else a local Context."""
+    """Load the profile (parity.config.choose_profile: -p, $PARITY_PROFILE, a parity.yaml, else
+    default_profile or smoke); with --host, run the command there instead (parity.hosts.delegation);
+    else a local Context."""
     from pathlib import Path
 
     from parity.cli import command_argv, state
-    from parity.config import load_profile
+    from parity.config import FALLBACK_PROFILE, choose_profile, load_profile
     from parity.context import Context
     from parity.runners.local import LocalRunner
     from parity.ui import Output
 
-    prof = load_profile(profile or default_profile or DEFAULT_PROFILE)
+    choice = choose_profile(profile, default_profile or FALLBACK_PROFILE)
+    prof = load_profile(choice.profile)
     if state.host:
         from parity.hosts.registry import refuse_or_delegate
 
-        refuse_or_delegate(state.host, prof, command_argv(), Path(state.artifacts))
+        refuse_or_delegate(state.host, prof, with_profile(command_argv(), choice), Path(state.artifacts))
     out = Output(json_mode, state.verbose)
+    if choice.source in ("env", "file"):
+        out.debug(f"profile {prof.name} ({choice.why})")
     return Context(profile=prof, runner=LocalRunner(), out=out, artifacts_root=Path(state.artifacts), host=state.host, argv=command_argv(), after_run=[record_run])
+
+
+def with_profile(argv: list[str], choice) -> list[str]:
+    """The command line a --host run ships: a default that came from this machine ($PARITY_PROFILE
+    or a parity.yaml) is named with --profile, since the remote has neither (a file is uploaded)."""
+    if choice.source not in ("env", "file"):
+        return list(argv)
+    cut = argv.index("--") if "--" in argv else len(argv)
+    return [*argv[:cut], "--profile", choice.profile, *argv[cut:]]
 
 
 def record_run(run_dir, artifacts_root=None, warn=None):

@@ -1,4 +1,4 @@
-"""parity config show|list|schema -> parity.config.as_dict / available_profiles / json_schema"""
+"""parity config show|which|list|schema -> parity.config.as_dict / choose_profile / available_profiles / json_schema"""
 
 from typing import Optional
 
@@ -19,7 +19,9 @@ def register(app: typer.Typer) -> None:
 
         ctx = make_context(profile, json)  # with --host: shows the profile as the remote resolves it
         prof, out = ctx.profile, ctx.out
-        data = as_dict(prof)
+        from parity.redact import tree
+
+        data = tree(as_dict(prof))  # a source url's token, an engine env's secret: not printed
 
         def human():
             import yaml
@@ -28,6 +30,25 @@ def register(app: typer.Typer) -> None:
             out.console.print(yaml.safe_dump(data, sort_keys=False, width=120), markup=False)
 
         out.emit(data, human)
+
+    @config_app.command("which")
+    def which(profile: Optional[str] = ProfileOpt, json: bool = JsonOpt):
+        """Which profile a command run here loads, and why: -p, else $PARITY_PROFILE, else a parity.yaml
+        here or above, else smoke."""
+        from parity.cli import state
+        from parity.config import choose_profile, load_profile, resolve_profile_path
+        from parity.ui import Output
+
+        if state.host:
+            from parity.cli.common import make_context
+
+            make_context(profile, json)  # --host: asked there (this exits)
+        choice = choose_profile(profile)
+        prof = load_profile(choice.profile)  # a profile that does not load is the same one-line error any command gives
+        doc = {"profile": prof.name, "source": choice.source, "why": choice.why, "value": choice.profile,
+               "path": str(resolve_profile_path(choice.profile)[0]), "project_file": choice.project_file}  # fmt: skip
+        out = Output(json, state.verbose)
+        out.emit(doc, lambda: out.info(f"{prof.name} ({choice.why})\n  profile file: {doc['path']}"))
 
     @config_app.command("list")
     def list_profiles(json: bool = JsonOpt):

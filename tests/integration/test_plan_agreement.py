@@ -1,4 +1,4 @@
-"""One plan: a dry run and the real run of snapshot, bench, ab, bisect and campaign read the same
+"""One plan: a dry run and the real run of snapshot, bench, gate, ab, bisect and campaign read the same
 options through the same checks, so a bad option gives the same exit code and the same line to
 both, before anything happens: no run directory, no build, no model file, no lock.
 
@@ -58,6 +58,11 @@ CASES = [
     ("snapshot", ["--workload", "nope"], "nope"),
     ("snapshot", ["--model", "nope"], "nope"),
     ("snapshot", ["--allow-env", "X", "--repeat", "0"], "--repeat must be a positive integer"),
+    ("snapshot", ["--npl", "8,32,128"], "raise serving.ctx (--ctx) to 40960"),
+    ("snapshot", ["--npl", "8", "--parallel", "4"], "raise --parallel to 8"),
+    ("gate", ["--model", "nope"], "nope"),
+    ("gate", ["--form", "chat2"], "--form"),
+    ("gate", ["--expect", "d41d8cd98f00b204e9800998ecf8427e"], "--expect"),
     ("bench", ["--engines", "paged,stock", "--until-ci", "-1"], "--until-ci must be a positive number"),
     ("bench", ["--engines", "paged,stock", "--order", "xyz"], "--order"),
     ("bench", ["--engines", "paged,stock", "--order", "aabb"], "--order"),

@@ -41,8 +41,9 @@ def profile_file(tmp_path, engine_bins, tiny_model):
     def make(**serving) -> tuple[Path, int]:
         port = free_port()
         (tmp_path / "hf").mkdir(exist_ok=True)
-        # the tiny model streams 16 tokens in milliseconds: no minimum window here (validity has its own tests)
-        shape = {"port": port, "npl": [1, 4], "ptok": 32, "gen": 16, "parallel": 4, "ctx": 1024, "model": "tiny", "min_window_s": 0,
+        # the tiny model streams 16 tokens in milliseconds: no minimum window here (validity has its own tests);
+        # one round a point, so a point is N requests (rounds: tests/integration/test_ttft_real.py)
+        shape = {"port": port, "npl": [1, 4], "ptok": 32, "gen": 16, "parallel": 4, "ctx": 1024, "model": "tiny", "min_window_s": 0, "min_requests": 1,
                  "warmup": {"requests": 2, "gen": 4}, "settle_s": 0, "repeat": 1, "output_parity": {"enabled": False}, **serving}
         p = tmp_path / "profile.yaml"
         p.write_text(
@@ -234,7 +235,7 @@ def test_dry_run_names_a_missing_model_file(parity_cli, profile_file, tmp_path):
     [
         (["--engines", "paged,paged"], "listed twice"),
         (["--engines", "nope"], "no such engine"),
-        (["--npl", "8"], "exceeds --parallel"),
+        (["--npl", "8", "--parallel", "4"], "N=8 exceeds --parallel 4: engine paged would queue requests; raise --parallel to 8"),
         (["--order", "zig"], "--order must be"),
     ],
 )

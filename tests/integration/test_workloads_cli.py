@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_parity
+from tests.conftest import needs_shared, run_parity
 
 PROFILE = """extends: smoke
 serving:
@@ -81,7 +81,7 @@ def test_bad_workload_input_is_one_line_and_exit_2(tmp_path, args, text, body):
 
 
 @pytest.mark.parametrize("kind", ["shared-prefix", "prefill-under-decode", "open-loop", "multi-turn"])
-@pytest.mark.parametrize("profile_name", ["smoke", "localai-paged-cpu", "gb10-qwen36"])
+@pytest.mark.parametrize("profile_name", ["smoke", pytest.param("localai-paged-cpu", marks=needs_shared()), "gb10-qwen36"])
 def test_every_kind_runs_by_name_on_every_embedded_profile(kind, profile_name, tmp_path):
     """No YAML: the built-in is sized for the profile, fits the context each engine gives a
     request and its --parallel (a shape that did not would be exit 2 before any plan).  gb10's

@@ -19,7 +19,7 @@ HEADING = re.compile(r"^#{1,6}\s+(.*?)\s*#*\s*$")
 CODE_SPAN = re.compile(r"`([^`\n]+)`")
 REPO_PATH = re.compile(r"(?:parity|tests|scripts|campaigns|benchmarks|docs|\.github|\.ci)/[\w./-]*")
 PLACEHOLDER = re.compile(r"NAME|NNNN|KIND|<|>|\*|\{")
-DOTTED = re.compile(r"\bparity(?:\.[A-Za-z_]\w*)+")
+DOTTED = re.compile(r"\bparity(?:\.(?!ya?ml\b)[A-Za-z_]\w*)+")  # not parity.yaml, the file that names the default profile
 
 
 def slug(heading: str) -> str:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import needs_shared
 from parity.config import load_profile
 
 REPO = Path(__file__).resolve().parents[2]
@@ -77,7 +78,7 @@ def test_parity_gate_argv_and_env_are_the_users(recorder, tmp_path):
     assert data["argv"][1:] == call["argv"]
 
 
-@pytest.mark.skipif(not USERS_GATES.is_file(), reason="../shared/localai-paged is not on a fresh clone")
+@needs_shared("localai-paged/paged-inference-gates.sh")
 def test_same_call_as_their_run_completion_gate(recorder, tmp_path):
     """Their own function, cut from their script, runs the recorder; parity must make the same call."""
     bin_dir, record, model = recorder

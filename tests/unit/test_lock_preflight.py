@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import shared_or_skip
 from parity.session import lock_step
 
 import parity.gpu.lock as L
@@ -87,8 +88,7 @@ def test_any_container_is_busy_as_in_the_users_harness(fakes, tmp_path, mode):
     assert theirs_busy is (mode != "none")
     if mode == "other":
         assert ours["docker"] == "busy: srv_redis_1"
-    if not USERS_GATES.is_file():
-        pytest.skip(f"{USERS_GATES} missing (../shared is not on a fresh clone): compared with their rule only")
+    shared_or_skip("localai-paged/paged-inference-gates.sh")  # compared with their rule only where their script is missing
     r = users_check_idle(tmp_path)
     assert (r.returncode == 3) is theirs_busy and ("idle" in r.stdout) is not theirs_busy, r.stderr
     if theirs_busy:

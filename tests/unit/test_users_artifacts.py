@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import needs_shared
 from parity.config import load_profile
 from parity.gates import summary
 from parity.report.rundata import load_run, parse_gate_summary, parse_users_summary
@@ -95,7 +96,7 @@ def test_summarize_an_older_build_op_file(tmp_path):
     assert [r[1] for r in rows if r[0] == "pre"] == ["moe_md5", "op_ROPE"]
 
 
-@pytest.mark.skipif(not SCRIPT.is_file(), reason="../shared/localai-paged is not on a fresh clone")
+@needs_shared("localai-paged/paged-current-serving-snapshot.sh")
 @pytest.mark.parametrize("case", ["green", "bad", "no-post"])
 def test_same_rows_as_their_write_gate_summary(tmp_path, case):
     art = {"green": lambda: gate_art(tmp_path), "bad": lambda: gate_art(tmp_path, moe_post="1" * 32), "no-post": lambda: gate_art(tmp_path, post=False)}[case]()
@@ -141,7 +142,7 @@ def test_users_summary_tsv_parsed_both_blocks():
     assert [(r["n"], r["paged_decode_over_vllm"]) for r in ratios] == [(8, 0.7561), (32, 0.7158), (128, 0.6935)]
 
 
-@pytest.mark.skipif(not SCRIPT.is_file(), reason="../shared/localai-paged is not on a fresh clone")
+@needs_shared("localai-paged/paged-current-serving-snapshot.sh")
 def test_fixture_summary_is_what_their_write_summary_prints():
     theirs = subprocess.run([sys.executable, "-", str(USERS_ART)], input=their_python("write_summary"), capture_output=True, text=True, timeout=60)
     assert theirs.returncode == 0 and theirs.stdout == (USERS_ART / "summary.tsv").read_text()
