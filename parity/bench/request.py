@@ -26,6 +26,10 @@ class BenchRequest:
     budget_s: float | None = None
     order: str | None = None
     dry_run: bool = False  # the checked plan, its commands and the go / no-go; nothing runs
+    # focused op timing (parity.optime): test-backend-ops perf of these ops instead of batched-bench
+    ops: list[str] | str | None = None  # a list, or OP[,OP] as --ops takes it
+    ops_backend: str | None = None  # None: gates.op_backend
+    ops_params: str | None = None  # test-backend-ops -p REGEX
 
     def blocks(self) -> bool:
         """Blocks of runs (an A/B, an A/A, or one engine's repeats) rather than the single run."""

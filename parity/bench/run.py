@@ -3,6 +3,8 @@ or blocks of runs with paired statistics (parity.bench.ab)."""
 
 from __future__ import annotations
 
+import os
+
 from parity import session
 from parity.bench.ab import plan_ab, run_ab
 from parity.bench.batched_bench import argv, default_engine, plan_single, run_bench
@@ -14,12 +16,44 @@ from parity.gpu.lock import effective_dir
 from parity.errors import UsageError
 from parity.options import check_step_options
 from parity.efficiency.roofline import lines
+from parity.optime import measure as opmeasure, plan as opplan
+from parity.optime.stats import tsv as ops_tsv
+from parity.results import plain
+from parity.stats import Rule
 
 
 def bench(ctx, req: BenchRequest) -> dict:
     """`parity bench`: a run directory with bench.json (one run, or blocks: parity.bench.ab); with
     --dry-run the checked plan, its commands and the go / no-go.  The dry run and the real run
-    check the same request the same way (plan_ab, plan_single) before anything happens."""
+    check the same request the same way (plan_ab, plan_single, parity.optime.plan) before anything
+    happens.  --ops: test-backend-ops perf of those ops on every arm in paired blocks (ops.json, ops.tsv)."""
+    if req.ops is not None:
+        p = opplan.plan(ctx.profile, ops_request(req))
+
+        def tool(e: str, dry: bool) -> str:
+            return kind_of(ctx.profile, e).tool_path(ctx.profile, e, opplan.TOOL, ctx.runner, ctx.out, dry=dry)
+
+        if req.dry_run:
+            bins = {e: tool(e, True) for e in p.engines}
+            fmt = opmeasure.probe_output(ctx.runner, bins, p.envs) if all(map(os.path.isfile, bins.values())) else None
+            doc = {"dry_run": True, **opplan.describe(p, bins, fmt), "lock": str(effective_dir(ctx.profile.lock))}
+            with dry_run_session(ctx, "bench", f"bench-ops-{'-'.join(p.ops)}"[:60]) as rd:
+                doc["go_no_go"] = go_no_go(ctx, paths={f"{opplan.TOOL} of {e}": b for e, b in bins.items()})
+                doc["run_dir"] = str(rd.path)
+                rd.write_json("plan.json", doc)
+            return doc
+        with run_session(ctx, "bench", "bench-ops"):
+            session.prepare(ctx, p.engines)  # the builds, before the lock
+            bins = {e: tool(e, False) for e in p.engines}
+            output = opmeasure.probe_output(ctx.runner, bins, p.envs)
+            rule = Rule.from_config(ctx.profile.stats)
+            with session.measuring(ctx, p.engines):
+                doc = opmeasure.measure(p, bins, output, ctx.runner, ctx.run, ctx.out.info, rule)
+            ctx.run.write_json("ops.json", plain(doc))
+            ctx.run.write_text("ops.tsv", ops_tsv(doc))
+            if doc["problems"]:
+                ctx.run.mark_invalid(f"{len(doc['problems'])} op timing problem(s), first: {doc['problems'][0]}")
+            return plain({"run_dir": str(ctx.run.path), **doc})
     if req.blocks():
         ab = req.ab_request()
         if not ab.engines:
@@ -40,6 +74,15 @@ def bench(ctx, req: BenchRequest) -> dict:
     with run_session(ctx, "bench", "bench"):
         doc = run_bench(ctx, req.engine, req.model, req.npp, req.ntg, req.npl, req.allow_env)
         return {"run_dir": str(ctx.run.path), **doc}
+
+
+def ops_request(req: BenchRequest) -> opplan.OpsRequest:
+    """--ops: the op timing's request (UsageError for a batched-bench option beside it)."""
+    if given := [f for f in ("npp", "ntg", "npl", "model") if getattr(req, f) is not None]:
+        raise UsageError(f"--{given[0]} is llama-batched-bench's; --ops times test-backend-ops perf (no model)")
+    engines = list(req.engines or ([req.engine] if req.engine else []))
+    return opplan.OpsRequest(req.ops, engines, None, req.aa, req.ops_backend, req.ops_params, req.repeat, req.until_ci,
+                             req.max_repeats, req.budget_s, req.order, list(req.allow_env or []))
 
 
 def dry_run(ctx, slug: str, blocks: dict, engines: list[str], model: str, npp, ntg, npl, envs: dict) -> dict:

@@ -75,20 +75,54 @@ def register(app: typer.Typer) -> None:
         order: Optional[str] = flag("order"),
         model: Optional[str] = typer.Option(None, "--model", "-m", help="Model (default: serving.model)."),
         allow_env: Optional[List[str]] = typer.Option(None, "--allow-env", metavar="NAME"),
+        ops: Optional[str] = typer.Option(
+            None, "--ops", metavar="OP[,OP]",
+            help="Focused op timing: test-backend-ops perf -o OP on every arm (--engines, default the llama engines) "
+            "in paired blocks; B/A per case and per op.",
+        ),
+        ops_backend: Optional[str] = typer.Option(
+            None, "--ops-backend", metavar="NAME",
+            help="With --ops: test-backend-ops -b (default gates.op_backend: CPU, CUDA0).",
+        ),
+        ops_params: Optional[str] = typer.Option(
+            None, "--ops-params", metavar="REGEX",
+            help="With --ops: test-backend-ops -p REGEX, only the cases whose parameters match.",
+        ),
         dry_run: bool = typer.Option(False, "--dry-run", help="Print the checked plan, every command and the go / no-go; start nothing."),
         profile: Optional[str] = ProfileOpt,
         json: bool = JsonOpt,
     ):
-        """llama-batched-bench (PP/TG/B table) into bench.json; with --engines A,B / --aa / --repeat: blocks and paired statistics."""
+        """llama-batched-bench (PP/TG/B table) into bench.json; with --engines A,B / --aa / --repeat: blocks and
+        paired statistics; --ops: test-backend-ops perf per op in paired blocks (ops.json)."""
         from parity.cli.common import make_context, parse_int_list, parse_str_list
         from parity.bench.request import BenchRequest
 
         ctx = make_context(profile, json)
         req = BenchRequest(npp=parse_int_list(npp, "--npp"), ntg=parse_int_list(ntg, "--ntg"), npl=parse_int_list(npl, "--npl"), engine=engine, model=model, allow_env=allow_env or [],
-                           engines=parse_str_list(engines), aa=aa, repeat=repeat, until_ci=until_ci, max_repeats=max_repeats, budget_s=budget_s, order=order, dry_run=dry_run)  # fmt: skip
+                           engines=parse_str_list(engines), aa=aa, repeat=repeat, until_ci=until_ci, max_repeats=max_repeats, budget_s=budget_s,
+                           order=order, dry_run=dry_run,
+                           ops=ops, ops_backend=ops_backend, ops_params=ops_params)  # fmt: skip
+        if ops is None and (ops_backend or ops_params):
+            from parity.errors import UsageError
+
+            raise UsageError(f"{'--ops-backend' if ops_backend else '--ops-params'} needs --ops")
         from parity.bench.run import bench as run  # after the profile and the options are checked
 
         doc = run(ctx, req)
+        if ops is not None:
+            from parity.cli.optime import render_ops, render_ops_plan
+
+            ctx.out.emit(doc, lambda: (render_ops_plan if dry_run else render_ops)(ctx.out, doc))
+            if dry_run:
+                from parity.gonogo import raise_if_no_go
+
+                raise_if_no_go(doc["go_no_go"], doc["run_dir"])
+            elif doc["problems"]:
+                from parity.errors import InvalidMeasurement
+
+                n, first = len(doc["problems"]), doc["problems"][0]
+                raise InvalidMeasurement(f"{n} op timing problem(s), first: {first} (numbers written, marked invalid: {doc['run_dir']})")
+            return
         if dry_run:
             ctx.out.emit(doc, lambda: render_bench_plan(ctx.out, doc))
             from parity.gonogo import raise_if_no_go
@@ -129,6 +163,10 @@ def render_plan(out, doc: dict) -> None:
 
     out.info(f"snapshot plan: model {doc['model']}, engines {', '.join(doc['engines'])}, N {doc['npl']}, repeat {doc['repeat']}, order {' '.join(doc['order'])}")
     out.info(f"blocks: {doc['budget']}")
+    if doc.get("rounds"):
+        out.info("per point: " + ", ".join(f"N={n}: {k} round{'s' if k > 1 else ''} of {n}" for n, k in doc["rounds"].items()) + f" (serving.min_requests {doc['shape']['min_requests']})")
+    if doc.get("parallel_sized"):
+        out.info(doc["parallel_sized"])
     out.info(f"calibration: {doc['calibration']}")
     if doc.get("workload"):
         w = doc["workload"]
@@ -146,6 +184,8 @@ def render_plan(out, doc: dict) -> None:
             out.info(f"not started by parity; answering now: {c.get('answering')}; start: {shlex.join(c['start']) if c.get('start') else 'none (it already runs)'}; stop: {shlex.join(c['stop']) if c.get('stop') else 'none'}")
             continue
         out.info(f"env {unset} {env} {' '.join(shlex.quote(a) for a in c['argv'])}".replace("env  ", "env "))
+        if c.get("reads_log"):
+            out.info(f"#   its log is read for: {c['reads_log']}")
     pf = doc["preflight"]
     out.info(f"preflight: lock {doc['lock_dir']}; gpu: {pf['gpu']}; docker: {pf['docker']}; port {doc['shape']['port']} {'free' if doc['port_free'] else 'IN USE'}")
     from parity.cli.common import render_go
