@@ -31,6 +31,9 @@ def register(app: typer.Typer) -> None:
         def human():
             rows = [[d["run_id"], d["kind"], d["origin"], str(d["run_at"] or "-"), d["rows"], d["paired"], d["gates"]] for d in doc["ingested"]]
             ctx.out.table(f"ingested into {doc['store']}", ["run", "kind", "origin", "at", "rows", "paired", "gates"], rows)
+            for d in doc["ingested"]:
+                for why in d["left_out"]:
+                    ctx.out.warn(f"{d['run_id']}: {why}")
             for s in doc["skipped"]:
                 ctx.out.warn(f"skipped {s['path']}: {s['why']}")
             for p in doc["no_runs"]:
@@ -69,6 +72,8 @@ def register(app: typer.Typer) -> None:
         json: bool = JsonOpt,
     ):
         """Change points over every series of the store, the runs and pins on each side, the step with its interval, and the bisection that searches it."""
+        from collections import Counter
+
         from parity.cli.common import make_context
         from parity.history.changes import ChangesRequest
         from parity.history.changes import changes as run
@@ -80,6 +85,10 @@ def register(app: typer.Typer) -> None:
         def human():
             short = [s for s in doc["series"] if s["status"] != "analysed"]
             ctx.out.info(f"{len(doc['series'])} series in {doc['store']} ({len(short)} too short); {doc['method']}")
+            if doc["left_out"]:
+                whys = Counter(r["why"] for r in doc["left_out"])
+                ctx.out.info(f"{len(doc['left_out'])} runs of the store are no point of any series: "
+                             + ", ".join(f"{n} {w}" for w, n in whys.most_common()))
             for c in doc["changes"]:
                 ctx.out.info(line(c).replace("[history] ", ""))
                 ctx.out.info(f"  before: runs {c['before']['first']} .. {c['before']['last']}; pins {', '.join(c['before']['pins']) or '-'}; series {', '.join(c['before']['series_digests']) or '-'}")
@@ -107,4 +116,11 @@ def register(app: typer.Typer) -> None:
 
         ctx = make_context(profile, json)
         doc = write_site(ctx, SiteRequest(out=out, store=store, match=match, kind=kind))
-        ctx.out.emit(doc, lambda: ctx.out.info(f"{doc['series']} series, {doc['runs']} runs, {doc['changes']} change points -> {doc['index']}"))
+
+        def human():
+            for why in doc["skipped"]:
+                ctx.out.warn(why)
+            ctx.out.info(f"{doc['series']} series, {doc['runs']} runs, {doc['changes']} change points -> "
+                         f"{doc['index']}")
+
+        ctx.out.emit(doc, human)

@@ -158,9 +158,17 @@ def counts(m: dict) -> bool:
     return m.get("status") == "failed" and bool(failed) and all(s.get("exit_code") in VERDICT_EXITS for s in failed)
 
 
+def inside(f: Path, run_dir: Path) -> bool:
+    """f is a regular file of the run dir, not a link out of it."""
+    try:
+        return f.is_file() and f.resolve().is_relative_to(Path(run_dir).resolve())
+    except OSError:
+        return False
+
+
 def reports(rd) -> list[str]:
     d = rd.path / "reports"
-    return sorted(str(f) for f in d.glob("*-phase*.md")) if d.is_dir() else []
+    return sorted(str(f) for f in d.glob("*-phase*.md") if inside(f, rd.path)) if d.is_dir() else []
 
 
 def run_row(rd, key: str, build_rows: list[dict]) -> dict:
@@ -315,13 +323,31 @@ def telemetry(rd, key: str) -> list[dict]:
     return out
 
 
+def positive(paired: list[dict]) -> tuple[list[dict], list[str]]:
+    """(the paired rows whose ratio is a ratio: positive; why each other one was left out)."""
+    kept, why = [], []
+    for p in paired:
+        if p["ratio"] is not None and p["ratio"] <= 0:
+            cell = f"{p['source']} {p['engine']}/{p['reference']} {p['point']} {p['metric']}"
+            why.append(f"paired {cell}: ratio {p['ratio']:g} is not positive, left out")
+        else:
+            kept.append(p)
+    return kept, why
+
+
 def cells(rd) -> dict[str, list[dict]]:
-    """Every table's rows for one run: {table: [row, ...]} (runs holds exactly one row)."""
+    """Every table's rows for one run: {table: [row, ...]} (runs holds exactly one row); "left_out":
+    the reasons for what of the run's files was not taken (also in the run's notes)."""
     key = run_key(rd)
     b = builds(rd, key)
     srows, spaired = serving_rows(rd, key)
     brows, bpaired = bench_rows(rd, key)
     levers, lpaired = lever_rows(rd, key)
     rows = srows + brows
-    return {"runs": [run_row(rd, key, b)], "builds": b, "rows": rows, "medians": medians(rows) if rows else [], "paired": spaired + bpaired + lpaired,
-            "gates": gates(rd, key), "telemetry": telemetry(rd, key), "levers": levers}  # fmt: skip
+    paired, left_out = positive(spaired + bpaired + lpaired)
+    run = run_row(rd, key, b)
+    if left_out:
+        run["notes"] = "; ".join([*([run["notes"]] if run["notes"] else []), *left_out])
+    return {"runs": [run], "builds": b, "rows": rows, "medians": medians(rows) if rows else [], "paired": paired,
+            "gates": gates(rd, key), "telemetry": telemetry(rd, key), "levers": levers,
+            "left_out": left_out}  # fmt: skip

@@ -4,7 +4,9 @@ sides, the size of the step with its 95 % interval, and the bisection that would
 culprit (run with --bisect).
 
 A series point is one run's paired ratio engine/reference (its blocks cancel the box's drift),
-or with kind=median one engine's median.  Runs count when complete (or failed only on a verdict: exit 5 or 7), valid and not gate-red.
+or with kind=median one engine's median.  Which runs are points: one rule for every run kind
+(parity.history.store: dated, complete or failed only on a verdict, not invalid, gates passed;
+a value that is positive and finite).
 The detector (parity.history.changepoint) calls nothing in a series shorter than min_points;
 a change is confirmed once min_after points stand after it (one odd night is not a change),
 pending before that.  The step: ratio of the geometric means after/before, between the
@@ -55,13 +57,40 @@ def check(req: ChangesRequest) -> None:
         raise UsageError(f"--min-after must be >= 1, got {req.min_after}")
 
 
-SERIES_SQL = """
-SELECT series_id, hardware_class, engine, reference, workload, point, n, metric, kind, value, low, high, blocks, run_at, run_key, run_id, path, pin, series_digest
-FROM series
-WHERE run_at IS NOT NULL AND value IS NOT NULL AND isfinite(value)
-  AND ((counts AND coalesce(valid, true) AND gate_status <> 'fail') OR run_key = ?)
+# the rule of parity.history.store (RUN_COUNTS, POINT_OK), read from the tables (a store written
+# by an older parity keeps its older series view until its next write)
+SERIES_SQL = f"""
+SELECT series_id, hardware_class, engine, reference, workload, point, n, metric, kind, value, low, high, blocks, run_at,
+       run_key, run_id, path, pin, series_digest
+FROM ({store.SERIES_SELECT})
+WHERE {store.POINT_OK} AND run_at IS NOT NULL AND (run_counts OR run_key = ?)
 ORDER BY series_id, run_at, run_id
 """
+
+
+LEFT_OUT_SQL = f"""
+SELECT r.run_key, r.run_id, r.kind, r.run_at, r.status, r.counts, r.valid, r.gate_status FROM runs r
+WHERE NOT coalesce({store.RUN_COUNTS}, false) AND r.run_key <> ? ORDER BY r.run_at NULLS FIRST, r.run_id
+"""
+
+
+def why_out(r: dict) -> str:
+    """Why a run is no point of any series (the first part of store.RUN_COUNTS it fails)."""
+    if r["run_at"] is None:
+        return "no date (a copy without its manifest)"
+    if not r["counts"]:
+        return f"status {r['status'] or 'unknown'}"
+    if r["gate_status"] != "pass":
+        return "ungated" if r["gate_status"] == "ungated" else f"gates {r['gate_status'] or 'unknown'}"
+    return "marked invalid"
+
+
+def left_out(con, current: str | None) -> list[dict]:
+    """The runs of the store that are no point of any series, each with why."""
+    cols, rows = store.query_args(con, LEFT_OUT_SQL, [current or ""])
+    runs = [dict(zip(cols, r)) for r in rows]
+    return [{"run_id": d["run_id"], "kind": d["kind"], "run_at": store.plain(d["run_at"]), "why": why_out(d)}
+            for d in runs]
 
 
 def load_series(con, req: ChangesRequest) -> dict[str, list[dict]]:
@@ -169,10 +198,12 @@ def changes(ctx, req: ChangesRequest) -> dict:
     path = store.resolve(req.store, ctx.artifacts_root)
     if path is None:
         raise UsageError(f"the history store is off ({store.ENV}=off): give --store FILE")
-    with store.connect(path, write=True) as con:
+    with store.connect(path, write=req.bisect or req.record, create=False) as con:  # only reads unless it records
         _, infos, found = analyse_all(con, req)
+        out = left_out(con, req.current)
     doc = {"store": str(path), "method": METHOD.format(window=req.window, p=req.max_pvalue), "max_pvalue": req.max_pvalue, "window": req.window, "min_points": req.min_points,
-           "min_after": req.min_after, "kind": req.kind, "series": infos, "changes": found, "bisections": []}  # fmt: skip
+           "min_after": req.min_after, "kind": req.kind, "series": infos, "changes": found, "bisections": [],
+           "left_out": out}  # fmt: skip
     if req.bisect:  # every confirmed change not bisected yet: new now, or recorded by a nightly that printed it
         for c in found:
             if c["status"] == "confirmed" and c["bisect"]["commands"] and (c["recorded"] or {}).get("bisect_exit") is None:
@@ -193,7 +224,7 @@ def run_bisection(ctx, path, change: dict) -> dict:
     out = {"series_id": change["series_id"], "command": change["bisect"]["command"], "exit_code": res.rc, "run_dir": doc.get("run_dir"), "culprit": doc.get("culprit"),
            "reason": doc.get("reason") or (res.tail(3) if res.rc else None)}  # fmt: skip
     key = (change.get("recorded") or {}).get("run_key") or change["first_after"]["run_key"]
-    with store.connect(path) as con:
+    with store.connect(path, create=False) as con:
         con.execute("UPDATE change_points SET bisect_run = ?, bisect_exit = ?, culprit = ?, bisected_at = current_timestamp WHERE series_id = ? AND run_key = ?",
                     [out["run_dir"], res.rc, out["culprit"], change["series_id"], key])  # fmt: skip
     return out

@@ -49,7 +49,7 @@ def campaign_step(ctx, options: dict) -> dict:
             ctx.out.info(f"[history]   {c['new_but']}")
     bisections = []
     if new:
-        with store.connect(path) as con:
+        with store.connect(path, create=False) as con:
             for c in new:
                 remember(con, c, key)
         if how == "run":
@@ -82,7 +82,9 @@ def family_of(doc: dict, alpha: float) -> list[dict]:
 
 
 def line(c: dict) -> str:
-    iv = "" if c["low_pct"] is None else f" [{c['low_pct']:+.2f}%, {c['high_pct']:+.2f}%]"
+    iv = "" if c["low_pct"] is None or c["high_pct"] is None else f" [{c['low_pct']:+.2f}%, {c['high_pct']:+.2f}%]"
     tag = "NEW " if c["new"] else ""
-    return (f"[history] {tag}{c['status']} change in {c['series_id']}: {c['step_pct']:+.2f}%{iv} ({c['direction']}) at night {c['night']} of the series, "
+    step = "step not estimable" if c["step_pct"] is None else f"{c['step_pct']:+.2f}%"
+    return (f"[history] {tag}{c['status']} change in {c['series_id']}: {step}{iv} ({c['direction']}) "
+            f"at night {c['night']} of the series, "
             f"p={c['pvalue']:.2g}; before {c['before']['runs']} runs to {c['last_before']['run_id']}, after {c['after']['runs']} from {c['first_after']['run_id']}")  # fmt: skip

@@ -62,6 +62,7 @@ def ingest(ctx, req: IngestRequest) -> dict:
             store.write_run(con, rows)
             r = rows["runs"][0]
             done.append({"path": str(d), "run_key": r["run_key"], "run_id": r["run_id"], "kind": r["kind"], "origin": r["origin"], "run_at": store.plain(r["run_at"]),
-                         **{t: len(rows[t]) for t in store.RUN_TABLES if t != "runs"}})  # fmt: skip
+                         **{t: len(rows[t]) for t in store.RUN_TABLES if t != "runs"},
+                         "left_out": rows["left_out"]})  # fmt: skip
     size = path.stat().st_size if path.is_file() else 0
     return {"store": str(path), "ingested": done, "skipped": skipped, "no_runs": empty, "seconds": round(time.monotonic() - t0, 3), "store_bytes": size}

@@ -7,6 +7,7 @@ provenance and a copy of its report."""
 from __future__ import annotations
 
 import html
+import os
 import re
 import shutil
 from dataclasses import dataclass
@@ -14,13 +15,18 @@ from pathlib import Path
 
 from parity.files import sha256
 from parity.errors import UsageError
+from parity.history import cells as run_cells
 from parity.history import store
-from parity.history.changes import ChangesRequest, analyse_all, check
+from parity.history.changes import ChangesRequest, analyse_all, check, left_out
 
 CSS = """body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222}table{border-collapse:collapse;margin:8px 0}
 td,th{border:1px solid #ccc;padding:3px 8px;text-align:left;vertical-align:top}th{background:#f3f3f3}
 code{font-size:12px;background:#f6f6f6;padding:1px 3px}.worse{color:#b00}.better{color:#070}.muted{color:#777}
 svg text{font:11px system-ui,sans-serif}"""
+MEMBERS = ("a run is a point of its series when it completed (or failed only on a verdict), is valid and its gates "
+           "passed")
+# the users' headline numbers, in this order: serving decode and TTFT, batched-bench decode
+HEADLINE = ("decode_agg_tps", "ttft_mean_ms", "s_tg", "decode_perseq_tps", "agg_tps")
 RUN_FIELDS = ("run_id", "kind", "status", "valid", "gate_status", "problems", "run_at", "hostname", "hardware_class", "gpu", "driver", "cuda_version", "cpu",
               "pin", "series_digest", "build_keys", "engines", "reference_engine", "model", "profile", "campaign", "parity_version", "parity_git_sha", "path", "argv")  # fmt: skip
 
@@ -136,15 +142,28 @@ def dicts(con, sql: str, args: list) -> list[dict]:
     return [dict(zip(cols, r)) for r in rows]
 
 
+def check_out(text: str) -> Path:
+    """OUT is a directory, or one parity can make: its nearest existing parent is a writable directory."""
+    out = Path(text).expanduser()
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"{text}: not a directory")
+    up = out
+    while not up.exists() and up != up.parent:
+        up = up.parent
+    if not up.is_dir():
+        raise UsageError(f"{text}: cannot be made ({up} is not a directory)")
+    if not os.access(up, os.W_OK | os.X_OK):
+        raise UsageError(f"{text}: cannot be written ({up} is not writable)")
+    return out
+
+
 def write_site(ctx, req: SiteRequest) -> dict:
     creq = ChangesRequest(store=req.store, match=req.match, kind=req.kind, max_pvalue=req.max_pvalue, window=req.window, min_points=req.min_points, min_after=req.min_after)
     check(creq)
     path = store.resolve(req.store, ctx.artifacts_root)
     if path is None:
         raise UsageError(f"the history store is off ({store.ENV}=off): give --store FILE")
-    out = Path(req.out).expanduser()
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"{req.out}: not a directory")
+    out = check_out(req.out)
     with store.connect(path, write=False) as con:
         series, infos, found = analyse_all(con, creq)
         keys = sorted({p["run_key"] for pts in series.values() for p in pts})
@@ -152,15 +171,38 @@ def write_site(ctx, req: SiteRequest) -> dict:
         builds = {k: dicts(con, "SELECT * FROM builds WHERE run_key = ? ORDER BY engine", [k]) for k in keys}
         cells = {k: dicts(con, "SELECT * FROM paired WHERE run_key = ? ORDER BY engine, n, metric", [k]) for k in keys}
         recorded = dicts(con, "SELECT * FROM change_points ORDER BY confirmed_at", [])
+        outside = left_out(con, None)
+    try:
+        pages, skipped = write_pages(out, series, infos, found, recorded, runs, builds, cells, str(path), outside)
+    except OSError as e:
+        raise UsageError(f"{req.out}: cannot write the site ({store.one_line(e)})") from None
+    return {"out": str(out), "index": str(out / "index.html"), "series": len(pages), "runs": len(keys),
+            "changes": len(found), "store": str(path), "skipped": skipped}
+
+
+def copy_report(run: dict, dest: Path) -> str | None:
+    """The run's report copied to dest; None when it is gone.  A report that is a link out of its
+    run directory is never followed into the site (ValueError says so)."""
+    src = run.get("report")
+    if not src or not Path(src).is_file():
+        return None
+    if not run_cells.inside(Path(src), Path(run.get("path") or "")):
+        raise ValueError(f"run {run['run_id']}: its report {src} is a link out of its run directory: not copied")
+    shutil.copyfile(src, dest)
+    return dest.name
+
+
+def write_pages(out: Path, series, infos, found, recorded, runs, builds, cells, where: str, outside: list[dict]):
+    """Every page of the site; (the series pages, the reports not copied and why)."""
     (out / "series").mkdir(parents=True, exist_ok=True)
     (out / "runs").mkdir(parents=True, exist_ok=True)
-    run_links = {}
-    for k in keys:
-        report = None
-        src = runs[k].get("report")
-        if src and Path(src).is_file():
-            shutil.copyfile(src, out / "runs" / f"{k}.report.md")
-            report = f"{k}.report.md"
+    run_links, skipped = {}, []
+    for k in sorted(runs):
+        try:
+            report = copy_report(runs[k], out / "runs" / f"{k}.report.md")
+        except ValueError as e:
+            report = None
+            skipped.append(str(e))
         (out / "runs" / f"{k}.html").write_text(run_page(runs[k], builds[k], cells[k], report))
         run_links[k] = f"../runs/{k}.html"
     by_series: dict[str, list[dict]] = {}
@@ -170,15 +212,46 @@ def write_site(ctx, req: SiteRequest) -> dict:
     for sid, pts in series.items():
         pages[sid] = f"series/{slug(sid)}.html"
         (out / pages[sid]).write_text(series_page(sid, pts, sorted(by_series.get(sid, []), key=lambda c: c["index"]), run_links))
-    (out / "index.html").write_text(index_page(infos, found, recorded, pages, {k: v.replace("../", "") for k, v in run_links.items()}, str(path)))
-    return {"out": str(out), "index": str(out / "index.html"), "series": len(pages), "runs": len(keys), "changes": len(found), "store": str(path)}
+    links = {k: v.replace("../", "") for k, v in run_links.items()}
+    (out / "index.html").write_text(index_page(infos, found, recorded, pages, links, where, series, outside))
+    return pages, skipped
 
 
 def series_cell(sid: str, pages: dict[str, str]) -> str:
     return f'<a href="{pages[sid]}">{esc(sid)}</a>' if sid in pages else esc(sid)
 
 
-def index_page(infos: list[dict], found: list[dict], recorded: list[dict], pages: dict[str, str], run_links: dict[str, str], where: str) -> str:
+def tr(*cells: str) -> str:
+    """A table row of cells already escaped."""
+    return "<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>"
+
+
+def table(head: list[str], rows: list[str]) -> str:
+    return "<table><tr>" + "".join(f"<th>{esc(h)}</th>" for h in head) + "</tr>" + "".join(rows) + "</table>"
+
+
+def headline_rank(info: dict) -> tuple:
+    return (HEADLINE.index(info["metric"]), info["kind"] != "paired", info["series_id"])
+
+
+def headline_table(infos: list[dict], series: dict[str, list[dict]], pages: dict[str, str]) -> str:
+    """The headline series first: each one's last point with its interval, where it stands."""
+    heads = sorted((i for i in infos if i["metric"] in HEADLINE), key=headline_rank)
+    if not heads:
+        return f"<p>no series of {', '.join(HEADLINE)} in this store</p>"
+    rows = []
+    for i in heads:
+        last = series[i["series_id"]][-1]
+        what = "ratio" if i["kind"] == "paired" else "median"
+        value = f"{what} {fmt(last['value'])}"
+        rows.append(tr(esc(i["metric"]), series_cell(i["series_id"], pages), value, interval(last), esc(last["run_id"]),
+                       str(i["points"]), esc(i["status"]), str(i.get("changes", 0))))
+    head = ["metric", "series", "last run's value", "95 % interval", "last run", "runs", "status", "changes"]
+    return table(head, rows)
+
+
+def index_page(infos: list[dict], found: list[dict], recorded: list[dict], pages: dict[str, str],
+               run_links: dict[str, str], where: str, series: dict[str, list[dict]], outside: list[dict]) -> str:
     bis = {(r["series_id"], r["run_key"]): r for r in recorded}
     open_rows = []
     for c in sorted(found, key=lambda c: (c["status"] != "confirmed", c["series_id"])):
@@ -190,11 +263,18 @@ def index_page(infos: list[dict], found: list[dict], recorded: list[dict], pages
                          f'<td>{esc(", ".join(c["before"]["pins"]))} -> {esc(", ".join(c["after"]["pins"]))}; {esc(", ".join(c["before"]["series_digests"]))} -> {esc(", ".join(c["after"]["series_digests"]))}</td>'
                          f'<td><code>{esc(c["bisect"]["command"] or c["bisect"]["why"])}</code></td><td>{state}</td></tr>')  # fmt: skip
     ch = ("<table><tr><th>series</th><th>status</th><th>step [95 %]</th><th>p</th><th>first run after</th><th>pins; series digests</th><th>bisect</th><th>bisection</th></tr>" + "".join(open_rows) + "</table>") if open_rows else "<p>no change point</p>"
-    rows = "".join(f'<tr><td><a href="{pages[i["series_id"]]}">{esc(i["series_id"])}</a></td><td>{i["points"]}</td><td>{esc(i["status"])}</td><td>{i.get("changes", 0)}</td><td>{esc(i["last_run"])}</td></tr>' for i in sorted(infos, key=lambda i: i["series_id"]))
+    others = sorted((i for i in infos if i["metric"] not in HEADLINE), key=lambda i: i["series_id"])
+    rows = [tr(series_cell(i["series_id"], pages), str(i["points"]), esc(i["status"]), str(i.get("changes", 0)),
+               esc(i["last_run"])) for i in others]
     # confirmed by an earlier analysis (a nightly alerted on it) but not called by today's: said, not hidden
     called = {(c["series_id"], (c.get("recorded") or {}).get("run_key")) for c in found}
     faded = [r for r in recorded if (r["series_id"], r["run_key"]) not in called]
     old = "".join(f'<tr><td>{series_cell(r["series_id"], pages)}</td><td>{pct(r["step_pct"])} [{pct(r["low_pct"])}, {pct(r["high_pct"])}]</td><td>{r["pvalue"]:.2g}</td>'
                   f'<td>{esc(store.plain(r["confirmed_at"]))}</td><td><code>{esc(r["command"])}</code></td><td>{esc(r["culprit"])}</td></tr>' for r in faded)  # fmt: skip
     earlier = (f"<h2>confirmed earlier, not called by the history as it stands</h2><table><tr><th>series</th><th>step then [95 %]</th><th>p then</th><th>confirmed</th><th>bisect</th><th>culprit</th></tr>{old}</table>" if faded else "")
-    return page("parity history", f'<p class="muted">store {esc(where)}</p><h2>change points</h2>{ch}{earlier}<h2>series</h2><table><tr><th>series</th><th>runs</th><th>status</th><th>changes</th><th>last run</th></tr>{rows}</table>')
+    out = [tr(esc(r["run_id"]), esc(r["kind"]), esc(r["run_at"]), esc(r["why"])) for r in outside]
+    left = (f"<h2>runs in no series</h2><p>{len(outside)} runs of the store are no point of any series:</p>"
+            + table(["run", "kind", "at", "why"], out) if outside else "")
+    return page("parity history", f'<p class="muted">store {esc(where)}; {MEMBERS}</p><h2>headline series</h2>'
+                + headline_table(infos, series, pages) + f"<h2>change points</h2>{ch}{earlier}<h2>other series</h2>"
+                + table(["series", "runs", "status", "changes", "last run"], rows) + left)

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 from parity.errors import UsageError
-from parity.filelock import locked
+from parity.filelock import LockTimeout, locked
 
 SCHEMA_VERSION = 1
 DEFAULT_NAME = "history.duckdb"
@@ -50,19 +50,41 @@ TABLES: dict[str, dict[str, str]] = {
 }
 RUN_TABLES = [t for t in TABLES if t not in ("change_points", "meta")]
 
-# every series point: a run's paired ratio engine/reference, or (reference '') one engine's median
-SERIES_VIEW = """
-CREATE OR REPLACE VIEW series AS
-SELECT concat_ws(' | ', coalesce(r.hardware_class, '?'), p.engine || '/' || coalesce(p.reference, '?'), p.workload, p.point, p.metric) AS series_id,
+# values a run is configured with, not measured (the KV cells a batched-bench point needs, the
+# tokens a sweep asks for): in the rows table, never a series
+CONFIG_METRICS = ("n_kv", "gen_total", "prompt_tok_total", "prompt_tokens_mean", "scheduled_rate")
+
+# Series membership, one rule for every run kind: a run's numbers are points of its series when the
+# run is dated, counts (complete, or failed only on a verdict), is not marked invalid and its gates
+# passed (an ungated run, of any kind, is not a point: no gate checked what its build answered)
+RUN_COUNTS = "(r.run_at IS NOT NULL AND r.counts AND r.valid IS NOT FALSE AND r.gate_status = 'pass')"
+POINT_OK = "(value IS NOT NULL AND isfinite(value) AND value > 0)"  # a step is a ratio of geometric means
+
+# every series point: a run's paired ratio engine/reference, or (reference '') one engine's median;
+# member: the rule above
+SERIES_SELECT = f"""
+SELECT concat_ws(' | ', coalesce(r.hardware_class, '?'), p.engine || '/' || coalesce(p.reference, '?'), p.workload,
+                 p.point, p.metric) AS series_id,
        r.hardware_class, p.engine, p.reference, p.workload, p.point, p.n, p.metric, 'paired' AS kind,
-       p.ratio AS value, p.low, p.high, p.n_blocks AS blocks, r.run_at, r.run_key, r.run_id, r.path, r.status, r.counts, r.valid, r.gate_status, r.pin, r.series_digest
+       p.ratio AS value, p.low, p.high, p.n_blocks AS blocks, r.run_at, r.run_key, r.run_id, r.path, r.status, r.counts,
+       r.valid, r.gate_status, r.pin, r.series_digest, {RUN_COUNTS} AS run_counts
 FROM paired p JOIN runs r USING (run_key) WHERE p.ratio IS NOT NULL
 UNION ALL
 SELECT concat_ws(' | ', coalesce(r.hardware_class, '?'), m.engine, m.workload, m.point, m.metric),
        r.hardware_class, m.engine, '' AS reference, m.workload, m.point, m.n, m.metric, 'median',
-       m.value, NULL, NULL, m.repeats, r.run_at, r.run_key, r.run_id, r.path, r.status, r.counts, r.valid, r.gate_status, r.pin, r.series_digest
-FROM medians m JOIN runs r USING (run_key)
+       m.value, NULL, NULL, m.repeats, r.run_at, r.run_key, r.run_id, r.path, r.status, r.counts, r.valid,
+       r.gate_status, r.pin, r.series_digest, {RUN_COUNTS}
+FROM medians m JOIN runs r USING (run_key) WHERE m.metric NOT IN ({", ".join(f"'{m}'" for m in CONFIG_METRICS)})
 """
+SERIES_VIEW = f"CREATE OR REPLACE VIEW series AS SELECT *, run_counts AND {POINT_OK} AS member FROM ({SERIES_SELECT})"
+
+# every connection: no extension is loaded or fetched (a foreign file or a statement would make DuckDB
+# download one), no stored secret is read, no file but the store is touched, and the settings are locked
+# against SET (lock_configuration last: the others are set before it)
+SAFE_CONFIG = {"autoload_known_extensions": False, "autoinstall_known_extensions": False,
+               "allow_community_extensions": False, "allow_persistent_secrets": False, "enable_external_access": False,
+               "lock_configuration": True}
+MAGIC = b"DUCK"  # bytes 8-11 of every DuckDB database file
 
 
 def resolve(store: str | None, artifacts_root=None) -> Path | None:
@@ -75,37 +97,98 @@ def resolve(store: str | None, artifacts_root=None) -> Path | None:
     return Path(artifacts_root or os.environ.get("PARITY_ARTIFACTS") or "runs").expanduser() / DEFAULT_NAME
 
 
+def one_line(e: BaseException) -> str:
+    return " ".join(str(e).split()) or type(e).__name__
+
+
+def check_file(path: Path, create: bool) -> None:
+    """A store path is a DuckDB file, or (create) nothing yet in a directory that can hold one;
+    anything else is refused before DuckDB sees it."""
+    try:
+        if path.is_file():
+            with path.open("rb") as f:
+                head = f.read(12)
+            if head[8:12] != MAGIC:
+                raise UsageError(f"history store {path}: not a DuckDB file (a parity history store is one)")
+            return
+        if path.exists():
+            raise UsageError(f"history store {path}: not a file")
+        if not create:
+            raise UsageError(f"history store {path}: no such file (record runs, or `parity history ingest DIR`)")
+        up = path.parent
+        while not up.exists() and up != up.parent:
+            up = up.parent
+        if not up.is_dir():
+            raise UsageError(f"history store {path}: cannot be made ({up} is not a directory)")
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"history store {path}: {one_line(e)}") from None
+
+
 @contextlib.contextmanager
-def connect(path: Path, *, write: bool = True, timeout_s: float | None = None):
-    """A DuckDB connection to the store under its lock; write=True makes the schema first.
-    A reader of a store that does not exist gets a UsageError."""
+def store_lock(path: Path, write: bool, timeout_s: float | None):
+    """<store>.lock; a reader of a store nobody may write (its directory or lock file read-only)
+    reads without it: no writer can hold it either."""
+    stack = contextlib.ExitStack()
+    try:
+        stack.enter_context(locked(path.with_name(path.name + ".lock"), timeout_s=timeout_s))
+    except LockTimeout:
+        raise
+    except OSError as e:
+        if write:
+            raise UsageError(f"history store {path}: cannot take its lock ({one_line(e)})") from None
+    with stack:
+        yield
+
+
+@contextlib.contextmanager
+def connect(path: Path, *, write: bool = True, create: bool | None = None, timeout_s: float | None = None):
+    """A DuckDB connection to the store under its lock (SAFE_CONFIG).  write=False opens it
+    read-only; create (default: write) makes the file and its schema when absent.  A path that is
+    not a parity store, a damaged one, or one that cannot be opened is a UsageError (one line)."""
     import duckdb
 
     path = Path(path)
-    if not write and not path.is_file():
-        raise UsageError(f"history store {path}: no such file (record runs, or `parity history ingest DIR`)")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with locked(path.with_name(path.name + ".lock"), timeout_s=timeout_s):
+    create = write if create is None else create
+    check_file(path, create)
+    with store_lock(path, write, timeout_s):
         try:
-            con = duckdb.connect(str(path), read_only=not write)
+            con = duckdb.connect(str(path), read_only=not write, config=dict(SAFE_CONFIG))
         except duckdb.Error as e:
-            raise UsageError(f"history store {path}: cannot open ({' '.join(str(e).split())})") from None
+            raise UsageError(f"history store {path}: cannot open ({one_line(e)})") from None
         try:
+            check_store(con, path, create)
             if write:
                 ensure_schema(con)
             yield con
+        except duckdb.Error as e:
+            raise UsageError(f"history store {path}: damaged or unreadable ({one_line(e)})") from None
         finally:
             con.close()
+
+
+def check_store(con, path: Path, create: bool) -> None:
+    """A parity store holds its meta table; a new (create) store holds no table at all yet."""
+    sql = "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database()"
+    tables = {r[0] for r in con.execute(sql).fetchall()}
+    if create and not tables:
+        return
+    found = con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() if "meta" in tables else None
+    if found is None:
+        raise UsageError(f"history store {path}: a DuckDB file that is not a parity history store (no schema version); "
+                         "left as it is")
+    if not str(found[0]).isdigit():
+        raise UsageError(f"history store {path}: schema version {found[0]!r} is not a number; left as it is")
+    if int(found[0]) > SCHEMA_VERSION:
+        raise UsageError(f"history store {path}: schema version {found[0]} is newer than this parity's "
+                         f"({SCHEMA_VERSION}); use a newer parity")
 
 
 def ensure_schema(con) -> None:
     for name, cols in TABLES.items():
         con.execute(f"CREATE TABLE IF NOT EXISTS {name} ({', '.join(f'{quote(c)} {t}' for c, t in cols.items())})")
-    found = con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-    if found is None:
+    if con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() is None:
         con.execute("INSERT INTO meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)])
-    elif int(found[0]) > SCHEMA_VERSION:
-        raise UsageError(f"history store: schema version {found[0]} is newer than this parity's ({SCHEMA_VERSION}); use a newer parity")
     con.execute(SERIES_VIEW)
 
 
