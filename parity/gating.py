@@ -9,9 +9,14 @@ from pathlib import Path
 from parity import session
 from parity.context import run_session
 from parity.errors import GateFailed, UsageError
-from parity.gates.prepost import GateSpec, gate_engines, run_gate_set, spec_from_options, write_summary
+from parity.gates.base import gate_set_engine
+from parity.gates.prepost import GateSpec, gate_engines, run_gate_set, spec_from_options, wanted_kinds
+from parity.gates.prepost import check_plan, write_summary
+from parity.gonogo import dry_run_session, go_no_go
+from parity.gpu.lock import effective_dir
 from parity.gates import registry
 from parity.gates.canonical import CanonicalMd5
+from parity.gates.kl import sweep_contexts, sweep_rows
 from parity.gates.completion import usable_md5
 
 
@@ -29,6 +34,8 @@ class GateRequest:
     form: str | None = None
     record: bool = False
     registry: str | None = None
+    dry_run: bool = False
+    kl_sweep: list[str] | None = None  # the KL drift sweep's contexts ("256", "1024", ...)
 
 
 def _validate(ctx, model, path, engine, expect, form, ops) -> None:
@@ -55,7 +62,9 @@ def _record(ctx, result: dict, form: str, registry_file: str | None) -> list[str
         raise UsageError("--record: no md5 was produced to record (every md5 check errored)")
     written = []
     for c in md5s:
-        kl = next((k for k in result["checks"] if k["kind"] == "kl" and k["status"] == "pass" and k["path"] == c["path"] and k["model"] == c["model"]), None)
+        judged = c["data"].get("kl") if c["data"].get("md5_changed") and c["status"] == "pass" else None  # KL within band
+        kl = next((k for k in result["checks"] if k["kind"] == "kl" and k["status"] == "pass" and k["path"] == c["path"]
+                   and k["model"] == c["model"] and not k["data"].get("sweep")), judged)  # fmt: skip
         if kl is None:
             raise GateFailed(
                 f"refusing to record {c['got']} for {c['model']}/{c['path']}: no green KL check with candidate {c['model']} on path {c['path']} "
@@ -74,6 +83,8 @@ def gate(ctx, req: GateRequest) -> dict:
     _validate(ctx, req.model, req.path, req.engine, req.expect, req.form, op_list)
     if op_list == ["none"]:
         op_list = []
+    if req.kl_sweep is not None and not req.kl_sweep:
+        raise UsageError("--kl-sweep: give the contexts, e.g. 256,1024,2048,4096")
     if req.registry:
         ctx.vars["registry"] = req.registry
     spec = GateSpec.from_profile(
@@ -86,8 +97,16 @@ def gate(ctx, req: GateRequest) -> dict:
         expect=req.expect,
         form=req.form,
         backend=req.backend,
+        kl_sweep=sweep_contexts(req.kl_sweep, "--kl-sweep") or None,
     )
-    with run_session(ctx, "gate", f"gate-{Path(req.model).stem if req.model else 'default'}"):
+    gate_engines(ctx, spec)  # an engine the gates cannot run (an endpoint): refused before the run dir, dry run or not
+    wanted_kinds(spec)  # nothing to check: refused before the run directory, dry run or not
+    slug = f"gate-{Path(req.model).stem if req.model else 'default'}"
+    if req.dry_run:
+        if req.record:
+            raise UsageError("--record writes the registry: it takes a real run, not --dry-run")
+        return dry_run(ctx, spec, slug)
+    with run_session(ctx, "gate", slug):
         session.prepare(ctx, gates=spec)  # every build and model first, before the lock and any check
         with session.locked(ctx):  # the gates run llama-completion, test-backend-ops and KL on the GPU
             result = run_gate_set(ctx, spec, "gate")
@@ -110,7 +129,30 @@ def gate(ctx, req: GateRequest) -> dict:
             "checks": result["checks"],
             "recorded": recorded,
             "record_error": record_error,
+            **({"kl_sweep": sweep_rows(result["checks"], spec.kl_sweep)} if spec.kl_sweep else {}),
         }
+
+
+def dry_run(ctx, spec: GateSpec, slug: str) -> dict:
+    """The gate set the real run would run -- each check's commands, env and what it is held to,
+    the engines it builds, the lock -- and the go / no-go (binaries, models, the KL text, the lock
+    and an idle GPU) with its evidence in a dry-run run dir.  Nothing is built or made."""
+    engine = gate_set_engine(ctx, spec)
+    checks, files = [], {}
+    for k in wanted_kinds(spec):
+        for t in k.expand(ctx, spec, engine):
+            d = k.dry(ctx, spec, t)
+            files.update(d["files"])
+            checks.append({"kind": k.name, "check": k.label(t).strip(), "engine": t.engine, "model": t.model,
+                           "path": t.path, "op": t.op, "expected": d["expected"],
+                           "commands": d["commands"]})  # fmt: skip
+    doc = {"dry_run": True, "engine": engine, "engines": gate_engines(ctx, spec), "checks": checks,
+           "files": files, "lock": str(effective_dir(ctx.profile.lock))}  # fmt: skip
+    with dry_run_session(ctx, "gate", slug) as rd:
+        doc["go_no_go"] = go_no_go(ctx, paths=files)
+        doc["run_dir"] = str(rd.path)
+        rd.write_json("plan.json", doc)
+    return doc
 
 
 def step_engines(ctx, options: dict) -> list[str]:
@@ -127,6 +169,7 @@ def check_spec(ctx, spec: GateSpec) -> None:
     for e in [spec.engine, *spec.engines]:
         if e:
             ctx.profile.engine(e)
+    check_plan(ctx.profile, spec)  # e.g. the KL text long enough for every context it runs at
 
 
 def check_step(ctx, options: dict) -> GateSpec:

@@ -23,6 +23,7 @@ class Target:
     model: str | None = None
     path: str | None = None
     op: str | None = None
+    n_ctx: int | None = None  # the KL drift sweep: the context of this row (None: gates.kl.ctx)
 
 
 class GateKind:
@@ -53,6 +54,9 @@ class GateKind:
         """The model files it reads (made before the lock)."""
         return []
 
+    def check_plan(self, profile, spec) -> None:
+        """What its checks need that can be known before any build or lock (UsageError, one line)."""
+
     def expand(self, ctx, spec, engine: str | None) -> list[Target]:
         """Its checks, in order; engine: spec.engine or gates.engine (None: each check's default)."""
         return []
@@ -63,6 +67,12 @@ class GateKind:
 
     def run(self, ctx, spec, t: Target, tag: str) -> Check:
         raise NotImplementedError
+
+    def dry(self, ctx, spec, t: Target) -> dict:
+        """t as `parity gate --dry-run` shows it, running and making nothing: {"commands": [{"argv",
+        "env"}], "expected": what it is held to, "files": {what: path or "<placeholder>"} for the
+        go / no-go}.  A model made on the first real run (synth, hf) is not a file to check."""
+        return {"commands": [], "expected": "-", "files": {}}
 
     def observe(self, ctx, spec, t: Target, tag: str) -> Check:
         """One check on its own terms, with no expectation given (what a reference records)."""

@@ -10,7 +10,7 @@ from pathlib import Path
 from parity.paths import cache_dir
 from parity.engines import kind_of
 from parity.engines.base import engine_env
-from parity.errors import UsageError
+from parity.errors import ParityError, UsageError
 from parity.models.synth import ensure_model
 from parity.files import atomic_write_json, sha256_file as hash_file
 
@@ -32,9 +32,28 @@ def resolve_model(ctx, model: str) -> tuple[str, str]:
     raise UsageError(f"model {model!r}: neither a model of profile {ctx.profile.name} ({known}) nor a file")
 
 
-def tool(ctx, engine: str, name: str) -> str:
-    """A llama.cpp tool of the engine (NotApplicable for a kind without llama.cpp binaries)."""
-    return kind_of(ctx.profile, engine).tool_path(ctx.profile, engine, name, ctx.runner, ctx.out)
+def tool(ctx, engine: str, name: str, dry: bool = False) -> str:
+    """A llama.cpp tool of the engine (NotApplicable for a kind without llama.cpp binaries); dry:
+    the cached build's path or a "<placeholder>", building nothing."""
+    return kind_of(ctx.profile, engine).tool_path(ctx.profile, engine, name, ctx.runner, ctx.out, dry=dry)
+
+
+def dry_tool(ctx, engine: str, name: str) -> str:
+    """tool(dry=True), or a "<placeholder>" naming why there is none (the go / no-go lists it)."""
+    try:
+        return tool(ctx, engine, name, dry=True)
+    except ParityError as e:
+        return f"<{name} of {engine}: {e}>"
+
+
+def dry_model(ctx, model: str) -> tuple[str, str, dict[str, str]]:
+    """(label, file, {what: file} to check) for a dry run: the profile's path, made or not; a model
+    made on the first real run (synth, hf) has nothing to check yet."""
+    m = ctx.profile.models.get(model)
+    if m is not None:
+        return model, m.path, {} if (m.synth is not None or m.hf is not None) else {f"model {model}": m.path}
+    label, path = resolve_model(ctx, model)
+    return label, path, {}
 
 
 def gate_engine(ctx, engine: str | None) -> str:

@@ -1,10 +1,15 @@
-"""The KL gate: reference logits from the reference model (cached by model sha +
-text sha under <cache>/kl/), then `llama-perplexity --kl-divergence` for the
-candidate (on the gated path) and the baseline (on gates.kl.baseline_path).
+"""The KL gate: reference logits from the reference model (cached by model sha + text sha + ctx +
+chunks under <cache>/kl/), then `llama-perplexity --kl-divergence` for the candidate (on the
+gated path) and the baseline (on gates.kl.baseline_path).  The text: gates.kl.text, else
+parity's generated text (parity/gates/kltext.py), long enough for chunks x ctx by a rule checked
+before anything is built; a run that evaluated fewer chunks than asked is an error.
 
-Pass when KLD(candidate) <= KLD(baseline) + kld_slack and the PPL ratio is in
-the band, and/or KLD <= max_kld.  A NaN KLD is a failure, never a pass.  Two arms (a lossy
-lever): KLD(B || reference) must stay in A's band."""
+Pass when KLD(candidate) <= KLD(baseline) + kld_slack and the PPL ratio is in the band, and/or
+KLD <= max_kld; and same top p >= min_same_top_p (the users' 99.5 %) and, with same_top_p_slack,
+>= the baseline's less the slack.  A missing or non-finite number is a failure, never a pass.
+`--kl-sweep` runs the gate at each context of the users' drift sweep, one check per context;
+gates.kl.on_md5_change runs it for a changed md5 (parity.gates.md5).  Two arms (a lossy lever):
+KLD(B || reference) must stay in A's band."""
 
 from __future__ import annotations
 
@@ -14,28 +19,70 @@ from pathlib import Path
 
 from parity.paths import cache_dir
 from parity.errors import ParityError, UsageError
-from parity.gates import perplexity
-from parity.gates.base import BOOL, GateKind, Target, set_paths
+from parity.gates import kltext, perplexity
+from parity.gates.base import BOOL, LIST, GateKind, Target, set_paths
 from parity.gates.checks import ERROR, FAIL, NOT_RUN, PASS, Check
-from parity.gates.common import gate_engine, path_env, resolve_model, save, sha256_file, tool
+from parity.gates.common import dry_model, dry_tool, gate_engine, path_env, resolve_model, save, sha256_file, tool
 
-DEFAULT_TEXT = Path(__file__).resolve().parent.parent / "defaults" / "kl-text.txt"
+
+def text_file(kl, n_ctx: int) -> str:
+    """gates.kl.text, else the generated text for chunks x n_ctx (written into the cache)."""
+    if kl.text:
+        return str(Path(kl.text).expanduser())
+    return str(kltext.generated(cache_dir() / "kl", kl.chunks, n_ctx, kl.text_seed))
+
+
+def sweep_contexts(values, where: str = "the KL sweep") -> list[int]:
+    """The drift sweep's contexts from ["256", "1024"] or [256, 1024] (UsageError naming a bad one)."""
+    out = []
+    for v in values or []:
+        try:
+            n = int(str(v).strip())
+        except ValueError:
+            n = 0
+        if n < 2:
+            raise UsageError(f"{where}: {v!r} is not a context size (a whole number of tokens, 2 or more)")
+        if n not in out:
+            out.append(n)
+    return out
+
+
+def settles_md5(kl, model: str | None, path: str | None) -> bool:
+    """Whether a changed md5 of model on path runs this gate (gates.kl.on_md5_change: the candidate's paths)."""
+    on = kl.on_md5_change
+    return bool(kl.reference and model and model == kl.candidate and (path in on or "all" in on))
+
+
+def sweep_rows(checks: list[dict], contexts: list[int]) -> list[dict]:
+    """The drift sweep as rows, one per context and path: mean KLD, p99 KLD, same top p, the verdict."""
+    rows = []
+    for c in checks:
+        d = c.get("data") or {}
+        if c.get("kind") != "kl" or d.get("ctx") not in contexts:
+            continue
+        s = (d.get("candidate") or {}).get("stats") or {}
+        row = {"ctx": d["ctx"], "model": c.get("model"), "path": c.get("path")}
+        row.update({k: (s[k][0] if k in s else None) for k in ("kld", "kld_p99", "same_top_p", "ppl_ratio")})
+        row.update(kld_err=s["kld"][1] if "kld" in s else None, status=c["status"], detail=c.get("detail", ""))
+        rows.append(row)
+    return sorted(rows, key=lambda r: (str(r["path"]), r["ctx"]))
 
 
 def _device_args(ctx, engine: str) -> list[str]:
     return ["-ngl", "99"] if ctx.profile.engine(engine).cuda_archs else ["-t", "1"]
 
 
-def reference_logits(ctx, engine: str, ref_file: str, text: str) -> Path:
+def reference_logits(ctx, engine: str, ref_file: str, text: str, n_ctx: int) -> Path:
     """The cached --kl-divergence-base file for (reference model, text, ctx, chunks)."""
     kl = ctx.profile.gates.kl
-    key = hashlib.sha256(f"{sha256_file(ref_file)}:{sha256_file(text)}:{kl.ctx}:{kl.chunks}".encode()).hexdigest()[:24]
+    key = hashlib.sha256(f"{sha256_file(ref_file)}:{sha256_file(text)}:{n_ctx}:{kl.chunks}".encode()).hexdigest()[:24]
     logits = cache_dir() / "kl" / f"{key}.kld"
     if logits.is_file() and logits.stat().st_size > 0:
         return logits
     logits.parent.mkdir(parents=True, exist_ok=True)
     tmp = logits.with_suffix(".partial")
-    argv = perplexity.base_argv(tool(ctx, engine, "llama-perplexity"), ref_file, text, kl.ctx, kl.chunks, str(tmp), _device_args(ctx, engine))
+    binary = tool(ctx, engine, "llama-perplexity")
+    argv = perplexity.base_argv(binary, ref_file, text, n_ctx, kl.chunks, str(tmp), _device_args(ctx, engine))
     res = ctx.runner.run(argv, env=ctx.profile.engine(engine).env, timeout=kl.timeout_s)
     save(ctx, f"gates/kl-base-{key}.txt", res.stdout + res.stderr)
     if not res.ok or not tmp.is_file() or tmp.stat().st_size == 0:
@@ -53,9 +100,10 @@ class _KLRunError(ParityError):
     pass
 
 
-def kl_run(ctx, engine: str, model_file: str, logits: str, path: str | None) -> dict:
+def kl_run(ctx, engine: str, model_file: str, logits: str, path: str | None, n_ctx: int) -> dict:
     kl = ctx.profile.gates.kl
-    argv = perplexity.kl_argv(tool(ctx, engine, "llama-perplexity"), model_file, logits, kl.ctx, kl.chunks, _device_args(ctx, engine))
+    binary = tool(ctx, engine, "llama-perplexity")
+    argv = perplexity.kl_argv(binary, model_file, logits, n_ctx, kl.chunks, _device_args(ctx, engine))
     env = path_env(ctx, engine, path)
     retried = []
     tries = 1 + max(0, kl.retries)
@@ -73,6 +121,7 @@ def kl_run(ctx, engine: str, model_file: str, logits: str, path: str | None) -> 
         "env": env,
         "argv": argv,
         "stats": {k: [v.value, v.err] for k, v in stats.items()},
+        "chunks": perplexity.chunks(res.stdout + "\n" + res.stderr),
         "tail": res.tail(3),
         "text": res.stdout + res.stderr,
         "retried": retried,
@@ -98,17 +147,42 @@ def band(cand: dict, base: dict | None, kl, baseline: str | None) -> tuple[list[
         bounds.append(f"KLD <= {kl.max_kld:g}")
         if not kld <= kl.max_kld:
             problems.append(f"KLD {kld:.6f} > max_kld {kl.max_kld:g}")
+    _same_top_p(cand, base, kl, baseline, bounds, problems)
     return bounds, problems
+
+
+def _same_top_p(cand: dict, base: dict | None, kl, baseline: str | None, bounds: list, problems: list) -> None:
+    """same top p >= min_same_top_p, and >= the baseline's - same_top_p_slack (a missing or NaN value fails)."""
+    floors = []
+    if kl.min_same_top_p is not None:
+        floors.append((kl.min_same_top_p, f"min_same_top_p {kl.min_same_top_p:g}%"))
+    if base is not None and kl.same_top_p_slack is not None:
+        bp = base.get("same_top_p", [math.nan])[0]
+        if not math.isfinite(bp):
+            problems.append(f"baseline {baseline}: no finite same top p in llama-perplexity's output")
+        floors.append((bp - kl.same_top_p_slack, f"baseline {baseline} {bp:.3f}% - slack {kl.same_top_p_slack:g}"))
+    got = cand.get("same_top_p", [math.nan])[0]
+    if floors and not math.isfinite(got):
+        problems.append("no finite same top p in llama-perplexity's output")
+    for floor, what in floors:
+        bounds.append(f"same top p >= {floor:.3f}% ({what})")
+        if math.isfinite(got) and math.isfinite(floor) and not got >= floor:
+            problems.append(f"same top p {got:.3f}% < {floor:.3f}% ({what})")
 
 
 def _finite_kld(run: dict | None) -> bool:
     return bool(run and run["ok"] and "kld" in run["stats"] and math.isfinite(run["stats"]["kld"][0]))
 
 
-def kl_gate(ctx, candidate: str | None = None, baseline: str | None = None, reference: str | None = None, engine: str | None = None, path: str | None = None, tag: str = "") -> Check:
+def kl_gate(ctx, candidate: str | None = None, baseline: str | None = None, reference: str | None = None,
+            engine: str | None = None, path: str | None = None, tag: str = "", n_ctx: int | None = None,
+            sweep: bool = False) -> Check:  # fmt: skip
+    """The KL check at n_ctx (None: gates.kl.ctx); sweep: a row of the drift sweep, named by its context."""
     kl = ctx.profile.gates.kl
     reference, baseline, candidate = reference or kl.reference, baseline or kl.baseline, candidate or kl.candidate
-    name = f"kl {candidate} vs {reference}"
+    n_ctx = n_ctx or kl.ctx
+    at = f" ctx {n_ctx}" if sweep else ""
+    name = f"kl {candidate} vs {reference}{at}"
     if not reference or not candidate:
         return Check(name, "kl", "-", "-", NOT_RUN, "gates.kl needs reference and candidate models")
     if not baseline and kl.max_kld is None:
@@ -116,21 +190,32 @@ def kl_gate(ctx, candidate: str | None = None, baseline: str | None = None, refe
     try:
         engine = gate_engine(ctx, engine)
         path = path or ctx.profile.engine(engine).default_path
-        name = f"kl {candidate}/{path} vs {reference}"
+        name = f"kl {candidate}/{path} vs {reference}{at}"
         _, ref_file = resolve_model(ctx, reference)
         _, cand_file = resolve_model(ctx, candidate)
         base_file = resolve_model(ctx, baseline)[1] if baseline else None
-        text = str(Path(kl.text).expanduser()) if kl.text else str(DEFAULT_TEXT)
-        if not Path(text).is_file():
-            raise UsageError(f"gates.kl.text: file not found: {text}")
-        logits = reference_logits(ctx, engine, ref_file, text)
-        cand = kl_run(ctx, engine, cand_file, str(logits), path)
-        base = kl_run(ctx, engine, base_file, str(logits), kl.baseline_path or path) if base_file else None
+        kltext.check_long_enough(kl.text, kl.chunks, [n_ctx])  # checked before the build too (check_plan)
+        text = text_file(kl, n_ctx)
+        logits = reference_logits(ctx, engine, ref_file, text, n_ctx)
+        cand = kl_run(ctx, engine, cand_file, str(logits), path, n_ctx)
+        base = kl_run(ctx, engine, base_file, str(logits), kl.baseline_path or path, n_ctx) if base_file else None
     except ParityError as e:
-        return Check(name, "kl", "-", "-", ERROR, str(e), candidate, path)
-    cand_out = save(ctx, f"gates/{tag}kl-{candidate}-{path}.txt", cand.pop("text"))
-    base_out = save(ctx, f"gates/{tag}kl-baseline-{baseline}-{base['path']}.txt", base.pop("text")) if base else None
-    data = {"candidate": {**cand, "output": cand_out}, "baseline": base and {**base, "output": base_out}, "logits": str(logits), "text": text, "engine": engine, "reference": reference}
+        return Check(name, "kl", "-", "-", ERROR, str(e), candidate, path, data={"ctx": n_ctx, "sweep": sweep})
+    suffix = f"-ctx{n_ctx}" if sweep else ""
+    cand_out = save(ctx, f"gates/{tag}kl-{candidate}-{path}{suffix}.txt", cand.pop("text"))
+    base_out = None
+    if base:
+        base_out = save(ctx, f"gates/{tag}kl-baseline-{baseline}-{base['path']}{suffix}.txt", base.pop("text"))
+    data = {"candidate": {**cand, "output": cand_out}, "baseline": base and {**base, "output": base_out},
+            "logits": str(logits), "text": text, "text_words": kltext.count_words(text), "text_sha256": sha256_file(text),
+            "ctx": n_ctx, "chunks": kl.chunks, "sweep": sweep, "engine": engine, "reference": reference}  # fmt: skip
+    short = [r for r in (cand, base) if r and r["ok"] and r["chunks"] != kl.chunks]
+    if short:  # llama-perplexity evaluates fewer chunks, silently, when the text tokenizes short
+        got = short[0]["chunks"]
+        why = "no chunk count in its output" if got is None else f"llama-perplexity evaluated {got} of {kl.chunks} chunks"
+        why += f" at ctx {n_ctx} (does the text {text} tokenize to fewer than chunks x ctx tokens?)"
+        return Check(name, "kl", f"{kl.chunks} chunks of {n_ctx} tokens", "-" if got is None else str(got), ERROR, why,
+                     candidate, path, data=data)  # fmt: skip
     if not _finite_kld(cand):
         got = f"KLD {cand['stats']['kld'][0]}" if "kld" in cand["stats"] else "-"
         why = "KLD is not a finite number" if "kld" in cand["stats"] else f"llama-perplexity --kl-divergence gave no KLD ({'timed out' if cand['timed_out'] else 'exit ' + str(cand['rc'])}{_runs(cand)}): {cand['tail']}"
@@ -140,15 +225,20 @@ def kl_gate(ctx, candidate: str | None = None, baseline: str | None = None, refe
     bounds, problems = band(cand["stats"], base["stats"] if base else None, kl, baseline)
     s = cand["stats"]
     got = f"KLD {s['kld'][0]:.6f} ± {s['kld'][1]:.6f}"
+    if "kld_p99" in s:
+        got += f", p99 KLD {s['kld_p99'][0]:.6f}"
     if "ppl_ratio" in s:
         got += f", PPL ratio {s['ppl_ratio'][0]:.4f}"
     if "same_top_p" in s:
-        got += f", same top p {s['same_top_p'][0]:.2f}%"
+        got += f", same top p {s['same_top_p'][0]:.3f}%"
     if problems:
         return Check(name, "kl", " and ".join(bounds), got, FAIL, "; ".join(problems), candidate, path, data=data)
     why = f"KL-validated against {reference}: KLD {s['kld'][0]:.6f}"
     if base:
         why += f" <= {base['stats']['kld'][0]:.6f} ({baseline}/{base['path']})"
+    if "same_top_p" in s:
+        why += f", same top p {s['same_top_p'][0]:.3f}%"
+    why += f", {kl.chunks} chunks x {n_ctx}"
     return Check(name, "kl", " and ".join(bounds), got, PASS, why, candidate, path, data=data)
 
 
@@ -157,24 +247,79 @@ class KLGate(GateKind):
     what = "KL band"
     reads = ("models", "paths", "engines")  # its models are gates.kl's reference, candidate and baseline
     switch = "kl"
-    options = {"kl": BOOL}
+    options = {"kl": BOOL, "kl_sweep": LIST}
     arms = {"KL": "gate"}  # a lossy lever is gated by it
 
     def defaults(self, g) -> dict:
         return {"kl": g.kl_in_prepost}
 
+    def wanted(self, spec) -> bool:
+        return bool(spec.kl or spec.kl_sweep)
+
     def models(self, ctx, spec) -> list[str]:
         kl = ctx.profile.gates.kl
-        return [kl.reference, kl.candidate, kl.baseline] if spec.kl else []
+        return [kl.reference, kl.candidate, kl.baseline] if self.wanted(spec) else []
+
+    def check_plan(self, profile, spec) -> None:
+        """The text holds enough words for the chunks at gates.kl.ctx and at every sweep context."""
+        sweep = sweep_contexts(spec.kl_sweep)
+        contexts = ([profile.gates.kl.ctx] if spec.kl else []) + sweep
+        if contexts and profile.gates.kl.reference and profile.gates.kl.candidate:
+            kltext.check_long_enough(profile.gates.kl.text, profile.gates.kl.chunks, contexts)
 
     def expand(self, ctx, spec, engine) -> list[Target]:
-        return [Target(engine, path=p) for p in set_paths(ctx, spec, engine)] if spec.kl else []
+        """Per path: the gate at gates.kl.ctx (--kl), then one row per sweep context (--kl-sweep)."""
+        n = ctx.profile.gates.kl.ctx
+        sweep = [c for c in sweep_contexts(spec.kl_sweep) if not (spec.kl and c == n)]  # --kl's row is that context's
+        plan = []
+        for p in set_paths(ctx, spec, engine) if self.wanted(spec) else []:
+            plan += ([Target(engine, path=p)] if spec.kl else []) + [Target(engine, path=p, n_ctx=c) for c in sweep]
+        return plan
 
     def label(self, t: Target) -> str:
-        return f"kl {t.path}"
+        return f"kl {t.path}" + (f" ctx {t.n_ctx}" if t.n_ctx else "")
 
     def run(self, ctx, spec, t: Target, tag: str) -> Check:
-        return kl_gate(ctx, engine=t.engine, path=t.path, tag=tag)
+        return kl_gate(ctx, engine=t.engine, path=t.path, tag=tag, n_ctx=t.n_ctx, sweep=t.n_ctx is not None)
+
+    def dry(self, ctx, spec, t: Target) -> dict:
+        """The reference logits (cached per model and text), then the candidate and baseline runs."""
+        kl = ctx.profile.gates.kl
+        if not kl.reference or not kl.candidate:
+            return {"commands": [], "expected": "not run: gates.kl needs reference and candidate models", "files": {}}
+        engine = gate_engine(ctx, t.engine)
+        path = t.path or ctx.profile.engine(engine).default_path
+        binary = dry_tool(ctx, engine, "llama-perplexity")
+        files = {f"llama-perplexity of {engine}": binary}
+        (_, ref, f1), (_, cand, f2) = dry_model(ctx, kl.reference), dry_model(ctx, kl.candidate)
+        files.update({**f1, **f2})
+        n_ctx = t.n_ctx or kl.ctx
+        planned = kltext.planned(cache_dir() / "kl", kl.chunks, n_ctx, kl.text_seed)
+        text = str(Path(kl.text).expanduser()) if kl.text else str(planned)
+        if kl.text:  # the generated text is made on the first real run, like a synthesized model
+            files["gates.kl.text"] = text
+        dev, logits = _device_args(ctx, engine), "<cache>/kl/<sha of model, text, ctx, chunks>.kld"
+
+        def kl_command(model_file: str, p: str | None) -> dict:
+            argv = perplexity.kl_argv(binary, model_file, logits, n_ctx, kl.chunks, dev)
+            return {"argv": argv, "env": path_env(ctx, engine, p)}
+
+        base_argv = perplexity.base_argv(binary, ref, text, n_ctx, kl.chunks, logits, dev)
+        commands = [{"argv": base_argv, "env": dict(ctx.profile.engine(engine).env)}, kl_command(cand, path)]
+        bounds = [f"KLD <= {kl.max_kld:g}"] if kl.max_kld is not None else []
+        if kl.baseline:
+            _, base, f3 = dry_model(ctx, kl.baseline)
+            files.update(f3)
+            base_path = kl.baseline_path or path
+            commands.append(kl_command(base, base_path))
+            bounds[:0] = [f"KLD <= KLD({kl.baseline}/{base_path}) + {kl.kld_slack:g}",
+                          f"PPL within {kl.ppl_band_pct:g} % of it"]
+        if kl.min_same_top_p is not None:
+            bounds.append(f"same top p >= {kl.min_same_top_p:g} %")
+        if kl.baseline and kl.same_top_p_slack is not None:
+            bounds.append(f"same top p >= {kl.baseline}/{kl.baseline_path or path}'s - {kl.same_top_p_slack:g}")
+        expected = " and ".join(bounds) or "no band: set gates.kl.baseline or gates.kl.max_kld"
+        return {"commands": commands, "expected": expected, "files": files}
 
     def check_arms(self, profile) -> None:
         kl = profile.gates.kl
@@ -182,6 +327,7 @@ class KLGate(GateKind):
             raise UsageError(f"--lossy takes the KL band, but profile {profile.name} has no KL reference (gates.kl.reference: the f16/f32 model whose logits are the base)")
         if not (kl.candidate or profile.serving.model):
             raise UsageError(f"--lossy: profile {profile.name} names no model to hold in the KL band (gates.kl.candidate)")
+        kltext.check_long_enough(kl.text, kl.chunks, [kl.ctx])
 
     def arm_models(self, profile, models: list[str]) -> list[str]:
         kl = profile.gates.kl
@@ -193,19 +339,23 @@ class KLGate(GateKind):
         model = kl.candidate or ctx.profile.serving.model
         _, ref_file = resolve_model(ctx, kl.reference)
         _, cand_file = resolve_model(ctx, model)
-        text = str(Path(kl.text).expanduser()) if kl.text else str(DEFAULT_TEXT)
-        logits = reference_logits(ctx, arm_a, ref_file, text)
+        text = text_file(kl, kl.ctx)
+        logits = reference_logits(ctx, arm_a, ref_file, text, kl.ctx)
         path = ctx.profile.engine(arm_a).default_path
-        runs = {arm: kl_run(ctx, arm, cand_file, str(logits), path) for arm in (arm_a, arm_b)}
+        runs = {arm: kl_run(ctx, arm, cand_file, str(logits), path, kl.ctx) for arm in (arm_a, arm_b)}
         for arm, r in runs.items():
             if ctx.run:
                 ctx.run.write_text(f"gates/{tag}kl-{model}-{arm}.txt", r.pop("text", ""))
             else:
                 r.pop("text", None)
         a, b = runs[arm_a], runs[arm_b]
+        short = [arm for arm, r in runs.items() if r["ok"] and r["chunks"] != kl.chunks]
         if not (a["ok"] and b["ok"] and "kld" in a["stats"] and "kld" in b["stats"]):
             bad = [arm for arm, r in runs.items() if not (r["ok"] and "kld" in r["stats"])]
             doc = {"status": "error", "detail": f"llama-perplexity gave no KLD on {', '.join(bad)}: {runs[bad[0]]['tail']}"}
+        elif short:  # fewer chunks than asked: the text tokenized short
+            got = runs[short[0]]["chunks"]
+            doc = {"status": "error", "detail": f"llama-perplexity evaluated {got} of {kl.chunks} chunks on {short[0]}"}
         else:
             bounds, problems = band(b["stats"], a["stats"], kl, arm_a)
             doc = {"status": "fail" if problems else "pass", "detail": "; ".join(problems or bounds), "kld": {arm: r["stats"]["kld"][0] for arm, r in runs.items()}}
@@ -218,6 +368,10 @@ class KLGate(GateKind):
 
     def arm_problem(self, row: dict, role: str) -> str:
         return f"KL {row['phase']}: {row['detail']}"
+
+    def users_name(self, c: dict, gate_engine, default_paths) -> str:
+        d = c.get("data") or {}
+        return f"kl_{c.get('model') or 'model'}_{c.get('path')}" + (f"_ctx{d['ctx']}" if d.get("sweep") else "")
 
     def users_output(self, c: dict) -> str | None:
         return ((c.get("data") or {}).get("candidate") or {}).get("output")

@@ -7,13 +7,15 @@ Empty output, a crash, a timeout or a nonzero exit is an ERROR, never a pass."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from parity.errors import ParityError, UsageError
-from parity.gates import completion, registry
+from parity.gates import completion, kltext, registry
+from parity.gates.kl import kl_gate, settles_md5
 from parity.gates.base import LIST, STR, GateKind, Target, engine_paths, set_paths
 from parity.gates.checks import ERROR, FAIL, PASS, Check
-from parity.gates.common import gate_engine, path_env, resolve_model, save, tool
+from parity.gates.common import dry_model, dry_tool, gate_engine, path_env, resolve_model, save, tool
 
 
 def greedy(ctx, engine: str, model_file: str, path: str | None, form: str, n_predict: int):
@@ -142,7 +144,14 @@ class Md5Gate(GateKind):
         return [*(spec.engines or [engine]), *([ref] if ref and not spec.expect else [])]
 
     def models(self, ctx, spec) -> list[str]:
-        return list(spec.models)
+        """The gated models, and the KL gate's when a changed md5 of its candidate runs it."""
+        kl = ctx.profile.gates.kl
+        return list(spec.models) + ([kl.reference, kl.candidate, kl.baseline] if _kl_on_change(kl, spec) else [])
+
+    def check_plan(self, profile, spec) -> None:
+        kl = profile.gates.kl
+        if _kl_on_change(kl, spec):
+            kltext.check_long_enough(kl.text, kl.chunks, [kl.ctx], "gates.kl.text (gates.kl.on_md5_change)")
 
     def expand(self, ctx, spec, engine) -> list[Target]:
         """Per engine, model x path; an engine other than the gate engine runs the requested paths it has."""
@@ -154,7 +163,51 @@ class Md5Gate(GateKind):
         return f"md5 {t.model}/{t.path} {t.engine or ''}"
 
     def run(self, ctx, spec, t: Target, tag: str) -> Check:
-        return md5_gate(ctx, t.model, t.path, t.engine, spec.expect, spec.form, tag)
+        """The md5 check; a changed md5 on a path of gates.kl.on_md5_change runs the KL gate before
+        the run is accepted (the users' rule: a lossy change is KL-validated, or rejected)."""
+        c = md5_gate(ctx, t.model, t.path, t.engine, spec.expect, spec.form, tag)
+        if c.status != FAIL or not settles_md5(ctx.profile.gates.kl, c.model, c.path):
+            return c
+        ctx.out.info(f"[gate] md5 {c.model}/{c.path} changed ({c.got}, expected {c.expected}): "
+                     "running the KL gate (gates.kl.on_md5_change)")
+        return judged_by_kl(c, kl_gate(ctx, candidate=c.model, engine=t.engine, path=c.path, tag=f"{tag}md5-"))
+
+    def dry(self, ctx, spec, t: Target) -> dict:
+        """The greedy command on t's path and the md5 it is held to (and the reference build's
+        command, when that build defines it in the same session)."""
+        g = ctx.profile.gates
+        form = spec.form or g.form
+        engine = gate_engine(ctx, t.engine)
+        path = t.path or ctx.profile.engine(engine).default_path
+        label, model_file, files = dry_model(ctx, t.model)
+
+        def command(eng: str, p: str | None) -> dict:
+            binary = dry_tool(ctx, eng, "llama-completion")
+            files[f"llama-completion of {eng}"] = binary
+            argv = completion.greedy_argv(binary, model_file, g.prompt, g.n_predict, g.seed, form, g.completion_args,
+                                          g.ctx)
+            return {"argv": argv, "env": path_env(ctx, eng, p)}
+
+        commands = [command(engine, path)]
+        user_registry = ctx.vars.get("registry")
+        canonical = None if spec.expect else registry.lookup(ctx.profile, label, path, form, g.n_predict, user_registry)
+        if spec.expect:
+            expected = f"{spec.expect} (--expect)"
+        elif canonical:
+            expected = f"{canonical.md5} ({canonical.validated or 'registry'})"
+        elif g.reference_engine:
+            expected = f"the md5 of the reference build {g.reference_engine} (path {g.reference_path or 'default'}), "
+            expected += "same session"
+            commands.insert(0, command(g.reference_engine, g.reference_path))
+        else:
+            expected = (f"none: no canonical md5 for {label}/{path}/{form}/n={g.n_predict} (the run reports the "
+                        "observed md5; --record proposes it)")
+        if settles_md5(g.kl, label, path):  # the real run prepares the KL gate's models and binary for it
+            expected += "; a changed md5 runs the KL gate, accepted within its band (gates.kl.on_md5_change)"
+            files[f"llama-perplexity of {engine}"] = dry_tool(ctx, engine, "llama-perplexity")
+            for m in filter(None, (g.kl.reference, g.kl.baseline)):
+                files.update(dry_model(ctx, m)[2])
+        return {"commands": commands, "expected": expected, "files": files}
 
     def observe(self, ctx, spec, t: Target, tag: str) -> Check:
         """The greedy md5 of t's engine, expecting nothing (pass: a usable transcript)."""
@@ -216,7 +269,23 @@ class Md5Gate(GateKind):
         return "ok" if c["status"] == PASS else "mismatch" if c["status"] == FAIL else "missing"
 
     def users_output(self, c: dict) -> str | None:
-        return (c.get("data") or {}).get("transcript")
+        data = c.get("data") or {}
+        return None if data.get("kl") else data.get("transcript")  # a KL-judged change: the detail says how
+
+
+def _kl_on_change(kl, spec) -> bool:
+    """Whether a changed md5 of this gate set may run the KL gate (its candidate is gated on some path)."""
+    return bool(kl.on_md5_change and kl.reference and kl.candidate in spec.models)
+
+
+def judged_by_kl(c: Check, k: Check) -> Check:
+    """A changed md5 (c failed) and the KL check it ran: a pass reads "md5 changed, KL within band"
+    (the KL's numbers beside it); anything else fails, with the KL's reason."""
+    data = {**c.data, "md5_changed": True, "kl": k.to_dict()}
+    if k.status == PASS:
+        detail = f"md5 changed, KL within band: {k.got} ({k.expected}); {c.detail}"
+        return replace(c, status=PASS, detail=detail, data=data)
+    return replace(c, status=FAIL, detail=f"md5 changed and KL {k.status}: {k.detail}", data=data)
 
 
 def _observed(ctx, engine: str, model_file: str, path: str | None, form: str, name: str):

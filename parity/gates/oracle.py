@@ -10,7 +10,7 @@ from parity.errors import ParityError
 from parity.gates import test_backend_ops as tbo
 from parity.gates.base import LIST, STR, GateKind, Target
 from parity.gates.checks import ERROR, FLAKY, PASS, Check
-from parity.gates.common import gate_engine, save, tool
+from parity.gates.common import dry_tool, gate_engine, save, tool
 
 
 def op_gate(ctx, op: str, backend: str | None = None, engine: str | None = None, tag: str = "") -> Check:
@@ -69,6 +69,16 @@ class OpGate(GateKind):
 
     def run(self, ctx, spec, t: Target, tag: str) -> Check:
         return op_gate(ctx, t.op, spec.backend, t.engine, tag)
+
+    def dry(self, ctx, spec, t: Target) -> dict:
+        g = ctx.profile.gates
+        engine = gate_engine(ctx, t.engine)
+        binary = dry_tool(ctx, engine, "test-backend-ops")
+        argv = tbo.argv(binary, t.op, spec.backend or g.op_backend, g.op_params.get(t.op))
+        n = g.op_retries
+        retries = f", {n} retr{'y' if n == 1 else 'ies'} (a pass on one is flaky)" if n else ", no retry"
+        return {"commands": [{"argv": argv, "env": dict(ctx.profile.engine(engine).env)}],
+                "expected": f"every case passes{retries}", "files": {f"test-backend-ops of {engine}": binary}}
 
     def ran_on(self, ctx, spec, engine, e: str) -> list[str]:
         return [f"op-oracle {', '.join(spec.ops)}"] if spec.ops and e == engine else []

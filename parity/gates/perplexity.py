@@ -17,13 +17,19 @@ _PATTERNS = {
     "kld": rf"^Mean\s+KLD:\s*{_PM}",
     "same_top_p": rf"^Same top p:\s*{_PM}\s*%",
 }
+_SINGLE = {  # printed without an error
+    "kld_p99": rf"^99\.0%\s+KLD:\s*{_NUM}",
+    "kld_max": rf"^Maximum\s+KLD:\s*{_NUM}",
+}
 _FINAL = re.compile(rf"Final estimate: PPL = {_NUM} \+/- {_NUM}")
+# the base run: "perplexity: calculating perplexity over 4 chunks"; a KL run: "kl_divergence: computing over 4 chunks"
+_CHUNKS = re.compile(r"(?:calculating perplexity|computing) over (\d+) chunks")
 
 
 @dataclass
 class Stat:
     value: float
-    err: float
+    err: float | None  # None: printed without one (percentiles, the maximum)
 
 
 def _f(s: str) -> float:
@@ -37,10 +43,20 @@ def parse(text: str) -> dict[str, Stat]:
         m = re.search(pat, text, re.M | re.I)
         if m:
             out[key] = Stat(_f(m.group(1)), _f(m.group(2)))
+    for key, pat in _SINGLE.items():
+        m = re.search(pat, text, re.M | re.I)
+        if m:
+            out[key] = Stat(_f(m.group(1)), None)
     m = _FINAL.search(text)
     if m and "ppl_q" not in out:
         out["ppl"] = Stat(_f(m.group(1)), _f(m.group(2)))
     return out
+
+
+def chunks(text: str) -> int | None:
+    """The chunks llama-perplexity evaluated (fewer than asked when the text ran short)."""
+    m = _CHUNKS.search(text)
+    return int(m.group(1)) if m else None
 
 
 def is_finite(stats: dict[str, Stat], key: str) -> bool:

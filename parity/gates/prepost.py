@@ -31,6 +31,7 @@ class GateSpec:
     paths: list[str] = field(default_factory=list)
     ops: list[str] = field(default_factory=list)
     kl: bool = False
+    kl_sweep: list = field(default_factory=list)  # the KL drift sweep's contexts (ints; "256" from a campaign step)
     engine: str | None = None
     expect: str | None = None
     form: str | None = None
@@ -51,12 +52,20 @@ def gate_engines(ctx, spec: GateSpec | None = None) -> list[str]:
     """The engines whose binaries this gate set runs, once each, as each kind says (md5: the gated
     builds and the reference build; op-oracle, KL: the gate engine).  Build them before the GPU lock."""
     spec = spec or GateSpec.from_profile(ctx.profile)
+    check_plan(ctx.profile, spec)
     engine = binary_engine(ctx, spec)
     names = [n for n in dict.fromkeys(n for k in gate_set() for n in k.engines(ctx, spec, engine)) if n]
     for n in names:
         if n in ctx.profile.engines and (note := kind_of(ctx.profile, n).binary_gates_note()):
             raise UsageError(f"gates on engine {n}: the gates run an engine's own binaries, {note}")
     return names
+
+
+def check_plan(profile, spec: GateSpec) -> None:
+    """What every kind can check before any build, run dir or lock (e.g. the KL text is long enough
+    for its chunks at every context): UsageError, one line."""
+    for k in gate_set():
+        k.check_plan(profile, spec)
 
 
 def binary_gates(ctx, engines, spec: GateSpec | None) -> dict[str, dict]:
@@ -83,16 +92,22 @@ def gate_models(ctx, spec: GateSpec) -> list[str]:
     return [m for m in dict.fromkeys(m for k in gate_set() for m in k.models(ctx, spec)) if m]
 
 
+def wanted_kinds(spec: GateSpec, phase: str = "gate") -> list:
+    """The kinds this gate set runs, in registry order; none is a one-line UsageError."""
+    kinds = [k for k in gate_set() if k.wanted(spec)]
+    if not kinds:
+        asks = [k.switch for k in gate_set() if k.switch]
+        raise UsageError(f"{phase} gates: nothing to check (no {', '.join(asks[:-1])} or {asks[-1]} in the profile's gates section or the options)")
+    return kinds
+
+
 def run_gate_set(ctx, spec: GateSpec, phase: str = "gate") -> dict:
     """Every kind's checks in registry order (md5 models x paths, op-oracle ops, KL per path)."""
 
     engine = gate_set_engine(ctx, spec)
     if engine:
         ctx.profile.engine(engine)
-    kinds = [k for k in gate_set() if k.wanted(spec)]
-    if not kinds:
-        asks = [k.switch for k in gate_set() if k.switch]
-        raise UsageError(f"{phase} gates: nothing to check (no {', '.join(asks[:-1])} or {asks[-1]} in the profile's gates section or the options)")
+    kinds = wanted_kinds(spec, phase)
     tag = f"{phase}/" if phase else ""
     plan = [(k, t) for k in kinds for t in k.expand(ctx, spec, engine)]
     checks: list[Check] = []

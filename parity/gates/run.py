@@ -4,8 +4,8 @@ md5_gate (md5.py), op_gate (oracle.py), kl_gate (kl.py); the kinds that wrap the
 kinds.GATES.  path_env and resolve_model (common.py) are used by the serving and bench runners too."""
 
 from parity.gates.common import path_env, resolve_model
-from parity.gates.kl import DEFAULT_TEXT, kl_gate
+from parity.gates.kl import kl_gate
 from parity.gates.md5 import greedy, md5_gate
 from parity.gates.oracle import op_gate
 
-__all__ = ["path_env", "resolve_model", "DEFAULT_TEXT", "kl_gate", "greedy", "md5_gate", "op_gate"]
+__all__ = ["path_env", "resolve_model", "kl_gate", "greedy", "md5_gate", "op_gate"]

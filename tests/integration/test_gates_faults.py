@@ -48,7 +48,7 @@ gates:
   timeout_s: 2
   op_timeout_s: 2
   completion_retries: 1
-  kl: {{reference: m, candidate: m, baseline: m, timeout_s: 5}}
+  kl: {{reference: m, candidate: m, baseline: m, timeout_s: 5, min_same_top_p: 90}}
 {extra}""",
     )
     return make_ctx(tmp_path, prof)
@@ -209,6 +209,14 @@ def test_kl_crash_and_missing_stats(tmp_path, monkeypatch):
     c = kl_gate(kl_ctx(tmp_path, monkeypatch, f"cat {head}"))  # exit 0 but the statistics never came
     assert c.status == ERROR and len(c.data["candidate"]["retried"]) == 3
     assert "gave no KLD (exit 0, 4 runs)" in c.detail
+
+
+def test_kl_fewer_chunks_than_asked_is_an_error(tmp_path, monkeypatch):
+    """llama-perplexity evaluates fewer chunks, silently, when the text tokenizes short: never a pass."""
+    short = tmp_path / "short.txt"
+    short.write_text((DATA / "ppl-kl-p1.txt").read_text().replace("computing over 4 chunks", "computing over 2 chunks"))
+    c = kl_gate(kl_ctx(tmp_path, monkeypatch, f"cat {short}"))
+    assert c.status == ERROR and c.got == "2" and c.detail.startswith("llama-perplexity evaluated 2 of 4 chunks at ctx 128")
 
 
 def test_kl_base_logits_failure(tmp_path, monkeypatch):

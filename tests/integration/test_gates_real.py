@@ -3,8 +3,10 @@ through parity) and real synthesized models."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -13,6 +15,8 @@ from gate_helpers import make_ctx, write_profile
 from parity.gates.checks import ERROR, FAIL, PASS
 from parity.gates.kl import kl_gate
 from parity.gates.oracle import op_gate
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "gates"
 
 pytestmark = pytest.mark.slow
 
@@ -141,6 +145,72 @@ def test_kl_real_divergence_and_band(built, tmp_path, monkeypatch):
     ctx.profile.gates.kl.max_kld = cand / 2
     absolute = kl_gate(ctx)
     assert absolute.status == FAIL and "max_kld" in absolute.detail
+
+
+def test_kl_drift_sweep_one_row_per_context(built, parity_cli, tmp_path):
+    """`--kl-sweep`: the KL gate at each context (tiny-perturbed vs tiny, bounded by tiny-noisy),
+    one row each in the JSON and in gate_summary.tsv; same top p is part of each row's verdict."""
+    res, doc = gate(parity_cli, tmp_path, "--ops", "none", "--kl-sweep", "64,128,256")
+    assert res.returncode == 0, res.stderr[-2000:]
+    rows = doc["kl_sweep"]
+    assert [(r["ctx"], r["path"], r["status"]) for r in rows] == [(n, "paged", PASS) for n in (64, 128, 256)]
+    for r in rows:  # 1 % weight noise: a small KLD, its tail above its mean, most top tokens kept
+        assert 0 < r["kld"] < r["kld_p99"] < 0.01 and 93 <= r["same_top_p"] < 100, r
+    kl = [c for c in doc["checks"] if c["kind"] == "kl"]
+    assert [c["check"] for c in kl] == [f"kl tiny-perturbed/paged vs tiny ctx {n}" for n in (64, 128, 256)]
+    for c, n in zip(kl, (64, 128, 256)):
+        assert c["data"]["ctx"] == n and c["data"]["text_words"] == 4 * n and c["data"]["candidate"]["chunks"] == 4
+        assert c["data"]["text"].endswith(f"text-s0-{4 * n}w.txt") and "same top p >= 93.000%" in c["expected"]
+    tsv = [ln.split("\t") for ln in (Path(doc["run_dir"]) / "gate_summary.tsv").read_text().splitlines()]
+    kl_rows = [(r[1], r[2]) for r in tsv if r[1].startswith("kl_")]
+    assert kl_rows == [(f"kl_tiny-perturbed_paged_ctx{n}", "ok") for n in (64, 128, 256)]
+
+    # the users' own bound, 99.5 %: 1 % weight noise flips more top tokens than that, each row red
+    strict = write_profile(tmp_path / "strict.yaml", "extends: smoke\ngates:\n  kl: {min_same_top_p: 99.5}\n")
+    res, doc = gate(parity_cli, tmp_path, "-p", str(strict), "--ops", "none", "--kl-sweep", "128")
+    assert res.returncode == 3 and [r["status"] for r in doc["kl_sweep"]] == [FAIL]
+    detail = doc["kl_sweep"][0]["detail"]
+    assert detail.startswith("same top p ") and "< 99.500% (min_same_top_p 99.5%)" in detail
+
+
+# the md5 gate on the lossy candidate, its md5 changed, its KL gate asked for on that path
+MD5_CHANGE = """extends: smoke
+gates:
+  models: [tiny-perturbed]
+  kl: {on_md5_change: [paged]}
+"""
+
+
+def test_an_md5_change_runs_the_kl_gate_before_the_run_is_accepted(built, parity_cli, tmp_path):
+    prof = write_profile(tmp_path / "p.yaml", MD5_CHANGE)
+    reg = tmp_path / "registry.yaml"
+    # the expected md5: the unperturbed model's transcript (tests/data/gates): tiny-perturbed's differs
+    canonical = hashlib.md5((DATA / "completion-no-cnv.stdout").read_bytes()).hexdigest()
+    args = ("--ops", "none", "--expect", canonical, "--registry", str(reg))
+    res, doc = gate(parity_cli, tmp_path, "-p", str(prof), *args, "--record")
+    assert res.returncode == 0, res.stderr[-2000:]
+    (c,) = doc["checks"]  # one check: the md5, judged by the KL gate it ran
+    assert c["status"] == PASS and c["got"] != canonical and c["expected"] == canonical
+    assert c["detail"].startswith("md5 changed, KL within band: KLD ") and c["data"]["kl"]["status"] == PASS
+    assert "running the KL gate (gates.kl.on_md5_change)" in res.stderr
+    tsv = (Path(doc["run_dir"]) / "gate_summary.tsv").read_text().splitlines()
+    row = next(r.split("\t") for r in tsv if r.startswith("gate\ttiny-perturbed_md5"))
+    assert row[2:5] == ["ok", c["got"], canonical] and row[5].startswith("md5 changed, KL within band")
+    entry = yaml.safe_load(reg.read_text())["models"]["tiny-perturbed"][0]  # a KL-validated change becomes canonical
+    assert entry["md5"] == c["got"] and entry["validated"].startswith("KL-validated against tiny: KLD")
+
+    # the same change outside the band: red, with the KL's reason
+    tight = write_profile(tmp_path / "tight.yaml", f"extends: {prof}\ngates:\n  kl: {{max_kld: 1.0e-12}}\n")
+    res, doc = gate(parity_cli, tmp_path, "-p", str(tight), *args[:-2])
+    (c,) = doc["checks"]
+    assert res.returncode == 3 and c["status"] == FAIL
+    assert c["detail"].startswith("md5 changed and KL fail: ") and "max_kld" in c["detail"]
+
+    # a path the profile does not name: a changed md5 stays a mismatch, no KL run
+    res, doc = gate(parity_cli, tmp_path, "-p", str(prof), *args[:-2], "--path", "nonpaged")
+    (c,) = doc["checks"]
+    assert res.returncode == 3 and c["status"] == FAIL
+    assert c["detail"].startswith("md5 mismatch") and "kl" not in c["data"]
 
 
 def test_op_oracle_real_cpu(built, tmp_path):

@@ -39,7 +39,7 @@ def plan(ctx, spec) -> list[tuple[str, Target]]:
 
 
 def test_every_kind_declares_itself():
-    assert list(GATES) == ["md5", "op", "kl", "output_parity"]
+    assert list(GATES) == ["md5", "op", "kl", "output_parity", "banner"]
     spec_fields = {f.name for f in dataclasses.fields(GateSpec)}
     for name, k in GATES.items():
         assert isinstance(k, GateKind) and k.name == name and k.what and k.reads and set(k.reads) <= set(READS), name
@@ -95,7 +95,7 @@ def test_engines_models_and_binary_gates_come_from_the_kinds():
 def test_gate_step_options_are_the_kinds_options():
     phase, over = spec_from_options({"phase": "pre", "models": "tiny, tiny-noisy", "ops": [], "kl": True, "backend": "CPU"})
     assert phase == "pre" and over == {"models": ["tiny", "tiny-noisy"], "ops": [], "kl": True, "backend": "CPU"}
-    with pytest.raises(ConfigError, match="unknown gate option.*known: backend, engine, engines, expect, form, kl, models, ops, paths, phase"):
+    with pytest.raises(ConfigError, match="unknown gate option.*known: backend, engine, engines, expect, form, kl, kl_sweep, models, ops, paths, phase"):
         spec_from_options({"model": "tiny"})
     for bad, why in (({"kl": "yes"}, "with.kl.*true or false"), ({"ops": 3}, "with.ops.*list of names"), ({"form": ["chat"]}, "with.form.*a string")):
         with pytest.raises(ConfigError, match=why):

@@ -70,14 +70,14 @@ def test_bad_registry_file_is_a_config_error(reg):
         registry.lookup(load_profile("smoke"), "tiny", "paged", "chat", 48)
 
 
-def stats(kld, ppl=100.0):
-    return {"kld": [kld, 0.0], "ppl_q": [ppl, 1.0]}
+def stats(kld, ppl=100.0, same_top_p=99.9):
+    return {"kld": [kld, 0.0], "ppl_q": [ppl, 1.0], "same_top_p": [same_top_p, 0.1]}
 
 
 def test_band_against_baseline():
     kl = KLConfig(kld_slack=0.0, ppl_band_pct=1.0)
     bounds, problems = band(stats(0.136000, 7.40), stats(0.136597, 7.41), kl, "nonpaged")
-    assert problems == [] and len(bounds) == 2
+    assert problems == [] and len(bounds) == 3  # KLD, PPL, same top p >= 99.5 % (the default)
     _, problems = band(stats(0.137, 7.40), stats(0.136597, 7.41), kl, "nonpaged")
     assert problems and "> baseline" in problems[0]
     _, problems = band(stats(0.1, 8.0), stats(0.136597, 7.41), kl, "nonpaged")
