@@ -8,6 +8,7 @@ EXIT_INFRA = 4  # infrastructure: build failed, server never ready, lock timeout
 EXIT_REGRESSION = 5  # performance regression beyond the noise rule
 EXIT_INVALID = 6  # a measurement broke a validity rule (its numbers are written, marked invalid)
 EXIT_CHANGE_POINT = 7  # a change point over the run history is newly confirmed (parity.history)
+EXIT_NOT_ENGAGED = 8  # a lever A/B's lever did not engage: no evidence it was on in arm B (parity.levers.engagement)
 EXIT_INTERRUPTED = 130
 
 
@@ -50,6 +51,13 @@ class ChangePointConfirmed(ParityError):
     """The history of this run's series has a step that is significant and has enough runs after it."""
 
     exit_code = EXIT_CHANGE_POINT
+
+
+class NotEngaged(ParityError):
+    """A lever whose arm B shows no evidence of it (its env string in no file of the build, the
+    build unchanged, an asked trace marker absent): NOT ENGAGED, never FLAT or GO."""
+
+    exit_code = EXIT_NOT_ENGAGED
 
 
 class Interrupted(ParityError):

@@ -12,8 +12,11 @@ stats.metrics for serving) at every point, B/A paired over the blocks:
   the KL band), whatever the numbers, or when any point regressed;
 - GO when a point improved and none regressed;
 - FLAT only when every point is equivalent (the whole interval inside +-stats.min_delta_pct);
-- INCONCLUSIVE otherwise: the interval cannot tell noise from a change, never called FLAT.
-Exit: 0 with a verdict, 3 when a gate is red (the measurement is still written)."""
+- INCONCLUSIVE otherwise: the interval cannot tell noise from a change, never called FLAT;
+- NOT ENGAGED, whatever the numbers (a red gate aside), when arm B shows no sign of the lever
+  (engagement.py: its env name in no file of the build stops the A/B before the lock; an asked
+  --marker absent from arm B's logs after it).
+Exit: 0 with a verdict, 3 when a gate is red (the measurement is still written), 8 NOT ENGAGED."""
 
 from __future__ import annotations
 
@@ -35,11 +38,14 @@ from parity.engine.build import dry_tool_path, plan
 from parity.gates.common import path_env
 from parity.gpu.hardware import inventory
 from parity.gpu.lock import effective_dir, preflight
-from parity.levers import arms as armsmod, gates as gatesmod, map as levermap
+from parity.levers import arms as armsmod, engagement, gates as gatesmod, map as levermap
 from parity.levers.map import describe
 from parity.levers.report import write_report
+from parity.optime import measure as opmeasure, plan as opplan, stats as opstats
+from parity.optime.table import op_lines
+from parity.results import plain
 from parity.serving.snapshot import SnapshotRequest, make_plan, run_snapshot
-from parity.stats import family
+from parity.stats import Rule, family
 from parity.results import write_summary
 
 GO, NO_GO, FLAT, INCONCLUSIVE = "GO", "NO-GO", "FLAT", "INCONCLUSIVE"
@@ -52,6 +58,7 @@ class ABRequest:
 
     engine: str | None = None  # the base engine (arm A); None: gates.engine, else the first llama engine
     env: list[str] = field(default_factory=list)  # NAME=VALUE: runtime lever
+    server_args: list[str] = field(default_factory=list)  # "--flag value": runtime lever on the server's arguments (with serving)
     series_without: list[str] = field(default_factory=list)  # build lever
     series_until: str | None = None
     series: str | None = None
@@ -76,6 +83,10 @@ class ABRequest:
     map: str | None = None  # None: levers.map, else <artifacts>/lever_map.yaml
     dry_run: bool = False
     aa: bool = False  # the arms are identical on purpose (an A/A of this setup)
+    markers: list[str] = field(default_factory=list)  # --marker REGEX: a line arm B's logs must hold, else NOT ENGAGED
+    ops: list[str] | str | None = None  # test-backend-ops perf of these ops (parity.optime) instead of batched-bench
+    ops_backend: str | None = None  # None: gates.op_backend
+    ops_params: str | None = None  # test-backend-ops -p REGEX
 
 
 def base_engine(profile, engine: str | None) -> str:
@@ -168,18 +179,19 @@ def _decide(gate: dict | None, cells: list[dict], metric: str) -> dict:
 
     outs = [c.get("outcome") for c in cells]
     largest = cells[-1] if cells else None
+    gain = lambda c: 1 / c["ratio"] if c.get("better") == "lower" else c["ratio"]  # noqa: E731  (time: lower is better)
     regressed = [c for c in cells if c.get("outcome") == "regressed"]
     improved = [c for c in cells if c.get("outcome") == "improved"]
     if gate is not None and not gate["ok"]:
-        worst = min(regressed, key=lambda c: c["ratio"]) if regressed else largest
+        worst = min(regressed, key=gain) if regressed else largest
         return {"verdict": NO_GO, "why": f"gate red: {gate['problem']}", "key": key_of(worst)}
     if not cells:
         return {"verdict": INCONCLUSIVE, "why": "no paired measurement", "key": key_of(None)}
     if regressed:
-        worst = min(regressed, key=lambda c: c["ratio"])
+        worst = min(regressed, key=gain)
         return {"verdict": NO_GO, "why": f"{metric} regressed at {', '.join(c['point'] for c in regressed)}", "key": key_of(worst)}
     if improved:
-        best = max(improved, key=lambda c: c["ratio"])
+        best = max(improved, key=gain)
         return {"verdict": GO, "why": f"{metric} improved at {', '.join(c['point'] for c in improved)}, no point regressed", "key": key_of(best)}
     if all(o == "equivalent" for o in outs):
         return {"verdict": FLAT, "why": f"{metric} equivalent at every point (each interval inside +-threshold)", "key": key_of(largest)}
@@ -197,7 +209,10 @@ def prepare(ctx, req: ABRequest) -> dict:
     check_options(repeat=req.repeat, until_ci=req.until_ci, max_repeats=req.max_repeats, budget_s=req.budget_s, order=req.order)
     if req.reopen is not None and not req.reopen.strip():
         raise UsageError("--reopen: give the reason this closed lever is measured again (it is recorded in the map)")
-    lever = armsmod.make_lever(req.env, req.series_without, req.series_until, req.series, req.name, req.pin, req.repo)
+    engagement.check_markers(req.markers)
+    lever = armsmod.make_lever(req.env, req.series_without, req.series_until, req.series, req.name, req.pin, req.repo, req.server_args)
+    if lever.server_args and not req.serving:
+        raise UsageError("--server-arg changes llama-server's arguments: measure it with --serving (llama-batched-bench starts no server)")
     base = base_engine(ctx.profile, req.engine)
     armsmod.resolve_pin(ctx.profile, base, lever, ctx.runner, ctx.out)
     prof, arm_a, arm_b = armsmod.derive(ctx.profile, base, lever)
@@ -234,13 +249,23 @@ def dry_run(ctx, req: ABRequest, p: dict) -> dict:
     model = req.model or prof.serving.model
     mf = prof.model(model).path if model in prof.models else model
     npp, ntg, npl = req.npp or bench.npp, req.ntg or bench.ntg, req.npl or (prof.serving.npl if req.serving else bench.npl)
-    if req.serving:
+    if req.ops is not None:
+        op = opplan.plan(prof, ops_request(prof, req, a, b, p["lever"]))
+        bins = {e: dry_tool_path(prof, e, opplan.TOOL, ctx.runner, ctx.out) for e in op.engines}
+        # the real run asks the built tools which output they offer
+        fmt = opmeasure.probe_output(ctx.runner, bins, op.envs) if all(map(os.path.isfile, bins.values())) else None
+        cmds = opplan.commands(op, bins, fmt or "console")
+        measure = {"kind": "ops", "model": f"{op.backend} ({', '.join(op.ops)})", "ops": op.ops, "backend": op.backend,
+                   "reference": a, "metric": opplan.HEADLINE, "output": opplan.describe(op, bins, fmt)["output"],
+                   "commands": {f"{e} {o}": {"env": op.envs[e], "argv": v}
+                                for e in op.engines for o, v in zip(op.ops, cmds[e])}}
+    elif req.serving:
         measure = {"kind": "serving", "engines": [a, b], "model": model, "npl": npl, "reference": a, "metric": prof.stats.metrics[0]}
     else:
         measure = {"kind": "batched-bench", "model": model, "npp": npp, "ntg": ntg, "npl": npl, "reference": a, "metric": BENCH_HEADLINE,
                    "commands": {arm: {"env": path_env(ctx, arm, None), "argv": argv(dry_tool_path(prof, arm, "llama-batched-bench", ctx.runner, ctx.out), mf, npp, ntg, npl, bench)} for arm in (a, b)}}  # fmt: skip
 
-    measure["blocks"] = budget_for(BenchRequest(repeat=req.repeat, until_ci=req.until_ci, max_repeats=req.max_repeats, budget_s=req.budget_s), prof.stats, 2).describe()
+    measure["blocks"] = blocks_plan(ctx, req, p, op if req.ops is not None else None).describe()
     closed = p["closed"]
     refusal = None
     if closed is not None:
@@ -252,7 +277,20 @@ def dry_run(ctx, req: ABRequest, p: dict) -> dict:
                   "kl": {"reference": prof.gates.kl.reference, "candidate": prof.gates.kl.candidate} if req.lossy else None},
         "measure": measure, "lock": {"dir": str(effective_dir(prof.lock)), "preflight": preflight(ctx.runner, prof.lock)},
         "map": {"path": str(p["map_path"]), "rows": len(p["map_rows"]), "identity": {"lever": p["name"], **p["facts"]}, "earlier": p["earlier"], "refusal": refusal},
+        "engagement": engagement.planned(p["lever"].env, req.markers, p["lever"].builds()),
+        "markers": req.markers,
     }  # fmt: skip
+
+
+def blocks_plan(ctx, req: ABRequest, p: dict, op=None):
+    """The stop rule the measurement will run, from its own validator: --until-ci names serving
+    metrics with --serving (the snapshot's plan), s_tg for batched-bench."""
+    if op is not None:
+        return op.budget
+    if req.serving:
+        sreq, _ = measure_requests(ctx, req, p["arm_a"], p["arm_b"], p["lever"])
+        return make_plan(ctx, sreq).budget
+    return budget_for(BenchRequest(repeat=req.repeat, until_ci=req.until_ci, max_repeats=req.max_repeats, budget_s=req.budget_s), ctx.profile.stats, 2)
 
 
 def levermap_describe(row: dict) -> str:
@@ -276,25 +314,37 @@ def measure_lever(ctx, req: ABRequest, p: dict) -> dict:
     a, b = p["arm_a"], p["arm_b"]
     lever = p["lever"]
     ctx.out.info(f"[ab] lever {p['name']}: A = {a}, B = {b} ({lever.changes(a)})")
-    models = [*gatesmod.arm_models(ctx.profile, p["gate_models"], req.lossy), req.model or ctx.profile.serving.model]
+    measured_model = [] if req.ops is not None else [req.model or ctx.profile.serving.model]  # --ops reads no model
+    models = [*gatesmod.arm_models(ctx.profile, p["gate_models"], req.lossy), *measured_model]
     built = session.prepare(ctx, [a, b], models)  # builds and model files, before the shared GPU is taken
     for arm in (a, b):
         bld = built[arm]
         ctx.out.info(f"[ab] {arm}: " + (f"prebuilt {bld['prebuilt']}" if "prebuilt" in bld else f"build {bld.get('key')} ({'cached' if bld.get('cached') else 'built now'})"))
-    phases = []
-    with session.measuring(ctx, [a, b]) as hw:
-        phases.append(gatesmod.run_gates(ctx, a, b, p["gate_models"], p["gate_paths"], req.lossy, "pre-"))
-        # kept if the measurement fails or is interrupted; replaced by the verdict below
-        write_summary(ctx.run, {"kind": "lever-ab", "lever": p["name"], "arms": {"A": a, "B": b}, "verdict": None, "state": "measuring",
-                                "gates": {**gatesmod.verdict(phases, req.lossy), "phases": phases}})  # fmt: skip
-        measured = measure(ctx, req, a, b, lever)
-        if req.post_gates:
-            phases.append(gatesmod.run_gates(ctx, a, b, p["gate_models"], p["gate_paths"], req.lossy, "post-"))
-    gate = gatesmod.verdict(phases, req.lossy)
-    metric = BENCH_HEADLINE if not req.serving else ctx.profile.stats.metrics[0]
+    series_b = p["builds"][b].get("series_dir")
+    static = engagement.static_evidence(lever.env, lever.server_args, lever.builds(), built, series_b, a, b, ctx.runner)
+    ctx.out.info(f"[ab] engagement: {static['why']}")
+    phases, measured, hw = [], {}, {"hardware_class": p["facts"]["hardware_class"]}
+    if static["engaged"]:  # else nothing is gated or measured: the lever cannot have engaged
+        with session.measuring(ctx, [a, b]) as hw:
+            phases.append(gatesmod.run_gates(ctx, a, b, p["gate_models"], p["gate_paths"], req.lossy, "pre-"))
+            # kept if the measurement fails or is interrupted; replaced by the verdict below
+            write_summary(ctx.run, {"kind": "lever-ab", "lever": p["name"], "arms": {"A": a, "B": b}, "verdict": None, "state": "measuring",
+                                    "gates": {**gatesmod.verdict(phases, req.lossy), "phases": phases}})  # fmt: skip
+            measured = measure(ctx, req, a, b, lever)
+            if req.post_gates:
+                phases.append(gatesmod.run_gates(ctx, a, b, p["gate_models"], p["gate_paths"], req.lossy, "post-"))
+    gate = gatesmod.verdict(phases, req.lossy) if phases else engagement.not_gated(gatesmod.lever_kind(req.lossy))
+    ops = req.ops is not None  # --ops: the cases test-backend-ops perf timed are the points (parity.optime)
+    metric = opplan.HEADLINE if ops else BENCH_HEADLINE if not req.serving else ctx.profile.stats.metrics[0]
     # the verdict reads every point: Holm over them keeps an A/A's chance of any claim at alpha
-    cells = family.adjust(measure_cells(measured, req.serving, metric), 1 - ctx.profile.stats.confidence)
-    dec = decide(gate, cells, metric, expected_points(measured, req.serving))
+    raw = [] if not measured else opstats.lever_cells(measured) if ops else measure_cells(measured, req.serving, metric)
+    cells = family.adjust(raw, 1 - ctx.profile.stats.confidence)
+    expected = opstats.expected_points(measured) if ops else expected_points(measured, req.serving)
+    expected = expected if measured else []
+    dec = decide(gate, cells, metric, expected)
+    masks = tuple(str(built[arm].get("bin_dir") or built[arm].get("prebuilt") or "") for arm in (a, b))
+    eng = engagement.judge(static, engagement.from_run(ctx.run.path, a, b, req.markers, masks) if measured else None)
+    dec = engagement.overrule(dec, eng, gate)
     if measured.get("invalid_points"):  # left out of the paired statistics (parity.serving.summary), said beside the verdict
         dec["why"] += f"; {len(measured['invalid_points'])} invalid serving point(s) left out, first: {measured['invalid_points'][0]}"
     facts = {**p["facts"], "hardware_class": hw["hardware_class"]}
@@ -304,17 +354,21 @@ def measure_lever(ctx, req: ABRequest, p: dict) -> dict:
         "engine": a, "env": lever.env, "series_without": lever.series_without, "series_until": lever.series_until, "series": lever.series,
         **facts, "builds": {arm: built[arm] for arm in (a, b)}, "verdict": dec["verdict"], "why": dec["why"], "key": dec["key"], "missing": dec["missing"],
         "gates": {**gate, "phases": [{k: v for k, v in ph.items()} for ph in phases]}, "lossy": req.lossy,
-        "measurement": {"kind": "serving" if req.serving else "batched-bench", "metric": metric, "points": [_cell(c) for c in cells],
+        "engagement": eng, "markers": req.markers,
+        "measurement": {"kind": "ops" if ops else "serving" if req.serving else "batched-bench", "metric": metric,
+                        "points": [_cell(c) for c in cells], **({"ops": op_lines(measured)} if ops else {}),
                         "family": {"method": family.METHOD, "line": family.family_line(cells, f"{metric} at every point")},
                         "blocks": measured.get("blocks"), "stop": measured.get("stop"), "order": measured.get("order"),
-                        "file": "serving_summary.json" if req.serving else "bench.json", "invalid_points": measured.get("invalid_points") or []},
+                        "file": "ops.json" if ops else "serving_summary.json" if req.serving else "bench.json",
+                        "invalid_points": measured.get("invalid_points") or []},
         "reopen": req.reopen, "reopens": levermap.describe(p["closed"]) if p["closed"] else None, "map": str(p["map_path"]), "run_dir": run_dir,
+        **({"traces": measured["traces"]} if measured.get("traces") else {}),  # the arms' trace envs read back (parity.traces)
     }  # fmt: skip
     doc["report"] = write_report(ctx, doc, measured, req.serving)
     write_summary(ctx.run, doc)
     row = {"lever": p["name"], "kind": lever.kind, "engine": a, "changes": doc["changes"], "hardware_class": facts["hardware_class"], "pin": facts["pin"],
            "series_digest": facts["series_digest"], "verdict": dec["verdict"], "key_number": dec["key"]["text"], "metric": metric, "point": dec["key"]["point"],
-           "ratio": dec["key"]["ratio"], "low": dec["key"]["low"], "high": dec["key"]["high"], "gates": gate["summary"], "gate_kind": gate["kind"],
+           "ratio": dec["key"]["ratio"], "low": dec["key"]["low"], "high": dec["key"]["high"], "gates": gate["summary"], "gate_kind": gate["kind"], "engaged": engagement.line(eng),
            "artifact": run_dir, "report": doc["report"], "date": levermap.today(), "reopen": req.reopen, "reopens": doc["reopens"]}  # fmt: skip
     levermap.append(p["map_path"], row, markdown=True)
     doc["map_markdown"] = str(levermap.markdown_path(p["map_path"]))
@@ -339,7 +393,11 @@ def measure_requests(ctx, req: ABRequest, a: str, b: str, lever):
 
 
 def measure_plan(ctx, req: ABRequest, a: str, b: str, lever) -> None:
-    """Every check the measurement makes, before anything runs (the serving plan, or the bench A/B's)."""
+    """Every check the measurement makes, before anything runs (the serving plan, the bench A/B's, or
+    the op timing's)."""
+    if req.ops is not None:
+        opplan.plan(ctx.profile, ops_request(ctx.profile, req, a, b, lever))
+        return
     sreq, breq = measure_requests(ctx, req, a, b, lever)
     if sreq is not None:
         make_plan(ctx, sreq)
@@ -349,7 +407,17 @@ def measure_plan(ctx, req: ABRequest, a: str, b: str, lever) -> None:
 
 def measure(ctx, req: ABRequest, a: str, b: str, lever) -> dict:
     """Both arms in paired blocks under the held lock: batched-bench (parity.bench.ab) or
-    the serving sweep (parity.serving.snapshot, no gates of its own: the arms' gates are ours)."""
+    the serving sweep (parity.serving.snapshot, no gates of its own: the arms' gates are ours),
+    or with --ops test-backend-ops perf per op (parity.optime: ops.json, ops.tsv)."""
+    if req.ops is not None:
+        op = opplan.plan(ctx.profile, ops_request(ctx.profile, req, a, b, lever))
+        bins = {e: kind_of(ctx.profile, e).tool_path(ctx.profile, e, opplan.TOOL, ctx.runner, ctx.out)
+                for e in op.engines}
+        fmt, rule = opmeasure.probe_output(ctx.runner, bins, op.envs), Rule.from_config(ctx.profile.stats)
+        doc = opmeasure.measure(op, bins, fmt, ctx.runner, ctx.run, ctx.out.info, rule)
+        ctx.run.write_json("ops.json", plain(doc))
+        ctx.run.write_text("ops.tsv", opstats.tsv(doc))
+        return doc
     sreq, breq = measure_requests(ctx, req, a, b, lever)
     if sreq is not None:
         doc = run_snapshot(ctx, make_plan(ctx, sreq), gates=False, allow_env=sreq.allow_env)
@@ -358,3 +426,15 @@ def measure(ctx, req: ABRequest, a: str, b: str, lever) -> dict:
             src.replace(ctx.run.file("serving_summary.json"))  # summary.json is the lever's
         return doc
     return run_ab(ctx, breq)
+
+
+def ops_request(profile, req: ABRequest, a: str, b: str, lever) -> opplan.OpsRequest:
+    """The op timing of the lever's arms: A then B, A the reference (UsageError for a batched-bench
+    or serving option beside --ops)."""
+    if req.serving:
+        raise UsageError("--ops and --serving are two measurements: give one")
+    if given := [f for f in ("npp", "ntg", "npl", "model") if getattr(req, f) is not None]:
+        raise UsageError(f"--{given[0]} is llama-batched-bench's; --ops times test-backend-ops perf (no model)")
+    allow = [k for k in lever.env if k in profile.policy.forbidden_bench_env]  # the lever's own env is the point of arm B
+    return opplan.OpsRequest(req.ops, [a, b], a, False, req.ops_backend, req.ops_params, req.repeat, req.until_ci,
+                             req.max_repeats, req.budget_s, req.order, allow)

@@ -1,7 +1,7 @@
 """The two arms of a lever A/B, derived from one base engine of the profile.
 
-A runtime lever (--env NAME=VALUE) runs the base build twice: arm B is the same engine
-config with the extra env, so the same build key and binaries.  A build lever
+A runtime lever (--env NAME=VALUE, --server-arg "--flag value") runs the base build twice: arm B is
+the same engine config with the extra env or server arguments, so the same build key and binaries.  A build lever
 (--series-without NNNN, --series-until NNNN, --series DIR) is the users' "separately
 built in-backend A/B": arm B is the base config with another patch selection (its own
 build key; ccache recompiles only what the patches touch).  Both may be combined (a
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import re
+import shlex
 from dataclasses import dataclass, field
 
 from parity.decode import replace
@@ -30,6 +31,7 @@ ARM_B_SUFFIX = "+lever"
 @dataclass
 class Lever:
     env: dict[str, str] = field(default_factory=dict)
+    server_args: list[str] = field(default_factory=list)  # --server-arg strings as given (arm B's server gets them split)
     series_without: list[str] = field(default_factory=list)
     series_until: str | None = None
     series: str | None = None  # another series directory
@@ -47,7 +49,7 @@ class Lever:
         return bool(self.series_without or self.series_until or self.series or self.pin)
 
     def derived_name(self) -> str:
-        parts = [f"{k}={v}" for k, v in self.env.items()]
+        parts = [f"{k}={v}" for k, v in self.env.items()] + list(self.server_args)
         if self.series:
             parts.append(f"series={self.series.rstrip('/').rsplit('/', 1)[-1]}")
         if self.series_until:
@@ -65,6 +67,8 @@ class Lever:
         out = []
         if self.env:
             out.append("env " + " ".join(f"{k}={v}" for k, v in self.env.items()) + f" on the {base} build")
+        if self.server_args:
+            out.append("server arguments " + " ".join(self.server_args) + f" on {base}'s server")
         if self.series:
             out.append(f"series {self.series} instead of {base}'s")
         if self.series_until:
@@ -89,6 +93,28 @@ def parse_env(items: list[str] | None) -> dict[str, str]:
     return env
 
 
+def parse_server_args(items: list[str] | None) -> list[str]:
+    """--server-arg "--flag value" (repeatable) -> the strings as given, each checked to split into
+    an option and its values; a malformed item is a one-line UsageError."""
+    out: list[str] = []
+    for item in items or []:
+        try:
+            words = shlex.split(str(item))
+        except ValueError as e:
+            raise UsageError(f"--server-arg {item!r}: {e}") from None
+        if not words or not words[0].startswith("-"):
+            raise UsageError(f"--server-arg {item!r}: expected a server option and its value, "
+                             "e.g. --server-arg '--cache-ram 0'")
+        out.append(" ".join(words))
+    if len(set(out)) != len(out):
+        raise UsageError(f"--server-arg given twice: {', '.join(sorted({a for a in out if out.count(a) > 1}))}")
+    return out
+
+
+def server_argv(lever: Lever) -> list[str]:
+    return [w for a in lever.server_args for w in shlex.split(a)]
+
+
 def patch_number(value: str, flag: str) -> str:
     """The number as written (the lever's name keeps it), checked by the series' own rule."""
 
@@ -97,13 +123,14 @@ def patch_number(value: str, flag: str) -> str:
 
 
 def make_lever(env: list[str] | None, series_without: list[str] | None, series_until: str | None, series: str | None, name: str | None,
-               pin: str | None = None, repo: str | None = None) -> Lever:  # fmt: skip
-    lever = Lever(parse_env(env), [patch_number(n, "--series-without") for n in series_without or []],
+               pin: str | None = None, repo: str | None = None, server_args: list[str] | None = None) -> Lever:  # fmt: skip
+    env_, args = parse_env(env), parse_server_args(server_args)
+    lever = Lever(env_, args, [patch_number(n, "--series-without") for n in series_without or []],
                   patch_number(series_until, "--series-until") if series_until else None, series, name, pin or None, repo or None)  # fmt: skip
     if repo and not pin:
         raise UsageError("--repo goes with --pin REF (the llama.cpp commit arm B is built at)")
-    if not lever.env and not lever.builds():
-        raise UsageError("no lever given: --env NAME=VALUE (runtime lever), --series-without NNNN, --series-until NNNN, --series DIR or --pin REF (build lever)")
+    if not lever.env and not lever.server_args and not lever.builds():
+        raise UsageError("no lever given: --env NAME=VALUE or --server-arg '--flag value' (runtime lever), --series-without NNNN, --series-until NNNN, --series DIR or --pin REF (build lever)")
     if name is not None and not str(name).strip():
         raise UsageError("--name: empty lever name")
     return lever
@@ -125,6 +152,8 @@ def derive(profile, base: str, lever: Lever):
     # the lever's env wins over the engine's and every path's own (a path's env is applied last)
     paths = {p: {**penv, **lever.env} for p, penv in e.paths.items()}
     b = replace(copy.deepcopy(e), env={**e.env, **lever.env}, paths=paths)
+    if lever.server_args:  # after the engine's own: the server takes an option's last value
+        b = replace(b, server_args=[*e.server_args, *server_argv(lever)])
     if lever.pin and not lever.pin_commit:
         raise UsageError("--pin: resolve it first (levers.arms.resolve_pin)")
     if lever.builds():
@@ -160,7 +189,7 @@ def identical(profile, a: str, b: str, builds: dict) -> str | None:
     if not ba.get("key") and not ba.get("prebuilt"):
         return None
     env_a, env_b = measured_env(ea), measured_env(eb)
-    if env_a != env_b:
+    if env_a != env_b or getattr(ea, "server_args", None) != getattr(eb, "server_args", None):
         return None
     where = f"path {ea.default_path}" if ea.default_path is not None else "its env"
     build = f"build {ba['key']}" if ba.get("key") else f"prebuilt {ba['prebuilt']}"

@@ -7,7 +7,10 @@ what the users wrote: as text after the list when the list ends the file, else b
 round-trip edit (parity.yamledit); comments, other keys, layout and the file's mode stay.
 
 Refusal: a lever whose latest row on the same hardware class and pin holds a closing verdict
-(REJECTED, FLAT, NO-GO, DROPPED) is not measured again without --reopen REASON."""
+(REJECTED, FLAT, NO-GO, DROPPED, CLOSED, SUPERSEDED) is not measured again without --reopen
+REASON.  A row's hardware_class or pin `any` holds everywhere (the users' imported history,
+parity.levers.seeds); an env lever's row matches the same assignments in any order, and a value
+`<any>` matches every value."""
 
 from __future__ import annotations
 
@@ -29,13 +32,16 @@ MAP_NAME = "lever_map.yaml"
 HEADER = """\
 # Lever map (parity ab appends one row per A/B; parity levers lists it).  Yours to edit:
 # set a verdict in your words (SHIPPED, default-off, REJECTED, DROPPED, ...), add notes.
-# A lever whose latest row on the same hardware_class and pin says REJECTED, FLAT, NO-GO or
-# DROPPED is not re-run without `parity ab --reopen REASON`.
+# A lever whose latest row on the same hardware_class and pin (or `any`) says REJECTED, FLAT,
+# NO-GO, DROPPED, CLOSED or SUPERSEDED is not re-run without `parity ab --reopen REASON`.
 levers:
 """
-CLOSING = ("REJECTED", "FLAT", "NO-GO", "DROPPED")
-COLUMNS = ["lever", "kind", "engine", "changes", "hardware_class", "pin", "series_digest", "verdict", "key_number", "metric", "point",
-           "ratio", "low", "high", "gates", "gate_kind", "artifact", "report", "date", "reopen", "reopens", "problems"]  # fmt: skip
+CLOSING = ("REJECTED", "FLAT", "NO-GO", "DROPPED", "CLOSED", "SUPERSEDED")
+ANYWHERE = "any"  # a row's hardware_class / pin that holds on every class / pin
+ANY_VALUE = "<any>"  # an env lever's value in a row that matches every value
+COLUMNS = ["lever", "kind", "engine", "changes", "hardware_class", "pin", "series_digest", "verdict", "said", "key_number",
+           "metric", "point", "ratio", "low", "high", "gates", "gate_kind", "engaged", "phase", "artifact", "report", "date",
+           "source", "import", "reopen", "reopens", "problems"]  # fmt: skip
 
 
 SHAPE = "a lever map is a mapping with a `levers:` list of rows"
@@ -105,6 +111,37 @@ def append(path: Path, row: dict, markdown: bool = False) -> list[dict]:
     return rows
 
 
+def append_new(path: Path, rows: list[dict], key: str, markdown: bool = False) -> tuple[list[dict], int]:
+    """Append, under the map's lock, every row whose `key` value no row of the map holds yet
+    (what the users edited in the rows already there stays as they left it); nothing is written
+    when every row is there.  (rows added, rows already there)."""
+    path = Path(path)
+    with updating(path) as write:
+        data = _data(path) if path.exists() else {}
+        before = _rows(path, data)
+        have = {str(r.get(key)) for r in before if r.get(key) is not None}
+        new, seen = [], set()
+        for r in rows:
+            k = str(r.get(key))
+            if k not in have and k not in seen:
+                new.append(clean_row(r))
+                seen.add(k)
+        if not new:
+            return [], len(rows)
+        text = _read_exact(path) if path.exists() else ""
+        parsed = data if data else ...
+        try:
+            for i, row in enumerate(new):
+                text = append_to_list(text, "levers", row, header=HEADER, before=parsed)
+                parsed = {**(parsed if isinstance(parsed, dict) else {}), "levers": [*before, *new[: i + 1]]}
+        except YamlEditError as e:
+            raise ConfigError(str(path), "levers", f"{e}; nothing was imported") from None
+        write(text)
+        if markdown:
+            write_markdown(path, [*before, *new])
+    return new, len(rows) - len(new)
+
+
 def _read_exact(path: Path) -> str:
     """The text as it is on disk (CRLF line ends stay CRLF)."""
     with open(path, encoding="utf-8", newline="") as f:
@@ -125,8 +162,35 @@ def load_text(text: str) -> list[dict]:
     return list(data.get("levers") or [])
 
 
+def _here(value, want) -> bool:
+    return str(value) in (str(want), ANYWHERE)
+
+
+def env_of(lever: str) -> dict[str, str] | None:
+    """A lever name that is only NAME=VALUE assignments, as a dict (else None)."""
+    env = {}
+    for part in str(lever).split():
+        name, sep, value = part.partition("=")
+        if not sep or not name or not (name[0].isalpha() or name[0] == "_") or not name.replace("_", "").isalnum():
+            return None
+        env[name] = value
+    return env or None
+
+
+def same_lever(row_lever, lever: str) -> bool:
+    """row_lever names this lever: the same text, or (env levers) the same assignments in any
+    order, a row value `<any>` matching every value."""
+    if str(row_lever) == lever:
+        return True
+    mine, theirs = env_of(lever), env_of(str(row_lever))
+    if mine is None or theirs is None or set(mine) != set(theirs):
+        return False
+    return all(v == ANY_VALUE or v == mine[k] for k, v in theirs.items())
+
+
 def matching(rows: list[dict], lever: str, hardware_class: str | None, pin: str | None) -> list[dict]:
-    return [r for r in rows if str(r.get("lever")) == lever and str(r.get("hardware_class")) == str(hardware_class) and str(r.get("pin")) == str(pin)]
+    return [r for r in rows if same_lever(r.get("lever"), lever) and _here(r.get("hardware_class"), hardware_class)
+            and _here(r.get("pin"), pin)]
 
 
 def closing_row(rows: list[dict], lever: str, hardware_class: str | None, pin: str | None) -> dict | None:
@@ -140,7 +204,10 @@ def closing_row(rows: list[dict], lever: str, hardware_class: str | None, pin: s
 
 def describe(row: dict) -> str:
     key = row.get("key_number") or "no key number"
-    return f"{row.get('date', '?')} {row.get('verdict')} ({key}; gates: {row.get('gates', '?')}) -> {row.get('artifact', '?')}"
+    gates = f"; gates: {row['gates']}" if row.get("gates") else ""
+    phase = f"{row['phase']} " if row.get("phase") else ""
+    where = row.get("artifact") or row.get("source") or "?"
+    return f"{phase}{row.get('date') or '?'} {row.get('verdict')} ({key}{gates}) -> {where}"
 
 
 def refuse_if_closed(rows: list[dict], lever: str, hardware_class: str | None, pin: str | None, reopen: str | None, where: Path) -> dict | None:
@@ -183,7 +250,8 @@ def render_markdown(rows: list[dict], source: str = MAP_NAME) -> str:
     for i, r in enumerate(rows, 1):
         pin = f"{str(r.get('pin') or '-')[:8]} / {str(r.get('series_digest') or '-')[:8]}"
         reopen = f" (reopened: {r['reopen']})" if r.get("reopen") else ""
-        lines.append("| " + " | ".join(_cell(c) for c in [i, f"**{r.get('lever')}**", r.get("changes"), r.get("hardware_class"), pin,
+        phase = f" ({r['phase']})" if r.get("phase") else ""
+        lines.append("| " + " | ".join(_cell(c) for c in [i, f"**{r.get('lever')}**{phase}", r.get("changes"), r.get("hardware_class"), pin,
                                                                 _gate_cell(r), r.get("key_number"),
                                                                 f"**{r.get('verdict')}**{reopen}", r.get("artifact"), r.get("date")]) + " |")  # fmt: skip
     closed = [r for r in rows if str(r.get("verdict", "")).strip().upper() in CLOSING]

@@ -9,6 +9,7 @@ from parity.files import atomic_write_text
 from parity.levers.map import today
 from parity.report import ledger
 from parity.report.render import template_env
+from parity.report.runtime_sections import traces_rows
 
 
 def _f(v, nd=4) -> str:
@@ -38,11 +39,37 @@ def write_report(ctx, doc: dict, measured: dict, serving: bool) -> str:
     stop = f"{st.get('rule')}: {st.get('why')}" if st else "-"
     title = f"lever {doc['lever']}"
     text = template_env().get_template("lever.md.j2").render(doc=doc, phase=phase, date=date, title=title, gate_rows=gate_rows, kl_rows=kl_rows, point_rows=point_rows,
-                                                       bench_tables=bench_tables, stop=stop)  # fmt: skip
+                                                       bench_tables=bench_tables, stop=stop, engagement_rows=engagement_rows(doc),
+                                                       runtime=None, traces=traces_rows(doc.get("traces") or []))  # fmt: skip
     name = f"{date}-phase{phase:03d}-{slugify(title)[:50]}.md"
     atomic_write_text(out_dir / name, text)
     ledger.append(out_dir, {"date": date, "phase": phase, "title": title, "verdict": doc["verdict"], "key_ratios": doc["key"]["text"], "report": name, "artifact": doc["run_dir"]})
     return f"reports/{name}"
+
+
+def engagement_rows(doc: dict) -> list[list]:
+    """The evidence table: the build's env strings, arm B's files against A's, the log lines only
+    B printed and each --marker's count per arm."""
+    eng = doc.get("engagement") or {}
+    ev = eng.get("evidence") or {}
+    rows = []
+    for part in (ev.get("build") or {}).get("parts") or []:
+        strings = part.get("strings") or {}
+        for name, files in (strings.get("found") or {}).items():
+            where = ", ".join(f"{f.rsplit('/', 1)[-1]} x{c}" for f, c in sorted(files.items()))
+            where = where or f"in none of {strings.get('searched')} files"
+            readers = ", ".join((part.get("series") or {}).get(name) or []) or "-"
+            rows.append([f"env string {name} (read by patch: {readers})", "same build", where])
+        if part.get("how") == "build":
+            rows.append(["build files that differ", "-", ", ".join(part.get("differ") or []) or "none: byte-identical"])
+    logs = ev.get("logs")
+    if logs:
+        rows.append(["log lines read", logs["lines"]["A"], logs["lines"]["B"]])
+        for m, c in logs["markers"].items():
+            rows.append([f"marker `{m}`", c["A"], c["B"]])
+        for x in logs["only_in_B"]:
+            rows.append([f"only in B: `{x['line'][:100]}`", 0, x["count"]])
+    return rows
 
 
 def holm_note(fam: dict | None) -> str:

@@ -31,7 +31,7 @@ def test_ab_on_prebuilt_binaries_is_recorded(paged_bin, tmp_path):
     engine = {"kind": "llama", "bin_dir": str(paged_bin), "env": {"GGML_NO_BACKTRACE": "1"}, "paths": {"paged": {"LLAMA_KV_PAGED": "1"}}, "default_path": "paged"}
     prof.write_text(yaml.safe_dump({"extends": "smoke", "lock": {"dir": str(tmp_path / "lock"), "poll_s": 0.5}, "levers": {"map": str(tmp_path / "levers.yaml")},
                                     "engines": {"pre": engine}}))  # fmt: skip
-    r = run_parity("--artifacts", str(tmp_path / "runs"), "ab", "--profile", str(prof), "--engine", "pre", "--env", "LLAMA_ARG_X=1", "--model", "tiny",
+    r = run_parity("--artifacts", str(tmp_path / "runs"), "ab", "--profile", str(prof), "--engine", "pre", "--env", "PARITY_DEMO_BANNER=1", "--model", "tiny",
                    "--npl", "1", "--npp", "16", "--ntg", "4", "--repeat", "2", "--gate-models", "tiny", "--gate-paths", "paged", "--no-post-gates", "--json", timeout=1800)  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]
     doc = json.loads(r.stdout)
@@ -44,7 +44,7 @@ def test_ab_on_prebuilt_binaries_is_recorded(paged_bin, tmp_path):
     assert f"pre: prebuilt {paged_bin}" in report and f"pre+lever: prebuilt {paged_bin}" in report
     assert json.loads((run / "builds.json").read_text())["pre"]["prebuilt"] == str(paged_bin)
     (row,) = yaml.safe_load((tmp_path / "levers.yaml").read_text())["levers"]
-    assert row["lever"] == "LLAMA_ARG_X=1" and row["verdict"] == doc["verdict"] and row["pin"] == f"prebuilt:{paged_bin}" and row["artifact"] == str(run)
+    assert row["lever"] == "PARITY_DEMO_BANNER=1" and row["verdict"] == doc["verdict"] and row["pin"] == f"prebuilt:{paged_bin}" and row["artifact"] == str(run)
     assert json.loads((run / "manifest.json").read_text())["status"] == "complete"
 
 
@@ -60,7 +60,7 @@ def test_four_ab_runs_at_once_land_four_rows(paged_bin, tmp_path):
     engine = {"kind": "llama", "bin_dir": str(paged_bin), "env": {"GGML_NO_BACKTRACE": "1"}, "paths": {"paged": {"LLAMA_KV_PAGED": "1"}}, "default_path": "paged"}
     prof.write_text(yaml.safe_dump({"extends": "smoke", "lock": {"dir": str(tmp_path / "lock"), "poll_s": 0.2}, "levers": {"map": str(tmp_path / "levers.yaml")},
                                     "engines": {"pre": engine}}))  # fmt: skip
-    procs = [subprocess.Popen([sys.executable, "-m", "parity", "--artifacts", str(tmp_path / "runs"), "ab", "--profile", str(prof), "--engine", "pre", "--env", f"LLAMA_ARG_X{i}=1",
+    procs = [subprocess.Popen([sys.executable, "-m", "parity", "--artifacts", str(tmp_path / "runs"), "ab", "--profile", str(prof), "--engine", "pre", "--env", f"PARITY_DEMO_BANNER={i}",
                                "--model", "tiny", "--npl", "1", "--npp", "16", "--ntg", "4", "--repeat", "2", "--gate-models", "tiny", "--gate-paths", "paged", "--no-post-gates", "--json"],
                               cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(4)]  # fmt: skip
     docs = []
@@ -69,7 +69,7 @@ def test_four_ab_runs_at_once_land_four_rows(paged_bin, tmp_path):
         assert p.returncode == 0, err[-3000:]
         docs.append(json.loads(out))
     rows = yaml.safe_load((tmp_path / "levers.yaml").read_text())["levers"]
-    assert sorted(r["lever"] for r in rows) == [f"LLAMA_ARG_X{i}=1" for i in range(4)]
+    assert sorted(r["lever"] for r in rows) == [f"PARITY_DEMO_BANNER={i}" for i in range(4)]
     assert {r["artifact"] for r in rows} == {d["run_dir"] for d in docs}
     md = (tmp_path / "levers.md").read_text()
-    assert all(f"**LLAMA_ARG_X{i}=1**" in md for i in range(4))
+    assert all(f"**PARITY_DEMO_BANNER={i}**" in md for i in range(4))

@@ -274,6 +274,28 @@ def test_ab_lossy_without_kl_reference(tmp_path):
     assert r.returncode == 2 and "no KL reference (gates.kl.reference" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
 
 
+@pytest.mark.parametrize("args, rc, said", [
+    (["--serving", "--until-ci", "decode_agg_tps=1"], 0, "decode_agg_tps <= 1%"),
+    (["--serving", "--until-ci", "2,ttft_mean_ms=10"], 0, "ttft_mean_ms <= 10%, every other headline <= 2%"),
+    (["--until-ci", "s_tg=1"], 0, "every headline half-width <= 1%"),
+    (["--serving", "--until-ci", "s_tg=1"], 2, "s_tg is not a headline metric the stop rule watches (stats.metrics: "),
+    (["--serving", "--until-ci", "bogus_tps=1"], 2, "bogus_tps is not a headline metric the stop rule watches"),
+    (["--until-ci", "decode_agg_tps=1"], 2, "decode_agg_tps is not what llama-batched-bench's stop rule watches"),
+])  # fmt: skip
+def test_ab_until_ci_names_the_metrics_its_measurement_watches(tmp_path, args, rc, said):
+    """Issue 56 N12: `ab --serving --until-ci decode_agg_tps=1` was refused as "not what
+    llama-batched-bench watches"; with --serving the snapshot's validator decides (serving metrics
+    in, s_tg and unknown names out), without it batched-bench's."""
+    from inproc import cli
+
+    r = cli("--artifacts", tmp_path, "ab", "--profile", "smoke", "--env", "LLAMA_X=1", *args, "--dry-run", "--json")
+    assert r.rc == rc, r.err
+    if rc == 0:
+        assert said in json.loads(r.out)["measure"]["blocks"]
+    else:
+        assert len(r.error_lines()) == 1 and said in r.err
+
+
 def test_levers_missing_map_and_empty_default(tmp_path):
     r = run_parity("--artifacts", str(tmp_path), "levers", "--map", str(tmp_path / "nope.yaml"))
     assert r.returncode == 2 and "no such file" in r.stderr
