@@ -12,7 +12,7 @@ that ratio moved from A to B (Welch on the two runs' log block ratios: unpaired 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from parity import stats
 from parity.errors import UsageError
@@ -43,6 +43,19 @@ def no_verdict(metric: str, engine: str, n: int, a: dict | None, b: dict | None)
             more = ", ..." if len(said) > 3 else ""
             out.append(f"{label} has no {metric} for {engine} at N={n} ({', '.join(said[:3])}{more})")
     return ((INVALID if invalid else MISSING), "; ".join(out)) if out else None
+
+
+def unjudged(r: stats.ABResult, metric: str, engine: str, n: int) -> stats.ABResult:
+    """A cell the rule could not judge (no same-binary noise estimate: one control repeat and no
+    noise floor) is missing, never within noise: the rule's threshold needs that estimate."""
+    if r.verdict != stats.NOISE or (r.stdev_pct is not None and r.delta_pct is not None):
+        return r
+    if r.delta_pct is None:  # no values, or a control median of 0: the rule said why
+        return replace(r, verdict=MISSING, reason=f"{metric} {engine} at N={n}: {r.reason}")
+    change = "" if r.delta_pct is None else f"; the change {r.delta_pct:+.2f}% cannot be judged"
+    why = (f"no same-binary noise estimate for {metric} {engine} at N={n} (A has {r.a_repeats} repeat(s): "
+           f"need >= 2, or --noise-floor){change}")
+    return replace(r, verdict=MISSING, reason=why)
 
 
 def verdict(rows: list[dict]) -> str:
@@ -117,7 +130,7 @@ def compare_runs(a: RunData, b: RunData, metrics: list[str], rule: stats.Rule, *
                 rows.append({"engine": engine, "n": n, "metric": metric, **r.to_dict(), "unpaired": up})
                 continue
             va, vb = ca[(engine, n)]["values"], cb[(engine, n)]["values"]
-            r = stats.compare_samples(va, vb, rule, better, _floor_cell(floor, metric, engine, n))
+            r = unjudged(stats.compare_samples(va, vb, rule, better, _floor_cell(floor, metric, engine, n)), metric, engine, n)
             up = welch(va, vb, better, rule.min_delta_pct, rule.confidence)
             rows.append({"engine": engine, "n": n, "metric": metric, **r.to_dict(), "unpaired": up})
     if invalid:

@@ -240,3 +240,17 @@ def test_a_number_beyond_the_statistics_range_is_a_named_failure(tmp_path, value
         row = cell(doc, "paged", 1, "decode_agg_tps")
         said = f"{side} has no decode_agg_tps for paged at N=1 (r0: {value:g} (beyond the statistics' range"
         assert row["verdict"] == "missing" and said in row["reason"]
+
+
+def test_one_control_repeat_is_no_verdict_never_within_noise(parity_cli, tmp_path):
+    """The rule's threshold is max(2 %, 3 x the same-binary stdev): a real one-repeat run as the
+    control has no stdev, so no cell can be called within noise (it was, whatever the change, and
+    --fail-on-regression passed); each cell is missing with the reason, exit 5."""
+    a, b = clone("captured", tmp_path, "A"), clone("captured", tmp_path, "B")
+    r = parity_cli("compare", str(a), str(b), "--fail-on-regression", "--json")
+    assert r.returncode == 5, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["verdict"] == "missing" and doc["counts"]["within noise"] == 0
+    assert {x["verdict"] for x in doc["rows"]} == {"missing"}
+    assert all("no same-binary noise estimate" in x["reason"] and "A has 1 repeat(s)" in x["reason"] for x in doc["rows"])
+    assert "a missing number is never within noise" in r.stderr.strip().splitlines()[-1]
