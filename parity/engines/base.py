@@ -128,6 +128,11 @@ class EngineKind:
     def env(self, profile, name: str, path: str | None = None) -> dict[str, str]:
         return dict(profile.engine(name).env)
 
+    def kernel_path(self, log_text: str) -> dict | None:
+        """What its server log says about the kernels it runs (vLLM: native FP4 or the Marlin
+        fallback); None: its log says nothing parity reads."""
+        return None
+
     def model_file(self, profile, name: str, model: str) -> str:
         """What the server is given for the profile model `model` (a file, a directory, a name)."""
         m = profile.models.get(model)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 
 import msgspec
 
@@ -38,9 +39,64 @@ FAMILY = Series(
     ttft="vllm:time_to_first_token_seconds",
     e2e="vllm:e2e_request_latency_seconds",
     decode="vllm:request_decode_time_seconds",
+    queue="vllm:request_queue_time_seconds",
+    prefill="vllm:request_prefill_time_seconds",
 )
 STREAM_USAGE = {"stream_options": {"include_usage": True, "continuous_usage_stats": True}}  # usage in every chunk: its token count as it streams
 PROBE_EXTRA = {"return_tokens_as_token_ids": True}  # logprobs keyed by token id (the output-parity probe compares ids)
+
+
+# What vLLM logs when it picks its NVFP4 kernels (vllm-project/vllm):
+# - vllm/model_executor/layers/quantization/utils/marlin_utils_fp4.py, logger.warning_once:
+#   "Your GPU does not have native support for FP4 computation but FP4 quantization is being used.
+#   Weight-only FP4 compression will be used leveraging the Marlin kernel. This may degrade
+#   performance for compute-heavy workloads."
+# - vllm/model_executor/layers/fused_moe/oracle/nvfp4.py, logger.info_once:
+#   f"Using '{backend.value}' NvFp4 MoE backend out of potential backends: {available_backend_strs}."
+# - the NVFP4 linear scheme, logger.info_once: f"Using {self.backend} for NVFP4 GEMM"
+MARLIN_FP4_WARNING = "Your GPU does not have native support for FP4 computation"
+_MOE_BACKEND = re.compile(r"Using '([A-Za-z0-9_]+)' NvFp4 MoE backend")
+_LINEAR_BACKEND = re.compile(r"Using (\S+) for NVFP4 GEMM")
+NATIVE_MOE = {"FLASHINFER_TRTLLM", "FLASHINFER_CUTLASS", "FLASHINFER_CUTEDSL", "FLASHINFER_CUTEDSL_BATCHED",
+              "FLASHINFER_B12X", "VLLM_CUTLASS", "B12X"}  # fmt: skip
+NATIVE, MARLIN, NOT_SEEN = "native FP4", "Marlin W4A16 fallback", "not seen"
+
+
+def fp4_kind(backend: str) -> str:
+    """A backend's name -> native | marlin | emulation | other (its W4A4 or weight-only path)."""
+    b = backend.upper()
+    if "MARLIN" in b:
+        return "marlin"
+    if "EMULATION" in b:
+        return "emulation"
+    if b in NATIVE_MOE or any(w in b for w in ("CUTLASS", "FLASHINFER", "TRTLLM", "CUTEDSL", "FBGEMM", "B12X")):
+        return "native"
+    return "other"
+
+
+def parse_kernel_path(text: str) -> dict:
+    """vLLM's NVFP4 kernel path from its server log: {path: native FP4 | Marlin W4A16 fallback |
+    mixed | not seen, moe_backend, linear_backend, marlin_warning, lines (as logged), why}."""
+    moe = linear = warning = None
+    for ln in text.splitlines():
+        if (m := _MOE_BACKEND.search(ln)) is not None:
+            moe = (m[1], ln.strip())
+        elif (m := _LINEAR_BACKEND.search(ln)) is not None:
+            linear = (m[1], ln.strip())
+        elif MARLIN_FP4_WARNING in ln and warning is None:
+            warning = ln.strip()
+    kinds = {k for k in (moe and fp4_kind(moe[0]), linear and fp4_kind(linear[0]), warning and "marlin") if k}
+    lines = [x for x in (moe and moe[1], linear and linear[1], warning) if x]
+    if not kinds:
+        path, why = NOT_SEEN, "no NVFP4 kernel line in the log (not an NVFP4 model, or the log level hides INFO)"
+    elif kinds == {"native"}:
+        path, why = NATIVE, "W4A4 on the FP4 tensor cores"
+    elif kinds == {"marlin"}:
+        path, why = MARLIN, "4-bit weights dequantized to 16-bit in the kernel, 16-bit activations"
+    else:
+        path, why = "mixed: " + ", ".join(sorted(kinds)), "the MoE and the linear layers run different paths"
+    return {"path": path, "moe_backend": moe and moe[0], "linear_backend": linear and linear[0],
+            "marlin_warning": warning is not None, "lines": lines, "why": why}  # fmt: skip
 
 
 class VllmSection(EngineSection):
@@ -147,6 +203,9 @@ class Vllm(EngineKind):
     def context_need(self, profile, name, shape, model_file=None) -> ContextNeed:
         e = profile.engine(name)
         return ContextNeed(e.max_model_len, f"engines.{name}.max_model_len {e.max_model_len} (vLLM clamps max_tokens silently past it)")
+
+    def kernel_path(self, log_text: str) -> dict | None:
+        return parse_kernel_path(log_text)
 
     def doctor(self, profile, name: str, runner) -> list:
         e = profile.engine(name)

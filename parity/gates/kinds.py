@@ -4,7 +4,7 @@ the lever A/B and the bisection probes iterate it.  A new gate is one module plu
 
 from __future__ import annotations
 
-from parity.gates import kl, md5, oracle, output_parity
+from parity.gates import banner, kl, md5, oracle, output_parity
 from parity.gates.base import GateKind
 from parity.gates.checks import PASS, Check
 
@@ -13,6 +13,7 @@ GATES: dict[str, GateKind] = {
     "op": oracle.KIND,
     "kl": kl.KIND,
     "output_parity": output_parity.KIND,
+    "banner": banner.KIND,
 }
 
 

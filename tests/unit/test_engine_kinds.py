@@ -242,6 +242,7 @@ def calls(p, name: str):
         "queue_limit": (e, s),
         "on_gpu": (e,),
         "doctor": (p, name, runner),
+        "kernel_path": ("Using 'MARLIN' NvFp4 MoE backend out of potential backends: ['MARLIN'].",),
     }
 
 
