@@ -25,7 +25,7 @@ def register(app: typer.Typer) -> None:
         no_gates: bool = typer.Option(False, "--no-gates", help="Skip pre/post gates (the run is marked ungated)."),
         allow_env: Optional[List[str]] = typer.Option(None, "--allow-env", metavar="NAME", help="Allow a forbidden bench env knob."),
         dry_run: bool = typer.Option(False, "--dry-run", help="Print every resolved command, env and the preflight; start nothing."),
-        workload: Optional[str] = typer.Option(None, "--workload", "-w", metavar="NAME", help="Run a workload instead of the N sweep: a built-in kind (shared-prefix, prefill-under-decode, open-loop, multi-turn; sized for the profile, no YAML needed; block 0 calibrates its gen, or prefill-under-decode's decode_gen, unless given) or serving.workloads.NAME."),
+        workload: Optional[str] = typer.Option(None, "--workload", "-w", metavar="NAME", help="Run a workload instead of the N sweep: a built-in kind (shared-prefix, prefill-under-decode, open-loop, multi-turn, prefill-curve; sized for the profile, no YAML needed; block 0 calibrates its gen, or prefill-under-decode's decode_gen, unless given) or serving.workloads.NAME."),
         workload_opt: Optional[List[str]] = typer.Option(None, "--workload-opt", metavar="KEY=VALUE", help="Override one field of the workload (repeatable), e.g. groups=2, rates=[1,2]."),
         profile: Optional[str] = ProfileOpt,
         json: bool = JsonOpt,

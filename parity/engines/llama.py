@@ -31,6 +31,9 @@ FAMILY = Series(
     prompt_computed="llamacpp:prompt_tokens_total",
 )
 STREAM_TIMINGS = {"timings_per_token": True}  # timings.predicted_n in every chunk: its token count as it streams
+# each log line with the server's clock, at trace level: a task's slot selection, prompt cache and
+# prompt start (parity.ttft.llama_log)
+TRACE_LOG = ["--log-prefix", "--log-timestamps", "--log-verbosity", "4"]
 
 
 class LlamaSection(EngineSection):
@@ -110,6 +113,7 @@ class Llama(EngineKind):
     def launch(self, profile, name, model_file, port, shape, path=None, dry=False, model=None, out=None) -> Launch:
         e, s = profile.engine(name), shape
         argv = [self.tool_path(profile, name, "llama-server", None, out, dry), "-m", model_file, "-c", str(s.ctx), "--parallel", str(s.parallel), "-b", str(s.batch), "-ub", str(s.ubatch)]
+        argv += TRACE_LOG if getattr(s, "server_log_trace", False) else []
         argv += [*s.server_args, *e.server_args, "--host", "127.0.0.1", "--port", str(port), "--no-webui", "--metrics"]
         return Launch(argv, self.env(profile, name, path), [], "/health", os.path.basename(model_file), "content", metrics_path="/metrics", engine=name, kind=self.name,
                       count="timings", request_extra=dict(STREAM_TIMINGS), props_path="/props", family=self.family, port=port)  # fmt: skip

@@ -224,6 +224,8 @@ async def one_request(conn: Connection, t: Target, body: bytes, rec: RequestReco
             status, raw = await conn.stream(t.path, body, h)
         if status != 200:
             rec.error = f"HTTP {status}: {error_message(raw)}"
+        rec.first_byte = conn.first_byte
+        rec.connect_ms = None if conn.connect_s is None else round(conn.connect_s * 1000, 4)
     except TimeoutError:
         conn.close()
         rec.error = f"timed out after {timeout:g} s"

@@ -185,7 +185,7 @@ def request_bytes(method: str, host: str, port: int, path: str, body: bytes | No
 class _Response:
     """The response being read on a connection (parsed inside data_received)."""
 
-    __slots__ = ("on_event", "future", "head", "status", "headers", "dec", "sse", "parts", "got_bytes")
+    __slots__ = ("on_event", "future", "head", "status", "headers", "dec", "sse", "parts", "got_bytes", "first_byte")
 
     def __init__(self, on_event, future):
         self.on_event, self.future = on_event, future
@@ -195,6 +195,7 @@ class _Response:
         self.sse: SSEParser | None = None
         self.parts: list[bytes] = []
         self.got_bytes = False
+        self.first_byte: float | None = None  # perf_counter of the first bytes read
 
 
 class _Protocol(asyncio.BufferedProtocol):
@@ -234,7 +235,8 @@ class _Protocol(asyncio.BufferedProtocol):
         if r is None:
             return  # bytes nobody asked for: the connection is dropped after this response
         now = time.perf_counter()
-        r.got_bytes = True
+        if not r.got_bytes:
+            r.got_bytes, r.first_byte = True, now
         try:
             if r.dec is None:
                 r.head += data
@@ -290,6 +292,8 @@ class Connection:
         self.host, self.port, self.connect_timeout = host, port, connect_timeout
         self.proto: _Protocol | None = None
         self.opened = 0  # connections opened (keep-alive reuse shows as opened < requests)
+        self.connect_s: float | None = None  # the last exchange's TCP connect (None: it reused the connection)
+        self.first_byte: float | None = None  # the last exchange's first response bytes (perf_counter)
 
     def close(self) -> None:
         if self.proto is not None and self.proto.transport is not None:
@@ -300,17 +304,22 @@ class Connection:
         """Write a request, wait for the whole response.  One retry on a fresh
         connection when a reused one turns out closed (keep-alive race)."""
         loop = asyncio.get_running_loop()
+        self.connect_s = self.first_byte = None
         for attempt in (0, 1):
             reused = self.proto is not None and not self.proto.closed
             if not reused:
                 self.close()
+                t0 = time.perf_counter()
                 _, self.proto = await asyncio.wait_for(loop.create_connection(_Protocol, self.host, self.port), self.connect_timeout)
+                self.connect_s = (self.connect_s or 0.0) + time.perf_counter() - t0
                 self.opened += 1
-            fut = loop.create_future()
-            self.proto.resp = _Response(on_event, fut)
+            resp = _Response(on_event, loop.create_future())
+            self.proto.resp = resp
             self.proto.transport.write(data)
             try:
-                return await fut
+                out = await resp.future
+                self.first_byte = resp.first_byte
+                return out
             except ConnectionResetError:
                 self.close()
                 if attempt or not reused:

@@ -8,6 +8,8 @@ import msgspec
 
 class RequestRecord(msgspec.Struct):
     send: float = 0.0  # perf_counter seconds when the request was written
+    connect_ms: float | None = None  # TCP connect this request waited for (None: a kept-alive connection carried it)
+    first_byte: float | None = None  # arrival of the response's first bytes (its head)
     first: float | None = None  # arrival of the first chunk carrying a generated token
     token_times: list[float] = msgspec.field(default_factory=list)  # one arrival per generated token (a merged chunk's tokens share it)
     chunks: int = 0  # chunks that carried at least one token

@@ -45,6 +45,8 @@ class Series(msgspec.Struct, frozen=True):
     ttft: str | None = None  # histogram base name
     e2e: str | None = None
     decode: str | None = None  # histogram of a request's decode time (the engine clock)
+    queue: str | None = None  # histogram of a request's wait before it was scheduled (the TTFT anatomy's queue)
+    prefill: str | None = None  # histogram of a request's prefill, scheduled -> first token (its prompt part)
     prompt_computed: str | None = None  # counter of prompt tokens computed, reused ones excluded
     prompt_cached: str | None = None  # counter of prompt tokens reused from cache, which prompt_tokens leaves out
 

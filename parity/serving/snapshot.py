@@ -16,7 +16,7 @@ from pathlib import Path
 from parity.decode import replace
 from parity import session
 from parity.options import parse_until_ci
-from parity.stats.adaptive import Budget
+from parity.stats.adaptive import MAX_REPEATS, TIME_BUDGET, Budget
 from parity.stats import canary
 from parity.engines import kind_of
 from parity.errors import UsageError
@@ -34,12 +34,15 @@ from parity.gonogo import command_paths, dry_run_session, go_no_go, not_answerin
 from parity.gpu.lock import effective_dir as lock_effective_dir, preflight
 from parity.metrics.registry import definitions, direction
 from parity.options import check_step_options
-from parity.serving import summary, workload_summary
+from parity.serving import logs, summary, workload_summary
 from parity.serving.efficiency import for_snapshot
+from parity.serving.slots import size_for_npl
+from parity.serving import rounds
 from parity.serving.sweep import run_arm
 from parity.serving.workloads import attach, resolve
 from parity.stats.blocks import block_line, block_order, half_widths, run_blocks
 from parity.stats.calibrate import WINDOWS, choose, outran, outran_line
+from parity.ttft import summary as ttft_summary
 from parity.workloads.calibration import choose_for, plan_text, why_off, with_value
 from parity.workloads.defaults import parse_options
 
@@ -63,6 +66,7 @@ class SnapshotPlan:
     trial_arms: list = field(default_factory=list)  # the calibration trial's arms when it did not count
     stop: dict | None = None  # which stop rule ended the sweep (summary.json "stop")
     canary: dict | None = None  # the drift canary's samples and flagged blocks (summary.json "canary")
+    sized: str | None = None  # --parallel raised to the largest N (parity.serving.slots), in words
 
 
 @dataclass
@@ -116,10 +120,9 @@ def make_plan(ctx, req: SnapshotRequest) -> SnapshotPlan:
         raise UsageError(f"--engines: an engine is listed twice ({', '.join(engines)}); use --repeat for repeats")
     for e in engines:
         ctx.profile.engine(e)
-    for e in engines:
-        slots = kind_of(ctx.profile, e).queue_limit(ctx.profile.engine(e), s)
-        if workload is None and slots is not None and slots < max(s.npl):
-            raise UsageError(f"N={max(s.npl)} exceeds --parallel {s.parallel}: engine {e} would queue requests; raise --parallel")
+    sized = None
+    if workload is None:  # a workload checks its own concurrency (attach, below)
+        s, sized = size_for_npl(ctx.profile, list(engines), s, req.parallel is not None)
     model = req.model or s.model
     if not model:
         raise UsageError("no model to serve (serving.model or --model)")
@@ -127,7 +130,8 @@ def make_plan(ctx, req: SnapshotRequest) -> SnapshotPlan:
         raise UsageError(f"--model {model!r}: neither a model of profile {ctx.profile.name} ({', '.join(ctx.profile.models) or 'none'}) nor a file")
     repeat = req.repeat or s.repeat
     ref = s.reference_engine if s.reference_engine in engines else (engines[-1] if len(engines) > 1 else None)
-    plan = SnapshotPlan(model, list(engines), ref, list(s.npl), repeat, s, run_order(list(engines), repeat, s.order))
+    order = run_order(list(engines), repeat, s.order)
+    plan = SnapshotPlan(model, list(engines), ref, list(s.npl), repeat, s, order, sized=sized)
     plan.budget = make_budget(ctx, req, plan, workload)
     if workload is not None:  # a built-in's sized field (parity.workloads.calibration)
 
@@ -214,6 +218,9 @@ def snapshot(ctx, req: SnapshotRequest) -> dict:
             doc["run_dir"] = str(rd.path)
             rd.write_json("plan.json", doc)
         return doc
+    session.refuse_missing_programs(ctx, plan.engines)  # the dry run's NO GO for a missing program, refused before the run dir
+    if plan.sized:
+        ctx.out.info(plan.sized)
     with run_session(ctx, "snapshot", f"snapshot-{plan.model}"):
         if not req.gates:
             ctx.run.mark_invalid("ungated: --no-gates")
@@ -239,7 +246,8 @@ def dry_run(ctx, plan: SnapshotPlan) -> dict:
                              "start": la.start, "stop": la.stop, "spawned": la.spawned, **({} if la.spawned else {"answering": answering(la, eng.ready_probe_timeout_s)}),
                              "served_name": None if model_error else la.served_name, "model_error": model_error,
                              "ready_timeout_s": eng.ready_timeout_s, "ready_probe_timeout_s": eng.ready_probe_timeout_s,
-                             "request_limit": plan.limits.get(e), "request_limit_set_by": plan.limit_what.get(e)})  # fmt: skip
+                             "request_limit": plan.limits.get(e), "request_limit_set_by": plan.limit_what.get(e),
+                             "reads_log": logs.plan(ctx.profile, e, la.env)})  # fmt: skip
         except UsageError as err:
             commands.append({"engine": e, "error": str(err)})
     s = plan.shape
@@ -249,7 +257,10 @@ def dry_run(ctx, plan: SnapshotPlan) -> dict:
         "npl": plan.npl,
         "repeat": plan.repeat,
         "order": [f"r{r}:{e}" for r, e in plan.order],
-        "shape": {k: getattr(s, k) for k in ("ptok", "gen", "parallel", "ctx", "batch", "ubatch", "port", "prompt")},
+        "shape": {k: getattr(s, k) for k in ("ptok", "gen", "parallel", "ctx", "batch", "ubatch", "port", "prompt", "min_requests")},
+        # the rounds of N requests each point runs (parity.serving.rounds)
+        "rounds": {n: rounds.count(n, s.min_requests) for n in plan.npl} if plan.workload is None else None,
+        "parallel_sized": plan.sized,
         "warmup": {"requests": s.warmup.requests, "gen": s.warmup.gen},
         "commands": commands,
         "preflight": preflight(ctx.runner, ctx.profile.lock),
@@ -290,14 +301,17 @@ def write_summary(ctx, plan: SnapshotPlan, arms: list[dict], gated: dict | None 
     outputs = {a["engine"]: a["outputs"] for a in [*plan.trial_arms, *arms] if a.get("outputs")}  # the probe ran in the engine's first arm
     if len(outputs) > 1:
         extra["output_parity"] = GATES["output_parity"].measure(outputs, plan.reference or plan.engines[0], plan.shape.output_parity)
+    extra.update(logs.facts(ctx.profile, ctx.run.path, arms))  # the servers' logs: banner, kernel paths, traces
     if plan.workload is None:  # efficiency hook: % of roofline and memory per engine (parity.efficiency)
 
         extra["efficiency"] = for_snapshot(ctx, plan, rows, arms)
+        st = ctx.profile.stats
+        extra["ttft"] = ttft_summary.section(rows, plan.reference, st.min_delta_pct, st.confidence)  # parity.ttft
     writer = summary if plan.workload is None else workload_summary  # workload hook: its metrics, same machinery
     doc = writer.write(ctx, plan, rows, extra)
     if not doc["valid"]:
         ctx.run.mark_invalid(f"{len(doc['invalid_points'])} invalid point(s): {doc['invalid_points'][0]}")
-    for red in red_in_summary(doc):  # the gates measured in the snapshot (output parity): red marks it invalid
+    for red in red_in_summary(doc):  # gates measured in the snapshot (output parity, banner): red marks it invalid
         ctx.run.mark_invalid(f"{red.check}: {red.detail}")
     return doc
 
@@ -354,6 +368,7 @@ def sweep_all(ctx, plan: SnapshotPlan) -> list[dict]:
             plan.stop = {"rule": "fixed", "why": f"{plan.repeat} repeats as asked (aabb)", "blocks": plan.repeat, "budget": budget.describe()}
             return arms
         counted = [0]
+        ttft_note: list = [None]
         probes: list[dict] = []  # the drift canary's samples (parity.stats.canary)
 
         def run_block(b: int) -> bool:
@@ -377,6 +392,10 @@ def sweep_all(ctx, plan: SnapshotPlan) -> list[dict]:
         def report(block, n, hw, decision) -> None:
             counted[0] = n
             ctx.out.info(block_line(block, n, hw, decision, budget))
+            note = ttft_summary.open_note([r for a in arms for r in a["rows"]], plan.reference, budget.last_open)
+            if note and (decision is None or decision[0] in (MAX_REPEATS, TIME_BUDGET)):  # the part keeping TTFT open
+                ttft_note[0] = note
+                ctx.out.info(f"  TTFT still open: {note}")
 
         rule, why, blocks, seconds = run_blocks(budget, run_block, widths, report)
         if probes:
@@ -385,6 +404,9 @@ def sweep_all(ctx, plan: SnapshotPlan) -> list[dict]:
     plan.order = [(a["repeat"], a["engine"]) for a in [*plan.trial_arms, *arms]]  # as run
     plan.repeat = blocks
     plan.stop = {"rule": rule, "why": why, "blocks": blocks, "measured_s": round(seconds, 1), "budget": budget.describe()}
+    if ttft_note[0] and rule in (MAX_REPEATS, TIME_BUDGET):  # the stop line names the part of TTFT that kept it going
+        plan.stop["ttft_open"] = ttft_note[0]
+        plan.stop["why"] += f"; TTFT kept going by: {ttft_note[0]}"
     return arms
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import statistics
 
-from parity import results, stats
+from parity import results, stats, tables
 from parity.metrics import validity
 from parity.metrics.registry import definitions, direction
 from parity.metrics.serving import HEADLINE, METRICS
@@ -113,34 +113,30 @@ def headline(rat: list[dict]) -> str:
 
 def users_tsv(med: list[dict], reference: str | None) -> str:
     """Their summary.tsv: one row per arm x n (medians of valid repeats), then the ratio block."""
-    lines = ["arm\tn\t" + "\t".join(USERS_COLUMNS)]
-    for m in med:
-        lines.append("\t".join([m["engine"], str(m["n"]), *("" if m.get(k) is None else str(m[k]) for k in USERS_COLUMNS)]))
-    if reference:
-        by = {(m["engine"], m["n"]): m for m in med}
-        for eng in sorted({m["engine"] for m in med} - {reference}):
-            lines += ["", f"ratio\tn\t{eng}_decode_over_{reference}\t{eng}_perseq_over_{reference}\t{eng}_agg_over_{reference}\t{eng}_ttft_over_{reference}"]
-            for n in sorted({m["n"] for m in med}):
-                a, b = by.get((eng, n)), by.get((reference, n))
-                if not a or not b:
-                    continue
-                vals = [_ratio(a, b, k) for k in ("decode_agg_tps", "decode_perseq_tps", "agg_tps", "ttft_mean_ms")]
-                lines.append("\t".join(["ratio", str(n), *vals]))
-    return "\n".join(lines) + "\n"
+    text = tables.tsv(["arm", "n", *USERS_COLUMNS], [[m["engine"], m["n"], *(m.get(k) for k in USERS_COLUMNS)] for m in med])
+    if not reference:
+        return text
+    over = tables.over(med, reference, RATIO_COLUMNS)  # engine x n where both ran
+    for eng in sorted({m["engine"] for m in med} - {reference}):
+        cols = ["ratio", "n", *(f"{eng}_{short}_over_{reference}" for short in RATIO_COLUMNS.values())]
+        rows = [["ratio", r["n"], *(_ratio(r.get(f"{k} over")) for k in RATIO_COLUMNS)] for r in tables.records(over[over["engine"] == eng])]
+        text += "\n" + tables.tsv(cols, rows)
+    return text
 
 
-def _ratio(a: dict, b: dict, k: str) -> str:
-    return f"{a[k] / b[k]:.4f}" if a.get(k) and b.get(k) else ""
+RATIO_COLUMNS = {"decode_agg_tps": "decode", "decode_perseq_tps": "perseq", "agg_tps": "agg", "ttft_mean_ms": "ttft"}  # their ratio block's names
+
+
+def _ratio(v: float | None) -> str:
+    return "" if v is None else f"{v:.4f}"
+
+
+PARITY_COLUMNS = ["kind", "engine", "n", "repeat", "reference", "valid", *ROW_KEYS, "requests", "valid_requests", "invalid_requests", "noise"]
 
 
 def parity_tsv(rows: list[dict], med: list[dict], rat: list[dict]) -> str:
-    cols = ["kind", "engine", "n", "repeat", "reference", "valid", *ROW_KEYS, "requests", "valid_requests", "invalid_requests", "noise"]
-    lines = ["\t".join(cols)]
-    for kind, items in (("row", rows), ("median", med), ("ratio", rat)):
-        for r in items:
-            r = {"kind": kind, **r, **({"repeat": "median"} if kind == "median" else {})}
-            lines.append("\t".join("" if r.get(c) is None else str(r.get(c)) for c in cols))
-    return "\n".join(lines) + "\n"
+    items = [{"kind": kind, **r, **({"repeat": "median"} if kind == "median" else {})} for kind, part in (("row", rows), ("median", med), ("ratio", rat)) for r in part]
+    return tables.tsv(PARITY_COLUMNS, items)
 
 
 PAIRED_COLUMNS = results.model.PAIRED_COLUMNS  # the result model owns the file's layout
@@ -150,11 +146,7 @@ def paired_tsv(points: list[dict], key: str = "n") -> str:
     """paired.tsv: one row per engine x point x metric (block_ratios: B/A per block, comma-joined
     in block order)."""
     cols = [key if c == "n" else c for c in PAIRED_COLUMNS]
-    lines = ["\t".join(cols)]
-    for p in points:
-        r = {**p, "block_ratios": ",".join(f"{x:.6g}" for x in p.get("ratios") or [])}
-        lines.append("\t".join("" if r.get(c) is None else str(r.get(c)) for c in cols))
-    return "\n".join(lines) + "\n"
+    return tables.tsv(cols, [{**p, "block_ratios": ",".join(f"{x:.6g}" for x in p.get("ratios") or [])} for p in points])
 
 
 def blocks(order: list[tuple[int, str]]) -> list[dict]:
@@ -172,7 +164,9 @@ def head(plan) -> dict:
         "model": plan.model,
         "engines": plan.engines,
         "reference_engine": plan.reference,
-        "shape": {k: getattr(plan.shape, k) for k in ("ptok", "gen", "parallel", "ctx", "prompt", "min_window_s", "invalid_tolerance")} | {"npl": plan.npl, "repeat": plan.repeat},
+        "shape": {k: getattr(plan.shape, k) for k in ("ptok", "gen", "parallel", "ctx", "prompt", "min_window_s", "invalid_tolerance")} | {"npl": plan.npl, "repeat": plan.repeat}
+        | {"min_requests": getattr(plan.shape, "min_requests", 1)}  # rounds of N a point runs (parity.serving.rounds)
+        | ({"parallel_sized": plan.sized} if plan.sized else {}),  # --parallel raised to the largest N (serving.slots)
         "order": [f"r{r}:{e}" for r, e in plan.order],
         "order_kind": getattr(plan.shape, "order", None),
         "blocks": blocks(plan.order),

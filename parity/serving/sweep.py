@@ -16,12 +16,14 @@ from parity.engines.server import died, serving
 from parity.errors import InfraError
 from parity.metrics import prometheus as server_metrics
 from parity.metrics import validity
-from parity.metrics.serving import NoValue, compute, decode_window_reads
+from parity.metrics.serving import gen_total, prompt_tok_total
 from parity.serving.point import build_specs, check_fits, client_side, records_json, scrape_parsed, slot_context
 from parity.efficiency import memory as memtrack
 from parity.gpu.memory import used_mib, wait_back
 from parity.loadgen import client as loadgen
+from parity.serving import rounds
 from parity.serving.output_probe import probe
+from parity.ttft import llama_log, split as anatomy
 from parity.serving.workloads import run_points
 from parity.telemetry import affinity, watch
 
@@ -57,24 +59,27 @@ def probe_outputs(ctx, target, la, s, engine: str) -> list[dict]:
     return answers
 
 
-def run_point(ctx, plan, la, target, engine: str, rep: int, n: int, show, server_pid: int | None = None, affinity: dict | None = None) -> dict:
+def run_point(ctx, plan, la, target, engine: str, rep: int, n: int, show, server_pid: int | None = None, affinity: dict | None = None, log: str | None = None) -> dict:
     s = plan.shape
     label = f"{engine} r{rep} N={n}"
-    specs = build_specs(target, s, n, s.gen)
+    k = rounds.count(n, s.min_requests)  # rounds of N at once, back to back (parity.serving.rounds)
+    specs = build_specs(target, s, n * k, s.gen)
     check_fits(specs, plan.limits.get(engine), label, plan.limit_what.get(engine, "the engine"))
     before, _ = scrape_parsed(la)
+    offset = llama_log.size(log)  # the server's log lines of this point follow (parity.ttft)
     with watch.point(ctx, s.telemetry, server_pid, affinity) as tel:  # GPU + host samples, client pinned (parity/telemetry)
-        recs = loadgen.drive(target, specs, s.request_timeout_s, show)
+        batches = [loadgen.drive(target, chunk, s.request_timeout_s, show) for chunk in rounds.split(specs, n)]
+    recs = [r for b in batches for r in b]
     after, text = scrape_parsed(la)
     for r in recs:
         validity.check_request(r)
-    ok = [r for r in recs if r.valid]
-    metrics, why = compute(ok)
-    row = {"engine": engine, "n": n, "repeat": rep, **metrics, "why": why}
-    try:  # the calibration's evidence that the decode window is a pace, not a burst (parity.stats.calibrate)
-        row["decode_window_reads"] = decode_window_reads(ok)
-    except NoValue:
-        row["decode_window_reads"] = None
+    metrics, why = rounds.metrics(batches)
+    row = {"engine": engine, "n": n, "repeat": rep, "rounds": k, **metrics, "why": why}
+    # the calibration's evidence that the decode window is a pace, not a burst (parity.stats.calibrate)
+    row["decode_window_reads"] = rounds.window_reads(batches)
+    row["ttft_anatomy"] = anatomy.of_point(recs, log, offset, la.family, before, after)
+    if row["ttft_anatomy"].get("flag"):
+        ctx.out.info(f"  {label} TTFT: {row['ttft_anatomy']['flag']}")
     problems = validity.point_verdict(recs, row, s.min_window_s, s.invalid_tolerance)
     problems += tel.finish(ctx.run, row, recs, la.family, before, after, f"telemetry/{engine}-r{rep}-n{n}.json")
     row.update(
@@ -87,7 +92,9 @@ def run_point(ctx, plan, la, target, engine: str, rep: int, n: int, show, server
     )
     if before is not None and after is not None:
         server = server_metrics.deltas(la.family, before, after)
-        recon = server_metrics.reconcile(server, client_side(recs, row))
+        ok = [r for r in recs if r.valid]  # the point's totals: a row holds one round's (parity.serving.rounds)
+        totals = {"prompt_tok_total": prompt_tok_total(ok), "gen_total": gen_total(ok)}
+        recon = server_metrics.reconcile(server, client_side(recs, {**row, **totals}))
         row["server"], row["reconciliation"] = server, recon
         for m in server_metrics.mismatches(recon):
             ctx.out.warn(f"{label}: server and client disagree on {m}")
@@ -142,7 +149,7 @@ def run_arm(ctx, plan, engine: str, rep: int, prog, task) -> dict:
             def show(p, label=f"{engine} r{rep} N={n}", n=n):
                 prog.update(task, status=f"{label}: {p.done}/{n} requests, {p.tokens} tokens, {p.tps():.1f} tok/s")
 
-            row = run_point(ctx, plan, la, target, engine, rep, n, show, proc.pid, pin)
+            row = run_point(ctx, plan, la, target, engine, rep, n, show, proc.pid, pin, log)
             row["server_ready_s"] = arm["ready_s"]
             rows.append(row)
             mem.sample(f"N={n}")

@@ -188,7 +188,7 @@ def test_smoke_campaign_over_ssh(ssh_profile, tmp_path, engine_bins, tiny_model)
         assert recon["generation_tokens"]["status"] == recon["prompt_tokens"]["status"] == "ok", (row["engine"], recon)
         assert recon["generation_tokens"]["server"] == row["n"] * gen
         want = "ok" if row["engine"] == "vllm" else "not exposed"  # llama-server has no request counter
-        assert recon["requests"]["status"] == want and (want != "ok" or recon["requests"]["server"] == row["n"])
+        assert recon["requests"]["status"] == want and (want != "ok" or recon["requests"]["server"] == row["requests"])
     op = summary["output_parity"]
     assert op["status"] == "pass" and {p["engine"] for p in op["pairs"]} == {"paged", "vllm"}
     assert all(p["agreement"] == 1.0 and p["kl_mean"] <= 0.01 for p in op["pairs"]), op["pairs"]

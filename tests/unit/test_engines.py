@@ -95,7 +95,7 @@ def test_llama_launch_exact_argv_and_path_env(tmp_path):
     la = launch(ctx, "prebuilt", "/models/m.gguf", 8124, s)
     assert la.argv == [
         f"{tmp_path}/bin/llama-server", "-m", "/models/m.gguf", "-c", str(s.ctx), "--parallel", str(s.parallel), "-b", str(s.batch), "-ub", str(s.ubatch),
-        *s.server_args, "--host", "127.0.0.1", "--port", "8124", "--no-webui", "--metrics",
+        "--log-prefix", "--log-timestamps", "--log-verbosity", "4", *s.server_args, "--host", "127.0.0.1", "--port", "8124", "--no-webui", "--metrics",
     ]  # fmt: skip
     assert la.env == {"A": "1", "B": "2"} and la.unset == [] and la.served_name == "m.gguf" and la.models_path is None
     assert (la.metrics_path, la.count, la.request_extra) == ("/metrics", "timings", {"timings_per_token": True})

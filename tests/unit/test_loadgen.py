@@ -247,3 +247,11 @@ def test_request_timeout_is_a_clean_request_error(fake_vllm):
     t = fake_vllm(FAKE_VLLM_TTFT_MS="3000")
     (rec,) = asyncio.run(run_requests(t, [RequestSpec([5, 6], 2)], 1, 0.5))
     assert rec.error == "timed out after 0.5 s" and not rec.valid
+
+
+def test_a_record_says_its_connect_and_first_byte(fake_vllm):
+    t = fake_vllm(FAKE_VLLM_ITL_MS="1")
+    a, b = checked(drive(t, specs(t, 2, 8, 4), 30, concurrency=1))  # one worker: the second request rides the first's connection
+    assert a.connect_ms is not None and a.connect_ms > 0 and b.connect_ms is None
+    for r in (a, b):
+        assert r.send < r.first_byte <= r.first and (a.connect_ms / 1000) < (a.first - a.send)
