@@ -20,6 +20,10 @@
 #   aa-sizes   serving A/A at SIZES (dense-1g dense-4g), REPEAT fixed blocks
 #   paged-stock  paged vs stock on gpu-qwen35moe: bench A/B, gated serving sweep, parity gap
 #   ab-runtime / ab-build / levers   parity ab on a runtime and a build lever, the map
+#   ttft / ttft-ab   issue 54 on PROF=campaigns/profiles/h200-ttft.yaml: the TTFT anatomy at N 1/8/32, the
+#              setting it names as a --server-arg lever (SERVER_ARG) until TTFT's interval is +-5 %
+#   ab-ops / ab-env  a runtime lever of the stock build (OPS_ENV, ENV_LEVER) by focused op timing and
+#              by batched-bench, with engagement proof; and a misspelt env (NOT ENGAGED)
 #   collect    everything small into $OUT
 # Another profile: PROF=... ENGINES="paged paged_wo0011" MODELS="dense-16g moe-big" QUANT_ENGINE=paged
 set -uo pipefail
@@ -138,6 +142,25 @@ for stage in "$@"; do
     ;;
   levers)
     $P levers -p $PROF --markdown | tee $R/out/levers.md
+    ;;
+  ttft)  # issue 54: where TTFT goes at N 1/8/32 on MODEL (PROF=campaigns/profiles/h200-ttft.yaml)
+    t $P snapshot -p $PROF --engines stock -m ${MODEL:-dense-16g} --npl ${NPL:-1,8,32} --repeat ${REPEAT:-3} --no-gates --json > $R/out/ttft.json 2> $R/out/ttft.err
+    tail -n 30 $R/out/ttft.err
+    cp $(python3 -c "import json, sys; print(json.load(open(sys.argv[1]))['run_dir'])" $R/out/ttft.json)/summary.json $R/out/ttft-summary.json
+    ;;
+  ttft-ab)  # the setting the anatomy names, as a server-arg lever, until TTFT's interval is +-5 % at N=1
+    t $P ab -p $PROF -e stock --server-arg "${SERVER_ARG:---cache-ram 0}" --serving -m ${MODEL:-dense-16g} --npl ${NPL:-1} --until-ci ttft_mean_ms=5 --max-repeats ${MAXREP:-10} --json > $R/out/ttft-ab.json 2> $R/out/ttft-ab.err
+    tail -n 30 $R/out/ttft-ab.err
+    ;;
+  ab-ops)  # focused op timing on a runtime lever of the stock build, with its engagement proof
+    t $P ab -p $PROF -e stock --env ${OPS_ENV:-GGML_CUDA_DISABLE_GRAPHS=1} --ops ${OPS:-MUL_MAT} --ops-params "${OPS_PARAMS:-type_a=f16,type_b=f32,m=4096,n=(1|8),k=14336}" --repeat ${REPEAT:-3} --json > $R/out/ab-ops.json 2> $R/out/ab-ops.err
+    tail -n 25 $R/out/ab-ops.err
+    ;;
+  ab-env)  # the same env lever on batched-bench, and a misspelt one (NOT ENGAGED, exit 8, before the lock)
+    t $P ab -p $PROF -e stock --env ${ENV_LEVER:-GGML_CUDA_DISABLE_GRAPHS=1} -m ${MODEL:-dense-16g} --repeat ${REPEAT:-3} --json > $R/out/ab-env.json 2> $R/out/ab-env.err
+    tail -n 25 $R/out/ab-env.err
+    t $P ab -p $PROF -e stock --env GGML_CUDA_DISABLE_GRAPH=1 -m ${MODEL:-dense-16g} --repeat 2 > $R/out/ab-typo.out 2> $R/out/ab-typo.err
+    tail -n 6 $R/out/ab-typo.err
     ;;
   collect)
     (cd $R && tar czf "$OUT/runs.tgz" --exclude='*.gguf' runs out 2>/dev/null)
