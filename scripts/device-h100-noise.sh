@@ -40,7 +40,9 @@ t() { local s=$(date +%s%N); "$@"; local rc=$?; echo "[time] $(( ($(date +%s%N) 
 need() { for f in "$@"; do [ -e "$f" ] || { echo "MISSING $f: this is a fresh machine, run the earlier stages first"; exit 3; }; done; }
 bg() { local name=$1; shift; setsid nohup bash -c "cd $R/wt && s=\$(date +%s); $* > $R/out/$name.log 2>&1; echo rc=\$? wall=\$(( \$(date +%s) - s ))s >> $R/out/$name.log; touch $R/$name.done" < /dev/null > /dev/null 2>&1 & }
 # this call's checkout, always (the code may have changed since the last call)
-mkdir -p "$R/wt" && (cd "$SRC" && tar cf - --exclude=./.carry --exclude=./.whl --exclude=./.git .) | (cd "$R/wt" && tar xf -)
+# (or $CARRY/parity.tgz, a `git archive` of one commit, when carried: the same code in every call)
+if [ -e "$CARRY/parity.tgz" ]; then rm -rf "$R/wt" && mkdir -p "$R/wt" && tar xzf "$CARRY/parity.tgz" -C "$R/wt"
+else mkdir -p "$R/wt" && (cd "$SRC" && tar cf - --exclude=./.carry --exclude=./.whl --exclude=./.git .) | (cd "$R/wt" && tar xf -); fi
 cd "$R/wt"
 for stage in "$@"; do
   case $stage in
