@@ -46,16 +46,38 @@ def register(app: typer.Typer) -> None:
     def sql(
         statement: str = typer.Argument(..., metavar="SQL", help="A read-only statement, e.g. \"SELECT run_id, pin FROM runs ORDER BY at\" (tables: runs builds rows medians paired gates telemetry levers change_points; view: series)."),
         store: Optional[str] = StoreOpt,
+        csv_out: Optional[str] = typer.Option(None, "--csv", metavar="FILE",
+                                              help="Write the result as CSV to FILE ('-': stdout, instead of the table)."),
+        parquet_out: Optional[str] = typer.Option(None, "--parquet", metavar="FILE",
+                                                  help="Write the result as Parquet to FILE."),
         profile: Optional[str] = ProfileOpt,
         json: bool = JsonOpt,
     ):
-        """Query the store with SQL (DuckDB, read-only)."""
-        from parity.cli.common import make_context
-        from parity.history.sql import SqlRequest, run_sql
+        """Query the store with SQL (DuckDB, read-only); the result as a table, CSV or Parquet."""
+        import sys
 
+        from parity.cli.common import make_context
+        from parity.history.sql import SqlRequest, check_outputs, run_sql, write_result
+
+        check_outputs(csv_out, parquet_out, json)
         ctx = make_context(profile, json)
         doc = run_sql(ctx, SqlRequest(sql=statement, store=store))
-        ctx.out.emit(doc, lambda: ctx.out.table(None, doc["columns"], [["-" if v is None else v for v in r] for r in doc["rows"]]))
+        if not (csv_out or parquet_out):
+            rows = [["-" if v is None else v for v in r] for r in doc["rows"]]
+            return ctx.out.emit(doc, lambda: ctx.out.table(None, doc["columns"], rows))
+        written = write_result(doc, csv_out, parquet_out)
+        if "csv_text" in written:
+            sys.stdout.write(written.pop("csv_text"))
+
+        def human():
+            for what, path in written.items():
+                line = f"{len(doc['rows'])} rows x {len(doc['columns'])} columns -> {path} ({what})"
+                if csv_out == "-":  # stdout holds the CSV
+                    print(line, file=sys.stderr)
+                else:
+                    ctx.out.info(line)
+
+        ctx.out.emit({**doc, "written": written}, human)
 
     @hist.command("changes")
     def changes(

@@ -95,6 +95,10 @@ def register(app: typer.Typer) -> None:
         out_dir: Optional[str] = typer.Option(None, "--out-dir", metavar="DIR", help="Where reports and the ledger go (default: reports.dir)."),
         force: bool = typer.Option(False, "--force", help="A/B against runs that are not green or on another hardware class (marked forced)."),
         no_plots: bool = typer.Option(False, "--no-plots", help="Skip the PNG plots."),
+        reference: Optional[List[str]] = typer.Option(
+            None, "--reference", metavar="ENGINE",
+            help="Headline against this engine of the run (repeatable): the first as '% of', each further one "
+                 "as 'x over', e.g. --reference vllm --reference stock."),
         rebuild_ledger: bool = typer.Option(False, "--rebuild-ledger", help="Regenerate BENCHMARK.md/.csv from the reports in --out-dir and exit."),
         profile: Optional[str] = ProfileOpt,
         json: bool = JsonOpt,
@@ -106,7 +110,8 @@ def register(app: typer.Typer) -> None:
 
         ctx = make_context(profile, json)
         req = ReportRequest(run=run, out_dir=out_dir, phase=phase, title=title, verdict=verdict, compare=compare_run, noise_floor=noise_floor,
-                            metrics=metric or None, force=force, plots=not no_plots, rebuild_ledger=rebuild_ledger)  # fmt: skip
+                            metrics=metric or None, force=force, plots=not no_plots, rebuild_ledger=rebuild_ledger,
+                            references=reference or None)  # fmt: skip
         doc = render(ctx, req)
 
         def human():

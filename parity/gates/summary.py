@@ -11,11 +11,10 @@ gate_checks.tsv (`phase check expected got status`) and everything in gates.json
 
 from __future__ import annotations
 
-import csv
-import io
 from dataclasses import dataclass
 from pathlib import Path
 
+from parity import tables
 from parity.errors import UsageError
 from parity.files import atomic_write_text
 from parity.results import check, load_json, model
@@ -31,20 +30,12 @@ GOOD = ("ok", "skipped")
 
 
 def render(rows: list[list[str]]) -> str:
-    return "\n".join("\t".join(str(x).replace("\t", " ").replace("\n", " ") for x in r) for r in [COLUMNS, *rows]) + "\n"
+    return tables.tsv(COLUMNS, rows)
 
 
 def bad(rows: list[list[str]]) -> list[str]:
     """The rows that make the summary bad, as `phase check status`."""
     return [f"{r[0]} {r[1]} {r[2]}" for r in rows if r[2] not in GOOD]
-
-
-def parse(text: str) -> list[dict]:
-    """A gate_summary.tsv in the users' layout -> [{phase, check, status, actual, expected, details}]."""
-    rows = list(csv.DictReader(io.StringIO(text), delimiter="\t"))
-    if rows and not set(COLUMNS) <= set(rows[0]):
-        raise ValueError(f"{FILE}: expected the columns {' '.join(COLUMNS)}, got {' '.join(rows[0])}")
-    return rows
 
 
 # --------------------------------------------------------------------------- parity's checks, their layout
@@ -75,11 +66,8 @@ def rows_from_sets(sets: dict[str, dict], profile, run_path: Path | None = None)
 def write(run, sets: dict[str, dict], profile) -> None:
     """gate_summary.tsv (the users' layout) and gate_checks.tsv (parity's) into the run dir."""
     run.write_text(FILE, render(rows_from_sets(sets, profile, run.path)))
-    own = ["\t".join(OWN_COLUMNS)]
-    for phase, s in sets.items():
-        for c in s["checks"]:
-            own.append("\t".join(str(x).replace("\t", " ") for x in (phase, c["check"], c["expected"], c["got"], c["status"])))
-    run.write_text(OWN_FILE, "\n".join(own) + "\n")
+    own = [(phase, c["check"], c["expected"], c["got"], c["status"]) for phase, s in sets.items() for c in s["checks"]]
+    run.write_text(OWN_FILE, tables.tsv(OWN_COLUMNS, own))
 
 
 # --------------------------------------------------------------------------- an artifact dir of theirs

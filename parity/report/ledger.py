@@ -13,6 +13,7 @@ import json
 import re
 from pathlib import Path
 
+from parity import tables
 from parity.files import atomic_write_text
 from parity.filelock import lock_path
 from parity.filelock import locked as file_locked
@@ -38,9 +39,7 @@ def _md_table_head() -> str:
 
 
 def _csv_line(row: dict) -> str:
-    buf = io.StringIO()
-    csv.writer(buf, lineterminator="\n").writerow([row.get(c, "") for c in COLUMNS])
-    return buf.getvalue()
+    return tables.csv_text(COLUMNS, [row], header=False)
 
 
 def read_rows(out_dir: Path) -> list[dict]:
@@ -174,7 +173,7 @@ def _rebuild(out_dir: Path) -> list[dict]:
         data.setdefault("report", md.name)
         rows.append({c: data.get(c, "") for c in COLUMNS})
     rows.sort(key=lambda r: (_int(r["phase"]), str(r["date"]), str(r["report"])))
-    atomic_write_text(out_dir / "BENCHMARK.csv", ",".join(COLUMNS) + "\n" + "".join(_csv_line(r) for r in rows))
+    atomic_write_text(out_dir / "BENCHMARK.csv", tables.csv_text(COLUMNS, rows))
     atomic_write_text(out_dir / "BENCHMARK.md", MD_HEADER + _md_table_head() + "".join(md_row(r) + "\n" for r in rows))
     return rows
 

@@ -19,6 +19,8 @@ import contextlib
 import datetime as _dt
 import json
 import os
+import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,12 +41,16 @@ from parity.report.compare import check_regressions, compare_runs
 from parity.report.efficiency_sections import efficiency_section
 from parity.report.ledger import rebuild
 from parity.report.plots import throughput_vs_clock
-from parity.report.telemetry_sections import canary_section, plot_points, telemetry_section
+from parity.report.telemetry_sections import canary_problem, canary_section, plot_points, telemetry_section
+from parity.report.runtime_sections import runtime_section, traces_section
+from parity.report.ttft_sections import ttft_section
+from parity.report.reference_sections import check_references, reference_section
 from parity.report.workload_sections import workload_section
 from parity.stats.paired import overall
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 USER_VERDICTS = ("keep", "reject", "default-off")
+SUMMARY_KINDS = ("snapshot", "users-snapshot")  # run kinds whose result is their summary
 RATIO_PLOT_METRICS = ["decode_agg_tps", "decode_perseq_tps", "agg_tps"]
 
 
@@ -66,6 +72,7 @@ class ReportRequest:
     date: str | None = None
     rebuild_ledger: bool = False  # regenerate BENCHMARK.md/.csv from the reports in out_dir instead
     ledger_dir: str | None = None  # a running ledger to join besides out_dir's own (phases continue there)
+    references: list[str] | None = None  # --reference: the headline's engines ("% of" the first, "x over" the rest)
 
 
 def report(ctx, req: ReportRequest) -> dict:
@@ -89,8 +96,14 @@ def decide(user: str | None, problems: list[str], ab: dict | None, rule: stats.R
     also = f"; {paired}" if paired else ""
     if problems:
         if user in ("keep", "default-off"):
-            raise UsageError(f"--verdict {user}: the run's gates are not green ({'; '.join(problems)}); only reject is allowed")
-        return (user or "invalid"), "gates not green: " + "; ".join(problems) + " -- its numbers do not count"
+            raise UsageError(f"--verdict {user}: the run is not valid ({'; '.join(problems)}); only reject is allowed")
+        return (user or "invalid"), "not valid: " + "; ".join(problems) + " -- its numbers do not count"
+    if ab and ab.get("invalid"):
+        why = "; ".join(ab["invalid"])
+        if user in ("keep", "default-off"):
+            raise UsageError(f"--verdict {user}: the A/B reads numbers that do not count ({why}); "
+                             "only reject is allowed")
+        return (user or "invalid"), f"the A/B reads numbers that do not count (never a verdict): {why}"
     if ab and ab.get("missing"):
         gaps = "; ".join(ab["missing"])
         if user in ("keep", "default-off"):
@@ -180,8 +193,17 @@ def render_report(profile, req: ReportRequest) -> dict:
     if req.phase is not None and req.phase <= 0:
         raise UsageError("--phase must be a positive integer")
     rd = load_run(req.run, need_summary=False)  # a gates-only run still gets a report
+    if not rd.summary and rd.manifest.get("kind") in SUMMARY_KINDS:  # its result is gone: no measurement to record
+        files = "summary.tsv or <arm>/nNNN.json rows" if rd.manifest["kind"] == "users-snapshot" else "summary.json"
+        status = rd.manifest.get("status")
+        raise UsageError(f"{req.run}: a {rd.manifest['kind']} run without its results (no {files}; status {status}): "
+                         "nothing to report")
+    bad = canary_problem(rd.summary or {})
+    if bad:  # checked before any lock or file: a crafted entry is one line, not a half-written report
+        raise UsageError(f"{rd.path / 'summary.json'}: {bad}: cannot report it")
     if req.compare and not rd.summary:
         raise UsageError(f"{req.run}: no summary.json to compare (not a snapshot run, or it failed before any result)")
+    check_references(rd, req.references)
     dirs = sorted({_resolved(d) for d in (req.out_dir, req.ledger_dir) if d})  # one order everywhere: no deadlock
     with contextlib.ExitStack() as held:
         for d in dirs:
@@ -189,10 +211,10 @@ def render_report(profile, req: ReportRequest) -> dict:
                 held.enter_context(ledger.locked(Path(d)))
             except OSError:  # not a usable directory: the report below says so, as it did unlocked
                 pass
-        return _render_report(profile, req, rd)
+        return _render_report(profile, req, rd, held)
 
 
-def _render_report(profile, req: ReportRequest, rd: RunData) -> dict:
+def _render_report(profile, req: ReportRequest, rd: RunData, held: contextlib.ExitStack) -> dict:
     rule = stats.Rule.from_config(profile.stats)
     metrics = req.metrics or list(profile.stats.metrics)
     ab = None
@@ -220,14 +242,15 @@ def _render_report(profile, req: ReportRequest, rd: RunData) -> dict:
     paired = paired_section(rd, list(profile.stats.metrics), profile.stats.min_delta_pct, profile.stats.confidence) if rd.summary else None
     ptext = paired_text(paired) if paired else ""
     verdict, verdict_rule = decide(req.verdict, problems, ab, rule, (rd.summary or {}).get("headline") or "", ptext)
-    figs, plot_note = draw_plots(rd, ab, out_dir / stem, stem, paired) if req.plots else ([], "plots disabled")
+    assets, staging = out_dir / stem, _staging(out_dir, stem, held)  # plots land in staging, published with the report
+    figs, plot_note = draw_plots(rd, ab, staging, stem, paired) if req.plots else ([], "plots disabled")
     defs, defs_note = definitions(list(dict.fromkeys(RESULT_METRICS + metrics)), rd.summary)
     row = {"date": date, "phase": phase, "title": title, "verdict": verdict, "key_ratios": key_ratios(rd, (paired or {}).get("points")), "report": md_path.name, "artifact": str(rd.path)}
     res = results_section(rd)
 
-    workload = workload_section(rd, out_dir / stem, stem, plots=req.plots)
+    workload = workload_section(rd, staging, stem, plots=req.plots)
 
-    efficiency = efficiency_section(rd, out_dir / stem, stem, plots=req.plots)
+    efficiency = efficiency_section(rd, staging, stem, plots=req.plots)
     prov, gates = provenance_section(rd), gates_section(rd, problems)
     ctx = {
         "front": {"phase": phase, "date": date, "title": title, "verdict": verdict, "run": str(rd.path), "compare": ab["a"] if ab else None, "key_ratios": row["key_ratios"], "forced": bool(ab and ab["forced"]),
@@ -239,18 +262,41 @@ def _render_report(profile, req: ReportRequest, rd: RunData) -> dict:
         "validity": validity_section(rd), "reconciliation": reconciliation_section(rd), "server": server_section(rd), "output_parity": output_parity_section(rd),
         "buckets": buckets_section(rd), "bench": bench_section(rd), "bench_ab": bench_ab_section(rd), "ab": ab, "ab_rows": ab_table(ab) if ab else [], "sessions_rows": sessions_table(ab) if ab else [], "plots": figs, "plot_note": plot_note,
         "definitions": defs, "definitions_note": defs_note, "reproduce": reproduce(rd), "notes": rd.notes, "workload": workload, "efficiency": efficiency,
-        "telemetry": telemetry_section(rd), "canary": canary_section(rd),
+        "telemetry": telemetry_section(rd), "canary": canary_section(rd), "ttft": ttft_section(rd),
+        "runtime": runtime_section(rd), "traces": traces_section(rd), "against": reference_section(rd, req.references),
     }
     text = _env().get_template("report.md.j2").render(**ctx)
+    _publish(staging, assets)
+    figs = [{**f, "path": str(assets / Path(f["path"]).relative_to(staging))} for f in figs]
     atomic_write_text(md_path, text)
     side = {"ledger": row, "verdict_rule": verdict_rule, "gate_problems": problems, "compare": ab, "paired": paired and {k: paired[k] for k in ("points", "source", "counts", "disagree", "threshold_pct", "confidence")}, "plots": [f["file"] for f in figs] + [f["file"] for f in (workload or {}).get("plots", [])] + [f["file"] for f in (efficiency or {}).get("plots", [])], "results": res}
+    if ctx["against"]:
+        side["against"] = ctx["against"]["data"]
     atomic_write_json(out_dir / f"{stem}.json", side)
     ledger.append(out_dir, row)
     if running is not None:  # the running ledger links the report where it lives (the run dir)
         ledger.append(running, {**row, "report": os.path.relpath(md_path.resolve(), running.resolve())})
     return {"report": str(md_path), "sidecar": str(out_dir / f"{stem}.json"), "ledger": str(out_dir / "BENCHMARK.md"), "phase": phase, "verdict": verdict, "verdict_rule": verdict_rule, "plots": [f["path"] for f in figs], "forced": bool(ab and ab["forced"]),
             "ab_rows": ab["rows"] if ab else [], "running_ledger": str(running / "BENCHMARK.md") if running else None,
-            "paired": (paired or {}).get("points") or [], "paired_overall": paired_overall(paired), "paired_source": (paired or {}).get("source")}
+            "paired": (paired or {}).get("points") or [], "paired_overall": paired_overall(paired), "paired_source": (paired or {}).get("source"),
+            **({"against": ctx["against"]["data"]} if ctx["against"] else {})}
+
+
+def _staging(out_dir: Path, stem: str, held: contextlib.ExitStack) -> Path:
+    """A hidden directory beside the report's assets, removed when the report ends (a refusal or
+    a crash after some plots leaves nothing behind)."""
+    staging = Path(tempfile.mkdtemp(prefix=f".{stem[:80]}.", suffix=".tmp", dir=out_dir))
+    held.callback(shutil.rmtree, staging, ignore_errors=True)
+    return staging
+
+
+def _publish(staging: Path, assets: Path) -> None:
+    """The staged plots become the report's assets dir (an orphan one of a report never written is replaced)."""
+    if not any(staging.iterdir()):
+        return
+    if assets.is_dir() and not assets.is_symlink():
+        shutil.rmtree(assets)
+    os.replace(staging, assets)
 
 
 def _resolved(path: str) -> str:

@@ -9,12 +9,11 @@ beside a parity run."""
 from __future__ import annotations
 
 import csv
-import io
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from parity import results, stats
+from parity import results, stats, tables
 from parity.results import model
 from parity.errors import UsageError
 from parity.artifacts import RunDir
@@ -70,19 +69,12 @@ def parse_gate_summary(text: str) -> list[dict]:
     gate_checks.tsv (phase check expected got status; gate_summary.tsv of runs before it was
     renamed) or from a gate_summary.tsv in the users' layout (phase check status actual expected
     details: ok/skipped/mismatch/fail/missing)."""
-    rows = list(csv.DictReader(io.StringIO(text), delimiter="\t"))
-    if not rows:
-        return []
-    for i, r in enumerate(rows, 2):
-        if None in r or None in r.values():
-            raise ValueError(f"gate table: row {i} does not fit its header's columns (truncated or edited?)")
-    cols = set(rows[0])
-    if {"phase", "check", "expected", "got", "status"} <= cols:
-        return rows
-    if {"phase", "check", "status", "actual", "expected", "details"} <= cols:
-        return [{"phase": r["phase"], "check": r["check"], "expected": r["expected"] or "-", "got": r["actual"] or "-",
-                 "status": USERS_STATUS.get(r["status"], "error"), "detail": r["details"]} for r in rows]  # fmt: skip
-    raise ValueError(f"gate table: expected the columns phase check expected got status, or phase check status actual expected details; got {' '.join(map(str, rows[0]))}")
+    layout, table = tables.gate_table(text)
+    if layout == "parity":
+        return tables.records(table)
+    return [{"phase": r["phase"], "check": r["check"], "expected": r["expected"] or "-", "got": r["actual"] or "-",
+             "status": USERS_STATUS.get(r["status"], "error"), "detail": r["details"]}
+            for r in tables.records(table)]
 
 
 def load_run(path, *, need_summary: bool = True) -> RunData:
@@ -125,39 +117,11 @@ def is_users_artifact(p: Path) -> bool:
     return head.split("\t")[:2] == ["arm", "n"] or any(p.glob("*/n[0-9]*.json"))
 
 
-def _num(v: str):
-    try:
-        f = float(v)
-    except ValueError:
-        return v
-    if not math.isfinite(f):
-        raise ValueError(f"summary.tsv: {v!r} where a number must be finite")
-    return int(f) if f.is_integer() and "." not in v and "e" not in v.lower() else f
-
-
 def parse_users_summary(text: str) -> tuple[list[dict], list[dict]]:
-    """The users' summary.tsv: (rows [{arm, n, agg_tps, ...}], ratios [{n, paged_decode_over_vllm, ...}]).
-    Two blocks: the arm table, a blank line, the `ratio` table (its rows start with `ratio`)."""
-    rows, ratios, header = [], [], None
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        cells = line.split("\t")
-        if cells[0] in ("arm", "ratio") and len(cells) > 1 and cells[1] == "n":
-            header = cells
-            continue
-        if header is None:
-            raise ValueError(f"summary.tsv: a row before any header: {line[:60]!r}")
-        if len(cells) != len(header):
-            raise ValueError(f"summary.tsv: {len(cells)} cells under a {len(header)}-column header: {line[:60]!r}")
-        rec = {k: (_num(v) if k != "arm" else v) for k, v in zip(header, cells)}
-        if not isinstance(rec["n"], int):
-            raise ValueError(f"summary.tsv: n is {rec['n']!r}, not an integer: {line[:60]!r}")
-        (ratios if header[0] == "ratio" else rows).append(rec)
-    missing = [c for c in USERS_SUMMARY_COLUMNS if rows and c not in rows[0]]
-    if missing:
-        raise ValueError(f"summary.tsv: no column {', '.join(missing)} (expected {' '.join(USERS_SUMMARY_COLUMNS)})")
-    return rows, ratios
+    """The users' summary.tsv: (rows [{arm, n, agg_tps, ...}], ratios [{ratio, n, paged_decode_over_vllm, ...}])
+    (parity.tables.users_summary: the arm table, a blank line, the `ratio` block)."""
+    arms, ratios = tables.users_summary(text, columns=USERS_SUMMARY_COLUMNS)
+    return tables.records(arms), [r for block in ratios for r in tables.records(block)]
 
 
 def parse_users_hardware(text: str) -> dict:

@@ -7,7 +7,7 @@ summary.tsv is the closed N sweep's layout, so a workload run does not write one
 
 from __future__ import annotations
 
-from parity import results, stats
+from parity import results, stats, tables
 from parity.serving import summary
 from parity.metrics.registry import definitions
 from parity.metrics.serving import METRICS
@@ -46,12 +46,9 @@ def headline(rat: list[dict], kind: str) -> str:
 
 def tsv(rows: list[dict], med: list[dict], rat: list[dict], kind: str) -> str:
     cols = ["kind", "engine", "n", "point", "repeat", "reference", "valid", "held", *keys(kind), "requests", "valid_requests", "invalid_requests", "noise"]
-    lines = ["\t".join(cols)]
-    for what, items in (("row", rows), ("median", med), ("ratio", rat)):
-        for r in items:
-            r = {**r, "kind": what, **({"repeat": "median"} if what == "median" else {})}
-            lines.append("\t".join("" if r.get(c) is None else str(r.get(c)).replace("\t", " ") for c in cols))
-    return "\n".join(lines) + "\n"
+    parts = (("row", rows), ("median", med), ("ratio", rat))
+    items = [{**r, "kind": k, **({"repeat": "median"} if k == "median" else {})} for k, part in parts for r in part]
+    return tables.tsv(cols, items)
 
 
 def write(ctx, plan, rows: list[dict], extra: dict | None = None) -> dict:
@@ -86,6 +83,7 @@ def write(ctx, plan, rows: list[dict], extra: dict | None = None) -> dict:
         "paired": pts,
         "paired_rule": summary.paired_rule(st.min_delta_pct, st.confidence),
         "metrics": definitions(keys(wl.kind)),
+        **kind.summarize(rows, plan.reference, st.min_delta_pct, st.confidence),  # the kind's own (fits across its points)
         **(extra or {}),
     }
     results.write_summary(ctx.run, doc)
