@@ -7,6 +7,11 @@ What the pin (0ed235ea) prints, and where:
     "%s: found %d " GGML_CUDA_NAME " devices (Total VRAM: %zu MiB):\n"   (2024: "... devices:", no VRAM;
     2023: ggml_init_cublas, no VMM)
     "  Device %d: %s, compute capability %d.%d, VMM: %s, VRAM: %zu MiB\n"
+  printed through ggml's logger: llama-server, whose own logger takes stderr first, does not show
+  them (seen on an H200, tests/data/runtime/h200-pin-llama-server-head.log);
+- common/common.cpp, common_params_print_info: "device_info:" then per device
+    "  - %-8s: %s (%zu MiB, %zu MiB free)\n" (name, description): llama-server's device lines, with no
+  compute capability: the gate then takes it from the run's hardware record (nvidia-smi / NVML);
 - common/common.cpp + src/llama.cpp: "system_info: n_threads = N (n_threads_batch = M) / T | ", then
   per backend "NAME : " and "FEATURE = VALUE | " for each of its features;
 - ggml_backend_cuda_get_features: ARCHS = __CUDA_ARCH_LIST__ (the built archs x 10, comma-joined:
@@ -32,6 +37,7 @@ FP4 = "BLACKWELL_NATIVE_FP4"
 
 _FOUND = re.compile(r"(?:ggml_cuda_init|ggml_init_cublas): found (\d+) CUDA devices(?: \(Total VRAM: (\d+) MiB\))?:")
 _DEVICE = re.compile(r"Device (\d+): (.+?), compute capability (\d+)\.(\d+)(?:, VMM: (yes|no))?(?:, VRAM: (\d+) MiB)?")
+_DEVINFO = re.compile(r"^.*? - (CUDA(\d+))\s*: (.+?) \((\d+) MiB, (\d+) MiB free\)\s*$", re.M)
 _ARCH = re.compile(r"(\d{2,3})[a-z]?(?:-real|-virtual)?")
 
 
@@ -89,6 +95,27 @@ def parse_cuda_init(text: str) -> dict | None:
     return {"found": int(m[1]), "total_vram_mib": int(m[2]) if m[2] else None, "devices": devices}
 
 
+def parse_device_info(text: str) -> list[dict]:
+    """common_params_print_info's CUDA device lines: [{id, name, cc: None, vram_mib}] (no cc there)."""
+    out = []
+    for d in _DEVINFO.finditer(text):
+        if int(d[2]) in (x["id"] for x in out):
+            break
+        out.append({"id": int(d[2]), "name": d[3], "cc": None, "cc_text": "?", "vmm": None, "vram_mib": int(d[4])})
+    return out
+
+
+def with_cc(devices: list[dict], hardware_cc: list[str] | None) -> list[dict]:
+    """Devices whose log line gave no compute capability take the hardware record's, by index."""
+    out = []
+    for d in devices:
+        cc = (hardware_cc or [])[d["id"]] if d["cc"] is None and d["id"] < len(hardware_cc or []) else None
+        m = re.fullmatch(r"(\d+)\.(\d+)", str(cc or ""))
+        out.append({**d, "cc": 100 * int(m[1]) + 10 * int(m[2]), "cc_text": f"{m[1]}.{m[2]}", "cc_from": "hardware"}
+                   if m else d)
+    return out
+
+
 def built_archs(cuda_archs: str) -> list[int]:
     """A profile's cuda_archs as __CUDA_ARCH_LIST__ gives them: "90;121a-real" -> [900, 1210]."""
     return sorted({int(m[1]) * 10 for part in cuda_archs.split(";") if (m := _ARCH.fullmatch(part.strip()))})
@@ -129,9 +156,10 @@ def expectation(cuda_archs: str | None) -> str:
     return f"ARCHS = {','.join(map(str, archs))} (cuda_archs {cuda_archs}); {when}"
 
 
-def judge(cuda_archs: str | None, text: str | None, log: str) -> dict:
+def judge(cuda_archs: str | None, text: str | None, log: str, hardware_cc: list[str] | None = None) -> dict:
     """One arm's row: {status: pass | fail | not applicable, expected, got, why, archs_built,
-    archs_runtime, devices, native_fp4, system_info}; log: the log's name, for the words."""
+    archs_runtime, devices, native_fp4, system_info}; log: the log's name, for the words;
+    hardware_cc: the run's GPUs' compute capabilities ("9.0", by index) for device lines without one."""
     row: dict = {"expected": expectation(cuda_archs), "got": "-", "archs_built": built_archs(cuda_archs or "")}
     info = parse_system_info(text) if text is not None else None
     row["system_info"] = info["line"] if info else None
@@ -153,7 +181,7 @@ def judge(cuda_archs: str | None, text: str | None, log: str) -> dict:
         return red(f"{log}: system_info has no CUDA backend ({have}): the server ran without the build's CUDA backend")
     got_archs = runtime_archs(cuda.get("ARCHS", ""))
     row["archs_runtime"] = got_archs
-    row["devices"] = (parse_cuda_init(text) or {}).get("devices") or []
+    row["devices"] = with_cc((parse_cuda_init(text) or {}).get("devices") or parse_device_info(text), hardware_cc)
     reported = cuda.get(FP4) == "1"
     row["got"] = f"ARCHS = {cuda.get('ARCHS', '-')}; {FP4} {'= 1' if reported else 'absent'}" + "".join(
         f"; {d['name']} cc {d['cc_text']}" for d in row["devices"]
@@ -166,7 +194,11 @@ def judge(cuda_archs: str | None, text: str | None, log: str) -> dict:
             f"{got_archs}: the server is not the build parity made"
         )
     if not row["devices"]:
-        return red(f"no `ggml_cuda_init: found N CUDA devices` device line in {log}")
+        return red(f"no CUDA device line (`ggml_cuda_init: found N CUDA devices` or `device_info: - CUDA0 : ...`) in {log}")
+    unknown = [d for d in row["devices"] if d["cc"] is None]
+    if unknown:
+        return red(f"device {unknown[0]['id']} ({unknown[0]['name']}): no compute capability in {log} nor in the run's "
+                   "hardware record, so its code and native FP4 cannot be checked")
     for d in row["devices"]:
         if highest_compiled(d["cc"], got_archs) < 0:
             return red(
@@ -202,14 +234,14 @@ class BannerGate(GateKind):
     in_gate_set = False
 
     def measure(self, arms: list[dict]) -> dict:
-        """arms: [{engine, repeat, cuda_archs, text, log, applies: None or why not}] -> summary.json "banner"."""
+        """arms: [{engine, repeat, cuda_archs, text, log, applies: None or why not, hardware_cc}] -> summary.json "banner"."""
         rows = []
         for a in arms:
             head = {"engine": a["engine"], "repeat": a["repeat"], "log": a["log"]}
             if a.get("applies"):
                 rows.append({**head, "status": NA, "expected": "-", "got": "-", "why": a["applies"]})
             else:
-                rows.append({**head, **judge(a.get("cuda_archs"), a.get("text"), a["log"])})
+                rows.append({**head, **judge(a.get("cuda_archs"), a.get("text"), a["log"], a.get("hardware_cc"))})
         status, why = overall(rows)
         return {"status": status, "why": why, "rows": rows}
 

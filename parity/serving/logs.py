@@ -5,6 +5,7 @@ arm's env turns on (parity.traces) -- summary.json's "banner", "kernel_paths" an
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from parity.engines import kind_of
@@ -21,10 +22,20 @@ def read_log(run_dir: str | Path, name: str) -> str | None:
         return None
 
 
+def hardware_cc(run_dir: str | Path) -> list[str]:
+    """The run's GPUs' compute capabilities by index, from its hardware.json ([] when it has none)."""
+    try:
+        doc = json.loads((Path(run_dir) / "hardware.json").read_text(encoding="utf-8"))
+        return [str(g.get("compute_cap") or "") for g in doc.get("gpus") or []]
+    except (OSError, ValueError, AttributeError):
+        return []
+
+
 def facts(profile, run_dir: str | Path, arms: list[dict]) -> dict:
     """{banner, kernel_paths?, traces?} of a sweep's arms (each with engine, repeat and its rows;
     the rows of an arm whose server served one point get its graph_reuse_pct)."""
     texts, banner_arms, paths = {}, [], []
+    ccs = hardware_cc(run_dir)
     for a in arms:
         e, r = a["engine"], a["repeat"]
         log = f"servers/{e}-r{r}.log"
@@ -39,6 +50,7 @@ def facts(profile, run_dir: str | Path, arms: list[dict]) -> dict:
                 "text": text,
                 "applies": applies,
                 "cuda_archs": getattr(profile.engine(e), "cuda_archs", None),
+                "hardware_cc": ccs,
             }
         )
         kp = kind.kernel_path(text or "")

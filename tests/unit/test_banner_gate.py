@@ -200,3 +200,22 @@ def test_the_kind_is_registered_measured_elsewhere_with_a_dry_word():
     assert k.dry(ctx, None, Target("paged-121a"))["expected"].startswith(
         "ARCHS = 1210 (cuda_archs 121a); BLACKWELL_NATIVE_FP4 = 1"
     )
+
+
+def test_the_real_h200_server_log_passes_with_the_hardware_records_cc():
+    """A real llama-server log of the pin's sm_90 build on the lent H200 (its first 12 lines): the
+    server's own logger takes stderr, so ggml_cuda_init's device lines are not in it; device_info's
+    are, without a compute capability.  The gate read it as red ("no device line") and marked a
+    real GPU run invalid; now the device comes from device_info and its cc from hardware.json."""
+    text = (RUNTIME / "h200-pin-llama-server-head.log").read_text()
+    assert banner.parse_cuda_init(text) is None
+    assert banner.parse_device_info(text) == [{"id": 0, "name": "NVIDIA H200", "cc": None, "cc_text": "?", "vmm": None, "vram_mib": 143155}]
+    row = banner.judge("90", text, "servers/stock-r0.log", ["9.0"])
+    assert row["status"] == PASS, row
+    assert row["devices"][0]["cc"] == 900 and row["devices"][0]["cc_from"] == "hardware"
+    assert row["native_fp4"] == {"expected": False, "reported": False}
+    # without a hardware record the cc is a named gap, never a pass
+    gap = banner.judge("90", text, "servers/stock-r0.log", None)
+    assert gap["status"] == FAIL and "no compute capability" in gap["why"]
+    # the same device on a build for another arch is still red
+    assert banner.judge("100", text, "servers/stock-r0.log", ["9.0"])["status"] == FAIL
