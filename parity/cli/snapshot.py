@@ -251,6 +251,10 @@ def render_workload(out, doc: dict) -> None:
     w, cols = doc["workload"], doc["shown"]
     rows = [[m["engine"], m["point"], f"{m['repeats']}" + (f" (+{m['invalid_repeats']} invalid)" if m["invalid_repeats"] else ""), *(m.get(k) for k in cols)] for m in doc["medians"]]
     out.table(f"workload {w['name']} ({w['kind']}): medians of valid repeats", ["engine", "point", "repeats", *cols], rows)
+    from parity.workloads import WORKLOADS
+
+    for line in WORKLOADS[w["kind"]].console(doc):  # what the kind's summarize() added (prefill-curve: its lines)
+        out.info(line)
     if doc["headline"]:
         out.info(f"headline: {doc['headline']}")
     if doc.get("paired"):

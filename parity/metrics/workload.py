@@ -251,6 +251,34 @@ def prompt_tokens_mean(s: Sample) -> float:
     return sum(r.sent_prompt_tokens for r in s.records) / len(s.records)
 
 
+# ------------------------------------------------------------------ prefill curve: the engine's own prompt clock
+
+
+def engine_timings(s: Sample, key: str) -> list[float]:
+    """timings.<key> of every valid request (llama-server's own per-request clock); a request
+    without it leaves the point without a value (no mean over the ones that happened to say)."""
+    rs = _need(s.records)
+    vals = [(r.server_timings or {}).get(key) for r in rs]
+    got = [float(v) for v in vals if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    if not got:
+        raise NoValue(f"the responses carry no timings.{key} (llama-server's own per-request clock; "
+                      "vLLM gives none per request)")
+    if len(got) < len(rs):
+        raise NoValue(f"{len(rs) - len(got)} of {len(rs)} valid responses carry no timings.{key}")
+    return got
+
+
+def _mean(vals: list[float]) -> float:
+    return sum(vals) / len(vals)
+
+
+def engine_prompt_tps(s: Sample) -> float:
+    ms = sum(engine_timings(s, "prompt_ms"))
+    if ms <= 0:
+        raise NoValue("the server's prompt time sums to 0 ms")
+    return sum(engine_timings(s, "prompt_n")) / ms * 1000
+
+
 WORKLOAD_METRICS: dict[str, Metric] = {
     m.name: m
     for m in [
@@ -285,6 +313,20 @@ WORKLOAD_METRICS: dict[str, Metric] = {
         Metric("cached_prompt_tokens", "tok", "higher", "sum over requests of the prompt tokens each response says came from cache (usage.prompt_tokens_details.cached_tokens, else llama-server timings.cache_n)", cached_prompt_tokens),
         Metric("prefix_share", "share", "higher", "shared prefix tokens / prompt tokens of the measured requests: the hit rate a perfect prefix cache would reach", prefix_share),
         Metric("prompt_tokens_mean", "tok", "higher", "mean prompt tokens sent per request (multi-turn: the resent history + the new user chunk)", prompt_tokens_mean),
+        # prefill curve: the engine's own prompt clock
+        Metric("engine_prompt_ms_mean", "ms", "lower",
+               "mean over valid requests of the server's own prompt time (llama-server timings.prompt_ms: its "
+               "prompt compute up to the first sampled token)", lambda s: _mean(engine_timings(s, "prompt_ms"))),
+        Metric("engine_prompt_ms_p50", "ms", "lower",
+               "median over valid requests of the server's own prompt time (llama-server timings.prompt_ms)",
+               lambda s: percentile(engine_timings(s, "prompt_ms"), 50)),
+        Metric("engine_prompt_n_mean", "tok", "higher",
+               "mean over valid requests of the prompt tokens the server computed (llama-server timings.prompt_n; "
+               "the rest of the prompt came from its cache)", lambda s: _mean(engine_timings(s, "prompt_n"))),
+        Metric("engine_prompt_tps", "tok/s", "higher",
+               "the engine's own prompt rate: sum of timings.prompt_n / sum of timings.prompt_ms x 1000 over valid "
+               "requests",
+               engine_prompt_tps),
     ]
 }
 

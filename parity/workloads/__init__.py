@@ -13,6 +13,7 @@ WORKLOADS: Registry = Registry({  # kind -> its KIND, imported when a run names 
     "prefill-under-decode": "parity.workloads.prefill_under_decode:KIND",
     "open-loop": "parity.workloads.open_loop:KIND",
     "multi-turn": "parity.workloads.multi_turn:KIND",
+    "prefill-curve": "parity.workloads.prefill_curve:KIND",
 })
 
 __all__ = ["WORKLOADS", "WorkloadKind", "Measured", "Plot"]

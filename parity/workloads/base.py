@@ -1,6 +1,7 @@
 """What every workload kind has: its section checks, its sizing for a profile, its points and
-their width, its runner, its metrics, headline and windows, its calibration knob and its report
-(description, columns, parameters, plots, tables); and the point a runner hands back."""
+their width, its runner, its metrics, headline and windows, its calibration knob, what it adds to
+the summary and its report (description, columns, parameters, plots, tables); and the point a
+runner hands back."""
 
 from __future__ import annotations
 
@@ -101,7 +102,15 @@ class WorkloadKind:
         """(the largest knob value a request context of `limit` tokens allows, what else takes it)."""
         return limit - wl.ptok, f"less {wl.ptok} prompt tokens"
 
-    # ---- the report -----------------------------------------------------------------------
+    # ---- the summary and the report --------------------------------------------------------
+    def summarize(self, rows: list[dict], reference: str | None, threshold_pct: float, confidence: float) -> dict:
+        """What it adds to summary.json from every point's rows (fits across points, their pairing); {}: nothing."""
+        return {}
+
+    def console(self, summary: dict) -> list[str]:
+        """Lines the console prints after the medians (what its summarize() added, in words)."""
+        return []
+
     def tables(self, summary: dict, fmt) -> list[dict]:
         """Tables of its own beside the points ({title, head, rows}), numbers through the report's fmt."""
         return []

@@ -54,6 +54,10 @@ class WorkloadConfig:
     conversations: int = 4
     turns: int = 4
     turn_tokens: int = 64
+    # prefill-curve: TTFT and the engine's prompt time against prompt length, at N=1 and at N=n
+    lengths: list[int] = field(default_factory=lambda: [128, 256, 512, 1024, 2048, 4096, 8192, 16384])
+    n: int = 8  # the N beside N=1 (1: N=1 only)
+    rounds: int = 3  # rounds of N requests at once per point, one after another
 
 
 def check_workload(w: WorkloadConfig, label: str, key: str) -> None:

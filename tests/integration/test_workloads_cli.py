@@ -60,7 +60,7 @@ def test_dry_run_names_the_workload_and_its_points(profile):
 @pytest.mark.parametrize(
     "args,text,body",
     [
-        (["--workload", "nope"], "--workload nope: no such workload in profile smoke (serving.workloads: sp, ol; built in: shared-prefix, prefill-under-decode, open-loop, multi-turn)", PROFILE),
+        (["--workload", "nope"], "--workload nope: no such workload in profile smoke (serving.workloads: sp, ol; built in: shared-prefix, prefill-under-decode, open-loop, multi-turn, prefill-curve)", PROFILE),
         (["--workload", "ol", "--npl", "1,4"], "--npl does not apply to a workload run", PROFILE),
         (["--workload", "sp"], "workload sp: 8 requests in flight exceed --parallel 4: engine stock would queue them; raise --parallel", PROFILE),
         (["--workload", "sp", "--parallel", "8", "--ctx", "640"], "workload sp: a request needs 104 tokens (prompt + generated) but engine stock gives 80", PROFILE),
@@ -69,7 +69,10 @@ def test_dry_run_names_the_workload_and_its_points(profile):
         (["--workload", "open-loop", "--workload-opt", "rate=2"], "--workload-opt rate: unknown workload key (did you mean rates?)", PROFILE),
         (["--workload", "open-loop", "--workload-opt", "rates=[1, -2]"], "rates: must be a non-empty list of distinct positive request rates", PROFILE),
         (["--workload", "shared-prefix", "--workload-opt", "groups"], "--workload-opt 'groups': expected KEY=VALUE", PROFILE),
-        (["--workload", "x"], "serving.workloads.x.kind: must be one of 'shared-prefix' | 'prefill-under-decode' | 'open-loop' | 'multi-turn', got 'burst'", "extends: smoke\nserving:\n  workloads:\n    x: {kind: burst}\n"),
+        (["--workload", "x"], "serving.workloads.x.kind: must be one of 'shared-prefix' | 'prefill-under-decode' | 'open-loop' | 'multi-turn' | 'prefill-curve', got 'burst'", "extends: smoke\nserving:\n  workloads:\n    x: {kind: burst}\n"),
+        (["--workload", "prefill-curve", "--workload-opt", "n=8"], "workload prefill-curve: 8 requests in flight exceed --parallel 4", PROFILE),
+        (["--workload", "prefill-curve", "--workload-opt", "lengths=[128, 4096]"], "workload prefill-curve: a request needs 4112 tokens (prompt + generated) but engine stock gives 2048", PROFILE),
+        (["--workload", "prefill-curve", "--workload-opt", "lengths=[512]"], "prefill-curve.lengths: must be a list of at least two distinct prompt lengths", PROFILE),
     ],
 )
 def test_bad_workload_input_is_one_line_and_exit_2(tmp_path, args, text, body):
@@ -80,7 +83,7 @@ def test_bad_workload_input_is_one_line_and_exit_2(tmp_path, args, text, body):
     assert text in r.stderr and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
 
 
-@pytest.mark.parametrize("kind", ["shared-prefix", "prefill-under-decode", "open-loop", "multi-turn"])
+@pytest.mark.parametrize("kind", ["shared-prefix", "prefill-under-decode", "open-loop", "multi-turn", "prefill-curve"])
 @pytest.mark.parametrize("profile_name", ["smoke", pytest.param("localai-paged-cpu", marks=needs_shared()), "gb10-qwen36"])
 def test_every_kind_runs_by_name_on_every_embedded_profile(kind, profile_name, tmp_path):
     """No YAML: the built-in is sized for the profile, fits the context each engine gives a

@@ -27,7 +27,7 @@ from parity.workloads.spec import WorkloadConfig
 ROOT = Path(__file__).resolve().parents[2]
 PKG = ROOT / "parity"
 REGISTRY = PKG / "workloads" / "__init__.py"
-KIND_NAMES = {"shared-prefix", "prefill-under-decode", "open-loop", "multi-turn"}
+KIND_NAMES = {"shared-prefix", "prefill-under-decode", "open-loop", "multi-turn", "prefill-curve"}
 
 
 # ------------------------------------------------------------------ the scanner
@@ -162,6 +162,8 @@ def calls(kind: WorkloadKind, smoke) -> dict:
         "judge": (row, sample, cfg),
         "paced": ([], []),
         "cap": (2048, wl),
+        "summarize": ([], "b", 2.0, 0.95),
+        "console": ({"rows": []},),
         "tables": ({"rows": []}, str),
     }
 
@@ -274,7 +276,7 @@ rows = [{"engine": e, "repeat": 0, "workload": "dp", "kind": wl.kind, **point_ro
 out["row"] = {k: rows[0].get(k) for k in ("n", "point", "valid", "ttft_mean_ms", "prompt_tokens_mean", "prefix_hit_rate")}
 written = {}
 ctx = SimpleNamespace(profile=load_profile("smoke"), run=SimpleNamespace(write_json=lambda n, d: written.__setitem__(n, d), write_text=lambda n, t: written.__setitem__(n, t)))
-plan = SimpleNamespace(workload=wl, model="m", engines=["a", "b"], reference="b", shape=s, npl=plan.npl, repeat=1, order=[(0, "a"), (0, "b")])
+plan = SimpleNamespace(workload=wl, model="m", engines=["a", "b"], reference="b", shape=s, npl=plan.npl, repeat=1, sized=None, order=[(0, "a"), (0, "b")])
 doc = workload_summary.write(ctx, plan, rows)
 out["summary"] = {k: doc[k] for k in ("shown", "headline", "valid")}
 sec = workload_section(SimpleNamespace(summary=json.loads(json.dumps(doc))), Path(sys.argv[2]), "assets")

@@ -248,7 +248,7 @@ def test_workload_summary_medians_ratios_and_tsv(tmp_path):
     ctx = SimpleNamespace(profile=profile_from_dict({"name": "t"}), run=SimpleNamespace(write_json=lambda n, d: written.__setitem__(n, d), write_text=lambda n, t: written.__setitem__(n, t)))
     wl = SimpleNamespace(kind="shared-prefix", describe=lambda: {"name": "sp", "kind": "shared-prefix"})
     shape = SimpleNamespace(ptok=8, gen=4, parallel=8, ctx=1024, prompt="tokens", min_window_s=0.0, invalid_tolerance=0.0)
-    plan = SimpleNamespace(workload=wl, model="m", engines=["a", "b"], reference="b", shape=shape, npl=[8], repeat=2, order=[(0, "a"), (0, "b"), (1, "a"), (1, "b")])
+    plan = SimpleNamespace(workload=wl, model="m", engines=["a", "b"], reference="b", shape=shape, npl=[8], repeat=2, sized=None, order=[(0, "a"), (0, "b"), (1, "a"), (1, "b")])
     doc = workload_summary.write(ctx, plan, rows)
     med = {m["engine"]: m for m in doc["medians"]}
     assert med["a"]["ttft_mean_ms"] == 110.0 and med["b"]["ttft_mean_ms"] == 210.0 and med["a"]["point"] == "2x4 prefix 64 + suffix 8"
@@ -284,7 +284,7 @@ def test_resolve_and_attach_refuse_what_cannot_run():
                               "serving": {"workloads": {"sp": {"kind": "shared-prefix", "groups": 2, "group_size": 4, "prefix_tokens": 64, "suffix_tokens": 8}}}})  # fmt: skip
     ctx = SimpleNamespace(profile=prof)
     s = prof.serving
-    with pytest.raises(UsageError, match=r"--workload nope: no such workload in profile t \(serving.workloads: sp; built in: shared-prefix, prefill-under-decode, open-loop, multi-turn\)"):
+    with pytest.raises(UsageError, match=r"--workload nope: no such workload in profile t \(serving.workloads: sp; built in: shared-prefix, prefill-under-decode, open-loop, multi-turn, prefill-curve\)"):
         resolve(ctx, "nope", s)
     wl = resolve(ctx, "sp", s)
     assert isinstance(wl, Workload) and wl.gen == s.gen and wl.points() == [(8, "2x4 prefix 64 + suffix 8")]
