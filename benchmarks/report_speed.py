@@ -26,7 +26,8 @@ REPEATS = 5
 
 
 def make_run(dst: Path, seed: int, scale: float) -> Path:
-    from parity.serving.snapshot import ROW_KEYS, medians, ratios
+    from parity.serving.summary import ROW_KEYS, medians, ratios
+    from parity.stats import Rule
 
     shutil.copytree(FIXTURES / "candidate", dst)
     rng = random.Random(seed)
@@ -44,7 +45,7 @@ def make_run(dst: Path, seed: int, scale: float) -> Path:
     med = medians(rows)
     summary = {"kind": "snapshot", "model": "synthetic", "engines": ENGINES, "reference_engine": "vllm",
                "shape": {"ptok": 128, "gen": 64, "parallel": 128, "ctx": 131072, "npl": NPL, "repeat": REPEATS},
-               "rows": rows, "medians": med, "ratios": ratios(med, "vllm")}
+               "rows": rows, "medians": med, "ratios": ratios(rows, med, "vllm", Rule())}
     (dst / "summary.json").write_text(json.dumps(summary))
     return dst
 

@@ -23,6 +23,7 @@ from parity.engines import kind_of, with_binaries
 from parity.errors import UsageError
 from parity.options import check as check_options, parse_until_ci
 from parity.results import write_bench
+from parity.traces import summary as traces
 from parity.stats import adaptive
 from parity.bench.batched_bench import argv, parse_header, run_complete, split_kv_problem
 from parity.bench.table import HEADLINE
@@ -267,6 +268,8 @@ def run_ab(ctx, req: ABRequest) -> dict:
         "rows": res["rows"], "per_engine": per_arm(res["rows"], arms), "paired": paired, "stop": res["stop"],
     }  # fmt: skip
     if ctx.run:
+        if found := traces.for_bench(ctx.run.path, [a.name for a in arms], {a.name: envs[a.engine] for a in arms}):
+            doc["traces"] = found  # the trace envs the arms' env turns on, and the series' counters (parity.traces)
         write_bench(ctx.run, doc)
         ctx.run.write_text("bench_ab.tsv", tsv(doc))
     return doc

@@ -113,29 +113,34 @@ def headline(rat: list[dict]) -> str:
 
 def users_tsv(med: list[dict], reference: str | None) -> str:
     """Their summary.tsv: one row per arm x n (medians of valid repeats), then the ratio block."""
-    text = tables.tsv(["arm", "n", *USERS_COLUMNS], [[m["engine"], m["n"], *(m.get(k) for k in USERS_COLUMNS)] for m in med])
+    arms = [[m["engine"], m["n"], *(m.get(k) for k in USERS_COLUMNS)] for m in med]
+    text = tables.tsv(["arm", "n", *USERS_COLUMNS], arms)
     if not reference:
         return text
     over = tables.over(med, reference, RATIO_COLUMNS)  # engine x n where both ran
     for eng in sorted({m["engine"] for m in med} - {reference}):
         cols = ["ratio", "n", *(f"{eng}_{short}_over_{reference}" for short in RATIO_COLUMNS.values())]
-        rows = [["ratio", r["n"], *(_ratio(r.get(f"{k} over")) for k in RATIO_COLUMNS)] for r in tables.records(over[over["engine"] == eng])]
+        mine = tables.records(over[over["engine"] == eng])
+        rows = [["ratio", r["n"], *(_ratio(r.get(f"{k} over")) for k in RATIO_COLUMNS)] for r in mine]
         text += "\n" + tables.tsv(cols, rows)
     return text
 
 
-RATIO_COLUMNS = {"decode_agg_tps": "decode", "decode_perseq_tps": "perseq", "agg_tps": "agg", "ttft_mean_ms": "ttft"}  # their ratio block's names
+# their ratio block's column names: metric -> <engine>_<name>_over_<reference>
+RATIO_COLUMNS = {"decode_agg_tps": "decode", "decode_perseq_tps": "perseq", "agg_tps": "agg", "ttft_mean_ms": "ttft"}
 
 
 def _ratio(v: float | None) -> str:
     return "" if v is None else f"{v:.4f}"
 
 
-PARITY_COLUMNS = ["kind", "engine", "n", "repeat", "reference", "valid", *ROW_KEYS, "requests", "valid_requests", "invalid_requests", "noise"]
+PARITY_COLUMNS = ["kind", "engine", "n", "repeat", "reference", "valid", *ROW_KEYS,
+                  "requests", "valid_requests", "invalid_requests", "noise"]
 
 
 def parity_tsv(rows: list[dict], med: list[dict], rat: list[dict]) -> str:
-    items = [{"kind": kind, **r, **({"repeat": "median"} if kind == "median" else {})} for kind, part in (("row", rows), ("median", med), ("ratio", rat)) for r in part]
+    parts = (("row", rows), ("median", med), ("ratio", rat))
+    items = [{"kind": k, **r, **({"repeat": "median"} if k == "median" else {})} for k, part in parts for r in part]
     return tables.tsv(PARITY_COLUMNS, items)
 
 
@@ -146,7 +151,8 @@ def paired_tsv(points: list[dict], key: str = "n") -> str:
     """paired.tsv: one row per engine x point x metric (block_ratios: B/A per block, comma-joined
     in block order)."""
     cols = [key if c == "n" else c for c in PAIRED_COLUMNS]
-    return tables.tsv(cols, [{**p, "block_ratios": ",".join(f"{x:.6g}" for x in p.get("ratios") or [])} for p in points])
+    rows = [{**p, "block_ratios": ",".join(f"{x:.6g}" for x in p.get("ratios") or [])} for p in points]
+    return tables.tsv(cols, rows)
 
 
 def blocks(order: list[tuple[int, str]]) -> list[dict]:

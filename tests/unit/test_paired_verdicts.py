@@ -37,7 +37,7 @@ def written_summary(order="abab"):
     written = {}
     ctx = SimpleNamespace(profile=profile_from_dict({"name": "t"}), run=SimpleNamespace(write_json=lambda n, d: written.__setitem__(n, d), write_text=lambda n, t: written.__setitem__(n, t)))
     shape = SimpleNamespace(ptok=128, gen=1024, parallel=32, ctx=65536, prompt="tokens", min_window_s=1.0, invalid_tolerance=0.0, order=order)
-    plan = SimpleNamespace(model="m", engines=["paged", "stock"], reference="stock", shape=shape, npl=[1, 8, 32], repeat=5, order=run_order(["paged", "stock"], 5, order))
+    plan = SimpleNamespace(model="m", engines=["paged", "stock"], reference="stock", shape=shape, npl=[1, 8, 32], repeat=5, sized=None, order=run_order(["paged", "stock"], 5, order))
     return summary.write(ctx, plan, rows), written
 
 
