@@ -40,7 +40,8 @@ def check_step_options(kind: str, options: dict, known: set[str]) -> None:
 class Option:
     name: str  # the request field and the campaign step's key
     flag: str
-    takes: str  # "count" (a positive integer), "pct" (a positive %, or METRIC=PCT,...), "seconds", or "choice"
+    takes: str  # "count" (a positive integer), "pct" (a positive %, or METRIC=PCT,...), "seconds", "choice", or
+    # "text" (checked where it is used: op names, a backend, a regex)
     help: str
     metavar: str | None = None
     profile: str | None = None  # the profile field it overrides (None: the command's own default)
@@ -72,6 +73,13 @@ OPTIONS: dict[str, Option] = {
         Option("max_repeats", "--max-repeats", "count", "With --until-ci: at most N blocks.", "N", "stats.max_repeats"),
         Option("budget_s", "--budget-s", "seconds", "With --until-ci: no block that would end past S seconds of measured blocks.", "S", "stats.budget_s"),
         Option("order", "--order", "choice", "Engine order across blocks: abba (rotated every block: a linear drift cancels), abab, or aabb (every repeat of one engine, then the next; serving only).", "ORDER", "serving.order", ("abab", "abba", "aabb")),
+        Option("ops", "--ops", "text", "Focused op timing instead of llama-batched-bench: test-backend-ops perf -o OP"
+               " on each arm in paired blocks; B/A of the time per run per case and per op.", "OP[,OP]"),
+        Option("ops_backend", "--ops-backend", "text",
+               "With --ops: test-backend-ops -b, a backend such as CPU or CUDA0.",
+               "NAME", "gates.op_backend"),
+        Option("ops_params", "--ops-params", "text",
+               "With --ops: test-backend-ops -p REGEX, only the cases whose parameters match.", "REGEX"),
     )
 }
 

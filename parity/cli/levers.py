@@ -23,19 +23,9 @@ def register(app: typer.Typer) -> None:
         reopen: Optional[str] = typer.Option(None, "--reopen", metavar="REASON", help="Run a lever the map closed (REJECTED, FLAT, NO-GO, DROPPED here) again; the reason is recorded."),
         lossy: bool = typer.Option(False, "--lossy", help="The lever may change output: gate it by the KL band (gates.kl) instead of equal md5s."),
         serving: bool = typer.Option(False, "--serving", help="Measure with the serving sweep (paired blocks) instead of llama-batched-bench."),
-        ops: Optional[str] = typer.Option(
-            None, "--ops", metavar="OP[,OP]",
-            help="Measure with test-backend-ops perf -o OP (focused op timing, paired blocks) instead of "
-            "llama-batched-bench: time per run B/A per case.",
-        ),
-        ops_backend: Optional[str] = typer.Option(
-            None, "--ops-backend", metavar="NAME",
-            help="With --ops: test-backend-ops -b (default gates.op_backend).",
-        ),
-        ops_params: Optional[str] = typer.Option(
-            None, "--ops-params", metavar="REGEX",
-            help="With --ops: test-backend-ops -p REGEX.",
-        ),
+        ops: Optional[str] = flag("ops"),
+        ops_backend: Optional[str] = flag("ops_backend"),
+        ops_params: Optional[str] = flag("ops_params"),
         model: Optional[str] = typer.Option(None, "--model", "-m", help="Model to measure (default: serving.model)."),
         npl: Optional[str] = typer.Option(None, "--npl", metavar="N,...", help="Parallel sequences / concurrency (default: serving.bench.npl, or serving.npl with --serving)."),
         npp: Optional[str] = typer.Option(None, "--npp", metavar="N,...", help="batched-bench prompt lengths (default: serving.bench.npp)."),

@@ -75,19 +75,9 @@ def register(app: typer.Typer) -> None:
         order: Optional[str] = flag("order"),
         model: Optional[str] = typer.Option(None, "--model", "-m", help="Model (default: serving.model)."),
         allow_env: Optional[List[str]] = typer.Option(None, "--allow-env", metavar="NAME"),
-        ops: Optional[str] = typer.Option(
-            None, "--ops", metavar="OP[,OP]",
-            help="Focused op timing: test-backend-ops perf -o OP on every arm (--engines, default the llama engines) "
-            "in paired blocks; B/A per case and per op.",
-        ),
-        ops_backend: Optional[str] = typer.Option(
-            None, "--ops-backend", metavar="NAME",
-            help="With --ops: test-backend-ops -b (default gates.op_backend: CPU, CUDA0).",
-        ),
-        ops_params: Optional[str] = typer.Option(
-            None, "--ops-params", metavar="REGEX",
-            help="With --ops: test-backend-ops -p REGEX, only the cases whose parameters match.",
-        ),
+        ops: Optional[str] = flag("ops"),
+        ops_backend: Optional[str] = flag("ops_backend"),
+        ops_params: Optional[str] = flag("ops_params"),
         dry_run: bool = typer.Option(False, "--dry-run", help="Print the checked plan, every command and the go / no-go; start nothing."),
         profile: Optional[str] = ProfileOpt,
         json: bool = JsonOpt,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 
+from parity import tables
 from parity.stats import Rule, compare_samples, describe
 from parity.stats.family import adjust
 from parity.stats.paired import overall, paired
@@ -295,75 +296,29 @@ TSV_COLS = [
 def tsv(doc: dict) -> str:
     """One table: kind=row (a block's value), arm (median, CV), case and op (B/A, interval, outcome,
     the users' rule)."""
-
-    def line(**kw):
-        return "\t".join("" if kw.get(c) is None else str(kw.get(c)) for c in TSV_COLS)
-
-    out = ["\t".join(TSV_COLS)]
+    out = []
     for r in doc["rows"]:
         for m in METRICS:
             if r.get(m) is not None:
-                out.append(
-                    line(
-                        kind="row",
-                        engine=r["engine"],
-                        op=r["op"],
-                        case=r["case"],
-                        repeat=r["repeat"],
-                        slot=r["slot"],
-                        metric=m,
-                        value=r[m],
-                    )
-                )
+                out.append(dict(kind="row", engine=r["engine"], op=r["op"], case=r["case"], repeat=r["repeat"],
+                                slot=r["slot"], metric=m, value=r[m]))
     for a in doc["per_arm"]:
         for m in METRICS:
             if m in a:
-                out.append(
-                    line(
-                        kind="arm",
-                        engine=a["engine"],
-                        op=a["op"],
-                        case=a["case"],
-                        metric=m,
-                        median=a[m]["median"],
-                        cv_pct=a[m]["cv_pct"],
-                        n_blocks=a["blocks"],
-                    )
-                )
+                out.append(dict(kind="arm", engine=a["engine"], op=a["op"], case=a["case"], metric=m,
+                                median=a[m]["median"], cv_pct=a[m]["cv_pct"], n_blocks=a["blocks"]))
     for c in doc["cases"]:
-        out.append(
-            line(
-                kind="case",
-                engine=c["engine"],
-                reference=c["reference"],
-                op=c["op"],
-                case=c["case"],
-                metric=c["metric"],
-                ratio=c["ratio"],
-                low=c["low"],
-                high=c["high"],
-                n_blocks=c["n_blocks"],
-                outcome=c["outcome"],
-                users_verdict=c["users_rule"]["verdict"],
-            )
-        )
+        out.append(dict(_verdict_cells(c, c["users_rule"]), kind="case", case=c["case"], metric=c["metric"]))
     for o in doc["per_op"]:
         for m in METRICS:
             c = o.get("time" if m == HEADLINE else m)
             if c:
-                out.append(
-                    line(
-                        kind="op",
-                        engine=o["engine"],
-                        reference=c["reference"],
-                        op=o["op"],
-                        metric=m,
-                        ratio=c["ratio"],
-                        low=c["low"],
-                        high=c["high"],
-                        n_blocks=c["n_blocks"],
-                        outcome=c["outcome"],
-                        users_verdict=o["users_rule"]["verdict"] if m == HEADLINE else c["users_rule"]["verdict"],
-                    )
-                )
-    return "\n".join(out) + "\n"
+                rule = o["users_rule"] if m == HEADLINE else c["users_rule"]
+                out.append(dict(_verdict_cells(c, rule), kind="op", engine=o["engine"], op=o["op"], metric=m))
+    return tables.tsv(TSV_COLS, out)
+
+
+def _verdict_cells(c: dict, rule: dict) -> dict:
+    """The cells a case line and an op line share: the B/A, its interval and outcome, the users' verdict."""
+    cells = {k: c[k] for k in ("engine", "reference", "op", "ratio", "low", "high", "n_blocks", "outcome")}
+    return dict(cells, users_verdict=rule["verdict"])

@@ -235,17 +235,12 @@ def test_every_rejected_env_lever_is_refused_as_typed_until_reopen(tmp_path):
         "LLAMA_W4A16_DIRECT_A=1" not in closing
         and levermap.closing_row(rows, "LLAMA_W4A16_DIRECT_A=1", "cpu_only", "x") is None
     )
-    r = run_parity(
-        "--artifacts",
-        str(tmp_path / "runs"),
-        "ab",
-        "-p",
-        "smoke",
-        "--env",
-        "LLAMA_MOE_ROUTE_CACHE=1",
-        "--map",
-        str(path),
-    )
+
+    def ab_closed_lever(*more):
+        env = ("--env", "LLAMA_MOE_ROUTE_CACHE=1")
+        return run_parity("--artifacts", str(tmp_path / "runs"), "ab", "-p", "smoke", *env, "--map", str(path), *more)
+
+    r = ab_closed_lever()
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 2 and len(lines) == 1, r.stderr
     assert (
@@ -254,20 +249,7 @@ def test_every_rejected_env_lever_is_refused_as_typed_until_reopen(tmp_path):
         and "--reopen" in lines[0]
         and not (tmp_path / "runs").exists()
     )
-    r = run_parity(
-        "--artifacts",
-        str(tmp_path / "runs"),
-        "ab",
-        "-p",
-        "smoke",
-        "--env",
-        "LLAMA_MOE_ROUTE_CACHE=1",
-        "--map",
-        str(path),
-        "--reopen",
-        "B200 rerun",
-        "--dry-run",
-    )
+    r = ab_closed_lever("--reopen", "B200 rerun", "--dry-run")
     assert r.returncode == 0 and "--reopen 'B200 rerun' reopens it" in r.stdout + r.stderr, r.stderr
 
 

@@ -18,6 +18,7 @@ from parity.levers.seeds.words import (
     classify,
     clip,
     date_of_artifact,
+    entries,
     key_number,
     lever_of,
     sentences,
@@ -69,20 +70,15 @@ def _row(line: str, where: str) -> list[Entry]:
     head, said, rest = line[: m.start()].strip(), m.group(0).strip(), line[m.end() :].strip(" ,;")
     phase = re.match(r"^Phase\s?(\d+)\b", head)
     levers = lever_of(head, bare=True) or [(head, "named", {})]
-    return [
-        Entry(
-            lever=lever,
-            kind=kind,
-            env=env,
-            verdict=upper_verdict(m.group(1)),
-            said=said,
-            what=clip(head),
-            key_number=clip(rest) or None,
-            phase=phase.group(1) if phase else None,
-            source=where,
-        )
-        for lever, kind, env in levers
-    ]
+    return entries(
+        levers,
+        verdict=upper_verdict(m.group(1)),
+        said=said,
+        what=clip(head),
+        key_number=clip(rest) or None,
+        phase=phase.group(1) if phase else None,
+        source=where,
+    )
 
 
 def _blocks(lines: list[str], skip: set[int]):
@@ -151,19 +147,14 @@ def record(phase: str, date: str | None, body: str, where: str) -> list[Entry]:
     artifact = artifact_of(body)
     key = key_number([s for s in flat if s != said]) or key_number([said])
     levers = lever_of(said) or lever_of(body) or [(f"Phase{phase}", "named", {})]
-    return [
-        Entry(
-            lever=lever,
-            kind=kind,
-            env=env,
-            verdict=verdict,
-            said=clip(said),
-            what=clip(flat[0] if flat else said),
-            key_number=key,
-            phase=phase,
-            artifact=artifact,
-            date=date or date_of_artifact(artifact),
-            source=where,
-        )
-        for lever, kind, env in levers
-    ]
+    return entries(
+        levers,
+        verdict=verdict,
+        said=clip(said),
+        what=clip(flat[0] if flat else said),
+        key_number=key,
+        phase=phase,
+        artifact=artifact,
+        date=date or date_of_artifact(artifact),
+        source=where,
+    )

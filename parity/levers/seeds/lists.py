@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from parity.levers.seeds.words import UPPER, Entry, clip, lever_of, upper_verdict
+from parity.levers.seeds.words import UPPER, Entry, clip, entries, lever_of, upper_verdict
 
 _ITEM = re.compile(r"^\s*(?:\d+\.|[•*-])\s+(.*)$|^\s*(\*\*.*)$")
 _LEAD = 140  # the verdict word must come this early: later it is prose about something else
@@ -51,17 +51,12 @@ def parse_lists(text: str, source: str = "") -> list[Entry]:
         ):  # a colon or quote before it: prose quoting a verdict, not an item naming one
             continue
         levers = lever_of(name, bare=True) or [(clip(name, 120), "named", {})]
-        out += [
-            Entry(
-                lever=lever,
-                kind=kind,
-                env=env,
-                verdict=upper_verdict(m.group(1)),
-                said=clip(item[m.start() : m.end() + 60]),
-                what=clip(name),
-                key_number=clip(rest) or None,
-                source=f"{source} line {n}",
-            )
-            for lever, kind, env in levers
-        ]
+        out += entries(
+            levers,
+            verdict=upper_verdict(m.group(1)),
+            said=clip(item[m.start() : m.end() + 60]),
+            what=clip(name),
+            key_number=clip(rest) or None,
+            source=f"{source} line {n}",
+        )
     return out

@@ -17,6 +17,7 @@ from parity.levers.seeds.words import (
     classify,
     clip,
     date_of_artifact,
+    entries,
     key_number,
     lever_of,
     sentences,
@@ -84,20 +85,15 @@ def _table_row(row: list[str], cols: dict, heading: str, where: str) -> list[Ent
         return []
     phase = _PHASE.match(name)
     levers = lever_of(name, bare=True) or [(name, "named", {})]
-    return [
-        Entry(
-            lever=lever,
-            kind=kind,
-            env=env,
-            verdict=verdict,
-            said=clip(said),
-            what=clip(" - ".join(filter(None, [name, cell("what")]))),
-            key_number=clip(key) if key else None,
-            phase=phase.group(1) if phase else None,
-            source=where,
-        )
-        for lever, kind, env in levers
-    ]
+    return entries(
+        levers,
+        verdict=verdict,
+        said=clip(said),
+        what=clip(" - ".join(filter(None, [name, cell("what")]))),
+        key_number=clip(key) if key else None,
+        phase=phase.group(1) if phase else None,
+        source=where,
+    )
 
 
 def sections(text: str):
@@ -146,20 +142,15 @@ def parse_phase_sections(text: str, source: str = "") -> list[Entry]:
         raw = _MARKUP.sub("", body)
         artifact = artifact_of(raw)
         levers = lever_of(said) or lever_of(raw) or [(f"Phase{m.group(1)}", "named", {})]
-        out += [
-            Entry(
-                lever=lever,
-                kind=kind,
-                env=env,
-                verdict=verdict,
-                said=clip(said),
-                what=clip(heading),
-                key_number=key_number([s for s in flat if s != said]),
-                phase=m.group(1),
-                artifact=artifact,
-                date=date_of_artifact(artifact),
-                source=f"{source} section {heading!r} line {n}",
-            )
-            for lever, kind, env in levers
-        ]
+        out += entries(
+            levers,
+            verdict=verdict,
+            said=clip(said),
+            what=clip(heading),
+            key_number=key_number([s for s in flat if s != said]),
+            phase=m.group(1),
+            artifact=artifact,
+            date=date_of_artifact(artifact),
+            source=f"{source} section {heading!r} line {n}",
+        )
     return out

@@ -34,6 +34,11 @@ class Entry:
         return f"Phase{self.phase} {self.lever}" if self.phase else self.lever
 
 
+def entries(levers: list[tuple[str, str, dict]], **fields) -> list[Entry]:
+    """One entry per lever a row or record names (lever_of's (lever, kind, env)), the other fields shared."""
+    return [Entry(lever=lever, kind=kind, env=env, **fields) for lever, kind, env in levers]
+
+
 # the users' words -> the map's verdicts; in a sentence the earliest match decides
 _FREE = [
     (
