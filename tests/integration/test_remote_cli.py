@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from conftest import REPO
+from parity.serving import rounds
 
 
 def parity(*args, timeout=300, **kw):
@@ -186,7 +187,8 @@ def test_smoke_campaign_over_ssh(ssh_profile, tmp_path, engine_bins, tiny_model)
     for row in summary["rows"]:
         recon = {q["quantity"]: q for q in row["reconciliation"]}
         assert recon["generation_tokens"]["status"] == recon["prompt_tokens"]["status"] == "ok", (row["engine"], recon)
-        assert recon["generation_tokens"]["server"] == row["n"] * gen
+        sent = row["n"] * rounds.count(row["n"], summary["shape"]["min_requests"])  # a point runs rounds of N
+        assert row["requests"] == sent and recon["generation_tokens"]["server"] == sent * gen
         want = "ok" if row["engine"] == "vllm" else "not exposed"  # llama-server has no request counter
         assert recon["requests"]["status"] == want and (want != "ok" or recon["requests"]["server"] == row["requests"])
     op = summary["output_parity"]

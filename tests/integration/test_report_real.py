@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 SECTIONS = ["Summary", "Hardware", "Provenance", "Gates (pre / post)", "Results (medians over repeats)", "Ratios vs the reference engine (stock)", "Paired verdicts (same session, per block)",
-            "Validity (every point, with its measurement windows)", "Server-side reconciliation", "Drift canary", "Telemetry", "Cross-engine output parity",
-            "Efficiency (% of the memory-bandwidth roofline)", "Batched-bench", "A/B comparison", "Profile buckets", "Plots", "Verdict", "Metric definitions", "Reproduce"]
+            "Validity (every point, with its measurement windows)", "Server-side reconciliation", "Drift canary", "Telemetry", "TTFT anatomy",
+            "Cross-engine output parity", "Runtime banner and kernel path", "Efficiency (% of the memory-bandwidth roofline)", "Batched-bench", "A/B comparison", "Profile buckets", "Plots", "Verdict", "Metric definitions", "Reproduce"]
 
 
 @pytest.mark.slow
