@@ -23,6 +23,9 @@ def register(app: typer.Typer) -> None:
         reopen: Optional[str] = typer.Option(None, "--reopen", metavar="REASON", help="Run a lever the map closed (REJECTED, FLAT, NO-GO, DROPPED here) again; the reason is recorded."),
         lossy: bool = typer.Option(False, "--lossy", help="The lever may change output: gate it by the KL band (gates.kl) instead of equal md5s."),
         serving: bool = typer.Option(False, "--serving", help="Measure with the serving sweep (paired blocks) instead of llama-batched-bench."),
+        metric: Optional[str] = typer.Option(None, "--metric", metavar="METRIC",
+                                             help="With --serving: the metric the verdict reads, one of stats.metrics (default: the first; "
+                                                  "a TTFT lever: ttft_mean_ms)."),
         ops: Optional[str] = flag("ops"),
         ops_backend: Optional[str] = flag("ops_backend"),
         ops_params: Optional[str] = flag("ops_params"),
@@ -57,7 +60,7 @@ def register(app: typer.Typer) -> None:
         req = ABRequest(engine=engine, env=env or [], server_args=server_arg or [], series_without=series_without or [], series_until=series_until, series=series, pin=pin, repo=repo, name=name, reopen=reopen, lossy=lossy,
                         serving=serving, model=model, repeat=repeat, until_ci=until_ci, max_repeats=max_repeats, budget_s=budget_s, order=order,
                         post_gates=not no_post_gates, map=map_file, dry_run=dry_run, aa=aa, markers=marker or [],
-                        ops=ops, ops_backend=ops_backend, ops_params=ops_params, **lists)  # fmt: skip
+                        ops=ops, ops_backend=ops_backend, ops_params=ops_params, metric=metric, **lists)  # fmt: skip
         if ops is None and (ops_backend or ops_params):
             from parity.errors import UsageError
 

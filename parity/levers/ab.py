@@ -87,6 +87,7 @@ class ABRequest:
     ops: list[str] | str | None = None  # test-backend-ops perf of these ops (parity.optime) instead of batched-bench
     ops_backend: str | None = None  # None: gates.op_backend
     ops_params: str | None = None  # test-backend-ops -p REGEX
+    metric: str | None = None  # --serving: the metric the verdict reads (None: stats.metrics[0]; a TTFT lever: ttft_mean_ms)
 
 
 def base_engine(profile, engine: str | None) -> str:
@@ -168,6 +169,19 @@ def decide(gate: dict | None, cells: list[dict], metric: str, expected: list[str
     return {**dec, "missing": gaps}
 
 
+def verdict_metric(profile, req: ABRequest) -> str:
+    """The serving verdict's metric: --metric, one of the paired headline metrics (stats.metrics),
+    else the first of them."""
+    if req.metric is None:
+        return profile.stats.metrics[0]
+    if not req.serving:
+        raise UsageError("--metric names the serving verdict's metric: use it with --serving")
+    if req.metric not in profile.stats.metrics:
+        raise UsageError(f"--metric {req.metric}: not a paired headline metric of this profile "
+                         f"(stats.metrics: {', '.join(profile.stats.metrics)})")
+    return req.metric
+
+
 def _decide(gate: dict | None, cells: list[dict], metric: str) -> dict:
 
     def key_of(c: dict | None) -> dict:
@@ -213,6 +227,7 @@ def prepare(ctx, req: ABRequest) -> dict:
     lever = armsmod.make_lever(req.env, req.series_without, req.series_until, req.series, req.name, req.pin, req.repo, req.server_args)
     if lever.server_args and not req.serving:
         raise UsageError("--server-arg changes llama-server's arguments: measure it with --serving (llama-batched-bench starts no server)")
+    verdict_metric(ctx.profile, req)
     base = base_engine(ctx.profile, req.engine)
     armsmod.resolve_pin(ctx.profile, base, lever, ctx.runner, ctx.out)
     prof, arm_a, arm_b = armsmod.derive(ctx.profile, base, lever)
@@ -260,7 +275,7 @@ def dry_run(ctx, req: ABRequest, p: dict) -> dict:
                    "commands": {f"{e} {o}": {"env": op.envs[e], "argv": v}
                                 for e in op.engines for o, v in zip(op.ops, cmds[e])}}
     elif req.serving:
-        measure = {"kind": "serving", "engines": [a, b], "model": model, "npl": npl, "reference": a, "metric": prof.stats.metrics[0]}
+        measure = {"kind": "serving", "engines": [a, b], "model": model, "npl": npl, "reference": a, "metric": verdict_metric(prof, req)}
     else:
         measure = {"kind": "batched-bench", "model": model, "npp": npp, "ntg": ntg, "npl": npl, "reference": a, "metric": BENCH_HEADLINE,
                    "commands": {arm: {"env": path_env(ctx, arm, None), "argv": argv(dry_tool_path(prof, arm, "llama-batched-bench", ctx.runner, ctx.out), mf, npp, ntg, npl, bench)} for arm in (a, b)}}  # fmt: skip
@@ -335,7 +350,7 @@ def measure_lever(ctx, req: ABRequest, p: dict) -> dict:
                 phases.append(gatesmod.run_gates(ctx, a, b, p["gate_models"], p["gate_paths"], req.lossy, "post-"))
     gate = gatesmod.verdict(phases, req.lossy) if phases else engagement.not_gated(gatesmod.lever_kind(req.lossy))
     ops = req.ops is not None  # --ops: the cases test-backend-ops perf timed are the points (parity.optime)
-    metric = opplan.HEADLINE if ops else BENCH_HEADLINE if not req.serving else ctx.profile.stats.metrics[0]
+    metric = opplan.HEADLINE if ops else BENCH_HEADLINE if not req.serving else verdict_metric(ctx.profile, req)
     # the verdict reads every point: Holm over them keeps an A/A's chance of any claim at alpha
     raw = [] if not measured else opstats.lever_cells(measured) if ops else measure_cells(measured, req.serving, metric)
     cells = family.adjust(raw, 1 - ctx.profile.stats.confidence)

@@ -5,6 +5,7 @@ input is one line, exit 2."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -60,3 +61,29 @@ def test_ab_server_arg_dry_run_plans_a_serving_lever_keyed_by_the_argument(tmp_p
     assert d["lever"] == "--cache-ram 0" and d["kind"] == "runtime" and d["measure"]["kind"] == "serving"
     assert d["builds"]["stock"]["key"] == d["builds"]["stock+lever"]["key"]  # one build, two servers
     assert "server arguments --cache-ram 0" in d["changes"] and d["map"]["identity"]["lever"] == "--cache-ram 0"
+
+
+def test_a_ttft_lever_is_judged_on_ttft_with_metric():
+    """The real H200 A/B of --cache-ram 0 (docs/evidence/device-h200-ttft): on the headline decode
+    metric it reads FLAT (and the map would close a 3x TTFT lever as FLAT); with --metric
+    ttft_mean_ms the same paired rows read GO at 0.3211 [0.3080, 0.3348]."""
+    from parity.levers.ab import decide, expected_points, measure_cells
+
+    doc = json.loads((Path(__file__).resolve().parents[1] / "data" / "levers" / "h200-cache-ram-0-serving.json").read_text())
+    gate = {"ok": True, "problem": None}
+    flat = decide(gate, measure_cells(doc, True, "decode_agg_tps"), "decode_agg_tps", expected_points(doc, True))
+    assert flat["verdict"] == "FLAT"
+    go = decide(gate, measure_cells(doc, True, "ttft_mean_ms"), "ttft_mean_ms", expected_points(doc, True))
+    assert go["verdict"] == "GO" and go["key"]["metric"] == "ttft_mean_ms"
+    assert (go["key"]["ratio"], go["key"]["low"], go["key"]["high"]) == (0.321128, 0.30803, 0.334783)
+
+
+def test_metric_is_one_of_the_paired_headline_metrics_and_needs_serving(tmp_path):
+    base = ["--artifacts", str(tmp_path), "ab", "-p", "smoke", "-e", "stock", "--dry-run"]
+    ok = run_parity(*base, "--server-arg", "--cache-ram 0", "--serving", "--metric", "ttft_mean_ms")
+    assert ok.returncode == 0 and "measure: serving on tiny-hf, ttft_mean_ms B/A" in ok.stdout + ok.stderr, ok.stderr
+    for extra, said in ((["--server-arg", "--cache-ram 0", "--serving", "--metric", "ttft_p99"], "--metric ttft_p99: not a paired headline metric"),
+                        (["--env", "PARITY_DEMO_BANNER=1", "--metric", "ttft_mean_ms"], "--metric names the serving verdict's metric")):
+        r = run_parity(*base, *extra)
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 2 and len(lines) == 1 and said in lines[0], r.stderr
