@@ -5,9 +5,9 @@ arm's env turns on (parity.traces) -- summary.json's "banner", "kernel_paths" an
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from parity import results
 from parity.engines import kind_of
 from parity.gates import banner
 from parity.gates.kinds import GATES
@@ -24,11 +24,12 @@ def read_log(run_dir: str | Path, name: str) -> str | None:
 
 def hardware_cc(run_dir: str | Path) -> list[str]:
     """The run's GPUs' compute capabilities by index, from its hardware.json ([] when it has none)."""
+    path = Path(run_dir) / "hardware.json"
     try:
-        doc = json.loads((Path(run_dir) / "hardware.json").read_text(encoding="utf-8"))
-        return [str(g.get("compute_cap") or "") for g in doc.get("gpus") or []]
-    except (OSError, ValueError, AttributeError):
+        hw = results.check(results.load_json(path), results.model.Hardware, path, "").typed
+    except results.BadResultFile:
         return []
+    return [str(g.get("compute_cap") or "") for g in hw.gpus]
 
 
 def facts(profile, run_dir: str | Path, arms: list[dict]) -> dict:

@@ -219,3 +219,13 @@ def test_the_real_h200_server_log_passes_with_the_hardware_records_cc():
     assert gap["status"] == FAIL and "no compute capability" in gap["why"]
     # the same device on a build for another arch is still red
     assert banner.judge("100", text, "servers/stock-r0.log", ["9.0"])["status"] == FAIL
+
+
+def test_the_compute_capability_comes_from_the_runs_hardware_record(tmp_path):
+    """hardware.json of the real H200 run, read through the result model; none or a broken one: no cc."""
+    from parity.serving.logs import hardware_cc
+
+    assert hardware_cc(RUNTIME / "h200-run") == ["9.0"]
+    assert hardware_cc(tmp_path) == []
+    (tmp_path / "hardware.json").write_text("{not json")
+    assert hardware_cc(tmp_path) == []
