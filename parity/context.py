@@ -21,6 +21,17 @@ from parity.runners.local import stop_all
 RUN_DIR_MARK = "__PARITY_RUN_DIR__"  # stderr line of a delegated run naming its run dir (parity.remote reads it)
 
 
+@dataclass(frozen=True)
+class Run:
+    """What a measuring function writes to and runs with, and nothing of the profile: the run
+    directory, the output, the runner (local or SSH) and the lock owner id."""
+
+    dir: RunDir
+    out: Output
+    runner: Any  # parity.runners.base.Runner
+    run_id: str | None = None
+
+
 @dataclass
 class Context:
     profile: Any  # parity.config.Profile
@@ -40,6 +51,10 @@ class Context:
         if self.run is None:
             raise RuntimeError("this operation needs a run directory")
         return self.run
+
+    def as_run(self) -> Run:
+        """The values a measuring function takes (the session's run directory must exist)."""
+        return Run(self.require_run(), self.out, self.runner, self.run_id)
 
 
 @contextmanager
