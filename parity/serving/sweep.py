@@ -59,12 +59,26 @@ def probe_outputs(ctx, target, la, s, engine: str) -> list[dict]:
     return answers
 
 
+def point_warmup(target, s, label: str) -> dict:
+    """serving.warmup.point_requests requests one after another before the point, discarded (its
+    counters are read after them): the server's leftovers from the last point are paid here."""
+    k = s.warmup.point_requests
+    if k <= 0:
+        return {"requests": 0}
+    recs = [r for spec in build_specs(target, s, k, s.warmup.gen) for r in loadgen.drive(target, [spec], s.request_timeout_s)]
+    for r in recs:
+        validity.check_request(r)
+    bad = [validity.reason(r) for r in recs if not r.valid]
+    return {"requests": k, "gen": s.warmup.gen, **({"invalid": len(bad), "first_reason": bad[0]} if bad else {})}
+
+
 def run_point(ctx, plan, la, target, engine: str, rep: int, n: int, show, server_pid: int | None = None, affinity: dict | None = None, log: str | None = None) -> dict:
     s = plan.shape
     label = f"{engine} r{rep} N={n}"
     k = rounds.count(n, s.min_requests)  # rounds of N at once, back to back (parity.serving.rounds)
     specs = build_specs(target, s, n * k, s.gen)
     check_fits(specs, plan.limits.get(engine), label, plan.limit_what.get(engine, "the engine"))
+    settle = point_warmup(target, s, label)
     before, _ = scrape_parsed(la)
     offset = llama_log.size(log)  # the server's log lines of this point follow (parity.ttft)
     with watch.point(ctx, s.telemetry, server_pid, affinity) as tel:  # GPU + host samples, client pinned (parity/telemetry)
@@ -74,7 +88,9 @@ def run_point(ctx, plan, la, target, engine: str, rep: int, n: int, show, server
     for r in recs:
         validity.check_request(r)
     metrics, why = rounds.metrics(batches)
-    row = {"engine": engine, "n": n, "repeat": rep, "rounds": k, **metrics, "why": why}
+    row = {"engine": engine, "n": n, "repeat": rep, "rounds": k, **metrics, "why": why, "point_warmup": settle}
+    if settle.get("invalid"):
+        ctx.out.warn(f"{label}: {settle['invalid']}/{settle['requests']} warmup requests before the point invalid ({settle['first_reason']})")
     # the calibration's evidence that the decode window is a pace, not a burst (parity.stats.calibrate)
     row["decode_window_reads"] = rounds.window_reads(batches)
     row["ttft_anatomy"] = anatomy.of_point(recs, log, offset, la.family, before, after)

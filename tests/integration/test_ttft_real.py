@@ -148,6 +148,7 @@ def test_snapshot_rows_carry_the_anatomy_and_rounds(parity_cli, tmp_path):
     rows = {x["n"]: x for x in doc["rows"]}
     assert (rows[1]["rounds"], rows[1]["requests"], rows[4]["rounds"], rows[4]["requests"]) == (8, 8, 2, 8)
     for x in rows.values():
+        assert x["point_warmup"] == {"requests": 1, "gen": 4}  # paid before the point's counters and log offset are read
         a = x["ttft_anatomy"]
         assert a["source"] == "llama-server timings of 8 requests, its log for 8"
         assert sum(a["parts"][p]["mean"] for p in a["parts"]) == pytest.approx(x["ttft_mean_ms"], abs=0.01)
