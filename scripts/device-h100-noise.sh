@@ -22,6 +22,8 @@
 #   ab-runtime / ab-build / levers   parity ab on a runtime and a build lever, the map
 #   ttft / ttft-ab   issue 54 on PROF=campaigns/profiles/h200-ttft.yaml: the TTFT anatomy at N 1/8/32, the
 #              setting it names as a --server-arg lever (SERVER_ARG) until TTFT's interval is +-5 %
+#   aa-ttft    the A/A of the default setting at N=1 until TTFT's interval is +-5 % (stock_b, stock)
+#   energy-bg  NVML energy counter + power samples for ENERGY_S s in the background (nvml-energy-capture.py)
 #   ab-ops / ab-env  a runtime lever of the stock build (OPS_ENV, ENV_LEVER) by focused op timing and
 #              by batched-bench, with engagement proof; and a misspelt env (NOT ENGAGED)
 #   collect    everything small into $OUT
@@ -153,6 +155,13 @@ for stage in "$@"; do
   ttft-ab)  # the setting the anatomy names, as a server-arg lever, until TTFT's interval is +-5 % at N=1
     t $P ab -p $PROF -e stock --server-arg "${SERVER_ARG:---cache-ram 0}" --serving -m ${MODEL:-dense-16g} --npl ${NPL:-1} --until-ci ttft_mean_ms=5 --max-repeats ${MAXREP:-10} --json > $R/out/ttft-ab.json 2> $R/out/ttft-ab.err
     tail -n 30 $R/out/ttft-ab.err
+    ;;
+  aa-ttft)  # the A/A of the default setting at N=1, until TTFT's interval is +-5 %
+    t $P snapshot -p $PROF --engines stock_b,stock -m ${MODEL:-dense-16g} --npl ${NPL:-1} --until-ci ttft_mean_ms=5 --max-repeats ${MAXREP:-10} --no-gates --json > $R/out/aa-ttft.json 2> $R/out/aa-ttft.err
+    tail -n 30 $R/out/aa-ttft.err
+    ;;
+  energy-bg)  # NVML energy counter and power side by side for ENERGY_S seconds, beside whatever runs next (issue 57's test data)
+    setsid nohup python3 $R/wt/scripts/nvml-energy-capture.py $R/out/nvml-energy-h200.json ${ENERGY_S:-120} 0.1 > $R/out/energy.log 2>&1 < /dev/null &
     ;;
   ab-ops)  # focused op timing on a runtime lever of the stock build, with its engagement proof
     t $P ab -p $PROF -e stock --env ${OPS_ENV:-GGML_CUDA_DISABLE_GRAPHS=1} --ops ${OPS:-MUL_MAT} --ops-params "${OPS_PARAMS:-type_a=f16,type_b=f32,m=4096,n=(1|8),k=14336}" --repeat ${REPEAT:-3} --json > $R/out/ab-ops.json 2> $R/out/ab-ops.err
