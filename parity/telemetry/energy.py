@@ -1,0 +1,315 @@
+"""Energy per token (issue 57): joules from the GPU's own energy counter over a serving point's
+measured window, cross-checked against the integral of the power the sampler took in it.
+
+The counter: NVML nvmlDeviceGetTotalEnergyConsumption (pynvml, in an NVML session opened by
+parity.gpu.nvidia_smi), millijoules since the driver loaded, Volta or newer; read when the
+window opens and when it closes (parity.telemetry.watch), on each GPU the engine uses, summed.
+Which GPUs: CUDA_VISIBLE_DEVICES of the server process (/proc/<pid>/environ), else parity's own,
+else every GPU NVML lists; `gpus_from` says which.  A number in it is an NVML index (PCI order:
+CUDA's order with CUDA_DEVICE_ORDER=PCI_BUS_ID, and on identical GPUs), GPU-<uuid> is matched by
+UUID prefix, and as in CUDA the list ends at the first entry that names no GPU.
+
+The cross-check: each GPU's sampled power (nvmlDeviceGetPowerUsage, parity.telemetry.nvml_gpu,
+every serving.telemetry.interval_s) integrated by the trapezoid rule over the same window, the
+first and last samples held flat to its edges.  Counter and integral agree within TOLERANCE_PCT
+or the point keeps the counter's number and a flag says by how much.  On Ampere and newer
+(GA100 excepted) NVML's power is a 1 s average, so the integral lags a step in load by about
+half a second: a short window that opens or closes on such a step disagrees for that reason.
+
+Measure only: nothing here sets a power limit, a clock or a mode.
+
+Not applicable, with the reason and never a 0: no NVML (no driver, nvidia-ml-py not installed,
+PARITY_NO_NVML), a GPU without the counter, an engine on another host (NVML reads this machine),
+telemetry off, a counter that did not move or went back (the driver reloaded).
+
+read_capture() reads the point's own telemetry file (telemetry/<engine>-r<k>-n<N>.json), of
+which it uses two keys; any file of this shape is a capture:
+
+    {"samples": [{"t": 0.0037, "gpus": [{"index": 0, "power_w": 493.503}, ...]}, ...],
+     "energy": {"gpus": [0], "start": {"t": 0.0051, "mj": {"0": 81234567890}},
+                             "end": {"t": 30.0102, "mj": {"0": 81245678901}}}}
+
+t: seconds on the sampler's clock (since it started); power_w: watts; mj: the counter's value in
+millijoules per NVML index (a string key, as JSON writes it)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+
+from parity.gpu.nvidia_smi import open_nvml
+from parity.metrics import energy as metrics
+from parity.metrics.serving import prompt_tok_total
+from parity.telemetry import procfs
+
+TOLERANCE_PCT = 2.0
+SOURCE = "NVML nvmlDeviceGetTotalEnergyConsumption (mJ since the driver loaded)"
+CHECK = "trapezoid integral of the sampled power (nvmlDeviceGetPowerUsage), edges held flat"
+
+
+# ------------------------------------------------------------------ which GPUs
+
+
+def select_gpus(visible: str | None, uuids: list[str]) -> tuple[list[int], str | None]:
+    """(NVML indices, None) that CUDA_VISIBLE_DEVICES names among the GPUs NVML lists (their UUIDs
+    in NVML order; None: every one), or ([], why) when it names none."""
+    if visible is None:
+        return list(range(len(uuids))), None
+    out: list[int] = []
+    for entry in (e.strip() for e in visible.split(",")):
+        if entry.isdigit():
+            hits = [int(entry)] if int(entry) < len(uuids) else []
+        else:
+            hits = [i for i, u in enumerate(uuids) if entry.startswith("GPU-") and u.startswith(entry)]
+        if len(hits) != 1 or hits[0] in out:
+            break  # CUDA ignores the rest of the list from here
+        out.append(hits[0])
+    if not out:
+        return [], f"CUDA_VISIBLE_DEVICES={visible!r} names none of the {len(uuids)} GPU(s) NVML lists"
+    return out, None
+
+
+def visible_devices(server_pid: int | None, own: dict | None = None) -> tuple[str | None, str]:
+    """(CUDA_VISIBLE_DEVICES the engine runs with or None, where that came from)."""
+    own = os.environ if own is None else own
+    env = procfs.environ(server_pid) if server_pid is not None else None
+    if env is not None:
+        v, where = env.get("CUDA_VISIBLE_DEVICES"), f"the server's (pid {server_pid})"
+    else:
+        v, where = own.get("CUDA_VISIBLE_DEVICES"), "parity's"
+        if server_pid is not None:
+            where += f" (the server's, pid {server_pid}, is not readable)"
+    if v is None:
+        return None, f"every GPU: {where} environment has no CUDA_VISIBLE_DEVICES"
+    return v, f"{where} CUDA_VISIBLE_DEVICES={v}"
+
+
+# ------------------------------------------------------------------ pure: integral and cross-check
+
+
+def power_series(samples: list[dict], index: int) -> list[tuple[float, float]]:
+    """(t s, watts) of one GPU from the sampler's samples, in time order; samples without power skipped."""
+    out = []
+    for s in samples:
+        for g in s.get("gpus") or []:
+            t, w = s.get("t"), g.get("power_w")
+            if g.get("index", 0) == index and _finite(t) and _finite(w):
+                out.append((float(t), float(w)))
+    return sorted(out)
+
+
+def _at(pts: list[tuple[float, float]], x: float) -> float:
+    """Power at x: linear between the points, the first and last held flat beyond them."""
+    if x <= pts[0][0]:
+        return pts[0][1]
+    if x >= pts[-1][0]:
+        return pts[-1][1]
+    for (t0, w0), (t1, w1) in zip(pts, pts[1:]):
+        if t0 <= x <= t1:
+            return w0 if t1 == t0 else w0 + (w1 - w0) * (x - t0) / (t1 - t0)
+    raise AssertionError("unreachable: x lies inside the points")
+
+
+def integral_j(pts: list[tuple[float, float]], start: float, end: float) -> float | None:
+    """Joules over [start, end] by the trapezoid rule on (t s, watts) points in time order; None
+    without a point or a window."""
+    if not pts or not end > start:
+        return None
+    knots = [(start, _at(pts, start)), *[p for p in pts if start < p[0] < end], (end, _at(pts, end))]
+    return sum((t1 - t0) * (w0 + w1) / 2 for (t0, w0), (t1, w1) in zip(knots, knots[1:]))
+
+
+def cross_check(counter_j: float, integral: float | None, tolerance_pct: float = TOLERANCE_PCT) -> dict:
+    """The power integral against the counter: diff_pct = (integral - counter) / counter x 100;
+    agree within tolerance_pct; check says the outcome in words."""
+    if integral is None:
+        return {"diff_pct": None, "agree": None, "check": "not cross-checked: a GPU has no power sample (per_gpu)"}
+    diff = 100 * (integral - counter_j) / counter_j
+    agree = abs(diff) <= tolerance_pct
+    words = "agree" if agree else "DISAGREE"
+    check = f"counter {counter_j:.3f} J vs power integral {integral:.3f} J: {diff:+.2f} % "
+    check += f"({words}, tolerance {tolerance_pct:g} %)"
+    return {"diff_pct": round(diff, 3), "agree": agree, "check": check}
+
+
+def measure(start: dict, end: dict, samples: list[dict], gpus: list[int], tolerance_pct: float = TOLERANCE_PCT) -> dict:
+    """The point's energy from the counter's two reads ({"t": s, "mj": {index: mJ}}) and the
+    sampler's samples: counter_j summed over gpus, the power integral, their cross-check, per GPU;
+    {"applicable": False, "why"} where the counter gives no number."""
+    lo, hi = start["t"], end["t"]
+    counter, integ, per = 0.0, 0.0, []
+    for i in gpus:
+        a, b = _mj(start, i), _mj(end, i)
+        if a is None or b is None:
+            return not_applicable(f"GPU {i}: no energy counter read at the window's {'start' if a is None else 'end'}")
+        if b < a:
+            return not_applicable(f"GPU {i}: the energy counter went back ({a} -> {b} mJ): the driver reloaded")
+        if b == a:
+            return not_applicable(f"GPU {i}: the energy counter did not move in {hi - lo:.3f} s")
+        pts = power_series(samples, i)
+        j = integral_j(pts, lo, hi)
+        counter += (b - a) / 1000
+        integ = None if integ is None or j is None else integ + j
+        per.append({"index": i, "counter_j": round((b - a) / 1000, 3), "integral_j": None if j is None else round(j, 3),
+                    "power_samples": sum(lo <= t <= hi for t, _ in pts)})  # fmt: skip
+    if not per:
+        return not_applicable("no GPU to read")
+    doc = {"applicable": True, "why": None, "source": SOURCE, "gpus": list(gpus), "window_s": round(hi - lo, 4),
+           "counter_j": round(counter, 3), "integral_j": None if integ is None else round(integ, 3),
+           **cross_check(counter, integ, tolerance_pct), "tolerance_pct": tolerance_pct, "method": CHECK,
+           "per_gpu": per}
+    doc["flag"] = None if doc["agree"] else f"energy {doc['check']}"
+    return doc
+
+
+def not_applicable(why: str) -> dict:
+    return {"applicable": False, "why": why if why.startswith("not applicable") else f"not applicable: {why}"}
+
+
+def _mj(read: dict, index: int) -> int | None:
+    mj = read.get("mj") or {}
+    v = mj.get(index, mj.get(str(index)))
+    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _finite(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+# ------------------------------------------------------------------ the point's row
+
+
+def of_point(meter: Window | None, sampler, error: str | None) -> dict:
+    """The point's energy document (its telemetry file keeps it whole); never raises."""
+    if meter is None:
+        return not_applicable(error or "no telemetry around the point")
+    try:
+        return meter.result(sampler.samples if sampler is not None else [])
+    except Exception as e:
+        return not_applicable(f"the energy figures failed: {e!r}")
+
+
+def on_row(row: dict, doc: dict, recs) -> None:
+    """The energy metrics (parity.metrics.energy) over every request of the point, the reason where
+    there is none, the short energy block, and the cross-check's flag."""
+    joules = doc.get("counter_j") if doc.get("applicable") else None
+    sample = metrics.EnergySample(joules, doc.get("why"), sum(r.tokens for r in recs), prompt_tok_total(recs))
+    values, why = metrics.compute(sample)
+    row.update(values)
+    row.setdefault("why", {}).update(why)
+    keys = ("applicable", "why", "gpus", "gpus_from", "window_s", "counter_j", "integral_j", "diff_pct", "agree",
+            "check")
+    tokens = {"output_tokens": sample.output_tokens, "prompt_tokens": sample.prompt_tokens}
+    row["energy"] = {k: doc[k] for k in keys if k in doc} | tokens
+    if doc.get("flag"):
+        row.setdefault("flags", []).append(doc["flag"])
+
+
+# ------------------------------------------------------------------ the thin NVML reader
+
+
+class Meter:
+    """The energy counter of some GPUs (NVML indices) in one NVML session: read() -> {index: mJ}."""
+
+    def __init__(self, nv, indices: list[int]):
+        self.nv, self.indices = nv, indices
+        self.handles = {i: nv.nvmlDeviceGetHandleByIndex(i) for i in indices}
+
+    def read(self) -> dict[int, int]:
+        get = self.nv.nvmlDeviceGetTotalEnergyConsumption  # millijoules since the driver loaded
+        return {i: int(get(h)) for i, h in self.handles.items()}
+
+    def close(self) -> None:
+        _shutdown(self.nv)
+
+
+def uuids(nv) -> list[str]:
+    """Every GPU's UUID in NVML order ("GPU-8a3f...")."""
+    out = []
+    for i in range(nv.nvmlDeviceGetCount()):
+        u = nv.nvmlDeviceGetUUID(nv.nvmlDeviceGetHandleByIndex(i))
+        out.append(u.decode() if isinstance(u, bytes) else str(u))
+    return out
+
+
+class Window:
+    """The counter's two reads around a point's measured window, times on the sampler's clock
+    (t0).  Never raises: what it cannot read becomes the point's reason."""
+
+    def __init__(self, meter: Meter | None, why: str | None, t0: float, gpus_from: str | None = None):
+        self.meter, self.why, self.t0, self.gpus_from = meter, why, t0, gpus_from
+        self.start: dict | None = None
+        self.end: dict | None = None
+
+    @classmethod
+    def open(cls, server_pid: int | None, host: str, t0: float, nvml=open_nvml) -> Window:
+        """Open NVML and take the start read (host: the runner's; "local" is this machine)."""
+        if host != "local":
+            return cls(None, f"the engine runs on {host} and NVML reads this machine's GPUs only", t0)
+        nv, note = nvml()
+        if nv is None:
+            return cls(None, f"no energy counter here ({note})", t0)
+        try:
+            visible, whence = visible_devices(server_pid)
+            gpus, why = select_gpus(visible, uuids(nv))
+            if why:
+                _shutdown(nv)
+                return cls(None, why, t0, whence)
+            w = cls(Meter(nv, gpus), None, t0, whence)
+            w.start = w.read()
+            return w
+        except Exception as e:  # NVMLError_NotSupported: a GPU older than Volta
+            _shutdown(nv)
+            return cls(None, f"the GPU's energy counter does not answer (NVML: {e})", t0)
+
+    def read(self) -> dict:
+        return {"t": round(time.monotonic() - self.t0, 4), "mj": self.meter.read()}
+
+    def stop(self) -> None:
+        """The end read, then the NVML session ends."""
+        if self.meter is None:
+            return
+        try:
+            self.end = self.read()
+        except Exception as e:
+            self.why = f"the energy counter did not answer at the window's end (NVML: {e})"
+        finally:
+            self.meter.close()
+
+    def result(self, samples: list[dict]) -> dict:
+        """measure() over the two reads (the point's file keeps the reads: a capture, read_capture)."""
+        if self.meter is None or self.start is None or self.end is None or self.why:
+            return {**not_applicable(self.why or "the energy counter was not read"), "gpus_from": self.gpus_from}
+        doc = measure(self.start, self.end, samples, self.meter.indices)
+        return {**doc, "gpus_from": self.gpus_from, "start": self.start, "end": self.end}
+
+
+def _shutdown(nv) -> None:
+    try:
+        nv.nvmlShutdown()
+    except Exception:
+        pass
+
+
+# ------------------------------------------------------------------ captures
+
+
+def read_capture(path) -> dict:
+    """A captured point (the module's docstring: its telemetry file) -> {"start", "end", "gpus",
+    "samples", "recorded"}: measure(start, end, samples, gpus) recomputes what the point recorded.
+    ValueError names what is missing."""
+    with open(path) as f:
+        doc = json.load(f)
+    e = doc.get("energy") if isinstance(doc, dict) else None
+    if not isinstance(e, dict) or not all(isinstance(e.get(k), dict) for k in ("start", "end")):
+        raise ValueError(f"{path}: no energy.start / energy.end counter reads")
+    for k in ("start", "end"):
+        if not _finite(e[k].get("t")) or not isinstance(e[k].get("mj"), dict):
+            raise ValueError(f"{path}: energy.{k} needs t (s) and mj ({{index: millijoules}})")
+    gpus = e.get("gpus") or sorted(e["start"]["mj"], key=int)
+    if not isinstance(doc.get("samples"), list):
+        raise ValueError(f"{path}: no samples list")
+    gpus = [int(i) for i in gpus]
+    return {"start": e["start"], "end": e["end"], "gpus": gpus, "samples": doc["samples"], "recorded": e}

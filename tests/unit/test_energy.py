@@ -1,0 +1,299 @@
+"""Energy per token (parity.telemetry.energy, parity.metrics.energy): the power integral on real
+captured H100 samples, the counter's cross-check, the NVML reader's units against a stub of the
+pynvml calls only (NVML documents nvmlDeviceGetTotalEnergyConsumption in millijoules, and
+nvmlDeviceGetPowerUsage in milliwatts), which GPUs an engine uses, and the capture format."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import types
+from pathlib import Path
+
+import pytest
+
+from parity.loadgen.record import RequestRecord
+from parity.metrics import energy as em
+from parity.metrics.registry import all_metrics, direction
+from parity.telemetry import energy, procfs
+
+REPO = Path(__file__).resolve().parents[2]
+# a real serving point on an H100 (N=32, 10 Hz NVML samples; docs/evidence/device-h100-noise/)
+H100_POINT = REPO / "docs/evidence/device-h100-noise/aa/stock-r7-n32.json"
+# the lead's capture of a real H200 point (its telemetry file: samples + the counter's two reads)
+H200_CAPTURE = REPO / "tests/data/telemetry/nvml-h200-energy-point.json"
+
+
+def h100():
+    doc = json.loads(H100_POINT.read_text())
+    return doc["samples"], doc["summary"]["cpu"]["wall_s"]
+
+
+# ------------------------------------------------------------------ the integral and the cross-check
+
+
+def test_trapezoid_on_captured_h100_power_matches_an_independent_sum():
+    samples, _ = h100()
+    pts = energy.power_series(samples, 0)
+    assert len(pts) == 46 and pts[0] == (0.0037, 493.503)
+    lo, hi = pts[0][0], pts[-1][0]
+    by_hand = sum((t1 - t0) * (w0 + w1) / 2 for (t0, w0), (t1, w1) in zip(pts, pts[1:]))
+    assert energy.integral_j(pts, lo, hi) == pytest.approx(by_hand, rel=1e-12)
+    assert 277 * (hi - lo) < by_hand < 494 * (hi - lo)  # between the least and the most power sampled
+
+
+def test_the_window_edges_hold_the_first_and_last_power():
+    samples, wall = h100()
+    pts = energy.power_series(samples, 0)
+    inner = energy.integral_j(pts, pts[0][0], pts[-1][0])
+    whole = energy.integral_j(pts, 0.0, wall)  # the sampler's window: 3.7 ms before the first sample, 39 ms after the last
+    assert whole == pytest.approx(inner + pts[0][1] * pts[0][0] + pts[-1][1] * (wall - pts[-1][0]), rel=1e-12)
+
+
+def test_ten_hertz_resolves_the_real_curve_well_inside_the_tolerance():
+    # half the samples (5 Hz) integrate the same real point within a fraction of the 2 % tolerance:
+    # at the sampler's 10 Hz, a disagreement past 2 % is the counter's or the power's, not the sampling's
+    samples, wall = h100()
+    full = energy.integral_j(energy.power_series(samples, 0), 0.0, wall)
+    half = energy.integral_j(energy.power_series(samples[::2], 0), 0.0, wall)
+    assert abs(half - full) / full < 0.005
+
+
+def test_cross_check_tolerance_and_its_words():
+    ok = energy.cross_check(1000.0, 1019.0)
+    assert ok["agree"] is True and ok["diff_pct"] == 1.9 and "agree" in ok["check"]
+    bad = energy.cross_check(1000.0, 970.0)
+    assert bad["agree"] is False and bad["diff_pct"] == -3.0
+    assert bad["check"] == "counter 1000.000 J vs power integral 970.000 J: -3.00 % (DISAGREE, tolerance 2 %)"
+    none = energy.cross_check(1000.0, None)
+    assert none["agree"] is None and none["check"].startswith("not cross-checked")
+
+
+def test_measure_sums_gpus_and_flags_a_disagreement():
+    samples, wall = h100()
+    integ = energy.integral_j(energy.power_series(samples, 0), 0.0, wall)
+    start = {"t": 0.0, "mj": {"0": 81_000_000_000}}
+    agree = energy.measure(start, {"t": wall, "mj": {"0": 81_000_000_000 + round(integ * 1000 * 1.01)}}, samples, [0])
+    assert agree["applicable"] and agree["agree"] is True and agree["flag"] is None
+    assert agree["counter_j"] == pytest.approx(integ * 1.01, abs=1e-3) and agree["per_gpu"][0]["power_samples"] == 46
+    off = energy.measure(start, {"t": wall, "mj": {"0": 81_000_000_000 + round(integ * 1000 * 1.05)}}, samples, [0])
+    assert off["agree"] is False and off["flag"].startswith("energy counter") and "DISAGREE" in off["flag"]
+    # a GPU with no power sample: the number stays, and the point says it was not cross-checked
+    two = energy.measure({"t": 0.0, "mj": {"0": 0, "1": 0}}, {"t": wall, "mj": {"0": 2000, "1": 3000}}, samples, [0, 1])
+    assert two["counter_j"] == 5.0 and two["agree"] is None and two["flag"].startswith("energy not cross-checked")
+
+
+@pytest.mark.parametrize("end, why", [
+    ({"t": 4.0, "mj": {"0": 999}}, "went back"),
+    ({"t": 4.0, "mj": {"0": 1000}}, "did not move in 4.000 s"),
+    ({"t": 4.0, "mj": {}}, "no energy counter read at the window's end"),
+])
+def test_a_counter_without_a_number_is_not_applicable_never_zero(end, why):
+    doc = energy.measure({"t": 0.0, "mj": {"0": 1000}}, end, [], [0])
+    assert doc["applicable"] is False and doc["why"].startswith("not applicable: GPU 0: ") and why in doc["why"]
+    assert "counter_j" not in doc
+
+
+# ------------------------------------------------------------------ which GPUs
+
+
+def test_cuda_visible_devices_selects_nvml_gpus_as_cuda_does():
+    u = ["GPU-8a3f0000-aaaa", "GPU-77c10000-bbbb", "GPU-77c20000-cccc"]
+    assert energy.select_gpus(None, u) == ([0, 1, 2], None)
+    assert energy.select_gpus("2,0", u) == ([2, 0], None)
+    assert energy.select_gpus("GPU-8a3f", u) == ([0], None)  # a UUID prefix
+    assert energy.select_gpus("1,GPU-77c,0", u) == ([1], None)  # ambiguous prefix: CUDA stops there
+    assert energy.select_gpus("0,7,1", u) == ([0], None)  # no GPU 7: the rest is ignored
+    assert energy.select_gpus("0,0", u) == ([0], None)
+    for nothing in ("", "-1", "MIG-1234"):
+        gpus, why = energy.select_gpus(nothing, u)
+        assert gpus == [] and why == f"CUDA_VISIBLE_DEVICES={nothing!r} names none of the 3 GPU(s) NVML lists"
+
+
+def test_the_servers_own_environment_says_which_gpus():
+    assert procfs.parse_environ(b"A=1\0CUDA_VISIBLE_DEVICES=1,0\0B=x=y\0\0") == {"A": "1", "CUDA_VISIBLE_DEVICES": "1,0", "B": "x=y"}
+    # sh stays (no exec after the echo): while a process execs, its /proc/<pid>/environ reads empty
+    p = subprocess.Popen(["sh", "-c", "echo up; sleep 30"], env={**os.environ, "CUDA_VISIBLE_DEVICES": "GPU-77c1"},
+                         stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert p.stdout.readline() == "up\n"  # started: its environ is its own, no longer the forking parent's
+        assert energy.visible_devices(p.pid, own={}) == ("GPU-77c1", f"the server's (pid {p.pid}) CUDA_VISIBLE_DEVICES=GPU-77c1")
+    finally:
+        os.killpg(p.pid, signal.SIGKILL)  # sh and its sleep
+        p.wait()
+    gone = p.pid  # reaped: its environment is not readable any more
+    assert energy.visible_devices(gone, own={"CUDA_VISIBLE_DEVICES": "0"}) == (
+        "0", f"parity's (the server's, pid {gone}, is not readable) CUDA_VISIBLE_DEVICES=0")
+    assert energy.visible_devices(None, own={}) == (None, "every GPU: parity's environment has no CUDA_VISIBLE_DEVICES")
+
+
+# ------------------------------------------------------------------ the NVML reader (pynvml stubbed: no GPU here)
+
+
+class _NVMLError(Exception):
+    pass
+
+
+def stub_pynvml(energy_mj: dict[int, list[int]], supported: bool = True):
+    """The pynvml calls the reader makes; nvmlDeviceGetTotalEnergyConsumption answers millijoules
+    (an unsigned long long, as NVML documents), one value per call from energy_mj[index]."""
+    nv = types.SimpleNamespace(shutdowns=0)
+    nv.nvmlDeviceGetCount = lambda: len(energy_mj)
+    nv.nvmlDeviceGetHandleByIndex = lambda i: ("handle", i)
+    nv.nvmlDeviceGetUUID = lambda h: f"GPU-{h[1]}0000000-h200".encode()  # bytes, as pynvml returns it
+
+    def total_energy(h):
+        if not supported:
+            raise _NVMLError("Not Supported")
+        return energy_mj[h[1]].pop(0)
+
+    def shutdown():
+        nv.shutdowns += 1
+
+    nv.nvmlDeviceGetTotalEnergyConsumption = total_energy
+    nv.nvmlShutdown = shutdown
+    return nv
+
+
+def test_nvml_reader_turns_millijoules_into_joules_on_the_engines_gpus(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-1,GPU-2")
+    nv = stub_pynvml({0: [], 1: [81_000_000_000, 81_000_123_456], 2: [5_000, 1_005_000]})
+    w = energy.Window.open(None, "local", t0=0.0, nvml=lambda: (nv, "nvml"))
+    assert w.why is None and w.meter.indices == [1, 2] and w.start["mj"] == {1: 81_000_000_000, 2: 5_000}
+    w.stop()
+    assert nv.shutdowns == 1
+    samples = [{"t": w.start["t"], "gpus": [{"index": 1, "power_w": 100.0}, {"index": 2, "power_w": 500.0}]}]
+    doc = w.result(samples)
+    assert doc["counter_j"] == 1123.456 and [g["counter_j"] for g in doc["per_gpu"]] == [123.456, 1000.0]
+    assert doc["gpus"] == [1, 2] and doc["gpus_from"] == "parity's CUDA_VISIBLE_DEVICES=GPU-1,GPU-2"
+    assert doc["source"].startswith("NVML nvmlDeviceGetTotalEnergyConsumption (mJ")
+
+
+@pytest.mark.parametrize("case, why", [
+    ("remote", "not applicable: the engine runs on gpu-box and NVML reads this machine's GPUs only"),
+    ("no-nvml", "not applicable: no energy counter here (nvidia-ml-py not installed)"),
+    ("pre-volta", "not applicable: the GPU's energy counter does not answer (NVML: Not Supported)"),
+    ("no-gpu-named", "not applicable: CUDA_VISIBLE_DEVICES='' names none of the 1 GPU(s) NVML lists"),
+])
+def test_where_the_counter_cannot_answer_the_point_says_why(monkeypatch, case, why):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "" if case == "no-gpu-named" else "0")
+    nv = stub_pynvml({0: [1, 2]}, supported=case != "pre-volta")
+    nvml = (lambda: (None, "nvidia-ml-py not installed")) if case == "no-nvml" else (lambda: (nv, "nvml"))
+    w = energy.Window.open(None, "gpu-box" if case == "remote" else "local", t0=0.0, nvml=nvml)
+    w.stop()
+    doc = w.result([])
+    assert doc["applicable"] is False and doc["why"] == why
+    assert nv.shutdowns == (1 if case in ("pre-volta", "no-gpu-named") else 0)  # the session it opened, ended
+
+
+def test_nvml_unavailable_here_is_not_applicable_through_parity_nvml(monkeypatch):
+    monkeypatch.setenv("PARITY_NO_NVML", "1")
+    doc = energy.Window.open(None, "local", t0=0.0).result([])
+    assert doc == {"applicable": False, "why": "not applicable: no energy counter here (NVML disabled (PARITY_NO_NVML))", "gpus_from": None}
+
+
+# ------------------------------------------------------------------ the metrics and the row
+
+
+def rec(tokens: int, prompt: int) -> RequestRecord:
+    return RequestRecord(tokens=tokens, prompt_tokens=prompt, sent_prompt_tokens=prompt)
+
+
+def test_metrics_are_declared_lower_is_better():
+    for name in ("j_per_output_tok", "j_per_total_tok"):
+        m = all_metrics()[name]
+        assert m.unit == "J/tok" and direction(name) == "lower" and "NVML energy counter" in all_metrics()["j_per_output_tok"].formula
+
+
+def test_row_gets_joules_per_token_over_every_request():
+    row = {"why": {}, "flags": []}
+    doc = {"applicable": True, "why": None, "counter_j": 123.456, "gpus": [0], "agree": True, "check": "agree", "flag": None}
+    energy.on_row(row, doc, [rec(128, 32)] * 3 + [RequestRecord(tokens=10, sent_prompt_tokens=32, error="reset")])
+    assert row["j_per_output_tok"] == 0.31334  # 123.456 J / 394 tokens, six significant digits
+    assert row["j_per_total_tok"] == float(f"{123.456 / 522:.6g}")
+    assert row["energy"]["output_tokens"] == 394 and row["energy"]["prompt_tokens"] == 128 and row["why"] == {} and row["flags"] == []
+
+
+def test_row_without_energy_carries_the_reason_not_a_zero():
+    row = {"why": {"decode_agg_tps": "x"}, "flags": []}
+    energy.on_row(row, energy.not_applicable("no energy counter here (nvidia-ml-py not installed)"), [rec(16, 32)])
+    assert row["j_per_output_tok"] is None and row["j_per_total_tok"] is None
+    assert row["why"]["j_per_output_tok"] == "not applicable: no energy counter here (nvidia-ml-py not installed)"
+    assert row["energy"]["applicable"] is False and row["flags"] == []
+    flagged = {"why": {}, "flags": []}
+    energy.on_row(flagged, {"applicable": True, "counter_j": 10.0, "flag": "energy counter ... DISAGREE"}, [rec(16, 32)])
+    assert flagged["j_per_output_tok"] == 0.625 and flagged["flags"] == ["energy counter ... DISAGREE"]  # kept, and said
+
+
+def test_only_measured_energy_metrics_are_paired():
+    rows = [{"valid": True, "j_per_output_tok": None, "j_per_total_tok": None}]
+    assert em.measured(rows) == []
+    assert em.measured(rows + [{"valid": True, "j_per_output_tok": 0.3, "j_per_total_tok": 0.2}]) == ["j_per_output_tok", "j_per_total_tok"]
+    assert em.measured(rows + [{"valid": False, "j_per_output_tok": 0.3}]) == []
+
+
+# ------------------------------------------------------------------ captures
+
+
+def test_a_points_file_is_a_capture(tmp_path):
+    samples, wall = h100()
+    nv = stub_pynvml({0: [81_000_000_000, 81_001_700_000]})
+    w = energy.Window.open(None, "local", t0=0.0, nvml=lambda: (nv, "nvml"))
+    w.stop()
+    doc = w.result(samples)
+    path = tmp_path / "stock-r0-n32.json"
+    path.write_text(json.dumps({"summary": {}, "samples": samples, "engine_timing": {}, "energy": doc}))
+    cap = energy.read_capture(path)
+    again = energy.measure(cap["start"], cap["end"], cap["samples"], cap["gpus"])
+    assert again["counter_j"] == doc["counter_j"] == 1700.0 and again["integral_j"] == doc["integral_j"]
+
+
+def test_a_file_without_counter_reads_is_no_capture(tmp_path):
+    with pytest.raises(ValueError, match="no energy.start / energy.end counter reads"):
+        energy.read_capture(H100_POINT)  # recorded before the counter was read
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"samples": [], "energy": {"start": {"t": 0}, "end": {"t": 1, "mj": {}}}}))
+    with pytest.raises(ValueError, match=r"energy.start needs t \(s\) and mj"):
+        energy.read_capture(bad)
+
+
+@pytest.mark.skipif(not H200_CAPTURE.exists(), reason="the lead's real H200 energy capture is not in tests/data yet")
+def test_real_h200_counter_and_power_integral_agree():
+    cap = energy.read_capture(H200_CAPTURE)
+    doc = energy.measure(cap["start"], cap["end"], cap["samples"], cap["gpus"])
+    assert doc["applicable"] and doc["counter_j"] == cap["recorded"]["counter_j"]
+    assert doc["agree"] is True, doc["check"]  # issue 57: within 2 % per point
+
+
+def test_the_point_hook_reads_the_counter_around_the_window_and_checks_it(monkeypatch, tmp_path):
+    # the real sampler and watch.point around a 0.4 s window; pynvml stubbed: a GPU drawing 250 W
+    # (nvmlDeviceGetPowerUsage: 250000 mW) whose counter gains 250 J per second (mJ)
+    import sys
+    import time
+
+    from parity.artifacts import RunDir
+    from parity.config import TelemetryConfig
+    from parity.runners.local import LocalRunner
+    from parity.telemetry import watch
+
+    base = time.monotonic()
+    nv = stub_pynvml({0: []})
+    nv.nvmlInit = lambda: None
+    nv.nvmlDeviceGetPowerUsage = lambda h: 250_000
+    nv.nvmlDeviceGetCurrentClocksEventReasons = lambda h: 0
+    nv.nvmlDeviceGetTotalEnergyConsumption = lambda h: 7_000_000 + int((time.monotonic() - base) * 250_000)
+    monkeypatch.setitem(sys.modules, "pynvml", nv)
+    monkeypatch.delenv("PARITY_NO_NVML", raising=False)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    with watch.point(LocalRunner(), TelemetryConfig(interval_s=0.02, pin_cpus=False), None, None) as w:
+        time.sleep(0.4)
+    row = {"why": {}, "flags": []}
+    w.finish(RunDir(tmp_path), row, [rec(100, 20)] * 4, "llama", None, None, "telemetry/x-r0-n4.json")
+    e = row["energy"]
+    assert e["applicable"] and e["gpus"] == [0] and e["window_s"] >= 0.4 and e["agree"] is True, e
+    assert e["counter_j"] == pytest.approx(250 * e["window_s"], rel=0.01) and row["flags"] == []
+    assert row["j_per_output_tok"] == pytest.approx(e["counter_j"] / 400, rel=1e-5)
+    cap = energy.read_capture(tmp_path / "telemetry/x-r0-n4.json")  # the point's file is a capture
+    assert energy.measure(cap["start"], cap["end"], cap["samples"], cap["gpus"])["counter_j"] == e["counter_j"]
