@@ -1,0 +1,127 @@
+"""`parity capacity`: the capacity search (parity.capacity.search) on real engines, gated and
+locked like the serving snapshot: the plan checked first (parity.capacity.plan), builds and the
+model before the lock, then the search's probes on the engines' servers (parity.capacity.real)
+under session.measured, then capacity.json in the run dir."""
+
+from __future__ import annotations
+
+from functools import partial
+
+from parity import session
+from parity.capacity.plan import CapacityPlan, CapacityRequest, longest, make_plan
+from parity.capacity.probe import CLOSED
+from parity.capacity.real import RealProbe, lengths
+from parity.capacity.search import Search
+from parity.context import Run, run_session
+from parity.gates.prepost import GateSpec
+from parity.serving import snapshot
+from parity.stats.blocks import block_order
+
+UNITS = {CLOSED: "clients", "rate": "requests/s"}
+
+
+def capacity(ctx, req: CapacityRequest) -> dict:
+    """The dry run's plan (nothing started, nothing written), or a run dir with capacity.json."""
+    plan = make_plan(ctx.profile, req)
+    snapshot.check_env(plan.serving, ctx.profile.policy, [])  # the forbidden bench knobs, dry run or not
+    if req.dry_run:
+        problems = {e: session.served_model_problem(ctx, e, plan.model) for e in plan.engines}
+        served = snapshot.dry_run(plan.serving, ctx.runner, ctx.out, ctx.profile.lock, problems)
+        return dry_run(plan, served, req.gates)
+    session.refuse_missing_programs(ctx, plan.engines)
+    with run_session(ctx, "capacity", f"capacity-{plan.model}"):
+        if not req.gates:
+            ctx.run.mark_invalid("ungated: --no-gates")
+        spec = GateSpec.from_profile(ctx.profile) if req.gates else None
+        doc = session.measured(ctx, plan.engines, partial(measure, plan), gates=spec, serve=plan.model)
+        return {"run_dir": str(ctx.run.path), **doc}
+
+
+def measure(plan: CapacityPlan, run: Run) -> dict:
+    """The search on the engines' servers; capacity.json (the search's result, every probe's and
+    every server run's summary); the run marked invalid when the result names a problem."""
+    probe = RealProbe(run, plan)
+    try:
+        search = Search(probe, lengths(plan.ptok, plan.gen, plan.seed), plan.search, log=run.out.info)
+        result = search.run()
+    except BaseException:
+        probe.close(settle=False)
+        raise
+    probe.close()
+    doc = {"model": plan.model, "units": UNITS[plan.search.kind], "prompts": prompts_rule(plan), **result,
+           "probes": probe.probes, "servers": probe.servers, "plan_notes": plan.notes}  # fmt: skip
+    doc["energy"] = energy(probe.probes, plan.engines)
+    doc["valid"] = not doc["problems"]
+    run.dir.write_json("capacity.json", doc)
+    if doc["problems"]:
+        run.dir.mark_invalid(f"{len(doc['problems'])} problem(s), first: {doc['problems'][0]}")
+    return doc
+
+
+def energy(probes: list[dict], engines: list[str]) -> dict:
+    """Per engine: the median J per output token over its block probes, or why there is none."""
+    import statistics
+
+    out = {}
+    for e in engines:
+        mine = [p for p in probes if p["engine"] == e and p["block"] >= 0]
+        j = [p["j_per_output_tok"] for p in mine if isinstance(p["j_per_output_tok"], (int, float))]
+        why = next((p["energy_why"] for p in mine if p["energy_why"]), None)
+        out[e] = {"j_per_output_tok_median": statistics.median(j) if j else None, "probes": len(j),
+                  "why": None if j else why}  # fmt: skip
+    return out
+
+
+def prompts_rule(plan: CapacityPlan) -> str:
+    (p0, p1), (g0, g1) = spans(plan.ptok), spans(plan.gen)
+    return (f"per request {p0}..{p1} prompt and {g0}..{g1} generated tokens (uniform, seeded by the block); token "
+            "ids: a nonce drawn from the block's seed and the probe's place on its server, then filler: the same ids "
+            "for every engine of a block")  # fmt: skip
+
+
+def spans(mean: int) -> tuple[int, int]:
+    return -(-mean // 2), longest(mean)
+
+
+def dry_run(plan: CapacityPlan, served: dict, gates: bool) -> dict:
+    """What the real run executes, in the order it does (served: the serving dry run's commands
+    and preflight for the same engines and shape)."""
+    p, u = plan.search, UNITS[plan.search.kind]
+    n = p.budget.min_blocks
+    order = [f"block {b}: " + ", ".join(f"{e} (levels {'up' if b % 2 == 0 else 'down'})"
+                                        for e in block_order(list(p.engines), b, p.order))
+             for b in range(min(n, 4))]  # fmt: skip
+    if p.kind == CLOSED:
+        per_probe = ("one warm-up request per client, then the measured ones, then one cool-down per client "
+                     "(each client sends its next request when its last one ends)")  # fmt: skip
+    else:
+        per_probe = (f"{p.warmup or max(8, p.requests // 4)} warm-up requests, the measured ones, as many "
+                     "cool-downs, at seeded Poisson times")  # fmt: skip
+    warm = plan.serving.shape.warmup.requests
+    return {
+        "model": plan.model,
+        "engines": plan.engines,
+        "reference": plan.reference,
+        "ratio": [f"{e} / {plan.reference}" for e in plan.engines if e != plan.reference],
+        "objectives": [o.describe() for o in p.objectives],
+        "load": f"{p.kind} ({u})",
+        "bracket": (f"per engine on its own server: from {p.start:g} {u}, doubling until an objective fails (a "
+                    f"failure on the way up probed again on other prompts), halving when it fails at {p.start:g}; "
+                    f"then {p.refine} regula-falsi probes; {p.bracket_requests} measured requests a probe; bounds "
+                    f"{p.min_load:g}..{p.max_load:g} {u}"),
+        "levels": (f"{p.levels} loads per engine evenly spaced in log(load) over its estimate -+{p.spread_pct:g} %, "
+                   "the same factors for every engine; moved to the running estimates after the first blocks"),
+        "blocks": (f"every engine's server started once per block (started, warmed up with {warm} requests, its "
+                   f"levels probed, stopped, its memory back); {p.requests} measured requests a probe: {per_probe}"),
+        "prompts": prompts_rule(plan),
+        "stop": p.budget.describe(),
+        "order": order + (["... (the rotation continues)"] if n > 4 or p.budget.adaptive else []),
+        "gates": "the profile's gate set before and after" if gates else "none (--no-gates: the run is marked ungated)",
+        "notes": plan.notes,
+        "plan": p.as_dict(),
+        "commands": served["commands"],
+        "preflight": served["preflight"],
+        "lock_dir": served["lock_dir"],
+        "port": plan.serving.shape.port,
+        "port_free": served["port_free"],
+    }

@@ -1,0 +1,342 @@
+"""The capacity search: per engine a cheap bracket, then paired blocks at a few loads around it.
+
+1. Bracket (per engine, small probes): double the load from `start` until an objective fails
+   (a failure on the way up is probed again on other prompts first; halve from `start` when it
+   already fails there), then `refine` regula-falsi probes between the last load that held and
+   the first that failed; the estimate is where the line through those two crosses 0.
+2. Levels: per engine, `levels` loads evenly spaced in log(load) over its estimate -+
+   `spread_pct` %, the same factors for every engine, so that each engine's j-th level sits at
+   the same place on its own curve as the reference's.
+3. Blocks: every engine at every level on the block's prompts; per level the engines run back
+   to back (sharing the box's drift of that moment), rotated per block (abba) and reversed per
+   level; or (arms "engine", the real engines) each engine's levels back to back on one server
+   start, the engines rotated per block.  Per engine and objective, the margin
+   log(limit / percentile) against log(load) is a line with one slope over every block and an
+   intercept per block; the objective whose line through all the engine's points crosses 0
+   lowest binds, and a block's capacity is where that objective's line crosses 0 in the block
+   (parity.capacity.estimate).  The levels move to the running estimates after each of the
+   first `recentre` blocks, and later when an engine's estimate leaves the middle of its levels
+   (the others at the reference's times the running ratio, so that they stay matched), by one
+   span at most.
+4. The capacity ratio engine / reference is parity.stats.paired over the per-block capacities
+   (geometric mean of the per-block ratios, 95 % t interval on their logs, the three-way
+   outcome); blocks are added until parity.stats.adaptive's stop rule (--until-ci on the
+   ratio's conservative half-width, --max-repeats, a time budget) or the request budget ends it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+from parity.capacity.estimate import Probed, engine_summary, estimates
+from parity.capacity.frontier import frontier
+from parity.capacity.probe import CLOSED, Probe, PromptSet
+from parity.stats import adaptive
+from parity.stats.blocks import block_order
+from parity.stats.paired import paired
+
+REQUEST_BUDGET = "request-budget"
+METHOD = ("per engine and objective, the margin log(limit / percentile) against log(load): lines with one slope "
+          "and an intercept per block; the binding objective's crossing of 0 in each block is that block's "
+          "capacity; the ratio is parity.stats.paired over the per-block capacities")  # fmt: skip
+
+
+@dataclass
+class Plan:
+    engines: list  # every engine, the reference among them
+    reference: str
+    objectives: list  # [parity.capacity.slo.Objective]
+    kind: str = CLOSED  # CLOSED: load = clients; OPEN: load = requests per second
+    start: float = 1.0
+    min_load: float = 1.0
+    max_load: float = 4096.0
+    levels: int = 4
+    spread_pct: float = 15.0
+    requests: int = 300  # measured requests per probe of a block
+    bracket_requests: int = 100  # per bracket probe
+    refine: int = 2
+    recentre: int = 2  # blocks after which the levels always move to the running estimates
+    warmup: int | None = None  # open loop: warm-up requests per probe (None: a quarter of the measured, >= 8)
+    order: str = "abba"
+    # "level": per level the engines back to back (the simulator's); "engine": each engine's levels
+    # back to back, so that a real engine's server starts once per block (docs/CAPACITY.md)
+    arms: str = "level"
+    threshold_pct: float = 2.0
+    confidence: float = 0.95
+    # at least 6 blocks: every block's capacity leans on one slope per engine, whose error the
+    # spread of 3 blocks does not show (docs/CAPACITY.md)
+    budget: adaptive.Budget = field(default_factory=lambda: adaptive.Budget(None, min_blocks=6, max_blocks=20))
+    max_requests: int | None = None  # every request sent, bracket included
+    gpus: int = 1
+
+    def as_dict(self) -> dict:
+        keep = ("engines", "reference", "kind", "start", "min_load", "max_load", "levels", "spread_pct", "requests",
+                "bracket_requests", "refine", "recentre", "warmup", "order", "arms", "threshold_pct", "confidence",
+                "max_requests", "gpus")
+        out = {k: getattr(self, k) for k in keep}
+        out.update(objectives=[o.name for o in self.objectives], budget=self.budget.describe(),
+                   limits_ms={o.name: o.limit_ms for o in self.objectives})
+        return out
+
+
+class Search:
+    """One capacity search: a Probe, the prompts of each block (prompts(block, measured, warmup)),
+    the plan; run() -> a plain dict (docs/CAPACITY.md#the-result)."""
+
+    def __init__(self, probe: Probe, prompts: Callable[[int, int, int], PromptSet], plan: Plan,
+                 log: Callable | None = None):
+        self.probe, self.prompts, self.plan = probe, prompts, plan
+        self.log = log or (lambda line: None)
+        self.probes: list[Probed] = []
+        self.problems: list[str] = []  # what the result lacks (no bracket, no ratio, a probe's invalid requests)
+        self.notes: list[str] = []  # what the search did about a block that gave no capacity
+
+    @property
+    def sent(self) -> int:
+        return sum(p.sent for p in self.probes)
+
+    def snap(self, load: float) -> float:
+        p = self.plan
+        load = min(max(load, p.min_load), p.max_load)
+        return float(max(1, round(load))) if p.kind == CLOSED else float(f"{load:.4g}")
+
+    def warmup(self, loads, measured: int) -> int:
+        p = self.plan
+        if p.kind == CLOSED:
+            return int(max(loads))  # one a client
+        return p.warmup if p.warmup is not None else max(8, measured // 4)
+
+    def measure(self, engine: str, load: float, block: int, prompts: PromptSet) -> Probed:
+        r = self.probe(engine, load, block, prompts)
+        objs = self.plan.objectives
+        got = Probed(engine, load, block, {o.name: o.margin(r) for o in objs}, {o.name: o.attainment(r) for o in objs},
+                     r.throughput_tps / self.plan.gpus, r.user_tps, r.sent, r.seconds, list(r.problems))  # fmt: skip
+        got.problems += [f"{name}: no sample" for name, m in got.margins.items() if m is None]
+        self.probes.append(got)
+        return got
+
+    # ------------------------------------------------------------------ bracket
+    def bracket(self, engine: str) -> dict:
+        """Double (or halve) the load until an objective fails (holds); a failure on the way up is
+        probed again on other prompts before it counts (one probe's p99 of a hundred requests is
+        nearly its maximum: one stray request would end the doubling far below the capacity)."""
+        p = self.plan
+        cache: dict = {}
+
+        def at(load: float, block: int = -1) -> float | None:
+            w = self.warmup([load], p.bracket_requests)
+            if (block, w) not in cache:
+                cache[block, w] = self.prompts(block, p.bracket_requests, w)
+            got = self.measure(engine, load, block, cache[block, w])
+            self.log(f"bracket {engine} at {load:g}: margin {fmt(got.margin)}")
+            return got.margin
+
+        passed = failed = None  # (load, margin)
+        load = self.snap(p.start)
+        while True:
+            m = at(load)
+            if (m is None or m < 0) and passed is not None and failed is None:
+                m = at(load, -2)  # confirm a failure on the way up
+            if m is not None and m >= 0:
+                passed = (load, m)
+                if failed is not None or load >= p.max_load:
+                    break
+                load = self.snap(load * 2)
+            else:
+                failed = (load, m)
+                if passed is not None or load <= p.min_load:
+                    break
+                load = self.snap(load / 2)
+        out = {"engine": engine, "passed": passed, "failed": failed, "estimate": None, "why": ""}
+        if failed is None:
+            out["why"] = f"{engine} meets every objective at the largest load, {p.max_load:g}: its capacity is past it"
+            return out
+        if passed is None:
+            out["why"] = f"{engine} misses an objective at the smallest load, {p.min_load:g}: its capacity is below it"
+            return out
+        for _ in range(p.refine):
+            if failed[1] is None:
+                break
+            guess = self.snap(interpolate(passed, failed))
+            if not min(passed[0], failed[0]) < guess < max(passed[0], failed[0]):
+                break
+            m = at(guess)
+            if m is not None and m >= 0:
+                passed = (guess, m)
+            else:
+                failed = (guess, m)
+        out.update(passed=passed, failed=failed)
+        out["estimate"] = interpolate(passed, failed) if failed[1] is not None else math.sqrt(passed[0] * failed[0])
+        return out
+
+    # ------------------------------------------------------------------ levels
+    def levels_for(self, estimates_: dict) -> dict:
+        """Per engine, `levels` loads evenly spaced in log(load) over its estimate -+spread_pct %:
+        the same factors for every engine, so that its j-th level sits where the reference's
+        j-th does on its own curve."""
+        p = self.plan
+        n, s = max(2, p.levels), p.spread_pct / 100
+        lo, hi = math.log(1 - s), math.log(1 + s)
+        factors = [math.exp(lo + (hi - lo) * j / (n - 1)) for j in range(n)]
+        out = {}
+        for e, est in estimates_.items():
+            loads = [self.snap(est * f) for f in factors]
+            if p.kind == CLOSED:  # whole clients: neighbours where the spread rounds onto one
+                for j in range(1, n):
+                    loads[j] = max(loads[j], loads[j - 1] + 1)
+            out[e] = loads
+        return out
+
+    def recentre(self, blocks: list[dict], per_block: dict, ratios: list[dict], levels: dict) -> dict | None:
+        """New levels: an engine that met (missed) the objectives at every level of the last block
+        moves up (down) by the levels' span; else after each of the first `recentre` blocks, and
+        later whenever an engine's running capacity has left the middle of its levels (between
+        the geometric midpoints of its two lowest and its two highest): the reference on the
+        median of its blocks' crossings, every other engine on that times its running ratio, so
+        that the engines' levels stay matched; by one span at most."""
+        p = self.plan
+        span = (1 + p.spread_pct / 100) / (1 - p.spread_pct / 100)
+        last = blocks[-1]
+        new = dict(levels)
+        for e in p.engines:
+            ms = [g.margin for g in last["probes"][e]]
+            if per_block[e][last["block"]]["capacity"] is None and None not in ms and (min(ms) >= 0 or max(ms) < 0):
+                up = min(ms) >= 0
+                new.update(self.levels_for({e: math.sqrt(levels[e][0] * levels[e][-1]) * (span if up else 1 / span)}))
+                word, way = ("met", "up") if up else ("missed", "down")
+                self.notes.append(f"block {last['block']}: {e} {word} the objectives at every level: "
+                                  f"its levels move {way}")
+        if new != levels:
+            return new
+        ref = median([v["guess"] for v in per_block[p.reference].values() if isinstance(v["guess"], float)])
+        if ref is None or any(r["ratio"] is None for r in ratios):
+            return None
+        want = {p.reference: ref, **{r["engine"]: ref * r["ratio"] for r in ratios}}
+        middle = all(math.sqrt(v[0] * v[1]) <= want[e] <= math.sqrt(v[-2] * v[-1]) for e, v in levels.items())
+        if len(blocks) > p.recentre and middle:
+            return None
+        for e, v in levels.items():  # one span at a time: a block's stray estimate moves the levels, never throws them
+            mid = math.sqrt(v[0] * v[-1])
+            want[e] = min(max(want[e], mid / span), mid * span)
+        new = self.levels_for(want)
+        return new if new != levels else None
+
+    # ------------------------------------------------------------------ blocks
+    def block(self, b: int, levels: dict) -> dict:
+        """Every engine at every level on block b's prompts, the engines rotated per block (abba).
+        arms "level": per level the engines back to back, reversed per level; "engine": each
+        engine's levels back to back (up on even blocks, down on odd), then the next engine's."""
+        p = self.plan
+        ps = self.prompts(b, p.requests, self.warmup([x for v in levels.values() for x in v], p.requests))
+        order = block_order(list(p.engines), b, p.order)
+        n = len(levels[p.engines[0]])
+        if p.arms == "engine":
+            steps = [(j, e) for e in order for j in (range(n) if b % 2 == 0 else range(n - 1, -1, -1))]
+        else:
+            steps = [(j, e) for j in range(n) for e in (order if j % 2 == 0 else order[::-1])]
+        probes: dict = {e: [None] * n for e in p.engines}
+        ran = []
+        for j, e in steps:
+            probes[e][j] = self.measure(e, levels[e][j], b, ps)
+            ran.append(f"{e}@{levels[e][j]:g}")
+        sent = sum(g.sent for gs in probes.values() for g in gs)
+        return {"block": b, "order": ran, "levels": levels, "probes": probes, "sent": sent}
+
+    def ratios(self, per_block: dict) -> list[dict]:
+        p = self.plan
+        caps = {e: {k: v["capacity"] for k, v in per_block[e].items() if v["capacity"] is not None} for e in p.engines}
+        out = []
+        for e in p.engines:
+            if e != p.reference:
+                pr = paired(caps[p.reference], caps[e], "higher", p.threshold_pct, p.confidence)
+                out.append({"engine": e, "reference": p.reference, **pr.to_dict()})
+        return out
+
+    def run(self) -> dict:
+        p = self.plan
+        brackets = {e: self.bracket(e) for e in p.engines}
+        self.problems += [b["why"] for b in brackets.values() if b["estimate"] is None]
+        result = {"plan": p.as_dict(), "method": METHOD, "brackets": brackets, "levels": []}
+        if self.problems:
+            return self.finish(result, ("bracket", "; ".join(self.problems)), [])
+        levels = self.levels_for({e: brackets[e]["estimate"] for e in p.engines})
+        result["levels"].append({"from_block": 0, "levels": levels})
+        blocks: list[dict] = []
+        elapsed, decision = 0.0, None
+        while decision is None:
+            nxt = math.ceil(1.15 * max((b["sent"] for b in blocks), default=0))  # a block's cool-downs vary
+            if p.max_requests is not None and blocks and self.sent + nxt > p.max_requests:
+                why = f"{self.sent} requests sent; another block (~{nxt}) could pass the {p.max_requests} budget"
+                decision = (REQUEST_BUDGET, why)
+                break
+            blk = self.block(len(blocks), levels)
+            dt = sum(g.seconds for gs in blk["probes"].values() for g in gs)
+            elapsed += dt
+            blocks.append(blk)
+            per_block, _ = estimates(blocks, p.engines, p.objectives)
+            ratios = self.ratios(per_block)
+            widths = {f"{r['engine']} capacity": r["stop_half_width_pct"] for r in ratios}
+            decision = adaptive.stop(p.budget, len(blocks), widths, elapsed, dt)
+            caps = ", ".join(f"{e} {fmt(per_block[e][blk['block']]['capacity'])}" for e in p.engines)
+            rs = ", ".join(f"{r['engine']}/{r['reference']} {fmt(r['ratio'])} +-{fmt(r['half_width_pct'])}%"
+                           for r in ratios)  # fmt: skip
+            self.log(f"block {blk['block']}: {caps}; {rs}")
+            if decision is None and p.max_requests is not None and self.sent >= p.max_requests:
+                decision = (REQUEST_BUDGET, f"{self.sent} requests sent: the {p.max_requests} budget is spent")
+            if decision is None and (moved := self.recentre(blocks, per_block, ratios, levels)):
+                levels = moved
+                result["levels"].append({"from_block": len(blocks), "levels": levels})
+        return self.finish(result, decision, blocks)
+
+    def finish(self, result: dict, decision: tuple, blocks: list[dict]) -> dict:
+        p = self.plan
+        per_block, pooled = estimates(blocks, p.engines, p.objectives)
+        engines = {e: engine_summary(blocks, e, per_block[e], pooled[e], p.objectives, p.confidence) for e in p.engines}
+        for e in p.engines:
+            engines[e]["bracket"] = result["brackets"][e]
+        self.notes += [f"{e} {x}" for e in p.engines for x in engines[e]["blocks_without_capacity"]]
+        ratios = self.ratios(per_block) if blocks else []
+        self.problems += [f"{g.engine} at {g.load:g} (block {g.block}): {x}" for g in self.probes for x in g.problems]
+        self.problems += [f"{r['engine']}/{r['reference']}: no capacity ratio with an interval ({r['reason']})"
+                          for r in ratios if r["ratio"] is None or r["low"] is None]  # fmt: skip
+        result.update(
+            engines=engines,
+            ratios=ratios,
+            frontier={e: frontier(self.probes, e, p.confidence) for e in p.engines},
+            stop={"rule": decision[0], "why": decision[1], "blocks": len(blocks), "budget": p.budget.describe()},
+            requests=self.sent,
+            seconds=round(sum(x.seconds for x in self.probes), 3),
+            problems=list(dict.fromkeys(self.problems)),
+            notes=list(dict.fromkeys(self.notes)),
+            blocks=[block_dict(b, per_block) for b in blocks],
+            bracket_probes=[x.to_dict() for x in self.probes if x.block < 0],
+        )
+        return result
+
+
+def block_dict(b: dict, per_block: dict) -> dict:
+    engines = {e: {**per_block[e][b["block"]], "probes": [g.to_dict() for g in gs]} for e, gs in b["probes"].items()}
+    return {"block": b["block"], "order": b["order"], "levels": b["levels"], "sent": b["sent"], "engines": engines}
+
+
+def median(values: list) -> float | None:
+    """The median, the geometric mean of the middle two for an even count; None of nothing."""
+    v = sorted(values)
+    if not v:
+        return None
+    return v[len(v) // 2] if len(v) % 2 else math.sqrt(v[len(v) // 2 - 1] * v[len(v) // 2])
+
+
+def interpolate(passed: tuple, failed: tuple) -> float:
+    """Where the line through (log load, margin) of the two probes crosses 0."""
+    (x0, m0), (x1, m1) = passed, failed
+    if m0 is None or m1 is None or m0 == m1:
+        return math.sqrt(x0 * x1)
+    f = m0 / (m0 - m1)
+    return math.exp(math.log(x0) + f * (math.log(x1) - math.log(x0)))
+
+
+def fmt(v) -> str:
+    return "n/a" if v is None else f"{v:.4g}"

@@ -1,0 +1,153 @@
+"""The capacity search (parity.capacity.search) on the simulator: an engine against itself is
+never a claim, the objective that binds is the one an exhaustive grid says binds, every budget
+ends the blocks with its own rule, a search that cannot bracket says why, three engines, the
+levels stay matched, the frontier and the result are plain data; and the line arithmetic of
+parity.capacity.curves."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+
+import pytest
+
+from parity.capacity import accuracy
+from parity.capacity.curves import crossing, geo_interval, pooled_slope
+from parity.capacity.grid import grid
+from parity.capacity.search import Plan, Search
+from parity.capacity.simulator import Drift, Simulator, Workload
+from parity.capacity.slo import parse_slo
+from parity.stats import adaptive
+from parity.stats.paired import EQUIVALENT, IMPROVED, INCONCLUSIVE, REGRESSED
+
+W = Workload()
+
+
+def search(levers: dict, slo: str = "ttft_p99_ms=500,itl_p99_ms=50", seed: int = 0, engines=("A", "B"), **plan) -> dict:
+    plan.setdefault("budget", adaptive.Budget(until_ci_pct=1.5, min_blocks=6, max_blocks=12))
+    p = Plan(engines=list(engines), reference="A", objectives=parse_slo(slo), **plan)
+    return Search(Simulator(levers=levers, seed=seed), lambda b, m, w: W.prompts(seed, b, m, w), p).run()
+
+
+def test_the_result_is_plain_json_data():
+    r = search({"B": 1.03}, budget=adaptive.Budget(None, 3, 3))
+    json.dumps(r, allow_nan=False)
+    assert r["stop"]["rule"] == adaptive.FIXED and r["stop"]["blocks"] == 3
+    assert r["problems"] == [] and r["ratios"][0]["outcome"] in (REGRESSED, INCONCLUSIVE)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_an_engine_against_itself_is_never_a_claim(seed):
+    r = search({}, seed=seed)
+    (ratio,) = r["ratios"]
+    assert ratio["outcome"] in (EQUIVALENT, INCONCLUSIVE)
+    assert ratio["low"] <= 1 <= ratio["high"] and abs(ratio["ratio"] - 1) < 0.02
+
+
+@pytest.mark.parametrize("slo", ["ttft_p99_ms=500,itl_p99_ms=50", "ttft_p90_ms=150,itl_p99_ms=50"])
+def test_the_binding_objective_is_the_grids(slo):
+    objectives = parse_slo(slo)
+    sim = Simulator(drift=Drift(0.0, 0.0), seed=1)
+    sets = {b: W.prompts(99, b, 300, 100) for b in range(16)}  # 16 prompt sets: a smooth mean of a tail percentile
+    truth = grid(sim, "A", objectives, range(16, 101, 2), sets)
+    r = search({}, slo=slo, seed=2)
+    assert r["engines"]["A"]["binds"] == truth["binds"]
+    assert r["engines"]["A"]["capacity"]["value"] == pytest.approx(truth["capacity"], rel=0.05)
+
+
+def test_the_two_settings_bind_on_different_objectives():
+    slos = ("ttft_p99_ms=500,itl_p99_ms=50", "ttft_p90_ms=150,itl_p99_ms=50")
+    binds = {search({}, slo=s, seed=3, budget=adaptive.Budget(None, 4, 4))["engines"]["A"]["binds"] for s in slos}
+    assert binds == {"ttft_p90_ms", "itl_p99_ms"}
+
+
+def test_each_budget_ends_the_blocks_with_its_rule():
+    r = search({"B": 1.03}, max_requests=15_000, budget=adaptive.Budget(until_ci_pct=0.01, min_blocks=3, max_blocks=20))
+    assert r["stop"]["rule"] == "request-budget" and r["requests"] <= 15_000
+    r = search({"B": 1.03}, budget=adaptive.Budget(until_ci_pct=0.01, min_blocks=3, max_blocks=4))
+    assert r["stop"]["rule"] == adaptive.MAX_REPEATS and r["stop"]["blocks"] == 4
+    r = search({"B": 1.03}, budget=adaptive.Budget(until_ci_pct=0.01, min_blocks=3, max_blocks=20, max_seconds=200))
+    assert r["stop"]["rule"] == adaptive.TIME_BUDGET and "200 s budget" in r["stop"]["why"]
+    r = search({"B": 1.03}, budget=adaptive.Budget(until_ci_pct=3.0, min_blocks=3, max_blocks=20))
+    assert r["stop"]["rule"] == adaptive.UNTIL_CI and r["ratios"][0]["stop_half_width_pct"] <= 3.0
+
+
+def test_a_capacity_past_the_largest_load_or_below_the_smallest_is_named():
+    r = search({"B": 1.03}, max_load=16)
+    assert r["blocks"] == [] and r["ratios"] == []
+    assert any("past it" in p for p in r["problems"])
+    r = search({"B": 1.03}, slo="itl_p99_ms=1")
+    assert any("below it" in p for p in r["problems"])
+    json.dumps(r, allow_nan=False)
+
+
+def test_three_engines_each_against_the_reference():
+    r = search({"B": 1.06, "C": 0.94}, engines=("A", "B", "C"), budget=adaptive.Budget(None, 6, 6))
+    got = {x["engine"]: x for x in r["ratios"]}
+    assert got["B"]["outcome"] == REGRESSED and got["C"]["outcome"] == IMPROVED
+    b0, b1 = r["blocks"][0], r["blocks"][1]
+    assert b0["order"][:3] == [f"{e}@{b0['levels'][e][0]:g}" for e in ("A", "B", "C")]
+    assert b1["order"][:3] == [f"{e}@{b1['levels'][e][0]:g}" for e in ("B", "C", "A")]  # rotated (abba)
+
+
+def test_the_levels_of_the_engines_stay_matched():
+    r = search({"B": 1.03})
+    for step in r["levels"]:
+        a, b = step["levels"]["A"], step["levels"]["B"]
+        factors = [y / x for x, y in zip(a, b)]
+        assert max(factors) / min(factors) < 1.1  # whole clients: one client of rounding around ~60
+    for blk in r["blocks"]:
+        order = blk["order"]
+        assert len(order) == 8 and order[1].split("@")[0] == order[2].split("@")[0]  # A B | B A | ... per level
+
+
+def test_the_frontier_flags_only_undominated_loads():
+    r = search({"B": 1.03}, budget=adaptive.Budget(None, 4, 4))
+    for e in ("A", "B"):
+        rows = r["frontier"][e]
+        assert rows and any(x["pareto"] for x in rows)
+        pts = [(x["throughput_tps_per_gpu"]["value"], x["user_tps"]["value"]) for x in rows]
+        for x, (t, u) in zip(rows, pts):
+            assert x["blocks"] >= 1 and t > 0 and u > 0
+            dominated = any(t2 >= t and u2 >= u and (t2, u2) != (t, u) for t2, u2 in pts)
+            assert x["pareto"] == (not dominated)
+
+
+def test_the_margin_curves_hold_attainment_and_margin_per_load():
+    r = search({"B": 1.03}, budget=adaptive.Budget(None, 4, 4))
+    curves = r["engines"]["A"]["curves"]
+    assert {c["objective"] for c in curves} == {"ttft_p99_ms", "itl_p99_ms"}
+    itl = sorted((c for c in curves if c["objective"] == "itl_p99_ms" and c["blocks"] >= 2), key=lambda c: c["load"])
+    assert itl[0]["margin"]["value"] > itl[-1]["margin"]["value"]
+
+
+def test_open_loop():
+    setup = replace(accuracy.Setup(), kind="rate", max_requests=20_000)
+    t = accuracy.trial(setup, 0)
+    assert t["problems"] == [] and 0.9 < t["ratio"] < 1.0 and t["requests"] <= 20_000
+
+
+def test_one_slope_over_blocks_each_its_own_intercept():
+    xs = [[10, 20, 40], [12, 24, 48], [8, 16]]
+    blocks = [(x, [0.5 - 0.3 * math.log(v) + shift for v in x]) for x, shift in zip(xs, (0.0, 0.2, -0.1))]
+    assert pooled_slope(blocks) == pytest.approx(-0.3)
+    c = crossing(*blocks[1], -0.3)
+    assert c.load == pytest.approx(math.exp(0.7 / 0.3)) and not c.far
+    assert pooled_slope([([10], [0.1])]) is None
+
+
+def test_a_crossing_says_why_there_is_none():
+    assert crossing([10, 20], [0.2, 0.3], 0.1).load == math.inf
+    assert crossing([10, 20], [-0.2, 0.3], 0.1).load is None
+    assert crossing([10, 20], [0.2, 0.1], None).why.startswith("no slope")
+    far = crossing([10, 20], [1.0, 0.9], -0.05)
+    assert far.load == math.inf  # holds at both levels and crosses only far past them
+    low = crossing([10, 20], [-1.0, -1.1], -0.2)
+    assert low.far and low.load < 10 / 1.25
+
+
+def test_geometric_interval():
+    g = geo_interval([1.0, 2.0, 4.0])
+    assert g["value"] == pytest.approx(2.0) and g["low"] < 2.0 < g["high"] and g["n"] == 3
+    assert geo_interval([3.0])["low"] is None and geo_interval([])["value"] is None
