@@ -23,7 +23,8 @@ def main() -> int:
     args = ap.parse_args()
 
     from parity.config import load_profile
-    from parity.engine.build import ensure_built, llama_engines
+    from parity.llamacpp.build import ensure_built, llama_engines
+    from parity.engines.bound import bind
     from parity.runners.local import LocalRunner
     from parity.ui import Output
 
@@ -32,13 +33,13 @@ def main() -> int:
     runner = LocalRunner()
     worst = 0.0
     for name in llama_engines(prof):
-        first = ensure_built(prof, name, runner, out)
+        first = ensure_built(bind(prof, name), runner, out)
         if not first.cached:
             print(f"{name}: cold cache, built in {first.provenance['wall_s']} s")
         hits = []
         for _ in range(args.repeat):
             t0 = time.perf_counter()
-            res = ensure_built(prof, name, runner, out)
+            res = ensure_built(bind(prof, name), runner, out)
             hits.append(time.perf_counter() - t0)
             assert res.cached, "a second ensure_built must be a cache hit"
         cli = []

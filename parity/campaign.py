@@ -1,6 +1,6 @@
 """Campaigns: an ordered list of named steps of registered kinds, run in one
-run directory.  Step kinds register by name in STEP_KINDS ("module:function",
-imported only when used).  A step function takes (ctx, options) and returns a
+run directory.  Step kinds register by name in STEP_KINDS (a StepKind of "module:function"
+references, imported only when used).  A step function takes (ctx, options) and returns a
 JSON-able result; it raises a ParityError to fail (its exit code is the
 campaign's: gate 3, infra 4, regression 5, other 1).
 
@@ -21,7 +21,7 @@ on_failure per step:
   always-run      this step runs even after an earlier failure (post-gates, reports)
 Whatever the policy, a campaign with a failed step exits non-zero with the
 first failure's exit code.  On --resume, steps already complete in the run dir
-are skipped, except kinds in RERUN_ON_RESUME (the lock lives in the process).
+are skipped, except kinds whose StepKind says rerun_on_resume (the lock lives in the process).
 """
 
 from __future__ import annotations
@@ -37,13 +37,18 @@ from typing import Any, Callable
 from parity.errors import ConfigError, ParityError, UsageError
 from parity.filelock import locked
 from parity.options import OPTIONS, check_step_options
-from parity import session
+from parity import gating, session
+from parity.bench import run as bench_run
+from parity.profiles import capture
+from parity.serving import snapshot as snapshot_plan
 from parity.artifacts import RunDir, now_iso, slurm_job
 from parity.context import run_session, run_session_existing
 from parity.decode import read_utf8
 from parity.engines import with_binaries
+from parity.gates.base import gate_inputs
 from parity.gates.prepost import GateSpec, gate_engines, gate_models, spec_from_options
-from parity.gonogo import dry_run_session, go_no_go
+from parity.context import dry_run_session
+from parity.gonogo import go_no_go
 from parity.runners.lifetime import pid_alive
 from parity.hosts.delegation import DELEGATED_ENV
 from parity.hosts.registry import delegate
@@ -53,50 +58,53 @@ from parity.runners import ssh
 from parity.yamlload import TooBig, safe_load
 from parity.results import BadResultFile, load_json, read_manifest
 
-STEP_KINDS: dict[str, str] = {
-    "synth": "parity.models.synth:campaign_step",
-    "build": "parity.engine.build:campaign_step",
-    "lock": "parity.session:lock_step",
-    "gate": "parity.gating:campaign_step",
-    "snapshot": "parity.serving.snapshot:campaign_step",
-    "bench": "parity.bench.run:campaign_step",
-    "profile": "parity.profiles.capture:campaign_step",
-    "report": "parity.report.render:campaign_step",
-    "shell": "parity.campaign:shell_step",
-    "history": "parity.history.nightly:campaign_step",
+@dataclass(frozen=True)
+class StepKind:
+    """Everything the campaign knows about a step kind, in one entry.  Each function is a
+    "module:function" imported on first use."""
+
+    run: str  # (ctx, options) -> JSON-able result; a ParityError fails the step
+    check: str | None = None  # (ctx, options): the options checked as the real run will, touching nothing
+    engines: str | None = None  # (ctx, options) -> engine names it runs (built before a lock step)
+    models: str | None = None  # (ctx, options) -> profile models it reads (made before a lock step)
+    gpu: bool = False  # it runs on (or locks) the GPU: the dry run's go/no-go checks the GPU
+    serves: str | None = None  # "module:function" (options) -> bool: it starts a server on serving.port
+    rerun_on_resume: bool = False  # its effect dies with the process (a held lock): run again on --resume
+
+
+STEP_KINDS: dict[str, StepKind] = {
+    "synth": StepKind("parity.models.synth:campaign_step"),
+    "build": StepKind("parity.llamacpp.build:campaign_step"),
+    "lock": StepKind("parity.session:lock_step", check="parity.session:check_lock_step", gpu=True, rerun_on_resume=True),
+    "gate": StepKind("parity.gating:campaign_step", check="parity.campaign:check_gate_step", engines="parity.campaign:gate_step_engines",
+                     models="parity.campaign:gate_step_models", gpu=True),
+    "snapshot": StepKind("parity.serving.snapshot:campaign_step", check="parity.campaign:check_snapshot_step",
+                         engines="parity.campaign:snapshot_engines", models="parity.campaign:snapshot_models", gpu=True,
+                         serves="parity.campaign:always"),
+    "bench": StepKind("parity.bench.run:campaign_step", check="parity.campaign:check_bench_step", engines="parity.campaign:bench_engines",
+                      models="parity.campaign:model_option", gpu=True),
+    "profile": StepKind("parity.profiles.capture:campaign_step", check="parity.campaign:check_profile_step",
+                        engines="parity.campaign:profile_engines", models="parity.campaign:model_option", gpu=True,
+                        serves="parity.campaign:serves_a_workload"),
+    "report": StepKind("parity.report.render:campaign_step"),
+    "shell": StepKind("parity.campaign:shell_step", check="parity.campaign:check_shell_step"),
+    "history": StepKind("parity.history.nightly:campaign_step"),
 }
 
-# kind -> "module:function" (ctx, options) that checks a step's options as its real run will,
-# touching nothing: the dry run and the real run both check every step before the first runs
-STEP_CHECKS: dict[str, str] = {
-    "lock": "parity.session:check_lock_step",
-    "gate": "parity.gating:check_step",
-    "snapshot": "parity.serving.snapshot:check_step",
-    "bench": "parity.bench.run:check_step",
-    "profile": "parity.profiles.capture:check_step",
-    "shell": "parity.campaign:check_shell_step",
-}
 
-# kinds whose effect dies with the process (a held lock): run again on --resume
-RERUN_ON_RESUME = {"lock"}
-# kind -> "module:function" (ctx, options) -> engine names the step runs: a lock step first
-# builds every engine the steps after it need, so no compile happens while the GPU is locked
-STEP_ENGINES: dict[str, str] = {
-    "gate": "parity.gating:step_engines",
-    "profile": "parity.profiles.capture:step_engines",
-    "snapshot": "parity.campaign:snapshot_engines",
-    "bench": "parity.campaign:bench_engines",
-}
+def imported(ref: str) -> Callable:
+    mod_name, fn_name = ref.split(":")
+    return getattr(importlib.import_module(mod_name), fn_name)
+
+
 _BUILTIN_VARS = ("PARITY_ROOT", "PARITY_CACHE")
 
 
 def step_function(kind: str, label: str = "") -> Callable:
     if kind not in STEP_KINDS:
         raise ConfigError(label, "kind", f"unknown step kind {kind!r} (known: {', '.join(sorted(STEP_KINDS))})")
-    mod_name, fn_name = STEP_KINDS[kind].split(":")
     try:
-        mod = importlib.import_module(mod_name)
-        return getattr(mod, fn_name)
+        return imported(STEP_KINDS[kind].run)
     except (ImportError, AttributeError) as e:
         raise ConfigError(label, "kind", f"step kind {kind!r} is not available ({e})") from None
 
@@ -245,8 +253,32 @@ def snapshot_engines(ctx, options: dict) -> list[str]:
     """A snapshot step serves its engines; with gates: true it also runs the profile's gate set."""
     names = list(options.get("engines") or ctx.profile.serving.engines)
     if options.get("gates"):
-        names += gate_engines(ctx)
+        names += gate_engines(gate_inputs(ctx.profile))
     return names
+
+
+def gate_step_engines(ctx, options: dict) -> list[str]:
+    return gating.step_engines(ctx.profile, options)
+
+
+def check_snapshot_step(ctx, options: dict):
+    return snapshot_plan.step_plan(ctx.profile, options)
+
+
+def check_gate_step(ctx, options: dict):
+    return gating.check_step(ctx.profile, options)
+
+
+def profile_engines(ctx, options: dict) -> list[str]:
+    return capture.step_engines(ctx.profile, options)
+
+
+def check_profile_step(ctx, options: dict) -> capture.ProfilePlan:
+    return capture.check_step(ctx.profile, ctx.runner, ctx.out, options)
+
+
+def check_bench_step(ctx, options: dict) -> tuple:
+    return bench_run.check_step(ctx.profile, options)
 
 
 def bench_engines(ctx, options: dict) -> list[str]:
@@ -262,11 +294,11 @@ def engines_for(ctx, steps: list[Step]) -> list[str]:
     """Every engine the given steps will run (a step whose options are bad adds none: it fails itself)."""
     names: list[str] = []
     for s in steps:
-        if s.kind not in STEP_ENGINES:
+        ref = STEP_KINDS[s.kind].engines if s.kind in STEP_KINDS else None
+        if ref is None:
             continue
-        mod, fn = STEP_ENGINES[s.kind].split(":")
         try:
-            names += getattr(importlib.import_module(mod), fn)(ctx, dict(s.options)) or []
+            names += imported(ref)(ctx, dict(s.options)) or []
         except ParityError:
             continue
     return [n for n in dict.fromkeys(names) if n]
@@ -283,24 +315,40 @@ def build_before_lock(ctx, later: list[Step]) -> dict:
 
 
 def step_models(ctx, steps: list[Step]) -> list[str]:
-    """The models the steps read: a snapshot's, bench's or profile's model, a gate step's models."""
-    p = ctx.profile
+    """The models the steps read (each kind's StepKind.models)."""
     models: list[str] = []
     for s in steps:
-        o = s.options
-        if s.kind in ("snapshot", "bench", "profile"):
-            models.append(o.get("model") or p.serving.model)
-        elif s.kind == "gate":
-            try:
-                models += gate_models(ctx, GateSpec.from_profile(p, **spec_from_options(dict(o))[1]))
-            except ParityError:
-                continue  # bad options: the step fails itself
-        if s.kind == "snapshot" and o.get("gates"):
-            models += gate_models(ctx, GateSpec.from_profile(p))
+        ref = STEP_KINDS[s.kind].models if s.kind in STEP_KINDS else None
+        if ref is not None:
+            models += imported(ref)(ctx, dict(s.options))
     return [m for m in dict.fromkeys(str(x).strip() for x in models if x and str(x).strip())]
 
 
-GPU_KINDS = {"lock", "gate", "snapshot", "bench", "profile"}  # steps that run on (or lock) the GPU
+def model_option(ctx, options: dict) -> list[str]:
+    """A snapshot's, bench's or profile's model: its `model`, else the profile's serving model."""
+    return [options.get("model") or ctx.profile.serving.model]
+
+
+def snapshot_models(ctx, options: dict) -> list[str]:
+    p = ctx.profile
+    return model_option(ctx, options) + (gate_models(p.gates, GateSpec.from_profile(p)) if options.get("gates") else [])
+
+
+def gate_step_models(ctx, options: dict) -> list[str]:
+    p = ctx.profile
+    try:
+        return gate_models(p.gates, GateSpec.from_profile(p, **spec_from_options(dict(options))[1]))
+    except ParityError:
+        return []  # bad options: the step fails itself
+
+
+def always(options: dict) -> bool:
+    return True
+
+
+def serves_a_workload(options: dict) -> bool:
+    return options.get("workload") == "serve"
+
 
 
 def dry_run_needs(ctx, steps: list[Step]) -> tuple[dict[str, str], list[int], bool]:
@@ -309,16 +357,17 @@ def dry_run_needs(ctx, steps: list[Step]) -> tuple[dict[str, str], list[int], bo
     p = ctx.profile
     paths = session.engine_paths(ctx, engines_for(ctx, steps))
     for m in step_models(ctx, steps):  # snapshot's rule: a synth or hf model is made on the first real run
-        path = session.dry_model_path(ctx, m)
+        path = session.dry_model_path(ctx.profile, m)
         if path is not None:
             paths[f"model {m}"] = path
-    serve = any(s.kind == "snapshot" or (s.kind == "profile" and s.options.get("workload") == "serve") for s in steps)
-    return paths, [p.serving.port] if serve else [], any(s.kind in GPU_KINDS for s in steps)
+    kinds = [(STEP_KINDS[s.kind], s.options) for s in steps if s.kind in STEP_KINDS]
+    serve = any(k.serves is not None and imported(k.serves)(o) for k, o in kinds)
+    return paths, [p.serving.port] if serve else [], any(k.gpu for k, _ in kinds)
 
 
 def will_skip(step: Step, rd) -> bool:
     """On resume: a step already complete in rd is skipped (a lock is always retaken)."""
-    return step.kind not in RERUN_ON_RESUME and rd.step_status(step.name) == "complete"
+    return not STEP_KINDS[step.kind].rerun_on_resume and rd.step_status(step.name) == "complete"
 
 
 def check_resumable(c: Campaign, rd) -> None:
@@ -534,14 +583,14 @@ def parse_vars(pairs: list[str]) -> dict[str, str]:
 
 
 def check_steps(ctx, steps: list[Step], label: str) -> None:
-    """Each step's own check (STEP_CHECKS): a bad option of any step fails the campaign, dry
+    """Each step's own check (StepKind.check): a bad option of any step fails the campaign, dry
     run or not, before anything runs; one line naming the step."""
     for s in steps:
-        if s.kind not in STEP_CHECKS:
+        ref = STEP_KINDS[s.kind].check if s.kind in STEP_KINDS else None
+        if ref is None:
             continue
-        mod, fn = STEP_CHECKS[s.kind].split(":")
         try:
-            getattr(importlib.import_module(mod), fn)(ctx, dict(s.options))
+            imported(ref)(ctx, dict(s.options))
         except ConfigError as e:
             raise ConfigError(label, f"steps.{s.name}", str(e)) from None
         except UsageError as e:
@@ -591,7 +640,8 @@ def run_request(req: CampaignRequest, open_context: Callable[[str | None], Any])
         with dry_run_session(ctx, "campaign", c.name) as drd:
             todo = [s for s in steps if not (rd and will_skip(s, rd))]
             paths, ports, gpu = dry_run_needs(ctx, todo)
-            doc["go_no_go"] = go_no_go(ctx, paths=paths, ports=ports, gpu=gpu)
+            doc["go_no_go"] = go_no_go(ctx.as_run(), ctx.profile.lock, ctx.profile.hardware_class,
+                                       paths=paths, ports=ports, gpu=gpu)
             doc["run_dir"] = str(drd.path)
             drd.write_json("plan.json", doc)
         return doc

@@ -18,15 +18,17 @@ import msgspec
 
 from parity.errors import ConfigError
 
-from parity.engine.source import SourceConfig
+from parity.llamacpp.source import SourceConfig
 from parity.gates.canonical import MD5_RE, CanonicalMd5
 from parity.gpu.lock_config import LockConfig
+from parity.metrics.registry import headline, unknown
 from parity.models.spec import HfModelSpec, HfShape, SynthSpec  # noqa: F401 (HfShape re-exported)
 from parity.profiles.buckets import BucketRule, ProfilingConfig  # noqa: F401 (BucketRule re-exported)
-from parity.runners.hosts import HostConfig, SlurmConfig
+from parity.runners.host_config import HostConfig, SlurmConfig
 from parity.engines.envpolicy import PolicyConfig
 from parity.engines import ENGINES
 from parity.engines.base import EngineSection
+from parity.engines.bound import Engine
 from parity.workloads.spec import BUILTIN, WorkloadConfig, check_workload  # noqa: F401 (check_workload re-exported)
 from parity.decode import SECTIONS, decode_value, from_dict, is_record, read_utf8, read_yaml, record_fields  # noqa: F401 (re-exported)
 from parity.options import positive_int, positive_seconds  # noqa: F401 (re-exported)
@@ -182,7 +184,7 @@ class StatsConfig(msgspec.Struct):
     min_delta_pct: float = 2.0
     noise_k: float = 3.0
     require_consistent_direction: bool = True
-    metrics: list[str] = msgspec.field(default_factory=lambda: ["decode_agg_tps", "decode_perseq_tps", "agg_tps", "ttft_mean_ms"])  # the users' headline set
+    metrics: list[str] = msgspec.field(default_factory=headline)  # the users' headline set (parity.metrics.registry)
     confidence: float = 0.95  # rank-based CI shown beside each A/B delta (informative, not part of the rule)
     until_ci_pct: float | None = None  # adaptive repeats: add blocks until every headline paired half-width <= this (null: fixed serving.repeat)
     until_ci_targets: dict[str, float] = msgspec.field(default_factory=dict)  # per headline metric, its own target (e.g. ttft_mean_ms: 10); the others wait on until_ci_pct (null: not waited on)
@@ -454,7 +456,7 @@ def validate(p: Profile, label: str) -> None:
             if m.hf.source is not None and m.hf.source not in p.sources:
                 raise ConfigError(label, f"models.{mname}.hf.source", f"unknown source {m.hf.source!r} (known: {', '.join(p.sources) or 'none'})")
     for ename, e in p.engines.items():
-        ENGINES[e.kind].validate(p, ename, e, label)
+        Engine(ename, e, ENGINES[e.kind], p).validate(label)
     for sname, s in p.sources.items():
         need = {"git": ("url", "pin"), "path": ("path",), "archive": ("path", "sha256"), "pypi-sdist": ("package", "sha256"), "localai": ("path",)}[s.kind]
         for attr in need:
@@ -554,6 +556,9 @@ def validate(p: Profile, label: str) -> None:
         raise ConfigError(label, "stats.confidence", "must be between 0 and 1 (e.g. 0.95)")
     if not p.stats.metrics:
         raise ConfigError(label, "stats.metrics", "must name at least one metric")
+    if bad := unknown(p.stats.metrics):
+        raise ConfigError(label, "stats.metrics",
+                          f"{bad[0]} is not a declared metric (the headline: {', '.join(headline())})")
     if p.stats.until_ci_pct is not None and not (math.isfinite(p.stats.until_ci_pct) and p.stats.until_ci_pct > 0):
         raise ConfigError(label, "stats.until_ci_pct", "must be a positive percentage (or null: a fixed number of repeats)")
     if p.stats.canary not in ("flag", "discard", "off"):

@@ -70,6 +70,16 @@ def run_session(ctx: Context, kind: str, slug: str, argv: list[str] | None = Non
         yield rd
 
 
+@contextmanager
+def dry_run_session(ctx: Context, kind: str, slug: str) -> Iterator[RunDir]:
+    """A run directory for a dry run (its go / no-go's evidence, parity.gonogo): status `dry-run`
+    when it ends, whatever the verdict."""
+    with run_session(ctx, kind, f"{slug}-dry-run") as rd:
+        rd.update(dry_run=True)
+        ctx.end_status = "dry-run"
+        yield rd
+
+
 def interruption(e: BaseException) -> str:
     """Why a run was interrupted, in words (the manifest's error)."""
     import re

@@ -11,7 +11,7 @@ import importlib.util
 import re
 import sys
 from dataclasses import asdict, dataclass
-from parity.engines import kind_of
+from parity.engines.bound import bind_all
 from parity.engines.base import DoctorRow
 from parity.gpu import docker, nvidia_smi
 from parity.gpu.hardware import classify
@@ -195,7 +195,8 @@ def check_vllm(runner, profile=None) -> list[Check]:
     venv installed on the first real run, a path is that binary); no such engine: vllm on PATH."""
 
     purpose = "vllm engines cannot start here (llama.cpp-only comparisons)"
-    found = [(n, kind_of(profile, n), row) for n in (profile.engines if profile is not None else []) for row in kind_of(profile, n).doctor(profile, n, runner)]
+    engines = bind_all(profile, profile.engines) if profile is not None else {}
+    found = [(n, e.kind, row) for n, e in engines.items() for row in e.doctor(runner)]
     if not found or runner.host != "local":
         return [_tool(runner, "vllm", ["vllm", "--version"], purpose)]
     checks = []

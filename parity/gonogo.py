@@ -13,11 +13,10 @@ real run would wait for the lock and time out with 4).
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from pathlib import Path
 
 from parity.errors import EXIT_INFRA, EXIT_OK, EXIT_USAGE, InfraError, UsageError
-from parity.context import run_session
+from parity.context import Run
 from parity.ports import port_free
 from parity.gpu.hardware import write_hardware
 from parity.gpu.lock import AUTO, GpuLock, preflight
@@ -25,10 +24,11 @@ from parity.gpu.lock import AUTO, GpuLock, preflight
 LATER = "on the first real run"  # a placeholder for what the real run makes first (a build, an install): fine
 
 
-def _lock_reason(ctx) -> tuple[str, str | None]:
-    """(description, reason or None) of the GPU lock as the real run would find it."""
+def _lock_reason(lock_cfg) -> tuple[str, str | None]:
+    """(description, reason or None) of the GPU lock (lock_cfg: the profile's lock section) as the
+    real run would find it."""
 
-    lock = GpuLock(ctx.profile.lock, run_id="dry-run")
+    lock = GpuLock(lock_cfg, run_id="dry-run")
     st = lock.read()
     if lock.adopt_inherited():
         return f"held for this process by its parent: {lock.record}", None
@@ -59,7 +59,7 @@ def refuse_missing(runner, paths: dict[str, str]) -> None:
         raise UsageError("; ".join(problems))
 
 
-def command_paths(ctx, commands: list[dict]) -> dict[str, str]:
+def command_paths(runner, commands: list[dict]) -> dict[str, str]:
     """{what: path} for go_no_go from dry-run server commands [{"engine", "argv", "model_error"?, "error"?}]
     (parity.serving.snapshot.dry_run's "commands"): each binary (a bare name is looked up on PATH),
     and each command that could not be resolved or whose model file is missing."""
@@ -70,7 +70,7 @@ def command_paths(ctx, commands: list[dict]) -> dict[str, str]:
             paths[f"command of {e}"] = f"<{e}: {c['error']}>"
             continue
         def where(exe: str) -> str:
-            return exe if "/" in exe or exe.startswith("<") else (ctx.runner.which(exe) or f"<{exe} of {e}: not on PATH>")
+            return exe if "/" in exe or exe.startswith("<") else (runner.which(exe) or f"<{exe} of {e}: not on PATH>")
 
         if not c.get("argv"):  # a server parity does not start (an endpoint): no binary, only its own start/stop commands
             paths.update({f"{key} command of {e}": where(str(c[key][0])) for key in ("start", "stop") if c.get(key)})
@@ -99,25 +99,27 @@ def users_preflight_txt(pf: dict | None, lock_raw: str | None) -> str:
     return f"docker={len(containers)}\nlocal_ai_worker={local_ai}\ncompute={len(g.get('apps') or [])}\n{owner}\n"
 
 
-def go_no_go(ctx, *, paths: dict[str, str] | None = None, ports=(), gpu: bool = True, more=()) -> dict:
-    """Check the lock and idle GPU/docker (gpu=True: the run takes the GPU), `paths` {what: path}
-    (a dry_tool_path placeholder for a build to come is fine) and `ports`; `more`: the caller's own
-    reasons it cannot start now (a server it does not start, not answering); write the evidence
-    into ctx.run when there is one.
+def go_no_go(run: Run, lock_cfg, hardware_class: str | None, *, paths: dict[str, str] | None = None, ports=(),
+             gpu: bool = True, more=()) -> dict:  # fmt: skip
+    """Check the lock (lock_cfg: the profile's lock section) and idle GPU/docker (gpu=True: the run
+    takes the GPU), `paths` {what: path} (a dry_tool_path placeholder for a build to come is fine)
+    and `ports`; `more`: the caller's own reasons it cannot start now (a server it does not start,
+    not answering); write the evidence into run.dir when there is one; hardware_class: the
+    profile's, which the hardware record warns about.
     {"go", "exit_code", "reasons": [{"kind": lock|gpu|docker|path|port|server, "what"}], ...}."""
 
     reasons: list[dict] = list(more)
-    lock_state, why = _lock_reason(ctx) if gpu else ("not checked (nothing in this run takes the GPU)", None)
+    lock_state, why = _lock_reason(lock_cfg) if gpu else ("not checked (nothing in this run takes the GPU)", None)
     if why:
         reasons.append({"kind": "lock", "what": why})
-    pf = preflight(ctx.runner, ctx.profile.lock) if gpu else None
+    pf = preflight(run.runner, lock_cfg) if gpu else None
     if pf and not pf["gpu_idle"]:
         reasons.append({"kind": "gpu", "what": f"GPU busy: {pf['gpu']}"})
     if pf and not pf["docker_idle"]:
         reasons.append({"kind": "docker", "what": f"docker busy: {pf['docker']}"})
     checked = {}
     for name, path in (paths or {}).items():
-        problem = _path_reason(ctx.runner, name, str(path))
+        problem = _path_reason(run.runner, name, str(path))
         checked[name] = {"path": str(path), "ok": problem is None}
         if problem:
             reasons.append({"kind": "path", "what": problem})
@@ -126,7 +128,7 @@ def go_no_go(ctx, *, paths: dict[str, str] | None = None, ports=(), gpu: bool = 
         port_state[port] = port_free(port)
         if not port_state[port]:
             reasons.append({"kind": "port", "what": f"port {port} is in use (another server?)"})
-    hw = write_hardware(ctx, bandwidth=False)  # hardware.txt/json, as the users' dry run records it
+    hw = write_hardware(run.runner, run.out, run.dir, hardware_class, bandwidth=False)  # hardware.txt/json, as the users' dry run records it
     code = EXIT_OK if not reasons else EXIT_USAGE if any(r["kind"] == "path" for r in reasons) else EXIT_INFRA
     doc = {
         "go": not reasons,
@@ -138,11 +140,11 @@ def go_no_go(ctx, *, paths: dict[str, str] | None = None, ports=(), gpu: bool = 
         "ports": port_state,
         "hardware_class": hw.get("hardware_class"),
     }
-    if ctx.run is not None:
-        raw = GpuLock(ctx.profile.lock).owner_file
-        ctx.run.write_text("preflight.txt", users_preflight_txt(pf, raw.read_text(errors="replace") if raw.is_file() else None))
-        ctx.run.write_json("go_no_go.json", doc)
-        ctx.run.update(go_no_go={"go": doc["go"], "exit_code": code, "reasons": [r["what"] for r in reasons]})
+    if run.dir is not None:
+        raw = GpuLock(lock_cfg).owner_file
+        run.dir.write_text("preflight.txt", users_preflight_txt(pf, raw.read_text(errors="replace") if raw.is_file() else None))
+        run.dir.write_json("go_no_go.json", doc)
+        run.dir.update(go_no_go={"go": doc["go"], "exit_code": code, "reasons": [r["what"] for r in reasons]})
     return doc
 
 
@@ -153,13 +155,3 @@ def raise_if_no_go(doc: dict, run_dir: str | None = None) -> None:
     where = f" (evidence: {run_dir})" if run_dir else ""
     msg = "dry run: NO GO: " + "; ".join(r["what"] for r in doc["reasons"]) + where
     raise (UsageError if doc["exit_code"] == EXIT_USAGE else InfraError)(msg)
-
-
-@contextmanager
-def dry_run_session(ctx, kind: str, slug: str):
-    """A run directory for a dry run: status `dry-run` when it ends, whatever the verdict."""
-
-    with run_session(ctx, kind, f"{slug}-dry-run") as rd:
-        rd.update(dry_run=True)
-        ctx.end_status = "dry-run"
-        yield rd

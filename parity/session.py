@@ -5,6 +5,7 @@ bench A/B, lever A/B, profile, gate, bisection probes, campaign lock steps):
     with measuring(ctx, engines, gates=spec):
         ...                         under the GPU lock: hardware.txt, builds.json, pre-gates,
                                     the body, post-gates (also after a failing body)
+    measured(ctx, engines, body)    both, the body a function of the run's values (context.Run)
 
 This module is the one place measurement code takes the GPU lock (locked()); a build, a model
 synthesis or an install started while it is held is refused (parity.gpu.held.refuse_while_held).
@@ -15,16 +16,21 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator, TypeVar
 
+from parity.context import Run
 from parity.engines import kind_of
+from parity.engines.bound import bind
 from parity.errors import GateFailed, UsageError
 from parity.gates import prepost
+from parity.gates.base import GateInputs, gate_inputs as bind_gates
 from parity.gonogo import LATER, refuse_missing
 from parity.gpu import lock as gpulock
 from parity.gpu.hardware import write_hardware
 from parity.models.synth import ensure_model
 from parity.options import check_step_options, positive_seconds
+
+T = TypeVar("T")
 
 
 def prepare(ctx, engines=(), models=(), gates: prepost.GateSpec | None = None) -> dict[str, dict]:
@@ -34,44 +40,44 @@ def prepare(ctx, engines=(), models=(), gates: prepost.GateSpec | None = None) -
     names = list(engines)
     wanted = list(models)
     if gates is not None:
-        names += prepost.gate_engines(ctx, gates)
-        wanted += prepost.gate_models(ctx, gates)
+        names += prepost.gate_engines(gate_inputs(ctx), gates)
+        wanted += prepost.gate_models(ctx.profile.gates, gates)
     done = {}
     for name in dict.fromkeys(n for n in names if n):
-        done[name] = kind_of(ctx.profile, name).provision(ctx.profile, name, ctx.runner, ctx.out)
+        done[name] = bind(ctx.profile, name).provision(ctx.runner, ctx.out)
     for m in dict.fromkeys(x for x in wanted if x):
-        model_file(ctx, m)
+        model_file(ctx.profile, m)
     return done
 
 
-def check_model(ctx, model: str | None) -> None:
+def check_model(profile, model: str | None) -> None:
     """The model a command names is a model of the profile or a file (UsageError otherwise);
     nothing is made here (prepare() makes it)."""
     if not model:
         raise UsageError("no model (serving.model or --model)")
-    if model not in ctx.profile.models and not Path(model).expanduser().is_file():
-        raise UsageError(f"--model {model!r}: neither a model of profile {ctx.profile.name} ({', '.join(ctx.profile.models) or 'none'}) nor a file")
+    if model not in profile.models and not Path(model).expanduser().is_file():
+        raise UsageError(f"--model {model!r}: neither a model of profile {profile.name} ({', '.join(profile.models) or 'none'}) nor a file")
 
 
-def model_file(ctx, model: str) -> str:
+def model_file(profile, model: str) -> str:
     """A profile model's file (synthesized or converted when missing: before the lock only), or a
     file named directly."""
-    if model in ctx.profile.models:
-        return ensure_model(ctx.profile, model)
+    if model in profile.models:
+        return ensure_model(profile, model)
     p = Path(model).expanduser()
     if p.is_file():
         return str(p)
-    known = ", ".join(ctx.profile.models) or "none"
-    raise UsageError(f"model {model!r}: neither a model of profile {ctx.profile.name} ({known}) nor a file")
+    known = ", ".join(profile.models) or "none"
+    raise UsageError(f"model {model!r}: neither a model of profile {profile.name} ({known}) nor a file")
 
 
-def dry_model_path(ctx, model: str, engine: str | None = None) -> str | None:
+def dry_model_path(profile, model: str, engine: str | None = None) -> str | None:
     """The one model-file rule of every dry run (snapshot, profile, campaign): the file the real
     run will read, a placeholder when the real run makes it first (a synth or hf model: prepare()
     makes it before the lock), None when nothing is read (an endpoint; a checkpoint vLLM checks
     itself).  engine None: a GGUF read by a llama.cpp tool."""
-    source = kind_of(ctx.profile, engine).model_source if engine else "gguf"
-    m = ctx.profile.models.get(model)
+    source = kind_of(profile, engine).model_source if engine else "gguf"
+    m = profile.models.get(model)
     if source is None or (m is not None and m.synth is None and m.hf is None and source == "checkpoint"):
         return None
     if m is not None and (m.synth is not None or m.hf is not None):
@@ -81,7 +87,7 @@ def dry_model_path(ctx, model: str, engine: str | None = None) -> str | None:
 
 def check_served_model(ctx, engine: str, model: str) -> None:
     """What a dry run can tell of the model the engine will serve (UsageError: the real run stops)."""
-    path = dry_model_path(ctx, model, engine)
+    path = dry_model_path(ctx.profile, model, engine)
     if path is None or path.startswith("<") or Path(path).is_file():
         return
     m = ctx.profile.models.get(model)
@@ -90,13 +96,22 @@ def check_served_model(ctx, engine: str, model: str) -> None:
     raise UsageError(f"model {model!r}: neither a model of profile {ctx.profile.name} nor a file")
 
 
+def served_model_problem(ctx, engine: str, model: str) -> str | None:
+    """Why the engine's model cannot be served yet (a dry run shows it; the real run stops), None: fine."""
+    try:
+        check_served_model(ctx, engine, model)
+    except UsageError as e:
+        return str(e)
+    return None
+
+
 def engine_paths(ctx, engines) -> dict[str, str]:
     """{what: path or placeholder} of the programs the engines run (their kinds' dry_paths: a
     binary, an endpoint's start and stop commands): the dry run's go/no-go checks them, and
     refuse_missing_programs() refuses the real run on the same ones."""
     paths: dict[str, str] = {}
     for name in dict.fromkeys(e for e in engines if e):
-        paths.update(kind_of(ctx.profile, name).dry_paths(ctx.profile, name, ctx.runner))
+        paths.update(bind(ctx.profile, name).dry_paths(ctx.runner))
     return paths
 
 
@@ -112,22 +127,30 @@ def serve_model(ctx, engine: str, model: str) -> None:
     source = kind_of(ctx.profile, engine).model_source
     m = ctx.profile.models.get(model)
     if source == "gguf" or (source == "checkpoint" and m is not None and m.hf is not None):
-        model_file(ctx, model)
+        model_file(ctx.profile, model)
 
 
-def model_file_if_there(ctx, model: str) -> str:
+def model_file_if_there(profile, model: str) -> str:
     """A dry run's model file: the profile's path even when it is not made yet (never synthesizes)."""
-    m = ctx.profile.models.get(model)
+    m = profile.models.get(model)
     if m is not None and m.path:
         return m.path
-    return model_file(ctx, model)
+    return model_file(profile, model)
 
 
 @contextmanager
 def locked(ctx, timeout: float | None = None, break_stale: bool = False) -> Iterator:
     """The GPU lock for this context, re-entrant: a caller that holds it keeps it."""
-    with gpulock.held_lock(ctx, timeout, break_stale) as lk:
-        yield lk
+    if ctx.vars.get("_gpu_lock") is not None:
+        yield ctx.vars["_gpu_lock"]
+        return
+    with gpulock.held_lock(ctx.profile.lock, ctx.runner, ctx.out, ctx.run, ctx.run_id, ctx.artifacts_root,
+                           timeout, break_stale) as lk:
+        ctx.vars["_gpu_lock"] = lk
+        try:
+            yield lk
+        finally:
+            ctx.vars.pop("_gpu_lock", None)
 
 
 def check_lock_step(ctx, options: dict) -> float | None:
@@ -146,7 +169,7 @@ def lock_step(ctx, options: dict) -> dict:
 
 def builds_json(ctx, engines) -> dict:
     """builds.json in the run dir: each engine's provenance row, as its kind states it."""
-    data = {name: kind_of(ctx.profile, name).provenance(ctx.profile, name, ctx.runner, ctx.out) for name in dict.fromkeys(engines)}
+    data = {name: bind(ctx.profile, name).provenance(ctx.runner, ctx.out) for name in dict.fromkeys(engines)}
     if ctx.run:
         try:
             data = {**(ctx.run.read_json("builds.json") or {}), **data}
@@ -161,11 +184,30 @@ def measuring(ctx, engines=(), gates: prepost.GateSpec | None = None, hardware: 
     """Under the GPU lock: hardware.txt (before any server starts), builds.json, the pre-gates
     (gates=None: none), the body, the post-gates.  Yields the hardware inventory ({} without a run)."""
     with locked(ctx):
-        hw = write_hardware(ctx) if hardware and ctx.run is not None else {}
+        hw = {}
+        if hardware and ctx.run is not None:
+            hw = write_hardware(ctx.runner, ctx.out, ctx.run, ctx.profile.hardware_class)
         if engines:
             builds_json(ctx, engines)
         with gated(ctx, gates, enabled=gates is not None):
             yield hw
+
+
+def measured(ctx, engines, body: Callable[[Run], T], gates: prepost.GateSpec | None = None, serve: str | None = None) -> T:
+    """A measurement whose body takes values: the engines' builds and installs, the gate set's and
+    the served model (serve: a model each engine serves, made as serve_model() says) before the
+    lock, then body(run) under measuring(); body's result."""
+    prepare(ctx, engines, gates=gates)
+    for e in engines if serve else ():
+        serve_model(ctx, e, serve)
+    with measuring(ctx, engines, gates=gates):
+        return body(ctx.as_run())
+
+
+def gate_inputs(ctx) -> GateInputs:
+    """What the gate kinds read in this session: its profile's engines bound, and the md5 reference
+    runs its gate phases share."""
+    return bind_gates(ctx.profile, references=ctx.vars.setdefault("_gate_reference_runs", {}))
 
 
 @contextmanager
@@ -178,18 +220,19 @@ def gated(ctx, spec: prepost.GateSpec | None = None, enabled: bool = True):
     spec = spec or prepost.GateSpec.from_profile(ctx.profile)
     prepare(ctx, gates=spec)  # a cache hit when the caller prepared (it must have, when it holds the lock)
     with locked(ctx):
-        prepost.run_phase(ctx, "pre", spec)
+        inputs, run = gate_inputs(ctx), ctx.as_run()
+        prepost.run_phase(inputs, run, "pre", spec)
         try:
             yield
         except KeyboardInterrupt:
             raise
         except BaseException:
             try:
-                prepost.run_phase(ctx, "post", spec)
+                prepost.run_phase(inputs, run, "post", spec)
             except GateFailed:
                 pass
             raise
-        prepost.run_phase(ctx, "post", spec)
+        prepost.run_phase(inputs, run, "post", spec)
 
 
 def gate_phase(ctx, phase: str, spec: prepost.GateSpec | None = None) -> dict:
@@ -198,4 +241,4 @@ def gate_phase(ctx, phase: str, spec: prepost.GateSpec | None = None) -> dict:
     spec = spec or prepost.GateSpec.from_profile(ctx.profile)
     prepare(ctx, gates=spec)
     with locked(ctx):
-        return prepost.run_phase(ctx, phase, spec)
+        return prepost.run_phase(gate_inputs(ctx), ctx.as_run(), phase, spec)

@@ -23,6 +23,8 @@
 #   ttft / ttft-ab   issue 54 on PROF=campaigns/profiles/h200-ttft.yaml: the TTFT anatomy at N 1/8/32, the
 #              setting it names as a --server-arg lever (SERVER_ARG) until TTFT's interval is +-5 %
 #   aa-ttft    the A/A of the default setting at N=1 until TTFT's interval is +-5 % (stock_b, stock)
+#   energy     J/token A/A at N=8 (stock_b, stock) with the counter vs power-integral cross-check (issue 57)
+#   replay-aa  a request-trace slice (TRACE, SPEEDUP, DUR s) replayed A/A in paired blocks (issue 58)
 #   energy-bg  NVML energy counter + power samples for ENERGY_S s in the background (nvml-energy-capture.py)
 #   ab-ops / ab-env  a runtime lever of the stock build (OPS_ENV, ENV_LEVER) by focused op timing and
 #              by batched-bench, with engagement proof; and a misspelt env (NOT ENGAGED)
@@ -162,6 +164,17 @@ for stage in "$@"; do
     ;;
   energy-bg)  # NVML energy counter and power side by side for ENERGY_S seconds, beside whatever runs next (issue 57's test data)
     setsid nohup python3 $R/wt/scripts/nvml-energy-capture.py $R/out/nvml-energy-h200.json ${ENERGY_S:-120} 0.1 > $R/out/energy.log 2>&1 < /dev/null &
+    ;;
+  energy)  # issue 57: J per token of one build against itself at N (NVML counter, cross-checked against the power integral)
+    t $P snapshot -p $PROF --engines stock_b,stock -m ${MODEL:-dense-16g} --npl ${NPL:-8} --repeat ${REPEAT:-4} --no-gates --json > $R/out/energy.json 2> $R/out/energy.err
+    tail -n 16 $R/out/energy.err
+    d=$(python3 -c "import json, sys; print(json.load(open(sys.argv[1]))['run_dir'])" $R/out/energy.json)
+    cp $d/summary.json $R/out/energy-summary.json; cp $(ls $d/telemetry/*.json | head -1) $R/out/energy-telemetry-point.json
+    ;;
+  replay-aa)  # issue 58: one request-trace slice replayed on one build twice (stock_b, stock) in paired blocks
+    t $P snapshot -p $PROF --engines ${RENGINES:-stock_b,stock} -m ${MODEL:-dense-16g} --parallel ${RPAR:-16} --ctx ${RCTX:-131072} --trace tests/data/replay/${TRACE:-azure-conv-2023.csv} --workload-opt "speedups=[${SPEEDUP:-1}]" --workload-opt duration_s=${DUR:-20} --repeat ${REPEAT:-3} --no-gates --json > $R/out/replay-aa.json 2> $R/out/replay-aa.err
+    tail -n 24 $R/out/replay-aa.err
+    d=$(python3 -c "import json, sys; print(json.load(open(sys.argv[1]))['run_dir'])" $R/out/replay-aa.json); cp $d/summary.json $R/out/replay-aa-summary.json
     ;;
   ab-ops)  # focused op timing on a runtime lever of the stock build, with its engagement proof
     t $P ab -p $PROF -e stock --env ${OPS_ENV:-GGML_CUDA_DISABLE_GRAPHS=1} --ops ${OPS:-MUL_MAT} --ops-params "${OPS_PARAMS:-type_a=f16,type_b=f32,m=4096,n=(1|8),k=14336}" --repeat ${REPEAT:-3} --json > $R/out/ab-ops.json 2> $R/out/ab-ops.err

@@ -148,7 +148,7 @@ def _no_run_took_the_users_lock(session, base: Path) -> None:
 
 @pytest.fixture(scope="session", autouse=True)
 def _isolated_series_registry(tmp_path_factory):
-    """The series-tree registry (parity.engine.mirror) of a test run is its own, never the
+    """The series-tree registry (parity.llamacpp.mirror) of a test run is its own, never the
     user's ~/.config/parity/series-trees.yaml (CLI subprocesses inherit it too)."""
     if "PARITY_SERIES_TREES" not in os.environ:
         os.environ["PARITY_SERIES_TREES"] = str(tmp_path_factory.mktemp("series-registry") / "series-trees.yaml")
@@ -276,12 +276,13 @@ def tiny_model(smoke_profile) -> Path:
 @pytest.fixture(scope="session")
 def engine_bins(smoke_profile) -> dict[str, Path]:
     """Real CPU builds of the smoke engines (paged = demo series, stock), cached."""
-    from parity.engine.build import ensure_built
+    from parity.llamacpp.build import ensure_built
+    from parity.engines.bound import bind
     from parity.runners.local import LocalRunner
     from parity.ui import Output
 
     out = Output(json_mode=True)
-    return {name: Path(ensure_built(smoke_profile, name, LocalRunner(), out).bin_dir) for name in ("paged", "stock")}
+    return {name: Path(ensure_built(bind(smoke_profile, name), LocalRunner(), out).bin_dir) for name in ("paged", "stock")}
 
 
 # --------------------------------------------------------------------------- real sshd (remote runs)

@@ -16,10 +16,13 @@ beside.  --until-ci adds blocks until every S_TG half-width is narrow enough
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from parity import session
-from parity.engines import kind_of, with_binaries
+from parity.context import Run
+from parity.engines import with_binaries
+from parity.engines.bound import Engine, bind_all
 from parity.errors import UsageError
 from parity.options import check as check_options, parse_until_ci
 from parity.results import write_bench
@@ -196,17 +199,21 @@ class ABPlan:
     envs: dict[str, dict]
     model: str
     reference: str | None
+    bound: dict[str, Engine] = field(default_factory=dict)  # engines, resolved once
+    aa: bool = False
+    settings: Any = None  # serving.bench (config.BenchConfig): the tool's timeout, retries, flags
+    stats: Any = None  # config.StatsConfig: threshold, confidence, the users' rule
 
 
-def plan_ab(ctx, req: ABRequest) -> ABPlan:
+def plan_ab(profile, req: ABRequest) -> ABPlan:
     """Every check of an A/B's request, touching nothing: arms, order, stop rule, shape, env
     policy, model.  The dry run and the real run both start here."""
-    s, st = ctx.profile.serving, ctx.profile.stats
+    s, st = profile.serving, profile.stats
     b = s.bench
     arms = arms_for(list(req.engines), req.aa)
     for a in arms:
-        if a.engine not in with_binaries(ctx.profile, [a.engine]):
-            raise UsageError(f"engine {a.engine} is {ctx.profile.engine(a.engine).kind}: llama-batched-bench needs an engine with llama.cpp binaries")
+        if a.engine not in with_binaries(profile, [a.engine]):
+            raise UsageError(f"engine {a.engine} is {profile.engine(a.engine).kind}: llama-batched-bench needs an engine with llama.cpp binaries")
     check_options(order=req.order)
     order = req.order or "abba"
     if order not in ORDERS:
@@ -219,59 +226,55 @@ def plan_ab(ctx, req: ABRequest) -> ABPlan:
     if problem := split_kv_problem(npp, ntg, npl, b):
         raise UsageError(problem)
     engines = list(dict.fromkeys(a.engine for a in arms))
-    envs = {e: kind_of(ctx.profile, e).env(ctx.profile, e) for e in engines}
+    bound = bind_all(profile, engines)
+    envs = {e: bound[e].env() for e in engines}
     for e in engines:
-        check_bench_env(envs[e], ctx.profile.policy, req.allow_env)
+        check_bench_env(envs[e], profile.policy, req.allow_env)
     model = req.model or s.model
-    session.check_model(ctx, model)
-    return ABPlan(arms, engines, order, budget, npp, ntg, npl, envs, model, reference_arm(arms, s.reference_engine, req.aa))
+    session.check_model(profile, model)
+    return ABPlan(arms, engines, order, budget, npp, ntg, npl, envs, model, reference_arm(arms, s.reference_engine, req.aa), bound, req.aa, b, st)
 
 
-def run_ab(ctx, req: ABRequest) -> dict:
-    """Blocks of llama-batched-bench over the arms under one lock; bench.json + bench_ab.tsv."""
-    s, st = ctx.profile.serving, ctx.profile.stats
-    b = s.bench
-    p = plan_ab(ctx, req)
+def run_ab(run: Run, p: ABPlan, model_file: str, locked) -> dict:
+    """Blocks of llama-batched-bench over the arms under one lock (locked: session.measuring of
+    p.engines; the caller prepared the builds and model_file before it); bench.json + bench_ab.tsv."""
+    b, st = p.settings, p.stats
     arms, order, budget, npp, ntg, npl, engines, envs, model = p.arms, p.order, p.budget, p.npp, p.ntg, p.npl, p.engines, p.envs, p.model
-    session.prepare(ctx, engines, [model])  # the builds and the model, before the lock
-    model_file = session.model_file(ctx, model)
-    cmds = {e: argv(kind_of(ctx.profile, e).tool_path(ctx.profile, e, "llama-batched-bench", ctx.runner, ctx.out), model_file, npp, ntg, npl, b) for e in engines}
-    reference = reference_arm(arms, s.reference_engine, req.aa)
+    cmds = {e: argv(p.bound[e].tool_path("llama-batched-bench", run.runner, run.out), model_file, npp, ntg, npl, b) for e in engines}
+    reference = p.reference
     threshold, confidence = st.min_delta_pct, st.confidence
     headers: dict = {}
     retried: list[str] = []
 
     def run_one(a: Arm, block: int) -> list[dict]:
         def log(attempt, res):
-            if ctx.run:
-                ctx.run.write_text(f"bench-{a.name}-b{block}{f'-retry{attempt}' if attempt else ''}.log", res.stdout + "\n" + res.stderr)
+            run.dir.write_text(f"bench-{a.name}-b{block}{f'-retry{attempt}' if attempt else ''}.log", res.stdout + "\n" + res.stderr)
 
-        res, rows, again = run_complete(ctx.runner, cmds[a.engine], envs[a.engine], b, npp, ntg, npl, log, ctx.out.warn)
+        res, rows, again = run_complete(run.runner, cmds[a.engine], envs[a.engine], b, npp, ntg, npl, log, run.out.warn)
         headers.setdefault(a.name, parse_header(res.stdout))
         retried.extend(f"{a.name} block {block}: {r}" for r in again)
         return rows
 
     def on_block(k, hw):
         wide = ", ".join(f"{lbl} +-{v:.2f}%" if v is not None else f"{lbl} n/a" for lbl, v in sorted(hw.items()))
-        ctx.out.info(f"[bench] {k} block(s) done" + (f"; S_TG stop half-widths: {wide}" if wide else ""))
+        run.out.info(f"[bench] {k} block(s) done" + (f"; S_TG stop half-widths: {wide}" if wide else ""))
 
-    ctx.out.info(f"[bench] arms {', '.join(a.name for a in arms)} (reference {reference or 'none'}), order {order}; {budget.describe()}")
-    with session.measuring(ctx, engines):
+    run.out.info(f"[bench] arms {', '.join(a.name for a in arms)} (reference {reference or 'none'}), order {order}; {budget.describe()}")
+    with locked:
         res = run_blocks(arms, run_one, budget, order, reference, threshold, confidence, on_block=on_block)
     paired = paired_table(res["rows"], reference, threshold, confidence, Rule.from_config(st))
     doc = {
         "kind": "bench", "mode": "ab" if reference else "repeat", "engine": reference or arms[0].name,
-        "arms": [{"name": a.name, "engine": a.engine} for a in arms], "engines": [a.name for a in arms], "reference": reference, "aa": req.aa,
+        "arms": [{"name": a.name, "engine": a.engine} for a in arms], "engines": [a.name for a in arms], "reference": reference, "aa": p.aa,
         "model": model, "npp": npp, "ntg": ntg, "npl": npl, "order_rule": order, "order": res["order"], "blocks": res["blocks"],
         "commands": cmds, "command": cmds[arms[0].engine], "env": envs, "header": headers, "retried": retried,
         "metrics": METRICS, "headline": HEADLINE, "threshold_pct": threshold, "confidence": confidence,
         "rows": res["rows"], "per_engine": per_arm(res["rows"], arms), "paired": paired, "stop": res["stop"],
     }  # fmt: skip
-    if ctx.run:
-        if found := traces.for_bench(ctx.run.path, [a.name for a in arms], {a.name: envs[a.engine] for a in arms}):
-            doc["traces"] = found  # the trace envs the arms' env turns on, and the series' counters (parity.traces)
-        write_bench(ctx.run, doc)
-        ctx.run.write_text("bench_ab.tsv", tsv(doc))
+    if found := traces.for_bench(run.dir.path, [a.name for a in arms], {a.name: envs[a.engine] for a in arms}):
+        doc["traces"] = found  # the trace envs the arms' env turns on, and the series' counters (parity.traces)
+    write_bench(run.dir, doc)
+    run.dir.write_text("bench_ab.tsv", tsv(doc))
     return doc
 
 

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+from typing import Any
 
 from parity import session
-from parity.engines import kind_of, with_binaries
+from parity.context import Run
+from parity.engines import with_binaries
+from parity.engines.bound import Engine, bind
 from parity.options import positive_int
 from parity.errors import InfraError, UsageError
 from parity.efficiency import roofline
@@ -133,51 +137,59 @@ def run_complete(runner, cmd: list[str], env: dict, b, npp, ntg, npl, log=None, 
     raise AssertionError("unreachable")
 
 
-def default_engine(ctx) -> str | None:
+def default_engine(profile) -> str | None:
     """The first serving engine with llama.cpp binaries of its own."""
-    return next(iter(with_binaries(ctx.profile, ctx.profile.serving.engines)), None)
+    return next(iter(with_binaries(profile, profile.serving.engines)), None)
 
 
-def plan_single(ctx, engine=None, model=None, npp=None, ntg=None, npl=None, allow_env=()) -> dict:
-    """Every check of one run, touching nothing: {engine, model, npp, ntg, npl, env}."""
-    s = ctx.profile.serving
+@dataclass
+class SinglePlan:
+    """One llama-batched-bench run as checked: its engine (bound), model, shape and env."""
+
+    engine: Engine
+    model: str
+    npp: list[int]
+    ntg: list[int]
+    npl: list[int]
+    env: dict[str, str]
+    settings: Any  # serving.bench (config.BenchConfig): the tool's timeout, retries, flags
+
+
+def plan_single(profile, engine=None, model=None, npp=None, ntg=None, npl=None, allow_env=()) -> SinglePlan:
+    """Every check of one run, touching nothing."""
+    s = profile.serving
     b = s.bench
-    engine = engine or default_engine(ctx)
+    engine = engine or default_engine(profile)
     if not engine:
         raise UsageError("no llama engine to bench (serving.engines or --engine)")
-    if engine not in with_binaries(ctx.profile, [engine]):
-        raise UsageError(f"engine {engine} is {ctx.profile.engine(engine).kind}: llama-batched-bench needs an engine with llama.cpp binaries")
+    if engine not in with_binaries(profile, [engine]):
+        raise UsageError(f"engine {engine} is {profile.engine(engine).kind}: llama-batched-bench needs an engine with llama.cpp binaries")
     npp, ntg, npl = npp or b.npp, ntg or b.ntg, npl or b.npl
     for name, vals in (("--npp", npp), ("--ntg", ntg), ("--npl", npl)):  # campaign steps skip the CLI's parsing
         if not vals or not all(map(positive_int, vals)):
             raise UsageError(f"{name}: expected positive integers, got {vals!r}")
     if problem := split_kv_problem(npp, ntg, npl, b):
         raise UsageError(problem)
-    env = kind_of(ctx.profile, engine).env(ctx.profile, engine)
-    check_bench_env(env, ctx.profile.policy, allow_env)
-    session.check_model(ctx, model or s.model)
-    return {"engine": engine, "model": model or s.model, "npp": npp, "ntg": ntg, "npl": npl, "env": env}
+    eng = bind(profile, engine)
+    env = eng.env()
+    check_bench_env(env, profile.policy, allow_env)
+    session.check_model(profile, model or s.model)
+    return SinglePlan(eng, model or s.model, npp, ntg, npl, env, b)
 
 
-def run_bench(ctx, engine=None, model=None, npp=None, ntg=None, npl=None, allow_env=()) -> dict:
-    s = ctx.profile.serving
-    b = s.bench
-    p = plan_single(ctx, engine, model, npp, ntg, npl, allow_env)
-    engine, npp, ntg, npl, env = p["engine"], p["npp"], p["ntg"], p["npl"], p["env"]
-    kind = kind_of(ctx.profile, engine)
-    session.prepare(ctx, [engine], [model or s.model])  # the build and the model, before the lock
-    model_file = session.model_file(ctx, model or s.model)
-    cmd = argv(kind.tool_path(ctx.profile, engine, "llama-batched-bench", ctx.runner, ctx.out), model_file, npp, ntg, npl, b)
-    with session.measuring(ctx, [engine]):
+def run_bench(run: Run, p: SinglePlan, model_file: str, locked) -> dict:
+    """The run under `locked` (session.measuring of its engine; the caller prepared the build and
+    model_file before it); bench.json."""
+    b, engine, npp, ntg, npl, env = p.settings, p.engine.name, p.npp, p.ntg, p.npl, p.env
+    cmd = argv(p.engine.tool_path("llama-batched-bench", run.runner, run.out), model_file, npp, ntg, npl, b)
+    with locked:
 
         def log(attempt, res):
-            if ctx.run:
-                ctx.run.write_text(f"bench-{engine}{f'-retry{attempt}' if attempt else ''}.log", res.stdout + "\n" + res.stderr)
+            run.dir.write_text(f"bench-{engine}{f'-retry{attempt}' if attempt else ''}.log", res.stdout + "\n" + res.stderr)
 
-        res, rows, retried = run_complete(ctx.runner, cmd, env, b, npp, ntg, npl, log, ctx.out.warn)
-    doc = {"kind": "bench", "engine": engine, "model": model or s.model, "command": cmd, "env": env, "rows": rows, "header": parse_header(res.stdout), "retried": retried}
+        res, rows, retried = run_complete(run.runner, cmd, env, b, npp, ntg, npl, log, run.out.warn)
+    doc = {"kind": "bench", "engine": engine, "model": p.model, "command": cmd, "env": env, "rows": rows, "header": parse_header(res.stdout), "retried": retried}
 
-    doc["efficiency"] = roofline.bench(rows, model_file, peak.load(ctx.run.path) if ctx.run else None, engine=engine)
-    if ctx.run:
-        write_bench(ctx.run, doc)
+    doc["efficiency"] = roofline.bench(rows, model_file, peak.load(run.dir.path), engine=engine)
+    write_bench(run.dir, doc)
     return doc

@@ -6,12 +6,13 @@ from __future__ import annotations
 import os
 
 from parity import session
-from parity.bench.ab import plan_ab, run_ab
-from parity.bench.batched_bench import argv, default_engine, plan_single, run_bench
+from parity.bench.ab import ABPlan, plan_ab, run_ab
+from parity.bench.batched_bench import SinglePlan, argv, default_engine, plan_single, run_bench
 from parity.bench.request import BenchRequest
 from parity.context import run_session
-from parity.engines import kind_of
-from parity.gonogo import dry_run_session, go_no_go
+from parity.engines.bound import Engine, bind_all
+from parity.context import dry_run_session
+from parity.gonogo import go_no_go
 from parity.gpu.lock import effective_dir
 from parity.errors import UsageError
 from parity.options import check_step_options
@@ -29,16 +30,18 @@ def bench(ctx, req: BenchRequest) -> dict:
     happens.  --ops: test-backend-ops perf of those ops on every arm in paired blocks (ops.json, ops.tsv)."""
     if req.ops is not None:
         p = opplan.plan(ctx.profile, ops_request(req))
+        bound = bind_all(ctx.profile, p.engines)
 
         def tool(e: str, dry: bool) -> str:
-            return kind_of(ctx.profile, e).tool_path(ctx.profile, e, opplan.TOOL, ctx.runner, ctx.out, dry=dry)
+            return bound[e].tool_path(opplan.TOOL, ctx.runner, ctx.out, dry=dry)
 
         if req.dry_run:
             bins = {e: tool(e, True) for e in p.engines}
             fmt = opmeasure.probe_output(ctx.runner, bins, p.envs) if all(map(os.path.isfile, bins.values())) else None
             doc = {"dry_run": True, **opplan.describe(p, bins, fmt), "lock": str(effective_dir(ctx.profile.lock))}
             with dry_run_session(ctx, "bench", f"bench-ops-{'-'.join(p.ops)}"[:60]) as rd:
-                doc["go_no_go"] = go_no_go(ctx, paths={f"{opplan.TOOL} of {e}": b for e, b in bins.items()})
+                doc["go_no_go"] = go_no_go(ctx.as_run(), ctx.profile.lock, ctx.profile.hardware_class,
+                                           paths={f"{opplan.TOOL} of {e}": b for e, b in bins.items()})
                 doc["run_dir"] = str(rd.path)
                 rd.write_json("plan.json", doc)
             return doc
@@ -54,25 +57,39 @@ def bench(ctx, req: BenchRequest) -> dict:
             if doc["problems"]:
                 ctx.run.mark_invalid(f"{len(doc['problems'])} op timing problem(s), first: {doc['problems'][0]}")
             return plain({"run_dir": str(ctx.run.path), **doc})
+
+    def dry(slug: str, doc: dict, paths: dict) -> dict:  # the go / no-go with its evidence in a dry-run run dir
+        with dry_run_session(ctx, "bench", f"{slug}-{doc['model']}") as rd:
+            doc["go_no_go"] = go_no_go(ctx.as_run(), ctx.profile.lock, ctx.profile.hardware_class, paths=paths)
+            doc["run_dir"] = str(rd.path)
+            rd.write_json("plan.json", doc)
+        return doc
+
     if req.blocks():
         ab = req.ab_request()
         if not ab.engines:
-            ab.engines = [e for e in [default_engine(ctx)] if e]
+            ab.engines = [e for e in [default_engine(ctx.profile)] if e]
         if not ab.engines:
             raise UsageError("no llama engine to bench (serving.engines or --engines)")
-        p = plan_ab(ctx, ab)
+        p = plan_ab(ctx.profile, ab)
         if req.dry_run:
-            return dry_run(ctx, "bench-ab", {"arms": [a.name for a in p.arms], "reference": p.reference, "order": p.order, "blocks": p.budget.describe()}, p.engines, p.model, p.npp, p.ntg, p.npl, p.envs)
+            blocks = {"arms": [a.name for a in p.arms], "reference": p.reference, "order": p.order,
+                      "blocks": p.budget.describe()}
+            engines = [p.bound[e] for e in p.engines]
+            return dry("bench-ab", *dry_plan(ctx.profile, ctx.runner, ctx.out, blocks, engines, p, p.envs))
         with run_session(ctx, "bench", "bench-ab" if len(ab.engines) > 1 or ab.aa else "bench"):
-            doc = run_ab(ctx, ab)
+            session.prepare(ctx, p.engines, [p.model])  # the builds and the model, before the lock
+            doc = run_ab(ctx.as_run(), p, session.model_file(ctx.profile, p.model), session.measuring(ctx, p.engines))
             return {"run_dir": str(ctx.run.path), **doc}
     if req.engines:
         req.engine = req.engines[0]
-    p = plan_single(ctx, req.engine, req.model, req.npp, req.ntg, req.npl, req.allow_env)
+    p = plan_single(ctx.profile, req.engine, req.model, req.npp, req.ntg, req.npl, req.allow_env)
     if req.dry_run:
-        return dry_run(ctx, "bench", {}, [p["engine"]], p["model"], p["npp"], p["ntg"], p["npl"], {p["engine"]: p["env"]})
+        return dry("bench", *dry_plan(ctx.profile, ctx.runner, ctx.out, {}, [p.engine], p, {p.engine.name: p.env}))
     with run_session(ctx, "bench", "bench"):
-        doc = run_bench(ctx, req.engine, req.model, req.npp, req.ntg, req.npl, req.allow_env)
+        session.prepare(ctx, [p.engine.name], [p.model])  # the build and the model, before the lock
+        model_file = session.model_file(ctx.profile, p.model)
+        doc = run_bench(ctx.as_run(), p, model_file, session.measuring(ctx, [p.engine.name]))
         return {"run_dir": str(ctx.run.path), **doc}
 
 
@@ -85,31 +102,29 @@ def ops_request(req: BenchRequest) -> opplan.OpsRequest:
                              req.max_repeats, req.budget_s, req.order, list(req.allow_env or []))
 
 
-def dry_run(ctx, slug: str, blocks: dict, engines: list[str], model: str, npp, ntg, npl, envs: dict) -> dict:
-    """What the real run would run (the llama-batched-bench command of each engine, its env), the
-    lock it would take, and the go / no-go with its evidence in a dry-run run dir."""
-    b = ctx.profile.serving.bench
-    model_path = session.model_file_if_there(ctx, model)
-    cmds = {e: argv(kind_of(ctx.profile, e).tool_path(ctx.profile, e, "llama-batched-bench", ctx.runner, ctx.out, dry=True), model_path, npp, ntg, npl, b) for e in engines}
-    doc = {"dry_run": True, "engines": engines, "model": model, "npp": npp, "ntg": ntg, "npl": npl, **blocks, "commands": cmds, "env": envs,
-           "lock": str(effective_dir(ctx.profile.lock))}  # fmt: skip
+def dry_plan(profile, runner, out, blocks: dict, engines: list[Engine], p: SinglePlan | ABPlan,
+             envs: dict) -> tuple[dict, dict]:
+    """What the real run of plan p would run (the llama-batched-bench command of each engine, its
+    env) and the lock it would take; (that plan, the paths its go / no-go checks)."""
+    model, npp, ntg, npl = p.model, p.npp, p.ntg, p.npl
+    model_path = session.model_file_if_there(profile, model)
+    tool = {e.name: e.tool_path("llama-batched-bench", runner, out, dry=True) for e in engines}
+    cmds = {e: argv(t, model_path, npp, ntg, npl, profile.serving.bench) for e, t in tool.items()}
+    doc = {"dry_run": True, "engines": list(tool), "model": model, "npp": npp, "ntg": ntg, "npl": npl, **blocks,
+           "commands": cmds, "env": envs, "lock": str(effective_dir(profile.lock))}
     paths = {f"llama-batched-bench of {e}": c[0] for e, c in cmds.items()}
-    m = ctx.profile.models.get(model)
+    m = profile.models.get(model)
     if m is None or (m.synth is None and m.hf is None):  # a synth or hf model is made on the first real run
         paths[f"model {model}"] = model_path
-    with dry_run_session(ctx, "bench", f"{slug}-{model}") as rd:
-        doc["go_no_go"] = go_no_go(ctx, paths=paths)
-        doc["run_dir"] = str(rd.path)
-        rd.write_json("plan.json", doc)
-    return doc
+    return doc, paths
 
 
 STEP_OPTIONS = {"engine", "model", "npp", "ntg", "npl", "allow_env", "engines", "aa", "repeat", "until_ci", "max_repeats", "budget_s", "order"}
 
 
-def check_step(ctx, options: dict) -> tuple[BenchRequest, BenchRequest | None]:
+def check_step(profile, options: dict) -> tuple[BenchRequest, SinglePlan | ABPlan]:
     """A bench step's options, checked as `parity bench` checks its flags (before any step runs):
-    (the request, its A/B request when it runs blocks)."""
+    (the request, its plan: blocks (parity.bench.ab) or the single run)."""
     check_step_options("bench", options, STEP_OPTIONS)
     engines = options.get("engines")
     if isinstance(engines, str):
@@ -117,24 +132,25 @@ def check_step(ctx, options: dict) -> tuple[BenchRequest, BenchRequest | None]:
     req = BenchRequest(**options)
     if req.blocks():
         ab = req.ab_request()
-        ab.engines = ab.engines or [e for e in [default_engine(ctx)] if e]
-        plan_ab(ctx, ab)
-        return req, ab
-    plan_single(ctx, req.engine or (req.engines or [None])[0], req.model, req.npp, req.ntg, req.npl, req.allow_env or ())
-    return req, None
+        ab.engines = ab.engines or [e for e in [default_engine(profile)] if e]
+        return req, plan_ab(profile, ab)
+    engine = req.engine or (req.engines or [None])[0]
+    return req, plan_single(profile, engine, req.model, req.npp, req.ntg, req.npl, req.allow_env or ())
 
 
 def campaign_step(ctx, options: dict) -> dict:
     """kind: bench -- options {engine, model, npp, ntg, npl, allow_env}; blocks (an A/B, an A/A,
     repeats) with {engines (list or 'A,B'), aa, repeat, until_ci, max_repeats, budget_s, order}."""
-    req, ab = check_step(ctx, options)
-    if ab is not None:
-        doc = run_ab(ctx, ab)
+    req, p = check_step(ctx.profile, options)
+    if isinstance(p, ABPlan):
+        session.prepare(ctx, p.engines, [p.model])  # the builds and the model, before the lock
+        doc = run_ab(ctx.as_run(), p, session.model_file(ctx.profile, p.model), session.measuring(ctx, p.engines))
         return {"engines": doc["engines"], "reference": doc["reference"], "blocks": doc["blocks"], "stop": doc["stop"],
                 "paired": [{k: p[k] for k in ("engine", "reference", "pp", "tg", "b", "metric", "ratio", "low", "high", "outcome")} for p in doc["paired"]]}  # fmt: skip
-    if req.engines:
-        req.engine = req.engines[0]
-    doc = run_bench(ctx, req.engine, req.model, req.npp, req.ntg, req.npl, req.allow_env or ())
+    if req.engines:  # as `parity bench`: the first of engines runs
+        p = plan_single(ctx.profile, req.engines[0], req.model, req.npp, req.ntg, req.npl, req.allow_env or ())
+    session.prepare(ctx, [p.engine.name], [p.model])  # the build and the model, before the lock
+    doc = run_bench(ctx.as_run(), p, session.model_file(ctx.profile, p.model), session.measuring(ctx, [p.engine.name]))
 
     for line in lines(doc.get("efficiency")):
         ctx.out.info(line)

@@ -10,8 +10,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from parity.engine import git as gitmod
-from parity.engine import patches
+from parity.llamacpp import git as gitmod
+from parity.llamacpp import patches
 
 
 def apply_at(repo: Path, commit: str, series_dir: str, runner, out=None) -> dict:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from parity.errors import UsageError
-from parity.engine import patches
-from parity.engine import source as srcmod
-from parity.engine.build import resolved_series_dir
+from parity.llamacpp import patches
+from parity.llamacpp import source as srcmod
+from parity.llamacpp.build import resolved_series_dir
 from parity.engines import kind_of
 from parity.paths import expand_path
 from parity.results import run_dir

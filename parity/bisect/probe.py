@@ -8,15 +8,15 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from parity import session
 from parity.bisect.search import BAD, GOOD, UNDECIDED
 from parity.errors import InfraError
 from parity.bench.ab import Arm, block_order, paired_table
 from parity.bench.batched_bench import argv, run_complete
-from parity.engine.build import ensure_built
-from parity.gates.base import Target
+from parity.context import Run
+from parity.llamacpp.build import ensure_built
+from parity.engines.bound import Engine, bind
+from parity.gates.base import GateInputs, Target
 from parity.gates.checks import ERROR, FAIL, FLAKY, PASS, Check
-from parity.gates.common import path_env, tool
 from parity.gates.kinds import GATES
 from parity.gates.prepost import GateSpec
 from parity.stats.paired import REGRESSED
@@ -43,38 +43,44 @@ class Judge:
     npl: list[int] | None = None
 
 
-def build(ctx, name: str, engine_cfg) -> dict:
-    """Register the variant as engine `name` and build it: {key, cached, seconds} or {failed, seconds, error}."""
+def build(profile, name: str, engine_cfg, runner, out) -> dict:
+    """Register the variant as the profile's engine `name` and build it: {key, cached, seconds} or
+    {failed, seconds, error}."""
 
-    ctx.profile.engines[name] = engine_cfg
+    profile.engines[name] = engine_cfg
     t0 = time.monotonic()
     try:
-        r = ensure_built(ctx.profile, name, ctx.runner, ctx.out)
+        r = ensure_built(bind(profile, name), runner, out)
     except InfraError as e:
         return {"failed": True, "seconds": round(time.monotonic() - t0, 1), "error": str(e), "apply": getattr(e, "to_dict", lambda: None)()}
     return {"key": r.key, "cached": r.cached, "seconds": round(time.monotonic() - t0, 1), "tree_after": r.provenance.get("tree_after")}
 
 
-def gate_checks(ctx, j: Judge, engine: str, tag: str, expect: str | None = None, observe: bool = False) -> list[tuple[Target, Check]]:
-    """The criterion's gate kind run on engine: the judge's model and path (md5) or ops (oracle);
-    observe: each check on its own terms, expecting nothing (the good endpoint's reference)."""
+def gate_checks(inputs: GateInputs, run: Run, j: Judge, engine: str, tag: str, expect: str | None = None,
+                observe: bool = False) -> list[tuple[Target, Check]]:  # fmt: skip
+    """The criterion's gate kind run on engine (bound in inputs): the judge's model and path (md5)
+    or ops (oracle); observe: each check on its own terms, expecting nothing (the good endpoint's
+    reference)."""
     kind = GATES[GATE_OF[j.criterion]]
     spec = GateSpec(models=[j.model] if j.model else [], paths=[j.path] if j.path else [], ops=list(j.ops), backend=j.backend, engine=engine, expect=expect)
-    run = kind.observe if observe else kind.run
-    return [(t, run(ctx, spec, t, tag)) for t in kind.expand(ctx, spec, engine)]
+    check = kind.observe if observe else kind.run
+    return [(t, check(inputs, run, spec, t, tag)) for t in kind.expand(inputs, spec, engine)]
 
 
 class Reference:
     """The good endpoint's numbers every probe is compared with (its md5 / op results); the
-    metric criterion measures the good endpoint again in every probe's blocks instead."""
+    metric criterion measures the good endpoint again in every probe's blocks instead, with what
+    those read: the model file, serving.bench and stats.confidence."""
 
-    def __init__(self, ctx, engine: str, judge: Judge):
-        self.ctx, self.engine, self.j = ctx, engine, judge
+    def __init__(self, inputs: GateInputs, run: Run, engine: str, judge: Judge, model_file: str | None = None,
+                 bench=None, confidence: float | None = None):  # fmt: skip
+        self.run, self.engine, self.j = run, engine, judge
+        self.model_file, self.bench, self.confidence = model_file, bench, confidence
         self.md5 = None
         self.ops: dict[str, str] = {}
         if judge.criterion not in GATE_OF:
             return
-        checks = gate_checks(ctx, judge, engine, "reference-", observe=True)
+        checks = gate_checks(inputs, run, judge, engine, "reference-", observe=True)
         if judge.criterion == "md5":
             bad = [c for _, c in checks if c.status != PASS]
             if bad or not checks:
@@ -91,27 +97,29 @@ class Reference:
         return "measured with every probe"
 
 
-def judge(ctx, ref: Reference, name: str, tag: str) -> tuple[str, str, dict]:
-    """(verdict, result in words, evidence) of the built variant `name`."""
+def judge(ref: Reference, inputs: GateInputs, probe: str, tag: str) -> tuple[str, str, dict]:
+    """(verdict, result in words, evidence) of the built variant `probe` (inputs: the gate inputs
+    with it bound)."""
     j = ref.j
     if j.criterion == "md5":
-        ((_, c),) = gate_checks(ctx, j, name, tag, expect=ref.md5)
+        ((_, c),) = gate_checks(inputs, ref.run, j, probe, tag, expect=ref.md5)
         ev = {"status": c.status, "expected": c.expected, "got": c.got, "detail": c.detail, "transcript": (c.data or {}).get("transcript")}
         if c.status == PASS:
             return GOOD, f"md5 {c.got} = reference", ev
         return BAD, f"md5 {c.got} != {c.expected}: {c.detail}" if c.got != "-" else f"{c.status}: {c.detail}", ev
     if j.criterion == "oracle":
-        return _oracle(ctx, ref, name, tag)
+        return _oracle(ref, inputs, probe, tag)
     if j.criterion == "metric":
-        return measure(ctx, ref.engine, name, j, tag)
+        good, bad = inputs.engine(ref.engine), inputs.engine(probe)
+        return measure(ref.run, good, bad, j, tag, ref.model_file, ref.bench, ref.confidence)
     return GOOD, "built", {}
 
 
-def _oracle(ctx, ref: Reference, name: str, tag: str) -> tuple[str, str, dict]:
+def _oracle(ref: Reference, inputs: GateInputs, probe: str, tag: str) -> tuple[str, str, dict]:
     """Bad: a case fails (or passes only on a retry); an op the good endpoint could not run is not
     watched; one it passed that now errors is undecided."""
 
-    checks = {t.op: c for t, c in gate_checks(ctx, ref.j, name, tag)}
+    checks = {t.op: c for t, c in gate_checks(inputs, ref.run, ref.j, probe, tag)}
     ev = {op: {"status": c.status, "got": c.got, "detail": c.detail, "reference": ref.ops.get(op)} for op, c in checks.items()}
     bad = [op for op, c in checks.items() if c.status in (FAIL, FLAKY)]
     if bad:
@@ -134,38 +142,39 @@ def metric_verdict(points: list[dict], threshold_pct: float) -> str:
     return UNDECIDED
 
 
-def measure(ctx, good: str, probe: str, j: Judge, tag: str) -> tuple[str, str, dict]:
+def measure(run: Run, good: Engine, probe: Engine, j: Judge, tag: str, model_file: str, bench,
+            confidence: float) -> tuple[str, str, dict]:  # fmt: skip
     """Paired blocks (good, probe) of llama-batched-bench, the arms' order rotated per block (ABBA),
     probe/good per block on `metric` at every point (parity.stats.paired): regressed at any point
     (the interval below 1, the estimate beyond the threshold) = bad; at every point not slower
     than the threshold (the interval's low end >= 1/(1 + t): a non-inferiority claim, since a
     regression bisection does not ask whether a probe is faster) = good; else more blocks, up to
-    max_blocks, then undecided."""
+    max_blocks, then undecided.  The caller holds the GPU lock (one hold per probe); model_file was
+    made with the reference, before it; bench: serving.bench, confidence: stats.confidence."""
 
-    b = ctx.profile.serving.bench
+    b = bench
     npp, ntg, npl = j.npp or b.npp, j.ntg or b.ntg, j.npl or b.npl
-    model_file = session.model_file(ctx, j.model or ctx.profile.serving.model)  # prepared with the reference, before the lock
-    arms = [Arm("good", good), Arm("probe", probe)]
-    cmds = {a.name: argv(tool(ctx, a.engine, "llama-batched-bench"), model_file, npp, ntg, npl, b) for a in arms}
-    envs = {a.name: path_env(ctx, a.engine, j.path) for a in arms}
+    engines = {"good": good, "probe": probe}
+    arms = [Arm(name, e.name) for name, e in engines.items()]
+    cmds = {a.name: argv(engines[a.name].tool_path("llama-batched-bench", run.runner, run.out), model_file, npp, ntg, npl, b)
+            for a in arms}  # fmt: skip
+    envs = {a.name: engines[a.name].path_env(j.path) for a in arms}
     rows: list[dict] = []
     verdict, points = UNDECIDED, []
     floor = 1 / (1 + j.threshold_pct / 100)  # not slower than the threshold
-    with session.locked(ctx):  # the caller holds it: one hold per probe
-        for block in range(j.max_blocks):
-            for a in block_order(arms, block, "abba"):
-                def log(attempt, res, a=a, block=block):
-                    if ctx.run:
-                        ctx.run.write_text(f"bench/{tag}{a.name}-b{block}{f'-retry{attempt}' if attempt else ''}.log", res.stdout + "\n" + res.stderr)
+    for block in range(j.max_blocks):
+        for a in block_order(arms, block, "abba"):
+            def log(attempt, res, a=a, block=block):
+                run.dir.write_text(f"bench/{tag}{a.name}-b{block}{f'-retry{attempt}' if attempt else ''}.log", res.stdout + "\n" + res.stderr)
 
-                _, got, _ = run_complete(ctx.runner, cmds[a.name], envs[a.name], b, npp, ntg, npl, log, ctx.out.warn)
-                rows += [{"engine": a.name, "build": a.engine, "repeat": block, **r} for r in got]
-            if block + 1 < max(2, j.blocks):
-                continue
-            points = [p for p in paired_table(rows, "good", j.threshold_pct, ctx.profile.stats.confidence) if p["metric"] == j.metric]
-            verdict = metric_verdict(points, j.threshold_pct)
-            if verdict != UNDECIDED:
-                break
+            _, got, _ = run_complete(run.runner, cmds[a.name], envs[a.name], b, npp, ntg, npl, log, run.out.warn)
+            rows += [{"engine": a.name, "build": a.engine, "repeat": block, **r} for r in got]
+        if block + 1 < max(2, j.blocks):
+            continue
+        points = [p for p in paired_table(rows, "good", j.threshold_pct, confidence) if p["metric"] == j.metric]
+        verdict = metric_verdict(points, j.threshold_pct)
+        if verdict != UNDECIDED:
+            break
     words = "; ".join(f"B={p['b']} {j.metric.upper()} {p['ratio']:.3f} [{p['low']:.3f}, {p['high']:.3f}] " + ("regressed" if p["outcome"] == REGRESSED else f"not slower (low >= {floor:.3f})" if p["low"] >= floor else p["outcome"])
                       for p in points if p.get("low") is not None)  # fmt: skip
     n = rows[-1]["repeat"] + 1 if rows else 0

@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 from parity.errors import InfraError, UsageError
+from parity.llamacpp import git as gitmod
 from parity.paths import cache_dir, expand_path
 
 _URL = re.compile(r"^(https?|ssh|git|file)://|^[\w.-]+@[\w.-]+:")
@@ -23,11 +24,11 @@ def repository(where: str, runner, out=None) -> Path:
             repo.parent.mkdir(parents=True, exist_ok=True)
             if out:
                 out.info(f"cloning {where}")
-            res = runner.run(["git", "clone", "--quiet", "--bare", where, str(repo)], timeout=3600)
+            res = gitmod.clone_bare(runner, where, repo)
             if not res.ok:
                 raise InfraError(f"git clone {where} failed: {res.tail(2)}")
         else:
-            res = runner.run(["git", "-C", str(repo), "fetch", "--quiet", "origin", "+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"], timeout=3600)
+            res = gitmod.fetch_all_refs(runner, repo)
             if not res.ok:
                 raise InfraError(f"git fetch {where} failed: {res.tail(2)}")
         return repo
@@ -38,23 +39,18 @@ def repository(where: str, runner, out=None) -> Path:
 
 
 def commit_of(repo: Path, ref: str, runner) -> str:
-    res = runner.run(["git", "-C", str(repo), "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"])
-    if not res.ok or not res.stdout.strip():
+    commit = gitmod.resolve_commit(runner, repo, ref)
+    if commit is None:
         raise UsageError(f"{ref}: not a commit of {repo}")
-    return res.stdout.strip()
+    return commit
 
 
 def commits_between(repo: Path, good: str, bad: str, runner) -> list[str]:
     """The first-parent commits after good up to bad, oldest first (bad last)."""
-    anc = runner.run(["git", "-C", str(repo), "merge-base", "--is-ancestor", good, bad])
-    if not anc.ok:
+    if not gitmod.is_ancestor(runner, repo, good, bad):
         raise UsageError(f"{good[:12]} is not an ancestor of {bad[:12]} in {repo}")
-    res = runner.run(["git", "-C", str(repo), "rev-list", "--first-parent", "--reverse", f"{good}..{bad}"])
-    if not res.ok:
-        raise InfraError(f"git rev-list {good}..{bad} failed: {res.tail(2)}")
-    return res.stdout.split()
+    return gitmod.first_parent_commits(runner, repo, good, bad)
 
 
 def subject(repo: Path, commit: str, runner) -> str:
-    res = runner.run(["git", "-C", str(repo), "log", "-1", "--format=%s", commit])
-    return res.stdout.strip() if res.ok else ""
+    return gitmod.commit_subject(runner, repo, commit)

@@ -20,6 +20,7 @@ COMMAND_MODULES = [
     "hw",
     "gate",
     "snapshot",
+    "capacity",
     "profile",
     "report",
     "campaign",

@@ -1,4 +1,4 @@
-"""parity build -> parity.engine.build.build"""
+"""parity build -> parity.llamacpp.build.build"""
 
 from typing import List, Optional
 
@@ -26,8 +26,8 @@ def register(app: typer.Typer) -> None:
     ):
         """Build the profile's llama.cpp engines (pin + patch series, CMake, cached)."""
         from parity.cli.common import make_context
-        from parity.engine.build import BuildRequest
-        from parity.engine.build import build as run
+        from parity.llamacpp.build import BuildRequest
+        from parity.llamacpp.build import build as run
 
         ctx = make_context(profile, json)
         req = BuildRequest(engines=engine or [], defines=define or [], mode=_mode(check_series, print_cmake, detach, status), force=force, jobs=jobs, profile=profile,
@@ -56,7 +56,7 @@ def _plans(out, plans) -> None:
 
 
 def _series(out, results) -> None:
-    from parity.engine.build import check_series_lines
+    from parity.llamacpp.build import check_series_lines
 
     for r in results:
         for line in check_series_lines(r):

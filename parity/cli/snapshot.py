@@ -25,8 +25,9 @@ def register(app: typer.Typer) -> None:
         no_gates: bool = typer.Option(False, "--no-gates", help="Skip pre/post gates (the run is marked ungated)."),
         allow_env: Optional[List[str]] = typer.Option(None, "--allow-env", metavar="NAME", help="Allow a forbidden bench env knob."),
         dry_run: bool = typer.Option(False, "--dry-run", help="Print every resolved command, env and the preflight; start nothing."),
-        workload: Optional[str] = typer.Option(None, "--workload", "-w", metavar="NAME", help="Run a workload instead of the N sweep: a built-in kind (shared-prefix, prefill-under-decode, open-loop, multi-turn, prefill-curve; sized for the profile, no YAML needed; block 0 calibrates its gen, or prefill-under-decode's decode_gen, unless given) or serving.workloads.NAME."),
+        workload: Optional[str] = typer.Option(None, "--workload", "-w", metavar="NAME", help="Run a workload instead of the N sweep: a built-in kind (shared-prefix, prefill-under-decode, open-loop, multi-turn, prefill-curve, trace: --trace FILE; sized for the profile, no YAML needed; block 0 calibrates its gen, or prefill-under-decode's decode_gen, unless given) or serving.workloads.NAME."),
         workload_opt: Optional[List[str]] = typer.Option(None, "--workload-opt", metavar="KEY=VALUE", help="Override one field of the workload (repeatable), e.g. groups=2, rates=[1,2]."),
+        trace: Optional[str] = typer.Option(None, "--trace", metavar="FILE", help="Replay this request trace (Azure LLM or BurstGPT CSV, Mooncake or Bailian JSONL): --workload trace implied."),
         profile: Optional[str] = ProfileOpt,
         json: bool = JsonOpt,
     ):
@@ -40,7 +41,7 @@ def register(app: typer.Typer) -> None:
 
         req = SnapshotRequest(
             npl=npl_list, engines=engine_list, model=model, repeat=repeat, ptok=ptok, gen=gen,
-            parallel=parallel, ctx=ctx_len, order=order, gates=not no_gates, allow_env=allow_env or [], dry_run=dry_run, workload=workload, workload_opts=workload_opt or [],
+            parallel=parallel, ctx=ctx_len, order=order, gates=not no_gates, allow_env=allow_env or [], dry_run=dry_run, workload=workload, workload_opts=workload_opt or [], trace=trace,
             until_ci=until_ci, max_repeats=max_repeats, budget_s=budget_s,
         )  # fmt: skip
         doc = run(ctx, req)
@@ -184,16 +185,15 @@ def render_plan(out, doc: dict) -> None:
 
 
 def render_summary(out, doc: dict) -> None:
-    from parity.metrics.registry import render_definitions
-    from parity.metrics.serving import HEADLINE
+    from parity.metrics.registry import console_columns, headline, render_definitions
 
-    cols = ["decode_agg_tps", "decode_perseq_tps", "agg_tps", "prefill_tps", "ttft_mean_ms", "wall_s", "decode_window_s"]
+    cols, heads = console_columns(), headline()
     rows = [[m["engine"], m["n"], f"{m['repeats']}" + (f" (+{m['invalid_repeats']} invalid)" if m["invalid_repeats"] else ""), *(m.get(k) for k in cols)] for m in doc["medians"]]
     out.table("medians of valid repeats", ["engine", "N", "repeats", *cols], rows)
     for r in doc["ratios"]:
         verdict = r["verdicts"].get("decode_agg_tps", {}).get("verdict") or r["noise"]
         p = (r.get("paired") or {}).get("decode_agg_tps") or {}
-        out.info(f"{r['engine']}/{r['reference']} N={r['n']}: " + ", ".join(f"{k} {r.get(k)}" for k in HEADLINE) + f" [users' rule: {verdict}; paired: {p.get('outcome', 'not recorded')}]")
+        out.info(f"{r['engine']}/{r['reference']} N={r['n']}: " + ", ".join(f"{k} {r.get(k)}" for k in heads) + f" [users' rule: {verdict}; paired: {p.get('outcome', 'not recorded')}]")
     if doc.get("paired"):
         out.table("paired block statistics (engine / reference per block; geometric mean, t interval on the logs) beside the users' rule", ["engine", "N", "metric", "ratio", "interval", "blocks", "outcome", "blocks needed", "users' rule"], paired_rows(doc))
     if doc["headline"]:
@@ -207,7 +207,7 @@ def render_summary(out, doc: dict) -> None:
 
     for line in lines(doc.get("efficiency")):
         out.info(line)
-    out.info(render_definitions(HEADLINE + ["prefill_tps", "wall_s", "decode_window_s"]))
+    out.info(render_definitions(list(dict.fromkeys(heads + cols))))
     out.info(f"-> {doc['run_dir']}")
 
 

@@ -75,7 +75,9 @@ class ContextNeed(msgspec.Struct):
 
 class EngineKind:
     """The lifecycle every kind shares.  Subclasses set `name` and `section` and override
-    what they know; the defaults say "not applicable"."""
+    what they know; the defaults say "not applicable".  A method about one engine takes it
+    bound (`eng`: parity.engines.bound.Engine): its section is eng.section, its name eng.name,
+    and eng.profile is read only for another section (models, serving, sources)."""
 
     name = ""
     section: type = EngineSection
@@ -88,19 +90,19 @@ class EngineKind:
     family = Series()
 
     # ---- the profile section ----------------------------------------------------------
-    def validate(self, profile, name: str, e, label: str) -> None:
+    def validate(self, eng, label: str) -> None:
         """Checks of the section that types alone cannot express (ConfigError)."""
 
     def expand_paths(self, e, expand) -> None:
         """Expand ~ and ${...} in the section's path fields."""
 
     # ---- preparation, before the GPU lock ------------------------------------------------
-    def provision(self, profile, name: str, runner, out) -> dict:
+    def provision(self, eng, runner, out) -> dict:
         """Build or install what the engine runs (before the lock); a short record of what it did."""
-        return self.provenance(profile, name, runner, out)
+        return self.provenance(eng, runner, out)
 
-    def provenance(self, profile, name: str, runner, out) -> dict:
-        return {"engine": name, "kind": self.name}
+    def provenance(self, eng, runner, out) -> dict:
+        return {"engine": eng.name, "kind": self.name}
 
     def provenance_cells(self, row: dict) -> dict | None:
         """The report's provenance cells (source, series, tree, flags, cuda_archs, bin, key) of a
@@ -112,12 +114,12 @@ class EngineKind:
         None: a build row (its source's pin, package, path or tree)."""
         return None
 
-    def dry_paths(self, profile, name: str, runner) -> dict[str, str]:
+    def dry_paths(self, eng, runner) -> dict[str, str]:
         """{what: path or placeholder} the real run would use (the dry run's go/no-go)."""
         return {}
 
-    def tool_path(self, profile, name: str, tool: str, runner, out, dry: bool = False) -> str:
-        raise NotApplicable(f"engine {name} is a {self.name} engine: it has no {tool} (llama.cpp tools need a llama engine)")
+    def tool_path(self, eng, tool: str, runner, out, dry: bool = False) -> str:
+        raise NotApplicable(f"engine {eng.name} is a {self.name} engine: it has no {tool} (llama.cpp tools need a llama engine)")
 
     def binary_gates_note(self) -> str | None:
         """None: the binary gates (md5, op-oracle, KL) can run this engine's own binaries; else
@@ -125,30 +127,30 @@ class EngineKind:
         return None if self.binary_gates else f"not applicable: parity runs no llama.cpp binary of a {self.name} engine"
 
     # ---- serving ------------------------------------------------------------------------
-    def env(self, profile, name: str, path: str | None = None) -> dict[str, str]:
-        return dict(profile.engine(name).env)
+    def env(self, eng, path: str | None = None) -> dict[str, str]:
+        return dict(eng.section.env)
 
     def kernel_path(self, log_text: str) -> dict | None:
         """What its server log says about the kernels it runs (vLLM: native FP4 or the Marlin
         fallback); None: its log says nothing parity reads."""
         return None
 
-    def model_file(self, profile, name: str, model: str) -> str:
+    def model_file(self, eng, model: str) -> str:
         """What the server is given for the profile model `model` (a file, a directory, a name)."""
-        m = profile.models.get(model)
+        m = eng.profile.models.get(model)
         return os.path.expanduser(m.path if m is not None else model)
 
-    def local_model_file(self, profile, name: str, model: str) -> str | None:
+    def local_model_file(self, eng, model: str) -> str | None:
         """The model file the engine reads, when it is one on this machine and there already."""
         return None
 
-    def launch(self, profile, name: str, model_file: str, port: int, shape, path: str | None = None, dry: bool = False, model: str | None = None, out=None) -> Launch:
+    def launch(self, eng, model_file: str, port: int, shape, path: str | None = None, dry: bool = False, model: str | None = None, out=None) -> Launch:
         """How its server is started (argv, env) or reached, and how the load generator speaks to
         it.  No default: every kind says it (NotImplementedError here)."""
         raise NotImplementedError
 
-    def context_need(self, profile, name: str, shape, model_file: str | None = None) -> ContextNeed:
-        return ContextNeed(None, f"engine {name} does not say")
+    def context_need(self, eng, shape, model_file: str | None = None) -> ContextNeed:
+        return ContextNeed(None, f"engine {eng.name} does not say")
 
     def queue_limit(self, e, shape) -> int | None:
         """Requests the server runs at once before it queues (None: no fixed slots)."""
@@ -157,21 +159,21 @@ class EngineKind:
     def on_gpu(self, e) -> bool:
         return False
 
-    def doctor(self, profile, name: str, runner) -> list:
+    def doctor(self, eng, runner) -> list:
         """What `parity doctor` says of this engine: DoctorRow (a finding) or DoctorTool (a binary
         whose --version the doctor runs); [] says nothing."""
         return []
 
 
-def engine_env(profile, name: str, path: str | None) -> dict[str, str]:
+def engine_env(eng, path: str | None) -> dict[str, str]:
     """engine.env + engine.paths[path] (the default path when None), for kinds with paths."""
-    e = profile.engine(name)
+    e = eng.section
     paths = getattr(e, "paths", {}) or {}
     path = path or getattr(e, "default_path", None)
     env = dict(e.env)
     if path is not None:
         if paths and path not in paths:
-            raise UsageError(f"engine {name} has no path {path!r} (paths: {', '.join(paths)})")
+            raise UsageError(f"engine {eng.name} has no path {path!r} (paths: {', '.join(paths)})")
         env.update(paths.get(path, {}))
     return env
 

@@ -56,7 +56,8 @@ class Endpoint(EngineKind):
     section = EndpointSection
     profiled_serving = False
 
-    def validate(self, profile, name: str, e: EndpointSection, label: str) -> None:
+    def validate(self, eng, label: str) -> None:
+        e, name = eng.section, eng.name
         key = f"engines.{name}.base_url"
         if not e.base_url:
             raise ConfigError(label, key, "required: the http://HOST:PORT of the running server")
@@ -88,9 +89,8 @@ class Endpoint(EngineKind):
     def binary_gates_note(self) -> str:
         return "not applicable: parity runs no binary of an endpoint"
 
-    def provenance(self, profile, name: str, runner, out) -> dict:
-        e = profile.engine(name)
-        return {"engine": name, "kind": self.name, "base_url": redact.url(e.base_url),
+    def provenance(self, eng, runner, out) -> dict:
+        return {"engine": eng.name, "kind": self.name, "base_url": redact.url(eng.section.base_url),
                 "build": "not applicable: parity neither builds nor starts an endpoint"}
 
     def provenance_cells(self, row: dict) -> dict:
@@ -100,9 +100,9 @@ class Endpoint(EngineKind):
     def provenance_identity(self, row: dict) -> tuple[str, str] | None:
         return ("endpoint", row.get("base_url"))
 
-    def dry_paths(self, profile, name: str, runner) -> dict[str, str]:
+    def dry_paths(self, eng, runner) -> dict[str, str]:
         """The executables of its start and stop commands (the only programs parity runs for it)."""
-        e = profile.engine(name)
+        e, name = eng.section, eng.name
         out = {}
         for key in ("start", "stop"):
             cmd = getattr(e, key)
@@ -111,36 +111,35 @@ class Endpoint(EngineKind):
                 out[f"{key} command of {name}"] = exe if "/" in exe else (runner.which(exe) or f"<{exe}: not on PATH (engines.{name}.{key})>")
         return out
 
-    def doctor(self, profile, name: str, runner) -> list:
+    def doctor(self, eng, runner) -> list:
         """Whether it answers its readiness path now (parity neither builds nor starts it)."""
-        e = profile.engine(name)
+        e, name = eng.section, eng.name
         host, port = address(e)
         url = f"http://{host}:{port}{e.ready_path}"
-        said = answering(self.launch(profile, name, "", port, profile.serving), e.ready_probe_timeout_s)
+        said = answering(self.launch(eng, "", port, eng.profile.serving), e.ready_probe_timeout_s)
         if said == "HTTP 200":
             return [DoctorRow("ok", f"{name}: {url} answers (HTTP 200); build and memory per process: not applicable (parity neither builds nor starts it)")]
         if e.start:
             return [DoctorRow("degraded", f"{name}: {url} does not answer now ({said})", f"engines.{name}.start starts it before each arm")]
         return [DoctorRow("missing", f"{name}: {url} does not answer ({said})", f"a run with engine {name} fails at readiness: start the server, or give engines.{name}.start")]
 
-    def model_file(self, profile, name: str, model: str) -> str:
-        e = profile.engine(name)
-        return e.model or served_name(profile, model, model)
+    def model_file(self, eng, model: str) -> str:
+        return eng.section.model or served_name(eng.profile, model, model)
 
-    def launch(self, profile, name, model_file, port, shape, path=None, dry=False, model=None, out=None) -> Launch:
-        e = profile.engine(name)
+    def launch(self, eng, model_file, port, shape, path=None, dry=False, model=None, out=None) -> Launch:
+        e = eng.section
         host, eport = address(e)
         extra = {**copy.deepcopy(COUNT_REQUEST[e.count]), **e.request_extra}
         probe = dict(PROBES[e.metrics] if e.probe_extra is None else e.probe_extra)
-        return Launch([], dict(e.env), [], e.ready_path, e.model or served_name(profile, model, model_file), e.tokenize, e.models_path, e.metrics_path,
-                      engine=name, kind=self.name, count=e.count, request_extra=extra, probe_extra=probe, family=DIALECTS[e.metrics], host=host, port=eport,
+        return Launch([], dict(e.env), [], e.ready_path, e.model or served_name(eng.profile, model, model_file), e.tokenize, e.models_path, e.metrics_path,
+                      engine=eng.name, kind=self.name, count=e.count, request_extra=extra, probe_extra=probe, family=DIALECTS[e.metrics], host=host, port=eport,
                       start=shlex.split(e.start) if e.start else [], stop=shlex.split(e.stop) if e.stop else [], spawned=False)  # fmt: skip
 
-    def context_need(self, profile, name, shape, model_file=None) -> ContextNeed:
-        e = profile.engine(name)
+    def context_need(self, eng, shape, model_file=None) -> ContextNeed:
+        e = eng.section
         if e.max_model_len is None:
-            return ContextNeed(None, f"engines.{name}.max_model_len is not set (the endpoint's own limit is not known)")
-        return ContextNeed(e.max_model_len, f"engines.{name}.max_model_len {e.max_model_len}")
+            return ContextNeed(None, f"engines.{eng.name}.max_model_len is not set (the endpoint's own limit is not known)")
+        return ContextNeed(e.max_model_len, f"engines.{eng.name}.max_model_len {e.max_model_len}")
 
     def on_gpu(self, e: EndpointSection) -> bool:
         return e.gpu

@@ -9,7 +9,7 @@ import re
 
 import msgspec
 
-from parity.engine import build
+from parity.llamacpp import build
 from parity.engines.base import ContextNeed, EngineKind, EngineSection, Launch, engine_env
 from parity.errors import ConfigError
 from parity.gguf.header import context_length
@@ -64,7 +64,8 @@ class Llama(EngineKind):
     model_source = "gguf"
     family = FAMILY
 
-    def validate(self, profile, name: str, e: LlamaSection, label: str) -> None:
+    def validate(self, eng, label: str) -> None:
+        e, name, profile = eng.section, eng.name, eng.profile
         if e.source is not None and e.source not in profile.sources:
             raise ConfigError(label, f"engines.{name}.source", f"unknown source {e.source!r} (known: {', '.join(profile.sources) or 'none'})")
         if e.source is None and e.bin_dir is None:
@@ -81,44 +82,42 @@ class Llama(EngineKind):
         e.fork = expand(e.fork)
 
     # ---- preparation ----------------------------------------------------------------------
-    def provision(self, profile, name: str, runner, out) -> dict:
-        e = profile.engine(name)
-        if e.bin_dir:
-            return {"engine": name, "prebuilt": e.bin_dir}
-        r = build.ensure_built(profile, name, runner, out)
+    def provision(self, eng, runner, out) -> dict:
+        if eng.section.bin_dir:
+            return {"engine": eng.name, "prebuilt": eng.section.bin_dir}
+        r = build.ensure_built(eng, runner, out)
         return {"key": r.key, "bin_dir": str(r.bin_dir), "cached": r.cached}
 
-    def provenance(self, profile, name: str, runner, out) -> dict:
-        e = profile.engine(name)
-        if e.bin_dir:
-            return {"engine": name, "prebuilt": e.bin_dir}
-        return build.ensure_built(profile, name, runner, out).provenance
+    def provenance(self, eng, runner, out) -> dict:
+        if eng.section.bin_dir:
+            return {"engine": eng.name, "prebuilt": eng.section.bin_dir}
+        return build.ensure_built(eng, runner, out).provenance
 
-    def dry_paths(self, profile, name: str, runner) -> dict[str, str]:
-        e = profile.engine(name)
-        return {f"{e.targets[0]} of {name}": build.dry_tool_path(profile, name, e.targets[0], runner, None)} if e.targets else {}
+    def dry_paths(self, eng, runner) -> dict[str, str]:
+        targets = eng.section.targets
+        return {f"{targets[0]} of {eng.name}": build.dry_tool_path(eng, targets[0], runner, None)} if targets else {}
 
-    def tool_path(self, profile, name: str, tool: str, runner, out, dry: bool = False) -> str:
-        return (build.dry_tool_path if dry else build.tool_path)(profile, name, tool, runner, out)
+    def tool_path(self, eng, tool: str, runner, out, dry: bool = False) -> str:
+        return (build.dry_tool_path if dry else build.tool_path)(eng, tool, runner, out)
 
     # ---- serving ------------------------------------------------------------------------
-    def env(self, profile, name: str, path: str | None = None) -> dict[str, str]:
+    def env(self, eng, path: str | None = None) -> dict[str, str]:
         """The engine's env plus its path's (e.g. LLAMA_KV_PAGED=1 for the paged path)."""
-        return engine_env(profile, name, path)
+        return engine_env(eng, path)
 
-    def local_model_file(self, profile, name: str, model: str) -> str | None:
-        m = profile.models.get(model)
+    def local_model_file(self, eng, model: str) -> str | None:
+        m = eng.profile.models.get(model)
         return m.path if m is not None and m.path and os.path.isfile(m.path) else None
 
-    def launch(self, profile, name, model_file, port, shape, path=None, dry=False, model=None, out=None) -> Launch:
-        e, s = profile.engine(name), shape
-        argv = [self.tool_path(profile, name, "llama-server", None, out, dry), "-m", model_file, "-c", str(s.ctx), "--parallel", str(s.parallel), "-b", str(s.batch), "-ub", str(s.ubatch)]
+    def launch(self, eng, model_file, port, shape, path=None, dry=False, model=None, out=None) -> Launch:
+        e, s = eng.section, shape
+        argv = [self.tool_path(eng, "llama-server", None, out, dry), "-m", model_file, "-c", str(s.ctx), "--parallel", str(s.parallel), "-b", str(s.batch), "-ub", str(s.ubatch)]
         argv += TRACE_LOG if getattr(s, "server_log_trace", False) else []
         argv += [*s.server_args, *e.server_args, "--host", "127.0.0.1", "--port", str(port), "--no-webui", "--metrics"]
-        return Launch(argv, self.env(profile, name, path), [], "/health", os.path.basename(model_file), "content", metrics_path="/metrics", engine=name, kind=self.name,
+        return Launch(argv, self.env(eng, path), [], "/health", os.path.basename(model_file), "content", metrics_path="/metrics", engine=eng.name, kind=self.name,
                       count="timings", request_extra=dict(STREAM_TIMINGS), props_path="/props", family=self.family, port=port)  # fmt: skip
 
-    def context_need(self, profile, name, shape, model_file=None) -> ContextNeed:
+    def context_need(self, eng, shape, model_file=None) -> ContextNeed:
         """-c is split across --parallel slots, and llama-server caps a slot at the model's training context."""
         per_slot = shape.ctx // max(1, shape.parallel)
         train = context_length(model_file) if model_file else None

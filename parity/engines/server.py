@@ -11,6 +11,7 @@ import shlex
 import time
 from contextlib import contextmanager
 
+from parity.context import Run
 from parity.errors import InfraError
 from parity.ports import check_port
 from parity.engines.base import Launch
@@ -91,18 +92,19 @@ def scrape(port: int, path: str | None, timeout: float = 10.0, host: str = "127.
 
 
 @contextmanager
-def serving(ctx, launch: Launch, port: int, log_path: str, budget_s: float, probe_timeout_s: float, grace_s: float, leader_only: bool = False):
-    """Start the server, wait until ready, yield (process, ready_seconds), always stop it
-    (leader_only: the stop signal goes to the launched wrapper alone, see Process.stop)."""
+def serving(run: Run, launch: Launch, port: int, log_path: str, budget_s: float, probe_timeout_s: float, grace_s: float,
+            leader_only: bool = False):
+    """Start the server with the run's runner, wait until ready, yield (process, ready_seconds),
+    always stop it (leader_only: the stop signal goes to the launched wrapper alone, see Process.stop)."""
     if not launch.spawned:
-        with external(ctx, launch, log_path, grace_s) as proc:
+        with external(run, launch, log_path, grace_s) as proc:
             yield proc, wait_ready(proc, launch.port, launch, budget_s, probe_timeout_s)
         return
     check_port(port)
-    proc = ctx.runner.spawn(launch.argv, env=launch.env, unset=launch.unset, log_path=log_path)
+    proc = run.runner.spawn(launch.argv, env=launch.env, unset=launch.unset, log_path=log_path)
     try:
         ready_s = wait_ready(proc, port, launch, budget_s, probe_timeout_s)
-        ctx.out.debug(f"{launch.engine} ready in {ready_s:.1f} s (pid {proc.pid})")
+        run.out.debug(f"{launch.engine} ready in {ready_s:.1f} s (pid {proc.pid})")
         try:
             yield proc, ready_s
         except (OSError, HttpError, asyncio.TimeoutError) as e:
@@ -154,10 +156,10 @@ class External:
 
 
 @contextmanager
-def external(ctx, launch: Launch, log_path: str, grace_s: float):
+def external(run: Run, launch: Launch, log_path: str, grace_s: float):
     """An endpoint's lifecycle: its start command (when it has one) before, its stop command after."""
     try:
-        started = ctx.runner.spawn(launch.start, env=launch.env, unset=launch.unset, log_path=log_path) if launch.start else None
+        started = run.runner.spawn(launch.start, env=launch.env, unset=launch.unset, log_path=log_path) if launch.start else None
     except OSError as e:
         raise InfraError(f"{launch.engine}'s start command ({shlex.join(launch.start)[:120]}) cannot run: {e.strerror or e}") from None
     proc = External(started, log_path if started else None)
@@ -166,19 +168,19 @@ def external(ctx, launch: Launch, log_path: str, grace_s: float):
     finally:
         try:
             if launch.stop:
-                run_stop(ctx, launch, log_path, max(grace_s, 1.0) * 4, started, grace_s)
+                run_stop(run, launch, log_path, max(grace_s, 1.0) * 4, started, grace_s)
         finally:
             proc.stop(grace_s)
 
 
-def run_stop(ctx, launch: Launch, log_path: str, timeout: float, started, grace_s: float) -> None:
+def run_stop(run: Run, launch: Launch, log_path: str, timeout: float, started, grace_s: float) -> None:
     """An endpoint's stop command, its output appended to the server's log.  Meanwhile the start
     command's process is reaped: a stop script that waits for that pid to go must see it go (an
     unreaped child stays a zombie, alive to `kill -0`)."""
     try:
-        stopper = ctx.runner.spawn(launch.stop, env=launch.env, unset=launch.unset, log_path=log_path)
+        stopper = run.runner.spawn(launch.stop, env=launch.env, unset=launch.unset, log_path=log_path)
     except OSError as e:
-        ctx.out.warn(f"{launch.engine}: its stop command ({shlex.join(launch.stop)[:120]}) cannot run: {e.strerror or e}")
+        run.out.warn(f"{launch.engine}: its stop command ({shlex.join(launch.stop)[:120]}) cannot run: {e.strerror or e}")
         return
     deadline = time.monotonic() + timeout
     while (rc := stopper.poll()) is None and time.monotonic() < deadline:
@@ -187,6 +189,6 @@ def run_stop(ctx, launch: Launch, log_path: str, timeout: float, started, grace_
         time.sleep(0.1)
     if rc is None:
         stopper.stop(grace_s)
-        ctx.out.warn(f"{launch.engine}: its stop command did not end within {timeout:g} s and was stopped; log: {log_path}")
+        run.out.warn(f"{launch.engine}: its stop command did not end within {timeout:g} s and was stopped; log: {log_path}")
     elif rc != 0:
-        ctx.out.warn(f"{launch.engine}: its stop command exited {exit_words(rc)}; log tail: {log_tail(log_path, 2)}")
+        run.out.warn(f"{launch.engine}: its stop command exited {exit_words(rc)}; log tail: {log_tail(log_path, 2)}")

@@ -129,22 +129,20 @@ class Vllm(EngineKind):
     forks = True
     family = FAMILY
 
-    def validate(self, profile, name: str, e: VllmSection, label: str) -> None:
-        if not 0 < e.gpu_memory_utilization <= 1:
-            raise ConfigError(label, f"engines.{name}.gpu_memory_utilization", "must be in (0, 1]")
+    def validate(self, eng, label: str) -> None:
+        if not 0 < eng.section.gpu_memory_utilization <= 1:
+            raise ConfigError(label, f"engines.{eng.name}.gpu_memory_utilization", "must be in (0, 1]")
 
     # ---- preparation ----------------------------------------------------------------------
-    def provision(self, profile, name: str, runner, out) -> dict:
-        e = profile.engine(name)
-        if e.vllm_bin == "auto":  # the cached CPU venv: minutes on first use, before the lock too
+    def provision(self, eng, runner, out) -> dict:
+        if eng.section.vllm_bin == "auto":  # the cached CPU venv: minutes on first use, before the lock too
             return {"vllm": str(vllm_install.ensure_vllm(out))}
-        return self.provenance(profile, name, runner, out)
+        return self.provenance(eng, runner, out)
 
-    def provenance(self, profile, name: str, runner, out) -> dict:
-        e = profile.engine(name)
-        if e.vllm_bin == "auto":
-            return {"engine": name, "kind": "vllm", "vllm": vllm_install.status()}  # the cached CPU venv: version, recipe, path
-        return {"engine": name, "kind": "vllm", "vllm_bin": e.vllm_bin}
+    def provenance(self, eng, runner, out) -> dict:
+        if eng.section.vllm_bin == "auto":
+            return {"engine": eng.name, "kind": "vllm", "vllm": vllm_install.status()}  # the cached CPU venv: version, recipe, path
+        return {"engine": eng.name, "kind": "vllm", "vllm_bin": eng.section.vllm_bin}
 
     def provenance_cells(self, row: dict) -> dict:
         v = row.get("vllm") or {}
@@ -160,8 +158,8 @@ class Vllm(EngineKind):
         version = rec.get("vllm_version") or rec.get("version")
         return ("vllm", f"vllm {version}" if version else (row.get("vllm_bin") or None))
 
-    def dry_paths(self, profile, name: str, runner) -> dict[str, str]:
-        e = profile.engine(name)
+    def dry_paths(self, eng, runner) -> dict[str, str]:
+        e, name = eng.section, eng.name
         if e.vllm_bin == "auto":
             st = vllm_install.status()
             return {f"vllm of {name}": st["vllm"] if st["state"] == "ready" else f"<vllm of {name}: installed on the first real run ({vllm_install.describe()})>"}
@@ -169,10 +167,10 @@ class Vllm(EngineKind):
         return {f"vllm of {name}": exe if "/" in exe else (runner.which(exe) or f"<{exe}: not on PATH (engines.{name}.vllm_bin)>")}
 
     # ---- serving ------------------------------------------------------------------------
-    def env(self, profile, name: str, path: str | None = None) -> dict[str, str]:
+    def env(self, eng, path: str | None = None) -> dict[str, str]:
         """As the users start it: HF_HUB_OFFLINE=1 (a served directory, no hub lookups) and the
         vLLM binary's own bin directory first on PATH (its venv's tools), then the profile's env."""
-        e = profile.engine(name)
+        e = eng.section
         env = {"HF_HUB_OFFLINE": "1"}
         exe = binary(e, dry=True)
         if os.sep in exe and not exe.startswith("<"):
@@ -180,15 +178,15 @@ class Vllm(EngineKind):
         env.update(e.env)
         return env
 
-    def model_file(self, profile, name: str, model: str) -> str:
+    def model_file(self, eng, model: str) -> str:
         """vLLM serves models.X.vllm_path (a checkpoint directory), else the path as given."""
-        m = profile.models.get(model)
+        m = eng.profile.models.get(model)
         if m is None:
             return os.path.expanduser(model)
         return os.path.expanduser(m.vllm_path or m.path)
 
-    def launch(self, profile, name, model_file, port, shape, path=None, dry=False, model=None, out=None) -> Launch:
-        e = profile.engine(name)
+    def launch(self, eng, model_file, port, shape, path=None, dry=False, model=None, out=None) -> Launch:
+        e, name, profile = eng.section, eng.name, eng.profile
         leaked = sorted(set(e.env) & set(HARNESS_VARS))
         if leaked:
             key = leaked[0][len("VLLM_"):].lower()
@@ -197,18 +195,18 @@ class Vllm(EngineKind):
         argv = [binary(e, dry, out, name), "serve", model_file, "--gpu-memory-utilization", str(e.gpu_memory_utilization), "--max-model-len", str(e.max_model_len),
                 "--max-num-seqs", str(e.max_num_seqs), "--tensor-parallel-size", str(e.tensor_parallel_size), "--served-model-name", served,
                 "--host", "127.0.0.1", "--port", str(port), *(["--dtype", e.dtype] if e.dtype else []), *e.extra_args]  # fmt: skip
-        return Launch(argv, self.env(profile, name), list(HARNESS_VARS), "/health", served, "prompt", "/v1/models", "/metrics", engine=name, kind=self.name,
+        return Launch(argv, self.env(eng), list(HARNESS_VARS), "/health", served, "prompt", "/v1/models", "/metrics", engine=name, kind=self.name,
                       count="usage", request_extra=copy.deepcopy(STREAM_USAGE), probe_extra=dict(PROBE_EXTRA), family=self.family, port=port)  # fmt: skip
 
-    def context_need(self, profile, name, shape, model_file=None) -> ContextNeed:
-        e = profile.engine(name)
-        return ContextNeed(e.max_model_len, f"engines.{name}.max_model_len {e.max_model_len} (vLLM clamps max_tokens silently past it)")
+    def context_need(self, eng, shape, model_file=None) -> ContextNeed:
+        e = eng.section
+        return ContextNeed(e.max_model_len, f"engines.{eng.name}.max_model_len {e.max_model_len} (vLLM clamps max_tokens silently past it)")
 
     def kernel_path(self, log_text: str) -> dict | None:
         return parse_kernel_path(log_text)
 
-    def doctor(self, profile, name: str, runner) -> list:
-        e = profile.engine(name)
+    def doctor(self, eng, runner) -> list:
+        e = eng.section
         if e.vllm_bin != "auto":
             exe = os.path.expanduser(e.vllm_bin)
             return [DoctorTool(exe, [exe, "--version"], "vllm engines cannot start here (llama.cpp-only comparisons)")]

@@ -245,8 +245,8 @@ class BannerGate(GateKind):
         status, why = overall(rows)
         return {"status": status, "why": why, "rows": rows}
 
-    def dry(self, ctx, spec, t: Target) -> dict:
-        e = ctx.profile.engine(t.engine)
+    def dry(self, inputs, runner, out, spec, t: Target) -> dict:
+        e = inputs.engine(t.engine).section
         return {"commands": [], "expected": expectation(getattr(e, "cuda_archs", None)), "files": {}}
 
     def from_summary(self, doc: dict) -> Check | None:

@@ -7,9 +7,14 @@ lever A/B (parity.levers.gates) and the bisection probes (parity.bisect.probe) i
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
+from parity.context import Run
+from parity.engines.bound import Engine, bind_all
+from parity.errors import ConfigError
 from parity.gates.checks import PASS, Check
+from parity.models.synth import ensure_model
 
 READS = ("models", "paths", "ops", "engines")  # what a gate set gives its kinds to read
 LIST, STR, BOOL = "list", "str", "bool"  # the type of a gate option (a GateSpec field, a gate step's `with:` key)
@@ -24,6 +29,40 @@ class Target:
     path: str | None = None
     op: str | None = None
     n_ctx: int | None = None  # the KL drift sweep: the context of this row (None: gates.kl.ctx)
+
+
+@dataclass(frozen=True)
+class GateInputs:
+    """What the gate kinds read, resolved once where the gate plan is built (gate_inputs): the gates
+    section, every engine bound, the models, and what a session shares between its checks."""
+
+    gates: Any  # the profile's gates section
+    engines: dict[str, Engine]
+    models: dict  # the profile's models section
+    model_file: Callable[[str], str]  # a profile model's file (made when missing: prepared before the lock)
+    profile: str  # the profile's name (in the messages)
+    source: str  # the profile's file (an unknown engine's error names it)
+    serving_model: str | None = None  # the lossy lever's KL candidate when gates.kl.candidate is unset
+    registry: str | None = None  # the user registry of canonical md5s (--registry)
+    references: dict = field(default_factory=dict)  # the md5 reference builds' runs, once per phase and model
+
+    def engine(self, name: str) -> Engine:
+        """The bound engine `name` (a one-line ConfigError for an unknown one, as the profile gives it)."""
+        if name not in self.engines:
+            known = ", ".join(self.engines) or "none"
+            raise ConfigError(self.source, f"engines.{name}", f"no such engine (known: {known})")
+        return self.engines[name]
+
+    @property
+    def default_paths(self) -> dict[str, str | None]:
+        return {n: getattr(e.section, "default_path", None) for n, e in self.engines.items()}
+
+
+def gate_inputs(profile, registry: str | None = None, references: dict | None = None) -> GateInputs:
+    """The profile's gate inputs: its engines bound once (references: a session's reference runs)."""
+    return GateInputs(profile.gates, bind_all(profile, profile.engines), profile.models,
+                      lambda model: ensure_model(profile, model), profile.name, profile.source_file,
+                      profile.serving.model, registry, {} if references is None else references)  # fmt: skip
 
 
 class GateKind:
@@ -46,18 +85,18 @@ class GateKind:
     def wanted(self, spec) -> bool:
         return bool(self.in_gate_set and self.switch and getattr(spec, self.switch))
 
-    def engines(self, ctx, spec, engine: str | None) -> list[str]:
+    def engines(self, gates, spec, engine: str | None) -> list[str]:
         """The engines whose binaries it runs (built before the lock); engine: the gate engine."""
         return [engine] if self.wanted(spec) else []
 
-    def models(self, ctx, spec) -> list[str]:
+    def models(self, gates, spec) -> list[str]:
         """The model files it reads (made before the lock)."""
         return []
 
-    def check_plan(self, profile, spec) -> None:
+    def check_plan(self, gates, spec) -> None:
         """What its checks need that can be known before any build or lock (UsageError, one line)."""
 
-    def expand(self, ctx, spec, engine: str | None) -> list[Target]:
+    def expand(self, inputs: GateInputs, spec, engine: str | None) -> list[Target]:
         """Its checks, in order; engine: spec.engine or gates.engine (None: each check's default)."""
         return []
 
@@ -65,20 +104,20 @@ class GateKind:
         """The progress line while t runs."""
         return self.name
 
-    def run(self, ctx, spec, t: Target, tag: str) -> Check:
+    def run(self, inputs: GateInputs, run: Run, spec, t: Target, tag: str) -> Check:
         raise NotImplementedError
 
-    def dry(self, ctx, spec, t: Target) -> dict:
+    def dry(self, inputs: GateInputs, runner, out, spec, t: Target) -> dict:
         """t as `parity gate --dry-run` shows it, running and making nothing: {"commands": [{"argv",
         "env"}], "expected": what it is held to, "files": {what: path or "<placeholder>"} for the
         go / no-go}.  A model made on the first real run (synth, hf) is not a file to check."""
         return {"commands": [], "expected": "-", "files": {}}
 
-    def observe(self, ctx, spec, t: Target, tag: str) -> Check:
+    def observe(self, inputs: GateInputs, run: Run, spec, t: Target, tag: str) -> Check:
         """One check on its own terms, with no expectation given (what a reference records)."""
-        return self.run(ctx, spec, t, tag)
+        return self.run(inputs, run, spec, t, tag)
 
-    def ran_on(self, ctx, spec, engine: str | None, e: str) -> list[str]:
+    def ran_on(self, gates, spec, engine: str | None, e: str) -> list[str]:
         """What it ran on engine e's own binaries, in words (summary.json's binary_gates)."""
         return [self.what] if self.wanted(spec) and e == engine else []
 
@@ -90,7 +129,8 @@ class GateKind:
         """The model files comparing two arms reads."""
         return list(models)
 
-    def compare_arms(self, ctx, arm_a: str, arm_b: str, models: list[str], paths: list[str | None], tag: str):
+    def compare_arms(self, inputs: GateInputs, run: Run, a: Engine, b: Engine, models: list[str],
+                     paths: list[str | None], tag: str):  # fmt: skip
         """Both arms' results and whether they agree: a row or a list of rows, each with phase and
         status (error: a run failed); the kind's arm_ok says which status agrees."""
         raise NotImplementedError
@@ -129,29 +169,29 @@ class GateKind:
         return (c.get("data") or {}).get("output")
 
 
-def gate_set_engine(ctx, spec) -> str | None:
+def gate_set_engine(gates, spec) -> str | None:
     """The engine the gate set's checks run on: --engine, else gates.engine (None: each check's
     default, the profile's first engine)."""
-    return spec.engine or ctx.profile.gates.engine
+    return spec.engine or gates.engine
 
 
-def binary_engine(ctx, spec) -> str | None:
+def binary_engine(inputs: GateInputs, spec) -> str | None:
     """The gate engine with the profile's first engine as the last default (the engine built)."""
-    return gate_set_engine(ctx, spec) or next(iter(ctx.profile.engines), None)
+    return gate_set_engine(inputs.gates, spec) or next(iter(inputs.engines), None)
 
 
-def set_paths(ctx, spec, engine: str | None) -> list[str | None]:
+def set_paths(inputs: GateInputs, spec, engine: str | None) -> list[str | None]:
     """The gate set's paths on the gate engine: the requested ones, else its default; all: every path."""
-    e = ctx.profile.engine(engine) if engine else None
+    e = inputs.engine(engine).section if engine else None
     paths = spec.paths or ([e.default_path] if e and e.default_path else [None])
     if "all" in paths:
         paths = list(e.paths) if e and e.paths else [None]
     return paths
 
 
-def engine_paths(ctx, engine: str, wanted: list[str]) -> list[str | None]:
+def engine_paths(eng: Engine, wanted: list[str]) -> list[str | None]:
     """The requested paths this engine has; else its default path (stock has no paged path)."""
-    e = ctx.profile.engine(engine)
+    e = eng.section
     if "all" in wanted:
         return list(e.paths) or [e.default_path]
     return [p for p in wanted if p in e.paths] or [e.default_path]

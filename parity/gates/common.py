@@ -1,4 +1,4 @@
-"""Helpers every gate kind shares: a path's env, model lookup, tool paths,
+"""Helpers every gate kind shares: model lookup, the gate engine, tool paths for a dry run,
 saving outputs into the run dir, and memoised file hashes."""
 
 from __future__ import annotations
@@ -8,69 +8,59 @@ import os
 from pathlib import Path
 
 from parity.paths import cache_dir
-from parity.engines import kind_of
-from parity.engines.base import engine_env
+from parity.context import Run
+from parity.engines.bound import Engine
 from parity.errors import ParityError, UsageError
-from parity.models.synth import ensure_model
 from parity.files import atomic_write_json, sha256_file as hash_file
+from parity.gates.base import GateInputs
 
 
-def path_env(ctx, engine: str, path: str | None) -> dict[str, str]:
-    """engine.env + engine.paths[path] (the default path when None)."""
-    return engine_env(ctx.profile, engine, path)
-
-
-def resolve_model(ctx, model: str) -> tuple[str, str]:
+def resolve_model(inputs: GateInputs, model: str) -> tuple[str, str]:
     """(label, file) for a profile model name or a GGUF path (prepared before the lock: here it is
     a lookup, parity.session.prepare made it)."""
-    if model in ctx.profile.models:
-        return model, ensure_model(ctx.profile, model)
+    if model in inputs.models:
+        return model, inputs.model_file(model)
     p = Path(model).expanduser()
     if p.is_file():
         return p.stem, str(p)
-    known = ", ".join(ctx.profile.models) or "none"
-    raise UsageError(f"model {model!r}: neither a model of profile {ctx.profile.name} ({known}) nor a file")
+    known = ", ".join(inputs.models) or "none"
+    raise UsageError(f"model {model!r}: neither a model of profile {inputs.profile} ({known}) nor a file")
 
 
-def tool(ctx, engine: str, name: str, dry: bool = False) -> str:
-    """A llama.cpp tool of the engine (NotApplicable for a kind without llama.cpp binaries); dry:
-    the cached build's path or a "<placeholder>", building nothing."""
-    return kind_of(ctx.profile, engine).tool_path(ctx.profile, engine, name, ctx.runner, ctx.out, dry=dry)
-
-
-def dry_tool(ctx, engine: str, name: str) -> str:
-    """tool(dry=True), or a "<placeholder>" naming why there is none (the go / no-go lists it)."""
+def dry_tool(eng: Engine, name: str, runner, out) -> str:
+    """The tool's cached build or a "<placeholder>", building nothing; a placeholder naming why
+    there is none (a kind without llama.cpp binaries: the go / no-go lists it)."""
     try:
-        return tool(ctx, engine, name, dry=True)
+        return eng.tool_path(name, runner, out, dry=True)
     except ParityError as e:
-        return f"<{name} of {engine}: {e}>"
+        return f"<{name} of {eng.name}: {e}>"
 
 
-def dry_model(ctx, model: str) -> tuple[str, str, dict[str, str]]:
+def dry_model(inputs: GateInputs, model: str) -> tuple[str, str, dict[str, str]]:
     """(label, file, {what: file} to check) for a dry run: the profile's path, made or not; a model
     made on the first real run (synth, hf) has nothing to check yet."""
-    m = ctx.profile.models.get(model)
+    m = inputs.models.get(model)
     if m is not None:
         return model, m.path, {} if (m.synth is not None or m.hf is not None) else {f"model {model}": m.path}
-    label, path = resolve_model(ctx, model)
+    label, path = resolve_model(inputs, model)
     return label, path, {}
 
 
-def gate_engine(ctx, engine: str | None) -> str:
-    engine = engine or ctx.profile.gates.engine or next(iter(ctx.profile.engines), None)
+def gate_engine(inputs: GateInputs, engine: str | None) -> Engine:
+    """The engine a check runs on: its own, else gates.engine, else the profile's first."""
+    engine = engine or inputs.gates.engine or next(iter(inputs.engines), None)
     if engine is None:
-        raise UsageError(f"profile {ctx.profile.name} has no engines to run gates with")
-    ctx.profile.engine(engine)
-    return engine
+        raise UsageError(f"profile {inputs.profile} has no engines to run gates with")
+    return inputs.engine(engine)
 
 
-def save(ctx, name: str, data: bytes | str) -> str | None:
+def save(run: Run, name: str, data: bytes | str) -> str | None:
     """Write into the run dir (when there is one); returns the relative name."""
-    if ctx.run is None:
+    if run.dir is None:
         return None
-    p = ctx.run.file(name)
+    p = run.dir.file(name)
     p.write_bytes(data if isinstance(data, bytes) else data.encode("utf-8", "surrogateescape"))
-    return str(p.relative_to(ctx.run.path))
+    return str(p.relative_to(run.dir.path))
 
 
 def sha256_file(path: str) -> str:

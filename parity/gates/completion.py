@@ -45,9 +45,9 @@ def is_complete(stdout: bytes) -> bool:
     return stdout.endswith(b"\n\n")
 
 
-def greedy_argv(binary: str, model: str, prompt: str, n_predict: int, seed: int, form: str, extra: list[str], ctx: int | None = None) -> list[str]:
-    """The gate's llama-completion command; ctx is its -c (the users' canonical md5s were recorded with -c 4096)."""
-    argv = [binary, "-m", model, *(["-c", str(ctx)] if ctx else []), *extra, "-p", prompt, "-n", str(n_predict), "--seed", str(seed)]
+def greedy_argv(binary: str, model: str, prompt: str, n_predict: int, seed: int, form: str, extra: list[str], n_ctx: int | None = None) -> list[str]:
+    """The gate's llama-completion command; n_ctx is its -c (the users' canonical md5s were recorded with -c 4096)."""
+    argv = [binary, "-m", model, *(["-c", str(n_ctx)] if n_ctx else []), *extra, "-p", prompt, "-n", str(n_predict), "--seed", str(seed)]
     if form == "no-cnv":
         argv.append("-no-cnv")
     return argv

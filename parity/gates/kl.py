@@ -18,11 +18,13 @@ import math
 from pathlib import Path
 
 from parity.paths import cache_dir
+from parity.context import Run
+from parity.engines.bound import Engine
 from parity.errors import ParityError, UsageError
 from parity.gates import kltext, perplexity
-from parity.gates.base import BOOL, LIST, GateKind, Target, set_paths
+from parity.gates.base import BOOL, LIST, GateInputs, GateKind, Target, set_paths
 from parity.gates.checks import ERROR, FAIL, NOT_RUN, PASS, Check
-from parity.gates.common import dry_model, dry_tool, gate_engine, path_env, resolve_model, save, sha256_file, tool
+from parity.gates.common import dry_model, dry_tool, gate_engine, resolve_model, save, sha256_file
 
 
 def text_file(kl, n_ctx: int) -> str:
@@ -68,23 +70,22 @@ def sweep_rows(checks: list[dict], contexts: list[int]) -> list[dict]:
     return sorted(rows, key=lambda r: (str(r["path"]), r["ctx"]))
 
 
-def _device_args(ctx, engine: str) -> list[str]:
-    return ["-ngl", "99"] if ctx.profile.engine(engine).cuda_archs else ["-t", "1"]
+def _device_args(eng: Engine) -> list[str]:
+    return ["-ngl", "99"] if eng.section.cuda_archs else ["-t", "1"]
 
 
-def reference_logits(ctx, engine: str, ref_file: str, text: str, n_ctx: int) -> Path:
-    """The cached --kl-divergence-base file for (reference model, text, ctx, chunks)."""
-    kl = ctx.profile.gates.kl
+def reference_logits(kl, run: Run, eng: Engine, ref_file: str, text: str, n_ctx: int) -> Path:
+    """The cached --kl-divergence-base file for (reference model, text, ctx, chunks); kl: gates.kl."""
     key = hashlib.sha256(f"{sha256_file(ref_file)}:{sha256_file(text)}:{n_ctx}:{kl.chunks}".encode()).hexdigest()[:24]
     logits = cache_dir() / "kl" / f"{key}.kld"
     if logits.is_file() and logits.stat().st_size > 0:
         return logits
     logits.parent.mkdir(parents=True, exist_ok=True)
     tmp = logits.with_suffix(".partial")
-    binary = tool(ctx, engine, "llama-perplexity")
-    argv = perplexity.base_argv(binary, ref_file, text, n_ctx, kl.chunks, str(tmp), _device_args(ctx, engine))
-    res = ctx.runner.run(argv, env=ctx.profile.engine(engine).env, timeout=kl.timeout_s)
-    save(ctx, f"gates/kl-base-{key}.txt", res.stdout + res.stderr)
+    binary = eng.tool_path("llama-perplexity", run.runner, run.out)
+    argv = perplexity.base_argv(binary, ref_file, text, n_ctx, kl.chunks, str(tmp), _device_args(eng))
+    res = run.runner.run(argv, env=eng.section.env, timeout=kl.timeout_s)
+    save(run, f"gates/kl-base-{key}.txt", res.stdout + res.stderr)
     if not res.ok or not tmp.is_file() or tmp.stat().st_size == 0:
         why = "timed out" if res.timed_out else f"exit {res.rc}"
         raise _KLRunError(f"saving reference logits failed ({why}): {res.tail(2)}")
@@ -100,15 +101,15 @@ class _KLRunError(ParityError):
     pass
 
 
-def kl_run(ctx, engine: str, model_file: str, logits: str, path: str | None, n_ctx: int) -> dict:
-    kl = ctx.profile.gates.kl
-    binary = tool(ctx, engine, "llama-perplexity")
-    argv = perplexity.kl_argv(binary, model_file, logits, n_ctx, kl.chunks, _device_args(ctx, engine))
-    env = path_env(ctx, engine, path)
+def kl_run(kl, run: Run, eng: Engine, model_file: str, logits: str, path: str | None, n_ctx: int) -> dict:
+    """One --kl-divergence run of model_file on eng's path against the logits; kl: gates.kl."""
+    binary = eng.tool_path("llama-perplexity", run.runner, run.out)
+    argv = perplexity.kl_argv(binary, model_file, logits, n_ctx, kl.chunks, _device_args(eng))
+    env = eng.path_env(path)
     retried = []
     tries = 1 + max(0, kl.retries)
     for attempt in range(1, tries + 1):
-        res = ctx.runner.run(argv, env=env, timeout=kl.timeout_s)
+        res = run.runner.run(argv, env=env, timeout=kl.timeout_s)
         stats = perplexity.parse(res.stdout + "\n" + res.stderr)
         if not (res.ok and "kld" not in stats) or attempt == tries:
             break
@@ -174,11 +175,11 @@ def _finite_kld(run: dict | None) -> bool:
     return bool(run and run["ok"] and "kld" in run["stats"] and math.isfinite(run["stats"]["kld"][0]))
 
 
-def kl_gate(ctx, candidate: str | None = None, baseline: str | None = None, reference: str | None = None,
-            engine: str | None = None, path: str | None = None, tag: str = "", n_ctx: int | None = None,
-            sweep: bool = False) -> Check:  # fmt: skip
+def kl_gate(inputs: GateInputs, run: Run, candidate: str | None = None, baseline: str | None = None,
+            reference: str | None = None, engine: str | None = None, path: str | None = None, tag: str = "",
+            n_ctx: int | None = None, sweep: bool = False) -> Check:  # fmt: skip
     """The KL check at n_ctx (None: gates.kl.ctx); sweep: a row of the drift sweep, named by its context."""
-    kl = ctx.profile.gates.kl
+    kl = inputs.gates.kl
     reference, baseline, candidate = reference or kl.reference, baseline or kl.baseline, candidate or kl.candidate
     n_ctx = n_ctx or kl.ctx
     at = f" ctx {n_ctx}" if sweep else ""
@@ -188,24 +189,25 @@ def kl_gate(ctx, candidate: str | None = None, baseline: str | None = None, refe
     if not baseline and kl.max_kld is None:
         return Check(name, "kl", "-", "-", ERROR, "no band: set gates.kl.baseline or gates.kl.max_kld", candidate, path)
     try:
-        engine = gate_engine(ctx, engine)
-        path = path or ctx.profile.engine(engine).default_path
+        eng = gate_engine(inputs, engine)
+        engine = eng.name
+        path = path or eng.section.default_path
         name = f"kl {candidate}/{path} vs {reference}{at}"
-        _, ref_file = resolve_model(ctx, reference)
-        _, cand_file = resolve_model(ctx, candidate)
-        base_file = resolve_model(ctx, baseline)[1] if baseline else None
+        _, ref_file = resolve_model(inputs, reference)
+        _, cand_file = resolve_model(inputs, candidate)
+        base_file = resolve_model(inputs, baseline)[1] if baseline else None
         kltext.check_long_enough(kl.text, kl.chunks, [n_ctx])  # checked before the build too (check_plan)
         text = text_file(kl, n_ctx)
-        logits = reference_logits(ctx, engine, ref_file, text, n_ctx)
-        cand = kl_run(ctx, engine, cand_file, str(logits), path, n_ctx)
-        base = kl_run(ctx, engine, base_file, str(logits), kl.baseline_path or path, n_ctx) if base_file else None
+        logits = reference_logits(kl, run, eng, ref_file, text, n_ctx)
+        cand = kl_run(kl, run, eng, cand_file, str(logits), path, n_ctx)
+        base = kl_run(kl, run, eng, base_file, str(logits), kl.baseline_path or path, n_ctx) if base_file else None
     except ParityError as e:
         return Check(name, "kl", "-", "-", ERROR, str(e), candidate, path, data={"ctx": n_ctx, "sweep": sweep})
     suffix = f"-ctx{n_ctx}" if sweep else ""
-    cand_out = save(ctx, f"gates/{tag}kl-{candidate}-{path}{suffix}.txt", cand.pop("text"))
+    cand_out = save(run, f"gates/{tag}kl-{candidate}-{path}{suffix}.txt", cand.pop("text"))
     base_out = None
     if base:
-        base_out = save(ctx, f"gates/{tag}kl-baseline-{baseline}-{base['path']}{suffix}.txt", base.pop("text"))
+        base_out = save(run, f"gates/{tag}kl-baseline-{baseline}-{base['path']}{suffix}.txt", base.pop("text"))
     data = {"candidate": {**cand, "output": cand_out}, "baseline": base and {**base, "output": base_out},
             "logits": str(logits), "text": text, "text_words": kltext.count_words(text), "text_sha256": sha256_file(text),
             "ctx": n_ctx, "chunks": kl.chunks, "sweep": sweep, "engine": engine, "reference": reference}  # fmt: skip
@@ -256,59 +258,59 @@ class KLGate(GateKind):
     def wanted(self, spec) -> bool:
         return bool(spec.kl or spec.kl_sweep)
 
-    def models(self, ctx, spec) -> list[str]:
-        kl = ctx.profile.gates.kl
+    def models(self, gates, spec) -> list[str]:
+        kl = gates.kl
         return [kl.reference, kl.candidate, kl.baseline] if self.wanted(spec) else []
 
-    def check_plan(self, profile, spec) -> None:
+    def check_plan(self, gates, spec) -> None:
         """The text holds enough words for the chunks at gates.kl.ctx and at every sweep context."""
-        sweep = sweep_contexts(spec.kl_sweep)
-        contexts = ([profile.gates.kl.ctx] if spec.kl else []) + sweep
-        if contexts and profile.gates.kl.reference and profile.gates.kl.candidate:
-            kltext.check_long_enough(profile.gates.kl.text, profile.gates.kl.chunks, contexts)
+        kl = gates.kl
+        contexts = ([kl.ctx] if spec.kl else []) + sweep_contexts(spec.kl_sweep)
+        if contexts and kl.reference and kl.candidate:
+            kltext.check_long_enough(kl.text, kl.chunks, contexts)
 
-    def expand(self, ctx, spec, engine) -> list[Target]:
+    def expand(self, inputs, spec, engine) -> list[Target]:
         """Per path: the gate at gates.kl.ctx (--kl), then one row per sweep context (--kl-sweep)."""
-        n = ctx.profile.gates.kl.ctx
+        n = inputs.gates.kl.ctx
         sweep = [c for c in sweep_contexts(spec.kl_sweep) if not (spec.kl and c == n)]  # --kl's row is that context's
         plan = []
-        for p in set_paths(ctx, spec, engine) if self.wanted(spec) else []:
+        for p in set_paths(inputs, spec, engine) if self.wanted(spec) else []:
             plan += ([Target(engine, path=p)] if spec.kl else []) + [Target(engine, path=p, n_ctx=c) for c in sweep]
         return plan
 
     def label(self, t: Target) -> str:
         return f"kl {t.path}" + (f" ctx {t.n_ctx}" if t.n_ctx else "")
 
-    def run(self, ctx, spec, t: Target, tag: str) -> Check:
-        return kl_gate(ctx, engine=t.engine, path=t.path, tag=tag, n_ctx=t.n_ctx, sweep=t.n_ctx is not None)
+    def run(self, inputs, run, spec, t: Target, tag: str) -> Check:
+        return kl_gate(inputs, run, engine=t.engine, path=t.path, tag=tag, n_ctx=t.n_ctx, sweep=t.n_ctx is not None)
 
-    def dry(self, ctx, spec, t: Target) -> dict:
+    def dry(self, inputs, runner, out, spec, t: Target) -> dict:
         """The reference logits (cached per model and text), then the candidate and baseline runs."""
-        kl = ctx.profile.gates.kl
+        kl = inputs.gates.kl
         if not kl.reference or not kl.candidate:
             return {"commands": [], "expected": "not run: gates.kl needs reference and candidate models", "files": {}}
-        engine = gate_engine(ctx, t.engine)
-        path = t.path or ctx.profile.engine(engine).default_path
-        binary = dry_tool(ctx, engine, "llama-perplexity")
-        files = {f"llama-perplexity of {engine}": binary}
-        (_, ref, f1), (_, cand, f2) = dry_model(ctx, kl.reference), dry_model(ctx, kl.candidate)
+        eng = gate_engine(inputs, t.engine)
+        path = t.path or eng.section.default_path
+        binary = dry_tool(eng, "llama-perplexity", runner, out)
+        files = {f"llama-perplexity of {eng.name}": binary}
+        (_, ref, f1), (_, cand, f2) = dry_model(inputs, kl.reference), dry_model(inputs, kl.candidate)
         files.update({**f1, **f2})
         n_ctx = t.n_ctx or kl.ctx
         planned = kltext.planned(cache_dir() / "kl", kl.chunks, n_ctx, kl.text_seed)
         text = str(Path(kl.text).expanduser()) if kl.text else str(planned)
         if kl.text:  # the generated text is made on the first real run, like a synthesized model
             files["gates.kl.text"] = text
-        dev, logits = _device_args(ctx, engine), "<cache>/kl/<sha of model, text, ctx, chunks>.kld"
+        dev, logits = _device_args(eng), "<cache>/kl/<sha of model, text, ctx, chunks>.kld"
 
         def kl_command(model_file: str, p: str | None) -> dict:
             argv = perplexity.kl_argv(binary, model_file, logits, n_ctx, kl.chunks, dev)
-            return {"argv": argv, "env": path_env(ctx, engine, p)}
+            return {"argv": argv, "env": eng.path_env(p)}
 
         base_argv = perplexity.base_argv(binary, ref, text, n_ctx, kl.chunks, logits, dev)
-        commands = [{"argv": base_argv, "env": dict(ctx.profile.engine(engine).env)}, kl_command(cand, path)]
+        commands = [{"argv": base_argv, "env": dict(eng.section.env)}, kl_command(cand, path)]
         bounds = [f"KLD <= {kl.max_kld:g}"] if kl.max_kld is not None else []
         if kl.baseline:
-            _, base, f3 = dry_model(ctx, kl.baseline)
+            _, base, f3 = dry_model(inputs, kl.baseline)
             files.update(f3)
             base_path = kl.baseline_path or path
             commands.append(kl_command(base, base_path))
@@ -333,22 +335,23 @@ class KLGate(GateKind):
         kl = profile.gates.kl
         return [kl.reference, kl.candidate or profile.serving.model]
 
-    def compare_arms(self, ctx, arm_a, arm_b, models, paths, tag) -> dict:
+    def compare_arms(self, inputs, run, a, b, models, paths, tag) -> dict:
         """KLD of the candidate model on each arm against the reference logits; B must stay in A's band."""
-        kl = ctx.profile.gates.kl
-        model = kl.candidate or ctx.profile.serving.model
-        _, ref_file = resolve_model(ctx, kl.reference)
-        _, cand_file = resolve_model(ctx, model)
+        kl = inputs.gates.kl
+        arm_a, arm_b = a.name, b.name
+        model = kl.candidate or inputs.serving_model
+        _, ref_file = resolve_model(inputs, kl.reference)
+        _, cand_file = resolve_model(inputs, model)
         text = text_file(kl, kl.ctx)
-        logits = reference_logits(ctx, arm_a, ref_file, text, kl.ctx)
-        path = ctx.profile.engine(arm_a).default_path
-        runs = {arm: kl_run(ctx, arm, cand_file, str(logits), path, kl.ctx) for arm in (arm_a, arm_b)}
+        logits = reference_logits(kl, run, a, ref_file, text, kl.ctx)
+        path = a.section.default_path
+        runs = {eng.name: kl_run(kl, run, eng, cand_file, str(logits), path, kl.ctx) for eng in (a, b)}
         for arm, r in runs.items():
-            if ctx.run:
-                ctx.run.write_text(f"gates/{tag}kl-{model}-{arm}.txt", r.pop("text", ""))
+            if run.dir is not None:
+                run.dir.write_text(f"gates/{tag}kl-{model}-{arm}.txt", r.pop("text", ""))
             else:
                 r.pop("text", None)
-        a, b = runs[arm_a], runs[arm_b]
+        a, b = runs[arm_a], runs[arm_b]  # the arms' runs from here on
         short = [arm for arm, r in runs.items() if r["ok"] and r["chunks"] != kl.chunks]
         if not (a["ok"] and b["ok"] and "kld" in a["stats"] and "kld" in b["stats"]):
             bad = [arm for arm, r in runs.items() if not (r["ok"] and "kld" in r["stats"])]
@@ -360,7 +363,7 @@ class KLGate(GateKind):
             bounds, problems = band(b["stats"], a["stats"], kl, arm_a)
             doc = {"status": "fail" if problems else "pass", "detail": "; ".join(problems or bounds), "kld": {arm: r["stats"]["kld"][0] for arm, r in runs.items()}}
         doc.update({"phase": tag.rstrip("-") or "pre", "model": model, "reference": kl.reference, "path": path, "arms": runs})
-        ctx.out.info(f"[gate] {tag}kl {model}/{path}: {doc['status']} ({doc['detail']})")
+        run.out.info(f"[gate] {tag}kl {model}/{path}: {doc['status']} ({doc['detail']})")
         return doc
 
     def arms_summary(self, rows: list[dict]) -> str:

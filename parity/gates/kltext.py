@@ -108,14 +108,14 @@ def generate(words: int, seed: int = 0) -> str:
     return "\n".join(out).strip("\n") + "\n"
 
 
-def needed_words(chunks: int, ctx: int) -> int:
-    """Words a text needs for `chunks` chunks of `ctx` tokens (llama-perplexity wants 2 x ctx at least)."""
-    return max(chunks, 2) * ctx
+def needed_words(chunks: int, n_ctx: int) -> int:
+    """Words a text needs for `chunks` chunks of `n_ctx` tokens (llama-perplexity wants 2 x n_ctx at least)."""
+    return max(chunks, 2) * n_ctx
 
 
-def generated(directory: Path, chunks: int, ctx: int, seed: int = 0) -> Path:
-    """The generated text for chunks x ctx, written into directory unless it is there, byte for byte."""
-    words = needed_words(chunks, ctx)
+def generated(directory: Path, chunks: int, n_ctx: int, seed: int = 0) -> Path:
+    """The generated text for chunks x n_ctx, written into directory unless it is there, byte for byte."""
+    words = needed_words(chunks, n_ctx)
     path = Path(directory) / f"text-s{seed}-{words}w.txt"
     data = generate(words, seed).encode()
     try:
@@ -127,9 +127,9 @@ def generated(directory: Path, chunks: int, ctx: int, seed: int = 0) -> Path:
     return path
 
 
-def planned(directory: Path, chunks: int, ctx: int, seed: int = 0) -> Path:
+def planned(directory: Path, chunks: int, n_ctx: int, seed: int = 0) -> Path:
     """Where generated() puts the text, making nothing (the dry run)."""
-    return Path(directory) / f"text-s{seed}-{needed_words(chunks, ctx)}w.txt"
+    return Path(directory) / f"text-s{seed}-{needed_words(chunks, n_ctx)}w.txt"
 
 
 def count_words(path: str | Path) -> int:
@@ -144,10 +144,10 @@ def check_long_enough(text: str | None, chunks: int, contexts: list[int], where:
     p = Path(text).expanduser()
     if not p.is_file():
         raise UsageError(f"{where}: file not found: {p}")
-    have, ctx = count_words(p), max(contexts)
-    need = needed_words(chunks, ctx)
+    have, n_ctx = count_words(p), max(contexts)
+    need = needed_words(chunks, n_ctx)
     if have < need:
         raise UsageError(
-            f"{where}: {p} has {have} words, too short for {chunks} chunks x {ctx} tokens (needs {need} words: "
+            f"{where}: {p} has {have} words, too short for {chunks} chunks x {n_ctx} tokens (needs {need} words: "
             f"{WORDS_PER_TOKEN_NOTE}); give a longer text, fewer gates.kl.chunks or a shorter context"
         )

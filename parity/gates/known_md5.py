@@ -68,11 +68,11 @@ def _resolve(transcript: str | None, base: Path) -> str | None:
     return str(p if p.is_absolute() else base / p)
 
 
-def lookup(profile, model: str, path: str, form: str, n_predict: int, registry: str | None = None) -> CanonicalMd5 | None:
-    """User registry entries win over the profile's (the newest accepted reference)."""
+def lookup(models: dict, model: str, path: str, form: str, n_predict: int, registry: str | None = None) -> CanonicalMd5 | None:
+    """User registry entries win over the profile's (models: its models section; the newest accepted reference)."""
     candidates = list(user_entries(registry_path(registry)).get(model, []))
-    if model in profile.models:
-        candidates += [replace(c, transcript=_resolve(c.transcript, Path.cwd())) for c in profile.models[model].canonical]
+    if model in models:
+        candidates += [replace(c, transcript=_resolve(c.transcript, Path.cwd())) for c in models[model].canonical]
     for c in candidates:
         if c.path == path and c.form == form and c.n_predict == n_predict:
             return c

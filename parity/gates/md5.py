@@ -10,25 +10,27 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from parity.context import Run
+from parity.engines.bound import Engine
 from parity.errors import ParityError, UsageError
-from parity.gates import completion, kltext, registry
+from parity.gates import completion, kltext, known_md5
 from parity.gates.kl import kl_gate, settles_md5
-from parity.gates.base import LIST, STR, GateKind, Target, engine_paths, set_paths
+from parity.gates.base import LIST, STR, GateInputs, GateKind, Target, engine_paths, set_paths
 from parity.gates.checks import ERROR, FAIL, PASS, Check
-from parity.gates.common import dry_model, dry_tool, gate_engine, path_env, resolve_model, save, tool
+from parity.gates.common import dry_model, dry_tool, gate_engine, resolve_model, save
 
 
-def greedy(ctx, engine: str, model_file: str, path: str | None, form: str, n_predict: int):
-    """A greedy run, repeated (up to gates.completion_retries more times, each
-    recorded) while its stdout is incomplete -- see completion.is_complete.
+def greedy(g, r: Run, eng: Engine, model_file: str, path: str | None, form: str, n_predict: int):
+    """A greedy run (g: the gates section), repeated (up to gates.completion_retries more times,
+    each recorded) while its stdout is incomplete -- see completion.is_complete.
     A crash or a timeout is not retried."""
-    g = ctx.profile.gates
-    argv = completion.greedy_argv(tool(ctx, engine, "llama-completion"), model_file, g.prompt, n_predict, g.seed, form, g.completion_args, g.ctx)
-    env = path_env(ctx, engine, path)
+    binary = eng.tool_path("llama-completion", r.runner, r.out)
+    argv = completion.greedy_argv(binary, model_file, g.prompt, n_predict, g.seed, form, g.completion_args, g.ctx)
+    env = eng.path_env(path)
     earlier: list[dict] = []
     tries = 1 + max(0, g.completion_retries)
     for attempt in range(1, tries + 1):
-        run = completion.run_greedy(ctx.runner, argv, env, g.timeout_s)
+        run = completion.run_greedy(r.runner, argv, env, g.timeout_s)
         if not run.ok or completion.is_complete(run.stdout) or attempt == tries:
             break
         earlier.append({"md5": run.md5, "bytes": len(run.stdout), "why": "incomplete stdout (no final blank line)"})
@@ -51,48 +53,50 @@ def run_problem(run, timeout_s: float) -> str | None:
     return None
 
 
-def _reference(ctx, model_file: str, form: str, tag: str):
+def _reference(inputs: GateInputs, r: Run, model_file: str, form: str, tag: str):
     """The reference engine's greedy run, once per gate phase and model."""
-    g = ctx.profile.gates
+    g = inputs.gates
     key = (tag, g.reference_engine, g.reference_path, model_file, form, g.n_predict)
-    memo = ctx.vars.setdefault("_gate_reference_runs", {})
+    memo = inputs.references
     if key not in memo:
-        memo[key] = greedy(ctx, g.reference_engine, model_file, g.reference_path, form, g.n_predict)
+        memo[key] = greedy(g, r, inputs.engine(g.reference_engine), model_file, g.reference_path, form, g.n_predict)
     return memo[key]
 
 
-def md5_gate(ctx, model: str, path: str | None, engine: str | None = None, expect: str | None = None, form: str | None = None, tag: str = "") -> Check:
-    g = ctx.profile.gates
+def md5_gate(inputs: GateInputs, r: Run, model: str, path: str | None, engine: str | None = None, expect: str | None = None,
+             form: str | None = None, tag: str = "") -> Check:  # fmt: skip
+    g = inputs.gates
     form = form or g.form
     try:
-        engine = gate_engine(ctx, engine)
+        eng = gate_engine(inputs, engine)
     except ParityError as e:
         return Check(f"md5 {model}/{path}", "md5", expect or "-", "-", ERROR, str(e), model, path)
-    path = path or ctx.profile.engine(engine).default_path
+    engine = eng.name
+    path = path or eng.section.default_path
     name = f"md5 {model}/{path}" + (f" [{engine}]" if engine != g.engine else "")
     label = model
     try:
         if form not in ("chat", "no-cnv"):
             raise UsageError(f"prompt form {form!r}: expected chat or no-cnv")
-        label, model_file = resolve_model(ctx, model)
+        label, model_file = resolve_model(inputs, model)
         expected, provenance, ref_bytes = expect, "--expect", None
-        canonical = None if expect else registry.lookup(ctx.profile, label, path, form, g.n_predict, ctx.vars.get("registry"))
+        canonical = None if expect else known_md5.lookup(inputs.models, label, path, form, g.n_predict, inputs.registry)
         if canonical:
             expected, provenance = canonical.md5, canonical.validated or "registry (no provenance given)"
             if canonical.transcript and Path(canonical.transcript).is_file():
                 ref_bytes = Path(canonical.transcript).read_bytes()
         elif not expected and g.reference_engine:
-            ref = _reference(ctx, model_file, form, tag)
+            ref = _reference(inputs, r, model_file, form, tag)
             problem = run_problem(ref, g.timeout_s)
             if problem:
                 return Check(name, "md5", "-", "-", ERROR, f"reference build {g.reference_engine} failed: {problem}", label, path)
             expected, ref_bytes = ref.md5, ref.stdout
             provenance = f"reference: {g.reference_engine} build, path {g.reference_path or 'default'}, same session"
-            save(ctx, f"gates/{tag}md5-{label}-reference.out", ref.stdout)
-        run = greedy(ctx, engine, model_file, path, form, g.n_predict)
+            save(r, f"gates/{tag}md5-{label}-reference.out", ref.stdout)
+        run = greedy(g, r, eng, model_file, path, form, g.n_predict)
     except ParityError as e:
         return Check(name, "md5", expect or "-", "-", ERROR, str(e), label, path)
-    transcript = save(ctx, f"gates/{tag}md5-{label}-{path}" + (f"-{engine}" if engine != g.engine else "") + ".out", run.stdout)
+    transcript = save(r, f"gates/{tag}md5-{label}-{path}" + (f"-{engine}" if engine != g.engine else "") + ".out", run.stdout)
     data = {
         "engine": engine,
         "form": form,
@@ -136,61 +140,61 @@ class Md5Gate(GateKind):
     def defaults(self, g) -> dict:
         return {"models": list(g.models), "paths": list(g.paths)}
 
-    def engines(self, ctx, spec, engine):
+    def engines(self, gates, spec, engine):
         """The gated builds (several with spec.engines) and the reference build that defines the md5."""
         if not spec.models:
             return []
-        ref = ctx.profile.gates.reference_engine
+        ref = gates.reference_engine
         return [*(spec.engines or [engine]), *([ref] if ref and not spec.expect else [])]
 
-    def models(self, ctx, spec) -> list[str]:
+    def models(self, gates, spec) -> list[str]:
         """The gated models, and the KL gate's when a changed md5 of its candidate runs it."""
-        kl = ctx.profile.gates.kl
+        kl = gates.kl
         return list(spec.models) + ([kl.reference, kl.candidate, kl.baseline] if _kl_on_change(kl, spec) else [])
 
-    def check_plan(self, profile, spec) -> None:
-        kl = profile.gates.kl
+    def check_plan(self, gates, spec) -> None:
+        kl = gates.kl
         if _kl_on_change(kl, spec):
             kltext.check_long_enough(kl.text, kl.chunks, [kl.ctx], "gates.kl.text (gates.kl.on_md5_change)")
 
-    def expand(self, ctx, spec, engine) -> list[Target]:
+    def expand(self, inputs, spec, engine) -> list[Target]:
         """Per engine, model x path; an engine other than the gate engine runs the requested paths it has."""
-        paths = set_paths(ctx, spec, engine)
-        plan = [(eng, paths if eng == engine else engine_paths(ctx, eng, spec.paths)) for eng in spec.engines or [engine]]
+        paths = set_paths(inputs, spec, engine)
+        plan = [(eng, paths if eng == engine else engine_paths(inputs.engine(eng), spec.paths)) for eng in spec.engines or [engine]]
         return [Target(eng, m, p) for eng, eng_paths in plan for m in spec.models for p in eng_paths]
 
     def label(self, t: Target) -> str:
         return f"md5 {t.model}/{t.path} {t.engine or ''}"
 
-    def run(self, ctx, spec, t: Target, tag: str) -> Check:
+    def run(self, inputs, run, spec, t: Target, tag: str) -> Check:
         """The md5 check; a changed md5 on a path of gates.kl.on_md5_change runs the KL gate before
         the run is accepted (the users' rule: a lossy change is KL-validated, or rejected)."""
-        c = md5_gate(ctx, t.model, t.path, t.engine, spec.expect, spec.form, tag)
-        if c.status != FAIL or not settles_md5(ctx.profile.gates.kl, c.model, c.path):
+        c = md5_gate(inputs, run, t.model, t.path, t.engine, spec.expect, spec.form, tag)
+        if c.status != FAIL or not settles_md5(inputs.gates.kl, c.model, c.path):
             return c
-        ctx.out.info(f"[gate] md5 {c.model}/{c.path} changed ({c.got}, expected {c.expected}): "
+        run.out.info(f"[gate] md5 {c.model}/{c.path} changed ({c.got}, expected {c.expected}): "
                      "running the KL gate (gates.kl.on_md5_change)")
-        return judged_by_kl(c, kl_gate(ctx, candidate=c.model, engine=t.engine, path=c.path, tag=f"{tag}md5-"))
+        return judged_by_kl(c, kl_gate(inputs, run, candidate=c.model, engine=t.engine, path=c.path, tag=f"{tag}md5-"))
 
-    def dry(self, ctx, spec, t: Target) -> dict:
+    def dry(self, inputs, runner, out, spec, t: Target) -> dict:
         """The greedy command on t's path and the md5 it is held to (and the reference build's
         command, when that build defines it in the same session)."""
-        g = ctx.profile.gates
+        g = inputs.gates
         form = spec.form or g.form
-        engine = gate_engine(ctx, t.engine)
-        path = t.path or ctx.profile.engine(engine).default_path
-        label, model_file, files = dry_model(ctx, t.model)
+        eng = gate_engine(inputs, t.engine)
+        engine = eng.name
+        path = t.path or eng.section.default_path
+        label, model_file, files = dry_model(inputs, t.model)
 
-        def command(eng: str, p: str | None) -> dict:
-            binary = dry_tool(ctx, eng, "llama-completion")
-            files[f"llama-completion of {eng}"] = binary
+        def command(e: Engine, p: str | None) -> dict:
+            binary = dry_tool(e, "llama-completion", runner, out)
+            files[f"llama-completion of {e.name}"] = binary
             argv = completion.greedy_argv(binary, model_file, g.prompt, g.n_predict, g.seed, form, g.completion_args,
                                           g.ctx)
-            return {"argv": argv, "env": path_env(ctx, eng, p)}
+            return {"argv": argv, "env": e.path_env(p)}
 
-        commands = [command(engine, path)]
-        user_registry = ctx.vars.get("registry")
-        canonical = None if spec.expect else registry.lookup(ctx.profile, label, path, form, g.n_predict, user_registry)
+        commands = [command(eng, path)]
+        canonical = None if spec.expect else known_md5.lookup(inputs.models, label, path, form, g.n_predict, inputs.registry)
         if spec.expect:
             expected = f"{spec.expect} (--expect)"
         elif canonical:
@@ -198,56 +202,57 @@ class Md5Gate(GateKind):
         elif g.reference_engine:
             expected = f"the md5 of the reference build {g.reference_engine} (path {g.reference_path or 'default'}), "
             expected += "same session"
-            commands.insert(0, command(g.reference_engine, g.reference_path))
+            commands.insert(0, command(inputs.engine(g.reference_engine), g.reference_path))
         else:
             expected = (f"none: no canonical md5 for {label}/{path}/{form}/n={g.n_predict} (the run reports the "
                         "observed md5; --record proposes it)")
         if settles_md5(g.kl, label, path):  # the real run prepares the KL gate's models and binary for it
             expected += "; a changed md5 runs the KL gate, accepted within its band (gates.kl.on_md5_change)"
-            files[f"llama-perplexity of {engine}"] = dry_tool(ctx, engine, "llama-perplexity")
+            files[f"llama-perplexity of {engine}"] = dry_tool(eng, "llama-perplexity", runner, out)
             for m in filter(None, (g.kl.reference, g.kl.baseline)):
-                files.update(dry_model(ctx, m)[2])
+                files.update(dry_model(inputs, m)[2])
         return {"commands": commands, "expected": expected, "files": files}
 
-    def observe(self, ctx, spec, t: Target, tag: str) -> Check:
+    def observe(self, inputs, run, spec, t: Target, tag: str) -> Check:
         """The greedy md5 of t's engine, expecting nothing (pass: a usable transcript)."""
-        g = ctx.profile.gates
-        engine = gate_engine(ctx, t.engine)
-        label, model_file = resolve_model(ctx, t.model)
-        run, transcript = _observed(ctx, engine, model_file, t.path, spec.form or g.form, f"gates/{tag}md5-{label}-{t.path}.out")
-        problem = run_problem(run, g.timeout_s)
-        data = {"engine": engine, "transcript": transcript, "seconds": round(run.seconds, 2), "env": run.env}
-        return Check(f"md5 {label}/{t.path}", "md5", "-", run.md5 if run.stdout else "-", ERROR if problem else PASS, problem or "", label, t.path, data=data)
+        g = inputs.gates
+        eng = gate_engine(inputs, t.engine)
+        label, model_file = resolve_model(inputs, t.model)
+        res, transcript = _observed(g, run, eng, model_file, t.path, spec.form or g.form, f"gates/{tag}md5-{label}-{t.path}.out")
+        problem = run_problem(res, g.timeout_s)
+        data = {"engine": eng.name, "transcript": transcript, "seconds": round(res.seconds, 2), "env": res.env}
+        return Check(f"md5 {label}/{t.path}", "md5", "-", res.md5 if res.stdout else "-", ERROR if problem else PASS, problem or "", label, t.path, data=data)
 
-    def ran_on(self, ctx, spec, engine, e: str) -> list[str]:
+    def ran_on(self, gates, spec, engine, e: str) -> list[str]:
         if spec.models and e in (spec.engines or [engine]):
             return [f"md5 of {', '.join(spec.models)}"]
-        if spec.models and not spec.expect and e == ctx.profile.gates.reference_engine:
+        if spec.models and not spec.expect and e == gates.reference_engine:
             return ["the md5 reference"]
         return []
 
-    def compare_arms(self, ctx, arm_a, arm_b, models, paths, tag) -> list[dict]:
+    def compare_arms(self, inputs, run, a, b, models, paths, tag) -> list[dict]:
         """Per model x path: both arms' greedy md5, and whether they are equal."""
-        g = ctx.profile.gates
+        g = inputs.gates
+        arm_a, arm_b = a.name, b.name
         out = []
         for model in models:
-            label, model_file = resolve_model(ctx, model)
+            label, model_file = resolve_model(inputs, model)
             for path in paths:
                 runs, stdout = {}, {}
-                for arm in (arm_a, arm_b):
-                    r, _ = _observed(ctx, arm, model_file, path, g.form, f"gates/{tag}md5-{label}-{path}-{arm}.out")
+                for arm, eng in ((arm_a, a), (arm_b, b)):
+                    r, _ = _observed(g, run, eng, model_file, path, g.form, f"gates/{tag}md5-{label}-{path}-{arm}.out")
                     stdout[arm] = r.stdout
                     runs[arm] = {"md5": r.md5 if r.stdout else None, "problem": run_problem(r, g.timeout_s), "seconds": round(r.seconds, 2), "env": r.env}
-                a, b = runs[arm_a], runs[arm_b]
-                if a["problem"] or b["problem"]:
+                ra, rb = runs[arm_a], runs[arm_b]
+                if ra["problem"] or rb["problem"]:
                     status, detail = "error", "; ".join(f"{arm}: {runs[arm]['problem']}" for arm in (arm_a, arm_b) if runs[arm]["problem"])
-                elif a["md5"] == b["md5"]:
-                    status, detail = "equal", a["md5"]
+                elif ra["md5"] == rb["md5"]:
+                    status, detail = "equal", ra["md5"]
                 else:
                     status = "differ"
-                    detail = f"{arm_a} {a['md5']} != {arm_b} {b['md5']}; " + completion.first_divergence(stdout[arm_b], stdout[arm_a])
+                    detail = f"{arm_a} {ra['md5']} != {arm_b} {rb['md5']}; " + completion.first_divergence(stdout[arm_b], stdout[arm_a])
                 out.append({"phase": tag.rstrip("-") or "pre", "model": label, "path": path, "status": status, "detail": detail, "arms": runs})
-                ctx.out.info(f"[gate] {tag}md5 {label}/{path}: {status} ({detail})")
+                run.out.info(f"[gate] {tag}md5 {label}/{path}: {status} ({detail})")
         return out
 
     def arm_ok(self, row: dict) -> bool:
@@ -288,10 +293,10 @@ def judged_by_kl(c: Check, k: Check) -> Check:
     return replace(c, status=FAIL, detail=f"md5 changed and KL {k.status}: {k.detail}", data=data)
 
 
-def _observed(ctx, engine: str, model_file: str, path: str | None, form: str, name: str):
-    """A greedy run of engine, its stdout saved in the run dir as name: (run, saved name)."""
-    run = greedy(ctx, engine, model_file, path, form, ctx.profile.gates.n_predict)
-    return run, save(ctx, name, run.stdout)
+def _observed(g, r: Run, eng: Engine, model_file: str, path: str | None, form: str, name: str):
+    """A greedy run of eng, its stdout saved in the run dir as name: (run, saved name)."""
+    run = greedy(g, r, eng, model_file, path, form, g.n_predict)
+    return run, save(r, name, run.stdout)
 
 
 KIND = Md5Gate()

@@ -6,27 +6,29 @@ in the artifact."""
 
 from __future__ import annotations
 
+from parity.context import Run
 from parity.errors import ParityError
 from parity.gates import test_backend_ops as tbo
-from parity.gates.base import LIST, STR, GateKind, Target
+from parity.gates.base import LIST, STR, GateInputs, GateKind, Target
 from parity.gates.checks import ERROR, FLAKY, PASS, Check
-from parity.gates.common import dry_tool, gate_engine, save, tool
+from parity.gates.common import dry_tool, gate_engine, save
 
 
-def op_gate(ctx, op: str, backend: str | None = None, engine: str | None = None, tag: str = "") -> Check:
-    g = ctx.profile.gates
+def op_gate(inputs: GateInputs, run: Run, op: str, backend: str | None = None, engine: str | None = None, tag: str = "") -> Check:
+    g = inputs.gates
     backend = backend or g.op_backend
     params = g.op_params.get(op)
     name = f"op {op} [{backend}]" if not params else f"op {op} ({params}) [{backend}]"
     try:
-        engine = gate_engine(ctx, engine)
-        binary = tool(ctx, engine, "test-backend-ops")
+        eng = gate_engine(inputs, engine)
+        binary = eng.tool_path("test-backend-ops", run.runner, run.out)
     except ParityError as e:
         return Check(name, "op", "all", "-", ERROR, str(e))
+    engine = eng.name
     attempts = []
     for attempt in range(1, 2 + max(0, g.op_retries)):
-        res = ctx.runner.run(tbo.argv(binary, op, backend, params), env=ctx.profile.engine(engine).env, timeout=g.op_timeout_s)
-        output = save(ctx, f"gates/{tag}op-{op}-{backend}-{attempt}.txt", res.stdout + res.stderr)
+        res = run.runner.run(tbo.argv(binary, op, backend, params), env=eng.section.env, timeout=g.op_timeout_s)
+        output = save(run, f"gates/{tag}op-{op}-{backend}-{attempt}.txt", res.stdout + res.stderr)
         if res.timed_out:
             status, got, detail = ERROR, "-", f"timed out after {g.op_timeout_s:g} s (gates.op_timeout_s)"
         elif res.rc in (126, 127) and not res.stdout:
@@ -61,26 +63,26 @@ class OpGate(GateKind):
     def defaults(self, g) -> dict:
         return {"ops": list(g.ops)}
 
-    def expand(self, ctx, spec, engine) -> list[Target]:
+    def expand(self, inputs, spec, engine) -> list[Target]:
         return [Target(engine, op=op) for op in spec.ops]
 
     def label(self, t: Target) -> str:
         return f"op {t.op}"
 
-    def run(self, ctx, spec, t: Target, tag: str) -> Check:
-        return op_gate(ctx, t.op, spec.backend, t.engine, tag)
+    def run(self, inputs, run, spec, t: Target, tag: str) -> Check:
+        return op_gate(inputs, run, t.op, spec.backend, t.engine, tag)
 
-    def dry(self, ctx, spec, t: Target) -> dict:
-        g = ctx.profile.gates
-        engine = gate_engine(ctx, t.engine)
-        binary = dry_tool(ctx, engine, "test-backend-ops")
+    def dry(self, inputs, runner, out, spec, t: Target) -> dict:
+        g = inputs.gates
+        eng = gate_engine(inputs, t.engine)
+        binary = dry_tool(eng, "test-backend-ops", runner, out)
         argv = tbo.argv(binary, t.op, spec.backend or g.op_backend, g.op_params.get(t.op))
         n = g.op_retries
         retries = f", {n} retr{'y' if n == 1 else 'ies'} (a pass on one is flaky)" if n else ", no retry"
-        return {"commands": [{"argv": argv, "env": dict(ctx.profile.engine(engine).env)}],
-                "expected": f"every case passes{retries}", "files": {f"test-backend-ops of {engine}": binary}}
+        return {"commands": [{"argv": argv, "env": dict(eng.section.env)}],
+                "expected": f"every case passes{retries}", "files": {f"test-backend-ops of {eng.name}": binary}}
 
-    def ran_on(self, ctx, spec, engine, e: str) -> list[str]:
+    def ran_on(self, gates, spec, engine, e: str) -> list[str]:
         return [f"op-oracle {', '.join(spec.ops)}"] if spec.ops and e == engine else []
 
     def users_name(self, c: dict, gate_engine, default_paths) -> str:

@@ -63,9 +63,9 @@ def is_finite(stats: dict[str, Stat], key: str) -> bool:
     return key in stats and math.isfinite(stats[key].value)
 
 
-def base_argv(binary: str, model: str, text: str, ctx: int, chunks: int, logits: str, extra: list[str]) -> list[str]:
-    return [binary, "-m", model, "-f", text, "-c", str(ctx), "--chunks", str(chunks), "--kl-divergence-base", logits, *extra]
+def base_argv(binary: str, model: str, text: str, n_ctx: int, chunks: int, logits: str, extra: list[str]) -> list[str]:
+    return [binary, "-m", model, "-f", text, "-c", str(n_ctx), "--chunks", str(chunks), "--kl-divergence-base", logits, *extra]
 
 
-def kl_argv(binary: str, model: str, logits: str, ctx: int, chunks: int, extra: list[str]) -> list[str]:
-    return [binary, "-m", model, "-c", str(ctx), "--chunks", str(chunks), "--kl-divergence-base", logits, "--kl-divergence", *extra]
+def kl_argv(binary: str, model: str, logits: str, n_ctx: int, chunks: int, extra: list[str]) -> list[str]:
+    return [binary, "-m", model, "-c", str(n_ctx), "--chunks", str(chunks), "--kl-divergence-base", logits, "--kl-divergence", *extra]

@@ -18,7 +18,7 @@ from parity import tables
 from parity.errors import UsageError
 from parity.files import atomic_write_text
 from parity.results import check, load_json, model
-from parity.gates import registry, test_backend_ops as tbo
+from parity.gates import known_md5, test_backend_ops as tbo
 from parity.gates.checks import PASS
 from parity.gates.kinds import of_check
 
@@ -48,24 +48,29 @@ def _details(c: dict, run_path: Path | None) -> str:
     return rel or c.get("detail") or ""
 
 
-def rows_from_sets(sets: dict[str, dict], profile, run_path: Path | None = None) -> list[list[str]]:
-    """parity's gate sets (gates.json phases) as the users' rows."""
-    g = profile.gates
-    defaults = {n: getattr(e, "default_path", None) for n, e in profile.engines.items()}
+def default_paths(engines: dict) -> dict[str, str | None]:
+    """{engine: its default path} of the profile's engines section (the users' rows omit it)."""
+    return {n: getattr(e, "default_path", None) for n, e in engines.items()}
+
+
+def rows_from_sets(sets: dict[str, dict], gate_engine: str | None, defaults: dict[str, str | None],
+                   run_path: Path | None = None) -> list[list[str]]:  # fmt: skip
+    """parity's gate sets (gates.json phases) as the users' rows; gate_engine: gates.engine,
+    defaults: each engine's default path (default_paths)."""
     rows = []
     for phase, s in sets.items():
         for c in s.get("checks", []):
             kind = of_check(c.get("kind"))  # each kind names its rows, their status and output file
             actual = "" if (c.get("got") or "-") == "-" else c["got"]
-            rows.append([phase, kind.users_name(c, g.engine, defaults), kind.users_status(c), actual, kind.users_expected(c), _details(c, run_path)])
+            rows.append([phase, kind.users_name(c, gate_engine, defaults), kind.users_status(c), actual, kind.users_expected(c), _details(c, run_path)])
     if "pre" in sets and "post" not in sets:
         rows.append(["post", "all", "skipped", "", "", "post-gate not run (yet)"])
     return rows
 
 
-def write(run, sets: dict[str, dict], profile) -> None:
+def write(run, sets: dict[str, dict], gate_engine: str | None, defaults: dict[str, str | None]) -> None:
     """gate_summary.tsv (the users' layout) and gate_checks.tsv (parity's) into the run dir."""
-    run.write_text(FILE, render(rows_from_sets(sets, profile, run.path)))
+    run.write_text(FILE, render(rows_from_sets(sets, gate_engine, defaults, run.path)))
     own = [(phase, c["check"], c["expected"], c["got"], c["status"]) for phase, s in sets.items() for c in s["checks"]]
     run.write_text(OWN_FILE, tables.tsv(OWN_COLUMNS, own))
 
@@ -126,7 +131,7 @@ def expected_md5s(profile, registry_file: str | None = None) -> dict[str, str]:
     path = profile.engines[g.engine].default_path if g.engine in profile.engines else None
     out = {}
     for m in g.models:
-        c = registry.lookup(profile, m, path, g.form, g.n_predict, registry_file)
+        c = known_md5.lookup(profile.models, m, path, g.form, g.n_predict, registry_file)
         if c:
             out[m] = c.md5
     return out
@@ -141,9 +146,9 @@ def summarize(ctx, req: SummarizeRequest) -> dict:
     gates_json = art / "gates.json"
     if gates_json.is_file():  # a parity run: the same rows its gates wrote
         sets = {k: v for k, v in check(load_json(gates_json), model.Gates, gates_json, "gates file").data.items() if k != "status"}
-        rows = rows_from_sets(sets, ctx.profile, art)
+        rows = rows_from_sets(sets, ctx.profile.gates.engine, default_paths(ctx.profile.engines), art)
     else:
-        expected = req.expect if req.expect is not None else expected_md5s(ctx.profile, ctx.vars.get("registry"))
+        expected = req.expect if req.expect is not None else expected_md5s(ctx.profile)
         rows = summarize_dir(art, expected, req.backend or ctx.profile.gates.op_backend)
 
     out = art / FILE

@@ -215,17 +215,17 @@ def line(doc: dict) -> str:
     return f"memory_bandwidth={pub}; {meas}"
 
 
-def write_bandwidth(ctx, info: dict) -> dict | None:
-    """bandwidth.json (and its hardware.txt line) in ctx.run; PARITY_BANDWIDTH=off skips the copy,
-    fresh measures even when this boot has a figure."""
-    if ctx.run is None:
+def write_bandwidth(run_dir, runner, info: dict) -> dict | None:
+    """bandwidth.json (and its hardware.txt line) in run_dir (a RunDir, or None: nothing);
+    PARITY_BANDWIDTH=off skips the copy, fresh measures even when this boot has a figure."""
+    if run_dir is None:
         return None
     mode = os.environ.get("PARITY_BANDWIDTH", "on")
-    doc = bandwidth(info, local=getattr(ctx.runner, "host", "local") == "local", measure=mode != "off", fresh=mode == "fresh")
-    ctx.run.write_json("bandwidth.json", doc)
-    hw = ctx.run.path / "hardware.txt"
+    doc = bandwidth(info, local=getattr(runner, "host", "local") == "local", measure=mode != "off", fresh=mode == "fresh")
+    run_dir.write_json("bandwidth.json", doc)
+    hw = run_dir.path / "hardware.txt"
     if hw.is_file():
-        ctx.run.write_text("hardware.txt", hw.read_text() + line(doc) + "\n")
+        run_dir.write_text("hardware.txt", hw.read_text() + line(doc) + "\n")
     return doc
 
 

@@ -148,19 +148,19 @@ def render(info: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_hardware(ctx, bandwidth: bool = True) -> dict:
-    """Inventory -> hardware.txt + hardware.json in ctx.run (when there is one); warns on a class
-    other than the profile's hardware_class.  Call before any server starts.  bandwidth: also
-    bandwidth.json, the published and measured memory bandwidth (parity.gpu.bandwidth)."""
-    info = inventory(ctx.runner)
-    if ctx.run is not None:
-        ctx.run.write_text("hardware.txt", render(info))
-        ctx.run.write_json("hardware.json", info)
+def write_hardware(runner, out, run_dir, expected: str | None, bandwidth: bool = True) -> dict:
+    """Inventory -> hardware.txt + hardware.json in run_dir (a RunDir, or None: nothing written);
+    warns on a class other than `expected` (the profile's hardware_class).  Call before any server
+    starts.  bandwidth: also bandwidth.json, the published and measured memory bandwidth
+    (parity.gpu.bandwidth)."""
+    info = inventory(runner)
+    if run_dir is not None:
+        run_dir.write_text("hardware.txt", render(info))
+        run_dir.write_json("hardware.json", info)
         if bandwidth:
-            write_bandwidth(ctx, info)
-    expected = ctx.profile.hardware_class
+            write_bandwidth(run_dir, runner, info)
     if expected and info["hardware_class"] != expected:
-        ctx.out.warn(f"hardware_class is {info['hardware_class']}, the profile expects {expected}: numbers are not comparable with that class")
+        out.warn(f"hardware_class is {info['hardware_class']}, the profile expects {expected}: numbers are not comparable with that class")
     return info
 
 

@@ -568,24 +568,19 @@ def holding(lock: GpuLock, runner, out, timeout: float | None = None, break_stal
 
 
 @contextmanager
-def held_lock(ctx, timeout: float | None = None, break_stale: bool = False):
-    """The GPU lock for this context (re-entrant per ctx), released on any exit."""
-    if ctx.vars.get("_gpu_lock") is not None:
-        yield ctx.vars["_gpu_lock"]
-        return
-    if getattr(ctx.runner, "host", "local") != "local":
+def held_lock(config: LockConfig, runner, out, run_dir=None, run_id: str | None = None, artifacts_root=None,
+              timeout: float | None = None, break_stale: bool = False):
+    """The GPU lock of `config` (the profile's lock section), released on any exit; lock.json in
+    run_dir (a RunDir, or None).  Not re-entrant: session.locked keeps one hold per context."""
+    if getattr(runner, "host", "local") != "local":
         raise UsageError("the GPU lock is taken by the parity that runs on the GPU host (use --host to delegate), not through a remote runner")
-    lock = GpuLock(ctx.profile.lock, run_id=ctx.run_id)
-    with holding(lock, ctx.runner, ctx.out, timeout, break_stale) as info:
-        settle_reclaimed(lock, ctx.artifacts_root, ctx.out)
-        ctx.vars["_gpu_lock"] = lock
-        try:
-            if ctx.run is not None:
-                ctx.run.write_json("lock.json", {"owner": lock.record, "dir": str(lock.dir), "inherited": lock.inherited, "preflight": info})
-            ctx.out.info(f"GPU lock {'inherited' if lock.inherited else 'taken'}: {lock.record}")
-            yield lock
-        finally:
-            ctx.vars.pop("_gpu_lock", None)
+    lock = GpuLock(config, run_id=run_id)
+    with holding(lock, runner, out, timeout, break_stale) as info:
+        settle_reclaimed(lock, artifacts_root, out)
+        if run_dir is not None:
+            run_dir.write_json("lock.json", {"owner": lock.record, "dir": str(lock.dir), "inherited": lock.inherited, "preflight": info})
+        out.info(f"GPU lock {'inherited' if lock.inherited else 'taken'}: {lock.record}")
+        yield lock
 
 
 def settle_reclaimed(lock: GpuLock, artifacts_root, out) -> None:

@@ -28,11 +28,12 @@ class LockRequest:
     command: list[str] = field(default_factory=list)  # run: the command after --
 
 
-def _lock(ctx, req: LockRequest, who=None, run_id=None):
+def _lock(config, req: LockRequest, who=None, run_id=None) -> GpuLock:
+    """The lock of `config` (the profile's lock section) at --lock-dir; --timeout checked."""
     if req.timeout is not None:
         req.timeout = positive_seconds(req.timeout, "--timeout")
 
-    return GpuLock(ctx.profile.lock, req.lock_dir, run_id, who)
+    return GpuLock(config, req.lock_dir, run_id, who)
 
 
 def _run_id(kind: str) -> str:
@@ -40,7 +41,7 @@ def _run_id(kind: str) -> str:
 
 
 def status(ctx, req: LockRequest) -> dict:
-    lock = _lock(ctx, req)
+    lock = _lock(ctx.profile.lock, req)
     st = lock.read()
     pf = preflight(ctx.runner, ctx.profile.lock)
     ready = lock.acquirable(st) and pf["idle"]
@@ -51,7 +52,7 @@ def acquire(ctx, req: LockRequest) -> dict:
     owner, pid, timeout, break_stale = req.owner, req.pid, req.timeout, req.break_stale
     if pid is not None and (pid <= 0 or not pid_alive(pid)):
         raise UsageError(f"--pid {pid}: no such live process on this host")
-    lock = _lock(ctx, req, who=owner, run_id=_run_id("acquire"))
+    lock = _lock(ctx.profile.lock, req, who=owner, run_id=_run_id("acquire"))
     try:
         if req.no_wait:
             pf = preflight(ctx.runner, ctx.profile.lock)
@@ -73,7 +74,7 @@ def acquire(ctx, req: LockRequest) -> dict:
 
 def release(ctx, req: LockRequest) -> dict:
     owner, force = req.owner, req.force
-    lock = _lock(ctx, req, who=owner)
+    lock = _lock(ctx.profile.lock, req, who=owner)
     st = lock.read()
     if st.state == "legacy":
         raise UsageError(f"{lock.dir} is a legacy empty-directory lock held by an old harness; its holder releases it with rmdir, not parity")
@@ -91,7 +92,7 @@ def release(ctx, req: LockRequest) -> dict:
 
 
 def wait(ctx, req: LockRequest) -> dict:
-    lock = _lock(ctx, req)
+    lock = _lock(ctx.profile.lock, req)
     info = wait_and_acquire(lock, ctx.runner, ctx.out, req.timeout, req.break_stale, acquire=False)
     return {"dir": str(lock.dir), "free_and_idle": True, **info}
 
@@ -102,7 +103,7 @@ def run(ctx, req: LockRequest) -> dict:
     cmd = list(req.command[1:] if req.command and req.command[0] == "--" else req.command)
     if not cmd:
         raise UsageError("lock run: give a command after --, e.g. parity lock run -- ./bench.sh")
-    lock = _lock(ctx, req, run_id=_run_id("lockrun"))
+    lock = _lock(ctx.profile.lock, req, run_id=_run_id("lockrun"))
     out_stream = sys.stderr if ctx.out.json_mode else sys.stdout
 
     def echo(stream: str, line: str) -> None:

@@ -1,6 +1,8 @@
-"""The nvidia-smi tool (and NVML when importable, local only): GPUs and compute processes.
+"""The nvidia-smi tool (and NVML when importable, local only): GPUs, compute processes and the
+telemetry sample (clocks, power, temperature, use, throttle reasons) where NVML is not importable.
 
-Pure parse_*() over captured text (samples in tests/data/hw/) plus thin runner calls.
+Pure parse_*() over captured text (samples in tests/data/hw/ and tests/data/telemetry/) plus
+thin runner calls.
 GB10 (unified memory) reports memory.* as "[N/A]": memory_mib is then None.
 """
 
@@ -13,10 +15,18 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from parity.gpu import throttle
+
 QUERY_GPU = ["nvidia-smi", "--query-gpu=name,driver_version,compute_cap,memory.total", "--format=csv,noheader"]
 # drivers older than 510 do not know compute_cap: the query fails as a whole, so retry without it
 QUERY_GPU_OLD = ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"]
 QUERY_APPS = ["nvidia-smi", "--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader"]
+TELEMETRY_FIELDS = (
+    "clocks.sm", "clocks.mem", "power.draw", "temperature.gpu", "utilization.gpu", "utilization.memory", "memory.used",
+    "clocks_throttle_reasons.active",
+)
+QUERY_TELEMETRY = ["nvidia-smi", f"--query-gpu={','.join(TELEMETRY_FIELDS)}", "--format=csv,noheader,nounits"]
+TELEMETRY_KEYS = ("sm_mhz", "mem_mhz", "power_w", "temp_c", "util_gpu_pct", "util_mem_pct", "mem_used_mib")
 _CUDA = re.compile(r"CUDA Version:\s*([0-9.]+)")
 _MIB = re.compile(r"^\s*(\d+)\s*(MiB)?\s*$")
 _NA = ("[N/A]", "N/A", "[Not Supported]", "Not Supported", "")
@@ -77,6 +87,28 @@ def parse_compute_apps(text: str) -> list[dict]:
             }
         )
     return apps
+
+
+def _num(v: str):
+    v = v.strip()
+    try:
+        f = float(v)
+    except ValueError:
+        return None  # [N/A], [Not Supported]
+    return int(f) if f.is_integer() and "." not in v else f
+
+
+def parse_telemetry(text: str) -> list[dict]:
+    """One dict per GPU line of QUERY_TELEMETRY's output; a field the GPU does not report is None."""
+    out = []
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) != len(TELEMETRY_FIELDS) or parts[0].startswith("clocks"):
+            continue  # a header or an error line
+        row = {"index": len(out), **{k: _num(v) for k, v in zip(TELEMETRY_KEYS, parts)}}
+        row["reasons"] = throttle.decode(throttle.parse_mask(parts[-1]))
+        out.append(row)
+    return out
 
 
 NO_LIBRARY = "NVML Shared Library Not Found"  # what pynvml's nvmlInit says then
@@ -223,3 +255,17 @@ def inventory(runner) -> tuple[list[Gpu], str | None, str]:
     if cuda is None and runner.host == "local":
         cuda = nvml_cuda_version()
     return gpus, cuda, "nvidia-smi"
+
+
+def telemetry(runner) -> list[dict]:
+    """One telemetry sample per GPU (parse_telemetry's rows); RuntimeError when nvidia-smi fails."""
+    res = runner.run(QUERY_TELEMETRY, timeout=30)
+    if not res.ok:
+        raise RuntimeError(f"nvidia-smi failed (exit {res.rc}): {res.tail(1).strip() or 'no output'}")
+    return parse_telemetry(res.stdout)
+
+
+def compute_pids(runner) -> list[int] | None:
+    """The compute processes' pids, sorted, by nvidia-smi alone; None when it fails."""
+    res = runner.run(QUERY_APPS, timeout=30)
+    return sorted(a["pid"] for a in parse_compute_apps(res.stdout)) if res.ok else None

@@ -207,24 +207,24 @@ def changes(ctx, req: ChangesRequest) -> dict:
     if req.bisect:  # every confirmed change not bisected yet: new now, or recorded by a nightly that printed it
         for c in found:
             if c["status"] == "confirmed" and c["bisect"]["commands"] and (c["recorded"] or {}).get("bisect_exit") is None:
-                doc["bisections"].append(run_bisection(ctx, path, c))
+                doc["bisections"].append(run_bisection(path, c, ctx.artifacts_root, ctx.runner, ctx.out))
     return doc
 
 
-def run_bisection(ctx, path, change: dict) -> dict:
+def run_bisection(path, change: dict, artifacts_root, runner, out) -> dict:
     """The change's first bisect command, run as printed (a parity process of its own, --json)."""
-    argv = [sys.executable, "-m", "parity", "--artifacts", str(ctx.artifacts_root), *change["bisect"]["commands"][0][1:], "--json"]
-    ctx.out.info(f"[history] bisecting {change['series_id']} (night {change['night']}): {change['bisect']['command']}")
+    argv = [sys.executable, "-m", "parity", "--artifacts", str(artifacts_root), *change["bisect"]["commands"][0][1:], "--json"]
+    out.info(f"[history] bisecting {change['series_id']} (night {change['night']}): {change['bisect']['command']}")
     # the bisection's own run lands in this store too; a GPU lock this process holds is inherited (PARITY_GPU_LOCK)
-    res = ctx.runner.run(argv, env={store.ENV: str(path)}, on_line=lambda stream, line: ctx.out.info(f"  {line}") if stream == "stderr" and line.startswith("[bisect]") else None)
+    res = runner.run(argv, env={store.ENV: str(path)}, on_line=lambda stream, line: out.info(f"  {line}") if stream == "stderr" and line.startswith("[bisect]") else None)
     try:
         doc = json.loads(res.stdout)
     except ValueError:
         doc = {}
-    out = {"series_id": change["series_id"], "command": change["bisect"]["command"], "exit_code": res.rc, "run_dir": doc.get("run_dir"), "culprit": doc.get("culprit"),
+    result = {"series_id": change["series_id"], "command": change["bisect"]["command"], "exit_code": res.rc, "run_dir": doc.get("run_dir"), "culprit": doc.get("culprit"),
            "reason": doc.get("reason") or (res.tail(3) if res.rc else None)}  # fmt: skip
     key = (change.get("recorded") or {}).get("run_key") or change["first_after"]["run_key"]
     with store.connect(path, create=False) as con:
         con.execute("UPDATE change_points SET bisect_run = ?, bisect_exit = ?, culprit = ?, bisected_at = current_timestamp WHERE series_id = ? AND run_key = ?",
-                    [out["run_dir"], res.rc, out["culprit"], change["series_id"], key])  # fmt: skip
-    return out
+                    [result["run_dir"], res.rc, result["culprit"], change["series_id"], key])  # fmt: skip
+    return result

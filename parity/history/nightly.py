@@ -53,7 +53,8 @@ def campaign_step(ctx, options: dict) -> dict:
             for c in new:
                 remember(con, c, key)
         if how == "run":
-            bisections = [run_bisection(ctx, path, c) for c in new if c["bisect"]["commands"]]
+            bisections = [run_bisection(path, c, ctx.artifacts_root, ctx.runner, ctx.out)
+                          for c in new if c["bisect"]["commands"]]  # fmt: skip
         raise ChangePointConfirmed(f"change point confirmed in {len(new)} series: " + "; ".join(f"{c['series_id']} {c['step_pct']:+.2f}% from {c['first_after']['run_id']}" for c in new)
                                    + "".join(f"; bisection exit {b['exit_code']}, culprit {b['culprit'] or '-'}" for b in bisections))  # fmt: skip
     return {"store": str(path), "series": len(doc["series"]), "changes": doc["changes"]}

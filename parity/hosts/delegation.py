@@ -28,6 +28,7 @@ from parity.context import RUN_DIR_MARK
 from parity.errors import InfraError, UsageError
 from parity.artifacts import RunDir
 from parity.gpu.lock import LOCK_DIR_ENV
+from parity.llamacpp import git as gitmod
 from parity.paths import PARITY_ROOT
 from parity.runners.local import LocalRunner
 from parity.runners.ssh import ConnectionLost
@@ -103,9 +104,7 @@ def source_files(root: Path) -> list[str]:
     without git, the package, pyproject.toml and campaigns/."""
     names: list[str] = []
     if (root / ".git").exists():
-        res = LocalRunner().run(["git", "-C", str(root), "ls-files", "-z", "--cached", "--others", "--exclude-standard"], timeout=60)
-        if res.ok:
-            names = [n for n in res.stdout.split("\0") if n]
+        names = gitmod.listed_files(LocalRunner(), root)
     if not names:
         for top in ("parity", "campaigns"):
             for p in (root / top).rglob("*"):

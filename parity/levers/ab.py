@@ -29,13 +29,13 @@ from parity.engines import kind_of
 from parity.errors import UsageError
 from parity.options import check as check_options
 from parity.artifacts import slugify
-from parity.bench.ab import budget_for, plan_ab, run_ab
+from parity.bench.ab import ABPlan, budget_for, plan_ab, run_ab
 from parity.bench.batched_bench import argv
 from parity.bench.request import BenchRequest
-from parity.context import run_session
-from parity.engine import patches
-from parity.engine.build import dry_tool_path, plan
-from parity.gates.common import path_env
+from parity.context import Run, run_session
+from parity.llamacpp import patches
+from parity.llamacpp.build import plan
+from parity.engines.bound import bind, bind_all
 from parity.gpu.hardware import inventory
 from parity.gpu.lock import effective_dir, preflight
 from parity.levers import arms as armsmod, engagement, gates as gatesmod, map as levermap
@@ -44,7 +44,10 @@ from parity.levers.report import write_report
 from parity.optime import measure as opmeasure, plan as opplan, stats as opstats
 from parity.optime.table import op_lines
 from parity.results import plain
-from parity.serving.snapshot import SnapshotRequest, make_plan, run_snapshot
+from parity.gates.base import GateInputs
+from parity.gates.prepost import binary_gates
+from parity.serving.plan import SnapshotPlan
+from parity.serving.snapshot import SnapshotRequest, check_env, make_plan, sweep_all, write_summary as snapshot_summary
 from parity.stats import Rule, family
 from parity.results import write_summary
 
@@ -117,16 +120,17 @@ def gate_plan(profile, arm: str, req: ABRequest) -> tuple[list[str], list[str | 
     return models, paths
 
 
-def context_facts(ctx, arm_a: str) -> dict:
+def context_facts(profile, arm_a: str, runner) -> dict:
     """hardware class (this machine's), pin and series digest of arm A: the map's identity of a row."""
 
-    facts = {"hardware_class": inventory(ctx.runner)["hardware_class"], "pin": None, "series_digest": None}
+    facts = {"hardware_class": inventory(runner)["hardware_class"], "pin": None, "series_digest": None}
+    eng = bind(profile, arm_a)
     try:
-        p = plan(ctx.profile, arm_a)
+        p = plan(eng)
         facts["pin"] = p.source.info.get("pin") or p.source.identity
         facts["series_digest"] = patches.digest_of(p.series) if p.series_dir else None
     except UsageError:
-        e = ctx.profile.engine(arm_a)
+        e = eng.section
         facts["pin"] = f"prebuilt:{e.bin_dir}" if e.bin_dir else None
     return facts
 
@@ -169,16 +173,16 @@ def decide(gate: dict | None, cells: list[dict], metric: str, expected: list[str
     return {**dec, "missing": gaps}
 
 
-def verdict_metric(profile, req: ABRequest) -> str:
+def verdict_metric(stats, req: ABRequest) -> str:
     """The serving verdict's metric: --metric, one of the paired headline metrics (stats.metrics),
-    else the first of them."""
+    else the first of them (stats: the profile's stats section)."""
     if req.metric is None:
-        return profile.stats.metrics[0]
+        return stats.metrics[0]
     if not req.serving:
         raise UsageError("--metric names the serving verdict's metric: use it with --serving")
-    if req.metric not in profile.stats.metrics:
+    if req.metric not in stats.metrics:
         raise UsageError(f"--metric {req.metric}: not a paired headline metric of this profile "
-                         f"(stats.metrics: {', '.join(profile.stats.metrics)})")
+                         f"(stats.metrics: {', '.join(stats.metrics)})")
     return req.metric
 
 
@@ -216,9 +220,10 @@ def _decide(gate: dict | None, cells: list[dict], metric: str) -> dict:
             "key": key_of(undecided[-1])}  # fmt: skip
 
 
-def prepare(ctx, req: ABRequest) -> dict:
-    """Everything checked before a run dir exists: the lever, the arms (profile copy on ctx),
-    builds planned (unknown patch numbers fail here), gates, map row.  Raises UsageError."""
+def prepare(profile, runner, out, artifacts_root, req: ABRequest) -> dict:
+    """The A/B's plan, everything checked before a run dir exists: the lever, the arms (a copy of
+    the profile with arm B, "profile"; both arms bound, "engines"), builds planned (unknown patch
+    numbers fail here), gates, map row.  Raises UsageError."""
 
     check_options(repeat=req.repeat, until_ci=req.until_ci, max_repeats=req.max_repeats, budget_s=req.budget_s, order=req.order)
     if req.reopen is not None and not req.reopen.strip():
@@ -227,11 +232,10 @@ def prepare(ctx, req: ABRequest) -> dict:
     lever = armsmod.make_lever(req.env, req.series_without, req.series_until, req.series, req.name, req.pin, req.repo, req.server_args)
     if lever.server_args and not req.serving:
         raise UsageError("--server-arg changes llama-server's arguments: measure it with --serving (llama-batched-bench starts no server)")
-    verdict_metric(ctx.profile, req)
-    base = base_engine(ctx.profile, req.engine)
-    armsmod.resolve_pin(ctx.profile, base, lever, ctx.runner, ctx.out)
-    prof, arm_a, arm_b = armsmod.derive(ctx.profile, base, lever)
-    ctx.profile = prof
+    verdict_metric(profile.stats, req)
+    base = base_engine(profile, req.engine)
+    armsmod.resolve_pin(profile, base, lever, runner, out)
+    prof, arm_a, arm_b = armsmod.derive(profile, base, lever)
     if req.lossy:
         gatesmod.check_lossy(prof)
     if req.model:
@@ -243,22 +247,24 @@ def prepare(ctx, req: ABRequest) -> dict:
     if not same and req.aa:
         raise UsageError(f"--aa: the arms differ ({lever.changes(arm_a)}): an A/A needs a lever that leaves arm B equal to arm A")
     models, paths = gate_plan(prof, arm_a, req)
-    measure_plan(ctx, req, arm_a, arm_b, lever)  # the measurement's own checks (order, stop rule, shape), as the real run makes them
-    facts = context_facts(ctx, arm_a)
-    map_path = levermap.default_path(prof, ctx.artifacts_root) if not req.map else Path(os.path.expanduser(req.map))
+    measure_plan(prof, req, arm_a, arm_b, lever)  # the measurement's own checks (order, stop rule, shape), as the real run makes them
+    facts = context_facts(prof, arm_a, runner)
+    map_path = levermap.default_path(prof, artifacts_root) if not req.map else Path(os.path.expanduser(req.map))
     rows = levermap.load(map_path)
     levermap.check_writable(map_path)  # the row lands after the measurement: find out now, not then
     name = lever.label() if lever.name or not req.aa else f"{lever.label()} (A/A)"  # an A/A row never closes the real lever
     same = levermap.matching(rows, name, facts["hardware_class"], facts["pin"])
     closed = levermap.closing_row(rows, name, facts["hardware_class"], facts["pin"])
     return {"lever": lever, "name": name, "arm_a": arm_a, "arm_b": arm_b, "builds": builds, "gate_models": models, "gate_paths": paths, "facts": facts,
-            "map_path": map_path, "map_rows": rows, "earlier": same[-1] if same else None, "closed": closed}  # fmt: skip
+            "map_path": map_path, "map_rows": rows, "earlier": same[-1] if same else None, "closed": closed,
+            "profile": prof, "engines": bind_all(prof, [arm_a, arm_b]), "stats": prof.stats,
+            "policy": prof.policy}  # fmt: skip
 
 
-def dry_run(ctx, req: ABRequest, p: dict) -> dict:
+def dry_run(runner, out, req: ABRequest, p: dict) -> dict:
     """What a real run would build, gate, measure, lock and check in the map; starts nothing."""
 
-    prof = ctx.profile
+    prof, eng = p["profile"], p["engines"]
     a, b = p["arm_a"], p["arm_b"]
     bench = prof.serving.bench
     model = req.model or prof.serving.model
@@ -266,46 +272,46 @@ def dry_run(ctx, req: ABRequest, p: dict) -> dict:
     npp, ntg, npl = req.npp or bench.npp, req.ntg or bench.ntg, req.npl or (prof.serving.npl if req.serving else bench.npl)
     if req.ops is not None:
         op = opplan.plan(prof, ops_request(prof, req, a, b, p["lever"]))
-        bins = {e: dry_tool_path(prof, e, opplan.TOOL, ctx.runner, ctx.out) for e in op.engines}
+        bins = {e: eng[e].tool_path(opplan.TOOL, runner, out, dry=True) for e in op.engines}
         # the real run asks the built tools which output they offer
-        fmt = opmeasure.probe_output(ctx.runner, bins, op.envs) if all(map(os.path.isfile, bins.values())) else None
+        fmt = opmeasure.probe_output(runner, bins, op.envs) if all(map(os.path.isfile, bins.values())) else None
         cmds = opplan.commands(op, bins, fmt or "console")
         measure = {"kind": "ops", "model": f"{op.backend} ({', '.join(op.ops)})", "ops": op.ops, "backend": op.backend,
                    "reference": a, "metric": opplan.HEADLINE, "output": opplan.describe(op, bins, fmt)["output"],
                    "commands": {f"{e} {o}": {"env": op.envs[e], "argv": v}
                                 for e in op.engines for o, v in zip(op.ops, cmds[e])}}
     elif req.serving:
-        measure = {"kind": "serving", "engines": [a, b], "model": model, "npl": npl, "reference": a, "metric": verdict_metric(prof, req)}
+        measure = {"kind": "serving", "engines": [a, b], "model": model, "npl": npl, "reference": a, "metric": verdict_metric(prof.stats, req)}
     else:
         measure = {"kind": "batched-bench", "model": model, "npp": npp, "ntg": ntg, "npl": npl, "reference": a, "metric": BENCH_HEADLINE,
-                   "commands": {arm: {"env": path_env(ctx, arm, None), "argv": argv(dry_tool_path(prof, arm, "llama-batched-bench", ctx.runner, ctx.out), mf, npp, ntg, npl, bench)} for arm in (a, b)}}  # fmt: skip
+                   "commands": {arm: {"env": eng[arm].path_env(), "argv": argv(eng[arm].tool_path("llama-batched-bench", runner, out, dry=True), mf, npp, ntg, npl, bench)} for arm in (a, b)}}  # fmt: skip
 
-    measure["blocks"] = blocks_plan(ctx, req, p, op if req.ops is not None else None).describe()
+    measure["blocks"] = blocks_plan(req, p, op if req.ops is not None else None).describe()
     closed = p["closed"]
     refusal = None
     if closed is not None:
         refusal = f"closed by {levermap_describe(closed)}" + (f"; --reopen {req.reopen!r} reopens it" if req.reopen else ": a real run stops here (exit 2) without --reopen REASON")
     return {
         "dry_run": True, "lever": p["name"], "kind": p["lever"].kind, "changes": p["lever"].changes(a), "arms": {"A": a, "B": b},
-        "env": {"A": path_env(ctx, a, None), "B": path_env(ctx, b, None)}, "builds": p["builds"],
+        "env": {"A": eng[a].path_env(), "B": eng[b].path_env()}, "builds": p["builds"],
         "gates": {"kind": "KL" if req.lossy else "BE", "models": p["gate_models"], "paths": p["gate_paths"], "phases": ["pre", "post"] if req.post_gates else ["pre"],
                   "kl": {"reference": prof.gates.kl.reference, "candidate": prof.gates.kl.candidate} if req.lossy else None},
-        "measure": measure, "lock": {"dir": str(effective_dir(prof.lock)), "preflight": preflight(ctx.runner, prof.lock)},
+        "measure": measure, "lock": {"dir": str(effective_dir(prof.lock)), "preflight": preflight(runner, prof.lock)},
         "map": {"path": str(p["map_path"]), "rows": len(p["map_rows"]), "identity": {"lever": p["name"], **p["facts"]}, "earlier": p["earlier"], "refusal": refusal},
         "engagement": engagement.planned(p["lever"].env, req.markers, p["lever"].builds()),
         "markers": req.markers,
     }  # fmt: skip
 
 
-def blocks_plan(ctx, req: ABRequest, p: dict, op=None):
+def blocks_plan(req: ABRequest, p: dict, op=None):
     """The stop rule the measurement will run, from its own validator: --until-ci names serving
     metrics with --serving (the snapshot's plan), s_tg for batched-bench."""
     if op is not None:
         return op.budget
     if req.serving:
-        sreq, _ = measure_requests(ctx, req, p["arm_a"], p["arm_b"], p["lever"])
-        return make_plan(ctx, sreq).budget
-    return budget_for(BenchRequest(repeat=req.repeat, until_ci=req.until_ci, max_repeats=req.max_repeats, budget_s=req.budget_s), ctx.profile.stats, 2)
+        sreq, _ = measure_requests(p["profile"], req, p["arm_a"], p["arm_b"], p["lever"])
+        return make_plan(p["profile"], sreq).budget
+    return budget_for(BenchRequest(repeat=req.repeat, until_ci=req.until_ci, max_repeats=req.max_repeats, budget_s=req.budget_s), p["stats"], 2)
 
 
 def levermap_describe(row: dict) -> str:
@@ -315,55 +321,64 @@ def levermap_describe(row: dict) -> str:
 def run(ctx, req: ABRequest) -> dict:
     """`parity ab`: the plan (--dry-run) or a run directory with the gated, measured lever."""
 
-    p = prepare(ctx, req)
+    p = prepare(ctx.profile, ctx.runner, ctx.out, ctx.artifacts_root, req)
+    ctx.profile = p["profile"]  # the copy with arm B: what the session builds, gates and measures
     if req.dry_run:
-        return dry_run(ctx, req, p)
+        return dry_run(ctx.runner, ctx.out, req, p)
     levermap.refuse_if_closed(p["map_rows"], p["name"], p["facts"]["hardware_class"], p["facts"]["pin"], req.reopen, p["map_path"])
 
     with run_session(ctx, "ab", f"ab-{slugify(p['name'])[:40]}"):
-        doc = measure_lever(ctx, req, p)
-        return doc
+        a, b = p["arm_a"], p["arm_b"]
+        ctx.out.info(f"[ab] lever {p['name']}: A = {a}, B = {b} ({p['lever'].changes(a)})")
+        measured_model = [] if req.ops is not None else [req.model or ctx.profile.serving.model]  # --ops reads no model
+        models = [*gatesmod.arm_models(ctx.profile, p["gate_models"], req.lossy), *measured_model]
+        p["built"] = session.prepare(ctx, [a, b], models)  # builds and model files, before the shared GPU is taken
+        # planned again with the model made: a serving plan's request limits read its file
+        p["measurement"] = mp = measure_plan(ctx.profile, req, a, b, p["lever"])
+        p["model_file"] = session.model_file(ctx.profile, mp.model) if isinstance(mp, ABPlan) else None
+        measuring = lambda engines: session.measuring(ctx, engines)  # noqa: E731  (hardware.txt, builds.json, the lock)
+        return measure_lever(ctx.as_run(), req, p, session.gate_inputs(ctx), measuring)
 
 
-def measure_lever(ctx, req: ABRequest, p: dict) -> dict:
+def measure_lever(run: Run, req: ABRequest, p: dict, inputs: GateInputs, measuring) -> dict:
+    """The lever's session after its builds and models (p["built"]): the static engagement, then
+    under the GPU lock (measuring(engines): session.measuring, hardware and builds.json) both arms
+    gated, measured (p["measurement"]) and gated again; the verdict, report, summary and map row."""
     a, b = p["arm_a"], p["arm_b"]
-    lever = p["lever"]
-    ctx.out.info(f"[ab] lever {p['name']}: A = {a}, B = {b} ({lever.changes(a)})")
-    measured_model = [] if req.ops is not None else [req.model or ctx.profile.serving.model]  # --ops reads no model
-    models = [*gatesmod.arm_models(ctx.profile, p["gate_models"], req.lossy), *measured_model]
-    built = session.prepare(ctx, [a, b], models)  # builds and model files, before the shared GPU is taken
+    lever, built = p["lever"], p["built"]
     for arm in (a, b):
         bld = built[arm]
-        ctx.out.info(f"[ab] {arm}: " + (f"prebuilt {bld['prebuilt']}" if "prebuilt" in bld else f"build {bld.get('key')} ({'cached' if bld.get('cached') else 'built now'})"))
+        run.out.info(f"[ab] {arm}: " + (f"prebuilt {bld['prebuilt']}" if "prebuilt" in bld else f"build {bld.get('key')} ({'cached' if bld.get('cached') else 'built now'})"))
     series_b = p["builds"][b].get("series_dir")
-    static = engagement.static_evidence(lever.env, lever.server_args, lever.builds(), built, series_b, a, b, ctx.runner)
-    ctx.out.info(f"[ab] engagement: {static['why']}")
+    static = engagement.static_evidence(lever.env, lever.server_args, lever.builds(), built, series_b, a, b, run.runner)
+    run.out.info(f"[ab] engagement: {static['why']}")
     phases, measured, hw = [], {}, {"hardware_class": p["facts"]["hardware_class"]}
     if static["engaged"]:  # else nothing is gated or measured: the lever cannot have engaged
-        with session.measuring(ctx, [a, b]) as hw:
-            phases.append(gatesmod.run_gates(ctx, a, b, p["gate_models"], p["gate_paths"], req.lossy, "pre-"))
+        with measuring([a, b]) as hw:
+            phases.append(gatesmod.run_gates(inputs, run, a, b, p["gate_models"], p["gate_paths"], req.lossy, "pre-"))
             # kept if the measurement fails or is interrupted; replaced by the verdict below
-            write_summary(ctx.run, {"kind": "lever-ab", "lever": p["name"], "arms": {"A": a, "B": b}, "verdict": None, "state": "measuring",
+            write_summary(run.dir, {"kind": "lever-ab", "lever": p["name"], "arms": {"A": a, "B": b}, "verdict": None, "state": "measuring",
                                     "gates": {**gatesmod.verdict(phases, req.lossy), "phases": phases}})  # fmt: skip
-            measured = measure(ctx, req, a, b, lever)
+            measured = measure(run, req, p, inputs, measuring)
             if req.post_gates:
-                phases.append(gatesmod.run_gates(ctx, a, b, p["gate_models"], p["gate_paths"], req.lossy, "post-"))
+                phases.append(gatesmod.run_gates(inputs, run, a, b, p["gate_models"], p["gate_paths"], req.lossy,
+                                                 "post-"))  # fmt: skip
     gate = gatesmod.verdict(phases, req.lossy) if phases else engagement.not_gated(gatesmod.lever_kind(req.lossy))
     ops = req.ops is not None  # --ops: the cases test-backend-ops perf timed are the points (parity.optime)
-    metric = opplan.HEADLINE if ops else BENCH_HEADLINE if not req.serving else verdict_metric(ctx.profile, req)
+    metric = opplan.HEADLINE if ops else BENCH_HEADLINE if not req.serving else verdict_metric(p["stats"], req)
     # the verdict reads every point: Holm over them keeps an A/A's chance of any claim at alpha
     raw = [] if not measured else opstats.lever_cells(measured) if ops else measure_cells(measured, req.serving, metric)
-    cells = family.adjust(raw, 1 - ctx.profile.stats.confidence)
+    cells = family.adjust(raw, 1 - p["stats"].confidence)
     expected = opstats.expected_points(measured) if ops else expected_points(measured, req.serving)
     expected = expected if measured else []
     dec = decide(gate, cells, metric, expected)
     masks = tuple(str(built[arm].get("bin_dir") or built[arm].get("prebuilt") or "") for arm in (a, b))
-    eng = engagement.judge(static, engagement.from_run(ctx.run.path, a, b, req.markers, masks) if measured else None)
+    eng = engagement.judge(static, engagement.from_run(run.dir.path, a, b, req.markers, masks) if measured else None)
     dec = engagement.overrule(dec, eng, gate)
     if measured.get("invalid_points"):  # left out of the paired statistics (parity.serving.summary), said beside the verdict
         dec["why"] += f"; {len(measured['invalid_points'])} invalid serving point(s) left out, first: {measured['invalid_points'][0]}"
     facts = {**p["facts"], "hardware_class": hw["hardware_class"]}
-    run_dir = str(ctx.run.path)
+    run_dir = str(run.dir.path)
     doc = {
         "kind": "lever-ab", "lever": p["name"], "lever_kind": lever.kind, "changes": lever.changes(a), "arms": {"A": a, "B": b},
         "engine": a, "env": lever.env, "series_without": lever.series_without, "series_until": lever.series_until, "series": lever.series,
@@ -379,16 +394,16 @@ def measure_lever(ctx, req: ABRequest, p: dict) -> dict:
         "reopen": req.reopen, "reopens": levermap.describe(p["closed"]) if p["closed"] else None, "map": str(p["map_path"]), "run_dir": run_dir,
         **({"traces": measured["traces"]} if measured.get("traces") else {}),  # the arms' trace envs read back (parity.traces)
     }  # fmt: skip
-    doc["report"] = write_report(ctx, doc, measured, req.serving)
-    write_summary(ctx.run, doc)
+    doc["report"] = write_report(run.dir.path, doc, measured, req.serving)
+    write_summary(run.dir, doc)
     row = {"lever": p["name"], "kind": lever.kind, "engine": a, "changes": doc["changes"], "hardware_class": facts["hardware_class"], "pin": facts["pin"],
            "series_digest": facts["series_digest"], "verdict": dec["verdict"], "key_number": dec["key"]["text"], "metric": metric, "point": dec["key"]["point"],
            "ratio": dec["key"]["ratio"], "low": dec["key"]["low"], "high": dec["key"]["high"], "gates": gate["summary"], "gate_kind": gate["kind"], "engaged": engagement.line(eng),
            "artifact": run_dir, "report": doc["report"], "date": levermap.today(), "reopen": req.reopen, "reopens": doc["reopens"]}  # fmt: skip
     levermap.append(p["map_path"], row, markdown=True)
     doc["map_markdown"] = str(levermap.markdown_path(p["map_path"]))
-    write_summary(ctx.run, doc)
-    ctx.out.info(f"[ab] {dec['verdict']}: {dec['key']['text']}; {dec['why']}")
+    write_summary(run.dir, doc)
+    run.out.info(f"[ab] {dec['verdict']}: {dec['key']['text']}; {dec['why']}")
     return doc
 
 
@@ -397,9 +412,14 @@ def _cell(c: dict) -> dict:
     return {k: c.get(k) for k in keep}
 
 
-def measure_requests(ctx, req: ABRequest, a: str, b: str, lever):
+def allowed_env(policy, lever) -> list[str]:
+    """The forbidden bench knobs the lever sets: its own env is the point of arm B, not a knob to refuse."""
+    return [k for k in lever.env if k in policy.forbidden_bench_env]
+
+
+def measure_requests(profile, req: ABRequest, a: str, b: str, lever):
     """(serving request, bench request) of the measurement, one of them None: what measure() runs."""
-    allow = [k for k in lever.env if k in ctx.profile.policy.forbidden_bench_env]  # the lever's own env is the point of arm B, not a knob to refuse
+    allow = allowed_env(profile.policy, lever)
     if req.serving:
         return SnapshotRequest(npl=req.npl, engines=[a, b], model=req.model, repeat=req.repeat, order=req.order, gates=False, allow_env=allow,
                                until_ci=req.until_ci, max_repeats=req.max_repeats, budget_s=req.budget_s), None  # fmt: skip
@@ -407,40 +427,38 @@ def measure_requests(ctx, req: ABRequest, a: str, b: str, lever):
                               max_repeats=req.max_repeats, budget_s=req.budget_s, order=req.order)  # fmt: skip
 
 
-def measure_plan(ctx, req: ABRequest, a: str, b: str, lever) -> None:
-    """Every check the measurement makes, before anything runs (the serving plan, the bench A/B's, or
-    the op timing's)."""
+def measure_plan(profile, req: ABRequest, a: str, b: str, lever):
+    """The measurement's plan, with every check it makes before anything runs: the op timing's
+    (OpsPlan), the serving sweep's (SnapshotPlan) or the bench A/B's (ABPlan)."""
     if req.ops is not None:
-        opplan.plan(ctx.profile, ops_request(ctx.profile, req, a, b, lever))
-        return
-    sreq, breq = measure_requests(ctx, req, a, b, lever)
-    if sreq is not None:
-        make_plan(ctx, sreq)
-    else:
-        plan_ab(ctx, breq)
+        return opplan.plan(profile, ops_request(profile, req, a, b, lever))
+    sreq, breq = measure_requests(profile, req, a, b, lever)
+    return make_plan(profile, sreq) if sreq is not None else plan_ab(profile, breq)
 
 
-def measure(ctx, req: ABRequest, a: str, b: str, lever) -> dict:
-    """Both arms in paired blocks under the held lock: batched-bench (parity.bench.ab) or
-    the serving sweep (parity.serving.snapshot, no gates of its own: the arms' gates are ours),
-    or with --ops test-backend-ops perf per op (parity.optime: ops.json, ops.tsv)."""
-    if req.ops is not None:
-        op = opplan.plan(ctx.profile, ops_request(ctx.profile, req, a, b, lever))
-        bins = {e: kind_of(ctx.profile, e).tool_path(ctx.profile, e, opplan.TOOL, ctx.runner, ctx.out)
-                for e in op.engines}
-        fmt, rule = opmeasure.probe_output(ctx.runner, bins, op.envs), Rule.from_config(ctx.profile.stats)
-        doc = opmeasure.measure(op, bins, fmt, ctx.runner, ctx.run, ctx.out.info, rule)
-        ctx.run.write_json("ops.json", plain(doc))
-        ctx.run.write_text("ops.tsv", opstats.tsv(doc))
+def measure(run: Run, req: ABRequest, p: dict, inputs: GateInputs, measuring) -> dict:
+    """Both arms in paired blocks under the held lock (p["measurement"]): batched-bench
+    (parity.bench.ab, reading p["model_file"]) or the serving sweep (parity.serving.snapshot, no
+    gates of its own: the arms' gates are ours), or with --ops test-backend-ops perf per op
+    (parity.optime: ops.json, ops.tsv)."""
+    mp = p["measurement"]
+    if isinstance(mp, opplan.OpsPlan):
+        bins = {e: p["engines"][e].tool_path(opplan.TOOL, run.runner, run.out) for e in mp.engines}
+        fmt, rule = opmeasure.probe_output(run.runner, bins, mp.envs), Rule.from_config(p["stats"])
+        doc = opmeasure.measure(mp, bins, fmt, run.runner, run.dir, run.out.info, rule)
+        run.dir.write_json("ops.json", plain(doc))
+        run.dir.write_text("ops.tsv", opstats.tsv(doc))
         return doc
-    sreq, breq = measure_requests(ctx, req, a, b, lever)
-    if sreq is not None:
-        doc = run_snapshot(ctx, make_plan(ctx, sreq), gates=False, allow_env=sreq.allow_env)
-        src = ctx.run.file("summary.json")
+    if isinstance(mp, SnapshotPlan):
+        check_env(mp, p["policy"], allowed_env(p["policy"], p["lever"]))
+        with measuring(mp.engines):  # the sweep's own hardware.txt and builds.json, under the lock held
+            arms = sweep_all(mp, run)
+        doc = snapshot_summary(mp, run, arms, binary_gates(inputs, mp.engines, None))
+        src = run.dir.file("summary.json")
         if src.exists():
-            src.replace(ctx.run.file("serving_summary.json"))  # summary.json is the lever's
+            src.replace(run.dir.file("serving_summary.json"))  # summary.json is the lever's
         return doc
-    return run_ab(ctx, breq)
+    return run_ab(run, mp, p["model_file"], measuring(mp.engines))
 
 
 def ops_request(profile, req: ABRequest, a: str, b: str, lever) -> opplan.OpsRequest:
@@ -450,6 +468,6 @@ def ops_request(profile, req: ABRequest, a: str, b: str, lever) -> opplan.OpsReq
         raise UsageError("--ops and --serving are two measurements: give one")
     if given := [f for f in ("npp", "ntg", "npl", "model") if getattr(req, f) is not None]:
         raise UsageError(f"--{given[0]} is llama-batched-bench's; --ops times test-backend-ops perf (no model)")
-    allow = [k for k in lever.env if k in profile.policy.forbidden_bench_env]  # the lever's own env is the point of arm B
+    allow = allowed_env(profile.policy, lever)
     return opplan.OpsRequest(req.ops, [a, b], a, False, req.ops_backend, req.ops_params, req.repeat, req.until_ci,
                              req.max_repeats, req.budget_s, req.order, allow)

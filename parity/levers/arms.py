@@ -16,12 +16,13 @@ from dataclasses import dataclass, field
 
 from parity.decode import replace
 from parity.engines import kind_of
+from parity.engines.bound import bind
 from parity.errors import UsageError
 from parity.bisect import upstream
 from parity.bisect.common import repo_of, series_dir
-from parity.engine.build import OK_MARKER, plan, selection
-from parity.engine.patches import patch_number as checked
-from parity.engine.source import add_pinned_source
+from parity.llamacpp.build import OK_MARKER, plan, selection
+from parity.llamacpp.patches import patch_number as checked
+from parity.llamacpp.source import add_pinned_source
 from parity.paths import expand_path
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -210,10 +211,11 @@ def check_build(profile, arm: str) -> dict:
     """Plan arm's build now (an unknown patch number or series directory is a one-line
     UsageError before anything runs): {key, cached, series_selection, patches}."""
 
-    e = profile.engine(arm)
+    eng = bind(profile, arm)
+    e = eng.section
     if e.bin_dir or not e.source:
         return {"prebuilt": e.bin_dir}
-    p = plan(profile, arm)
+    p = plan(eng)
     sel = selection(e)
     return {"key": p.key, "cached": (p.dir / OK_MARKER).exists(), "dir": str(p.dir), "series_dir": p.series_dir,
             "patches": len(p.series), "series_selection": sel.describe() if sel else None}  # fmt: skip

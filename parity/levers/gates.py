@@ -9,6 +9,8 @@ still recorded, as evidence, not as the gate)."""
 
 from __future__ import annotations
 
+from parity.context import Run
+from parity.gates.base import GateInputs
 from parity.gates.kinds import for_arms
 
 
@@ -28,9 +30,11 @@ def arm_models(profile, models: list[str], lossy: bool) -> list[str]:
     return [m for _, kind, role in for_arms(lever_kind(lossy)) if role for m in kind.arm_models(profile, models)]
 
 
-def run_gates(ctx, arm_a: str, arm_b: str, models: list[str], paths: list[str | None], lossy: bool, tag: str) -> dict:
+def run_gates(inputs: GateInputs, run: Run, arm_a: str, arm_b: str, models: list[str], paths: list[str | None],
+              lossy: bool, tag: str) -> dict:  # fmt: skip
     """{kind: its comparison of the arms, None when it is not run for this lever} (md5, kl)."""
-    return {name: kind.compare_arms(ctx, arm_a, arm_b, models, paths, tag) if role else None for name, kind, role in for_arms(lever_kind(lossy))}
+    a, b = inputs.engine(arm_a), inputs.engine(arm_b)
+    return {name: kind.compare_arms(inputs, run, a, b, models, paths, tag) if role else None for name, kind, role in for_arms(lever_kind(lossy))}
 
 
 def verdict(phases: list[dict], lossy: bool) -> dict:

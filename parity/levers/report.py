@@ -3,6 +3,9 @@ key number and interval, both arms' gates, the per-point paired table with per-b
 It goes to <run dir>/reports/ with its ledger row there (the lever map is the memory across runs)."""
 
 from __future__ import annotations
+
+from pathlib import Path
+
 from parity.artifacts import slugify
 from parity.bench.table import table
 from parity.files import atomic_write_text
@@ -16,8 +19,9 @@ def _f(v, nd=4) -> str:
     return "-" if v is None else f"{v:.{nd}f}"
 
 
-def write_report(ctx, doc: dict, measured: dict, serving: bool) -> str:
-    out_dir = ctx.run.path / "reports"
+def write_report(run_dir: Path, doc: dict, measured: dict, serving: bool) -> str:
+    """reports/<dated phase>.md in run_dir and its ledger row; returns its name relative to run_dir."""
+    out_dir = run_dir / "reports"
     out_dir.mkdir(parents=True, exist_ok=True)
     phase, date = ledger.next_phase(out_dir), today()
     gate_rows, kl_rows = [], []

@@ -17,16 +17,17 @@ import os
 import shutil
 import time
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import msgspec
 
 from parity.paths import cache_dir
-from parity.engine import cmake, patches
-from parity.engine import source as srcmod
+from parity.llamacpp import cmake, patches
+from parity.llamacpp import source as srcmod
 from parity.errors import ConfigError, InfraError, UsageError
 from parity.filelock import locked
 from parity.gpu.held import refuse_while_held
-from parity.engine import detach as bg, mirror
+from parity.llamacpp import detach as bg, mirror
 from parity.files import atomic_write_json, atomic_write_text, sha256
 from parity.paths import expand_path
 from parity.runners.local import LocalRunner
@@ -46,6 +47,21 @@ class BuildPlan(msgspec.Struct):
     targets: list[str]
     toolchain: dict
     dir: Path = msgspec.field(default_factory=Path)
+
+
+class Target(NamedTuple):
+    """What a build reads of one engine: its name, its section and the profile it is in (its
+    sources).  The engines pass their parity.engines.bound.Engine, which has these fields;
+    llamacpp sits below engines, so its own entry points (build, campaign_step) make this one."""
+
+    name: str
+    section: Any
+    profile: Any
+
+
+def target(profile, name: str) -> Target:
+    """The profile's engine `name` to build (a one-line ConfigError for an unknown engine)."""
+    return Target(name, profile.engine(name), profile)
 
 
 class BuildResult(msgspec.Struct):
@@ -88,8 +104,9 @@ def resolved_series_dir(e, src: srcmod.Source) -> str | None:
     return e.series
 
 
-def plan(profile, engine: str, extra_flags: list[str] | None = None, jobs: int | None = None) -> BuildPlan:
-    e = profile.engine(engine)
+def plan(eng, extra_flags: list[str] | None = None, jobs: int | None = None) -> BuildPlan:
+    """eng: the engine to build (.name, .section, .profile: a Target or an engines.bound.Engine)."""
+    e, engine, profile = eng.section, eng.name, eng.profile
     if not hasattr(e, "source"):  # only a kind built from a source has one (parity.engines.llama)
         raise UsageError(f"engine {engine} is a {e.kind} engine: nothing to build")
     if not e.source:
@@ -134,19 +151,19 @@ def _cached(p: BuildPlan) -> BuildResult | None:
     return None
 
 
-def ensure_built(profile, engine: str, runner, out, force: bool = False, extra_flags: list[str] | None = None, jobs: int | None = None) -> BuildResult:
-    p = plan(profile, engine, extra_flags, jobs)
+def ensure_built(eng, runner, out, force: bool = False, extra_flags: list[str] | None = None, jobs: int | None = None) -> BuildResult:
+    p = plan(eng, extra_flags, jobs)
     if not force and (hit := _cached(p)):
         return hit
-    with locked(p.dir.parent / f"{p.key}.lock", on_wait=None if force else lambda f: out.info(f"waiting for another build of {engine} ({p.key}) to finish")):
+    with locked(p.dir.parent / f"{p.key}.lock", on_wait=None if force else lambda f: out.info(f"waiting for another build of {eng.name} ({p.key}) to finish")):
         if not force and (hit := _cached(p)):
             return hit
-        return _build(profile, p, runner, out)
+        return _build(eng, p, runner, out)
 
 
-def _build(profile, p: BuildPlan, runner, out) -> BuildResult:
+def _build(eng, p: BuildPlan, runner, out) -> BuildResult:
     refuse_while_held(f"the build of {p.engine}")
-    e = profile.engine(p.engine)
+    e, profile = eng.section, eng.profile
     t0 = time.monotonic()
     (p.dir / OK_MARKER).unlink(missing_ok=True)  # first: a rebuild killed while removing the old one never leaves it "good"
     shutil.rmtree(p.dir, ignore_errors=True)
@@ -266,28 +283,27 @@ def _compile(p: BuildPlan, runner, out, log, log_path) -> None:
         raise InfraError(f"build of {p.engine} failed (log: {log_path}): {res.tail(4)}")
 
 
-def tool_path(profile, engine: str, tool: str, runner, out) -> str:
+def tool_path(eng, tool: str, runner, out) -> str:
     """A tool binary of an engine: prebuilt bin_dir first, else the cached build."""
-    e = profile.engine(engine)
-    if e.bin_dir:
-        path = Path(e.bin_dir) / tool
+    if eng.section.bin_dir:
+        path = Path(eng.section.bin_dir) / tool
     else:
-        path = ensure_built(profile, engine, runner, out).bin_dir / tool
+        path = ensure_built(eng, runner, out).bin_dir / tool
     if not path.is_file():
-        raise UsageError(f"engine {engine}: {tool} not found at {path}")
+        raise UsageError(f"engine {eng.name}: {tool} not found at {path}")
     return str(path)
 
 
-def dry_tool_path(profile, engine: str, tool: str, runner, out) -> str:
+def dry_tool_path(eng, tool: str, runner, out) -> str:
     """tool_path for a dry run, which builds nothing: the cached build's path, or a placeholder
     (also when the engine's source is not on this machine, e.g. the GB10's LocalAI checkout)."""
-    if profile.engine(engine).bin_dir:
-        return tool_path(profile, engine, tool, runner, out)
+    if eng.section.bin_dir:
+        return tool_path(eng, tool, runner, out)
     try:
-        hit = _cached(plan(profile, engine))
+        hit = _cached(plan(eng))
     except UsageError as e:
-        return f"<{tool} of {engine}: {e}>"
-    return str(hit.bin_dir / tool) if hit else f"<{tool} of {engine}: built on the first real run>"
+        return f"<{tool} of {eng.name}: {e}>"
+    return str(hit.bin_dir / tool) if hit else f"<{tool} of {eng.name}: built on the first real run>"
 
 
 def llama_engines(profile) -> list[str]:
@@ -295,20 +311,20 @@ def llama_engines(profile) -> list[str]:
     return [n for n, e in profile.engines.items() if getattr(e, "source", None)]
 
 
-def check_series(profile, engine: str, runner, out) -> dict:
+def check_series(eng, runner, out) -> dict:
     """Apply the series (then the fixups) on a scratch copy of the pin and check the mirror invariant."""
     import tempfile
 
-    e = profile.engine(engine)
-    p = plan(profile, engine)
-    pristine = srcmod.materialize(e.source, profile.sources[e.source], runner, out)
+    e = eng.section
+    p = plan(eng)
+    pristine = srcmod.materialize(e.source, eng.profile.sources[e.source], runner, out)
     with tempfile.TemporaryDirectory(prefix="parity-series-") as tmp:
         work = Path(tmp) / "src"
         srcmod.copy_tree(pristine, work)
         res, fixups, doc = _patch(runner, p, str(work), e, out)
     mismatch = sorted({m["patch"] for m in res.preimage_mismatch})
     return {
-        "engine": engine,
+        "engine": eng.name,
         "pin": p.source.info.get("pin"),
         "series_dir": p.series_dir,
         "series_digest": patches.digest_of(res.patches) if p.series_dir else None,
@@ -341,13 +357,13 @@ def check_series_lines(r: dict) -> list[str]:
     return lines
 
 
-def record_series_tree(profile, engine: str, runner, out) -> dict:
+def record_series_tree(eng, runner, out) -> dict:
     """check_series, then record its resulting tree for this series digest and pin tree in the
     series registry (a mismatch against a fork or a constant is refused by check_series)."""
 
-    r = check_series(profile, engine, runner, out)
+    r = check_series(eng, runner, out)
     if not r["series_dir"]:
-        raise UsageError(f"engine {engine} has no series: nothing to record")
+        raise UsageError(f"engine {eng.name} has no series: nothing to record")
     how = f"matched {r['expected_from']}" if r["mirror_ok"] else "parity build --check-series --record (no fork to compare with)"
     r["recorded_in"] = str(mirror.record(r["series_digest"], r["tree_before"], r["tree_after"], len(r["patches"]), how))
     return r
@@ -360,7 +376,7 @@ def campaign_step(ctx, options: dict) -> dict:
         raise ConfigError("campaign", "with.engines", "must be a list of engine names")
     result = {}
     for n in names:
-        r = ensure_built(ctx.profile, n, ctx.runner, ctx.out, force=bool(options.get("force")))
+        r = ensure_built(target(ctx.profile, n), ctx.runner, ctx.out, force=bool(options.get("force")))
         result[n] = {"key": r.key, "bin_dir": str(r.bin_dir), "cached": r.cached, "tree_after": r.provenance.get("tree_after")}
         if ctx.run:
             prev = ctx.run.read_json("builds.json") if (ctx.run.path / "builds.json").is_file() else {}
@@ -390,8 +406,7 @@ def build(ctx, req: BuildRequest):
     names = req.engines or llama_engines(ctx.profile)
     if not names:
         raise UsageError(f"profile {ctx.profile.name} has no llama engine to build")
-    for n in names:
-        ctx.profile.engine(n)
+    engines = [target(ctx.profile, n) for n in names]
     flags = []
     for d in req.defines:
         if "=" not in d:
@@ -401,24 +416,24 @@ def build(ctx, req: BuildRequest):
         return bg.start_detached(detached_args(req), ctx.runner)
     if req.mode == "print":
         plans = []
-        for n in names:
-            p = plan(ctx.profile, n, flags, req.jobs)
-            plans.append({"engine": n, "key": p.key, "dir": str(p.dir), "series_dir": p.series_dir, "patches": p.series, "configure": p.configure, "build": p.build, "cached": (p.dir / OK_MARKER).exists()})
+        for eng in engines:
+            p = plan(eng, flags, req.jobs)
+            plans.append({"engine": eng.name, "key": p.key, "dir": str(p.dir), "series_dir": p.series_dir, "patches": p.series, "configure": p.configure, "build": p.build, "cached": (p.dir / OK_MARKER).exists()})
         return plans
     if req.mode != "check-series" and (req.record or req.fork or req.fork_ref):
         raise UsageError("--record, --fork and --fork-ref go with --check-series")
     if req.mode == "check-series":
-        for n in names:
+        for eng in engines:
             if req.fork:
-                ctx.profile.engine(n).fork = expand_path(req.fork)
+                eng.section.fork = expand_path(req.fork)
             if req.fork_ref:
-                ctx.profile.engine(n).fork_ref = req.fork_ref
+                eng.section.fork_ref = req.fork_ref
         check = record_series_tree if req.record else check_series
-        return [check(ctx.profile, n, ctx.runner, ctx.out) for n in names if not req.record or ctx.profile.engine(n).series]
+        return [check(eng, ctx.runner, ctx.out) for eng in engines if not req.record or eng.section.series]
     results = []
-    for n in names:
-        r = ensure_built(ctx.profile, n, ctx.runner, ctx.out, force=req.force, extra_flags=flags, jobs=req.jobs)
-        results.append({"engine": n, "key": r.key, "bin_dir": str(r.bin_dir), "cached": r.cached, "wall_s": r.provenance.get("wall_s"), "tree_after": r.provenance.get("tree_after")})
+    for eng in engines:
+        r = ensure_built(eng, ctx.runner, ctx.out, force=req.force, extra_flags=flags, jobs=req.jobs)
+        results.append({"engine": eng.name, "key": r.key, "bin_dir": str(r.bin_dir), "cached": r.cached, "wall_s": r.provenance.get("wall_s"), "tree_after": r.provenance.get("tree_after")})
     return results
 
 

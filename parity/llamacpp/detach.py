@@ -11,7 +11,7 @@ from pathlib import Path
 
 from parity.paths import cache_dir
 from parity.files import atomic_write_text
-from parity.engine import cmake
+from parity.llamacpp import cmake
 from parity.runners.lifetime import pid_alive
 
 

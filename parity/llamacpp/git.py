@@ -1,4 +1,6 @@
-"""The git tool: strict patch application and tree hashes (through a Runner)."""
+"""The git tool, the one module that runs it (through a Runner): strict patch application and
+tree hashes; a clone's commits (clone, fetch, resolve, list, export) for the sources, the
+bisection and the canary; a checkout's file list for --host shipping."""
 
 from __future__ import annotations
 
@@ -6,6 +8,7 @@ import re
 import shlex
 
 from parity.errors import InfraError
+from parity.runners.base import CommandResult
 
 _ID = ["-c", "user.name=parity", "-c", "user.email=parity@localhost", "-c", "core.autocrlf=false", "-c", "core.fileMode=true"]
 _ENV = {"GIT_CONFIG_NOSYSTEM": "1", "LC_ALL": "C"}
@@ -123,3 +126,68 @@ class IndexTree:
 
     def apply(self, patch: str):
         return self._git(["apply", "--cached", "--whitespace=nowarn", "-p1", patch])
+
+
+# ---------------------------------------------------------------- a repository's commits
+# Plain git (no _ID config, no _ENV): each call's argv, timeout and env are what its caller ran.
+# Those whose failure the caller words return the CommandResult.
+
+
+def clone_bare(runner, url: str, dest) -> CommandResult:
+    """`git clone --bare` of url into dest (a new directory)."""
+    return runner.run(["git", "clone", "--quiet", "--bare", url, str(dest)], timeout=3600)
+
+
+def fetch_all_refs(runner, repo) -> CommandResult:
+    """A bare clone's branches and tags brought up to its origin's."""
+    refs = ["+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"]
+    return runner.run(["git", "-C", str(repo), "fetch", "--quiet", "origin", *refs], timeout=3600)
+
+
+def fetch_commit(runner, repo, commit: str) -> CommandResult:
+    return runner.run(["git", "-C", str(repo), "fetch", "--quiet", "origin", commit], timeout=3600)
+
+
+def has_commit(runner, repo, commit: str) -> bool:
+    return runner.run(["git", "-C", str(repo), "cat-file", "-e", f"{commit}^{{commit}}"]).ok
+
+
+def resolve_commit(runner, repo, ref: str) -> str | None:
+    """The commit a ref (branch, tag, sha, `HEAD~3`) names; None when it names none."""
+    res = runner.run(["git", "-C", str(repo), "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"])
+    return res.stdout.strip() if res.ok and res.stdout.strip() else None
+
+
+def is_ancestor(runner, repo, old: str, new: str) -> bool:
+    return runner.run(["git", "-C", str(repo), "merge-base", "--is-ancestor", old, new]).ok
+
+
+def first_parent_commits(runner, repo, good: str, bad: str) -> list[str]:
+    """The first-parent commits after good up to bad, oldest first (bad last)."""
+    res = runner.run(["git", "-C", str(repo), "rev-list", "--first-parent", "--reverse", f"{good}..{bad}"])
+    if not res.ok:
+        raise InfraError(f"git rev-list {good}..{bad} failed: {res.tail(2)}")
+    return res.stdout.split()
+
+
+def commit_subject(runner, repo, commit: str) -> str:
+    """A commit's subject line; empty when git cannot say."""
+    res = runner.run(["git", "-C", str(repo), "log", "-1", "--format=%s", commit])
+    return res.stdout.strip() if res.ok else ""
+
+
+def export_commit(runner, repo, commit: str, dest, index) -> CommandResult:
+    """A commit's files written into dest through a throwaway index file: the repository's own
+    index and work tree are left as they are."""
+    return runner.run(
+        ["git", "-C", str(repo), "--work-tree", str(dest), "checkout", commit, "--", "."],
+        env={"GIT_INDEX_FILE": str(index)},
+        timeout=1800,
+    )
+
+
+def listed_files(runner, root) -> list[str]:
+    """A checkout's files, tracked and untracked but not ignored; [] when git cannot list them."""
+    argv = ["git", "-C", str(root), "ls-files", "-z", "--cached", "--others", "--exclude-standard"]
+    res = runner.run(argv, timeout=60)
+    return [n for n in res.stdout.split("\0") if n] if res.ok else []

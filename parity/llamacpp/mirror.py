@@ -22,7 +22,7 @@ from pathlib import Path
 
 import msgspec
 
-from parity.engine import git as gitmod
+from parity.llamacpp import git as gitmod
 from parity.errors import ConfigError, GateFailed, UsageError
 from parity.artifacts import now_iso
 from parity.filelock import updating

@@ -13,7 +13,7 @@ from pathlib import Path
 import msgspec
 
 from parity.files import sha256 as sha256_of, sha256_file as sha256  # sha256: a file's, the name build provenance and tests use
-from parity.engine import git as gitmod
+from parity.llamacpp import git as gitmod
 from parity.errors import ConfigError, InfraError, UsageError
 
 _NUM = re.compile(r"^(\d+)-.+\.patch$")

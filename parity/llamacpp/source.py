@@ -16,6 +16,7 @@ from parity.files import sha256, sha256_file
 from parity.paths import cache_dir, expand_path
 from parity.errors import InfraError, UsageError
 from parity.filelock import locked
+from parity.llamacpp import git as gitmod
 from parity import redact
 
 _PIN = re.compile(r"^\s*LLAMA_VERSION\s*\??=\s*([0-9a-f]{7,40})\s*$", re.M)
@@ -237,24 +238,19 @@ def _export_pin(name, cfg, pin: str, runner, root: Path, dest: Path, out) -> Non
             repo.parent.mkdir(parents=True, exist_ok=True)
             if out:
                 out.info(f"cloning {cfg.url}")
-            res = runner.run(["git", "clone", "--quiet", "--bare", cfg.url, str(repo)], timeout=3600)
+            res = gitmod.clone_bare(runner, cfg.url, repo)
             if not res.ok:
                 raise InfraError(f"source {name}: git clone {cfg.url} failed: {res.tail(2)}")
-    have = runner.run(["git", "-C", str(repo), "cat-file", "-e", f"{pin}^{{commit}}"])
-    if not have.ok:
+    if not gitmod.has_commit(runner, repo, pin):
         if cfg.checkout:
             raise UsageError(f"source {name}: pin {pin} is not in checkout {repo} (git fetch it there)")
-        res = runner.run(["git", "-C", str(repo), "fetch", "--quiet", "origin", pin], timeout=3600)
+        res = gitmod.fetch_commit(runner, repo, pin)
         if not res.ok:
             raise InfraError(f"source {name}: pin {pin} not found in {cfg.url}: {res.tail(2)}")
     shutil.rmtree(dest, ignore_errors=True)
     dest.mkdir(parents=True)
     index = root / f"git-{pin}.index"
-    res = runner.run(
-        ["git", "-C", str(repo), "--work-tree", str(dest), "checkout", pin, "--", "."],
-        env={"GIT_INDEX_FILE": str(index)},
-        timeout=1800,
-    )
+    res = gitmod.export_commit(runner, repo, pin, dest, index)
     index.unlink(missing_ok=True)
     if not res.ok:
         raise InfraError(f"source {name}: checkout of {pin} failed: {res.tail(2)}")

@@ -9,9 +9,8 @@ import statistics
 from pathlib import Path
 from parity.errors import UsageError
 from parity.files import atomic_write_text
+from parity.metrics.registry import compared
 from parity.report.rundata import gate_problems, load_run
-
-METRICS = ("decode_agg_tps", "decode_perseq_tps", "agg_tps", "prefill_tps", "ttft_mean_ms")
 
 
 def provenance(run) -> dict:
@@ -55,10 +54,10 @@ def build_report(root: Path, name: str, table: list[dict]) -> dict:
                 runs[row["target"]] = run
                 t.update(provenance=provenance(run), gates=gates(run))
         targets.append(t)
-    medians, verdicts = [], []
+    medians, verdicts, metrics = [], [], compared()
     cells = sorted({(str(r.get("engine")), int(r.get("n", 0))) for run in runs.values() for r in (run.summary or {}).get("medians") or []})
     for engine, n in cells:
-        for metric in METRICS:
+        for metric in metrics:
             vals = {}
             for tname, run in runs.items():
                 for r in (run.summary or {}).get("medians") or []:
@@ -67,7 +66,7 @@ def build_report(root: Path, name: str, table: list[dict]) -> dict:
             if vals:
                 medians.append({"engine": engine, "n": n, "metric": metric, "values": vals})
     keys = sorted({(p["engine"], p["reference"], int(p["n"]), p["metric"]) for run in runs.values() for p in (run.summary or {}).get("paired") or []
-                   if p.get("metric") in METRICS})  # fmt: skip
+                   if p.get("metric") in metrics})  # fmt: skip
     for engine, ref, n, metric in keys:
         vals = {}
         for tname, run in runs.items():
@@ -75,7 +74,7 @@ def build_report(root: Path, name: str, table: list[dict]) -> dict:
                 if (p["engine"], p["reference"], int(p["n"]), p["metric"]) == (engine, ref, n, metric):
                     vals[tname] = {k: p.get(k) for k in ("ratio", "low", "high", "outcome", "n_blocks")}
         verdicts.append({"engine": engine, "reference": ref, "n": n, "metric": metric, "values": vals})
-    return {"matrix": name, "targets": targets, "medians": medians, "paired": verdicts, "metrics": list(METRICS)}
+    return {"matrix": name, "targets": targets, "medians": medians, "paired": verdicts, "metrics": metrics}
 
 
 def _fmt(v) -> str:

@@ -9,7 +9,7 @@ import threading
 from dataclasses import dataclass
 
 from parity.errors import ParityError
-from parity.context import run_session
+from parity.context import Run, run_session
 from parity.hosts.registry import delegate
 from parity.matrix.report import write_report
 from parity.matrix.spec import load_matrix
@@ -27,8 +27,9 @@ def target_argv(mx, t) -> list[str]:
     return ["campaign", "run", mx.campaign, *(["--profile", prof] if prof else []), "--json"]
 
 
-def run_matrix(ctx, mx) -> dict:
-    rd = ctx.require_run()
+def run_matrix(run: Run, profile, mx) -> dict:
+    """Each target delegated to its host (profile: where hosts resolve), pulled into run's dir; the report."""
+    rd = run.dir
     rd.update(matrix={"name": mx.name, "file": mx.source, "sha256": mx.sha256, "campaign": mx.campaign,
                       "targets": [t.__dict__ for t in mx.targets]})  # fmt: skip
     rows: dict[str, dict] = {}
@@ -36,12 +37,12 @@ def run_matrix(ctx, mx) -> dict:
     def one(t) -> None:
         rd.record_step(t.name, "running", kind="target", host=t.host)
         prefix, dest = f"[{t.name}] ", rd.path / "targets" / t.name
-        row = {"target": t.name, "host": t.host, "kind": _kind(ctx.profile, t.host), "profile": t.profile or mx.profile}
+        row = {"target": t.name, "host": t.host, "kind": _kind(profile, t.host), "profile": t.profile or mx.profile}
         try:
-            res = delegate(t.host, ctx.profile, target_argv(mx, t), dest, echo_stdout=False, prefix=prefix)
+            res = delegate(t.host, profile, target_argv(mx, t), dest, echo_stdout=False, prefix=prefix)
             row.update(exit_code=res.rc, error=None)
         except ParityError as e:
-            ctx.out.info(f"{prefix}error: {e}")
+            run.out.info(f"{prefix}error: {e}")
             row.update(exit_code=e.exit_code, error=str(e))
         pulled = sorted(p for p in dest.iterdir() if (p / "manifest.json").is_file()) if dest.is_dir() else []
         row["run_dir"] = str(pulled[-1].relative_to(rd.path)) if pulled else None
@@ -102,4 +103,4 @@ def run_request(req: MatrixRequest, open_context) -> dict:
     mx = load_matrix(req.file)
     ctx = open_context(req.profile or mx.profile)
     with run_session(ctx, "matrix", f"{mx.name}-matrix"):
-        return run_matrix(ctx, mx)
+        return run_matrix(ctx.as_run(), ctx.profile, mx)

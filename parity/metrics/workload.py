@@ -27,6 +27,7 @@ class Sample:
     slo: object | None = None  # SloConfig (ttft_ms, tpot_ms, e2e_ms; None = not bounded)
     server: dict | None = None  # server_metrics.deltas over the measured requests (None: no /metrics)
     prefix_tokens: int = 0  # shared-prefix: tokens of each request's prompt that its group shares
+    extra: dict = field(default_factory=dict)  # what the kind computed beside the records (trace: expected hits)
 
     @property
     def valid(self) -> list[RequestRecord]:
@@ -251,6 +252,65 @@ def prompt_tokens_mean(s: Sample) -> float:
     return sum(r.sent_prompt_tokens for r in s.records) / len(s.records)
 
 
+# ------------------------------------------------------------------ trace replay: schedule and cache state
+
+
+def sched_latency_ms(s: Sample, until: str) -> list[float]:
+    """(first token | last token) - due time: latency counted from when the request was due, so a
+    late send (the load generator's dispatch delay) is in it (no coordinated omission)."""
+    rs = [r for r in _need(s.records) if r.scheduled is not None]
+    if not rs:
+        raise NoValue("no due times (not an open-loop point)")
+    return [((r.first if until == "first" else r.end) - r.scheduled) * 1000 for r in rs]
+
+
+def server_prompt_tokens(r: RequestRecord) -> int | None:
+    """The prompt tokens the server says it had: computed + reused (llama-server timings.prompt_n +
+    cache_n), else its usage.prompt_tokens."""
+    t = r.server_timings or {}
+    if isinstance(t.get("prompt_n"), int) and isinstance(t.get("cache_n"), int):
+        return t["prompt_n"] + t["cache_n"]
+    return r.prompt_tokens
+
+
+def _answered(s: Sample) -> list[RequestRecord]:
+    rs = [r for r in s.records if r.error is None]
+    if not rs:
+        raise NoValue("no request was answered")
+    return rs
+
+
+def server_hit_rate(s: Sample) -> float:
+    """The server's own: its per-request cached tokens over the prompt tokens it had, else its
+    /metrics prefix-cache hits over queries."""
+    rs = _answered(s)
+    if all(r.cached_tokens is not None and server_prompt_tokens(r) for r in rs):
+        return sum(r.cached_tokens for r in rs) / sum(server_prompt_tokens(r) for r in rs)
+    if s.server is not None and s.server.get("prefix_queries"):
+        return _server(s, "prefix_hits") / s.server["prefix_queries"]
+    raise NoValue("the server said neither per request (usage.prompt_tokens_details.cached_tokens, timings.cache_n) "
+                  "nor in /metrics (prefix-cache hits and queries) how much of the prompts it reused")
+
+
+def _extra_rate(s: Sample, hits: str, total: str, why: str) -> float:
+    h, n = s.extra.get(hits), s.extra.get(total)
+    if h is None or not n:
+        raise NoValue(why)
+    return h / n
+
+
+def expected_hit_rate(s: Sample) -> float:
+    return _extra_rate(s, "expected_hit_tokens", "answered_prompt_tokens", "no expected hits computed for this point")
+
+
+def input_exact_share(s: Sample) -> float:
+    rs = _answered(s)
+    said = [(server_prompt_tokens(r), r.sent_prompt_tokens) for r in rs]
+    if any(n is None for n, _ in said):
+        raise NoValue("a response did not say how many prompt tokens the server had")
+    return sum(n == sent for n, sent in said) / len(said)
+
+
 # ------------------------------------------------------------------ prefill curve: the engine's own prompt clock
 
 
@@ -313,6 +373,37 @@ WORKLOAD_METRICS: dict[str, Metric] = {
         Metric("cached_prompt_tokens", "tok", "higher", "sum over requests of the prompt tokens each response says came from cache (usage.prompt_tokens_details.cached_tokens, else llama-server timings.cache_n)", cached_prompt_tokens),
         Metric("prefix_share", "share", "higher", "shared prefix tokens / prompt tokens of the measured requests: the hit rate a perfect prefix cache would reach", prefix_share),
         Metric("prompt_tokens_mean", "tok", "higher", "mean prompt tokens sent per request (multi-turn: the resent history + the new user chunk)", prompt_tokens_mean),
+        # trace replay
+        Metric("ttft_sched_p50_ms", "ms", "lower",
+               "median of (first token arrival - due time): TTFT with the load generator's dispatch delay in it "
+               "(no coordinated omission)", lambda s: _pct(sched_latency_ms(s, "first"), 50, "due times")),
+        Metric("ttft_sched_p99_ms", "ms", "lower", "99th percentile of (first token arrival - due time)",
+               lambda s: _pct(sched_latency_ms(s, "first"), 99, "due times")),
+        Metric("e2e_sched_p50_ms", "ms", "lower", "median of (last token arrival - due time)",
+               lambda s: _pct(sched_latency_ms(s, "last"), 50, "due times")),
+        Metric("e2e_sched_p99_ms", "ms", "lower", "99th percentile of (last token arrival - due time)",
+               lambda s: _pct(sched_latency_ms(s, "last"), 99, "due times")),
+        Metric("trace_hit_rate", "share", "higher",
+               "the trace's own prefix reuse over the replayed requests: tokens of each request's leading hash ids an "
+               "earlier one had / input tokens (an infinite cache, the trace's block granularity)",
+               lambda s: _extra_rate(s, "trace_hit_tokens", "trace_input_tokens",
+                                     "the trace has no hash ids: it says nothing of shared prefixes")),
+        Metric("expected_hit_rate", "share", "higher",
+               "the prefix-cache hits the sent token ids allow a cold cache of the engine's kind / prompt tokens, over "
+               "the answered requests: each one's longest common prefix with a prompt cached when it was looked up, "
+               "at least one token computed, in the engine's cache blocks (parity.replay.cache)",
+               expected_hit_rate),
+        Metric("server_hit_rate", "share", "higher",
+               "the server's own prefix-cache hits / prompt tokens over the answered requests: per request "
+               "(usage.prompt_tokens_details.cached_tokens, llama-server timings.cache_n over prompt_n + cache_n), "
+               "else its /metrics prefix-cache hits / queries", server_hit_rate),
+        Metric("hit_gap", "share", "lower",
+               "server_hit_rate - expected_hit_rate: above 0 the server reused prompts from before the point (a warm "
+               "cache), below 0 it lost some a cache of its kind keeps",
+               lambda s: server_hit_rate(s) - expected_hit_rate(s)),
+        Metric("input_exact_share", "share", "higher",
+               "answered requests whose prompt tokens, as the server counted them (timings.prompt_n + cache_n, else "
+               "usage.prompt_tokens), equal the token ids sent (the trace's input length)", input_exact_share),
         # prefill curve: the engine's own prompt clock
         Metric("engine_prompt_ms_mean", "ms", "lower",
                "mean over valid requests of the server's own prompt time (llama-server timings.prompt_ms: its "

@@ -23,7 +23,7 @@ from parity.engines import buildable
 from parity.errors import InfraError, UsageError
 from parity.filelock import locked
 from parity.gpu.held import refuse_while_held
-from parity.engine import source as srcmod
+from parity.llamacpp import source as srcmod
 from parity.engines.vllm_install import ensure_vllm, venv
 from parity.files import atomic_write_json, sha256_file
 from parity.runners.local import LocalRunner

@@ -6,7 +6,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from parity.engines import kind_of, with_binaries
+from parity.engines import with_binaries
+from parity.engines.bound import bind
 from parity.engines.envpolicy import check_bench_env
 from parity.errors import UsageError
 from parity.gates.test_backend_ops import perf_argv
@@ -155,7 +156,7 @@ def plan(profile, req: OpsRequest) -> OpsPlan:
     if req.reference is not None and req.reference not in [a.name for a in arms]:
         raise UsageError(f"reference {req.reference!r} is not an arm ({', '.join(a.name for a in arms)})")
     engines = list(dict.fromkeys(a.engine for a in arms))
-    envs = {e: kind_of(profile, e).env(profile, e) for e in engines}
+    envs = {e: bind(profile, e).env() for e in engines}
     for e in engines:
         check_bench_env(envs[e], profile.policy, req.allow_env)
     st = profile.stats

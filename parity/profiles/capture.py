@@ -21,18 +21,20 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
 from parity import session
 from parity.engines import kind_of
+from parity.engines.bound import Engine, bind
 from parity.errors import InfraError, UsageError
 from parity.options import check_step_options
 from parity.bench import batched_bench
-from parity.bench.batched_bench import argv
-from parity.context import run_session
+from parity.bench.batched_bench import argv as bench_argv
 from parity.decode import replace
 from parity.engines.envpolicy import check_bench_env
 from parity.engines.server import serving
-from parity.gonogo import dry_run_session, go_no_go, refuse_missing
+from parity.context import Run, dry_run_session, run_session
+from parity.gonogo import go_no_go, refuse_missing
 from parity.gpu.cuda_device import cuda_device, require_cuda_device
 from parity.gpu.lock import effective_dir as lock_effective_dir
 from parity.loadgen.client import Target, drive
@@ -40,7 +42,7 @@ from parity.loadgen.prompts import token_prompts
 from parity.metrics.validity import check_request, reason
 from parity.profiles import nsys as nsysmod
 from parity.profiles.analysis import analyze_file, auto_differences, build_doc, write_outputs
-from parity.profiles.buckets import table_for
+from parity.profiles.buckets import ProfilingConfig, table_for
 from parity.profiles.nsys import analysis_failure
 from parity.stats.blocks import block_order
 from parity.tracer import TRACERS
@@ -93,6 +95,10 @@ class ProfilePlan:
     engines: list[str] = field(default_factory=list)  # the arms (one engine, or A and B for paired buckets)
     untraced: list[Capture] = field(default_factory=list)  # per arm: the longest ntg without the tracer
     device: str | None = None  # a dry plan's CUPTI tracer without a CUDA device here: why (the real run refuses it)
+    bound: dict[str, Engine] = field(default_factory=dict)  # the arms' engines, resolved once
+    settings: ProfilingConfig | None = None  # the profile's profiling section (timeouts, buckets, analysis options)
+    shape: Any = None  # config.ServingConfig with parallel >= npl (serve: the server's port and timeouts)
+    dry_model: str | None = None  # the model file the real run reads (session.dry_model_path; None: none)
 
 
 def check_graph_node(graph_node: bool | None, allow_collapsed: bool) -> bool:
@@ -104,45 +110,46 @@ def check_graph_node(graph_node: bool | None, allow_collapsed: bool) -> bool:
     raise UsageError(REFUSAL)
 
 
-def make_plan(ctx, *, engine=None, workload="bench", ntgs=None, npl=None, npp=None, model=None, graph_node=None, allow_collapsed=False, out_dir="<run>/profile", dry=False,
+def make_plan(profile, runner, out, *, engine=None, workload="bench", ntgs=None, npl=None, npp=None, model=None, graph_node=None, allow_collapsed=False, out_dir="<run>/profile", dry=False,
               tracer=None, engines=None, blocks=None) -> ProfilePlan:  # fmt: skip
     """The captures of every arm (engines: paired buckets; else the one engine) at every ntg,
     one tracer for all, and per arm the untraced run that measures the tracer's cost."""
     arms = list(engines or [engine or None])
     if len(set(arms)) != len(arms):
         raise UsageError(f"--engines: an engine is listed twice ({', '.join(map(str, arms))})")
-    blocks = ctx.profile.profiling.blocks if blocks is None else blocks  # 0 is refused, not read as the default
+    blocks = profile.profiling.blocks if blocks is None else blocks  # 0 is refused, not read as the default
     if not isinstance(blocks, int) or isinstance(blocks, bool) or blocks < 1:
         raise UsageError(f"--blocks must be a positive integer, got {blocks!r}")
     for flag, v in (("--npl", npl), ("--npp", npp)):
         if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
             raise UsageError(f"{flag} must be a positive integer, got {v!r}")
-    plans = [_make_arm_plan(ctx, engine=a, workload=workload, ntgs=ntgs, npl=npl, npp=npp, model=model, graph_node=graph_node, allow_collapsed=allow_collapsed,
+    plans = [_make_arm_plan(profile, runner, out, engine=a, workload=workload, ntgs=ntgs, npl=npl, npp=npp, model=model, graph_node=graph_node, allow_collapsed=allow_collapsed,
                             out_dir=out_dir, dry=dry, tracer=tracer, blocks=blocks) for a in arms]  # fmt: skip
     first = plans[0]
     for pl in plans[1:]:
         first.captures += pl.captures
         first.untraced += pl.untraced
     first.engines = [pl.engine for pl in plans]
+    first.bound = {pl.engine: pl.bound[pl.engine] for pl in plans}
     first.device = plans[0].device
+    first.dry_model = session.dry_model_path(profile, first.model, first.engine if workload == "serve" else None)
     return first
 
 
-def choose_tracer(ctx, wanted: str | None, dry: bool) -> tuple[str, str, str | None]:
-    """(tracer, why, nsys binary or None).  auto: nsys where it is on PATH and `nsys --version`
-    runs, else CUPTI (whose CUDA device make_plan checks, dry run or not)."""
+def choose_tracer(p, runner, wanted: str | None, dry: bool) -> tuple[str, str, str | None]:
+    """(tracer, why, nsys binary or None) under the profiling section p.  auto: nsys where it is
+    on PATH and `nsys --version` runs, else CUPTI (whose CUDA device make_plan checks, dry run or not)."""
 
-    p = ctx.profile.profiling
     wanted = wanted or p.tracer
     if wanted not in TRACERS:
         raise UsageError(f"--tracer {wanted!r}: expected one of {', '.join(TRACERS)}")
     if wanted == "nsys":
-        return "nsys", "asked for nsys", _nsys_binary(ctx, dry)
+        return "nsys", "asked for nsys", _nsys_binary(p.nsys, runner, dry)
     if wanted == "auto":
         name = p.nsys
-        found = ctx.runner.which(name) if "/" not in name else (name if os.path.isfile(name) else None)
+        found = runner.which(name) if "/" not in name else (name if os.path.isfile(name) else None)
         if found:
-            res = ctx.runner.run([found, "--version"], timeout=60)
+            res = runner.run([found, "--version"], timeout=60)
             if res.ok:
                 return "nsys", f"auto: {found} runs ({res.tail(1).strip()})", found
             why = f"auto: {found} --version failed (exit {res.rc}), so parity's CUPTI tracer"
@@ -163,27 +170,27 @@ def device_problem(runner) -> str | None:
     return None
 
 
-def _cupti_library(ctx, dry: bool) -> dict:
+def _cupti_library(runner, out, cupti: str | None, dry: bool) -> dict:
     """Find CUPTI for the driver's CUDA and build the injection library (a dry run finds nothing)."""
     if dry:
         return {"library": "<built at the first real run: parity/tracer/cupti/parity_cupti.cpp against the CUPTI of the driver's CUDA>", "cached": False}
 
-    dev = cuda_device(ctx.runner)
-    cupti = find_cupti(dev["cuda"], ctx.runner, ctx.profile.profiling.cupti)
-    b = ensure_built(ctx.runner, cupti, out=ctx.out)
+    dev = cuda_device(runner)
+    found = find_cupti(dev["cuda"], runner, cupti)
+    b = ensure_built(runner, found, out=out)
     return {"library": b.library, "key": b.key, "cupti": b.cupti, "compiler": b.compiler, "cached": b.cached, "driver_cuda": dev["cuda"], "gpus": dev["gpus"]}
 
 
-def _make_arm_plan(ctx, *, engine=None, workload="bench", ntgs=None, npl=None, npp=None, model=None, graph_node=None, allow_collapsed=False, out_dir="<run>/profile", dry=False,
+def _make_arm_plan(profile, runner, out, *, engine=None, workload="bench", ntgs=None, npl=None, npp=None, model=None, graph_node=None, allow_collapsed=False, out_dir="<run>/profile", dry=False,
                    tracer=None, blocks=1) -> ProfilePlan:  # fmt: skip
 
     collapsed = check_graph_node(graph_node, allow_collapsed)
     if workload not in WORKLOADS:
         raise UsageError(f"--workload {workload!r}: expected one of {', '.join(WORKLOADS)}")
-    prof = ctx.profile
-    p = prof.profiling
-    engine = engine or _default_engine(ctx, workload)
-    e, kind = prof.engine(engine), kind_of(prof, engine)
+    p = profile.profiling
+    engine = engine or _default_engine(profile, workload)
+    eng = bind(profile, engine)
+    e, kind = eng.section, eng.kind
     if workload == "bench" and not kind.binary_gates:
         raise UsageError(f"engine {engine} is {e.kind}: the bench workload runs llama-batched-bench; profile {e.kind} with --workload serve")
     if workload == "serve" and not kind.profiled_serving:
@@ -192,20 +199,21 @@ def _make_arm_plan(ctx, *, engine=None, workload="bench", ntgs=None, npl=None, n
     if len(set(ntgs)) != len(ntgs):
         raise UsageError(f"--ntg {ntgs}: values must differ")
     npl, npp = npl or p.npl, npp or p.npp
-    model = model or prof.serving.model
+    model = model or profile.serving.model
     if not model:
         raise UsageError("no model to profile (serving.model or --model)")
-    tracer, why, nsys_bin = choose_tracer(ctx, tracer, dry)
-    device = device_problem(ctx.runner) if tracer == "cupti" else None
+    tracer, why, nsys_bin = choose_tracer(p, runner, tracer, dry)
+    device = device_problem(runner) if tracer == "cupti" else None
     if device and not dry:
         raise UsageError(device)
-    built = _cupti_library(ctx, dry) if tracer == "cupti" else None
+    built = _cupti_library(runner, out, p.cupti, dry) if tracer == "cupti" else None
+    shape, bench = _serve_shape(profile.serving, npl), profile.serving.bench
     # what does not depend on ntg: the model, the engine's binary, env, the server launch
     if workload == "bench":
-        model_file, binary = _model_file(ctx, model, dry), _bench_binary(ctx, engine, dry)
-        env, unset, server = kind.env(prof, engine), [], None
+        model_file, binary = _model_file(profile, model, dry), eng.tool_path("llama-batched-bench", runner, out, dry=dry)
+        env, unset, server = eng.env(), [], None
     else:
-        server = _serve_launch(ctx, engine, model, npl, dry)
+        server = _serve_launch(eng, model, shape, out, dry)
         env, unset = server.env, server.unset
     captures, untraced = [], []
     for block in range(blocks):
@@ -213,7 +221,7 @@ def _make_arm_plan(ctx, *, engine=None, workload="bench", ntgs=None, npl=None, n
         for ntg in ntgs:
             label = f"{engine}-{workload}-ntg{ntg}{'-collapsed' if collapsed else ''}{suffix}"
             out_base = os.path.join(out_dir, label)
-            wl = _bench_argv(ctx, binary, model_file, npp, ntg, npl) if workload == "bench" else server.argv
+            wl = bench_argv(binary, model_file, [npp], [ntg], [npl], bench) if workload == "bench" else server.argv
             if tracer == "cupti":
                 argv, cenv = list(wl), {**env, **injection_env(built["library"], out_base + ".cupti.%p.tsv")}
             else:
@@ -221,64 +229,52 @@ def _make_arm_plan(ctx, *, engine=None, workload="bench", ntgs=None, npl=None, n
             captures.append(Capture(label, engine, ntg, out_base, argv, wl, cenv, unset, server, tracer=tracer, block=block if blocks > 1 else None))
         if workload == "bench":  # the tracer's cost: the longest ntg again, untraced
             ntg = max(ntgs)
-            wl = _bench_argv(ctx, binary, model_file, npp, ntg, npl)
+            wl = bench_argv(binary, model_file, [npp], [ntg], [npl], bench)
             base = os.path.join(out_dir, f"{engine}-{workload}-ntg{ntg}-untraced{suffix}")
             untraced.append(Capture(f"{engine}-{workload}-ntg{ntg}-untraced{suffix}", engine, ntg, base, list(wl), wl, env, unset, None, tracer=tracer, traced=False, block=block))
     return ProfilePlan(engine, workload, model, ntgs, npl, npp, not collapsed, collapsed, captures, nsys_bin or "", tracer=tracer, tracer_choice=why, tracer_build=built,
-                       blocks=blocks, engines=[engine], untraced=untraced, device=device)  # fmt: skip
+                       blocks=blocks, engines=[engine], untraced=untraced, device=device, bound={engine: eng}, settings=p, shape=shape)  # fmt: skip
 
 
-def _model_file(ctx, model: str, dry: bool) -> str:
+def _model_file(profile, model: str, dry: bool) -> str:
     """The model's file; a dry run on a workstation shows the configured path even when it is
     not there (the capture runs on the GPU box)."""
     try:
-        return session.model_file(ctx, model) if not dry else session.model_file_if_there(ctx, model)
+        return session.model_file(profile, model) if not dry else session.model_file_if_there(profile, model)
     except UsageError:
-        if dry and model in ctx.profile.models and ctx.profile.models[model].path:
-            return ctx.profile.models[model].path
+        if dry and model in profile.models and profile.models[model].path:
+            return profile.models[model].path
         raise
 
 
-def _default_engine(ctx, workload: str) -> str:
-    s = ctx.profile.serving
-    for name in s.engines or list(ctx.profile.engines):
-        kind = kind_of(ctx.profile, name)
+def _default_engine(profile, workload: str) -> str:
+    for name in profile.serving.engines or list(profile.engines):
+        kind = kind_of(profile, name)
         if kind.binary_gates if workload == "bench" else kind.profiled_serving:
             return name
-    raise UsageError(f"profile {ctx.profile.name}: no engine to profile (--engine)")
+    raise UsageError(f"profile {profile.name}: no engine to profile (--engine)")
 
 
-def _nsys_binary(ctx, dry: bool) -> str:
-    name = ctx.profile.profiling.nsys
-    found = ctx.runner.which(name) if "/" not in name else (name if os.path.isfile(name) else None)
+def _nsys_binary(name: str, runner, dry: bool) -> str:
+    found = runner.which(name) if "/" not in name else (name if os.path.isfile(name) else None)
     if found:
         return found
     if dry:
         return name
-    raise UsageError(f"nsys ({name}) not found on {ctx.runner.host}: install Nsight Systems or set profiling.nsys to its path")
+    raise UsageError(f"nsys ({name}) not found on {runner.host}: install Nsight Systems or set profiling.nsys to its path")
 
 
-def _bench_binary(ctx, engine: str, dry: bool) -> str:
-    return kind_of(ctx.profile, engine).tool_path(ctx.profile, engine, "llama-batched-bench", ctx.runner, ctx.out, dry=dry)
-
-
-def _bench_argv(ctx, binary: str, model_file: str, npp: int, ntg: int, npl: int) -> list[str]:
-    return argv(binary, model_file, [npp], [ntg], [npl], ctx.profile.serving.bench)
-
-
-def _serve_launch(ctx, engine: str, model: str, npl: int, dry: bool):
-    s = _serve_shape(ctx, npl)
-    kind = kind_of(ctx.profile, engine)
+def _serve_launch(eng: Engine, model: str, shape, out, dry: bool):
     # as in snapshot: --model names the served model, and a dry run builds nothing
-    return kind.launch(ctx.profile, engine, kind.model_file(ctx.profile, engine, model), s.port, s, dry=dry, model=model, out=ctx.out)
+    return eng.launch(eng.model_file(model), shape.port, shape, dry=dry, model=model, out=out)
 
 
-def _serve_shape(ctx, npl: int):
-    s = ctx.profile.serving
-    return replace(s, parallel=max(s.parallel, npl))
+def _serve_shape(serving, npl: int):
+    return replace(serving, parallel=max(serving.parallel, npl))
 
 
-def dry_run(ctx, plan: ProfilePlan) -> dict:
+def dry_run(plan: ProfilePlan, lock) -> dict:
+    """The plan as the dry run prints it (lock: the profile's lock section)."""
     import shlex
 
     return {
@@ -299,11 +295,11 @@ def dry_run(ctx, plan: ProfilePlan) -> dict:
                      for c in plan.captures + plan.untraced],  # fmt: skip
         "export": (f"{plan.nsys} export --type sqlite --output OUT.sqlite --force-overwrite true OUT.nsys-rep" if plan.tracer == "nsys"
                    else "the CUPTI trace files OUT.cupti.<pid>.tsv -> OUT.sqlite (nsys's tables, parity.tracer.trace.convert)"),  # fmt: skip
-        "lock_dir": str(lock_effective_dir(ctx.profile.lock)),
+        "lock_dir": str(lock_effective_dir(lock)),
     }
 
 
-def dry_paths(ctx, plan: ProfilePlan) -> dict[str, str]:
+def dry_paths(plan: ProfilePlan, runner) -> dict[str, str]:
     """What the real capture needs, for the go/no-go and the real run's first check (the same
     words): a CUDA device for CUPTI, nsys, each arm's workload binary, the model (a synth or hf
     model is made on the first real run: session.dry_model_path, snapshot's rule)."""
@@ -315,38 +311,44 @@ def dry_paths(ctx, plan: ProfilePlan) -> dict[str, str]:
         paths["nsys"] = nsys if "/" in nsys else f"<nsys: {nsys!r} is not on PATH (profiling.nsys)>"
     for arm in plan.engines:
         exe = next(c.workload_argv for c in plan.captures if c.engine == arm)[0]
-        found = exe if "/" in exe or exe.startswith("<") else ctx.runner.which(exe)
+        found = exe if "/" in exe or exe.startswith("<") else runner.which(exe)
         paths[f"{os.path.basename(exe)} of {arm}"] = found or f"<{exe}: not on PATH>"
-    model = session.dry_model_path(ctx, plan.model, plan.engine if plan.workload == "serve" else None)
-    if model is not None:
-        paths[f"model {plan.model}"] = model
+    if plan.dry_model is not None:
+        paths[f"model {plan.model}"] = plan.dry_model
     return paths
 
 
-def run_profile(ctx, plan: ProfilePlan, allow_env=()) -> dict:
-    """Blocks under the GPU lock: each block runs every arm (ABBA order) traced at each ntg and
-    untraced at the longest; export, bucket, difference per arm and block; the tracer's cost per
-    arm; with two arms the paired bucket table.  Writes profile/*."""
-
-    rd = ctx.require_run()
+def record_plan(run: Run, plan: ProfilePlan, policy, allow_env=()) -> None:
+    """Before the builds: every capture's env against the policy, the plan in the manifest."""
     for c in plan.captures:
-        check_bench_env(c.env, ctx.profile.policy, allow_env, context=f"profile (engine {c.engine})")
-    rd.update(collapsed=plan.collapsed, profile={"graph_node": plan.graph_node, "collapsed": plan.collapsed, "workload": plan.workload, "engine": plan.engine, "engines": plan.engines,
+        check_bench_env(c.env, policy, allow_env, context=f"profile (engine {c.engine})")
+    run.dir.update(collapsed=plan.collapsed, profile={"graph_node": plan.graph_node, "collapsed": plan.collapsed, "workload": plan.workload, "engine": plan.engine, "engines": plan.engines,
                                                  "tracer": plan.tracer, "tracer_choice": plan.tracer_choice, "tracer_build": plan.tracer_build, "blocks": plan.blocks,
                                                  "commands": [c.argv for c in plan.captures]})  # fmt: skip
-    session.prepare(ctx, plan.engines, [plan.model])  # before the lock (make_plan found or built it already)
-    table = table_for(ctx.profile.profiling)
+
+
+def run_profile(run: Run, plan: ProfilePlan, locked) -> dict:
+    """Blocks under the GPU lock (locked: session.measuring of the arms, prepared by the caller):
+    each block runs every arm (ABBA order) traced at each ntg and untraced at the longest; export,
+    bucket, difference per arm and block; the tracer's cost per arm; with two arms the paired
+    bucket table.  Writes profile/*."""
+
+    rd = run.dir
+    table = table_for(plan.settings)
     captures, runs = [], []
-    with session.measuring(ctx, plan.engines):  # hardware.txt, builds.json, then the captures
+    with locked:  # hardware.txt, builds.json, then the captures
         for block in range(plan.blocks):
             for arm in block_order(plan.engines, block, "abba"):
                 for c in _block_sequence(plan, arm, block):
-                    ctx.out.info(f"[profile] {c.label}: {'traced (' + plan.tracer + ')' if c.traced else 'untraced'}, {plan.workload}, ntg {c.ntg}, npl {plan.npl}")
-                    rows = _capture_bench(ctx, c, plan) if plan.workload == "bench" else _capture_serve(ctx, c, plan)
+                    run.out.info(f"[profile] {c.label}: {'traced (' + plan.tracer + ')' if c.traced else 'untraced'}, {plan.workload}, ntg {c.ntg}, npl {plan.npl}")
+                    if plan.workload == "bench":
+                        rows = _capture_bench(run.runner, run.out, c, plan.settings.timeout_s)
+                    else:
+                        rows = _capture_serve(run, c, plan)
                     runs.append({"engine": c.engine, "block": c.block if c.block is not None else 0, "traced": c.traced, "ntg": c.ntg, "rows": rows,
                                  "s_tg": rows[0].get("s_tg") if len(rows) == 1 else None})  # fmt: skip
                     if c.traced:
-                        cap = _analyze_capture(ctx, c, plan, table)
+                        cap = _analyze_capture(run.runner, c, plan, table)
                         cap["workload_rows"] = rows
                         captures.append(cap)
     if not plan.collapsed and any(c["collapsed"] for c in captures):  # the export says graph mode whatever was asked
@@ -374,7 +376,7 @@ def _block_sequence(plan: ProfilePlan, arm: str, block: int) -> list[Capture]:
     return plain + traced if block % 2 == 0 else traced + plain
 
 
-def _analyze_capture(ctx, c: Capture, plan: ProfilePlan, table) -> dict:
+def _analyze_capture(runner, c: Capture, plan: ProfilePlan, table) -> dict:
     """The capture's SQLite export (nsys: exported from its report; CUPTI: converted from its
     trace files and refused when incomplete or collapsed), bucketed."""
 
@@ -391,8 +393,8 @@ def _analyze_capture(ctx, c: Capture, plan: ProfilePlan, table) -> dict:
         src = c.out_base + ".nsys-rep"
         if not os.path.isfile(src):
             raise InfraError(f"nsys wrote no report at {src} (log: {c.out_base}.log)")
-    cap = analyze_file(src, table, label=c.label, engine=c.engine, ntg=c.ntg, npl=plan.npl, top_unmatched=ctx.profile.profiling.top_unmatched,
-                       after_nvtx=ctx.profile.profiling.decode_after_nvtx, runner=ctx.runner, nsys=plan.nsys or "nsys", collapsed=plan.collapsed)  # fmt: skip
+    cap = analyze_file(src, table, label=c.label, engine=c.engine, ntg=c.ntg, npl=plan.npl, top_unmatched=plan.settings.top_unmatched,
+                       after_nvtx=plan.settings.decode_after_nvtx, runner=runner, nsys=plan.nsys or "nsys", collapsed=plan.collapsed)  # fmt: skip
     cap["command"] = c.argv
     cap["block"] = c.block
     cap["tracer"] = c.tracer
@@ -429,32 +431,32 @@ def check_analysis(log_path: str) -> None:
                          "This nsys cannot post-process this CUDA runtime: use an Nsight Systems at least as new as the CUDA toolkit")  # fmt: skip
 
 
-def _capture_bench(ctx, c: Capture, plan: ProfilePlan) -> list[dict]:
+def _capture_bench(runner, out, c: Capture, timeout_s: float) -> list[dict]:
     """Run nsys around llama-batched-bench; returns the bench table rows (maybe empty, see below)."""
 
     os.makedirs(os.path.dirname(c.out_base), exist_ok=True)
-    res = ctx.runner.run(c.argv, env=c.env, unset=c.unset, timeout=ctx.profile.profiling.timeout_s)
+    res = runner.run(c.argv, env=c.env, unset=c.unset, timeout=timeout_s)
     text = res.stdout + "\n" + res.stderr
     with open(c.out_base + ".log", "w") as f:
         f.write(text)
     rows = batched_bench.parse(res.stdout)
     why = batched_bench.failure(text)
     if res.timed_out or res.rc != 0 or why or len(rows) > 1:
-        detail = why or (f"timed out after {ctx.profile.profiling.timeout_s:.0f} s" if res.timed_out else f"exit {res.rc}")
+        detail = why or (f"timed out after {timeout_s:.0f} s" if res.timed_out else f"exit {res.rc}")
         raise InfraError(f"profiled llama-batched-bench failed ({len(rows)} table rows): {detail}; log {c.out_base}.log: {res.tail(3)}")
     if not rows:
         # llama.cpp's common_log singleton is leaked on purpose (upstream issue 22142): its worker
         # thread can die at exit before printing the last lines.  A failed decode exits non-zero,
         # so exit 0 without the row is a lost log line, not a failed workload: the profile stands.
-        ctx.out.warn(f"{c.label}: llama-batched-bench exited 0 but its table row was lost at exit (llama.cpp common_log); the capture is kept")
+        out.warn(f"{c.label}: llama-batched-bench exited 0 but its table row was lost at exit (llama.cpp common_log); the capture is kept")
     return rows
 
 
-def _capture_serve(ctx, c: Capture, plan: ProfilePlan) -> list[dict]:
+def _capture_serve(run: Run, c: Capture, plan: ProfilePlan) -> list[dict]:
     import asyncio
 
-    e = ctx.profile.engine(c.engine)
-    s = _serve_shape(ctx, plan.npl)
+    e = plan.bound[c.engine].section
+    s = plan.shape
     base = c.server
     la = replace(base, argv=c.argv, env=c.env)  # the nsys-wrapped command (or the CUPTI env); readiness, model check, names as launched
     os.makedirs(os.path.dirname(c.out_base), exist_ok=True)
@@ -462,7 +464,7 @@ def _capture_serve(ctx, c: Capture, plan: ProfilePlan) -> list[dict]:
     # signal goes to nsys alone: it ends the server itself (its --kill: SIGTERM), and a second
     # signal sends llama-server down its "terminating immediately" exit(1), which hung at exit
     # here (a busy 2-core box) until the SIGKILL, so nsys wrote no report
-    with serving(ctx, la, s.port, c.out_base + ".log", e.ready_timeout_s * 2, e.ready_probe_timeout_s, e.stop_grace_s + 120, leader_only=True):
+    with serving(run, la, s.port, c.out_base + ".log", e.ready_timeout_s * 2, e.ready_probe_timeout_s, e.stop_grace_s + 120, leader_only=True):
         t = Target(base.host, base.port, base.served_name, base.tokenize, count=base.count, extra=base.request_extra)
         specs = asyncio.run(token_prompts(t, plan.npl, plan.npp, c.ntg))
         recs = [check_request(r) for r in drive(t, specs, s.request_timeout_s)]
@@ -506,35 +508,38 @@ def profile(ctx, req: ProfileRequest) -> dict:
                    tracer=req.tracer, engines=req.engines, blocks=req.blocks)  # fmt: skip
     # the planner, the real run's first step too: every check, the tracer's device and the files
     # it needs, so a dry run and a real run cannot disagree
-    plan = make_plan(ctx, **options, dry=True)
+    plan = make_plan(ctx.profile, ctx.runner, ctx.out, **options, dry=True)
     if req.dry_run:  # a go/no-go with its evidence in a `dry-run` run dir; the CLI exits with its code
-        doc = dry_run(ctx, plan)
+        doc = dry_run(plan, ctx.profile.lock)
         with dry_run_session(ctx, "profile", f"profile-{req.engine or 'default'}-{req.workload}") as rd:
-            ports = [_serve_shape(ctx, plan.npl).port] if plan.workload == "serve" else []
-            doc["go_no_go"] = go_no_go(ctx, paths=dry_paths(ctx, plan), ports=ports)
+            ports = [plan.shape.port] if plan.workload == "serve" else []
+            doc["go_no_go"] = go_no_go(ctx.as_run(), ctx.profile.lock, ctx.profile.hardware_class,
+                                       paths=dry_paths(plan, ctx.runner), ports=ports)
             doc["run_dir"] = str(rd.path)
             rd.write_json("plan.json", doc)
         return doc
-    refuse_missing(ctx.runner, dry_paths(ctx, plan))  # the dry run's NO GO paths, refused before the run dir
+    refuse_missing(ctx.runner, dry_paths(plan, ctx.runner))  # the dry run's NO GO paths, refused before the run dir
     with run_session(ctx, "profile", f"profile-{req.engine or 'default'}-{req.workload}"):
         session.prepare(ctx, plan.engines, [plan.model])
-        plan = make_plan(ctx, **options, out_dir=str(ctx.run.path / "profile"))
-        doc = run_profile(ctx, plan, req.allow_env)
+        plan = make_plan(ctx.profile, ctx.runner, ctx.out, **options, out_dir=str(ctx.run.path / "profile"))
+        record_plan(ctx.as_run(), plan, ctx.profile.policy, req.allow_env)
+        session.prepare(ctx, plan.engines, [plan.model])  # before the lock (make_plan found or built it already)
+        doc = run_profile(ctx.as_run(), plan, session.measuring(ctx, plan.engines))
         return {"run_dir": str(ctx.run.path), **doc}
 
 
-def step_engines(ctx, options: dict) -> list[str]:
+def step_engines(profile, options: dict) -> list[str]:
     """The engine a profile step captures (the campaign builds it before its lock step)."""
-    return list(options.get("engines") or [options.get("engine") or _default_engine(ctx, options.get("workload", "bench"))])
+    return list(options.get("engines") or [options.get("engine") or _default_engine(profile, options.get("workload", "bench"))])
 
 
 STEP_OPTIONS = {"engine", "workload", "ntg", "npl", "npp", "model", "graph_node", "allow_collapsed", "allow_env", "tracer", "engines", "blocks"}
 
 
-def check_step(ctx, options: dict) -> ProfilePlan:
+def check_step(profile, runner, out, options: dict) -> ProfilePlan:
     """A profile step's options, checked as the real step plans them (a dry plan: nothing is built)."""
     check_step_options("profile", options, STEP_OPTIONS)
-    plan = make_plan(ctx, engine=options.get("engine"), workload=options.get("workload", "bench"), ntgs=options.get("ntg"), npl=options.get("npl"), npp=options.get("npp"),
+    plan = make_plan(profile, runner, out, engine=options.get("engine"), workload=options.get("workload", "bench"), ntgs=options.get("ntg"), npl=options.get("npl"), npp=options.get("npp"),
                      model=options.get("model"), graph_node=options.get("graph_node", True), allow_collapsed=bool(options.get("allow_collapsed")),
                      tracer=options.get("tracer"), engines=options.get("engines"), blocks=options.get("blocks"), dry=True)  # fmt: skip
     if plan.device:  # the step's real plan refuses it: the campaign does too, dry run or not, before its first step
@@ -544,10 +549,12 @@ def check_step(ctx, options: dict) -> ProfilePlan:
 
 def campaign_step(ctx, options: dict) -> dict:
     """kind: profile -- options {engine, workload, ntg: [64, 16], npl, npp, model, graph_node: true, allow_collapsed, allow_env}."""
-    check_step(ctx, options)
+    check_step(ctx.profile, ctx.runner, ctx.out, options)
     out_dir = str(ctx.require_run().path / "profile")
-    plan = make_plan(ctx, engine=options.get("engine"), workload=options.get("workload", "bench"), ntgs=options.get("ntg"), npl=options.get("npl"), npp=options.get("npp"),
+    plan = make_plan(ctx.profile, ctx.runner, ctx.out, engine=options.get("engine"), workload=options.get("workload", "bench"), ntgs=options.get("ntg"), npl=options.get("npl"), npp=options.get("npp"),
                      model=options.get("model"), graph_node=options.get("graph_node", True), allow_collapsed=bool(options.get("allow_collapsed")), out_dir=out_dir,
                      tracer=options.get("tracer"), engines=options.get("engines"), blocks=options.get("blocks"))  # fmt: skip
-    doc = run_profile(ctx, plan, options.get("allow_env", ()))
+    record_plan(ctx.as_run(), plan, ctx.profile.policy, options.get("allow_env", ()))
+    session.prepare(ctx, plan.engines, [plan.model])  # before the lock (make_plan found or built it already)
+    doc = run_profile(ctx.as_run(), plan, session.measuring(ctx, plan.engines))
     return {"collapsed": doc["collapsed"], "files": doc["files"], "captures": [{"label": c["label"], "total_ms": c["total_ms"], "kernels": c["kernels"]} for c in doc["captures"]]}

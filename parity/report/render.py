@@ -25,13 +25,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from parity import results, stats
+from parity.metrics import registry
 from parity.report import plots
 from parity.artifacts import slugify
 from parity.files import atomic_write_json, atomic_write_text
 from parity.errors import RegressionDetected, UsageError
 from parity.report import ledger
 from parity.report.rundata import RunData, gate_problems, load_run, values_by_cell
-from parity.report.sections import (RESULT_METRICS, ab_table, bench_section, buckets_section, definitions, fmt, gates_section, hardware_section, key_ratios,
+from parity.report.sections import (ab_table, bench_section, buckets_section, definitions, fmt, gates_section, hardware_section, key_ratios,
                                     noise_section, output_parity_section, paired_definition, paired_section, paired_text, provenance_section, ratio_section, reconciliation_section,
                                     reproduce, results_section, server_section, sessions_table, validity_section)
 from parity.errors import ConfigError
@@ -51,7 +52,6 @@ from parity.stats.paired import overall
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 USER_VERDICTS = ("keep", "reject", "default-off")
 SUMMARY_KINDS = ("snapshot", "users-snapshot")  # run kinds whose result is their summary
-RATIO_PLOT_METRICS = ["decode_agg_tps", "decode_perseq_tps", "agg_tps"]
 
 
 @dataclass
@@ -137,10 +137,11 @@ def draw_plots(rd: RunData, ab: dict | None, asset_dir: Path, rel: str, paired: 
     out = []
     summary = rd.summary or {}
     spreads = {k: (min(v.values()), max(v.values())) for k, v in values_by_cell(rd, "decode_agg_tps").items() if v}
+    rates = [m for m in registry.headline() if registry.direction(m) == "higher"]  # a TTFT ratio would stretch the axis
     jobs = [
         ("decode t/s vs N per engine", "decode_tps_vs_n.png", lambda p: plots.throughput_vs_n(summary.get("medians") or [], spreads, p)),
         (f"ratio vs {summary.get('reference_engine')} by N", "ratio_vs_n.png",
-         lambda p: plots.ratio_vs_n(summary.get("ratios") or [], RATIO_PLOT_METRICS, p, plots.ratio_spreads(summary.get("rows") or [], summary.get("reference_engine"), RATIO_PLOT_METRICS))),
+         lambda p: plots.ratio_vs_n(summary.get("ratios") or [], rates, p, plots.ratio_spreads(summary.get("rows") or [], summary.get("reference_engine"), rates))),
         (f"paired block ratios vs {summary.get('reference_engine')} (geometric mean, interval, +-threshold band)", "paired_blocks.png",
          lambda p: plots.paired_blocks(paired["points"], p, paired["threshold_pct"]) if paired else None),
         ("kernel buckets", "buckets.png", lambda p: plots.bucket_bars((rd.analysis or {}).get("captures") or [], p)),
@@ -244,7 +245,7 @@ def _render_report(profile, req: ReportRequest, rd: RunData, held: contextlib.Ex
     verdict, verdict_rule = decide(req.verdict, problems, ab, rule, (rd.summary or {}).get("headline") or "", ptext)
     assets, staging = out_dir / stem, _staging(out_dir, stem, held)  # plots land in staging, published with the report
     figs, plot_note = draw_plots(rd, ab, staging, stem, paired) if req.plots else ([], "plots disabled")
-    defs, defs_note = definitions(list(dict.fromkeys(RESULT_METRICS + metrics)), rd.summary)
+    defs, defs_note = definitions(list(dict.fromkeys(registry.columns() + metrics)), rd.summary)
     row = {"date": date, "phase": phase, "title": title, "verdict": verdict, "key_ratios": key_ratios(rd, (paired or {}).get("points")), "report": md_path.name, "artifact": str(rd.path)}
     res = results_section(rd)
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from parity import results, stats, tables
+from parity.metrics import registry
 from parity.results import model
 from parity.errors import UsageError
 from parity.artifacts import RunDir
@@ -108,8 +109,13 @@ def load_run(path, *, need_summary: bool = True) -> RunData:
 
 # --------------------------------------------------------------------------- the users' artifacts
 
-USERS_SUMMARY_COLUMNS = ["arm", "n", "agg_tps", "decode_agg_tps", "decode_perseq_tps", "prefill_tps", "ttft_mean_ms", "wall_s"]
-USERS_RATIO_COLUMNS = {"paged_decode_over_vllm": "decode_agg_tps", "paged_perseq_over_vllm": "decode_perseq_tps", "paged_agg_over_vllm": "agg_tps", "paged_ttft_over_vllm": "ttft_mean_ms"}
+def users_summary_columns() -> list[str]:
+    return ["arm", "n", *registry.users_columns()]
+
+
+def users_ratio_columns(engine: str = "paged", reference: str = "vllm") -> dict[str, str]:
+    """Their ratio block's column -> its metric (<engine>_<name>_over_<reference>; their arms)."""
+    return {f"{engine}_{short}_over_{reference}": m for m, short in registry.users_ratios().items()}
 
 
 def is_users_artifact(p: Path) -> bool:
@@ -120,7 +126,7 @@ def is_users_artifact(p: Path) -> bool:
 def parse_users_summary(text: str) -> tuple[list[dict], list[dict]]:
     """The users' summary.tsv: (rows [{arm, n, agg_tps, ...}], ratios [{ratio, n, paged_decode_over_vllm, ...}])
     (parity.tables.users_summary: the arm table, a blank line, the `ratio` block)."""
-    arms, ratios = tables.users_summary(text, columns=USERS_SUMMARY_COLUMNS)
+    arms, ratios = tables.users_summary(text, columns=users_summary_columns())
     return tables.records(arms), [r for block in ratios for r in tables.records(block)]
 
 
@@ -167,7 +173,9 @@ def load_users_artifact(p: Path, *, need_summary: bool = True) -> RunData:
         key = (f.parent.name, data["n"])
         nums = {k: v for k, v in data.items() if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
         if key in have:
-            next(r for r in rows if (r["arm"], r["n"]) == key).update({k: v for k, v in nums.items() if k not in USERS_SUMMARY_COLUMNS})
+            theirs = users_summary_columns()
+            row = next(r for r in rows if (r["arm"], r["n"]) == key)
+            row.update({k: v for k, v in nums.items() if k not in theirs})
         else:
             rows.append({"arm": key[0], **nums, "n": key[1]})
     parity_rows = [{"engine": r["arm"], "repeat": 0, **{k: v for k, v in r.items() if k != "arm"}, "source": "users' summary.tsv"} for r in rows]
@@ -175,6 +183,7 @@ def load_users_artifact(p: Path, *, need_summary: bool = True) -> RunData:
     reference = "vllm" if "vllm" in engines else None
     summary = None
     if parity_rows:
+        named = users_ratio_columns()
         summary = {
             "kind": "snapshot",
             "source": "users' harness (paged-current-serving-snapshot.sh)",
@@ -182,7 +191,8 @@ def load_users_artifact(p: Path, *, need_summary: bool = True) -> RunData:
             "reference_engine": reference,
             "rows": parity_rows,
             "medians": [{**{k: v for k, v in r.items() if k not in ("repeat", "source")}, "repeats": 1} for r in parity_rows],
-            "ratios": [{"engine": "paged", "reference": "vllm", "n": r["n"], **{USERS_RATIO_COLUMNS[k]: v for k, v in r.items() if k in USERS_RATIO_COLUMNS}} for r in ratios],
+            "ratios": [{"engine": "paged", "reference": "vllm", "n": r["n"],
+                        **{named[k]: v for k, v in r.items() if k in named}} for r in ratios],
         }
     manifest = {"run_id": p.name, "kind": "users-snapshot", "status": "complete", "valid": True, "source": "users' harness", "host": None, "argv": []}
     rd = RunData(p, manifest, notes=notes)

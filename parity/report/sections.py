@@ -10,11 +10,9 @@ from parity import stats
 from parity.engines import ENGINES
 from parity.report.rundata import RunData, values_by_cell
 from parity.stats.calibrate import outran_line
+from parity.metrics import registry
 from parity.metrics.registry import all_metrics, direction
 from parity.stats.paired import MAX_BLOCKS_ESTIMATE, METHOD, OUTCOMES, by_point, overall
-
-RESULT_METRICS = ["decode_agg_tps", "decode_perseq_tps", "agg_tps", "prefill_tps", "ttft_mean_ms", "wall_s", "decode_window_s", "prompt_tok_total", "gen_total"]
-HEADLINE = ["decode_agg_tps", "decode_perseq_tps", "agg_tps", "ttft_mean_ms"]
 
 
 def fmt(v, digits: int = 4) -> str:
@@ -115,7 +113,7 @@ def gates_section(rd: RunData, problems: list[str]) -> dict:
 
 def results_section(rd: RunData) -> dict:
     med = (rd.summary or {}).get("medians") or []
-    metrics = [m for m in RESULT_METRICS if any(isinstance(r.get(m), (int, float)) for r in med)]
+    metrics = [m for m in registry.columns() if any(isinstance(r.get(m), (int, float)) for r in med)]
     rows = [[r.get("engine"), r.get("n"), _repeats(r)] + [fmt(r.get(m)) for m in metrics] for r in med]
     return {"metrics": metrics, "rows": rows, "shape": (rd.summary or {}).get("shape") or {}, "model": (rd.summary or {}).get("model")}
 
@@ -174,7 +172,8 @@ def ratio_section(rd: RunData) -> dict:
     """Ratios of medians of valid repeats, each with the noise rule's verdict ('noise unknown'
     under 3 repeats: no verdict)."""
     ratios = (rd.summary or {}).get("ratios") or []
-    keys = [k for k in HEADLINE + ["prefill_tps"] if any(k in r for r in ratios)] or [k for k in ("decode_agg_tps", "agg_tps", "prefill_tps", "ttft_p50_ms") if any(k in r for r in ratios)]
+    shown = dict.fromkeys(registry.headline() + registry.compared())  # the headline, then the other compared
+    keys = [k for k in shown if any(k in r for r in ratios)] or [k for k in ("decode_agg_tps", "agg_tps", "prefill_tps", "ttft_p50_ms") if any(k in r for r in ratios)]
     cols, rows = [], []
     for k in keys:
         cols += [k, "verdict"] if any((r.get("verdicts") or {}).get(k) or r.get("noise") for r in ratios) else [k]

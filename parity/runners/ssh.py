@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Iterable, Mapping
 
 from parity.decode import replace
-from parity.runners.hosts import HostConfig
+from parity.runners.host_config import HostConfig
 from parity.errors import InfraError, UsageError
 from parity.runners.base import CommandResult, LineCallback
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from parity import results
-from parity.engines import kind_of
+from parity.engines.bound import Engine
 from parity.gates import banner
 from parity.gates.kinds import GATES
 from parity.traces import summary as traces
@@ -32,16 +32,18 @@ def hardware_cc(run_dir: str | Path) -> list[str]:
     return [str(g.get("compute_cap") or "") for g in hw.gpus]
 
 
-def facts(profile, run_dir: str | Path, arms: list[dict]) -> dict:
+def facts(engines: dict[str, Engine], run_dir: str | Path, arms: list[dict]) -> dict:
     """{banner, kernel_paths?, traces?} of a sweep's arms (each with engine, repeat and its rows;
-    the rows of an arm whose server served one point get its graph_reuse_pct)."""
+    the rows of an arm whose server served one point get its graph_reuse_pct); engines: the
+    bound engines by name."""
     texts, banner_arms, paths = {}, [], []
     ccs = hardware_cc(run_dir)
     for a in arms:
         e, r = a["engine"], a["repeat"]
         log = f"servers/{e}-r{r}.log"
         text = texts[(e, r)] = read_log(run_dir, log)
-        kind = kind_of(profile, e)
+        eng = engines[e]
+        kind = eng.kind
         applies = None if kind.binary_gates else f"a {kind.name} engine prints no llama.cpp banner"
         banner_arms.append(
             {
@@ -50,7 +52,7 @@ def facts(profile, run_dir: str | Path, arms: list[dict]) -> dict:
                 "log": log,
                 "text": text,
                 "applies": applies,
-                "cuda_archs": getattr(profile.engine(e), "cuda_archs", None),
+                "cuda_archs": getattr(eng.section, "cuda_archs", None),
                 "hardware_cc": ccs,
             }
         )
@@ -67,11 +69,11 @@ def facts(profile, run_dir: str | Path, arms: list[dict]) -> dict:
     return out
 
 
-def plan(profile, engine: str, env: dict[str, str]) -> str:
+def plan(eng: Engine, env: dict[str, str]) -> str:
     """What the real run will read from this engine's server log, in words (the dry run's plan)."""
-    kind = kind_of(profile, engine)
+    kind = eng.kind
     what = [
-        f"banner: {banner.expectation(getattr(profile.engine(engine), 'cuda_archs', None))}"
+        f"banner: {banner.expectation(getattr(eng.section, 'cuda_archs', None))}"
         if kind.binary_gates
         else f"banner: not applicable (a {kind.name} engine)"
     ]

@@ -9,10 +9,8 @@ from __future__ import annotations
 
 from statistics import fmean
 
+from parity.metrics.registry import per_round
 from parity.metrics.serving import METRICS, NoValue, compute, decode_window_reads
-
-PER_ROUND = ("gen_total", "prompt_tok_total", "wall_s", "agg_tps", "decode_agg_tps", "decode_window_s",
-             "steady_decode_tps", "prefill_tps", "ttft_max_ms")
 
 
 def count(n: int, min_requests: int) -> int:
@@ -31,8 +29,9 @@ def metrics(rounds: list[list]) -> tuple[dict, dict]:
     row, why = compute([r for rs in ok for r in rs])
     if len(rounds) == 1:
         return row, why
-    per = [compute(rs, PER_ROUND) for rs in ok]
-    for name in PER_ROUND:
+    names = per_round()  # the metrics whose declaration says per_round
+    per = [compute(rs, names) for rs in ok]
+    for name in names:
         missing = [(k, w[name]) for k, (r, w) in enumerate(per) if r[name] is None]
         if missing:
             row[name], why[name] = None, f"round {missing[0][0]}: {missing[0][1]}"

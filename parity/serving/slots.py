@@ -6,15 +6,15 @@ request.  Otherwise (or when --parallel was given) one line names the key to rai
 from __future__ import annotations
 
 from parity.decode import replace
-from parity.engines import kind_of
+from parity.engines.bound import Engine
 from parity.errors import UsageError
 
 
-def size_for_npl(profile, engines: list[str], shape, parallel_given: bool):
+def size_for_npl(engines: dict[str, Engine], shape, parallel_given: bool):
     """(shape, note): shape with parallel raised to max(npl) where an engine's slots would queue
-    the largest N, and the note that says so (None: nothing changed)."""
+    the largest N, and the note that says so (None: nothing changed).  engines: bound, by name."""
     top = max(shape.npl)
-    slots = {e: kind_of(profile, e).queue_limit(profile.engine(e), shape) for e in engines}
+    slots = {e: eng.queue_limit(shape) for e, eng in engines.items()}
     short = [e for e, q in slots.items() if q is not None and q < top]
     if not short:
         return shape, None
@@ -24,7 +24,7 @@ def size_for_npl(profile, engines: list[str], shape, parallel_given: bool):
     sized = replace(shape, parallel=top)
     need = shape.ptok + shape.gen
     for e in short if shape.prompt == "tokens" else ():  # word prompts are checked once tokenized
-        limit = kind_of(profile, e).context_need(profile, e, sized).tokens
+        limit = engines[e].context_need(sized).tokens
         if limit is not None and limit < need:
             raise UsageError(
                 f"N={top} exceeds serving.parallel {shape.parallel}, and at --parallel {top} engine {e} gives a "

@@ -10,7 +10,6 @@ memory back); post-gates; summary.json / parity_summary.tsv / summary.tsv
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from parity.decode import replace
@@ -18,8 +17,10 @@ from parity import session
 from parity.options import parse_until_ci
 from parity.stats.adaptive import MAX_REPEATS, TIME_BUDGET, Budget
 from parity.stats import canary
-from parity.engines import kind_of
+from parity.context import Run
+from parity.engines.bound import bind_all
 from parity.errors import UsageError
+from parity.gates.base import gate_inputs
 from parity.gates.kinds import GATES, red_in_summary
 from parity.gates.prepost import GateSpec, binary_gates
 from parity.options import check as check_options
@@ -30,12 +31,14 @@ from parity.efficiency.roofline import lines
 from parity.engines.envpolicy import check_bench_env
 from parity.engines.server import answering
 from parity.ports import port_free
-from parity.gonogo import command_paths, dry_run_session, go_no_go, not_answering
+from parity.context import dry_run_session
+from parity.gonogo import command_paths, go_no_go, not_answering
 from parity.gpu.lock import effective_dir as lock_effective_dir, preflight
 from parity.metrics.registry import definitions, direction
 from parity.options import check_step_options
 from parity.serving import logs, summary, workload_summary
 from parity.serving.efficiency import for_snapshot
+from parity.serving.plan import SnapshotPlan, SnapshotRequest
 from parity.serving.slots import size_for_npl
 from parity.serving import rounds
 from parity.serving.sweep import run_arm
@@ -47,55 +50,11 @@ from parity.workloads.calibration import choose_for, plan_text, why_off, with_va
 from parity.workloads.defaults import parse_options
 
 
-@dataclass
-class SnapshotPlan:
-    model: str
-    engines: list[str]
-    reference: str | None
-    npl: list[int]
-    repeat: int
-    shape: object  # ServingConfig with overrides
-    order: list[tuple[int, str]]  # (repeat, engine) in execution order
-    limits: dict[str, int] = field(default_factory=dict)  # engine -> tokens one request may use (prompt + generated)
-    limit_what: dict[str, str] = field(default_factory=dict)  # engine -> what sets that limit, in words
-    workload: object | None = None  # parity.serving.workloads.Workload: its points replace the N sweep
-    budget: object | None = None  # parity.stats.adaptive.Budget: how many blocks (fixed, or --until-ci)
-    calibrate: object | None = None  # serving.calibrate when the trial block may raise gen (None: gen as given)
-    calibration_off: str | None = None  # why the trial block may not raise gen (or a workload's field); None: it may
-    calibration: dict | None = None  # what the calibration chose, with its evidence (summary.json "calibration")
-    trial_arms: list = field(default_factory=list)  # the calibration trial's arms when it did not count
-    stop: dict | None = None  # which stop rule ended the sweep (summary.json "stop")
-    canary: dict | None = None  # the drift canary's samples and flagged blocks (summary.json "canary")
-    sized: str | None = None  # --parallel raised to the largest N (parity.serving.slots), in words
-
-
-@dataclass
-class SnapshotRequest:
-    """What `parity snapshot` (or a campaign's snapshot step) asks for; None keeps the profile's value."""
-
-    npl: list[int] | None = None
-    engines: list[str] | None = None
-    model: str | None = None
-    repeat: int | None = None
-    ptok: int | None = None
-    gen: int | None = None
-    parallel: int | None = None
-    ctx: int | None = None
-    order: str | None = None
-    gates: bool = True
-    allow_env: list[str] = field(default_factory=list)
-    dry_run: bool = False
-    workload: str | dict | None = None  # a built-in kind or serving.workloads.NAME (or a campaign's inline mapping)
-    workload_opts: list[str] = field(default_factory=list)  # --workload-opt KEY=VALUE
-    until_ci: float | str | None = None  # adaptive repeats: PCT or METRIC=PCT,... (None: stats.until_ci_pct / until_ci_targets)
-    max_repeats: int | None = None  # None: stats.max_repeats
-    budget_s: float | None = None  # None: stats.budget_s
-
-
-def make_plan(ctx, req: SnapshotRequest) -> SnapshotPlan:
-    """The sweep to run, checked: every problem here is a one-line UsageError (exit 2)
-    before the lock is taken or any server starts."""
-    s = ctx.profile.serving
+def make_plan(profile, req: SnapshotRequest) -> SnapshotPlan:
+    """The sweep to run, checked, with its engines bound once (their model files, request limits,
+    env): every problem here is a one-line UsageError (exit 2) before the lock is taken or any
+    server starts."""
+    s = profile.serving
     over = {k: getattr(req, k) for k in ("ptok", "gen", "parallel", "ctx", "order") if getattr(req, k) is not None}
     # here, not in the CLI: campaign steps come through this function too
     check_options(repeat=req.repeat, until_ci=req.until_ci, max_repeats=req.max_repeats, budget_s=req.budget_s, order=req.order)
@@ -109,38 +68,41 @@ def make_plan(ctx, req: SnapshotRequest) -> SnapshotPlan:
     if npl:
         over["npl"] = npl
     s = replace(s, **over)
-    workload = None
-    if req.workload is not None:  # workload hook: parity.serving.workloads
-
-        workload = resolve(ctx, req.workload, s, npl=req.npl, options=parse_options(req.workload_opts))
+    workload, name, options = None, req.workload, parse_options(req.workload_opts)
+    if req.trace is not None:  # --trace FILE: the trace workload's `trace` field
+        name, options = name or "trace", {**options, "trace": req.trace}
+    if name is not None:  # workload hook: parity.serving.workloads
+        workload = resolve(profile, name, s, npl=req.npl, options=options)
     engines = engines or s.engines
     if not engines:
-        raise UsageError(f"profile {ctx.profile.name}: no serving engines (serving.engines or --engines)")
+        raise UsageError(f"profile {profile.name}: no serving engines (serving.engines or --engines)")
     if len(set(engines)) != len(engines):
         raise UsageError(f"--engines: an engine is listed twice ({', '.join(engines)}); use --repeat for repeats")
-    for e in engines:
-        ctx.profile.engine(e)
+    bound = bind_all(profile, engines)  # the one lookup by name (an unknown engine: a one-line ConfigError)
     sized = None
     if workload is None:  # a workload checks its own concurrency (attach, below)
-        s, sized = size_for_npl(ctx.profile, list(engines), s, req.parallel is not None)
+        s, sized = size_for_npl(bound, s, req.parallel is not None)
     model = req.model or s.model
     if not model:
         raise UsageError("no model to serve (serving.model or --model)")
-    if model not in ctx.profile.models and not Path(model).expanduser().exists() and any(kind_of(ctx.profile, e).model_source for e in engines):
-        raise UsageError(f"--model {model!r}: neither a model of profile {ctx.profile.name} ({', '.join(ctx.profile.models) or 'none'}) nor a file")
+    if model not in profile.models and not Path(model).expanduser().exists() and any(b.kind.model_source for b in bound.values()):
+        raise UsageError(f"--model {model!r}: neither a model of profile {profile.name} ({', '.join(profile.models) or 'none'}) nor a file")
     repeat = req.repeat or s.repeat
     ref = s.reference_engine if s.reference_engine in engines else (engines[-1] if len(engines) > 1 else None)
     order = run_order(list(engines), repeat, s.order)
-    plan = SnapshotPlan(model, list(engines), ref, list(s.npl), repeat, s, order, sized=sized)
-    plan.budget = make_budget(ctx, req, plan, workload)
+    m = profile.models.get(model)
+    plan = SnapshotPlan(model, list(engines), ref, list(s.npl), repeat, s, order, sized=sized, bound=bound,
+                        stats=profile.stats, model_path=m.path if m is not None else None)
+    plan.budget = make_budget(profile.stats, req, plan, workload)
     if workload is not None:  # a built-in's sized field (parity.workloads.calibration)
 
         plan.calibration_off = why_off(s, workload, req.gen is not None)
     else:  # an explicit --gen (or a step's gen) is respected exactly
         plan.calibration_off = calibration_off(s, req.gen is not None)
     plan.calibrate = s.calibrate if plan.calibration_off is None else None
-    for e in engines:
-        need = kind_of(ctx.profile, e).context_need(ctx.profile, e, s, kind_of(ctx.profile, e).local_model_file(ctx.profile, e, model))
+    for e, eng in bound.items():
+        plan.model_files[e] = eng.model_file(model)
+        need = eng.context_need(s, eng.local_model_file(model))
         if need.tokens is not None:
             plan.limits[e], plan.limit_what[e] = need.tokens, need.what
         if workload is None:  # a workload checks its own shapes (attach, below)
@@ -148,14 +110,14 @@ def make_plan(ctx, req: SnapshotRequest) -> SnapshotPlan:
         if s.warmup.requests:
             check_shape(plan, e, s.ptok, s.warmup.gen, "the warmup")
     if workload is not None:
-        attach(ctx, plan, workload)
+        attach(plan, workload)
     return plan
 
 
-def make_budget(ctx, req: SnapshotRequest, plan: SnapshotPlan, workload):
+def make_budget(st, req: SnapshotRequest, plan: SnapshotPlan, workload):
     """The stop rule's budget: fixed (repeat blocks) or --until-ci's (at least repeat and
-    2 blocks, at most --max-repeats, within --budget-s).  Bad values: one-line UsageError."""
-    st = ctx.profile.stats
+    2 blocks, at most --max-repeats, within --budget-s).  st: the profile's stats section.
+    Bad values: one-line UsageError."""
     check_options(until_ci=req.until_ci, max_repeats=req.max_repeats, budget_s=req.budget_s)
     # --until-ci PCT or METRIC=PCT,... replaces the profile's stats.until_ci_pct and until_ci_targets
     pct, targets = parse_until_ci(req.until_ci) if req.until_ci is not None else (st.until_ci_pct, dict(st.until_ci_targets))
@@ -179,15 +141,6 @@ def make_budget(ctx, req: SnapshotRequest, plan: SnapshotPlan, workload):
     return Budget(until_ci_pct=None if pct is None else float(pct), min_blocks=lo, max_blocks=hi, max_seconds=req.budget_s if req.budget_s is not None else st.budget_s, targets=targets)
 
 
-def served_model_problem(ctx, engine: str, model: str) -> str | None:
-    """Why the engine's model cannot be served yet (a dry run shows it; the real run stops), None: fine."""
-    try:
-        session.check_served_model(ctx, engine, model)
-    except UsageError as e:
-        return str(e)
-    return None
-
-
 def check_shape(plan: SnapshotPlan, engine: str, ptok: int, gen: int, what: str) -> None:
     """Token prompts have a known length: refuse a shape the engine cannot give a request.
     (Word prompts are checked once tokenized, before the first request.)"""
@@ -209,12 +162,15 @@ def run_order(engines: list[str], repeat: int, order: str) -> list[tuple[int, st
 def snapshot(ctx, req: SnapshotRequest) -> dict:
     """`parity snapshot`: the dry-run plan, or a run directory with the gated sweep's summary."""
 
-    plan = make_plan(ctx, req)
-    check_env(ctx, plan, req.allow_env)  # the forbidden bench knobs: refused before the run dir, dry run or not
+    plan = make_plan(ctx.profile, req)
+    check_env(plan, ctx.profile.policy, req.allow_env)  # the forbidden bench knobs: refused before the run dir, dry run or not
     if req.dry_run:
-        doc = dry_run(ctx, plan)
+        problems = {e: session.served_model_problem(ctx, e, plan.model) for e in plan.engines}
+        doc = dry_run(plan, ctx.runner, ctx.out, ctx.profile.lock, problems)
         with dry_run_session(ctx, "snapshot", f"snapshot-{plan.model}") as rd:  # the users' DRY_RUN=1: a go/no-go with its evidence
-            doc["go_no_go"] = go_no_go(ctx, paths=command_paths(ctx, doc["commands"]), ports=[plan.shape.port], more=not_answering(doc["commands"]))
+            doc["go_no_go"] = go_no_go(ctx.as_run(), ctx.profile.lock, ctx.profile.hardware_class,
+                                       paths=command_paths(ctx.runner, doc["commands"]), ports=[plan.shape.port],
+                                       more=not_answering(doc["commands"]))
             doc["run_dir"] = str(rd.path)
             rd.write_json("plan.json", doc)
         return doc
@@ -224,30 +180,38 @@ def snapshot(ctx, req: SnapshotRequest) -> dict:
     with run_session(ctx, "snapshot", f"snapshot-{plan.model}"):
         if not req.gates:
             ctx.run.mark_invalid("ungated: --no-gates")
-        doc = run_snapshot(ctx, plan, gates=req.gates, allow_env=req.allow_env)
+        spec = gate_spec(ctx.profile, req.gates)
+        arms = session.measured(ctx, plan.engines, lambda run: sweep_all(plan, run), gates=spec, serve=plan.model)
+        doc = write_summary(plan, ctx.as_run(), arms, binary_gates(gate_inputs(ctx.profile), plan.engines, spec))
         return {"run_dir": str(ctx.run.path), **doc}
 
 
-def check_env(ctx, plan: SnapshotPlan, allow_env) -> None:
-    for e in plan.engines:
-        env = kind_of(ctx.profile, e).env(ctx.profile, e)
-        check_bench_env(env, ctx.profile.policy, allow_env, context=f"benchmark (engine {e})")
+def gate_spec(profile, gates: bool) -> GateSpec | None:
+    """The profile's gate set around the sweep (None: ungated)."""
+    return GateSpec.from_profile(profile) if gates else None
 
 
-def dry_run(ctx, plan: SnapshotPlan) -> dict:
+def check_env(plan: SnapshotPlan, policy, allow_env) -> None:
+    """The forbidden bench knobs (policy: the profile's) in each engine's env: a one-line UsageError."""
+    for e, eng in plan.bound.items():
+        check_bench_env(eng.env(), policy, allow_env, context=f"benchmark (engine {e})")
+
+
+def dry_run(plan: SnapshotPlan, runner, out, lock, model_problems: dict[str, str | None]) -> dict:
+    """The plan the real run executes (lock: the profile's lock section; model_problems: engine ->
+    why its model cannot be served yet, session.served_model_problem)."""
     commands = []
-    for e in plan.engines:
-        kind = kind_of(ctx.profile, e)
-        mf, model_error = kind.model_file(ctx.profile, e, plan.model), served_model_problem(ctx, e, plan.model)
+    for e, eng in plan.bound.items():
+        mf, model_error = plan.model_files[e], model_problems.get(e)
         try:
-            la = kind.launch(ctx.profile, e, mf, plan.shape.port, plan.shape, dry=True, model=plan.model, out=ctx.out)
-            eng = ctx.profile.engine(e)
+            la = eng.launch(mf, plan.shape.port, plan.shape, dry=True, model=plan.model, out=out)
+            sec = eng.section
             commands.append({"engine": e, "argv": la.argv, "env": la.env, "unset": la.unset, "ready": f"http://{la.host}:{la.port}{la.ready_path}",
-                             "start": la.start, "stop": la.stop, "spawned": la.spawned, **({} if la.spawned else {"answering": answering(la, eng.ready_probe_timeout_s)}),
+                             "start": la.start, "stop": la.stop, "spawned": la.spawned, **({} if la.spawned else {"answering": answering(la, sec.ready_probe_timeout_s)}),
                              "served_name": None if model_error else la.served_name, "model_error": model_error,
-                             "ready_timeout_s": eng.ready_timeout_s, "ready_probe_timeout_s": eng.ready_probe_timeout_s,
+                             "ready_timeout_s": sec.ready_timeout_s, "ready_probe_timeout_s": sec.ready_probe_timeout_s,
                              "request_limit": plan.limits.get(e), "request_limit_set_by": plan.limit_what.get(e),
-                             "reads_log": logs.plan(ctx.profile, e, la.env)})  # fmt: skip
+                             "reads_log": logs.plan(eng, la.env)})  # fmt: skip
         except UsageError as err:
             commands.append({"engine": e, "error": str(err)})
     s = plan.shape
@@ -263,8 +227,8 @@ def dry_run(ctx, plan: SnapshotPlan) -> dict:
         "parallel_sized": plan.sized,
         "warmup": {"requests": s.warmup.requests, "gen": s.warmup.gen},
         "commands": commands,
-        "preflight": preflight(ctx.runner, ctx.profile.lock),
-        "lock_dir": str(lock_effective_dir(ctx.profile.lock)),
+        "preflight": preflight(runner, lock),
+        "lock_dir": str(lock_effective_dir(lock)),
         "port_free": port_free(s.port),
         "metrics": definitions(),
         "budget": plan.budget.describe() + ("" if not plan.budget.adaptive else "; the order above is the minimum, further blocks keep its rotation"),
@@ -282,41 +246,30 @@ def calibration_plan(plan: SnapshotPlan) -> str:
     return f"block 0 runs at gen {s.gen}; if a point's window is under {s.min_window_s * c.margin:g} s (min_window_s {s.min_window_s:g} x {c.margin:g}) gen is raised for every engine and N (at most {c.max_gen} and what each engine's context allows) and block 0 becomes the trial"
 
 
-def run_snapshot(ctx, plan: SnapshotPlan, gates: bool = True, allow_env=()) -> dict:
-    check_env(ctx, plan, allow_env)
-    spec = GateSpec.from_profile(ctx.profile) if gates else None
-    session.prepare(ctx, plan.engines, gates=spec)  # builds, installs, gate models: before the shared GPU is taken
-    for e in plan.engines:
-        session.serve_model(ctx, e, plan.model)
-    with session.measuring(ctx, plan.engines, gates=spec):  # hardware.txt before any server starts, builds.json, pre/post gates
-        arms = sweep_all(ctx, plan)
-    return write_summary(ctx, plan, arms, binary_gates(ctx, plan.engines, spec))
-
-
-def write_summary(ctx, plan: SnapshotPlan, arms: list[dict], gated: dict | None = None) -> dict:
+def write_summary(plan: SnapshotPlan, run: Run, arms: list[dict], gated: dict | None = None) -> dict:
     rows = [r for a in arms for r in a["rows"]]
     if plan.calibration is not None:
-        note_outran(ctx, plan, rows)
+        note_outran(plan, run.out, rows)
     extra = {"arms": [{k: v for k, v in a.items() if k not in ("rows", "outputs")} for a in arms], **run_notes(plan), **({"binary_gates": gated} if gated else {})}
     outputs = {a["engine"]: a["outputs"] for a in [*plan.trial_arms, *arms] if a.get("outputs")}  # the probe ran in the engine's first arm
     if len(outputs) > 1:
         extra["output_parity"] = GATES["output_parity"].measure(outputs, plan.reference or plan.engines[0], plan.shape.output_parity)
-    extra.update(logs.facts(ctx.profile, ctx.run.path, arms))  # the servers' logs: banner, kernel paths, traces
+    extra.update(logs.facts(plan.bound, run.dir.path, arms))  # the servers' logs: banner, kernel paths, traces
     if plan.workload is None:  # efficiency hook: % of roofline and memory per engine (parity.efficiency)
 
-        extra["efficiency"] = for_snapshot(ctx, plan, rows, arms)
-        st = ctx.profile.stats
+        extra["efficiency"] = for_snapshot(plan, run.dir, rows, arms)
+        st = plan.stats
         extra["ttft"] = ttft_summary.section(rows, plan.reference, st.min_delta_pct, st.confidence)  # parity.ttft
     writer = summary if plan.workload is None else workload_summary  # workload hook: its metrics, same machinery
-    doc = writer.write(ctx, plan, rows, extra)
+    doc = writer.write(plan, run.dir, rows, extra)
     if not doc["valid"]:
-        ctx.run.mark_invalid(f"{len(doc['invalid_points'])} invalid point(s): {doc['invalid_points'][0]}")
+        run.dir.mark_invalid(f"{len(doc['invalid_points'])} invalid point(s): {doc['invalid_points'][0]}")
     for red in red_in_summary(doc):  # gates measured in the snapshot (output parity, banner): red marks it invalid
-        ctx.run.mark_invalid(f"{red.check}: {red.detail}")
+        run.dir.mark_invalid(f"{red.check}: {red.detail}")
     return doc
 
 
-def note_outran(ctx, plan: SnapshotPlan, rows: list[dict]) -> None:
+def note_outran(plan: SnapshotPlan, out, rows: list[dict]) -> None:
     """Calibrated windows that still fell short: recorded (calibration.outran) and said, with
     how much faster than the trial they ran (parity.stats.calibrate.outran)."""
 
@@ -329,7 +282,7 @@ def note_outran(ctx, plan: SnapshotPlan, rows: list[dict]) -> None:
     items = outran(plan.calibration, trial, rows, plan.shape.min_window_s, windows)
     if items:
         plan.calibration["outran"] = items
-        ctx.out.warn(outran_line(items, plan.calibration["margin"], plan.shape.min_window_s))
+        out.warn(outran_line(items, plan.calibration["margin"], plan.shape.min_window_s))
 
 
 def run_notes(plan: SnapshotPlan) -> dict:
@@ -346,24 +299,24 @@ def run_notes(plan: SnapshotPlan) -> dict:
     return out
 
 
-def sweep_all(ctx, plan: SnapshotPlan) -> list[dict]:
+def sweep_all(plan: SnapshotPlan, run: Run) -> list[dict]:
     """Run the blocks: the fixed number, or until the stop rule (--until-ci) ends it; the
     first block doubles as the calibration trial.  A partial summary after every arm."""
 
     arms: list[dict] = []
     writer = summary if plan.workload is None else workload_summary
     budget = plan.budget
-    st = ctx.profile.stats
+    st = plan.stats
 
     def partial(blocks: int) -> None:  # partial results survive a later failure or Ctrl-C
         plan.stop = {"rule": None, "why": f"running: {blocks} measured block(s) complete", "blocks": blocks, "budget": budget.describe()}
-        writer.write(ctx, plan, [r for a in arms for r in a["rows"]], {"partial": True, **run_notes(plan)})
+        writer.write(plan, run.dir, [r for a in arms for r in a["rows"]], {"partial": True, **run_notes(plan)})
 
-    with ctx.out.progress(transient=False) as prog:
+    with run.out.progress(transient=False) as prog:
         task = prog.add_task("snapshot", total=len(plan.order) * len(plan.npl), status="")
         if plan.shape.order == "aabb":  # no blocks: the fixed order as planned
             for rep, engine in plan.order:
-                arms.append(run_arm(ctx, plan, engine, rep, prog, task))
+                arms.append(run_arm(run, plan, engine, rep, prog, task))
                 partial(0)
             plan.stop = {"rule": "fixed", "why": f"{plan.repeat} repeats as asked (aabb)", "blocks": plan.repeat, "budget": budget.describe()}
             return arms
@@ -378,12 +331,12 @@ def sweep_all(ctx, plan: SnapshotPlan) -> list[dict]:
                     prog.update(task, total=len(plan.order) * len(plan.npl))
                 if st.canary != "off":
                     probes.append(canary.sample(b, engine))
-                arms.append(run_arm(ctx, plan, engine, b, prog, task))
+                arms.append(run_arm(run, plan, engine, b, prog, task))
                 partial(counted[0])
             if st.canary == "discard":
                 canary.discard(arms, b, canary.assess(probes))
             if b == 0 and plan.calibrate is not None:
-                return calibrate_after_trial(ctx, plan, arms)
+                return calibrate_after_trial(plan, run.out, arms)
             return True
 
         def widths() -> dict:
@@ -391,16 +344,16 @@ def sweep_all(ctx, plan: SnapshotPlan) -> list[dict]:
 
         def report(block, n, hw, decision) -> None:
             counted[0] = n
-            ctx.out.info(block_line(block, n, hw, decision, budget))
+            run.out.info(block_line(block, n, hw, decision, budget))
             note = ttft_summary.open_note([r for a in arms for r in a["rows"]], plan.reference, budget.last_open)
             if note and (decision is None or decision[0] in (MAX_REPEATS, TIME_BUDGET)):  # the part keeping TTFT open
                 ttft_note[0] = note
-                ctx.out.info(f"  TTFT still open: {note}")
+                run.out.info(f"  TTFT still open: {note}")
 
         rule, why, blocks, seconds = run_blocks(budget, run_block, widths, report)
         if probes:
             plan.canary = {**canary.assess(probes), "policy": st.canary}
-            ctx.out.info(canary.line(plan.canary))
+            run.out.info(canary.line(plan.canary))
     plan.order = [(a["repeat"], a["engine"]) for a in [*plan.trial_arms, *arms]]  # as run
     plan.repeat = blocks
     plan.stop = {"rule": rule, "why": why, "blocks": blocks, "measured_s": round(seconds, 1), "budget": budget.describe()}
@@ -410,7 +363,7 @@ def sweep_all(ctx, plan: SnapshotPlan) -> list[dict]:
     return arms
 
 
-def calibrate_after_trial(ctx, plan: SnapshotPlan, arms: list[dict]) -> bool:
+def calibrate_after_trial(plan: SnapshotPlan, out, arms: list[dict]) -> bool:
     """After block 0: choose gen (or a built-in workload's field) from its windows
     (parity.stats.calibrate).  True: block 0 reached the target and counts; False: it was
     raised, block 0 was the trial (its arms move to plan.trial_arms) and the measured blocks
@@ -423,11 +376,11 @@ def calibrate_after_trial(ctx, plan: SnapshotPlan, arms: list[dict]) -> bool:
     else:
         cal = choose_gen(plan, rows)
         plan.calibration = cal.to_dict()
-    ctx.out.info(cal.line())
+    out.info(cal.line())
     if (b := cal.burst_note()) is not None:
-        ctx.out.warn(b)
+        out.warn(b)
     if (w := cal.warning()) is not None:
-        ctx.out.warn(w)
+        out.warn(w)
     if cal.kept_trial:
         return True
     if plan.workload is not None:
@@ -453,27 +406,30 @@ def choose_gen(plan: SnapshotPlan, rows: list[dict]):
     return choose(rows, s.gen, s.min_window_s, c.margin, caps, c.max_gen)
 
 
-STEP_OPTIONS = {"npl", "engines", "model", "repeat", "ptok", "gen", "parallel", "ctx", "order", "gates", "allow_env", "workload", "until_ci", "max_repeats", "budget_s"}
+STEP_OPTIONS = {"npl", "engines", "model", "repeat", "ptok", "gen", "parallel", "ctx", "order", "gates", "allow_env", "workload", "trace",
+                "until_ci", "max_repeats", "budget_s"}
 
 
-def check_step(ctx, options: dict) -> tuple[SnapshotRequest, SnapshotPlan]:
+def step_plan(profile, options: dict) -> tuple[SnapshotRequest, SnapshotPlan]:
     """A snapshot step's options, checked as `parity snapshot` checks its flags (the campaign's
     dry run and its real run both call this before any step runs)."""
     check_step_options("snapshot", options, STEP_OPTIONS)
     options = {"gates": False, **options}  # campaigns usually run gate steps around it
     options["gates"] = bool(options["gates"])
     req = SnapshotRequest(**options)
-    plan = make_plan(ctx, req)
-    check_env(ctx, plan, req.allow_env)
+    plan = make_plan(profile, req)
+    check_env(plan, profile.policy, req.allow_env)
     return req, plan
 
 
 def campaign_step(ctx, options: dict) -> dict:
-    """kind: snapshot -- options {npl, engines, model, repeat, ptok, gen, parallel, ctx, order, gates, allow_env, workload, until_ci, max_repeats, budget_s}
+    """kind: snapshot -- options {npl, engines, model, repeat, ptok, gen, parallel, ctx, order, gates, allow_env, workload, trace, until_ci, max_repeats, budget_s}
     (workload: a serving.workloads name, or a mapping declaring one inline: {name, kind, ...})."""
 
-    req, plan = check_step(ctx, options)
-    doc = run_snapshot(ctx, plan, gates=req.gates, allow_env=req.allow_env)
+    req, plan = step_plan(ctx.profile, options)
+    spec = gate_spec(ctx.profile, req.gates)
+    arms = session.measured(ctx, plan.engines, lambda run: sweep_all(plan, run), gates=spec, serve=plan.model)
+    doc = write_summary(plan, ctx.as_run(), arms, binary_gates(gate_inputs(ctx.profile), plan.engines, spec))
 
     for line in lines(doc.get("efficiency")):
         ctx.out.info(line)

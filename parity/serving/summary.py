@@ -1,8 +1,8 @@
 """A sweep's rows -> medians over valid repeats, ratios against the reference engine
 with the noise rule's verdict, and the files: summary.json, parity_summary.tsv (every
 row, median and ratio) and summary.tsv in the users' own layout (their harness's
-write_summary: arm, n, agg_tps, decode_agg_tps, decode_perseq_tps, prefill_tps,
-ttft_mean_ms, wall_s; then the ratio block), so their tools read it unchanged.
+write_summary: arm, n, then the metrics whose declaration names their column; then the ratio
+block), so their tools read it unchanged.
 
 Beside the users' rule every ratio carries the paired block statistics
 (parity.stats.paired: a block = one repeat in which every engine ran once; geometric
@@ -15,17 +15,17 @@ import math
 import statistics
 
 from parity import results, stats, tables
-from parity.metrics import validity
+from parity.metrics import energy, validity
+from parity.metrics import registry
 from parity.metrics.registry import definitions, direction
-from parity.metrics.serving import HEADLINE, METRICS
 from parity.stats.paired import METHOD, by_point
 
-ROW_KEYS = [k for k in METRICS]
-USERS_COLUMNS = ["agg_tps", "decode_agg_tps", "decode_perseq_tps", "prefill_tps", "ttft_mean_ms", "wall_s"]
 
-
-def medians(rows: list[dict], keys: list[str] = ROW_KEYS, spread: list[str] = HEADLINE) -> list[dict]:
-    """Per engine x N: the median of each metric (keys) over the VALID repeats."""
+def medians(rows: list[dict], keys: list[str] | None = None, spread: list[str] | None = None) -> list[dict]:
+    """Per engine x N: the median of each metric (keys; None: every serving metric) over the VALID
+    repeats, with the min..max of the spread ones (None: the headline)."""
+    keys = registry.row_metrics() if keys is None else keys
+    spread = registry.headline() if spread is None else spread
     out = []
     for eng, n in sorted({(r["engine"], r["n"]) for r in rows}):
         rs = [r for r in rows if r["engine"] == eng and r["n"] == n]
@@ -56,12 +56,14 @@ def paired_points(rows: list[dict], reference: str | None, metrics: list[str], t
     return by_point(rows, reference, list(metrics), direction, threshold_pct, confidence)
 
 
-def ratios(rows: list[dict], med: list[dict], reference: str | None, rule: stats.Rule, metrics: list[str] = HEADLINE) -> list[dict]:
-    """engine / reference per N and metric, from medians of valid repeats, each with the
-    noise rule's verdict (repeats paired by index: the session ran them back to back) and,
-    beside it, the paired block statistics ("paired": outcome, ratio, interval, blocks)."""
+def ratios(rows: list[dict], med: list[dict], reference: str | None, rule: stats.Rule,
+           metrics: list[str] | None = None) -> list[dict]:
+    """engine / reference per N and metric (None: the headline), from medians of valid repeats,
+    each with the noise rule's verdict (repeats paired by index: the session ran them back to
+    back) and, beside it, the paired block statistics ("paired": outcome, ratio, interval, blocks)."""
     if not reference:
         return []
+    metrics = registry.headline() if metrics is None else metrics
     pp = {(p["engine"], p["n"], p["metric"]): p for p in paired_points(rows, reference, metrics, rule.min_delta_pct, rule.confidence)}
     ref = {m["n"]: m for m in med if m["engine"] == reference}
     out = []
@@ -113,35 +115,33 @@ def headline(rat: list[dict]) -> str:
 
 def users_tsv(med: list[dict], reference: str | None) -> str:
     """Their summary.tsv: one row per arm x n (medians of valid repeats), then the ratio block."""
-    arms = [[m["engine"], m["n"], *(m.get(k) for k in USERS_COLUMNS)] for m in med]
-    text = tables.tsv(["arm", "n", *USERS_COLUMNS], arms)
+    columns, named = registry.users_columns(), registry.users_ratios()
+    arms = [[m["engine"], m["n"], *(m.get(k) for k in columns)] for m in med]
+    text = tables.tsv(["arm", "n", *columns], arms)
     if not reference:
         return text
-    over = tables.over(med, reference, RATIO_COLUMNS)  # engine x n where both ran
+    over = tables.over(med, reference, list(named))  # engine x n where both ran
     for eng in sorted({m["engine"] for m in med} - {reference}):
-        cols = ["ratio", "n", *(f"{eng}_{short}_over_{reference}" for short in RATIO_COLUMNS.values())]
+        cols = ["ratio", "n", *(f"{eng}_{short}_over_{reference}" for short in named.values())]
         mine = tables.records(over[over["engine"] == eng])
-        rows = [["ratio", r["n"], *(_ratio(r.get(f"{k} over")) for k in RATIO_COLUMNS)] for r in mine]
+        rows = [["ratio", r["n"], *(_ratio(r.get(f"{k} over")) for k in named)] for r in mine]
         text += "\n" + tables.tsv(cols, rows)
     return text
-
-
-# their ratio block's column names: metric -> <engine>_<name>_over_<reference>
-RATIO_COLUMNS = {"decode_agg_tps": "decode", "decode_perseq_tps": "perseq", "agg_tps": "agg", "ttft_mean_ms": "ttft"}
 
 
 def _ratio(v: float | None) -> str:
     return "" if v is None else f"{v:.4f}"
 
 
-PARITY_COLUMNS = ["kind", "engine", "n", "repeat", "reference", "valid", *ROW_KEYS,
-                  "requests", "valid_requests", "invalid_requests", "noise"]
+def parity_columns() -> list[str]:
+    return ["kind", "engine", "n", "repeat", "reference", "valid", *registry.row_metrics(),
+            "requests", "valid_requests", "invalid_requests", "noise"]
 
 
 def parity_tsv(rows: list[dict], med: list[dict], rat: list[dict]) -> str:
     parts = (("row", rows), ("median", med), ("ratio", rat))
     items = [{"kind": k, **r, **({"repeat": "median"} if k == "median" else {})} for k, part in parts for r in part]
-    return tables.tsv(PARITY_COLUMNS, items)
+    return tables.tsv(parity_columns(), items)
 
 
 PAIRED_COLUMNS = results.model.PAIRED_COLUMNS  # the result model owns the file's layout
@@ -179,12 +179,15 @@ def head(plan) -> dict:
     }
 
 
-def write(ctx, plan, rows: list[dict], extra: dict | None = None) -> dict:
+def write(plan, rd, rows: list[dict], extra: dict | None = None) -> dict:
+    """summary.json, parity_summary.tsv, summary.tsv and paired.tsv in the run directory rd
+    (plan.stats: the noise rule and the paired statistics)."""
     med = medians(rows)
-    rule = stats.Rule.from_config(ctx.profile.stats)
+    st = plan.stats
+    rule = stats.Rule.from_config(st)
     rat = ratios(rows, med, plan.reference, rule)
-    st = ctx.profile.stats
-    pts = paired_points(rows, plan.reference, st.metrics, st.min_delta_pct, st.confidence)
+    pair = [*st.metrics, *(m for m in energy.measured(rows) if m not in st.metrics)]  # J/token where measured
+    pts = paired_points(rows, plan.reference, pair, st.min_delta_pct, st.confidence)
     invalid = [f"{r['engine']} r{r['repeat']} N={r['n']}: {'; '.join(r['invalid_reasons'])}" for r in rows if not r.get("valid", True)]
     doc = {
         **head(plan),
@@ -200,10 +203,10 @@ def write(ctx, plan, rows: list[dict], extra: dict | None = None) -> dict:
         "metrics": definitions(),
         **(extra or {}),
     }
-    results.write_summary(ctx.run, doc)
-    ctx.run.write_text("parity_summary.tsv", parity_tsv(rows, med, rat))
-    ctx.run.write_text("summary.tsv", users_tsv(med, plan.reference))
-    ctx.run.write_text("paired.tsv", paired_tsv(pts))
+    results.write_summary(rd, doc)
+    rd.write_text("parity_summary.tsv", parity_tsv(rows, med, rat))
+    rd.write_text("summary.tsv", users_tsv(med, plan.reference))
+    rd.write_text("paired.tsv", paired_tsv(pts))
     return doc
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 
-from parity.engines import kind_of
+from parity.context import Run
 from parity.engines.server import died, serving
 from parity.errors import InfraError
 from parity.metrics import prometheus as server_metrics
@@ -22,13 +22,14 @@ from parity.efficiency import memory as memtrack
 from parity.gpu.memory import used_mib, wait_back
 from parity.loadgen import client as loadgen
 from parity.serving import rounds
+from parity.serving.plan import SnapshotPlan
 from parity.serving.output_probe import probe
 from parity.ttft import llama_log, split as anatomy
 from parity.serving.workloads import run_points
 from parity.telemetry import affinity, watch
 
 
-def warmup(ctx, target, s, engine: str, rep: int, timeout: float, plan) -> dict:
+def warmup(run: Run, target, s, engine: str, rep: int, timeout: float, plan: SnapshotPlan) -> dict:
     """The harness's warmup: serving.warmup.requests requests of warmup.gen tokens, own nonces,
     discarded from every metric (kept in requests/<engine>-r<k>-warmup.json)."""
 
@@ -40,14 +41,14 @@ def warmup(ctx, target, s, engine: str, rep: int, timeout: float, plan) -> dict:
     recs = loadgen.drive(target, specs, timeout)
     for r in recs:
         validity.check_request(r)
-    ctx.run.write_json(f"requests/{engine}-r{rep}-warmup.json", records_json(recs))
+    run.dir.write_json(f"requests/{engine}-r{rep}-warmup.json", records_json(recs))
     bad = [validity.reason(r) for r in recs if not r.valid]
     if bad:
-        ctx.out.warn(f"{engine} r{rep} warmup: {len(bad)}/{len(recs)} requests invalid (first: {bad[0]})")
+        run.out.warn(f"{engine} r{rep} warmup: {len(bad)}/{len(recs)} requests invalid (first: {bad[0]})")
     return {"requests": len(recs), "gen": w.gen, "valid": len(recs) - len(bad)}
 
 
-def probe_outputs(ctx, target, la, s, engine: str) -> list[dict]:
+def probe_outputs(run: Run, target, la, s, engine: str) -> list[dict]:
     """Greedy answers with top-k logprobs to serving.output_parity.prompts (outputs/<engine>.json)."""
 
     op = s.output_parity
@@ -55,7 +56,7 @@ def probe_outputs(ctx, target, la, s, engine: str) -> list[dict]:
         answers = asyncio.run(probe(target, op.prompts, op.gen, op.top_logprobs, la.probe_extra, s.request_timeout_s))
     except (OSError, asyncio.TimeoutError, ValueError, KeyError) as e:
         raise InfraError(f"{engine}: output-parity probe failed: {e}") from None
-    ctx.run.write_json(f"outputs/{engine}.json", answers)
+    run.dir.write_json(f"outputs/{engine}.json", answers)
     return answers
 
 
@@ -72,7 +73,7 @@ def point_warmup(target, s, label: str) -> dict:
     return {"requests": k, "gen": s.warmup.gen, **({"invalid": len(bad), "first_reason": bad[0]} if bad else {})}
 
 
-def run_point(ctx, plan, la, target, engine: str, rep: int, n: int, show, server_pid: int | None = None, affinity: dict | None = None, log: str | None = None) -> dict:
+def run_point(run: Run, plan: SnapshotPlan, la, target, engine: str, rep: int, n: int, show, server_pid: int | None = None, affinity: dict | None = None, log: str | None = None) -> dict:
     s = plan.shape
     label = f"{engine} r{rep} N={n}"
     k = rounds.count(n, s.min_requests)  # rounds of N at once, back to back (parity.serving.rounds)
@@ -81,7 +82,7 @@ def run_point(ctx, plan, la, target, engine: str, rep: int, n: int, show, server
     settle = point_warmup(target, s, label)
     before, _ = scrape_parsed(la)
     offset = llama_log.size(log)  # the server's log lines of this point follow (parity.ttft)
-    with watch.point(ctx, s.telemetry, server_pid, affinity) as tel:  # GPU + host samples, client pinned (parity/telemetry)
+    with watch.point(run.runner, s.telemetry, server_pid, affinity) as tel:  # GPU + host samples, client pinned (parity/telemetry)
         batches = [loadgen.drive(target, chunk, s.request_timeout_s, show) for chunk in rounds.split(specs, n)]
     recs = [r for b in batches for r in b]
     after, text = scrape_parsed(la)
@@ -90,14 +91,14 @@ def run_point(ctx, plan, la, target, engine: str, rep: int, n: int, show, server
     metrics, why = rounds.metrics(batches)
     row = {"engine": engine, "n": n, "repeat": rep, "rounds": k, **metrics, "why": why, "point_warmup": settle}
     if settle.get("invalid"):
-        ctx.out.warn(f"{label}: {settle['invalid']}/{settle['requests']} warmup requests before the point invalid ({settle['first_reason']})")
+        run.out.warn(f"{label}: {settle['invalid']}/{settle['requests']} warmup requests before the point invalid ({settle['first_reason']})")
     # the calibration's evidence that the decode window is a pace, not a burst (parity.stats.calibrate)
     row["decode_window_reads"] = rounds.window_reads(batches)
     row["ttft_anatomy"] = anatomy.of_point(recs, log, offset, la.family, before, after)
     if row["ttft_anatomy"].get("flag"):
-        ctx.out.info(f"  {label} TTFT: {row['ttft_anatomy']['flag']}")
+        run.out.info(f"  {label} TTFT: {row['ttft_anatomy']['flag']}")
     problems = validity.point_verdict(recs, row, s.min_window_s, s.invalid_tolerance)
-    problems += tel.finish(ctx.run, row, recs, la.family, before, after, f"telemetry/{engine}-r{rep}-n{n}.json")
+    problems += tel.finish(run.dir, row, recs, la.family, before, after, f"telemetry/{engine}-r{rep}-n{n}.json")
     row.update(
         requests=len(recs),
         valid_requests=sum(r.valid for r in recs),
@@ -113,38 +114,37 @@ def run_point(ctx, plan, la, target, engine: str, rep: int, n: int, show, server
         recon = server_metrics.reconcile(server, client_side(recs, {**row, **totals}))
         row["server"], row["reconciliation"] = server, recon
         for m in server_metrics.mismatches(recon):
-            ctx.out.warn(f"{label}: server and client disagree on {m}")
-    ctx.run.write_json(f"requests/{engine}-r{rep}-n{n}.json", records_json(recs))
+            run.out.warn(f"{label}: server and client disagree on {m}")
+    run.dir.write_json(f"requests/{engine}-r{rep}-n{n}.json", records_json(recs))
     if text is not None:
-        ctx.run.write_text(f"servers/{engine}-r{rep}-n{n}.metrics.txt", text)
+        run.dir.write_text(f"servers/{engine}-r{rep}-n{n}.metrics.txt", text)
     return row
 
 
-def cpu_plan(ctx, s) -> dict:
+def cpu_plan(runner, s) -> dict:
     """Which cores the server and the client get (parity.telemetry.affinity; serving.telemetry.pin_cpus)."""
 
-    return affinity.plan(s.telemetry, ctx.runner)
+    return affinity.plan(s.telemetry, runner)
 
 
-def run_arm(ctx, plan, engine: str, rep: int, prog, task) -> dict:
+def run_arm(run: Run, plan: SnapshotPlan, engine: str, rep: int, prog, task) -> dict:
     """Start the engine's server, warm it up, run every N, stop it, wait for its memory."""
 
     s = plan.shape
-    e = ctx.profile.engine(engine)
-    kind = kind_of(ctx.profile, engine)
-    mf = kind.model_file(ctx.profile, engine, plan.model)
-    la = kind.launch(ctx.profile, engine, mf, s.port, s, model=plan.model, out=ctx.out)
-    pin = cpu_plan(ctx, s)
+    eng = plan.bound[engine]
+    e = eng.section
+    la = eng.launch(plan.model_files[engine], s.port, s, model=plan.model, out=run.out)
+    pin = cpu_plan(run.runner, s)
     la = affinity.wrap(la, pin)  # taskset -c <server cores> in the recorded argv when the box has enough cores
-    log = str(ctx.run.file(f"servers/{engine}-r{rep}.log"))
-    ctx.run.write_json(f"servers/{engine}-r{rep}.json", {"argv": la.argv, "env": la.env, "unset": la.unset, "served_name": la.served_name, "count": la.count, "request_extra": la.request_extra, "affinity": pin,
+    log = str(run.dir.file(f"servers/{engine}-r{rep}.log"))
+    run.dir.write_json(f"servers/{engine}-r{rep}.json", {"argv": la.argv, "env": la.env, "unset": la.unset, "served_name": la.served_name, "count": la.count, "request_extra": la.request_extra, "affinity": pin,
                                                       **({} if la.spawned else {"started_by_parity": False, "address": f"http://{la.host}:{la.port}", "start": la.start, "stop": la.stop})})  # fmt: skip
     mem_before, mem_source = used_mib()
     rows, arm = [], {"engine": engine, "repeat": rep, "affinity": pin}
     prog.update(task, status=f"{engine} r{rep}: starting server (budget {e.ready_timeout_s:g} s)")
-    with serving(ctx, la, s.port, log, e.ready_timeout_s, e.ready_probe_timeout_s, e.stop_grace_s) as (proc, ready_s):
+    with serving(run, la, s.port, log, e.ready_timeout_s, e.ready_probe_timeout_s, e.stop_grace_s) as (proc, ready_s):
         arm["ready_s"] = round(ready_s, 2)
-        mem = memtrack.start(mem_before, mem_source, proc, kind.memory_note)  # memory per engine (parity.efficiency.memory)
+        mem = memtrack.start(mem_before, mem_source, proc, eng.kind.memory_note)  # memory per engine (parity.efficiency.memory)
         target = loadgen.Target(la.host, la.port, la.served_name, la.tokenize, count=la.count, extra=la.request_extra)
         real = slot_context(la)
         if real is not None:  # what the server really gives a slot (it caps at the model's training context)
@@ -153,26 +153,26 @@ def run_arm(ctx, plan, engine: str, rep: int, prog, task) -> dict:
                 plan.limits[engine] = real
                 plan.limit_what[engine] = f"{engine}'s slots (GET /props n_ctx {real}, planned {plan.limit_what.get(engine)})"
         prog.update(task, status=f"{engine} r{rep}: warmup")
-        arm["warmup"] = warmup(ctx, target, s, engine, rep, s.request_timeout_s, plan)
+        arm["warmup"] = warmup(run, target, s, engine, rep, s.request_timeout_s, plan)
         if s.output_parity.enabled and plan.workload is None and rep == min(r for r, e in plan.order if e == engine):
             prog.update(task, status=f"{engine} r{rep}: output-parity probe")
-            arm["outputs"] = probe_outputs(ctx, target, la, s, engine)
+            arm["outputs"] = probe_outputs(run, target, la, s, engine)
         if plan.workload is not None:  # workload hook: its own points (parity.serving.workloads) instead of every N
 
-            rows += run_points(ctx, plan, la, target, engine, rep, prog, task, proc, log)
+            rows += run_points(run, plan, la, target, engine, rep, prog, task, proc, log)
         for n in [] if plan.workload is not None else plan.npl:
 
             def show(p, label=f"{engine} r{rep} N={n}", n=n):
                 prog.update(task, status=f"{label}: {p.done}/{n} requests, {p.tokens} tokens, {p.tps():.1f} tok/s")
 
-            row = run_point(ctx, plan, la, target, engine, rep, n, show, proc.pid, pin, log)
+            row = run_point(run, plan, la, target, engine, rep, n, show, proc.pid, pin, log)
             row["server_ready_s"] = arm["ready_s"]
             rows.append(row)
             mem.sample(f"N={n}")
             prog.advance(task)
             verdict = "valid" if row["valid"] else "INVALID: " + "; ".join(row["invalid_reasons"])
             verdict += "".join(f"  [{f}]" for f in row.get("flags") or [])
-            ctx.out.info(
+            run.out.info(
                 f"  {engine:>8} r{rep} N={n:<4} decode_agg {row['decode_agg_tps']} perseq {row['decode_perseq_tps']} agg {row['agg_tps']} tok/s"
                 f"  ttft {row['ttft_mean_ms']} ms  windows {row['wall_s']}/{row['decode_window_s']} s  {verdict}"
             )

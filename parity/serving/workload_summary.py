@@ -51,16 +51,17 @@ def tsv(rows: list[dict], med: list[dict], rat: list[dict], kind: str) -> str:
     return tables.tsv(cols, items)
 
 
-def write(ctx, plan, rows: list[dict], extra: dict | None = None) -> dict:
+def write(plan, rd, rows: list[dict], extra: dict | None = None) -> dict:
+    """summary.json, parity_summary.tsv and paired.tsv in the run directory rd (plan.stats: the rules)."""
     wl = plan.workload
     kind = WORKLOADS[wl.kind]
     med = labelled(summary.medians(rows, keys(wl.kind), kind.headline), rows)
-    rule = stats.Rule.from_config(ctx.profile.stats)
+    st = plan.stats
+    rule = stats.Rule.from_config(st)
     rat = summary.ratios(rows, med, plan.reference, rule, kind.headline)
     points = {m["n"]: m["point"] for m in med}
     for r in rat:
         r["point"] = points.get(r["n"])
-    st = ctx.profile.stats
     pts = summary.paired_points(rows, plan.reference, kind.headline, st.min_delta_pct, st.confidence)
     for p in pts:
         p["point"] = points.get(p["n"])
@@ -86,7 +87,7 @@ def write(ctx, plan, rows: list[dict], extra: dict | None = None) -> dict:
         **kind.summarize(rows, plan.reference, st.min_delta_pct, st.confidence),  # the kind's own (fits across its points)
         **(extra or {}),
     }
-    results.write_summary(ctx.run, doc)
-    ctx.run.write_text("parity_summary.tsv", tsv(rows, med, rat, wl.kind))
-    ctx.run.write_text("paired.tsv", summary.paired_tsv(pts))
+    results.write_summary(rd, doc)
+    rd.write_text("parity_summary.tsv", tsv(rows, med, rat, wl.kind))
+    rd.write_text("paired.tsv", summary.paired_tsv(pts))
     return doc

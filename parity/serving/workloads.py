@@ -10,14 +10,19 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Callable
 
 from parity.artifacts import slugify
 from parity.decode import from_dict, replace
-from parity.engines import kind_of
-from parity.engines.server import died
+from parity.context import Run
+from parity.engines.base import Launch
+from parity.engines.server import External, died
 from parity.errors import UsageError
 from parity.metrics import prometheus as server_metrics, validity, workload as workload_metrics
+from parity.loadgen.client import Target
 from parity.metrics.serving import compute
+from parity.runners.base import Process
+from parity.serving.plan import SnapshotPlan
 from parity.serving.point import check_fits, client_side, records_json, scrape_parsed
 from parity.workloads import WORKLOADS, WorkloadKind
 from parity.workloads.base import Measured
@@ -29,7 +34,7 @@ from parity.workloads.spec import WorkloadConfig, check_workload
 @dataclass
 class Workload:
     name: str
-    cfg: object  # parity.config.WorkloadConfig
+    cfg: WorkloadConfig
     gen: int
     ptok: int
     builtin: bool = False  # a kind run by its name, sized for the profile (parity.workloads.defaults)
@@ -60,7 +65,7 @@ class Workload:
         return {**dataclasses.asdict(self.cfg), "name": self.name, "gen": self.gen, "ptok": self.ptok, "points": [label for _, label in self.points()]}
 
 
-def resolve(ctx, spec, s, npl=None, options: dict | None = None) -> Workload:
+def resolve(profile, spec, s, npl=None, options: dict | None = None) -> Workload:
     """A workload by name (a built-in kind, parity.workloads.defaults, or
     serving.workloads.NAME) or inline (a campaign step's mapping, with an optional name);
     options: --workload-opt overrides."""
@@ -80,27 +85,27 @@ def resolve(ctx, spec, s, npl=None, options: dict | None = None) -> Workload:
         declared = s.workloads.get(spec)
         name = spec
         if spec in BUILTIN and (declared is None or hasattr(declared, "_given")):
-            cfg = builtin(spec, ctx.profile, s, declared, options)
+            cfg = builtin(spec, profile, s, declared, options)
             given = {*getattr(declared, "_given", ()), *options}
-            made = {"builtin": True, "sized": tuple(k for k in sized(spec, ctx.profile, s) if k not in given)}
+            made = {"builtin": True, "sized": tuple(k for k in sized(spec, profile, s) if k not in given)}
         else:
             cfg = replace(declared, **options) if options else declared
     else:
         known = ", ".join(s.workloads) or "none declared"
-        raise UsageError(f"--workload {spec}: no such workload in profile {ctx.profile.name} (serving.workloads: {known}; built in: {', '.join(BUILTIN)})")
+        raise UsageError(f"--workload {spec}: no such workload in profile {profile.name} (serving.workloads: {known}; built in: {', '.join(BUILTIN)})")
     if options and isinstance(spec, str):
         check_workload(cfg, "--workload-opt", spec)
     return Workload(name, cfg, cfg.gen or s.gen, cfg.ptok or s.ptok, **made)
 
 
-def attach(ctx, plan, wl: Workload) -> None:
+def attach(plan: SnapshotPlan, wl: Workload) -> None:
     """Make the plan run the workload's points; refuse what no engine can serve."""
     plan.workload = wl
     plan.npl = [k for k, _ in wl.points()]
     s = plan.shape
     width = wl.concurrency()
     for e in plan.engines:
-        slots = kind_of(ctx.profile, e).queue_limit(ctx.profile.engine(e), s)
+        slots = plan.bound[e].queue_limit(s)
         if width and slots is not None and width > slots:
             raise UsageError(f"workload {wl.name}: {width} requests in flight exceed --parallel {s.parallel}: engine {e} would queue them; raise --parallel")
         limit = plan.limits.get(e)
@@ -115,14 +120,14 @@ def attach(ctx, plan, wl: Workload) -> None:
 class Arm:
     """One engine's running server in one repeat, as the workload's points see it."""
 
-    ctx: object
-    plan: object
-    la: object  # engines.Launch
-    target: object  # loadgen.Target
+    run: Run
+    plan: SnapshotPlan
+    la: Launch
+    target: Target
     engine: str
     rep: int
-    status: object  # callable(str)
-    proc: object = None
+    status: Callable[[str], None]  # the progress line's status
+    proc: Process | External | None = None  # the server (External: one parity did not start)
     log: str = ""
 
     @property
@@ -147,16 +152,17 @@ class Arm:
             raise died(self.engine, rc, self.log, label)
 
 
-def run_points(ctx, plan, la, target, engine: str, rep: int, prog, task, proc=None, log: str = "") -> list[dict]:
+def run_points(run: Run, plan: SnapshotPlan, la: Launch, target: Target, engine: str, rep: int, prog, task,
+               proc=None, log: str = "") -> list[dict]:
     """Every point of plan.workload on this arm's server; one row per point."""
     wl = plan.workload
-    arm = Arm(ctx, plan, la, target, engine, rep, lambda msg: prog.update(task, status=f"{engine} r{rep} {msg}"), proc, log)
+    arm = Arm(run, plan, la, target, engine, rep, lambda msg: prog.update(task, status=f"{engine} r{rep} {msg}"), proc, log)
     rows = []
     for m in wl.kind_obj.run(arm, wl):
         row = finish(arm, wl, m)
         rows.append(row)
         prog.advance(task)
-        ctx.out.info(f"  {engine:>8} r{rep} {wl.name} {m.label}: " + ", ".join(f"{k} {row.get(k)}" for k in wl.kind_obj.headline) + f"  {verdict_text(row)}")
+        run.out.info(f"  {engine:>8} r{rep} {wl.name} {m.label}: " + ", ".join(f"{k} {row.get(k)}" for k in wl.kind_obj.headline) + f"  {verdict_text(row)}")
         arm.alive(m.label)
     return rows
 
@@ -189,7 +195,8 @@ def point_row(kind: str, wl_cfg, m: Measured, server: dict | None, min_window_s:
     for r in m.records:
         validity.check_request(r)
     metrics, why = compute([r for r in m.records if r.valid])
-    sample = workload_metrics.Sample(m.records, decode=m.decode, long=m.long, slo=getattr(wl_cfg, "slo", None), server=server, prefix_tokens=m.prefix_tokens)
+    sample = workload_metrics.Sample(m.records, decode=m.decode, long=m.long, slo=getattr(wl_cfg, "slo", None), server=server,
+                                      prefix_tokens=m.prefix_tokens, extra=m.extra)
     wmetrics, wwhy = workload_metrics.compute(k.metrics, sample)
     row = {"n": m.key, "point": m.label, **metrics, **wmetrics, "why": {**why, **wwhy}, **m.extra}
     row["calibration_basis"] = basis(kind, m.records, m.decode, k.windows)  # what a trial block's rows tell parity.workloads.calibration
@@ -211,11 +218,11 @@ def finish(arm: Arm, wl: Workload, m: Measured) -> dict:
         recon = server_metrics.reconcile(server, client_side(m.records, row))
         row["server"], row["reconciliation"] = server, recon
         for text in server_metrics.mismatches(recon):
-            arm.ctx.out.warn(f"{arm.engine} r{arm.rep} {wl.name} {m.label}: server and client disagree on {text}")
+            arm.run.out.warn(f"{arm.engine} r{arm.rep} {wl.name} {m.label}: server and client disagree on {text}")
     stem = f"{arm.engine}-r{arm.rep}-{slugify(wl.name)}-{slugify(m.label)}"
-    arm.ctx.run.write_json(f"requests/{stem}.json", records_json(m.records))
+    arm.run.dir.write_json(f"requests/{stem}.json", records_json(m.records))
     for name, recs in m.side.items():
-        arm.ctx.run.write_json(f"requests/{stem}-{name}.json", records_json(recs))
+        arm.run.dir.write_json(f"requests/{stem}-{name}.json", records_json(recs))
     if m.metrics_text is not None:
-        arm.ctx.run.write_text(f"servers/{stem}.metrics.txt", m.metrics_text)
+        arm.run.dir.write_text(f"servers/{stem}.metrics.txt", m.metrics_text)
     return row

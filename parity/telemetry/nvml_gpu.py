@@ -6,7 +6,7 @@ never an error for the point."""
 
 from __future__ import annotations
 
-from parity.telemetry import throttle
+from parity.gpu import throttle
 from parity.gpu.nvidia_smi import open_nvml
 
 

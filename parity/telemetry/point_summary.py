@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import statistics
 
-from parity.telemetry import throttle
+from parity.gpu import throttle
 from parity.gpu.nvidia_smi import process_name
 
 GPU_METRICS = ("sm_mhz", "mem_mhz", "power_w", "temp_c", "util_gpu_pct", "util_mem_pct", "mem_used_mib")

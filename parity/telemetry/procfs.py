@@ -108,3 +108,21 @@ def self_cpu() -> dict:
 
     st = stat(os.getpid()) or {}
     return {"self_s": time.process_time(), "children_s": st.get("cutime_s", 0.0) + st.get("cstime_s", 0.0)}
+
+
+def parse_environ(data: bytes) -> dict[str, str]:
+    """/proc/<pid>/environ (NUL-separated NAME=value) -> {NAME: value}."""
+    out = {}
+    for item in data.split(b"\0"):
+        name, eq, value = item.decode(errors="replace").partition("=")
+        if eq and name:
+            out[name] = value
+    return out
+
+
+def environ(pid: int) -> dict[str, str] | None:
+    """The environment pid started with; None when it is gone or not readable from here."""
+    try:
+        return parse_environ(Path(f"/proc/{pid}/environ").read_bytes())
+    except OSError:
+        return None

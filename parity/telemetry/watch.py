@@ -1,8 +1,8 @@
 """The glue around one serving point (parity.serving.sweep.run_point):
 
-    with watch.point(ctx, shape, server_pid, affinity) as w:
+    with watch.point(runner, shape, server_pid, affinity) as w:
         records = drive(...)
-    problems += w.finish(ctx.run, row, records, launch.family, before, after, "telemetry/<engine>-r<k>-n<N>.json")
+    problems += w.finish(run_dir, row, records, launch.family, before, after, "telemetry/<engine>-r<k>-n<N>.json")
 
 Starting, sampling and summarizing never fail the point: an error is recorded in the
 file and on the row instead.  The sampler stops in the finally, also when the load
@@ -11,16 +11,18 @@ generator raises."""
 from __future__ import annotations
 
 import os
+import time
 from contextlib import contextmanager
-from parity.telemetry import affinity as aff, engine_timing, point_summary
+from parity.telemetry import affinity as aff, energy, engine_timing, point_summary
 from parity.telemetry.nvml_gpu import NvmlGpu
 from parity.telemetry.sampler import Sampler
 from parity.telemetry.smi_gpu import SmiGpu
 
 
 class Watch:
-    def __init__(self, sampler, affinity: dict | None, client_cpus: str | None, server_cpus: str | None, error: str | None = None):
-        self.sampler, self.affinity, self.error = sampler, affinity, error
+    def __init__(self, sampler, affinity: dict | None, client_cpus: str | None, server_cpus: str | None, error: str | None = None,
+                 meter: energy.Window | None = None):
+        self.sampler, self.affinity, self.error, self.meter = sampler, affinity, error, meter
         self.client_cpus, self.server_cpus = client_cpus, server_cpus
 
     def finish(self, run, row: dict, recs, family, before: dict | None, after: dict | None, path: str) -> list[str]:
@@ -29,6 +31,8 @@ class Watch:
 
         problems: list[str] = []
         row.setdefault("flags", [])
+        joules = energy.of_point(self.meter, self.sampler, self.error)  # J per token, checked against the sampled power
+        energy.on_row(row, joules, recs)
         try:
             row["engine_timing"] = engine_timing.compute(recs, family, before, after)
         except Exception as e:  # never the point's failure
@@ -45,7 +49,7 @@ class Watch:
             summary["affinity"] = {"plan": self.affinity, "client": self.client_cpus, "server": self.server_cpus}
             problems, flags = point_summary.verdict(summary)
             row["flags"] += flags
-            run.write_json(path, {"summary": summary, "samples": samples, "engine_timing": row["engine_timing"]})
+            run.write_json(path, {"summary": summary, "samples": samples, "engine_timing": row["engine_timing"], "energy": joules})
             row["telemetry"] = {**point_summary.short(summary, path), "client_cpus": self.client_cpus, "server_cpus": self.server_cpus}
         except Exception as e:
             row["telemetry"] = {"error": f"telemetry failed: {e!r}"}
@@ -69,7 +73,7 @@ def open_gpu(runner):
 
 
 @contextmanager
-def point(ctx, cfg, server_pid: int | None, affinity: dict | None):
+def point(runner, cfg, server_pid: int | None, affinity: dict | None):
     """Sample around the block (serving.telemetry: enabled, interval_s); the client thread pinned per the affinity plan."""
 
     if not cfg.enabled:
@@ -78,13 +82,15 @@ def point(ctx, cfg, server_pid: int | None, affinity: dict | None):
     sampler, error = None, None
     with aff.client_pinned(affinity) as client_cpus:
         try:
-            gpu, note = open_gpu(ctx.runner)
+            gpu, note = open_gpu(runner)
             sampler = Sampler(gpu, note, server_pid, cfg.interval_s).start()
         except Exception as e:
             sampler, error = None, f"telemetry did not start: {e!r}"
+        meter = energy.Window.open(server_pid, getattr(runner, "host", "local"), sampler.t0 if sampler else time.monotonic())
         try:
-            yield Watch(sampler, affinity, client_cpus, aff.of_pid(server_pid), error)
+            yield Watch(sampler, affinity, client_cpus, aff.of_pid(server_pid), error, meter)
         finally:
+            meter.stop()  # the energy counter's end read, before the sampler's last sample
             if sampler is not None:
                 try:
                     sampler.stop()

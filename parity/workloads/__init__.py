@@ -14,6 +14,7 @@ WORKLOADS: Registry = Registry({  # kind -> its KIND, imported when a run names 
     "open-loop": "parity.workloads.open_loop:KIND",
     "multi-turn": "parity.workloads.multi_turn:KIND",
     "prefill-curve": "parity.workloads.prefill_curve:KIND",
+    "trace": "parity.workloads.trace:KIND",
 })
 
 __all__ = ["WORKLOADS", "WorkloadKind", "Measured", "Plot"]

@@ -7,7 +7,7 @@ YAML (only the keys written there), then `--workload-opt KEY=VALUE` on the comma
 from __future__ import annotations
 
 from parity.decode import decode_value, record_fields, type_hints
-from parity.engines import kind_of
+from parity.engines.bound import bind
 from parity.errors import ConfigError, UsageError
 from parity.workloads import WORKLOADS
 from parity.workloads.spec import BUILTIN, WorkloadConfig  # noqa: F401 (BUILTIN re-exported)
@@ -17,12 +17,12 @@ from parity.yamlload import safe_load
 def request_context(profile, s) -> int:
     """Tokens the tightest engine gives one request, as each kind says (llama-server -c / --parallel,
     vLLM max_model_len); an engine that does not say counts as -c / --parallel."""
-    limits = [kind_of(profile, e).context_need(profile, e, s).tokens or s.ctx // max(1, s.parallel) for e in s.engines]
+    limits = [bind(profile, e).context_need(s).tokens or s.ctx // max(1, s.parallel) for e in s.engines]
     return min(limits) if limits else s.ctx // max(1, s.parallel)
 
 
 def on_gpu(profile, s) -> bool:
-    return bool(profile.hardware_class) or any(kind_of(profile, e).on_gpu(profile.engine(e)) for e in s.engines)
+    return bool(profile.hardware_class) or any(bind(profile, e).on_gpu for e in s.engines)
 
 
 def sized(kind: str, profile, s) -> dict:

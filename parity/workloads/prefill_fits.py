@@ -110,7 +110,21 @@ def fits(rows: list[dict], confidence: float = 0.95) -> list[dict]:
             if (curve == "prompt" or conc == 1) and num(fit["prefill_tps"]) and num(own) and own:
                 fit["vs_engine_longest_pct"] = round((fit["prefill_tps"] / own - 1) * 100, 3)
             out.append(fit)
-    return out
+    return engine_line(out)
+
+
+def engine_line(fitted: list[dict]) -> list[dict]:
+    """At N=1 the TTFT line's tok/s against the engine-time line's, fitted through the same requests:
+    both are marginal rates (ms per added prompt token), so what they differ by is the client-side
+    cost that grows with the prompt (upload, parsing, tokenization), not the engine's fixed cost per
+    prompt, which the engine's own tok/s at one length still holds (vs_engine_longest_pct)."""
+    prompt = {(f["engine"], f["n"]): f for f in fitted if f["curve"] == "prompt"}
+    for f in fitted:
+        other = prompt.get((f["engine"], f["n"]))
+        if f["curve"] == "ttft" and f["n"] == 1 and other and num(f["prefill_tps"]) and num(other["prefill_tps"]) and other["prefill_tps"] > 0:
+            f["engine_line_tps"] = other["prefill_tps"]
+            f["vs_engine_line_pct"] = round((f["prefill_tps"] / other["prefill_tps"] - 1) * 100, 3)
+    return fitted
 
 
 def paired_fits(fitted: list[dict], reference: str | None, threshold_pct: float, confidence: float) -> list[dict]:
@@ -164,6 +178,8 @@ def line_text(f: dict) -> str:
     rate = bounds(f["prefill_tps_low"], f["prefill_tps_high"], " (no interval)")
     fixed = bounds(f["intercept_low"], f["intercept_high"])
     text = f"{head}: {fmt_num(f['prefill_tps'])} tok/s{rate}, overhead {fmt_num(f['intercept'])} ms{fixed}"
+    if num(f.get("vs_engine_line_pct")):
+        text += f"; {f['vs_engine_line_pct']:+.1f} % from the engine-time line's {fmt_num(f['engine_line_tps'])} tok/s"
     if f["curve"] == "ttft" and f.get("longest"):
         text += (f"; at {f['longest']} tokens the engine's own {fmt_num(f.get('engine_tps_longest'))} tok/s, "
                  f"the users' prefill_tps (theirs) {fmt_num(f.get('users_prefill_tps_longest'))}")

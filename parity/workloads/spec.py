@@ -58,6 +58,20 @@ class WorkloadConfig:
     lengths: list[int] = field(default_factory=lambda: [128, 256, 512, 1024, 2048, 4096, 8192, 16384])
     n: int = 8  # the N beside N=1 (1: N=1 only)
     rounds: int = 3  # rounds of N requests at once per point, one after another
+    # trace: a request trace replayed token-exact on its own arrival times (parity.replay)
+    trace: str | None = None  # Azure LLM CSV, BurstGPT CSV, Mooncake or Bailian JSONL (None: draws from `mixture`)
+    speedups: list[float] = field(default_factory=lambda: [1.0])  # one point each: the trace's times divided by it
+    start_s: float | None = None  # the window: from this many trace seconds after its first request (None: 0) ...
+    duration_s: float | None = None  # ... and how long (None: to the end)
+    sessions: int | None = None  # a sample (seed) of this many whole sessions of the window (None: every request)
+    max_request_tokens: int | None = None  # requests needing more (input + output) are left out, counted (None: none)
+    block_size: int | None = None  # tokens per hash id (None: the publisher's: Mooncake 512, Bailian 16)
+    mixture: str | None = None  # no trace: lengths drawn from this named mixture (parity.replay.mixtures)
+    requests: int = 32  # no trace: how many requests
+    mixture_rate: float = 1.0  # no trace: their arrival rate (req/s; gamma gaps of `burstiness`)
+    fresh_blocks: bool = True  # each point its own blocks: no point reuses another's prompts (a cold cache per point)
+    max_hit_gap: float = 0.02  # server's prefix-cache hit rate off the expected one by more: the point is invalid
+    cache_block: int = 16  # the cache block of an engine that reports no per-request cached tokens (vLLM's block_size)
 
 
 def check_workload(w: WorkloadConfig, label: str, key: str) -> None:

@@ -9,7 +9,7 @@ import stat
 from pathlib import Path
 
 import pytest
-from gate_helpers import make_ctx, write_profile
+from gate_helpers import make_ctx, values, write_profile
 
 from parity.bisect import probe
 from parity.bisect.search import BAD, GOOD, UNDECIDED
@@ -25,11 +25,12 @@ DATA = Path(__file__).resolve().parents[1] / "data" / "gates"
 @pytest.fixture(scope="module")
 def real_tbo() -> Path:
     from parity.config import load_profile
-    from parity.engine.build import ensure_built
+    from parity.llamacpp.build import ensure_built
+    from parity.engines.bound import bind
     from parity.runners.local import LocalRunner
     from parity.ui import Output
 
-    res = ensure_built(load_profile("smoke"), "paged", LocalRunner(), Output(json_mode=True))
+    res = ensure_built(bind(load_profile("smoke"), "paged"), LocalRunner(), Output(json_mode=True))
     return Path(res.bin_dir) / "test-backend-ops"
 
 
@@ -67,13 +68,14 @@ def test_oracle_probe_bad_undecided_and_good(real_tbo, tmp_path):
     stdout = "completion-no-cnv.stdout"
     ctx = ctx_with(tmp_path, real_tbo, {"good": ("real", stdout), "bad": ("headerless", stdout), "mute": ("silent", stdout), "same": ("real", stdout)})
     judge = probe.Judge("oracle", ops=["RMS_NORM"], backend="CPU")
-    ref = probe.Reference(ctx, "good", judge)
+    inputs, run = values(ctx)
+    ref = probe.Reference(inputs, run, "good", judge)
     assert ref.ops == {"RMS_NORM": PASS} and (ctx.run.path / "gates/reference-op-RMS_NORM-CPU-1.txt").is_file()
-    verdict, words, ev = probe.judge(ctx, ref, "bad", "p1-")
+    verdict, words, ev = probe.judge(ref, inputs, "bad", "p1-")
     assert verdict == BAD and ev["RMS_NORM"]["status"] == FAIL and "Backend CPU: FAIL" in words
-    verdict, words, ev = probe.judge(ctx, ref, "mute", "p2-")  # no evidence where the good endpoint passed: undecided
+    verdict, words, ev = probe.judge(ref, inputs, "mute", "p2-")  # no evidence where the good endpoint passed: undecided
     assert verdict == UNDECIDED and ev["RMS_NORM"]["status"] == ERROR and ev["RMS_NORM"]["reference"] == PASS
-    verdict, words, _ = probe.judge(ctx, ref, "same", "p3-")
+    verdict, words, _ = probe.judge(ref, inputs, "same", "p3-")
     n = words.split()[1]
     assert verdict == GOOD and n.split("/")[0] == n.split("/")[1] != "0"
 
@@ -81,14 +83,15 @@ def test_oracle_probe_bad_undecided_and_good(real_tbo, tmp_path):
 def test_md5_probe_against_the_good_endpoints_md5(real_tbo, tmp_path):
     ctx = ctx_with(tmp_path, real_tbo, {"good": ("real", "completion-no-cnv.stdout"), "moved": ("real", "completion-chat.stdout"), "same": ("real", "completion-no-cnv.stdout")})
     judge = probe.Judge("md5", model="m", path="paged")
-    ref = probe.Reference(ctx, "good", judge)
+    inputs, run = values(ctx)
+    ref = probe.Reference(inputs, run, "good", judge)
     assert ref.md5 and ref.result() == f"md5 {ref.md5}" and (ctx.run.path / "gates/reference-md5-m-paged.out").read_bytes() == (DATA / "completion-no-cnv.stdout").read_bytes()
-    verdict, words, ev = probe.judge(ctx, ref, "moved", "p1-")
+    verdict, words, ev = probe.judge(ref, inputs, "moved", "p1-")
     assert verdict == BAD and ev["status"] == FAIL and ev["expected"] == ref.md5 != ev["got"] and ev["detail"] == "md5 mismatch"
-    assert probe.judge(ctx, ref, "same", "p2-")[:2] == (GOOD, f"md5 {ref.md5} = reference")
+    assert probe.judge(ref, inputs, "same", "p2-")[:2] == (GOOD, f"md5 {ref.md5} = reference")
 
 
 def test_a_good_endpoint_without_a_transcript_cannot_be_the_reference(real_tbo, tmp_path):
     ctx = ctx_with(tmp_path, real_tbo, {"good": ("real", "completion-no-cnv.stderr")})  # no final blank line: incomplete
     with pytest.raises(InfraError, match="the good endpoint cannot be gated: stdout incomplete"):
-        probe.Reference(ctx, "good", probe.Judge("md5", model="m", path="paged"))
+        probe.Reference(*values(ctx), "good", probe.Judge("md5", model="m", path="paged"))

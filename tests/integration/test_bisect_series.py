@@ -46,7 +46,7 @@ SLOW_EDITS = [
 def pin_tree() -> Path:
     shared_or_skip("localai-paged/patches/paged", "llama.cpp-pin/llama.cpp-0ed235ea.tar.gz")
     from parity.config import load_profile
-    from parity.engine import source
+    from parity.llamacpp import source
     from parity.runners.local import LocalRunner
 
     prof = load_profile("localai-paged-cpu")

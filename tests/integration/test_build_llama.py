@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from parity.engine import build, cmake, patches
-from parity.engine import source as srcmod
+from parity.llamacpp import build, cmake, patches
+from parity.engines.bound import bind
+from parity.llamacpp import source as srcmod
 from parity.errors import InfraError
 from parity.gates.completion import is_complete
 from parity.runners.local import LocalRunner
@@ -28,7 +29,7 @@ GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
 
 @pytest.fixture(scope="module")
 def builds(engine_bins, smoke_profile) -> dict[str, build.BuildResult]:
-    return {n: build.ensure_built(smoke_profile, n, LocalRunner(), OUT) for n in ("paged", "stock")}
+    return {n: build.ensure_built(bind(smoke_profile, n), LocalRunner(), OUT) for n in ("paged", "stock")}
 
 
 @pytest.fixture(scope="module")
@@ -139,10 +140,10 @@ def test_broken_patch_on_real_source(tmp_path, smoke_profile):
     from parity.config import load_profile
 
     prof = load_profile(str(_profile_extending_smoke(tmp_path, {"broken": {"source": "sdist", "series": str(series), "cmake_flags": ["-DGGML_NATIVE=OFF"]}})))
-    p = build.plan(prof, "broken")
+    p = build.plan(bind(prof, "broken"))
     try:
         with pytest.raises(InfraError, match=r"patch 0002-drifted-upstream\.patch does not apply at common/common\.cpp:\d+"):
-            build.ensure_built(prof, "broken", LocalRunner(), OUT)
+            build.ensure_built(bind(prof, "broken"), LocalRunner(), OUT)
         assert not (p.dir / build.OK_MARKER).exists() and not (p.dir / "build.json").exists()
         assert not (p.dir / "build").exists()  # cmake never ran
     finally:

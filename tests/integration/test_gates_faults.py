@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from gate_helpers import make_ctx, write_profile
+from gate_helpers import make_ctx, values, write_profile
 
 from parity.gates.checks import ERROR, FAIL, FLAKY, PASS, overall
 from parity.gates.kl import kl_gate
@@ -56,7 +56,7 @@ gates:
 
 def md5_check(tmp_path, script: str, expect: str = REAL_MD5):
     ctx = fake_ctx(tmp_path, {"llama-completion": script})
-    return md5_gate(ctx, "m", "paged", expect=expect)
+    return md5_gate(*values(ctx), "m", "paged", expect=expect)
 
 
 def test_fake_control_passes(tmp_path):
@@ -106,17 +106,17 @@ def test_wrong_output_is_a_fail(tmp_path):
 
 def test_missing_binary(tmp_path):
     ctx = fake_ctx(tmp_path, {})
-    assert md5_gate(ctx, "m", "paged", expect=REAL_MD5).status == ERROR
-    op = op_gate(ctx, "MUL_MAT", "CPU")
+    assert md5_gate(*values(ctx), "m", "paged", expect=REAL_MD5).status == ERROR
+    op = op_gate(*values(ctx), "MUL_MAT", "CPU")
     assert op.status == ERROR and "not found" in op.detail
-    assert kl_gate(ctx).status == ERROR
+    assert kl_gate(*values(ctx)).status == ERROR
 
 
 def test_missing_model(tmp_path):
     ctx = fake_ctx(tmp_path, {"llama-completion": f"cat {REAL}"})
-    c = md5_gate(ctx, "ghost", "paged", expect=REAL_MD5)
+    c = md5_gate(*values(ctx), "ghost", "paged", expect=REAL_MD5)
     assert c.status == ERROR and "not found" in c.detail
-    k = kl_gate(ctx, candidate="ghost")
+    k = kl_gate(*values(ctx), candidate="ghost")
     assert k.status == ERROR and "not found" in k.detail
 
 
@@ -134,7 +134,7 @@ def test_op_failure_is_red_with_no_retry_by_default(tmp_path):
     failing.write_text(_one_failure("  50/51 tests passed"))
     ctx = fake_ctx(tmp_path, {"test-backend-ops": f"cat {failing}; exit 1"})
     assert ctx.profile.gates.op_retries == 0
-    c = op_gate(ctx, "RMS_NORM", "CPU")
+    c = op_gate(*values(ctx), "RMS_NORM", "CPU")
     assert c.status == FAIL and c.got == "50/51" and c.expected == "51/51" and len(c.attempts) == 1
     assert "RMS_NORM(type=f32,ne=[64,5,4,3],v=0,eps=0.000000,inplace=0)" in c.detail and "NMSE" in c.detail
     assert (ctx.run.path / c.attempts[0]["output"]).read_text().count("FAIL") >= 1
@@ -144,7 +144,7 @@ def test_op_failure_fails_after_an_asked_retry(tmp_path):
     failing = tmp_path / "failing.txt"
     failing.write_text(_one_failure("  50/51 tests passed"))
     ctx = fake_ctx(tmp_path, {"test-backend-ops": f"cat {failing}; exit 1"}, "  op_retries: 1\n")
-    c = op_gate(ctx, "RMS_NORM", "CPU")
+    c = op_gate(*values(ctx), "RMS_NORM", "CPU")
     assert c.status == FAIL and c.got == "50/51" and c.expected == "51/51"
     assert [a["got"] for a in c.attempts] == ["50/51", "50/51"]
     for a in c.attempts:  # both attempts stay in the artifact
@@ -156,7 +156,7 @@ def test_op_pass_on_an_asked_retry_is_flaky_not_pass(tmp_path):
     failing.write_text(_one_failure("  50/51 tests passed"))
     flag = tmp_path / "ran-once"
     script = f"if [ -e {flag} ]; then cat {DATA / 'tbo-cpu-rms_norm.txt'}; else touch {flag}; cat {failing}; exit 1; fi"
-    c = op_gate(fake_ctx(tmp_path, {"test-backend-ops": script}, "  op_retries: 1\n"), "RMS_NORM", "CPU")
+    c = op_gate(*values(fake_ctx(tmp_path, {"test-backend-ops": script}, "  op_retries: 1\n")), "RMS_NORM", "CPU")
     assert c.status == FLAKY and c.got == "51/51"
     assert [a["status"] for a in c.attempts] == [FAIL, PASS] and c.detail.startswith("flaky: passed on attempt 2")
     assert overall([c]) == FAIL
@@ -164,7 +164,7 @@ def test_op_pass_on_an_asked_retry_is_flaky_not_pass(tmp_path):
 
 def test_op_summary_without_cases_and_timeout(tmp_path):
     ctx = fake_ctx(tmp_path, {"test-backend-ops": "echo 'Testing 1 devices'; echo; echo 'Backend 1/1: CPU'; sleep 30"})
-    c = op_gate(ctx, "RMS_NORM", "CPU")
+    c = op_gate(*values(ctx), "RMS_NORM", "CPU")
     assert c.status == ERROR and "timed out" in c.detail and len(c.attempts) == 1
 
 
@@ -190,23 +190,23 @@ def kl_ctx(tmp_path, monkeypatch, kl_body: str):
 
 def test_kl_fake_control_passes(tmp_path, monkeypatch):
     ctx = kl_ctx(tmp_path, monkeypatch, f"cat {DATA / 'ppl-kl-p1.txt'}")
-    assert kl_gate(ctx).status == PASS  # KLD equals the baseline's: inside the band
+    assert kl_gate(*values(ctx)).status == PASS  # KLD equals the baseline's: inside the band
 
 
 @pytest.mark.parametrize("nan", ["nan", "-nan"])
 def test_kl_nan_kld(tmp_path, monkeypatch, nan):
     nan_txt = tmp_path / "nan.txt"
     nan_txt.write_text((DATA / "ppl-kl-p1.txt").read_text().replace("Mean    KLD:   0.000579 ±   0.000015", f"Mean    KLD:   {nan} ±   {nan}"))
-    c = kl_gate(kl_ctx(tmp_path, monkeypatch, f"cat {nan_txt}"))
+    c = kl_gate(*values(kl_ctx(tmp_path, monkeypatch, f"cat {nan_txt}")))
     assert c.status == ERROR and "not a finite number" in c.detail
 
 
 def test_kl_crash_and_missing_stats(tmp_path, monkeypatch):
-    c = kl_gate(kl_ctx(tmp_path, monkeypatch, "echo 'error: failed to load model' >&2; exit 1"))
+    c = kl_gate(*values(kl_ctx(tmp_path, monkeypatch, "echo 'error: failed to load model' >&2; exit 1")))
     assert c.status == ERROR and "exit 1" in c.detail
     head = tmp_path / "head.txt"
     head.write_text("\n".join((DATA / "ppl-kl-p1.txt").read_text().splitlines()[:12]))
-    c = kl_gate(kl_ctx(tmp_path, monkeypatch, f"cat {head}"))  # exit 0 but the statistics never came
+    c = kl_gate(*values(kl_ctx(tmp_path, monkeypatch, f"cat {head}")))  # exit 0 but the statistics never came
     assert c.status == ERROR and len(c.data["candidate"]["retried"]) == 3
     assert "gave no KLD (exit 0, 4 runs)" in c.detail
 
@@ -215,7 +215,7 @@ def test_kl_fewer_chunks_than_asked_is_an_error(tmp_path, monkeypatch):
     """llama-perplexity evaluates fewer chunks, silently, when the text tokenizes short: never a pass."""
     short = tmp_path / "short.txt"
     short.write_text((DATA / "ppl-kl-p1.txt").read_text().replace("computing over 4 chunks", "computing over 2 chunks"))
-    c = kl_gate(kl_ctx(tmp_path, monkeypatch, f"cat {short}"))
+    c = kl_gate(*values(kl_ctx(tmp_path, monkeypatch, f"cat {short}")))
     assert c.status == ERROR and c.got == "2" and c.detail.startswith("llama-perplexity evaluated 2 of 4 chunks at ctx 128")
 
 
@@ -225,6 +225,6 @@ def test_kl_base_logits_failure(tmp_path, monkeypatch):
     monkeypatch.setattr(kl, "cache_dir", lambda: tmp_path / "cache")
     monkeypatch.setattr(common, "cache_dir", lambda: tmp_path / "cache")
     ctx = fake_ctx(tmp_path, {"llama-perplexity": "exit 0"})  # exits 0 but writes no logits
-    c = kl_gate(ctx)
+    c = kl_gate(*values(ctx))
     assert c.status == ERROR and "reference logits" in c.detail
     assert not list((tmp_path / "cache" / "kl").glob("*.kld"))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from gate_helpers import make_ctx
+from gate_helpers import make_ctx, values
 
 from parity.errors import ConfigError, GateFailed, UsageError
 from parity.gates.md5 import md5_gate
@@ -58,7 +58,7 @@ def test_red_pre_gate_stops_before_the_body(ctx):
 
 
 def test_red_post_gate_marks_the_run_invalid(ctx):
-    good = md5_gate(ctx, "tiny", "paged")
+    good = md5_gate(*values(ctx), "tiny", "paged")
     assert good.status == "pass"
     with pytest.raises(GateFailed, match="post-gate red"):
         with gated(ctx, spec(expect=good.got, ops=[])):

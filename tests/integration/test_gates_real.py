@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from gate_helpers import make_ctx, write_profile
+from gate_helpers import make_ctx, values, write_profile
 
 from parity.gates.checks import ERROR, FAIL, PASS
 from parity.gates.kl import kl_gate
@@ -117,8 +117,8 @@ def test_chat_and_no_cnv_forms_differ(built, tmp_path):
     from parity.gates.md5 import md5_gate
 
     ctx = make_ctx(tmp_path)
-    chat = md5_gate(ctx, "tiny", "paged", form="chat")
-    plain = md5_gate(ctx, "tiny", "paged", form="no-cnv")
+    chat = md5_gate(*values(ctx), "tiny", "paged", form="chat")
+    plain = md5_gate(*values(ctx), "tiny", "paged", form="no-cnv")
     assert chat.status == plain.status == PASS
     assert chat.got != plain.got and "-no-cnv" not in chat.data["argv"] and plain.data["argv"][-1] == "-no-cnv"
 
@@ -129,7 +129,7 @@ def test_kl_real_divergence_and_band(built, tmp_path, monkeypatch):
     monkeypatch.setattr(kl, "cache_dir", lambda: tmp_path / "cache")
     monkeypatch.setattr(common, "cache_dir", lambda: tmp_path / "cache")
     ctx = make_ctx(tmp_path)
-    ok = kl_gate(ctx)  # smoke: tiny-perturbed (1% noise) vs tiny, bounded by tiny-noisy (5% noise)
+    ok = kl_gate(*values(ctx))  # smoke: tiny-perturbed (1% noise) vs tiny, bounded by tiny-noisy (5% noise)
     assert ok.status == PASS, ok.detail
     cand, base = ok.data["candidate"]["stats"]["kld"][0], ok.data["baseline"]["stats"]["kld"][0]
     assert 0 < cand < base
@@ -138,12 +138,12 @@ def test_kl_real_divergence_and_band(built, tmp_path, monkeypatch):
     (cached,) = logits.glob("*.kld")
     mtime = cached.stat().st_mtime_ns
 
-    swapped = kl_gate(ctx, candidate="tiny-noisy", baseline="tiny-perturbed")
+    swapped = kl_gate(*values(ctx), candidate="tiny-noisy", baseline="tiny-perturbed")
     assert swapped.status == FAIL and "> baseline" in swapped.detail
     assert cached.stat().st_mtime_ns == mtime  # reference logits reused from the cache
 
     ctx.profile.gates.kl.max_kld = cand / 2
-    absolute = kl_gate(ctx)
+    absolute = kl_gate(*values(ctx))
     assert absolute.status == FAIL and "max_kld" in absolute.detail
 
 
@@ -218,14 +218,14 @@ def test_op_oracle_real_cpu(built, tmp_path):
     seconds = {}
     for op in ("RMS_NORM", "SCALE"):
         t0 = time.monotonic()
-        c = op_gate(ctx, op, "CPU")
+        c = op_gate(*values(ctx), op, "CPU")
         seconds[op] = time.monotonic() - t0
         n = int(c.got.split("/")[1])
         assert c.status == PASS and n > 0 and c.got == f"{n}/{n}" == c.expected
         assert len(c.attempts) == 1
         assert (ctx.run.path / c.attempts[0]["output"]).read_text().count("OK") >= n
     print("test-backend-ops -b CPU seconds:", {k: round(v, 2) for k, v in seconds.items()})
-    unknown = op_gate(ctx, "NOT_AN_OP", "CPU")
+    unknown = op_gate(*values(ctx), "NOT_AN_OP", "CPU")
     assert unknown.status == ERROR and unknown.got == "0/0"  # nothing tested is never a pass
-    absent = op_gate(ctx, "RMS_NORM", "CUDA0")  # a CPU-only build has no CUDA0 block
+    absent = op_gate(*values(ctx), "RMS_NORM", "CUDA0")  # a CPU-only build has no CUDA0 block
     assert absent.status == ERROR and "no 'Backend i/n: CUDA0' block" in absent.detail

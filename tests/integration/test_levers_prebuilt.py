@@ -19,11 +19,12 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def paged_bin(smoke_profile) -> Path:
-    from parity.engine.build import ensure_built
+    from parity.llamacpp.build import ensure_built
+    from parity.engines.bound import bind
     from parity.runners.local import LocalRunner
     from parity.ui import Output
 
-    return Path(ensure_built(smoke_profile, "paged", LocalRunner(), Output(json_mode=True)).bin_dir)
+    return Path(ensure_built(bind(smoke_profile, "paged"), LocalRunner(), Output(json_mode=True)).bin_dir)
 
 
 def test_ab_on_prebuilt_binaries_is_recorded(paged_bin, tmp_path):

@@ -75,7 +75,7 @@ def test_runtime_lever_bit_exact(shared, tmp_path):
 
 
 def test_build_lever_cached_then_map_refuses(shared, tmp_path):
-    from parity.engine.build import OK_MARKER
+    from parity.llamacpp.build import OK_MARKER
 
     args = ("--series-without", "0055", *SMALL, "--gate-models", "tiny", "--no-post-gates")
     r = _ab(tmp_path, *args)

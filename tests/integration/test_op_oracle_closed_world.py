@@ -11,7 +11,7 @@ import stat
 from pathlib import Path
 
 import pytest
-from gate_helpers import make_ctx, write_profile
+from gate_helpers import make_ctx, values, write_profile
 
 from parity.errors import GateFailed
 from parity.gates.checks import ERROR, FAIL, PASS
@@ -41,11 +41,12 @@ WRAPPERS = {
 def real_tbo() -> Path:
     """test-backend-ops of the smoke profile's paged build (built once, cached)."""
     from parity.config import load_profile
-    from parity.engine.build import ensure_built
+    from parity.llamacpp.build import ensure_built
+    from parity.engines.bound import bind
     from parity.runners.local import LocalRunner
     from parity.ui import Output
 
-    res = ensure_built(load_profile("smoke"), "paged", LocalRunner(), Output(json_mode=True))
+    res = ensure_built(bind(load_profile("smoke"), "paged"), LocalRunner(), Output(json_mode=True))
     return Path(res.bin_dir) / "test-backend-ops"
 
 
@@ -85,7 +86,7 @@ lock: {{dir: {tmp_path / 'lock'}, poll_s: 0.2, preflight: false}}
 
 
 def test_real_binary_through_the_plain_wrapper_passes(real_tbo, tmp_path):
-    c = op_gate(make_ctx(tmp_path, _profile(tmp_path, real_tbo, "real")), "RMS_NORM")
+    c = op_gate(*values(make_ctx(tmp_path, _profile(tmp_path, real_tbo, "real"))), "RMS_NORM")
     n = int(c.got.split("/")[1])
     assert c.status == PASS and n > 0 and c.got == f"{n}/{n}"
 
@@ -96,7 +97,7 @@ def test_real_binary_through_the_plain_wrapper_passes(real_tbo, tmp_path):
     ("truncated", ERROR, "no 'N/N tests passed' summary"),
 ])
 def test_op_check_without_evidence_of_a_pass_is_not_a_pass(real_tbo, tmp_path, wrapper, status, words):
-    c = op_gate(make_ctx(tmp_path, _profile(tmp_path, real_tbo, wrapper)), "RMS_NORM")
+    c = op_gate(*values(make_ctx(tmp_path, _profile(tmp_path, real_tbo, wrapper))), "RMS_NORM")
     assert c.attempts[0]["rc"] == 0  # the wrapper said all was well
     assert c.status == status and words in c.detail, c.detail
 
@@ -106,7 +107,7 @@ def test_gated_pre_phase_with_an_op_fault_is_red(real_tbo, tmp_path, wrapper):
     """The md5 check passes; the op oracle exits 0 without a pass: the pre-gate is red."""
     ctx = make_ctx(tmp_path, _profile(tmp_path, real_tbo, wrapper))
     with pytest.raises(GateFailed, match="pre-gate red"):
-        run_phase(ctx, "pre", GateSpec.from_profile(ctx.profile))
+        run_phase(*values(ctx), "pre", GateSpec.from_profile(ctx.profile))
     pre = ctx.run.read_json("gates.json")["pre"]
     assert pre["status"] == FAIL and [c["status"] for c in pre["checks"]] == [PASS, ERROR if wrapper == "silent" else FAIL]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import run_parity, shared_or_skip
-from gate_helpers import make_ctx
+from gate_helpers import make_ctx, values
 from parity.gates.checks import ERROR, PASS
 from parity.gates.completion import EMPTY_MD5
 from parity.gates.kl import kl_gate
@@ -28,16 +28,17 @@ SERIES_TREE = "6cf1523047e0e38679baff20844bdc9e6829eb22"
 def real_builds():
     shared_or_skip("localai-paged/Makefile", "localai-paged/patches/paged", "llama.cpp-pin/llama.cpp-0ed235ea.tar.gz")
     from parity.config import load_profile
-    from parity.engine.build import ensure_built
+    from parity.llamacpp.build import ensure_built
+    from parity.engines.bound import bind
     from parity.runners.local import LocalRunner
     from parity.ui import Output
 
     prof = load_profile(PROFILE)
-    return {n: ensure_built(prof, n, LocalRunner(), Output(json_mode=True)) for n in ("paged", "stock")}
+    return {n: ensure_built(bind(prof, n), LocalRunner(), Output(json_mode=True)) for n in ("paged", "stock")}
 
 
 def test_provenance_pin_series_trees_flags(real_builds):
-    from parity.engine import patches
+    from parity.llamacpp import patches
 
     p, s = real_builds["paged"].provenance, real_builds["stock"].provenance
     assert p["source"]["pin"] == s["source"]["pin"] == "0ed235ea2c17a19fc8238668653946721ed136fd"
@@ -60,7 +61,7 @@ def test_md5_paged_path_nonpaged_path_and_stock_agree(real_builds, tmp_path, mod
     """The users' rule on the dense paths: paged == non-paged == stock, bit for bit, with
     their command (chat form, -n 48 --temp 0 --seed 1 -c 4096 -fa on)."""
     ctx = make_ctx(tmp_path, PROFILE)
-    res = run_gate_set(ctx, GateSpec(models=[model], paths=["paged", "nonpaged"], engines=["paged", "stock"], engine="paged"), "md5")
+    res = run_gate_set(*values(ctx), GateSpec(models=[model], paths=["paged", "nonpaged"], engines=["paged", "stock"], engine="paged"), "md5")
     checks = {c["check"]: c for c in res["checks"]}
     assert list(checks) == [f"md5 {model}/paged", f"md5 {model}/nonpaged", f"md5 {model}/nonpaged [stock]"]
     assert all(c["status"] == PASS for c in checks.values()), [(c["check"], c["detail"]) for c in checks.values()]
@@ -88,7 +89,7 @@ def test_op_oracle_on_cpu(real_builds, tmp_path, op):
     """CPU against the CPU reference (`-b CPU`); the MoE cases keep their small f32 case on CPU
     (gates.op_params: the others are NVFP4 with 128-256 experts, minutes each on 2 cores)."""
     ctx = make_ctx(tmp_path, PROFILE)
-    c = op_gate(ctx, op, "CPU", "paged")
+    c = op_gate(*values(ctx), op, "CPU", "paged")
     assert c.status == PASS, (c.got, c.detail)
     passed, total = (int(x) for x in c.got.split("/"))
     assert passed == total > 0
@@ -100,14 +101,14 @@ def test_op_oracle_series_cases_do_not_exist_in_stock(real_builds, tmp_path):
     """The series' own cases are the series': stock's test-backend-ops has none of them."""
     ctx = make_ctx(tmp_path, PROFILE)
     for op in SERIES_OPS:
-        c = op_gate(ctx, op, "CPU", "stock")
+        c = op_gate(*values(ctx), op, "CPU", "stock")
         assert c.status == ERROR and c.got == "0/0" and "no test case ran" in c.detail, (op, c.got, c.detail)  # closed world: never a pass
 
 
 def test_kl_lossy_path_bounded_by_the_nonpaged_path(real_builds, tmp_path):
     """KLD(f16 MoE on the paged path || f32) <= KLD(the same on the non-paged path || f32)."""
     ctx = make_ctx(tmp_path, PROFILE)
-    c = kl_gate(ctx, engine="paged", path="paged")
+    c = kl_gate(*values(ctx), engine="paged", path="paged")
     assert c.status == PASS, (c.got, c.detail)
     assert c.data["baseline"]["path"] == "nonpaged" and c.data["candidate"]["env"]["LLAMA_KV_PAGED"] == "1"
     cand, base = c.data["candidate"]["stats"]["kld"][0], c.data["baseline"]["stats"]["kld"][0]

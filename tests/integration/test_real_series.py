@@ -57,11 +57,12 @@ def test_shared_inputs_give_the_tree_the_docs_name(shared):
 def test_human_check_series_lines(shared):
     """What `--check-series` prints: pin tree, series digest, resulting tree, verdict."""
     from parity.config import load_profile
-    from parity.engine import build
+    from parity.llamacpp import build
+    from parity.engines.bound import bind
     from parity.runners.local import LocalRunner
     from parity.ui import Output
 
-    r = build.check_series(load_profile("localai-paged-cpu"), "paged", LocalRunner(), Output(json_mode=True))
+    r = build.check_series(bind(load_profile("localai-paged-cpu"), "paged"), LocalRunner(), Output(json_mode=True))
     text = "\n".join(build.check_series_lines(r))
     assert f"pin tree       {PIN_TREE}" in text and f"resulting tree {SERIES_TREE}" in text
     assert f"46 patches, digest {r['series_digest']}" in text and "21 patches carry index preimage ids" in text
@@ -70,13 +71,14 @@ def test_human_check_series_lines(shared):
 
 def test_recorded_tree_then_verdict_ok(shared, tmp_path, monkeypatch):
     from parity.config import load_profile
-    from parity.engine import build
+    from parity.llamacpp import build
+    from parity.engines.bound import bind
     from parity.runners.local import LocalRunner
     from parity.ui import Output
 
     env = {"PARITY_SERIES_TREES": str(tmp_path / "trees.yaml")}
     monkeypatch.setenv("PARITY_SERIES_TREES", env["PARITY_SERIES_TREES"])
-    rec = build.record_series_tree(load_profile("localai-paged-cpu"), "paged", LocalRunner(), Output(json_mode=True))
+    rec = build.record_series_tree(bind(load_profile("localai-paged-cpu"), "paged"), LocalRunner(), Output(json_mode=True))
     assert yaml.safe_load(Path(rec["recorded_in"]).read_text())["series"][rec["series_digest"]][0]["tree"] == SERIES_TREE
     r = _check("--profile", "localai-paged-cpu", "--json", env=env)
     assert r.returncode == 0, r.stderr

@@ -194,6 +194,13 @@ def test_paged_vs_fake_vllm_full_snapshot(parity_cli, profile_file, tmp_path):
         assert row["telemetry"]["file"] == f"telemetry/{row['engine']}-r{row['repeat']}-n2.json" and row["telemetry"]["server_cpu_s"] == cpu["server_cpu_s"]
         assert row["flags"] == [] and row["telemetry"]["foreign_pids"] is None  # no GPU samples: nothing to judge
         assert row["engine_timing"]["client_e2e_ms_mean"] > 0
+        # energy per token: no energy counter on this box, so not applicable with the reason, never a 0 (parity/telemetry/energy.py)
+        why = row["why"]["j_per_output_tok"]
+        assert why.startswith("not applicable: no energy counter here (") and row["why"]["j_per_total_tok"] == why
+        assert row["j_per_output_tok"] is None and row["j_per_total_tok"] is None and tel["energy"]["why"] == why
+        assert row["energy"]["applicable"] is False and row["energy"]["output_tokens"] == 2 * 128
+    assert not [p for p in doc["paired"] if p["metric"].startswith("j_per_")]  # nothing measured: nothing paired
+    assert {"j_per_output_tok", "j_per_total_tok"} <= {m["name"] for m in doc["metrics"]}
     paged = [row for row in doc["rows"] if row["engine"] == "paged"]
     assert all(row["engine_timing"]["engine_decode_ms_mean"] > 0 and row["engine_timing"]["engine_decode_tps_mean"] > 0 for row in paged)  # llama-server's own timings
     arms = doc.get("arms") or json.loads((run / "summary.json").read_text())["arms"]

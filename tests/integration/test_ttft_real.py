@@ -27,11 +27,12 @@ DELAY_S = 0.2  # well past the tiny model's prompt compute even on a loaded 2-co
 
 @pytest.fixture(scope="module")
 def stock_bin(smoke_profile) -> Path:
-    from parity.engine.build import ensure_built
+    from parity.llamacpp.build import ensure_built
+    from parity.engines.bound import bind
     from parity.runners.local import LocalRunner
     from parity.ui import Output
 
-    return Path(ensure_built(smoke_profile, "stock", LocalRunner(), Output(json_mode=True)).bin_dir)
+    return Path(ensure_built(bind(smoke_profile, "stock"), LocalRunner(), Output(json_mode=True)).bin_dir)
 
 
 @pytest.fixture(scope="module")

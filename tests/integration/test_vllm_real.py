@@ -40,7 +40,7 @@ def vllm_venv():
 
 @pytest.fixture(scope="module")
 def same_weights(vllm_venv, smoke_profile) -> tuple[Path, Path]:
-    from parity.engine import source
+    from parity.llamacpp import source
     from parity.models import hf_tiny
 
     tree = source.materialize("sdist", smoke_profile.sources["sdist"], LocalRunner())
@@ -162,7 +162,7 @@ def test_two_runs_converting_one_gguf_at_once_both_get_it(vllm_venv, smoke_profi
     `.partial` and the loser failed with 'convert_hf_to_gguf.py failed (exit 0)'."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from parity.engine import source
+    from parity.llamacpp import source
     from parity.models import hf_tiny
 
     tree = source.materialize("sdist", smoke_profile.sources["sdist"], LocalRunner())

@@ -60,7 +60,7 @@ def test_dry_run_names_the_workload_and_its_points(profile):
 @pytest.mark.parametrize(
     "args,text,body",
     [
-        (["--workload", "nope"], "--workload nope: no such workload in profile smoke (serving.workloads: sp, ol; built in: shared-prefix, prefill-under-decode, open-loop, multi-turn, prefill-curve)", PROFILE),
+        (["--workload", "nope"], "--workload nope: no such workload in profile smoke (serving.workloads: sp, ol; built in: shared-prefix, prefill-under-decode, open-loop, multi-turn, prefill-curve, trace)", PROFILE),
         (["--workload", "ol", "--npl", "1,4"], "--npl does not apply to a workload run", PROFILE),
         (["--workload", "sp"], "workload sp: 8 requests in flight exceed --parallel 4: engine stock would queue them; raise --parallel", PROFILE),
         (["--workload", "sp", "--parallel", "8", "--ctx", "640"], "workload sp: a request needs 104 tokens (prompt + generated) but engine stock gives 80", PROFILE),

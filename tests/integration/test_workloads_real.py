@@ -213,7 +213,10 @@ def test_prefill_curve_on_the_smoke_profile_against_the_engines_own_prompt_rate(
     1024), and the TTFT line sits 2-3 % under the engine-time line (a longer prompt is also a longer
     request to send and parse).  So this test holds the engine's own rate inside the TTFT line's 95 %
     interval (held in every run above; the engine-time line's own interval missed it once, in a busy
-    run whose curve bent most) and warns with the deviation past 5 %."""
+    run whose curve bent most) and warns with the deviation past 5 %.  What it holds to 5 % is the
+    engine's own marginal rate: the line through llama-server's prompt_ms of the same requests
+    (vs_engine_line_pct; -1.1 to -3.1 % in the quiet runs above, -2.1 and -2.2 % in the recorded one
+    under tests/data/workloads)."""
     prof = workload_profile({}, model="tiny-hf", parallel=4, ctx=8192, repeat=3, min_window_s=0.3)
     doc = run_workload(parity_cli, tmp_path, prof, "prefill-curve", "stock,paged")
     assert doc["valid"] is True and doc["workload"]["lengths"] == [128, 256, 512, 1024] and doc["workload"]["n"] == 4
@@ -236,6 +239,7 @@ def test_prefill_curve_on_the_smoke_profile_against_the_engines_own_prompt_rate(
     for f in (f for f in pc["fits"] if f["n"] == 1):
         own = f["engine_tps_longest"]
         assert f["curve"] == "prompt" or f["prefill_tps_low"] <= own <= f["prefill_tps_high"], f
+        assert f["curve"] == "prompt" or abs(f["vs_engine_line_pct"]) <= 5, f  # the acceptance: the engine's own marginal rate
         said.append(f"{f['engine']} {f['curve']}: line {f['prefill_tps']:.0f} tok/s [{f['prefill_tps_low']:.0f}, {f['prefill_tps_high']:.0f}], "
                     f"the engine's own at 1024 tokens {own:.0f} ({f['vs_engine_longest_pct']:+.1f} %)")
     print("; ".join(said))
@@ -251,14 +255,15 @@ def real_paged_bin_dir() -> str:
     """The users' real series built on CPU (profile localai-paged-cpu): a cache hit after the
     real-engine tests, else built here (~11 min on 2 cores)."""
     from parity.config import load_profile
-    from parity.engine.build import ensure_built
+    from parity.llamacpp.build import ensure_built
+    from parity.engines.bound import bind
     from parity.runners.local import LocalRunner
     from parity.ui import Output
 
     from tests.conftest import shared_or_skip
 
     shared_or_skip("localai-paged/Makefile", "localai-paged/patches/paged", "llama.cpp-pin/llama.cpp-0ed235ea.tar.gz")
-    return str(ensure_built(load_profile("localai-paged-cpu"), "paged", LocalRunner(), Output(json_mode=True)).bin_dir)
+    return str(ensure_built(bind(load_profile("localai-paged-cpu"), "paged"), LocalRunner(), Output(json_mode=True)).bin_dir)
 
 
 @pytest.fixture

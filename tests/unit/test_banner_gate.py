@@ -188,16 +188,17 @@ def test_the_gate_reads_its_verdict_from_the_summary():
 def test_the_kind_is_registered_measured_elsewhere_with_a_dry_word():
     from parity.config import load_profile
     from parity.context import Context
-    from parity.gates.base import Target
+    from parity.gates.base import Target, gate_inputs
     from parity.runners.local import LocalRunner
     from parity.ui import Output
 
     k = GATES["banner"]
     assert k.name == "banner" and not k.in_gate_set and k.switch is None and k.reads == ("engines",)
     ctx = Context(load_profile("b200-qwen36"), LocalRunner(), Output(json_mode=True), Path("/nonexistent"))
-    d = k.dry(ctx, None, Target("paged"))
+    inputs = gate_inputs(ctx.profile)
+    d = k.dry(inputs, ctx.runner, ctx.out, None, Target("paged"))
     assert d["commands"] == [] and d["files"] == {} and d["expected"].startswith("ARCHS = 1000 (cuda_archs 100)")
-    assert k.dry(ctx, None, Target("paged-121a"))["expected"].startswith(
+    assert k.dry(inputs, ctx.runner, ctx.out, None, Target("paged-121a"))["expected"].startswith(
         "ARCHS = 1210 (cuda_archs 121a); BLACKWELL_NATIVE_FP4 = 1"
     )
 

@@ -132,7 +132,7 @@ def budget_for(req: SnapshotRequest, repeat=3, engines=("p", "s"), order="abab",
         for k, v in stats.items():
             setattr(prof.stats, k, v)
     plan = SimpleNamespace(repeat=repeat, engines=list(engines), reference="s" if len(engines) > 1 else None, shape=SimpleNamespace(order=order))
-    return make_budget(SimpleNamespace(profile=prof), req, plan, workload)
+    return make_budget(prof.stats, req, plan, workload)
 
 
 def test_budget_fixed_by_default_adaptive_with_until_ci():
@@ -168,13 +168,17 @@ def test_campaign_snapshot_step_takes_the_adaptive_options(monkeypatch):
     from parity.serving import snapshot as snap
 
     seen = {}
-    monkeypatch.setattr(snap, "make_plan", lambda ctx, req: seen.setdefault("req", req))
-    monkeypatch.setattr(snap, "check_env", lambda ctx, plan, allow_env: None)
-    monkeypatch.setattr(snap, "run_snapshot", lambda ctx, plan, gates, allow_env: {"medians": [], "ratios": [], "headline": "", "valid": True, "stop": {"rule": "until-ci"}})
-    out = snap.campaign_step(SimpleNamespace(), {"until_ci": 1.5, "max_repeats": 8, "budget_s": 600})
+    monkeypatch.setattr(snap, "make_plan", lambda profile, req: seen.setdefault("req", req) and SimpleNamespace(engines=[], model="m"))
+    monkeypatch.setattr(snap, "check_env", lambda plan, policy, allow_env: None)
+    monkeypatch.setattr(snap.session, "measured", lambda ctx, engines, body, gates=None, serve=None: [])
+    monkeypatch.setattr(snap, "gate_inputs", lambda profile: None)
+    monkeypatch.setattr(snap, "binary_gates", lambda inputs, engines, spec: {})
+    monkeypatch.setattr(snap, "write_summary", lambda plan, run, arms, gated: {"medians": [], "ratios": [], "headline": "", "valid": True, "stop": {"rule": "until-ci"}})
+    ctx = SimpleNamespace(profile=SimpleNamespace(policy=None), as_run=lambda: None)
+    out = snap.campaign_step(ctx, {"until_ci": 1.5, "max_repeats": 8, "budget_s": 600})
     assert (seen["req"].until_ci, seen["req"].max_repeats, seen["req"].budget_s) == (1.5, 8, 600) and out["stop"] == {"rule": "until-ci"}
     with pytest.raises(Exception, match="with.until_cii: unknown snapshot option"):
-        snap.campaign_step(SimpleNamespace(), {"until_cii": 1.5})
+        snap.campaign_step(ctx, {"until_cii": 1.5})
 
 
 def test_an_interrupt_swallowed_inside_a_block_still_ends_the_loop():

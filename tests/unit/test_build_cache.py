@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from parity.config import load_profile
-from parity.engine import build
+from parity.llamacpp import build
+from parity.engines.bound import bind
 from parity.errors import InfraError, UsageError
 from parity.runners.local import LocalRunner
 from parity.ui import Output
@@ -34,11 +35,11 @@ def _cmake_calls(r: CountingRunner) -> int:
 def test_build_then_cache_hit_without_cmake(mini_build):
     prof = load_profile(str(mini_build()))
     r = CountingRunner()
-    first = build.ensure_built(prof, "paged", r, OUT)
+    first = build.ensure_built(bind(prof, "paged"), r, OUT)
     assert not first.cached and _cmake_calls(r) == 2  # configure + build
     assert (first.bin_dir / "llama-completion").is_file()
     r2 = CountingRunner()
-    again = build.ensure_built(prof, "paged", r2, OUT)  # its speed: benchmarks/build_cache.py
+    again = build.ensure_built(bind(prof, "paged"), r2, OUT)  # its speed: benchmarks/build_cache.py
     assert again.cached and again.key == first.key and again.bin_dir == first.bin_dir
     assert _cmake_calls(r2) == 0
     assert again.provenance == first.provenance
@@ -46,7 +47,7 @@ def test_build_then_cache_hit_without_cmake(mini_build):
 
 def test_provenance(mini_build):
     prof = load_profile(str(mini_build()))
-    res = build.ensure_built(prof, "paged", LocalRunner(), OUT)
+    res = build.ensure_built(bind(prof, "paged"), LocalRunner(), OUT)
     prov = json.loads((res.build_dir.parent / "build.json").read_text())
     assert prov["source"] == {"kind": "path", "path": prof.sources["mini"].path}
     assert [p["name"] for p in prov["patches"]] == sorted(p.name for p in (DATA / "mini-series").glob("*.patch"))
@@ -66,8 +67,8 @@ def test_provenance(mini_build):
 
 def test_series_really_changes_the_build(mini_build):
     prof = load_profile(str(mini_build()))
-    paged = build.ensure_built(prof, "paged", LocalRunner(), OUT)
-    stock = build.ensure_built(prof, "stock", LocalRunner(), OUT)
+    paged = build.ensure_built(bind(prof, "paged"), LocalRunner(), OUT)
+    stock = build.ensure_built(bind(prof, "stock"), LocalRunner(), OUT)
     assert paged.key != stock.key
     assert stock.provenance["tree_after"] == stock.provenance["tree_before"] == paged.provenance["tree_before"]
     assert paged.provenance["libraries"]["libllama-common.so"] != stock.provenance["libraries"]["libllama-common.so"]
@@ -85,13 +86,13 @@ def test_source_fixups_go_into_both_engines_after_the_series(mini_build, tmp_pat
     shutil.copytree(DATA / "mini-fixups", fixups)
     plain = load_profile(str(mini_build()))
     prof = load_profile(str(mini_build(fixups=fixups)))
-    assert {n: build.plan(prof, n).key != build.plan(plain, n).key for n in ("paged", "stock")} == {"paged": True, "stock": True}
-    paged = build.ensure_built(prof, "paged", LocalRunner(), OUT)
-    stock = build.ensure_built(prof, "stock", LocalRunner(), OUT)
+    assert {n: build.plan(bind(prof, n)).key != build.plan(bind(plain, n)).key for n in ("paged", "stock")} == {"paged": True, "stock": True}
+    paged = build.ensure_built(bind(prof, "paged"), LocalRunner(), OUT)
+    stock = build.ensure_built(bind(prof, "stock"), LocalRunner(), OUT)
     for b in (paged, stock):
         assert b"parity-mini-fixup-0001" in (b.bin_dir / "test-backend-ops").read_bytes()
         assert [f["name"] for f in b.provenance["fixups"]] == ["0001-mini-fixup-id-string-in-test-backend-ops.patch"]
-    plain_paged = build.ensure_built(plain, "paged", LocalRunner(), OUT).provenance
+    plain_paged = build.ensure_built(bind(plain, "paged"), LocalRunner(), OUT).provenance
     # the mirror invariant's tree (pin + series) does not see the fixups; the built tree does
     assert paged.provenance["tree_after"] == plain_paged["tree_after"] == plain_paged["tree_built"] != paged.provenance["tree_built"]
     assert stock.provenance["patches"] == [] and stock.provenance["tree_after"] == stock.provenance["tree_before"] != stock.provenance["tree_built"]
@@ -99,20 +100,20 @@ def test_source_fixups_go_into_both_engines_after_the_series(mini_build, tmp_pat
     assert b"parity-mini-series-0003" in (paged.bin_dir / "libllama-common.so").read_bytes()
     p = next(fixups.glob("0001-*.patch"))
     p.write_text(p.read_text().replace("fixup-0001", "fixup-0002"))
-    assert build.plan(load_profile(str(mini_build(fixups=fixups))), "stock").key != stock.key
+    assert build.plan(bind(load_profile(str(mini_build(fixups=fixups))), "stock")).key != stock.key
 
 
 def test_key_tracks_series_content_and_flags_not_location(mini_build, tmp_path):
     make = mini_build
     prof = load_profile(str(make()))
-    base = build.plan(prof, "paged").key
-    assert build.plan(prof, "paged", ["-DGGML_NATIVE=OFF"]).key != base
+    base = build.plan(bind(prof, "paged")).key
+    assert build.plan(bind(prof, "paged"), ["-DGGML_NATIVE=OFF"]).key != base
     copy = tmp_path / "series-copy"
     shutil.copytree(DATA / "mini-series", copy)
-    assert build.plan(load_profile(str(make(series=copy))), "paged").key == base
+    assert build.plan(bind(load_profile(str(make(series=copy))), "paged")).key == base
     p = next(copy.glob("0003-*.patch"))
     p.write_text(p.read_text().replace("parity-mini-series-0003", "parity-mini-series-0004"))
-    assert build.plan(load_profile(str(make(series=copy))), "paged").key != base
+    assert build.plan(bind(load_profile(str(make(series=copy))), "paged")).key != base
 
 
 def _broken(tmp_path) -> Path:
@@ -128,12 +129,12 @@ def test_broken_patch_fails_and_nothing_is_marked_good(mini_build, tmp_path):
     prof = load_profile(str(mini_build(series=_broken(tmp_path))))
     r = CountingRunner()
     with pytest.raises(InfraError, match=r"patch 0002-drifted\.patch does not apply at common/common\.c:\d+"):
-        build.ensure_built(prof, "paged", r, OUT)
-    p = build.plan(prof, "paged")
+        build.ensure_built(bind(prof, "paged"), r, OUT)
+    p = build.plan(bind(prof, "paged"))
     assert not (p.dir / build.OK_MARKER).exists() and not (p.dir / "build.json").exists()
     assert _cmake_calls(r) == 0
     with pytest.raises(InfraError, match="0002-drifted"):  # still not cached: it retries and fails again
-        build.ensure_built(prof, "paged", LocalRunner(), OUT)
+        build.ensure_built(bind(prof, "paged"), LocalRunner(), OUT)
 
 
 def test_compile_failure_is_not_marked_good(mini_build, tmp_path):
@@ -143,8 +144,8 @@ def test_compile_failure_is_not_marked_good(mini_build, tmp_path):
     (d / "0001-syntax-error.patch").write_text(good.replace('fprintf(stderr, "paged-demo: series active\\n");', 'fprintf(stderr, "paged-demo: series active\\n")'))
     prof = load_profile(str(mini_build(series=d)))
     with pytest.raises(InfraError, match=r"build of paged failed \(log: .*build\.log\)"):
-        build.ensure_built(prof, "paged", LocalRunner(), OUT)
-    p = build.plan(prof, "paged")
+        build.ensure_built(bind(prof, "paged"), LocalRunner(), OUT)
+    p = build.plan(bind(prof, "paged"))
     assert not (p.dir / build.OK_MARKER).exists()
     assert "error" in (p.dir / "build.log").read_text()
 
@@ -152,10 +153,11 @@ def test_compile_failure_is_not_marked_good(mini_build, tmp_path):
 _CHILD = """
 import json, sys
 from parity.config import load_profile
-from parity.engine.build import ensure_built
+from parity.llamacpp.build import ensure_built
+from parity.engines.bound import bind
 from parity.runners.local import LocalRunner
 from parity.ui import Output
-r = ensure_built(load_profile(sys.argv[1]), "stock", LocalRunner(), Output(json_mode=True))
+r = ensure_built(bind(load_profile(sys.argv[1]), "stock"), LocalRunner(), Output(json_mode=True))
 print(json.dumps({"cached": r.cached, "key": r.key}))
 """
 
@@ -168,7 +170,7 @@ def test_concurrent_builders_build_once(mini_build):
     docs = [json.loads(o[0]) for o in outs]
     assert sorted(d["cached"] for d in docs) == [False, True]
     assert docs[0]["key"] == docs[1]["key"]
-    log = (build.plan(load_profile(str(path)), "stock").dir / "build.log").read_text()
+    log = (build.plan(bind(load_profile(str(path)), "stock")).dir / "build.log").read_text()
     assert log.count("$ cmake -S") == 1
 
 
@@ -179,7 +181,7 @@ def test_a_second_key_waits_for_the_compile_slot_then_builds(mini_build, tmp_pat
     import fcntl
 
     path = mini_build()
-    stock = build.plan(load_profile(str(path)), "stock")
+    stock = build.plan(bind(load_profile(str(path)), "stock"))
     stock.dir.parent.mkdir(parents=True)
     lock = build.compile_slot_path(stock)
     other = tmp_path / "other-source.yaml"  # the same project copied elsewhere: a source of its own
@@ -214,16 +216,16 @@ def test_tool_path_prebuilt_and_built(mini_build, tmp_path):
     (prebuilt / "llama-server").write_text("#!/bin/sh\n")
     engines = {"pre": {"bin_dir": str(prebuilt)}, "stock": {"source": "mini", "targets": ["llama-completion"]}}
     prof = load_profile(str(mini_build(engines=engines)))
-    assert build.tool_path(prof, "pre", "llama-server", LocalRunner(), OUT) == str(prebuilt / "llama-server")
+    assert build.tool_path(bind(prof, "pre"), "llama-server", LocalRunner(), OUT) == str(prebuilt / "llama-server")
     with pytest.raises(UsageError, match="llama-perplexity not found"):
-        build.tool_path(prof, "pre", "llama-perplexity", LocalRunner(), OUT)
-    got = build.tool_path(prof, "stock", "llama-completion", LocalRunner(), OUT)
+        build.tool_path(bind(prof, "pre"), "llama-perplexity", LocalRunner(), OUT)
+    got = build.tool_path(bind(prof, "stock"), "llama-completion", LocalRunner(), OUT)
     assert got.endswith("/build/bin/llama-completion") and os.access(got, os.X_OK)
     with pytest.raises(UsageError, match="test-backend-ops not found"):
-        build.tool_path(prof, "stock", "test-backend-ops", LocalRunner(), OUT)
+        build.tool_path(bind(prof, "stock"), "test-backend-ops", LocalRunner(), OUT)
     assert build.llama_engines(prof) == ["stock"]
     with pytest.raises(UsageError, match="prebuilt"):
-        build.ensure_built(prof, "pre", LocalRunner(), OUT)
+        build.ensure_built(bind(prof, "pre"), LocalRunner(), OUT)
 
 
 def test_campaign_step_writes_builds_json(mini_build, tmp_path):
@@ -304,7 +306,7 @@ def test_cli_detach_and_status(parity_cli, mini_build, tmp_path):
     n, m = build.cmake.parse_progress(row["progress"])
     assert n == m > 0, row["progress"]
     assert "paged: built ->" in row["last_line"]
-    assert build.ensure_built(load_profile(str(good)), "paged", LocalRunner(), OUT).cached
+    assert build.ensure_built(bind(load_profile(str(good)), "paged"), LocalRunner(), OUT).cached
     bad = mini_build(series=_broken(tmp_path))
     time.sleep(1.1)  # a distinct id
     r = parity_cli("build", "--detach", "-p", str(bad), "--engine", "paged", env=env)
@@ -320,7 +322,7 @@ def test_a_damaged_build_json_is_built_again_not_an_internal_error(mini_build, d
     entry is not a cache hit, and the next ensure_built builds it again under the key's lock."""
     path = mini_build()
     prof = load_profile(str(path))
-    first = build.ensure_built(prof, "stock", LocalRunner(), Output(json_mode=True))
+    first = build.ensure_built(bind(prof, "stock"), LocalRunner(), Output(json_mode=True))
     (first.build_dir.parent / "build.json").write_text(damage)
-    again = build.ensure_built(prof, "stock", LocalRunner(), Output(json_mode=True))
+    again = build.ensure_built(bind(prof, "stock"), LocalRunner(), Output(json_mode=True))
     assert not again.cached and again.key == first.key and json.loads((first.build_dir.parent / "build.json").read_text())["key"] == first.key

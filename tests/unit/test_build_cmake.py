@@ -1,4 +1,4 @@
-"""CMake/ninja command generation and output parsing (parity.engine.cmake), and
+"""CMake/ninja command generation and output parsing (parity.llamacpp.cmake), and
 `parity build --print-cmake` for CUDA profiles that cannot build on this box."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from parity.engine import cmake
+from parity.llamacpp import cmake
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "build"
 

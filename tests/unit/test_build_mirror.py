@@ -1,4 +1,4 @@
-"""The mirror invariant done right (parity.engine.mirror): the expected tree comes from the
+"""The mirror invariant done right (parity.llamacpp.mirror): the expected tree comes from the
 fork checkout (HEAD^{tree}), a profile constant, or the tree recorded for the series digest;
 a differing fork names the differing files; preimage ids that do not match are a warning;
 a patch that does not apply names its first failing hunk.  Real git, mini-llama + mini-series."""
@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from parity.config import profile_from_dict
-from parity.engine import build, mirror, patches
+from parity.llamacpp import build, mirror, patches
+from parity.engines.bound import bind
 from parity.errors import GateFailed, InfraError, UsageError
 from parity.runners.local import LocalRunner
 from parity.ui import Output
@@ -57,7 +58,7 @@ def _profile(tmp_path, **engine) -> object:
 
 
 def test_fork_head_tree_is_the_expected_tree(tmp_path, fork):
-    r = build.check_series(_profile(tmp_path, fork=str(fork)), "paged", LocalRunner(), OUT)
+    r = build.check_series(bind(_profile(tmp_path, fork=str(fork)), "paged"), LocalRunner(), OUT)
     assert r["mirror_ok"] is True and r["tree_after"] == _git(fork, "rev-parse", "HEAD^{tree}")
     assert r["expected_from"].startswith(f"fork {fork} HEAD (") and r["series_digest"] == patches.digest_of(r["patches"])
     lines = build.check_series_lines(r)
@@ -71,7 +72,7 @@ def test_fork_that_moved_on_names_the_differing_files(tmp_path, fork):
     _git(fork, "add", "-A")
     _git(fork, "commit", "-qm", "not exported yet")
     with pytest.raises(GateFailed) as ei:
-        build.check_series(_profile(tmp_path, fork=str(fork)), "paged", LocalRunner(), OUT)
+        build.check_series(bind(_profile(tmp_path, fork=str(fork)), "paged"), LocalRunner(), OUT)
     msg = str(ei.value)
     assert "mirror invariant broken" in msg and _git(fork, "rev-parse", "HEAD^{tree}") in msg
     assert "2 differing file(s): A NEW.md, M common/common.c" in msg
@@ -84,39 +85,39 @@ def test_fork_ref_and_bad_fork(tmp_path, fork):
     (fork / "x.txt").write_text("later\n")
     _git(fork, "add", "-A")
     _git(fork, "commit", "-qm", "later")
-    assert build.check_series(_profile(tmp_path, fork=str(fork), fork_ref="exported"), "paged", LocalRunner(), OUT)["mirror_ok"] is True
+    assert build.check_series(bind(_profile(tmp_path, fork=str(fork), fork_ref="exported"), "paged"), LocalRunner(), OUT)["mirror_ok"] is True
     with pytest.raises(UsageError, match="cannot resolve nope"):
-        build.check_series(_profile(tmp_path, fork=str(fork), fork_ref="nope"), "paged", LocalRunner(), OUT)
+        build.check_series(bind(_profile(tmp_path, fork=str(fork), fork_ref="nope"), "paged"), LocalRunner(), OUT)
     with pytest.raises(UsageError, match="fork checkout not found"):
-        build.check_series(_profile(tmp_path, fork=str(tmp_path / "gone")), "paged", LocalRunner(), OUT)
+        build.check_series(bind(_profile(tmp_path, fork=str(tmp_path / "gone")), "paged"), LocalRunner(), OUT)
 
 
 def test_recorded_tree_per_series_digest(tmp_path):
     prof = _profile(tmp_path)
-    first = build.check_series(prof, "paged", LocalRunner(), OUT)
+    first = build.check_series(bind(prof, "paged"), LocalRunner(), OUT)
     assert first["mirror_ok"] is None and first["expected_tree"] is None
-    rec = build.record_series_tree(prof, "paged", LocalRunner(), OUT)
+    rec = build.record_series_tree(bind(prof, "paged"), LocalRunner(), OUT)
     doc = yaml.safe_load(Path(rec["recorded_in"]).read_text())
     (entry,) = doc["series"][first["series_digest"]]
     assert entry["pin_tree"] == first["tree_before"] and entry["tree"] == first["tree_after"] and entry["patches"] == 2
-    again = build.check_series(prof, "paged", LocalRunner(), OUT)
+    again = build.check_series(bind(prof, "paged"), LocalRunner(), OUT)
     assert again["mirror_ok"] is True and "recorded for this series digest" in again["expected_from"]
     # a wrong recorded tree for this digest is a broken mirror (no fork at hand: no file list)
     entry["tree"] = first["tree_before"]
     Path(rec["recorded_in"]).write_text(yaml.safe_dump(doc))
     with pytest.raises(GateFailed, match=f"expected {first['tree_before']} from recorded"):
-        build.check_series(prof, "paged", LocalRunner(), OUT)
+        build.check_series(bind(prof, "paged"), LocalRunner(), OUT)
     # another series (one patch less) has another digest: nothing recorded for it
     one = tmp_path / "one"
     one.mkdir()
     shutil.copy(SERIES / "0001-mini-env-gated-series-banner.patch", one)
     other = profile_from_dict({"sources": {"mini": {"kind": "path", "path": str(DATA / "mini-llama")}}, "engines": {"paged": {"source": "mini", "series": str(one)}}})
-    assert build.check_series(other, "paged", LocalRunner(), OUT)["mirror_ok"] is None
+    assert build.check_series(bind(other, "paged"), LocalRunner(), OUT)["mirror_ok"] is None
 
 
 def test_record_refuses_a_stock_engine_and_bad_trees(tmp_path):
     with pytest.raises(UsageError, match="no series"):
-        build.record_series_tree(_profile(tmp_path), "stock", LocalRunner(), OUT)
+        build.record_series_tree(bind(_profile(tmp_path), "stock"), LocalRunner(), OUT)
     with pytest.raises(UsageError, match="40-hex"):
         mirror.record("d" * 64, "abc", "0" * 40, 1, "x")
 
@@ -182,9 +183,9 @@ def test_fork_in_a_linked_worktree(tmp_path, fork):
     _git(fork, "commit", "-qm", "moved on")
     wt = tmp_path / "wt-localai-paged"
     _git(fork, "worktree", "add", "-q", str(wt), "HEAD~1")
-    r = build.check_series(_profile(tmp_path, fork=str(wt)), "paged", LocalRunner(), OUT)
+    r = build.check_series(bind(_profile(tmp_path, fork=str(wt)), "paged"), LocalRunner(), OUT)
     assert r["mirror_ok"] is True
     (wt / "common" / "common.c").write_text("/* worktree-only */\n")
     _git(wt, "commit", "-qam", "worktree-only")
     with pytest.raises(GateFailed, match="1 differing file\\(s\\): M common/common.c"):
-        build.check_series(_profile(tmp_path, fork=str(wt)), "paged", LocalRunner(), OUT)
+        build.check_series(bind(_profile(tmp_path, fork=str(wt)), "paged"), LocalRunner(), OUT)

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from parity.engine import git as gitmod
-from parity.engine import mirror
-from parity.engine import patches
+from parity.llamacpp import git as gitmod
+from parity.llamacpp import mirror
+from parity.llamacpp import patches
 from parity.errors import GateFailed, InfraError, UsageError
 from parity.runners.local import LocalRunner
 

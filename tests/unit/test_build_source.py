@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from parity.config import SourceConfig, profile_from_dict
-from parity.engine import git as gitmod
-from parity.engine import source as srcmod
+from parity.llamacpp import git as gitmod
+from parity.engines.bound import bind
+from parity.llamacpp import source as srcmod
 from parity.errors import UsageError
 from parity.runners.local import LocalRunner
 from parity.ui import Output
@@ -164,22 +165,22 @@ def test_localai_series_auto_builds_plan(upstream, tmp_path):
             "engines": {"paged": {"source": "la", "series": "auto"}, "stock": {"source": "la"}},
         }
     )
-    from parity.engine import build
+    from parity.llamacpp import build
 
-    p = build.plan(prof, "paged")
+    p = build.plan(bind(prof, "paged"))
     assert p.series_dir == str(d / "patches" / "paged")
     assert [s["name"][:4] for s in p.series] == ["0001", "0003"]
-    assert build.plan(prof, "stock").series == []
-    res = build.check_series(prof, "paged", LocalRunner(), Output(json_mode=True))
+    assert build.plan(bind(prof, "stock")).series == []
+    res = build.check_series(bind(prof, "paged"), LocalRunner(), Output(json_mode=True))
     assert res["tree_before"] == _git(repo, "rev-parse", f"{pin}^{{tree}}") != res["tree_after"]
 
 
 def test_series_auto_needs_localai(tmp_path):
     prof = profile_from_dict({"sources": {"p": {"kind": "path", "path": str(DATA / "mini-llama")}}, "engines": {"e": {"source": "p", "series": "auto"}}})
-    from parity.engine import build
+    from parity.llamacpp import build
 
     with pytest.raises(UsageError, match="localai"):
-        build.plan(prof, "e")
+        build.plan(bind(prof, "e"))
 
 
 # ---------------------------------------------------------------- path, pypi-sdist

@@ -91,8 +91,8 @@ def ctx(tmp_path, monkeypatch):
     from parity.runners.local import LocalRunner
     from parity.ui import Output
 
-    monkeypatch.setitem(cmp.STEP_KINDS, "t-ok", f"{__name__}:ok_step")
-    monkeypatch.setitem(cmp.STEP_KINDS, "t-fail", f"{__name__}:fail_step")
+    monkeypatch.setitem(cmp.STEP_KINDS, "t-ok", cmp.StepKind(f"{__name__}:ok_step"))
+    monkeypatch.setitem(cmp.STEP_KINDS, "t-fail", cmp.StepKind(f"{__name__}:fail_step"))
     CALLS.clear()
     c = Context(load_profile("smoke"), LocalRunner(), Output(json_mode=True), tmp_path / "runs")
     c.run = RunDir.create(tmp_path / "runs", "t", kind="campaign", argv=[])

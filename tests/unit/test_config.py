@@ -153,11 +153,12 @@ def test_h100_noise_profile_arms_share_their_builds():
 
     shared_or_skip("localai-paged", "llama.cpp-pin")  # the build keys hash the users' series and pin
     from parity.config import load_profile
-    from parity.engine.build import plan
+    from parity.llamacpp.build import plan
+    from parity.engines.bound import bind
 
     p = load_profile(str(Path(__file__).resolve().parents[2] / "campaigns" / "profiles" / "h100-noise.yaml"))
-    assert plan(p, "stock").key == plan(p, "stock_b").key  # the A/A arms are one binary
-    assert plan(p, "paged").key == plan(p, "paged_nofg").key  # a runtime lever: same build, env differs
+    assert plan(bind(p, "stock")).key == plan(bind(p, "stock_b")).key  # the A/A arms are one binary
+    assert plan(bind(p, "paged")).key == plan(bind(p, "paged_nofg")).key  # a runtime lever: same build, env differs
     assert p.engine("paged_nofg").env["LLAMA_MOE_NO_FORCE_GRAPHS"] == "1"
 
 
@@ -168,8 +169,9 @@ def test_h100_cupti_profile_keeps_the_lever_arms_one_build():
 
     shared_or_skip("localai-paged", "llama.cpp-pin")
     from parity.config import load_profile
-    from parity.engine.build import plan
+    from parity.llamacpp.build import plan
+    from parity.engines.bound import bind
 
     p = load_profile(str(Path(__file__).resolve().parents[2] / "campaigns" / "profiles" / "h100-cupti.yaml"))
-    assert plan(p, "paged").key == plan(p, "paged_nofg").key and plan(p, "stock").key == plan(p, "stock_b").key
+    assert plan(bind(p, "paged")).key == plan(bind(p, "paged_nofg")).key and plan(bind(p, "stock")).key == plan(bind(p, "stock_b")).key
     assert p.profiling.tracer == "cupti" and p.profiling.blocks == 3

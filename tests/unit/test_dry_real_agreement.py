@@ -59,15 +59,12 @@ def test_profile_blocks_0_is_refused_by_the_planner_dry_or_not(smoke_profile):
     from parity.errors import UsageError
     from parity.profiles import capture as cap
 
-    class Ctx:
-        profile = smoke_profile
-
     for dry in (True, False):
         with pytest.raises(UsageError, match=r"^--blocks must be a positive integer, got 0$"):
-            cap.make_plan(Ctx(), graph_node=True, blocks=0, dry=dry)
+            cap.make_plan(smoke_profile, None, None, graph_node=True, blocks=0, dry=dry)
     for key in ("blocks", "npl", "npp"):
         with pytest.raises(UsageError, match=f"must be a positive integer, got 0"):
-            cap.check_step(Ctx(), {key: 0})
+            cap.check_step(smoke_profile, None, None, {key: 0})
 
 
 def test_profile_blocks_0_on_the_command_line(parity_cli, prof, tmp_path):

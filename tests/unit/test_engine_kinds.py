@@ -15,6 +15,7 @@ import pytest
 from parity.config import expand_path, load_profile
 from parity.engines import ENGINES, endpoint
 from parity.engines.base import EngineKind, NotApplicable
+from parity.engines.bound import Engine, bind
 from parity.errors import ConfigError
 from parity.runners.local import LocalRunner
 from parity.ui import Output
@@ -220,28 +221,28 @@ engines:
 
 
 def calls(p, name: str):
-    """Every EngineKind method, with arguments a real call would pass."""
-    e, s, runner, out = p.engine(name), p.serving, LocalRunner(), Output(json_mode=True)
-    k = ENGINES[e.kind]
-    row = k.provenance(p, name, runner, out)
+    """Every EngineKind method, with arguments a real call would pass (the engine bound once)."""
+    eng, s, runner, out = bind(p, name), p.serving, LocalRunner(), Output(json_mode=True)
+    e, k = eng.section, eng.kind
+    row = k.provenance(eng, runner, out)
     return {
-        "validate": (p, name, e, "kinds.yaml"),
+        "validate": (eng, "kinds.yaml"),
         "expand_paths": (e, expand_path),
-        "provision": (p, name, runner, out),
-        "provenance": (p, name, runner, out),
+        "provision": (eng, runner, out),
+        "provenance": (eng, runner, out),
         "provenance_cells": (row,),
         "provenance_identity": (row,),
-        "dry_paths": (p, name, runner),
-        "tool_path": (p, name, "llama-completion", runner, out, True),
+        "dry_paths": (eng, runner),
+        "tool_path": (eng, "llama-completion", runner, out, True),
         "binary_gates_note": (),
-        "env": (p, name),
-        "model_file": (p, name, "tiny"),
-        "local_model_file": (p, name, "tiny"),
-        "launch": (p, name, "/models/tiny.gguf", 18999, s, None, True, "tiny", out),
-        "context_need": (p, name, s),
+        "env": (eng,),
+        "model_file": (eng, "tiny"),
+        "local_model_file": (eng, "tiny"),
+        "launch": (eng, "/models/tiny.gguf", 18999, s, None, True, "tiny", out),
+        "context_need": (eng, s),
         "queue_limit": (e, s),
         "on_gpu": (e,),
-        "doctor": (p, name, runner),
+        "doctor": (eng, runner),
         "kernel_path": ("Using 'MARLIN' NvFp4 MoE backend out of potential backends: ['MARLIN'].",),
     }
 
@@ -264,6 +265,25 @@ def test_every_kind_answers_every_engine_kind_method(every_kind):
                 pytest.fail(f"kind {kind}: {m} is not implemented")
 
 
+def params(f) -> list[str]:
+    return list(inspect.signature(f).parameters)[1:]  # less self
+
+
+def test_a_kind_method_about_one_engine_takes_it_bound_and_the_engine_value_answers_it():
+    """#55: no kind method takes (profile, name) to look the engine up again; one about an engine
+    takes it bound (eng), every kind keeps the base's parameters, and Engine answers it with the
+    same parameters less eng (bound.py hands the kind itself)."""
+    about_one = [m for m in methods() if params(getattr(EngineKind, m))[:1] == ["eng"]]
+    assert {"launch", "provision", "provenance", "tool_path", "validate"} <= set(about_one)
+    for m in methods():
+        base = params(getattr(EngineKind, m))
+        assert "profile" not in base and "name" not in base, (m, base)
+        for kind, k in ENGINES.items():
+            assert params(getattr(type(k), m)) == base, (kind, m)
+    for m in about_one:
+        assert params(getattr(Engine, m)) == params(getattr(EngineKind, m))[1:], m
+
+
 def test_only_launch_is_left_to_every_kind_and_the_base_says_so(every_kind):
     """The base class raises NotImplementedError in launch alone (documented there): how a server
     is reached has no default.  Every registered kind overrides it."""
@@ -275,20 +295,20 @@ def test_only_launch_is_left_to_every_kind_and_the_base_says_so(every_kind):
 
 def test_what_does_not_apply_to_an_endpoint_says_not_applicable(every_kind):
     p, names = every_kind
-    k, name, runner, out = ENGINES["endpoint"], names["endpoint"], LocalRunner(), Output(json_mode=True)
-    assert k.binary_gates_note() == "not applicable: parity runs no binary of an endpoint"
-    row = k.provenance(p, name, runner, out)
+    k, eng, runner, out = ENGINES["endpoint"], bind(p, names["endpoint"]), LocalRunner(), Output(json_mode=True)
+    assert eng.kind is k and k.binary_gates_note() == "not applicable: parity runs no binary of an endpoint"
+    row = k.provenance(eng, runner, out)
     cells = k.provenance_cells(row)
     assert row["build"].startswith("not applicable") and cells["source"].startswith("endpoint http://127.0.0.1:")
     assert {v for c, v in cells.items() if c != "source"} == {"not applicable"}
     with pytest.raises(NotApplicable, match="has no llama-completion"):
-        k.tool_path(p, name, "llama-completion", runner, out)
-    la = k.launch(p, name, "tiny", 0, p.serving, model="tiny")
+        k.tool_path(eng, "llama-completion", runner, out)
+    la = k.launch(eng, "tiny", 0, p.serving, model="tiny")
     assert la.argv == [] and not la.spawned and la.start[1:] == ["--port", str(la.port)] and la.stop == ["true"]
     # what its stream count and its metrics dialect need of a request, unless the profile says otherwise
     assert la.request_extra == {"stream_options": {"include_usage": True, "continuous_usage_stats": True}} and la.probe_extra == {"return_tokens_as_token_ids": True}
-    assert list(k.dry_paths(p, name, runner)) == ["start command of ep", "stop command of ep"]
-    (row,) = k.doctor(p, name, runner)  # nothing listens on its port: its start command would start it
+    assert list(k.dry_paths(eng, runner)) == ["start command of ep", "stop command of ep"]
+    (row,) = k.doctor(eng, runner)  # nothing listens on its port: its start command would start it
     assert row.status == "degraded" and "does not answer" in row.found and "engines.ep.start" in row.consequence
     assert all(ENGINES[x].binary_gates_note() is None for x in ENGINES if ENGINES[x].binary_gates)
 

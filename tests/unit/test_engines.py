@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from parity.config import load_profile
-from parity.context import Context
+from parity.context import Context, Run
 from parity.errors import ConfigError, InfraError
-from parity.engines import kind_of
+from parity.engines.bound import bind
 from parity.engines.base import Launch
 from parity.engines.vllm import HARNESS_VARS as VLLM_HARNESS_VARS
 from parity.runners.local import LocalRunner
@@ -26,11 +26,11 @@ FAKE_VLLM = Path(__file__).resolve().parent.parent / "fakes" / "bin" / "vllm"
 
 
 def launch(ctx, engine: str, *args, **kw):
-    return kind_of(ctx.profile, engine).launch(ctx.profile, engine, *args, **kw)
+    return bind(ctx.profile, engine).launch(*args, **kw)
 
 
 def model_for(ctx, engine: str, model: str) -> str:
-    return kind_of(ctx.profile, engine).model_file(ctx.profile, engine, model)
+    return bind(ctx.profile, engine).model_file(model)
 
 
 
@@ -110,7 +110,7 @@ def test_vllm_lifecycle_scrubs_harness_env_and_stops_the_group(tmp_path, monkeyp
     monkeypatch.setenv("FAKE_VLLM_STARTUP_S", "1")  # not listening for a second, like a model load
     la = launch(ctx, "vllm", model_for(ctx, "vllm", "small"), port, ctx.profile.serving)
     log = tmp_path / "vllm.log"
-    with serving(ctx, la, port, str(log), 20, 2, 5) as (proc, ready_s):
+    with serving(Run(None, ctx.out, ctx.runner), la, port, str(log), 20, 2, 5) as (proc, ready_s):
         assert ready_s >= 0.9
         with pytest.raises(InfraError, match=f"port {port} on 127.0.0.1 is already in use by pid {proc.pid} "):
             check_port(port)
@@ -128,7 +128,7 @@ def test_early_exit_during_readiness_is_infra_error_with_log_tail(tmp_path, monk
     port = free_port()
     la = launch(ctx, "vllm", model_for(ctx, "vllm", "small"), port, ctx.profile.serving)
     with pytest.raises(InfraError, match=r"(?s)vllm exited with code 1 before becoming ready; log tail:.*no kernel image is available"):
-        with serving(ctx, la, port, str(tmp_path / "crash.log"), 20, 2, 5):
+        with serving(Run(None, ctx.out, ctx.runner), la, port, str(tmp_path / "crash.log"), 20, 2, 5):
             pass
 
 
@@ -141,7 +141,7 @@ def test_not_ready_within_budget_is_a_clean_error_and_the_server_is_stopped(tmp_
     real_spawn = ctx.runner.spawn
     ctx.runner.spawn = lambda *a, **k: spawned.append(real_spawn(*a, **k)) or spawned[-1]
     with pytest.raises(InfraError, match=r"(?s)vllm not ready within 1.5 s on port \d+ \(\d+ probes, last: ConnectionRefusedError\); raise engines.vllm.ready_timeout_s.*log tail:.*non-default args"):
-        with serving(ctx, la, port, str(tmp_path / "slow.log"), 1.5, 0.5, 2):
+        with serving(Run(None, ctx.out, ctx.runner), la, port, str(tmp_path / "slow.log"), 1.5, 0.5, 2):
             pass
     assert spawned[0].poll() is not None  # stopped, not left loading
 
@@ -152,7 +152,7 @@ def test_wrong_served_name_is_caught_at_readiness(tmp_path):
     la = launch(ctx, "vllm", model_for(ctx, "vllm", "small"), port, ctx.profile.serving)
     la = Launch(la.argv, la.env, la.unset, la.ready_path, "some-other-name", la.tokenize, la.models_path, engine="vllm")
     with pytest.raises(InfraError, match=r"does not serve 'some-other-name' .*models \['small-served'\]"):
-        with serving(ctx, la, port, str(tmp_path / "n.log"), 20, 2, 5):
+        with serving(Run(None, ctx.out, ctx.runner), la, port, str(tmp_path / "n.log"), 20, 2, 5):
             pass
 
 
@@ -171,7 +171,7 @@ def test_vllm_model_path_missing_makes_fake_exit_like_vllm(tmp_path):
     port = free_port()
     la = launch(ctx, "vllm", str(tmp_path / "nope"), port, ctx.profile.serving)
     with pytest.raises(InfraError, match="exited with code 1"):
-        with serving(ctx, la, port, str(tmp_path / "m.log"), 20, 2, 5):
+        with serving(Run(None, ctx.out, ctx.runner), la, port, str(tmp_path / "m.log"), 20, 2, 5):
             pass
     assert os.path.exists(tmp_path / "m.log")
 
@@ -243,23 +243,24 @@ def test_profile_serve_capture_keeps_the_launch_and_the_model_name(tmp_path, mon
     metrics path and engine name survive, and --model names the served model as in snapshot."""
     import contextlib
 
+    from parity.context import Run
     from parity.profiles import capture as cap
 
     ctx = make_ctx(tmp_path, "models:\n  other: {path: x.gguf, vllm_path: /w/other, served_name: other-served}\n")
-    plan = cap.make_plan(ctx, engine="vllm", workload="serve", ntgs=[8], npl=2, model="other", graph_node=True, dry=True, tracer="nsys", blocks=1, out_dir=str(tmp_path / "profile"))
+    plan = cap.make_plan(ctx.profile, ctx.runner, ctx.out, engine="vllm", workload="serve", ntgs=[8], npl=2, model="other", graph_node=True, dry=True, tracer="nsys", blocks=1, out_dir=str(tmp_path / "profile"))
     (c,) = plan.captures
     assert c.server.served_name == "other-served" and "other-served" in c.argv
     seen = {}
 
     @contextlib.contextmanager
-    def fake_serving(ctx_, la, *a, **k):
+    def fake_serving(run, la, *a, **k):
         seen["la"] = la
         raise RuntimeError("stop here")
         yield
 
     monkeypatch.setattr(cap, "serving", fake_serving)
     with pytest.raises(RuntimeError, match="stop here"):
-        cap._capture_serve(ctx, c, plan)
+        cap._capture_serve(Run(None, ctx.out, ctx.runner), c, plan)
     la = seen["la"]
     assert la.argv == c.argv and la.argv[:2] == [plan.nsys, "profile"]
     assert (la.models_path, la.metrics_path, la.engine, la.kind) == ("/v1/models", "/metrics", "vllm", "vllm")

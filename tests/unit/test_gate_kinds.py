@@ -14,9 +14,8 @@ from parity.config import load_profile
 from parity.context import Context
 from parity.errors import ConfigError
 from parity.gates import kinds, summary
-from parity.gates.base import BOOL, LIST, READS, STR, GateKind, Target
+from parity.gates.base import BOOL, LIST, READS, STR, GateKind, Target, gate_inputs
 from parity.gates.checks import ERROR, FAIL, PASS, Check
-from parity.gates.common import path_env
 from parity.gates.kinds import GATES, gate_set, red_in_summary
 from parity.gates.prepost import GateSpec, binary_gates, gate_engines, gate_models, run_gate_set, spec_from_options
 from parity.levers import gates as lever_gates
@@ -35,7 +34,8 @@ def ctx_for(tmp_path: Path | None = None) -> Context:
 
 def plan(ctx, spec) -> list[tuple[str, Target]]:
     engine = spec.engine or ctx.profile.gates.engine
-    return [(k.name, t) for k in gate_set() if k.wanted(spec) for t in k.expand(ctx, spec, engine)]
+    inputs = gate_inputs(ctx.profile)
+    return [(k.name, t) for k in gate_set() if k.wanted(spec) for t in k.expand(inputs, spec, engine)]
 
 
 def test_every_kind_declares_itself():
@@ -79,17 +79,18 @@ def test_a_check_sets_only_what_its_kind_reads():
 
 def test_engines_models_and_binary_gates_come_from_the_kinds():
     ctx = ctx_for()
+    inputs, g = gate_inputs(ctx.profile), ctx.profile.gates
     spec = GateSpec.from_profile(ctx.profile)
-    assert gate_engines(ctx, spec) == ["paged", "stock"]  # the gated build, the md5 reference build
-    assert gate_engines(ctx, GateSpec.from_profile(ctx.profile, expect="0" * 32)) == ["paged"]  # --expect: no reference run
-    assert gate_engines(ctx, GateSpec(ops=["RMS_NORM"])) == ["paged"]  # op-oracle only: the gate engine
-    assert gate_models(ctx, spec) == ["tiny"]
-    assert gate_models(ctx, GateSpec.from_profile(ctx.profile, kl=True)) == ["tiny", "tiny-perturbed", "tiny-noisy"]
-    ran = binary_gates(ctx, ["paged", "stock", "vllm"], GateSpec.from_profile(ctx.profile, kl=True))
+    assert gate_engines(inputs, spec) == ["paged", "stock"]  # the gated build, the md5 reference build
+    assert gate_engines(inputs, GateSpec.from_profile(ctx.profile, expect="0" * 32)) == ["paged"]  # --expect: no reference run
+    assert gate_engines(inputs, GateSpec(ops=["RMS_NORM"])) == ["paged"]  # op-oracle only: the gate engine
+    assert gate_models(g, spec) == ["tiny"]
+    assert gate_models(g, GateSpec.from_profile(ctx.profile, kl=True)) == ["tiny", "tiny-perturbed", "tiny-noisy"]
+    ran = binary_gates(inputs, ["paged", "stock", "vllm"], GateSpec.from_profile(ctx.profile, kl=True))
     assert ran["paged"] == {"status": "gated", "why": "pre and post: md5 of tiny; op-oracle RMS_NORM, SOFT_MAX; KL band"}
     assert ran["stock"] == {"status": "gated", "why": "pre and post: the md5 reference"}
     assert ran["vllm"]["status"] == "not applicable"
-    assert binary_gates(ctx, ["paged"], None)["paged"]["status"] == "not run"
+    assert binary_gates(inputs, ["paged"], None)["paged"]["status"] == "not run"
 
 
 def test_gate_step_options_are_the_kinds_options():
@@ -105,7 +106,7 @@ def test_gate_step_options_are_the_kinds_options():
 def test_nothing_wanted_names_every_kinds_switch(tmp_path):
     ctx = ctx_for(tmp_path)
     with pytest.raises(Exception, match=r"nothing to check \(no models, ops or kl in"):
-        run_gate_set(ctx, GateSpec(engine="paged"), "pre")
+        run_gate_set(gate_inputs(ctx.profile), ctx.as_run(), GateSpec(engine="paged"), "pre")
 
 
 class PathEnvGate(GateKind):
@@ -118,12 +119,12 @@ class PathEnvGate(GateKind):
     switch = "path_env"
     options = {"path_env": BOOL}
 
-    def expand(self, ctx, spec, engine):
+    def expand(self, inputs, spec, engine):
         return [Target(engine, path=p) for p in spec.paths]
 
-    def run(self, ctx, spec, t, tag):
+    def run(self, inputs, run, spec, t, tag):
         try:
-            env = path_env(ctx, t.engine, t.path)
+            env = inputs.engine(t.engine).path_env(t.path)
         except Exception as e:
             return Check(f"path_env {t.path}", self.name, "an env", "-", ERROR, str(e), path=t.path)
         return Check(f"path_env {t.path}", self.name, "an env", ",".join(sorted(env)) or "(empty)", PASS, path=t.path)
@@ -138,19 +139,20 @@ def test_a_new_gate_is_one_kind_and_one_line(tmp_path, monkeypatch):
     monkeypatch.setitem(GATES, "path_env", PathEnvGate())
     ctx = ctx_for(tmp_path)
     spec = SpecWithPathEnv(engine="paged", paths=["paged", "sideways"], path_env=True)
-    res = run_gate_set(ctx, spec, "pre")  # the gate set iterates the registry: only the new kind is wanted
+    res = run_gate_set(gate_inputs(ctx.profile), ctx.as_run(), spec, "pre")  # the gate set iterates the registry: only the new kind is wanted
     assert [(c["kind"], c["check"], c["status"]) for c in res["checks"]] == [("path_env", "path_env paged", PASS), ("path_env", "path_env sideways", ERROR)]
     assert "LLAMA_KV_PAGED" in res["checks"][0]["got"] and "no path 'sideways'" in res["checks"][1]["detail"]
     assert res["status"] == FAIL  # closed-world, as for every kind
     assert spec_from_options({"path_env": True}) == ("gate", {"path_env": True})  # its option, in a gate step's with:
-    rows = summary.rows_from_sets({"pre": res}, ctx.profile)  # the users' layout, by the defaults
+    rows = summary.rows_from_sets({"pre": res}, ctx.profile.gates.engine, summary.default_paths(ctx.profile.engines))  # the users' layout, by the defaults
     assert [r[:3] for r in rows[:2]] == [["pre", "path_env_model_paged", "ok"], ["pre", "path_env_model_sideways", "missing"]]
 
 
 def test_users_layout_of_a_kl_check(tmp_path):
     kl = {"check": "kl tiny-perturbed/paged vs tiny", "kind": "kl", "model": "tiny-perturbed", "path": "paged", "expected": "KLD <= 0.1", "got": "KLD 0.2", "status": "fail",
           "detail": "KLD 0.2 > 0.1", "data": {"candidate": {"output": "gates/pre/kl-tiny-perturbed-paged.txt"}}}  # fmt: skip
-    (row, _) = summary.rows_from_sets({"pre": {"checks": [kl]}}, load_profile("smoke"), tmp_path)
+    prof = load_profile("smoke")
+    (row, _) = summary.rows_from_sets({"pre": {"checks": [kl]}}, prof.gates.engine, summary.default_paths(prof.engines), tmp_path)
     assert row == ["pre", "kl_tiny-perturbed_paged", "fail", "KLD 0.2", "KLD <= 0.1", str(tmp_path / "gates/pre/kl-tiny-perturbed-paged.txt")]
 
 

@@ -54,7 +54,8 @@ def recorder(tmp_path, monkeypatch):
 
 
 def parity_call(tmp_path, bin_dir, model) -> dict:
-    from parity.context import Context
+    from parity.context import Run
+    from parity.gates.base import gate_inputs
     from parity.gates.md5 import md5_gate
     from parity.runners.local import LocalRunner
     from parity.ui import Output
@@ -62,8 +63,7 @@ def parity_call(tmp_path, bin_dir, model) -> dict:
     prof = load_profile("gb10-qwen36")
     prof.engines["paged"].bin_dir = str(bin_dir)
     prof.models["moe"].path = str(model)
-    ctx = Context(profile=prof, runner=LocalRunner(), out=Output(json_mode=True), artifacts_root=tmp_path / "runs")
-    check = md5_gate(ctx, "moe", "paged")
+    check = md5_gate(gate_inputs(prof), Run(None, Output(json_mode=True), LocalRunner()), "moe", "paged")  # no run dir
     assert check.got != "-", check.detail  # it ran and produced an md5 (the argv is what is under test)
     return check.data
 

@@ -9,7 +9,7 @@ import yaml
 
 from parity.config import CanonicalMd5, KLConfig, load_profile
 from parity.errors import ConfigError, GateFailed, UsageError
-from parity.gates import registry
+from parity.gates import known_md5
 from parity.gates.checks import ERROR, FAIL, FLAKY, NOT_RUN, PASS, Check, overall
 from parity.gates.completion import EMPTY_MD5
 from parity.gates.kl import band
@@ -27,35 +27,35 @@ def reg(tmp_path, monkeypatch):
 
 def test_profile_entries_per_path():
     prof = load_profile("gb10-qwen36")
-    paged = registry.lookup(prof, "moe", "paged", "chat", 48, "/nonexistent/registry.yaml")
-    nonpaged = registry.lookup(prof, "moe", "nonpaged", "chat", 48, "/nonexistent/registry.yaml")
+    paged = known_md5.lookup(prof.models, "moe", "paged", "chat", 48, "/nonexistent/registry.yaml")
+    nonpaged = known_md5.lookup(prof.models, "moe", "nonpaged", "chat", 48, "/nonexistent/registry.yaml")
     assert paged.md5 == "8cb0ce23777bf55f92f63d0292c756b0" and "KLD 0.136000 <= 0.136597" in paged.validated
     assert nonpaged.md5 == "07db32c2bcb78d17a43ed18bc22705cd"
-    assert registry.lookup(prof, "moe", "paged", "no-cnv", 48, "/nonexistent/registry.yaml") is None  # the -no-cnv form is not canonical
-    assert registry.lookup(prof, "moe", "paged", "chat", 64, "/nonexistent/registry.yaml") is None
+    assert known_md5.lookup(prof.models, "moe", "paged", "no-cnv", 48, "/nonexistent/registry.yaml") is None  # the -no-cnv form is not canonical
+    assert known_md5.lookup(prof.models, "moe", "paged", "chat", 64, "/nonexistent/registry.yaml") is None
 
 
 def test_record_refused_without_green_kl(reg):
     with pytest.raises(GateFailed, match="needs a green KL check"):
-        registry.record("tiny", CanonicalMd5(MD5_A, "paged", "no-cnv", 48), kl_green=False)
+        known_md5.record("tiny", CanonicalMd5(MD5_A, "paged", "no-cnv", 48), kl_green=False)
     assert not reg.exists()
 
 
 def test_record_refuses_empty_output_md5(reg):
     with pytest.raises(UsageError):
-        registry.record("tiny", CanonicalMd5(EMPTY_MD5, "paged"), kl_green=True)
+        known_md5.record("tiny", CanonicalMd5(EMPTY_MD5, "paged"), kl_green=True)
 
 
 def test_record_then_lookup_user_entry_wins(reg):
     prof = load_profile("gb10-qwen36")
-    registry.record("moe", CanonicalMd5(MD5_A, "paged", "chat", 48, "KL-validated: test"), True, transcript=b"The capital of France is Paris")
-    got = registry.lookup(prof, "moe", "paged", "chat", 48)
+    known_md5.record("moe", CanonicalMd5(MD5_A, "paged", "chat", 48, "KL-validated: test"), True, transcript=b"The capital of France is Paris")
+    got = known_md5.lookup(prof.models, "moe", "paged", "chat", 48)
     assert got.md5 == MD5_A and got.validated == "KL-validated: test"
     assert open(got.transcript, "rb").read() == b"The capital of France is Paris"
     assert got.transcript.startswith(str(reg.parent))  # relative to the registry file
     # nonpaged still comes from the profile; re-recording replaces, never duplicates
-    assert registry.lookup(prof, "moe", "nonpaged", "chat", 48).md5 == "07db32c2bcb78d17a43ed18bc22705cd"
-    registry.record("moe", CanonicalMd5(MD5_B, "paged", "chat", 48, "again"), True)
+    assert known_md5.lookup(prof.models, "moe", "nonpaged", "chat", 48).md5 == "07db32c2bcb78d17a43ed18bc22705cd"
+    known_md5.record("moe", CanonicalMd5(MD5_B, "paged", "chat", 48, "again"), True)
     data = yaml.safe_load(reg.read_text())
     assert [e["md5"] for e in data["models"]["moe"]] == [MD5_B]
 
@@ -64,10 +64,10 @@ def test_bad_registry_file_is_a_config_error(reg):
     reg.parent.mkdir(parents=True)
     reg.write_text("models:\n  tiny:\n    - {md5: d41d8cd98f00b204e9800998ecf8427e, path: paged}\n")
     with pytest.raises(ConfigError, match="not a usable md5"):
-        registry.lookup(load_profile("smoke"), "tiny", "paged", "chat", 48)
+        known_md5.lookup(load_profile("smoke").models, "tiny", "paged", "chat", 48)
     reg.write_text("models: [1, 2\n")
     with pytest.raises(ConfigError, match="YAML"):
-        registry.lookup(load_profile("smoke"), "tiny", "paged", "chat", 48)
+        known_md5.lookup(load_profile("smoke").models, "tiny", "paged", "chat", 48)
 
 
 def stats(kld, ppl=100.0, same_top_p=99.9):

@@ -55,7 +55,6 @@ def test_this_machine_is_cpu_only():
 def test_write_hardware_into_run_dir(fake_path, tmp_path):
     from parity.artifacts import RunDir
     from parity.config import load_profile
-    from parity.context import Context
     from parity.ui import Output
 
     fake_path.setenv("FAKE_NVIDIA_SMI", "h100-idle")
@@ -64,8 +63,7 @@ def test_write_hardware_into_run_dir(fake_path, tmp_path):
     warnings = []
     out = Output(json_mode=True)
     out.warn = warnings.append
-    ctx = Context(profile=prof, runner=LocalRunner(), out=out, artifacts_root=tmp_path, run=rd)
-    info = write_hardware(ctx)
+    info = write_hardware(LocalRunner(), out, rd, prof.hardware_class)
     assert (rd.path / "hardware.txt").read_text().startswith("hardware_class=hopper\n")
     assert json.loads((rd.path / "hardware.json").read_text())["gpus"][0]["compute_cap"] == "9.0"
     assert info["hardware_class"] == "hopper" and warnings and "expects gb10_or_workstation_blackwell" in warnings[0]

@@ -132,6 +132,7 @@ def test_sweep_contexts_are_whole_numbers():
 
 def test_a_campaign_gate_step_takes_the_sweep(tmp_path):
     from parity.context import Context
+    from parity.gates.base import gate_inputs
     from parity.gates.kinds import GATES
     from parity.gates.prepost import GateSpec, check_plan, spec_from_options
     from parity.runners.local import LocalRunner
@@ -140,12 +141,12 @@ def test_a_campaign_gate_step_takes_the_sweep(tmp_path):
     _, over = spec_from_options({"phase": "pre", "kl_sweep": "256, 1024", "ops": []})
     spec = GateSpec.from_profile(load_profile("smoke"), **over)
     ctx = Context(load_profile("smoke"), LocalRunner(), Output(json_mode=True), tmp_path / "runs")
-    targets = GATES["kl"].expand(ctx, spec, "paged")
+    targets = GATES["kl"].expand(gate_inputs(ctx.profile), spec, "paged")
     assert [(t.path, t.n_ctx) for t in targets] == [("paged", 256), ("paged", 1024)]
     short = tmp_path / "p.yaml"
     short.write_text(f"extends: smoke\ngates:\n  kl: {{text: {SHIPPED}}}\n")
     with pytest.raises(UsageError, match="too short for 4 chunks x 1024 tokens"):
-        check_plan(load_profile(str(short)), spec)
+        check_plan(load_profile(str(short)).gates, spec)
 
 
 def test_sweep_rows_are_one_per_context_with_the_numbers_and_the_verdict():

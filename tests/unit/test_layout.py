@@ -1,6 +1,7 @@
 """The package's shape (one shape for every command): no module reaches into another
-module's private names, no *_impl/*_cli glue modules, and the command table of
-docs/ARCHITECTURE.md names, for every command, a cli module and a domain function that exist."""
+module's private names, no *_impl/*_cli glue modules, the command table of
+docs/ARCHITECTURE.md names, for every command, a cli module and a domain function that exist,
+and git / nvidia-smi argv are built only in the tool's own module."""
 
 from __future__ import annotations
 
@@ -110,3 +111,39 @@ def test_cli_modules_keep_real_annotations_for_a_fast_help():
     # with string annotations typer compiles every option's annotation at startup (~5 ms of --help)
     cli = PKG / "cli"
     assert [p.name for p in cli.glob("*.py") if "from __future__ import annotations" in p.read_text()] == []
+
+
+# one module per external tool (docs/ARCHITECTURE.md): the module that alone builds its argv
+TOOL_MODULES = {"git": "parity/llamacpp/git.py", "nvidia-smi": "parity/gpu/nvidia_smi.py"}
+
+
+def tool_argvs(source: str) -> list[tuple[str, int]]:
+    """(tool, line) of each list literal whose first element is the string constant of a tool."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.List) and node.elts:
+            first = node.elts[0]
+            if isinstance(first, ast.Constant) and first.value in TOOL_MODULES:
+                found.append((first.value, node.lineno))
+    return sorted(found, key=lambda f: f[1])
+
+
+def test_the_tool_scanner_finds_an_argv_and_nothing_else():
+    src = (
+        'runner.run(["git", "-C", repo, "log"])\n'
+        'q = ["nvidia-smi", *args]\n'
+        'kind: Literal["git", "path"] = "git"\n'
+        'need = {"git": ("url", "pin")}\n'
+        'x = ["-C", "git"]\n'
+    )
+    assert tool_argvs(src) == [("git", 1), ("nvidia-smi", 2)]
+
+
+def test_only_the_tools_own_module_builds_its_argv():
+    stray = []
+    for path in sorted(PKG.rglob("*.py")):
+        rel = str(path.relative_to(ROOT))
+        stray += [f"{rel}:{line} {tool}" for tool, line in tool_argvs(path.read_text()) if TOOL_MODULES[tool] != rel]
+    assert stray == [], "an argv of git or nvidia-smi outside its tool module (TOOL_MODULES)"
+    for rel in TOOL_MODULES.values():
+        assert (ROOT / rel).exists(), rel

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import shared_or_skip
-from parity.session import lock_step
+from parity.session import lock_step, locked
 
 import parity.gpu.lock as L
 from parity.config import LockConfig, load_profile
@@ -165,14 +165,14 @@ def _ctx(tmp_path, profile_file="fast-nopreflight.yaml"):
     return Context(profile=prof, runner=LocalRunner(), out=Output(json_mode=True), artifacts_root=tmp_path / "runs")
 
 
-def test_held_lock_reentrant_and_released_on_error(tmp_path):
+def test_session_lock_reentrant_and_released_on_error(tmp_path):
     ctx = _ctx(tmp_path)
     ctx.run_id = "20260101_000000_test"
     owner = tmp_path / "gpu_bench_lock" / "owner"
     with pytest.raises(RuntimeError):
-        with L.held_lock(ctx) as outer:
+        with locked(ctx) as outer:
             assert "run=20260101_000000_test" in owner.read_text()
-            with L.held_lock(ctx) as inner:
+            with locked(ctx) as inner:
                 assert inner is outer
             assert owner.read_text().strip() == outer.record  # inner exit did not release
             raise RuntimeError("boom")

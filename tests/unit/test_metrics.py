@@ -90,9 +90,10 @@ def test_percentile_interpolates_like_numpy():
 
 def test_every_metric_is_declared_once_with_its_definition():
     defs = {d["name"]: d for d in definitions()}
+    from parity.metrics.energy import ENERGY_METRICS
     from parity.metrics.workload import WORKLOAD_METRICS
 
-    assert not set(METRICS) & set(WORKLOAD_METRICS)  # one declaration per name
-    assert set(defs) == set(METRICS) | set(WORKLOAD_METRICS) and all(d["formula"] and d["unit"] and d["better"] in ("higher", "lower") for d in defs.values())
+    assert not set(METRICS) & set(WORKLOAD_METRICS) and not (set(METRICS) | set(WORKLOAD_METRICS)) & set(ENERGY_METRICS)  # one declaration per name
+    assert set(defs) == set(METRICS) | set(WORKLOAD_METRICS) | set(ENERGY_METRICS) and all(d["formula"] and d["unit"] and d["better"] in ("higher", "lower") for d in defs.values())
     text = render_definitions(["decode_agg_tps"])
     assert text.startswith("decode_agg_tps [tok/s, higher is better]: gen_total / (last token arrival - LAST first-token arrival)")

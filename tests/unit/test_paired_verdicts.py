@@ -10,6 +10,7 @@ import pytest
 
 from parity import stats
 from parity.config import profile_from_dict
+from parity.metrics.registry import users_columns
 from parity.serving import summary
 from parity.serving.snapshot import run_order
 
@@ -35,10 +36,11 @@ def long_sweep_rows() -> list[dict]:
 def written_summary(order="abab"):
     rows = long_sweep_rows()
     written = {}
-    ctx = SimpleNamespace(profile=profile_from_dict({"name": "t"}), run=SimpleNamespace(write_json=lambda n, d: written.__setitem__(n, d), write_text=lambda n, t: written.__setitem__(n, t)))
+    rd = SimpleNamespace(write_json=lambda n, d: written.__setitem__(n, d), write_text=lambda n, t: written.__setitem__(n, t))
     shape = SimpleNamespace(ptok=128, gen=1024, parallel=32, ctx=65536, prompt="tokens", min_window_s=1.0, invalid_tolerance=0.0, order=order)
-    plan = SimpleNamespace(model="m", engines=["paged", "stock"], reference="stock", shape=shape, npl=[1, 8, 32], repeat=5, sized=None, order=run_order(["paged", "stock"], 5, order))
-    return summary.write(ctx, plan, rows), written
+    plan = SimpleNamespace(model="m", engines=["paged", "stock"], reference="stock", shape=shape, npl=[1, 8, 32], repeat=5, sized=None, order=run_order(["paged", "stock"], 5, order),
+                           stats=profile_from_dict({"name": "t"}).stats)
+    return summary.write(plan, rd, rows), written
 
 
 def test_summary_records_paired_points_beside_the_users_verdicts():
@@ -70,7 +72,7 @@ def test_paired_tsv_has_every_block_ratio_and_the_users_files_keep_their_layout(
     assert [round(float(v), 3) for v in row["block_ratios"].split(",")] == [0.900, 0.846, 0.886, 0.941, 0.906]
     assert row["outcome"] == "regressed" and row["blocks_needed"] == ""
     assert len(doc["paired"]) == 3 * 4 and len(lines) == 1 + len(doc["paired"])  # N=1,8,32 x the four stats.metrics
-    assert written["summary.tsv"].splitlines()[0] == "arm\tn\t" + "\t".join(summary.USERS_COLUMNS)
+    assert written["summary.tsv"].splitlines()[0] == "arm\tn\t" + "\t".join(users_columns())
     assert "paired" not in written["summary.tsv"] and "paired" not in written["parity_summary.tsv"]
     with open(LONG_SWEEP) as f:
         assert written["parity_summary.tsv"].splitlines()[0] == f.readline().rstrip("\n")

@@ -16,6 +16,7 @@ from scipy import stats as sps
 
 from parity.config import load_profile, profile_from_dict
 from parity.engines import llama, vllm
+from parity.engines.bound import bind_all
 from parity.errors import ConfigError, UsageError
 from parity.loadgen.record import RequestRecord
 from parity.metrics import validity, workload as workload_metrics
@@ -72,18 +73,18 @@ def test_options_and_checks_name_the_key():
 
 def test_points_run_n_1_then_n_and_attach_refuses_what_the_engines_cannot_take():
     prof = profile_from_dict({"name": "t", "engines": {"a": {"kind": "llama", "bin_dir": "/x"}}, "serving": {"engines": ["a"], "parallel": 4, "ctx": 8192}})
-    ctx, s = SimpleNamespace(profile=prof), prof.serving
-    wl = resolve(ctx, "prefill-curve", s, options={"lengths": [128, 1024], "n": 4})
+    s = prof.serving
+    wl = resolve(prof, "prefill-curve", s, options={"lengths": [128, 1024], "n": 4})
     assert wl.builtin and "lengths" not in wl.sized and "gen" in wl.sized  # what the command line wrote is kept; gen may be calibrated
     assert grid(wl) == [(1, "N=1 128 tok", 1, 128), (2, "N=1 1024 tok", 1, 1024), (3, "N=4 128 tok", 4, 128), (4, "N=4 1024 tok", 4, 1024)]
-    plan = SimpleNamespace(engines=["a"], shape=s, limits={"a": 2048}, limit_what={"a": "-c 8192 / --parallel 4"}, npl=[1])
-    attach(ctx, plan, wl)
+    plan = SimpleNamespace(engines=["a"], bound=bind_all(prof, ["a"]), shape=s, limits={"a": 2048}, limit_what={"a": "-c 8192 / --parallel 4"}, npl=[1])
+    attach(plan, wl)
     assert plan.npl == [1, 2, 3, 4] and KIND.cap(2048, wl) == (1024, "less the longest prompt (1024 tokens)")
     with pytest.raises(UsageError, match=r"8 requests in flight exceed --parallel 4"):
-        attach(ctx, plan, resolve(ctx, "prefill-curve", s, options={"n": 8}))
+        attach(plan, resolve(prof, "prefill-curve", s, options={"n": 8}))
     with pytest.raises(UsageError, match=r"a request needs 4112 tokens \(prompt \+ generated\) but engine a gives 2048"):
-        attach(ctx, plan, resolve(ctx, "prefill-curve", s, options={"lengths": [128, 4096], "n": 1}))
-    assert [label for _, label in resolve(ctx, "prefill-curve", s, options={"n": 1}).points()][-1].startswith("N=1 ")  # n=1: N=1 only
+        attach(plan, resolve(prof, "prefill-curve", s, options={"lengths": [128, 4096], "n": 1}))
+    assert [label for _, label in resolve(prof, "prefill-curve", s, options={"n": 1}).points()][-1].startswith("N=1 ")  # n=1: N=1 only
 
 
 # ------------------------------------------------------------------ a point's numbers
@@ -147,6 +148,20 @@ def test_the_lines_of_a_recorded_run_are_least_squares_through_its_points(run):
         assert f["engine_tps_longest"] == pytest.approx(statistics.median(r["engine_prompt_tps"] for r in longest), abs=1e-3)
         assert f["users_prefill_tps_longest"] == pytest.approx(statistics.median(r["users_prefill_tps"] for r in longest), abs=1e-3)
         assert ("vs_engine_longest_pct" in f) == (curve == "prompt" or conc == 1)  # a round's rate at N=4 is not one request's
+
+
+def test_at_n_1_the_ttft_line_reproduces_the_engine_time_line_within_5_percent(run):
+    """The recorded smoke run (real llama-server, 3 blocks): the TTFT line's tok/s is the engine-time
+    line's within 5 % (paged -2.2 %, stock -2.1 %); at 1024 tokens the engine's own tok/s, which
+    still holds its fixed cost per prompt, is further off for stock (-5.5 %)."""
+    fits = {(f["curve"], f["engine"], f["n"]): f for f in prefill_fits.fits(run["rows"])}
+    for eng in ("paged", "stock"):
+        t, p = fits[("ttft", eng, 1)], fits[("prompt", eng, 1)]
+        assert t["engine_line_tps"] == p["prefill_tps"]
+        assert t["vs_engine_line_pct"] == pytest.approx((t["prefill_tps"] / p["prefill_tps"] - 1) * 100, abs=1e-3)
+        assert -5 < t["vs_engine_line_pct"] < 0  # the client-side cost that grows with the prompt
+        assert "engine_line_tps" not in fits[("ttft", eng, 4)] and "engine_line_tps" not in p
+    assert fits[("ttft", "stock", 1)]["vs_engine_longest_pct"] < -5 < fits[("ttft", "stock", 1)]["vs_engine_line_pct"]
 
 
 def test_engine_over_reference_is_paired_over_the_blocks_lines(run):

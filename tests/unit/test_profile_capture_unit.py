@@ -34,7 +34,7 @@ class Out:
 
 class Ctx:
     def __init__(self, result, smoke_profile):
-        self.runner, self.out, self.profile = StubRunner(result), Out(), smoke_profile
+        self.runner, self.out, self.timeout_s = StubRunner(result), Out(), smoke_profile.profiling.timeout_s
 
 
 def _c(tmp_path):
@@ -43,21 +43,22 @@ def _c(tmp_path):
 
 def test_bench_row_parsed(tmp_path, smoke_profile):
     ctx = Ctx((0, TABLE, ""), smoke_profile)
-    rows = cap._capture_bench(ctx, _c(tmp_path), None)
+    rows = cap._capture_bench(ctx.runner, ctx.out, _c(tmp_path), ctx.timeout_s)
     assert rows[0]["tg"] == 8 and rows[0]["b"] == 2 and not ctx.out.warnings
     assert (tmp_path / "p" / "x-ntg8.log").read_text().startswith("|    PP")
 
 
 def test_lost_row_with_exit_0_keeps_the_capture(tmp_path, smoke_profile):
     ctx = Ctx((0, TABLE.splitlines()[0] + "\n", ""), smoke_profile)
-    assert cap._capture_bench(ctx, _c(tmp_path), None) == []
+    assert cap._capture_bench(ctx.runner, ctx.out, _c(tmp_path), ctx.timeout_s) == []
     assert "lost" in ctx.out.warnings[0]
 
 
 @pytest.mark.parametrize("result", [(1, TABLE, ""), (0, TABLE, "llama_decode() failed"), (0, "", "failed to find a memory slot for batch of size 4")])
 def test_failed_workload_is_infra_error(tmp_path, smoke_profile, result):
     with pytest.raises(InfraError, match="profiled llama-batched-bench failed"):
-        cap._capture_bench(Ctx(result, smoke_profile), _c(tmp_path), None)
+        ctx = Ctx(result, smoke_profile)
+        cap._capture_bench(ctx.runner, ctx.out, _c(tmp_path), ctx.timeout_s)
 
 
 def test_graph_node_gate():
@@ -69,7 +70,7 @@ def test_graph_node_gate():
 
 def test_campaign_step_rejects_unknown_options(smoke_profile):
     class C:
-        profile = smoke_profile
+        profile, runner, out = smoke_profile, None, None
 
     with pytest.raises(UsageError, match="unknown profile option"):
         cap.campaign_step(C(), {"ntgs": [4, 2]})

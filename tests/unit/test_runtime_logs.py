@@ -11,6 +11,7 @@ from pathlib import Path
 
 from parity.config import load_profile
 from parity.engines import kind_of
+from parity.engines.bound import bind_all
 from parity.engines.vllm import MARLIN, NATIVE, NOT_SEEN, parse_kernel_path
 from parity.gates.kinds import red_in_summary
 from parity.report.rundata import RunData
@@ -57,6 +58,12 @@ def test_only_the_vllm_kind_reads_a_kernel_path():
     assert kind_of(prof, "vllm").kernel_path("")["path"] == NOT_SEEN
 
 
+def bound(profile: str) -> dict:
+    """The profile's engines, bound as a snapshot plan holds them."""
+    prof = load_profile(profile)
+    return bind_all(prof, prof.engines)
+
+
 def make_run(tmp_path: Path) -> Path:
     run = tmp_path / "run"
     (run / "servers").mkdir(parents=True)
@@ -79,7 +86,7 @@ def arms() -> list[dict]:
 
 def test_facts_of_a_b200_sweep(tmp_path):
     run, a = make_run(tmp_path), arms()
-    doc = logs.facts(load_profile("b200-qwen36"), run, a)
+    doc = logs.facts(bound("b200-qwen36"), run, a)
     b = doc["banner"]
     assert b["status"] == "pass" and [(r["engine"], r["status"]) for r in b["rows"]] == [
         ("paged", "pass"),
@@ -96,7 +103,7 @@ def test_facts_of_a_b200_sweep(tmp_path):
 
 def test_facts_hold_the_build_the_profile_says(tmp_path):
     """The same log judged against gb10-qwen36's paged build (cuda_archs 121) is red."""
-    doc = logs.facts(load_profile("gb10-qwen36"), make_run(tmp_path), arms())
+    doc = logs.facts(bound("gb10-qwen36"), make_run(tmp_path), arms())
     (red,) = red_in_summary(doc)
     assert (
         red.kind == "banner" and "built for [1210] (cuda_archs 121), the runtime reports ARCHS = [1000]" in red.detail
@@ -107,22 +114,22 @@ def test_a_cpu_sweep_says_not_applicable(tmp_path):
     run = tmp_path / "run"
     (run / "servers").mkdir(parents=True)
     shutil.copy(RUNTIME / "smoke-cpu-llama-server.log", run / "servers" / "paged-r0.log")
-    doc = logs.facts(load_profile("smoke"), run, [{"engine": "paged", "repeat": 0, "rows": []}])
+    doc = logs.facts(bound("smoke"), run, [{"engine": "paged", "repeat": 0, "rows": []}])
     assert doc["banner"]["status"] == "not applicable" and "CPU build" in doc["banner"]["why"]
     assert "kernel_paths" not in doc and "traces" not in doc and red_in_summary(doc) == []
 
 
 def test_the_dry_run_says_what_each_log_is_read_for():
-    prof = load_profile("b200-qwen36")
-    assert logs.plan(prof, "paged", {"LLAMA_SERVING_TRACE": "1"}).startswith("banner: ARCHS = 1000 (cuda_archs 100)")
-    assert "traces: LLAMA_SERVING_TRACE=1;" in logs.plan(prof, "paged", {"LLAMA_SERVING_TRACE": "1"})
-    assert "LLAMA_MUL_MAT_ROUTE_TRACE=8 (by convention)" in logs.plan(prof, "paged", {"LLAMA_MUL_MAT_ROUTE_TRACE": "8"})
-    assert "kernel path: native FP4 or the Marlin fallback" in logs.plan(prof, "vllm", {})
+    eng = bound("b200-qwen36")
+    assert logs.plan(eng["paged"], {"LLAMA_SERVING_TRACE": "1"}).startswith("banner: ARCHS = 1000 (cuda_archs 100)")
+    assert "traces: LLAMA_SERVING_TRACE=1;" in logs.plan(eng["paged"], {"LLAMA_SERVING_TRACE": "1"})
+    assert "LLAMA_MUL_MAT_ROUTE_TRACE=8 (by convention)" in logs.plan(eng["paged"], {"LLAMA_MUL_MAT_ROUTE_TRACE": "8"})
+    assert "kernel path: native FP4 or the Marlin fallback" in logs.plan(eng["vllm"], {})
 
 
 def test_the_report_renders_what_was_recorded(tmp_path):
     a = arms()
-    summary = logs.facts(load_profile("b200-qwen36"), make_run(tmp_path), a)
+    summary = logs.facts(bound("b200-qwen36"), make_run(tmp_path), a)
     rd = RunData(path=tmp_path, manifest={}, summary=summary)
     rt = runtime_section(rd)
     assert rt["status"] == "pass" and rt["rows"][0][:3] == ["paged", 0, "pass"]

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from parity.engine import patches
+from parity.llamacpp import patches
+from parity.engines.bound import bind
 from parity.errors import UsageError
 
 
@@ -52,7 +53,7 @@ def test_digest_of_a_variant_differs_and_whole_series_is_unchanged(series):
 
 def test_build_plan_key_per_variant(tmp_path, series):
     from parity.config import profile_from_dict
-    from parity.engine import build
+    from parity.llamacpp import build
 
     src = tmp_path / "src"
     src.mkdir()
@@ -62,6 +63,6 @@ def test_build_plan_key_per_variant(tmp_path, series):
                        "b": {"source": "s", "series": str(series), "series_without": ["0010"]},
                        "c": {"source": "s", "series": str(series), "series_until": "0005", "series_without": ["0001"]}}}
     prof = profile_from_dict(doc)
-    keys = {n: build.plan(prof, n).key for n in "abc"}
+    keys = {n: build.plan(bind(prof, n)).key for n in "abc"}
     assert len(set(keys.values())) == 3
-    assert [d["name"][:4] for d in build.plan(prof, "c").series] == ["0002", "0005"]
+    assert [d["name"][:4] for d in build.plan(bind(prof, "c")).series] == ["0002", "0005"]

@@ -285,7 +285,7 @@ def test_series_registry_recordings_at_once_all_land_and_comments_stay(tmp_path)
     reg = tmp_path / "series-trees.yaml"
     reg.write_text("# trees we checked by hand: keep\nseries:\n  0000000000000000:   # the first (YAML reads it as the number 0)\n  - {pin_tree: " + "a" * 40 + ", tree: " + "b" * 40 + ", patches: 1}\n")
     code = ("import sys, os, time\nwhile not os.path.exists(sys.argv[1]): time.sleep(0.002)\n"
-            "from parity.engine.mirror import record\n"
+            "from parity.llamacpp.mirror import record\n"
             "for i in range(5): record(f'd{sys.argv[2]}-{i}', 'c' * 40, format(i, 'x') * 40, 3, 'test')")  # fmt: skip
     env = {**os.environ, "PARITY_SERIES_TREES": str(reg)}
     procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "go"), str(w)], cwd=REPO, env=env, stderr=subprocess.PIPE, text=True) for w in range(6)]
@@ -301,10 +301,11 @@ def test_series_registry_recordings_at_once_all_land_and_comments_stay(tmp_path)
 _FORCED_BUILD = """
 import sys
 from parity.config import load_profile
-from parity.engine.build import ensure_built
+from parity.llamacpp.build import ensure_built
+from parity.engines.bound import bind
 from parity.runners.local import LocalRunner
 from parity.ui import Output
-ensure_built(load_profile(sys.argv[1]), "stock", LocalRunner(), Output(json_mode=True), force=True)
+ensure_built(bind(load_profile(sys.argv[1]), "stock"), LocalRunner(), Output(json_mode=True), force=True)
 """
 
 
@@ -317,14 +318,15 @@ def test_a_forced_rebuild_killed_anywhere_never_leaves_a_good_looking_broken_bui
     import hashlib
 
     from parity.config import load_profile
-    from parity.engine import build
+    from parity.llamacpp import build
+    from parity.engines.bound import bind
     from parity.runners.local import LocalRunner
     from parity.ui import Output
 
     path = mini_build()
-    p = build.plan(load_profile(str(path)), "stock")
+    p = build.plan(bind(load_profile(str(path)), "stock"))
     t0 = time.monotonic()
-    build.ensure_built(load_profile(str(path)), "stock", LocalRunner(), Output(json_mode=True))
+    build.ensure_built(bind(load_profile(str(path)), "stock"), LocalRunner(), Output(json_mode=True))
     whole = time.monotonic() - t0  # how long one build takes here: the kills land anywhere in it
     rng = random.Random(7)
     states = {"good": 0, "not marked": 0}
@@ -343,7 +345,7 @@ def test_a_forced_rebuild_killed_anywhere_never_leaves_a_good_looking_broken_bui
             states["not marked"] += 1
             last = "not marked"
     # the next builder builds what the last kill left unmarked, and reuses a build the kill came too late for
-    r = build.ensure_built(load_profile(str(path)), "stock", LocalRunner(), Output(json_mode=True))
+    r = build.ensure_built(bind(load_profile(str(path)), "stock"), LocalRunner(), Output(json_mode=True))
     assert r.cached == (last == "good") and (p.dir / build.OK_MARKER).exists() and r.bin_dir.is_dir()
     print(f"after {KILLS} kills: {states}")
 

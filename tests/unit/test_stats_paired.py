@@ -118,10 +118,9 @@ def test_recorded_aa_on_a_gpu_bound_model_is_never_a_claim():
     for r in rows:
         for k in ("decode_agg_tps", "decode_perseq_tps", "agg_tps", "ttft_mean_ms"):
             r[k] = float(r[k])
-    from parity.metrics.registry import direction
-    from parity.metrics.serving import HEADLINE
+    from parity.metrics.registry import direction, headline
 
-    cells = paired.by_point(rows, "stock", HEADLINE, direction)
+    cells = paired.by_point(rows, "stock", headline(), direction)
     assert len(cells) == 12 and {c["outcome"] for c in cells} <= {EQUIVALENT, INCONCLUSIVE}
     assert {c["n"]: c["outcome"] for c in cells if c["metric"] == "decode_agg_tps"}[1] == EQUIVALENT
 

@@ -17,6 +17,7 @@ import pytest
 
 from conftest import DATA, REPO, needs_shared, run_parity
 from parity import tables
+from parity.metrics.registry import users_ratios
 from parity.report.rundata import load_run
 from parity.serving import summary
 
@@ -142,11 +143,12 @@ def test_their_ratio_block_comes_out_of_their_arm_table():
     is the block their write_summary printed, to its 4 decimals."""
     arms, (block,) = tables.users_summary((USERS_ART / "summary.tsv").read_text(), columns=["arm", "n"])
     assert str(arms["n"].dtype) == "int64" and len(arms) == 6
-    over = tables.over(tables.records(arms.rename(columns={"arm": "engine"})), "vllm", list(summary.RATIO_COLUMNS))
+    named = users_ratios()
+    over = tables.over(tables.records(arms.rename(columns={"arm": "engine"})), "vllm", list(named))
     for theirs in tables.records(block):
         mine = next(r for r in tables.records(over) if r["n"] == theirs["n"])
-        want = [theirs[f"paged_{short}_over_vllm"] for short in summary.RATIO_COLUMNS.values()]
-        assert [round(mine[f"{k} over"], 4) for k in summary.RATIO_COLUMNS] == want
+        want = [theirs[f"paged_{short}_over_vllm"] for short in named.values()]
+        assert [round(mine[f"{k} over"], 4) for k in named] == want
 
 
 @needs_shared("localai-paged/paged-current-serving-snapshot.sh")
@@ -194,7 +196,7 @@ def test_the_gate_tables_of_the_nightlies_come_out_the_same(tmp_path):
     for night in nights:
         sets = {k: v for k, v in json.loads((night / "gates.json").read_text()).items() if k != "status"}
         rd = RunDir.create(tmp_path / night.name, "x", argv=["t"])
-        gates.write(rd, sets, profile)
+        gates.write(rd, sets, profile.gates.engine, gates.default_paths(profile.engines))
         assert (rd.path / "gate_checks.tsv").read_text() == (night / "gate_checks.tsv").read_text()
         where = f"/tmp/hn/{night.parent.name}/{night.name}"  # the run's path when it ran
         written = (rd.path / "gate_summary.tsv").read_text().replace(str(rd.path), where)

@@ -17,7 +17,8 @@ from parity.engines import llama, vllm
 from parity.config import TelemetryConfig
 from parity.runners.local import LocalRunner
 from parity.metrics.serving import RequestRecord
-from parity.telemetry import affinity, engine_timing, point_summary, procfs, smi_gpu, throttle
+from parity.gpu import nvidia_smi, throttle
+from parity.telemetry import affinity, engine_timing, point_summary, procfs
 from parity.telemetry.nvml_gpu import NvmlGpu
 from parity.telemetry.sampler import Sampler
 
@@ -28,21 +29,21 @@ DATA = Path(__file__).resolve().parent.parent / "data" / "telemetry"
 
 
 def test_smi_idle_h100_capture():
-    (g,) = smi_gpu.parse_query((DATA / "nvidia-smi-telemetry-h100-idle.csv").read_text())
+    (g,) = nvidia_smi.parse_telemetry((DATA / "nvidia-smi-telemetry-h100-idle.csv").read_text())
     assert g == {"index": 0, "sm_mhz": 345, "mem_mhz": 2619, "power_w": 74.63, "temp_c": 51, "util_gpu_pct": 0, "util_mem_pct": 0, "mem_used_mib": 0, "reasons": ["GpuIdle"]}
 
 
 def test_smi_busy_h100_capture_is_a_power_cap():
-    (g,) = smi_gpu.parse_query((DATA / "nvidia-smi-telemetry-h100-busy.csv").read_text())
+    (g,) = nvidia_smi.parse_telemetry((DATA / "nvidia-smi-telemetry-h100-busy.csv").read_text())
     assert (g["sm_mhz"], g["mem_mhz"], g["power_w"], g["temp_c"], g["util_gpu_pct"]) == (1395, 2619, 178.86, 64, 32)
     assert g["reasons"] == ["SwPowerCap"] and throttle.slowdowns(g["reasons"]) == ["SwPowerCap"]
 
 
 def test_smi_header_is_skipped_and_na_fields_are_none():
-    assert len(smi_gpu.parse_query((DATA / "nvidia-smi-telemetry-h100-header.csv").read_text())) == 1
-    (g,) = smi_gpu.parse_query("1980, 2619, 218.4, 60, 97, 40, [N/A], 0x0000000000000000\n")  # a GB10-like memory.used
+    assert len(nvidia_smi.parse_telemetry((DATA / "nvidia-smi-telemetry-h100-header.csv").read_text())) == 1
+    (g,) = nvidia_smi.parse_telemetry("1980, 2619, 218.4, 60, 97, 40, [N/A], 0x0000000000000000\n")  # a GB10-like memory.used
     assert g["mem_used_mib"] is None and g["sm_mhz"] == 1980 and g["reasons"] == []
-    assert smi_gpu.parse_query("Field \"clocks.sm\" is not a valid field to query.\n") == []
+    assert nvidia_smi.parse_telemetry("Field \"clocks.sm\" is not a valid field to query.\n") == []
 
 
 def test_throttle_decode_names_unknown_bits():

@@ -116,7 +116,8 @@ def test_parity_gates_write_the_users_layout_beside_their_own(tmp_path):
     op = {"check": "op MUL_MAT [CUDA0]", "kind": "op", "model": None, "path": None, "expected": "1146/1146", "got": "1146/1146", "status": "pass", "detail": "",
           "data": {"op": "MUL_MAT"}, "attempts": [{"output": "gates/pre/op-MUL_MAT-CUDA0-1.txt"}]}  # fmt: skip
     nonpaged = {**md5, "check": "md5 moe/nonpaged", "path": "nonpaged", "got": "0" * 32, "status": "fail"}
-    summary.write(rd, {"pre": {"status": "fail", "checks": [md5, op, nonpaged]}}, load_profile("gb10-qwen36"))
+    prof = load_profile("gb10-qwen36")
+    summary.write(rd, {"pre": {"status": "fail", "checks": [md5, op, nonpaged]}}, prof.gates.engine, summary.default_paths(prof.engines))
     users = (rd.path / "gate_summary.tsv").read_text().splitlines()
     assert users == [
         "phase\tcheck\tstatus\tactual\texpected\tdetails",

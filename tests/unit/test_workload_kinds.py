@@ -252,20 +252,20 @@ from parity.metrics import validity
 from parity.report.render import _env
 from parity.report.workload_sections import workload_section
 from parity.serving import workload_summary
+from parity.engines.bound import bind_all
 from parity.serving.workloads import attach, point_row, resolve
 from parity.workloads.base import Measured
 
 out = {"parity": parity.__file__}
 prof = profile_from_dict({"name": "t", "engines": {"a": {"kind": "llama", "bin_dir": "/x"}, "b": {"kind": "llama", "bin_dir": "/x"}},
                           "serving": {"engines": ["a", "b"], "workloads": {"dp": {"kind": "distinct-prompts", "groups": 2, "group_size": 2, "prefix_tokens": 32, "suffix_tokens": 8}}}})
-ctx = SimpleNamespace(profile=prof)
 s = prof.serving
-wl = resolve(ctx, "dp", s)
-byname = resolve(ctx, "distinct-prompts", s)
+wl = resolve(prof, "dp", s)
+byname = resolve(prof, "distinct-prompts", s)
 out["declared"] = [wl.points(), wl.concurrency(), wl.need(), wl.gen]
 out["builtin"] = [byname.builtin, list(byname.sized), byname.points()]
-plan = SimpleNamespace(engines=["a", "b"], shape=s, limits={"a": 1024, "b": 1024}, limit_what={}, npl=[1])
-attach(ctx, plan, wl)
+plan = SimpleNamespace(engines=["a", "b"], bound=bind_all(prof, ["a", "b"]), shape=s, limits={"a": 1024, "b": 1024}, limit_what={}, npl=[1])
+attach(plan, wl)
 out["npl"] = plan.npl
 try:
     profile_from_dict({"name": "t", "serving": {"workloads": {"x": {"kind": "distinct-prompts", "groups": 0}}}})
@@ -275,9 +275,10 @@ recs = [validity.check_request(RequestRecord(**{k: v for k, v in d.items() if k 
 rows = [{"engine": e, "repeat": 0, "workload": "dp", "kind": wl.kind, **point_row(wl.kind, wl.cfg, Measured(4, wl.points()[0][1], recs), None, 0.1, 0.0)} for e in ("a", "b")]
 out["row"] = {k: rows[0].get(k) for k in ("n", "point", "valid", "ttft_mean_ms", "prompt_tokens_mean", "prefix_hit_rate")}
 written = {}
-ctx = SimpleNamespace(profile=load_profile("smoke"), run=SimpleNamespace(write_json=lambda n, d: written.__setitem__(n, d), write_text=lambda n, t: written.__setitem__(n, t)))
-plan = SimpleNamespace(workload=wl, model="m", engines=["a", "b"], reference="b", shape=s, npl=plan.npl, repeat=1, sized=None, order=[(0, "a"), (0, "b")])
-doc = workload_summary.write(ctx, plan, rows)
+rd = SimpleNamespace(write_json=lambda n, d: written.__setitem__(n, d), write_text=lambda n, t: written.__setitem__(n, t))
+plan = SimpleNamespace(workload=wl, model="m", engines=["a", "b"], reference="b", shape=s, npl=plan.npl, repeat=1, sized=None, order=[(0, "a"), (0, "b")],
+                       stats=load_profile("smoke").stats)
+doc = workload_summary.write(plan, rd, rows)
 out["summary"] = {k: doc[k] for k in ("shown", "headline", "valid")}
 sec = workload_section(SimpleNamespace(summary=json.loads(json.dumps(doc))), Path(sys.argv[2]), "assets")
 out["report"] = _env().get_template("_workloads.md.j2").render(workload=sec)

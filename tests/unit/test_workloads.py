@@ -245,11 +245,12 @@ def test_workload_summary_medians_ratios_and_tsv(tmp_path):
     rows = [row("a", 0, 100.0, 0.8), row("b", 0, 200.0, 0.0), row("a", 1, 120.0, 0.8), row("b", 1, 220.0, 0.0)]
     rows[1]["coarse_note"] = "the decode streams arrived 6.0 tokens per chunk"
     written = {}
-    ctx = SimpleNamespace(profile=profile_from_dict({"name": "t"}), run=SimpleNamespace(write_json=lambda n, d: written.__setitem__(n, d), write_text=lambda n, t: written.__setitem__(n, t)))
+    rd = SimpleNamespace(write_json=lambda n, d: written.__setitem__(n, d), write_text=lambda n, t: written.__setitem__(n, t))
     wl = SimpleNamespace(kind="shared-prefix", describe=lambda: {"name": "sp", "kind": "shared-prefix"})
     shape = SimpleNamespace(ptok=8, gen=4, parallel=8, ctx=1024, prompt="tokens", min_window_s=0.0, invalid_tolerance=0.0)
-    plan = SimpleNamespace(workload=wl, model="m", engines=["a", "b"], reference="b", shape=shape, npl=[8], repeat=2, sized=None, order=[(0, "a"), (0, "b"), (1, "a"), (1, "b")])
-    doc = workload_summary.write(ctx, plan, rows)
+    order, st = [(0, "a"), (0, "b"), (1, "a"), (1, "b")], profile_from_dict({"name": "t"}).stats
+    plan = SimpleNamespace(workload=wl, model="m", engines=["a", "b"], reference="b", shape=shape, npl=[8], repeat=2, sized=None, order=order, stats=st)
+    doc = workload_summary.write(plan, rd, rows)
     med = {m["engine"]: m for m in doc["medians"]}
     assert med["a"]["ttft_mean_ms"] == 110.0 and med["b"]["ttft_mean_ms"] == 210.0 and med["a"]["point"] == "2x4 prefix 64 + suffix 8"
     (r,) = doc["ratios"]
@@ -278,28 +279,28 @@ def test_workload_configs_are_checked():
 
 
 def test_resolve_and_attach_refuse_what_cannot_run():
+    from parity.engines.bound import bind_all
     from parity.serving.workloads import Workload, attach, resolve
 
     prof = profile_from_dict({"name": "t", "engines": {"e": {"kind": "llama", "bin_dir": "/x"}},
                               "serving": {"workloads": {"sp": {"kind": "shared-prefix", "groups": 2, "group_size": 4, "prefix_tokens": 64, "suffix_tokens": 8}}}})  # fmt: skip
-    ctx = SimpleNamespace(profile=prof)
     s = prof.serving
-    with pytest.raises(UsageError, match=r"--workload nope: no such workload in profile t \(serving.workloads: sp; built in: shared-prefix, prefill-under-decode, open-loop, multi-turn, prefill-curve\)"):
-        resolve(ctx, "nope", s)
-    wl = resolve(ctx, "sp", s)
+    with pytest.raises(UsageError, match=r"--workload nope: no such workload in profile t \(serving.workloads: sp; built in: shared-prefix, prefill-under-decode, open-loop, multi-turn, prefill-curve, trace\)"):
+        resolve(prof, "nope", s)
+    wl = resolve(prof, "sp", s)
     assert isinstance(wl, Workload) and wl.gen == s.gen and wl.points() == [(8, "2x4 prefix 64 + suffix 8")]
-    inline = resolve(ctx, {"name": "ol", "kind": "open-loop", "rates": [1, 2]}, s)
+    inline = resolve(prof, {"name": "ol", "kind": "open-loop", "rates": [1, 2]}, s)
     assert inline.name == "ol" and [k for k, _ in inline.points()] == [1, 2]
     with pytest.raises(ConfigError, match=r"with.workload.rates"):
-        resolve(ctx, {"kind": "open-loop", "rates": [0]}, s)
-    plan = SimpleNamespace(engines=["e"], shape=SimpleNamespace(parallel=4), limits={"e": 1024}, limit_what={"e": "-c 4096 / --parallel 4"}, npl=[1])
+        resolve(prof, {"kind": "open-loop", "rates": [0]}, s)
+    plan = SimpleNamespace(engines=["e"], bound=bind_all(prof, ["e"]), shape=SimpleNamespace(parallel=4), limits={"e": 1024}, limit_what={"e": "-c 4096 / --parallel 4"}, npl=[1])
     with pytest.raises(UsageError, match="8 requests in flight exceed --parallel 4"):
-        attach(ctx, plan, wl)
+        attach(plan, wl)
     plan.shape.parallel, plan.limits["e"] = 8, 100
     with pytest.raises(UsageError, match=r"a request needs 136 tokens .* engine e gives 100: -c 4096"):
-        attach(ctx, plan, wl)
+        attach(plan, wl)
     plan.limits["e"] = 1024
-    attach(ctx, plan, wl)
+    attach(plan, wl)
     assert plan.workload is wl and plan.npl == [8]
 
 

@@ -16,7 +16,8 @@ import random
 import shutil
 from pathlib import Path
 
-from parity.serving.summary import ROW_KEYS, medians, ratios
+from parity.metrics.registry import row_metrics
+from parity.serving.summary import medians, ratios
 from parity.stats import Rule
 
 HERE = Path(__file__).resolve().parent
@@ -39,7 +40,7 @@ def rows(candidate: bool) -> list[dict]:
             row = {"engine": eng, "n": n, "repeat": rep}
             full = {**EXTRA, "ttft_mean_ms": base["ttft_p50_ms"], "ttft_max_ms": base["ttft_p50_ms"] * 1.3, "ttft_p99_ms": base["ttft_p50_ms"] * 1.2,
                     "decode_perseq_tps": base["decode_agg_tps"] / n, "steady_decode_tps": base["decode_agg_tps"] * 0.98, **base}
-            for k in ROW_KEYS:
+            for k in row_metrics():
                 v = full[k] * (1 + rng.gauss(0, 0.003))
                 if candidate:
                     v *= CHANGE.get((eng, k), 1.0)

@@ -1,0 +1,122 @@
+"""`parity capacity` for real, on CPU: llama-server (the smoke profile's stock build) against a
+second engine of the same build, and vLLM-CPU against a second vLLM engine: the capacity ratio
+reads no change (inside +-2 %, equivalent or inconclusive, never improved or regressed); every
+engine of a block got the same token ids; each server started once per block and engine, in ABBA
+order.  The dry run prints the plan and writes nothing; a bad option is one line, exit 2, no run
+dir.
+
+The objectives are ones the engines meet at a few clients on 2 cores: at 8 llama-server slots
+(vLLM: 8 sequences) the time to first token climbs once clients queue past them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.integration.test_workloads_real import (  # noqa: F401 (fixtures)
+    smoke_engine,
+    vllm_engine,
+    vllm_profile,
+    workload_profile,
+)
+
+SLO = "itl_p90_ms=30,ttft_p90_ms=100"
+VLLM_SLO = "itl_p90_ms=60,ttft_p90_ms=200"
+STOCK_TARGETS = ["llama-server", "llama-completion", "llama-batched-bench", "llama-perplexity", "test-backend-ops",
+                 "llama-quantize"]
+
+
+def capacity(parity_cli, tmp_path, *args, timeout=900):
+    return parity_cli("--artifacts", str(tmp_path / "runs"), "capacity", *args, timeout=timeout)
+
+
+@pytest.mark.slow
+def test_llama_server_against_itself_reads_no_change(parity_cli, workload_profile, tmp_path):  # noqa: F811
+    # stock_b: the stock build (the same build key: its targets too), a second engine name
+    prof = workload_profile({}, engines={"stock_b": smoke_engine(targets=STOCK_TARGETS)}, settle_s=0.2)
+    r = capacity(parity_cli, tmp_path, "--profile", str(prof), "--engines", "stock,stock_b", "--slo", SLO,
+                 "--requests", "40", "--no-gates", "--json")
+    assert r.returncode == 0, r.stderr[-3000:]
+    # the reference: serving.reference_engine (stock)
+    no_change(json.loads(r.stdout), "stock", "stock_b", "stock", ("itl_p90_ms", "ttft_p90_ms"))
+
+
+@pytest.mark.slow
+def test_vllm_against_itself_reads_no_change(parity_cli, workload_profile, tmp_path, vllm_engine):  # noqa: F811
+    # vLLM's 8 sequences queue the rest: TTFT binds at about 30 clients here (a server start: ~15 s, 14 of them)
+    engine, models = vllm_engine
+    prof = vllm_profile(workload_profile, tmp_path, models, {"vllm": engine(), "vllm_b": engine()}, {})
+    r = capacity(parity_cli, tmp_path, "--profile", str(prof), "--engines", "vllm,vllm_b", "--slo", VLLM_SLO,
+                 "--requests", "40", "--no-gates", "--json", timeout=1800)
+    assert r.returncode == 0, r.stderr[-3000:]
+    no_change(json.loads(r.stdout), "vllm", "vllm_b", "vllm_b", ("itl_p90_ms", "ttft_p90_ms"))  # the last engine
+
+
+def no_change(doc: dict, a: str, b: str, reference: str, objectives: tuple) -> None:
+    """An engine against itself (--engines a,b): the ratio inside +-2 % and no claim; what the run
+    shows of itself."""
+    run = Path(doc["run_dir"])
+    (ratio,) = doc["ratios"]
+    other = b if reference == a else a
+    assert (ratio["engine"], ratio["reference"], ratio["n_blocks"]) == (other, reference, 6)
+    assert ratio["outcome"] in ("equivalent", "inconclusive"), ratio
+    assert abs(ratio["ratio"] - 1) <= 0.02 and ratio["low"] < ratio["ratio"] < ratio["high"], ratio
+    for e in (a, b):
+        cap = doc["engines"][e]["capacity"]
+        assert cap["n"] == 6 and cap["low"] < cap["value"] < cap["high"] and doc["engines"][e]["binds"] in objectives
+        energy = doc["energy"][e]  # a CPU box: no energy counter, the reason instead of a number
+        assert energy["j_per_output_tok_median"] is None and energy["why"].startswith("not applicable")
+        assert doc["frontier"][e] and any(f["pareto"] for f in doc["frontier"][e])
+    assert doc["problems"] == [] and doc["valid"] and doc["stop"]["rule"] == "fixed"
+    # one server per engine for the bracket, then one per engine and block, the engines rotated per block
+    runs = [(s["engine"], s["run"]) for s in doc["servers"]]
+    blocks = [[(a, f"b{k}"), (b, f"b{k}")][:: 1 if k % 2 == 0 else -1] for k in range(6)]
+    assert runs == [(a, "bracket"), (b, "bracket")] + [x for pair in blocks for x in pair]
+    assert all(s["probes"] == 4 for s in doc["servers"][2:]) and all(s["warmup"]["valid"] == 2 for s in doc["servers"])
+    # the k-th probe of a block: the same token ids for both engines, at matched levels; every request counted
+    by: dict = {}
+    for p in doc["probes"]:
+        if p["block"] >= 0:
+            by.setdefault((p["block"], p["probe"]), {})[p["engine"]] = p
+    assert len(by) == 6 * 4 and all(set(v) == {a, b} for v in by.values())
+    assert all(v[a]["prompt_digest"] == v[b]["prompt_digest"] for v in by.values())
+    assert len({v[a]["prompt_digest"] for v in by.values()}) == len(by)  # every probe of a server its own prompts
+    for p in doc["probes"]:
+        assert p["invalid"] == 0 and p["measured"] == (40 if p["block"] >= 0 else 20)
+        assert p["sent"] == p["measured"] + 2 * p["load"]  # a warm-up and a cool-down request per client
+        assert (run / p["requests_file"]).is_file()
+    saved = json.loads((run / "capacity.json").read_text())
+    assert saved["ratios"] == doc["ratios"] and len(saved["probes"]) == len(doc["probes"])
+
+
+def test_the_dry_run_prints_the_plan_and_writes_nothing(parity_cli, tmp_path):
+    r = capacity(parity_cli, tmp_path, "--profile", "smoke", "--engines", "paged,stock", "-m", "small", "--slo", SLO,
+                 "--until-ci", "1.5", "--dry-run", "--json", timeout=120)  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    doc = json.loads(r.stdout)
+    assert doc["engines"] == ["paged", "stock"] and doc["reference"] == "stock" and doc["ratio"] == ["paged / stock"]
+    assert doc["objectives"] == ["90 % of itl within 30 ms", "90 % of ttft within 100 ms"]
+    assert doc["order"][:2] == ["block 0: paged (levels up), stock (levels up)",
+                                "block 1: stock (levels down), paged (levels down)"]
+    assert "every engine's server started once per block" in doc["blocks"]
+    assert "until every headline half-width <= 1.5%" in doc["stop"]
+    assert [c["engine"] for c in doc["commands"]] == ["paged", "stock"]
+    assert all("llama-server" in c["argv"][0] for c in doc["commands"])
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--slo", "ttft_p99=5"], "--slo 'ttft_p99=5'"),
+    (["--slo", SLO, "--attainment", "99"], "--attainment 99.0"),
+    (["--slo", SLO, "--load", "qps"], "--load 'qps'"),
+    (["--slo", SLO, "--until-ci", "-1"], "--until-ci"),
+    (["--slo", SLO, "--budget-s", "60"], "--budget-s bounds adaptive blocks"),
+    (["--slo", SLO, "--engines", "stock,stock"], "listed twice"),
+    ([], "no objective"),
+])  # fmt: skip
+def test_a_bad_option_is_one_line_exit_2_and_no_run_dir(parity_cli, tmp_path, args, says):
+    r = capacity(parity_cli, tmp_path, "--profile", "smoke", *args, timeout=120)
+    assert r.returncode == 2 and says in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert not (tmp_path / "runs").exists()
