@@ -23,6 +23,7 @@
 #   ttft / ttft-ab   issue 54 on PROF=campaigns/profiles/h200-ttft.yaml: the TTFT anatomy at N 1/8/32, the
 #              setting it names as a --server-arg lever (SERVER_ARG) until TTFT's interval is +-5 %
 #   aa-ttft    the A/A of the default setting at N=1 until TTFT's interval is +-5 % (stock_b, stock)
+#   capacity-aa / capacity-knob  parity capacity: stock_b vs stock, then stock_nog (CUDA graphs off) vs stock (issue 57)
 #   energy     J/token A/A at N=8 (stock_b, stock) with the counter vs power-integral cross-check (issue 57)
 #   replay-aa  a request-trace slice (TRACE, SPEEDUP, DUR s) replayed A/A in paired blocks (issue 58)
 #   energy-bg  NVML energy counter + power samples for ENERGY_S s in the background (nvml-energy-capture.py)
@@ -176,6 +177,12 @@ for stage in "$@"; do
     tail -n 24 $R/out/replay-aa.err
     d=$(python3 -c "import json, sys; print(json.load(open(sys.argv[1]))['run_dir'])" $R/out/replay-aa.json); cp $d/summary.json $R/out/replay-aa-summary.json
     ;;
+  capacity-aa | capacity-knob)  # issue 57: capacity at SLA, one build against itself, then with CUDA graphs off (stock_nog)
+    arm=$([ $stage = capacity-aa ] && echo stock_b || echo stock_nog)
+    t $P capacity -p $PROF --engines $arm,stock -m ${MODEL:-dense-16g} --slo ${SLO:-itl_p99_ms=12,ttft_p99_ms=1000} --parallel ${CPAR:-64} --gen ${CGEN:-64} --requests ${CREQ:-80} --repeat ${CREP:-4} --no-gates --json > $R/out/$stage.json 2> $R/out/$stage.err
+    tail -n 24 $R/out/$stage.err
+    d=$(python3 -c "import json, sys; print(json.load(open(sys.argv[1]))['run_dir'])" $R/out/$stage.json); cp $d/capacity.json $R/out/$stage-capacity.json
+    ;;
   ab-ops)  # focused op timing on a runtime lever of the stock build, with its engagement proof
     t $P ab -p $PROF -e stock --env ${OPS_ENV:-GGML_CUDA_DISABLE_GRAPHS=1} --ops ${OPS:-MUL_MAT} --ops-params "${OPS_PARAMS:-type_a=f16,type_b=f32,m=4096,n=(1|8),k=14336}" --repeat ${REPEAT:-3} --json > $R/out/ab-ops.json 2> $R/out/ab-ops.err
     tail -n 25 $R/out/ab-ops.err
@@ -187,7 +194,8 @@ for stage in "$@"; do
     tail -n 6 $R/out/ab-typo.err
     ;;
   collect)
-    (cd $R && tar czf "$OUT/runs.tgz" --exclude='*.gguf' runs out 2>/dev/null)
+    (cd $R && tar czf "$OUT/runs.tgz" --exclude='*.gguf' --exclude='*.log' runs out 2>/dev/null)
+    cp $R/out/*.err $R/out/*-summary.json $R/out/*-capacity.json $R/out/energy-telemetry-point.json "$OUT/" 2>/dev/null
     cp $R/out/timings.txt "$OUT/" 2>/dev/null
     ;;
   esac
