@@ -43,7 +43,9 @@ def run_parity(*args: str, env: dict | None = None, cwd: str | Path | None = Non
 # --no-loadscope-reorder) start them at once and the short files fill in behind them.  Only the
 # order changes; a file not named here keeps its place after them.
 LONGEST_FIRST = [  # by their seconds in a warm four-worker run (2026-11-26, 2-core box: 258 s down to 24)
+    "integration/test_capacity_real.py",  # ~7 min alone (2026-11-29): llama-server then vLLM, 6 blocks each
     "integration/test_workloads_real.py",
+    "integration/test_replay_real.py",
     "integration/test_remote_cli.py",
     "integration/test_bisect_series.py",
     "integration/test_real_engine.py",

@@ -339,8 +339,12 @@ def sweep_all(plan: SnapshotPlan, run: Run) -> list[dict]:
                 return calibrate_after_trial(plan, run.out, arms)
             return True
 
-        def widths() -> dict:
-            return half_widths([r for a in arms for r in a["rows"]], plan.reference, st.metrics, st.min_delta_pct, st.confidence, direction) if plan.workload is None else {}
+        def widths() -> dict:  # a workload's are its kind's headline metrics per point (its summary pairs the same)
+            rows = [r for a in arms for r in a["rows"]]
+            if plan.workload is None:
+                return half_widths(rows, plan.reference, st.metrics, st.min_delta_pct, st.confidence, direction)
+            headline = list(plan.workload.kind_obj.headline)
+            return half_widths(rows, plan.reference, headline, st.min_delta_pct, st.confidence, direction, key="point")
 
         def report(block, n, hw, decision) -> None:
             counted[0] = n
