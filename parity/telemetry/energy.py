@@ -9,12 +9,16 @@ else every GPU NVML lists; `gpus_from` says which.  A number in it is an NVML in
 CUDA's order with CUDA_DEVICE_ORDER=PCI_BUS_ID, and on identical GPUs), GPU-<uuid> is matched by
 UUID prefix, and as in CUDA the list ends at the first entry that names no GPU.
 
-The cross-check: each GPU's sampled power (nvmlDeviceGetPowerUsage, parity.telemetry.nvml_gpu,
-every serving.telemetry.interval_s) integrated by the trapezoid rule over the same window, the
-first and last samples held flat to its edges.  Counter and integral agree within TOLERANCE_PCT
-or the point keeps the counter's number and a flag says by how much.  On Ampere and newer
-(GA100 excepted) NVML's power is a 1 s average, so the integral lags a step in load by about
-half a second: a short window that opens or closes on such a step disagrees for that reason.
+The cross-check: each GPU's sampled power (parity.telemetry.nvml_gpu, every
+serving.telemetry.interval_s) integrated by the trapezoid rule over the same window, the first and
+last samples held flat to its edges.  Counter and integral agree within TOLERANCE_PCT or the point
+keeps the counter's number and a flag says by how much.  The power integrated is the instantaneous
+field (NVML_FI_DEV_POWER_INSTANT) where every sample of the GPUs has it, else nvmlDeviceGetPowerUsage,
+which on Ampere and newer is an average over the last POWER_AVERAGING_S: it lags a step in load by
+about half a second, so over a window shorter than that the averaged integral cannot check the
+counter (a real H200 point of 0.55 s from idle read 44 % under it) and the check says "not
+checkable", without a flag; the counter's number stays.  One rule for every GPU (older ones'
+reading is closer to instantaneous).
 
 Measure only: nothing here sets a power limit, a clock or a mode.
 
@@ -29,7 +33,8 @@ which it uses two keys; any file of this shape is a capture:
      "energy": {"gpus": [0], "start": {"t": 0.0051, "mj": {"0": 81234567890}},
                              "end": {"t": 30.0102, "mj": {"0": 81245678901}}}}
 
-t: seconds on the sampler's clock (since it started); power_w: watts; mj: the counter's value in
+t: seconds on the sampler's clock (since it started); power_w: watts (power_instant_w, where the
+sampler read NVML's instantaneous field, beside it); mj: the counter's value in
 millijoules per NVML index (a string key, as JSON writes it)."""
 
 from __future__ import annotations
@@ -45,8 +50,11 @@ from parity.metrics.serving import prompt_tok_total
 from parity.telemetry import procfs
 
 TOLERANCE_PCT = 2.0
+POWER_AVERAGING_S = 1.0  # NVML documents nvmlDeviceGetPowerUsage on Ampere and newer as a 1 s average
 SOURCE = "NVML nvmlDeviceGetTotalEnergyConsumption (mJ since the driver loaded)"
 CHECK = "trapezoid integral of the sampled power (nvmlDeviceGetPowerUsage), edges held flat"
+CHECK_INSTANT = "trapezoid integral of the sampled instantaneous power (NVML_FI_DEV_POWER_INSTANT), edges held flat"
+AVERAGED, INSTANT = "power_w", "power_instant_w"  # the sample's keys (parity.telemetry.nvml_gpu)
 
 
 # ------------------------------------------------------------------ which GPUs
@@ -89,15 +97,21 @@ def visible_devices(server_pid: int | None, own: dict | None = None) -> tuple[st
 # ------------------------------------------------------------------ pure: integral and cross-check
 
 
-def power_series(samples: list[dict], index: int) -> list[tuple[float, float]]:
+def power_series(samples: list[dict], index: int, key: str = AVERAGED) -> list[tuple[float, float]]:
     """(t s, watts) of one GPU from the sampler's samples, in time order; samples without power skipped."""
     out = []
     for s in samples:
         for g in s.get("gpus") or []:
-            t, w = s.get("t"), g.get("power_w")
+            t, w = s.get("t"), g.get(key)
             if g.get("index", 0) == index and _finite(t) and _finite(w):
                 out.append((float(t), float(w)))
     return sorted(out)
+
+
+def power_key(samples: list[dict], gpus: list[int]) -> str:
+    """INSTANT where every sample of these GPUs has the instantaneous power, else AVERAGED."""
+    seen = [g for s in samples for g in s.get("gpus") or [] if g.get("index", 0) in gpus]
+    return INSTANT if seen and all(_finite(g.get(INSTANT)) for g in seen) else AVERAGED
 
 
 def _at(pts: list[tuple[float, float]], x: float) -> float:
@@ -121,12 +135,18 @@ def integral_j(pts: list[tuple[float, float]], start: float, end: float) -> floa
     return sum((t1 - t0) * (w0 + w1) / 2 for (t0, w0), (t1, w1) in zip(knots, knots[1:]))
 
 
-def cross_check(counter_j: float, integral: float | None, tolerance_pct: float = TOLERANCE_PCT) -> dict:
+def cross_check(counter_j: float, integral: float | None, tolerance_pct: float = TOLERANCE_PCT,
+                window_s: float | None = None, averaged_over_s: float = 0.0) -> dict:
     """The power integral against the counter: diff_pct = (integral - counter) / counter x 100;
-    agree within tolerance_pct; check says the outcome in words."""
+    agree within tolerance_pct; check says the outcome in words.  A window shorter than the power
+    reading averages over (averaged_over_s) is not checkable: agree None, the difference kept."""
     if integral is None:
         return {"diff_pct": None, "agree": None, "check": "not cross-checked: a GPU has no power sample (per_gpu)"}
     diff = 100 * (integral - counter_j) / counter_j
+    if window_s is not None and window_s < averaged_over_s:
+        check = f"not checkable: the window ({window_s:.2f} s) is shorter than the {averaged_over_s:g} s the power "
+        check += f"reading averages over (counter {counter_j:.3f} J, power integral {integral:.3f} J: {diff:+.2f} %)"
+        return {"diff_pct": round(diff, 3), "agree": None, "check": check}
     agree = abs(diff) <= tolerance_pct
     words = "agree" if agree else "DISAGREE"
     check = f"counter {counter_j:.3f} J vs power integral {integral:.3f} J: {diff:+.2f} % "
@@ -139,6 +159,7 @@ def measure(start: dict, end: dict, samples: list[dict], gpus: list[int], tolera
     sampler's samples: counter_j summed over gpus, the power integral, their cross-check, per GPU;
     {"applicable": False, "why"} where the counter gives no number."""
     lo, hi = start["t"], end["t"]
+    key = power_key(samples, gpus)
     counter, integ, per = 0.0, 0.0, []
     for i in gpus:
         a, b = _mj(start, i), _mj(end, i)
@@ -148,7 +169,7 @@ def measure(start: dict, end: dict, samples: list[dict], gpus: list[int], tolera
             return not_applicable(f"GPU {i}: the energy counter went back ({a} -> {b} mJ): the driver reloaded")
         if b == a:
             return not_applicable(f"GPU {i}: the energy counter did not move in {hi - lo:.3f} s")
-        pts = power_series(samples, i)
+        pts = power_series(samples, i, key)
         j = integral_j(pts, lo, hi)
         counter += (b - a) / 1000
         integ = None if integ is None or j is None else integ + j
@@ -158,9 +179,10 @@ def measure(start: dict, end: dict, samples: list[dict], gpus: list[int], tolera
         return not_applicable("no GPU to read")
     doc = {"applicable": True, "why": None, "source": SOURCE, "gpus": list(gpus), "window_s": round(hi - lo, 4),
            "counter_j": round(counter, 3), "integral_j": None if integ is None else round(integ, 3),
-           **cross_check(counter, integ, tolerance_pct), "tolerance_pct": tolerance_pct, "method": CHECK,
-           "per_gpu": per}
-    doc["flag"] = None if doc["agree"] else f"energy {doc['check']}"
+           **cross_check(counter, integ, tolerance_pct, hi - lo, POWER_AVERAGING_S if key == AVERAGED else 0.0),
+           "tolerance_pct": tolerance_pct, "method": CHECK if key == AVERAGED else CHECK_INSTANT, "per_gpu": per}
+    # a flag where they disagree or a GPU has no power; a window too short for the averaged power is said, not flagged
+    doc["flag"] = f"energy {doc['check']}" if doc["agree"] is False or doc["integral_j"] is None else None
     return doc
 
 

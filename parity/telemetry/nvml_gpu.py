@@ -2,12 +2,17 @@
 
 Every query is asked on its own: one the GPU does not support (the GB10 answers
 Not Supported for memory) is None in the sample and named once in `unsupported`,
-never an error for the point."""
+never an error for the point.  power_w is nvmlDeviceGetPowerUsage (on Ampere and newer a 1 s
+average); power_instant_w, beside it where the installed nvidia-ml-py names the field, is
+NVML_FI_DEV_POWER_INSTANT (parity.telemetry.energy integrates it when every sample has it)."""
 
 from __future__ import annotations
 
 from parity.gpu import throttle
 from parity.gpu.nvidia_smi import open_nvml
+
+# c_nvmlValue_t's member for each NVML_VALUE_TYPE_* (0 double ... 6 unsigned short)
+VALUE_MEMBERS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
 
 
 class NvmlGpu:
@@ -44,6 +49,14 @@ class NvmlGpu:
         fn = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(nv, "nvmlDeviceGetCurrentClocksThrottleReasons")
         return self._ask("clock_reasons", lambda: int(fn(h)))
 
+    def _instant(self, h) -> dict:
+        """{"power_instant_w": watts or None}, or {} where nvidia-ml-py has no such field."""
+        field = getattr(self.nv, "NVML_FI_DEV_POWER_INSTANT", None)
+        if field is None:
+            return {}
+        mw = self._ask("power_instant", lambda: field_value(self.nv, h, field))  # milliwatts
+        return {"power_instant_w": None if mw is None else round(mw / 1000.0, 3)}
+
     def sample(self) -> list[dict]:
         nv, out = self.nv, []
         for i, h in enumerate(self.handles):
@@ -56,6 +69,7 @@ class NvmlGpu:
                 "sm_mhz": self._ask("sm_clock", lambda: int(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM))),
                 "mem_mhz": self._ask("mem_clock", lambda: int(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM))),
                 "power_w": None if power is None else round(power / 1000.0, 3),
+                **self._instant(h),
                 "temp_c": self._ask("temperature", lambda: int(nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU))),
                 "util_gpu_pct": None if util is None else int(util.gpu),
                 "util_mem_pct": None if util is None else int(util.memory),
@@ -67,6 +81,14 @@ class NvmlGpu:
 
     def close(self) -> None:
         _shutdown(self.nv)
+
+
+def field_value(nv, h, field: int) -> float:
+    """One NVML field's value (nvmlDeviceGetFieldValues); RuntimeError where the GPU answers an error for it."""
+    (v,) = nv.nvmlDeviceGetFieldValues(h, [field])
+    if v.nvmlReturn != 0:
+        raise RuntimeError(f"NVML field {field}: {getattr(nv, 'nvmlErrorString', str)(v.nvmlReturn)}")
+    return float(getattr(v.value, VALUE_MEMBERS[v.valueType]))
 
 
 def _shutdown(nv) -> None:

@@ -116,6 +116,26 @@ def test_nvml_sample_h100(old_names):
     assert gpu.unsupported == {}
 
 
+def test_nvml_instant_power_beside_the_averaged_where_the_field_exists():
+    import pynvml  # its constants and its c_nvmlFieldValue_t; the call itself stubbed
+
+    def values(h, ids, ret=0):
+        v = pynvml.c_nvmlFieldValue_t()
+        v.fieldId, v.valueType, v.nvmlReturn = ids[0], pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, ret
+        v.value.uiVal = 385946  # milliwatts
+        return [v]
+
+    nv = fake_pynvml()
+    nv.NVML_FI_DEV_POWER_INSTANT, nv.nvmlDeviceGetFieldValues = pynvml.NVML_FI_DEV_POWER_INSTANT, values
+    (g,) = NvmlGpu(nv).sample()
+    assert g["power_w"] == 74.619 and g["power_instant_w"] == 385.946
+    nv.nvmlDeviceGetFieldValues = lambda h, ids: values(h, ids, ret=pynvml.NVML_ERROR_NOT_SUPPORTED)
+    gpu = NvmlGpu(nv)
+    (g,) = gpu.sample()
+    assert g["power_instant_w"] is None and gpu.unsupported == {"power_instant": "NVML field 186: 3"}
+    assert "power_instant_w" not in NvmlGpu(fake_pynvml()).sample()[0]  # an nvidia-ml-py without the field
+
+
 def test_nvml_not_supported_memory_is_none_not_a_crash():
     gpu = NvmlGpu(fake_pynvml(memory_supported=False))
     (g,) = gpu.sample()
