@@ -87,8 +87,11 @@ def test_a_mooncake_slice_is_sent_token_exact_with_the_traces_hit_rate(parity_cl
 # the first 12 requests of the Azure code trace (1.4 s), at 1x to 10x its rate; a send late by more than
 # max_delay_p99_ms voids a point: 1 s, as open-loop's CPU built-in, since this box's other work can
 # hold the client off its core for tens of ms (40 ms seen once at 10x; 0.1-3 ms on a quiet box)
+# min_achieved_share 0.5: 12 requests sent in 0.14-1.4 s are what this test is about only for the cache;
+# on a loaded box (two suites on 2 cores) the client sent 90 % of such a burst's rate and the point went
+# invalid for that; the send fidelity has its own figures (sched_delay_*) and test
 AZURE = {"kind": "trace", "trace": str(DATA / "azure-code-2023.csv"), "duration_s": 2.0, "speedups": list(range(1, 11)),
-         "max_delay_p99_ms": 1000}
+         "max_delay_p99_ms": 1000, "min_achieved_share": 0.5}
 
 
 def test_a_planted_warm_cache_is_flagged_every_time_and_a_clean_run_never(parity_cli, engine_bins, tmp_path):

@@ -69,7 +69,7 @@ def test_dry_run_names_the_workload_and_its_points(profile):
         (["--workload", "open-loop", "--workload-opt", "rate=2"], "--workload-opt rate: unknown workload key (did you mean rates?)", PROFILE),
         (["--workload", "open-loop", "--workload-opt", "rates=[1, -2]"], "rates: must be a non-empty list of distinct positive request rates", PROFILE),
         (["--workload", "shared-prefix", "--workload-opt", "groups"], "--workload-opt 'groups': expected KEY=VALUE", PROFILE),
-        (["--workload", "x"], "serving.workloads.x.kind: must be one of 'shared-prefix' | 'prefill-under-decode' | 'open-loop' | 'multi-turn' | 'prefill-curve', got 'burst'", "extends: smoke\nserving:\n  workloads:\n    x: {kind: burst}\n"),
+        (["--workload", "x"], "serving.workloads.x.kind: must be one of 'shared-prefix' | 'prefill-under-decode' | 'open-loop' | 'multi-turn' | 'prefill-curve' | 'trace', got 'burst'", "extends: smoke\nserving:\n  workloads:\n    x: {kind: burst}\n"),
         (["--workload", "prefill-curve", "--workload-opt", "n=8"], "workload prefill-curve: 8 requests in flight exceed --parallel 4", PROFILE),
         (["--workload", "prefill-curve", "--workload-opt", "lengths=[128, 4096]"], "workload prefill-curve: a request needs 4112 tokens (prompt + generated) but engine stock gives 2048", PROFILE),
         (["--workload", "prefill-curve", "--workload-opt", "lengths=[512]"], "prefill-curve.lengths: must be a list of at least two distinct prompt lengths", PROFILE),
