@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from parity.stats import usable
-from parity.stats.linfit import line
 from parity.stats.paired import t_quantile
 
 

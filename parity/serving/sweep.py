@@ -60,7 +60,7 @@ def probe_outputs(run: Run, target, la, s, engine: str) -> list[dict]:
     return answers
 
 
-def point_warmup(target, s, label: str) -> dict:
+def point_warmup(target, s) -> dict:
     """serving.warmup.point_requests requests one after another before the point, discarded (its
     counters are read after them): the server's leftovers from the last point are paid here."""
     k = s.warmup.point_requests
@@ -79,7 +79,7 @@ def run_point(run: Run, plan: SnapshotPlan, la, target, engine: str, rep: int, n
     k = rounds.count(n, s.min_requests)  # rounds of N at once, back to back (parity.serving.rounds)
     specs = build_specs(target, s, n * k, s.gen)
     check_fits(specs, plan.limits.get(engine), label, plan.limit_what.get(engine, "the engine"))
-    settle = point_warmup(target, s, label)
+    settle = point_warmup(target, s)
     before, _ = scrape_parsed(la)
     offset = llama_log.size(log)  # the server's log lines of this point follow (parity.ttft)
     with watch.point(run.runner, s.telemetry, server_pid, affinity) as tel:  # GPU + host samples, client pinned (parity/telemetry)
