@@ -27,8 +27,9 @@ setup: $(BIN)/parity
 smoke: setup
 	$(BIN)/parity campaign run campaigns/smoke.yaml
 
+# then the tests marked `quiet`, one at a time (scripts/run-tests)
 test: setup
-	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
+	./scripts/run-tests $(BIN)/python $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -33,6 +33,7 @@ def capacity(parity_cli, tmp_path, *args, timeout=900):
     return parity_cli("--artifacts", str(tmp_path / "runs"), "capacity", *args, timeout=timeout)
 
 
+@pytest.mark.quiet
 @pytest.mark.slow
 def test_llama_server_against_itself_reads_no_change(parity_cli, workload_profile, tmp_path):  # noqa: F811
     # stock_b: the stock build (the same build key: its targets too), a second engine name

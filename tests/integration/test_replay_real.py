@@ -22,6 +22,8 @@ import json
 import warnings
 from pathlib import Path
 
+import pytest
+
 from ports import free_port
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "replay"
@@ -59,6 +61,7 @@ MOONCAKE = {"kind": "trace", "trace": str(DATA / "mooncake-conversation.jsonl"),
             "max_request_tokens": 16384, "speedups": [20, 21], "max_delay_p99_ms": 1000}
 
 
+@pytest.mark.quiet
 def test_a_mooncake_slice_is_sent_token_exact_with_the_traces_hit_rate(parity_cli, engine_bins, tmp_path):
     from parity.artifacts import slugify
     from parity.replay.formats import read_trace
@@ -94,6 +97,7 @@ AZURE = {"kind": "trace", "trace": str(DATA / "azure-code-2023.csv"), "duration_
          "max_delay_p99_ms": 1000, "min_achieved_share": 0.5}
 
 
+@pytest.mark.quiet
 def test_a_planted_warm_cache_is_flagged_every_time_and_a_clean_run_never(parity_cli, engine_bins, tmp_path):
     clean = replay(parity_cli, tmp_path / "clean", AZURE)
     assert len(clean["rows"]) == 10

@@ -194,6 +194,7 @@ def test_a_builtin_by_name_raises_its_gen_when_the_trial_windows_are_short(parit
     assert ("calibrated window(s) fell under min_window_s" in doc["_stderr"]) == bool(short)
 
 
+@pytest.mark.quiet
 def test_prefill_curve_on_the_smoke_profile_against_the_engines_own_prompt_rate(parity_cli, workload_profile, tmp_path):
     """The built-in prefill-curve on the smoke profile's shape (tiny-hf, 2048-token slots, N=1 and
     N=4, 5 rounds a point and more while its window is short), stock and paged in 3 blocks.  Every
