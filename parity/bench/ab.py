@@ -24,10 +24,11 @@ from parity.context import Run
 from parity.engines import with_binaries
 from parity.engines.bound import Engine, bind_all
 from parity.errors import UsageError
-from parity.options import check as check_options, parse_until_ci
+from parity.options import check as check_options
 from parity.results import write_bench
 from parity.traces import summary as traces
 from parity.stats import adaptive
+from parity.stats.budget import StatsDefaults, resolve_budget
 from parity.bench.batched_bench import argv, parse_header, run_complete, split_kv_problem
 from parity.bench.table import HEADLINE
 from parity.engines.envpolicy import check_bench_env
@@ -163,26 +164,16 @@ def run_blocks(arms: list[Arm], run_one, budget: adaptive.Budget, order: str = "
 
 def budget_for(req: ABRequest, stats_cfg, n_arms: int) -> adaptive.Budget:
     """--repeat N: N blocks (with --until-ci: at least N).  --until-ci / --max-repeats / --budget-s
-    default to the profile's stats.until_ci_pct / max_repeats / budget_s where it has them
-    (an A/B without --repeat only)."""
-
-    check_options(repeat=req.repeat, max_repeats=req.max_repeats, budget_s=req.budget_s, until_ci=req.until_ci)
-    until, targets = parse_until_ci(req.until_ci)
-    if (until is not None or targets) and set(targets) - {HEADLINE}:
-        raise UsageError(f"--until-ci: {sorted(set(targets) - {HEADLINE})[0]} is not what llama-batched-bench's stop rule watches ({HEADLINE})")
-    until = targets.get(HEADLINE, until)  # a bench A/B watches S_TG alone
-    if until is None and req.repeat is None and n_arms >= 2:
-        until = getattr(stats_cfg, "until_ci_pct", None)
-        until = (getattr(stats_cfg, "until_ci_targets", None) or {}).get(HEADLINE, until)
-    if until is not None and n_arms < 2:
-        raise UsageError("--until-ci needs two arms (an A/B, or --aa): one engine has no paired interval; use --repeat N for its CV")
-    max_blocks = req.max_repeats or getattr(stats_cfg, "max_repeats", None) or adaptive.Budget.max_blocks
-    min_blocks = req.repeat or adaptive.Budget.min_blocks
-    if until is None:
-        return adaptive.Budget(None, min_blocks=min_blocks, max_blocks=max(min_blocks, max_blocks))
-    if min_blocks > max_blocks:
-        raise UsageError(f"--repeat {min_blocks} (the minimum with --until-ci) exceeds --max-repeats {max_blocks}")
-    return adaptive.Budget(float(until), min_blocks=min_blocks, max_blocks=max_blocks, max_seconds=req.budget_s or getattr(stats_cfg, "budget_s", None))
+    default to the profile's stats.until_ci_pct (or its s_tg target) / max_repeats / budget_s where it
+    has them (an A/B without --repeat only)."""
+    check_options(repeat=req.repeat)
+    return resolve_budget(
+        req.until_ci, req.max_repeats, req.budget_s, req.repeat or adaptive.Budget.min_blocks,
+        StatsDefaults.of(stats_cfg), watched=(HEADLINE,), one=True, use_defaults=req.repeat is None and n_arms >= 2,
+        unwatched=f"--until-ci: {{metric}} is not what llama-batched-bench's stop rule watches ({HEADLINE})",
+        too_few="--repeat {lo} (the minimum with --until-ci) exceeds --max-repeats {hi}",
+        refusals=["--until-ci needs two arms (an A/B, or --aa): one engine has no paired interval; use --repeat N "
+                  "for its CV"] if n_arms < 2 else [])
 
 
 @dataclass

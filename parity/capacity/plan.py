@@ -15,9 +15,10 @@ from parity.decode import replace
 from parity.engines.bound import bind_all
 from parity.errors import UsageError
 from parity.options import check as check_options
-from parity.options import parse_until_ci, positive_int
+from parity.options import positive_int
 from parity.serving.plan import SnapshotPlan
 from parity.stats.adaptive import Budget
+from parity.stats.budget import StatsDefaults, resolve_budget
 
 BLOCKS = 6  # the search's minimum (docs/CAPACITY.md: fewer blocks hide the shared slope's error)
 MIN_PTOK = 32  # the shortest prompt drawn (half of it) still holds a nonce and filler
@@ -155,22 +156,11 @@ def make_budget(st, req: CapacityRequest, engines: int) -> Budget:
     lo = req.repeat if req.repeat is not None else BLOCKS
     if lo < 2:
         raise UsageError(f"--repeat {lo}: an interval over blocks needs at least 2 ({BLOCKS} recommended)")
-    if req.until_ci is None:
-        if req.max_repeats is not None or req.budget_s is not None:
-            flag = "--max-repeats" if req.max_repeats is not None else "--budget-s"
-            raise UsageError(f"{flag} bounds adaptive blocks: give --until-ci PCT too (or --repeat N for a fixed "
-                             "count)")  # fmt: skip
-        return Budget(None, min_blocks=lo, max_blocks=lo)
-    pct, targets = parse_until_ci(req.until_ci)
-    if targets:
-        raise UsageError(f"--until-ci {req.until_ci!r}: capacity watches one interval, the capacity ratio's: give PCT")
-    if engines < 2:
-        raise UsageError("--until-ci needs two engines: it watches the capacity ratio's interval")
-    hi = req.max_repeats if req.max_repeats is not None else st.max_repeats
-    if hi < lo:
-        raise UsageError(f"--max-repeats {hi} is below the minimum of {lo} blocks (--repeat)")
-    return Budget(until_ci_pct=float(pct), min_blocks=lo, max_blocks=hi,
-                  max_seconds=req.budget_s if req.budget_s is not None else st.budget_s)
+    return resolve_budget(
+        req.until_ci, req.max_repeats, req.budget_s, lo, StatsDefaults.of(st), watched=(), use_defaults=False,
+        unwatched="--until-ci {value!r}: capacity watches one interval, the capacity ratio's: give PCT",
+        too_few="--max-repeats {hi} is below the minimum of {lo} blocks (--repeat)", lone_bounds="blocks",
+        refusals=["--until-ci needs two engines: it watches the capacity ratio's interval"] if engines < 2 else [])
 
 
 def longest(mean: int) -> int:

@@ -11,8 +11,9 @@ from parity.engines.bound import bind
 from parity.engines.envpolicy import check_bench_env
 from parity.errors import UsageError
 from parity.gates.test_backend_ops import perf_argv
-from parity.options import check as check_options, parse_until_ci
+from parity.options import check as check_options
 from parity.stats import adaptive
+from parity.stats.budget import StatsDefaults, resolve_budget
 
 ORDERS = ("abba", "abab")  # blocks; aabb has none
 AA_SUFFIX = "#2"
@@ -105,31 +106,14 @@ def parse_ops(value) -> list[str]:
 def budget(repeat, until_ci, max_repeats, budget_s, stats_cfg, n_arms: int) -> adaptive.Budget:
     """--repeat N blocks (with --until-ci the minimum); --until-ci watches every case's time per run
     (us_per_run=PCT or PCT); the profile's stats.until_ci_pct / max_repeats / budget_s fill in."""
-    check_options(repeat=repeat, max_repeats=max_repeats, budget_s=budget_s, until_ci=until_ci)
-    until, targets = parse_until_ci(until_ci)
-    if set(targets) - {HEADLINE}:
-        raise UsageError(
-            f"--until-ci: {sorted(set(targets) - {HEADLINE})[0]} is not what the op timing's stop rule watches"
-            f" ({HEADLINE} of every case)"
-        )
-    until = targets.get(HEADLINE, until)
-    if until is None and repeat is None and n_arms >= 2:
-        until = (getattr(stats_cfg, "until_ci_targets", None) or {}).get(
-            HEADLINE, getattr(stats_cfg, "until_ci_pct", None)
-        )
-    if until is not None and n_arms < 2:
-        raise UsageError("--until-ci needs two arms: one engine has no paired interval; use --repeat N for its CV")
-    max_blocks = max_repeats or getattr(stats_cfg, "max_repeats", None) or adaptive.Budget.max_blocks
-    min_blocks = repeat or adaptive.Budget.min_blocks
-    if until is None:
-        return adaptive.Budget(None, min_blocks=min_blocks, max_blocks=max(min_blocks, max_blocks))
-    if min_blocks > max_blocks:
-        raise UsageError(f"--repeat {min_blocks} (the minimum with --until-ci) exceeds --max-repeats {max_blocks}")
-    return adaptive.Budget(
-        float(until),
-        min_blocks=min_blocks,
-        max_blocks=max_blocks,
-        max_seconds=budget_s or getattr(stats_cfg, "budget_s", None),
+    check_options(repeat=repeat)
+    return resolve_budget(
+        until_ci, max_repeats, budget_s, repeat or adaptive.Budget.min_blocks, StatsDefaults.of(stats_cfg),
+        watched=(HEADLINE,), one=True, use_defaults=repeat is None and n_arms >= 2,
+        unwatched=f"--until-ci: {{metric}} is not what the op timing's stop rule watches ({HEADLINE} of every case)",
+        too_few="--repeat {lo} (the minimum with --until-ci) exceeds --max-repeats {hi}",
+        refusals=["--until-ci needs two arms: one engine has no paired interval; use --repeat N for its CV"]
+        if n_arms < 2 else [],
     )
 
 

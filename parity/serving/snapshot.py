@@ -14,8 +14,8 @@ from pathlib import Path
 
 from parity.decode import replace
 from parity import session
-from parity.options import parse_until_ci
 from parity.stats.adaptive import MAX_REPEATS, TIME_BUDGET, Budget
+from parity.stats.budget import StatsDefaults, resolve_budget
 from parity.stats import canary
 from parity.context import Run
 from parity.engines.bound import bind_all
@@ -114,31 +114,25 @@ def make_plan(profile, req: SnapshotRequest) -> SnapshotPlan:
     return plan
 
 
-def make_budget(st, req: SnapshotRequest, plan: SnapshotPlan, workload):
+def make_budget(st, req: SnapshotRequest, plan: SnapshotPlan, workload) -> Budget:
     """The stop rule's budget: fixed (repeat blocks) or --until-ci's (at least repeat and
-    2 blocks, at most --max-repeats, within --budget-s).  st: the profile's stats section.
-    Bad values: one-line UsageError."""
-    check_options(until_ci=req.until_ci, max_repeats=req.max_repeats, budget_s=req.budget_s)
-    # --until-ci PCT or METRIC=PCT,... replaces the profile's stats.until_ci_pct and until_ci_targets
-    pct, targets = parse_until_ci(req.until_ci) if req.until_ci is not None else (st.until_ci_pct, dict(st.until_ci_targets))
-    unknown = sorted(set(targets) - set(st.metrics))
-    if unknown:
-        raise UsageError(f"--until-ci: {unknown[0]} is not a headline metric the stop rule watches (stats.metrics: {', '.join(st.metrics)})")
-    if pct is None and not targets:
-        if req.max_repeats is not None or req.budget_s is not None:
-            raise UsageError(f"{'--max-repeats' if req.max_repeats is not None else '--budget-s'} bounds adaptive repeats: give --until-ci PCT too (or --repeat N for a fixed count)")
-        return Budget(until_ci_pct=None, min_blocks=plan.repeat, max_blocks=plan.repeat)
-    if workload is not None:
-        raise UsageError("--until-ci stops on the N sweep's headline intervals; a workload has its own points (run it with --repeat N)")
-    if plan.reference is None or len(plan.engines) < 2:
-        raise UsageError("--until-ci needs two engines: its intervals are paired ratios against the reference engine")
-    if plan.shape.order == "aabb":
-        raise UsageError("--until-ci adds blocks (every engine once, back to back); --order aabb has none: use abab or abba")
-    lo = max(plan.repeat, 2)
-    hi = req.max_repeats if req.max_repeats is not None else st.max_repeats
-    if hi < lo:
-        raise UsageError(f"--max-repeats {hi} is below the minimum of {lo} blocks (--repeat/serving.repeat {plan.repeat}, and an interval needs 2)")
-    return Budget(until_ci_pct=None if pct is None else float(pct), min_blocks=lo, max_blocks=hi, max_seconds=req.budget_s if req.budget_s is not None else st.budget_s, targets=targets)
+    2 blocks, at most --max-repeats, within --budget-s); --until-ci PCT or METRIC=PCT,... replaces
+    the profile's stats.until_ci_pct and until_ci_targets.  st: the profile's stats section."""
+    cannot = [why for bad, why in (
+        (workload is not None, "--until-ci stops on the N sweep's headline intervals; a workload has its own points "
+                               "(run it with --repeat N)"),
+        (plan.reference is None or len(plan.engines) < 2,
+         "--until-ci needs two engines: its intervals are paired ratios against the reference engine"),
+        (plan.shape.order == "aabb",
+         "--until-ci adds blocks (every engine once, back to back); --order aabb has none: use abab or abba"),
+    ) if bad]
+    return resolve_budget(
+        req.until_ci, req.max_repeats, req.budget_s, plan.repeat, StatsDefaults.of(st), watched=st.metrics,
+        unwatched=f"--until-ci: {{metric}} is not a headline metric the stop rule watches (stats.metrics: "
+                  f"{', '.join(st.metrics)})",
+        too_few=f"--max-repeats {{hi}} is below the minimum of {{lo}} blocks (--repeat/serving.repeat {plan.repeat}, "
+                "and an interval needs 2)",
+        floor=2, lone_bounds="repeats", refusals=cannot)
 
 
 def check_shape(plan: SnapshotPlan, engine: str, ptok: int, gen: int, what: str) -> None:

@@ -157,7 +157,7 @@ def test_human_table_and_tsv_of_a_real_ab():
 
 def test_budget_from_flags_and_profile_defaults():
     plain = SimpleNamespace()  # a StatsConfig without the adaptive keys
-    assert bench_ab.budget_for(bench_ab.ABRequest(repeat=5), plain, 2) == adaptive.Budget(None, 5, 20)
+    assert bench_ab.budget_for(bench_ab.ABRequest(repeat=5), plain, 2) == adaptive.Budget(None, 5, 5)  # fixed: N blocks
     assert bench_ab.budget_for(bench_ab.ABRequest(), plain, 2).min_blocks == 3
     b = bench_ab.budget_for(bench_ab.ABRequest(until_ci=1.5, max_repeats=8, budget_s=600), plain, 2)
     assert (b.until_ci_pct, b.min_blocks, b.max_blocks, b.max_seconds) == (1.5, 3, 8, 600)
