@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 from pathlib import Path
 from typing import Literal
 
@@ -18,18 +17,21 @@ import msgspec
 
 from parity.errors import ConfigError
 
-from parity.llamacpp.source import SourceConfig
-from parity.gates.canonical import MD5_RE, CanonicalMd5
-from parity.gpu.lock_config import LockConfig
+from parity.llamacpp.source import SourceConfig, check_source
+from parity.gates.canonical import CanonicalMd5, check_canonical
+from parity.gates.section import check_gates
+from parity.gpu.lock_config import LockConfig, check_lock
+from parity.hosts.registry import HOST_SECTIONS
 from parity.metrics.registry import headline, unknown
-from parity.models.spec import HfModelSpec, HfShape, SynthSpec  # noqa: F401 (HfShape re-exported)
-from parity.profiles.buckets import BucketRule, ProfilingConfig  # noqa: F401 (BucketRule re-exported)
-from parity.runners.host_config import HostConfig, SlurmConfig
+from parity.models.spec import HfModelSpec, HfShape, SynthSpec, check_model  # noqa: F401 (HfShape re-exported)
+from parity.profiles.buckets import BucketRule, ProfilingConfig, check_profiling  # noqa: F401 (BucketRule re-exported)
+from parity.runners.host_config import HostConfig, SlurmConfig  # noqa: F401 (SlurmConfig re-exported)
+from parity.serving.section import check_calibrate, check_serving
 from parity.engines.envpolicy import PolicyConfig
 from parity.engines import ENGINES
 from parity.engines.base import EngineSection
 from parity.engines.bound import Engine
-from parity.workloads.spec import BUILTIN, WorkloadConfig, check_workload  # noqa: F401 (check_workload re-exported)
+from parity.workloads.spec import WorkloadConfig, check_workload  # noqa: F401 (check_workload re-exported)
 from parity.decode import SECTIONS, decode_value, from_dict, is_record, read_utf8, read_yaml, record_fields  # noqa: F401 (re-exported)
 from parity.options import positive_int, positive_seconds  # noqa: F401 (re-exported)
 from parity.paths import DEFAULTS_DIR, PARITY_ROOT, cache_dir, expand_path  # noqa: F401 (re-exported)
@@ -191,6 +193,33 @@ class StatsConfig(msgspec.Struct):
     canary: str = "flag"  # the drift canary before every arm of a serving sweep (parity.stats.canary): flag | discard (its blocks leave the paired statistics) | off
     max_repeats: int = 20  # ... but never more blocks than this
     budget_s: float | None = 7200.0  # ... nor past this wall time of the measured blocks (every wait has a bound; null: max_repeats alone)
+
+
+def check_stats(st: StatsConfig, label: str, key: str) -> None:
+    """stats: the rule's bounds, the metrics by the metric registry, the adaptive repeats' targets.
+    (Here, beside the section: parity/stats/ sits below the metric registry it checks against.)"""
+    for name in ("min_delta_pct", "noise_k"):
+        if getattr(st, name) < 0:
+            raise ConfigError(label, f"{key}.{name}", "must not be negative")
+    if not 0 < st.confidence < 1:
+        raise ConfigError(label, f"{key}.confidence", "must be between 0 and 1 (e.g. 0.95)")
+    if not st.metrics:
+        raise ConfigError(label, f"{key}.metrics", "must name at least one metric")
+    if bad := unknown(st.metrics):
+        raise ConfigError(label, f"{key}.metrics",
+                          f"{bad[0]} is not a declared metric (the headline: {', '.join(headline())})")
+    if st.until_ci_pct is not None and not (math.isfinite(st.until_ci_pct) and st.until_ci_pct > 0):
+        raise ConfigError(label, f"{key}.until_ci_pct",
+                          "must be a positive percentage (or null: a fixed number of repeats)")
+    if st.canary not in ("flag", "discard", "off"):
+        raise ConfigError(label, f"{key}.canary", f"flag, discard or off, got {st.canary!r}")
+    for m, v in st.until_ci_targets.items():
+        if m not in st.metrics or isinstance(v, bool) or not (math.isfinite(v) and v > 0):
+            known = ", ".join(st.metrics)
+            raise ConfigError(label, f"{key}.until_ci_targets.{m}",
+                              f"a headline metric of stats.metrics ({known}) with a positive percentage")
+    if not positive_int(st.max_repeats) or st.max_repeats < 2:
+        raise ConfigError(label, f"{key}.max_repeats", "must be an integer >= 2 (an interval needs two blocks)")
 
 
 class ReportsConfig(msgspec.Struct):
@@ -438,141 +467,23 @@ def profile_from_dict(data: dict, label: str = "<dict>") -> Profile:
 
 
 def validate(p: Profile, label: str) -> None:
-    """Cross-references and value checks that types alone cannot express."""
-    for mname, m in p.models.items():
-        for i, c in enumerate(m.canonical):
-            key = f"models.{mname}.canonical[{i}].md5"
-            if not MD5_RE.match(c.md5):
-                raise ConfigError(label, key, f"not an md5 (32 lowercase hex digits): {c.md5!r}")
-            if c.md5 == "d41d8cd98f00b204e9800998ecf8427e":
-                raise ConfigError(label, key, "is the md5 of empty output and can never be canonical")
-        if not m.path and m.synth is None:
-            raise ConfigError(label, f"models.{mname}.path", "missing (give a GGUF path or a synth: spec)")
-        if m.hf is not None:
-            if m.synth is not None:
-                raise ConfigError(label, f"models.{mname}", "give synth: or hf:, not both")
-            if not m.vllm_path:
-                raise ConfigError(label, f"models.{mname}.vllm_path", "an hf: model needs the directory its checkpoint is written to")
-            if m.hf.source is not None and m.hf.source not in p.sources:
-                raise ConfigError(label, f"models.{mname}.hf.source", f"unknown source {m.hf.source!r} (known: {', '.join(p.sources) or 'none'})")
-    for ename, e in p.engines.items():
-        Engine(ename, e, ENGINES[e.kind], p).validate(label)
-    for sname, s in p.sources.items():
-        need = {"git": ("url", "pin"), "path": ("path",), "archive": ("path", "sha256"), "pypi-sdist": ("package", "sha256"), "localai": ("path",)}[s.kind]
-        for attr in need:
-            if not getattr(s, attr):
-                raise ConfigError(label, f"sources.{sname}.{attr}", f"required for a {s.kind} source")
-        if s.archive and s.kind != "localai":
-            raise ConfigError(label, f"sources.{sname}.archive", f"only a localai source takes an archive of the pin (a {s.kind} source does not)")
-        if s.archive and (s.url or s.checkout):
-            raise ConfigError(label, f"sources.{sname}", "give llama.cpp at the pin one way: archive, checkout or url (set the others to null)")
-    for hname, h in p.hosts.items():
-        if h.kind == "ssh" and h.slurm is not None:
-            raise ConfigError(label, f"hosts.{hname}.slurm", "only a kind: slurm host takes slurm: options")
-        if h.kind == "slurm":
-            h.slurm = h.slurm or SlurmConfig()
-            for key in ("poll_s", "pending_timeout_s", "controller_timeout_s", "kill_grace_s"):
-                v = getattr(h.slurm, key)
-                if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
-                    raise ConfigError(label, f"hosts.{hname}.slurm.{key}", "must be a number of seconds > 0")
-            if h.slurm.time is not None and not re.fullmatch(r"\d+(-\d+)?(:\d+){0,2}|UNLIMITED|INFINITE", str(h.slurm.time)):
-                raise ConfigError(label, f"hosts.{hname}.slurm.time", f"not a Slurm time limit (minutes, HH:MM:SS or D-HH:MM:SS): {h.slurm.time!r}")
-    s = p.serving
-    for key in ("model",):
-        if s.model and s.model not in p.models:
-            raise ConfigError(label, f"serving.{key}", f"unknown model {s.model!r}")
-    for e in s.engines:
-        if e not in p.engines:
-            raise ConfigError(label, "serving.engines", f"unknown engine {e!r} (known: {', '.join(p.engines)})")
-    if s.reference_engine and s.reference_engine not in p.engines:
-        raise ConfigError(label, "serving.reference_engine", f"unknown engine {s.reference_engine!r}")
-    for key in ("npl",):
-        vals = getattr(s, key)
-        if not vals or any(v <= 0 for v in vals):
-            raise ConfigError(label, f"serving.{key}", "must be a non-empty list of positive integers")
-    for key in ("ptok", "gen", "parallel", "ctx", "repeat", "request_timeout_s", "settle_timeout_s", "min_requests"):
-        if getattr(s, key) <= 0:
-            raise ConfigError(label, f"serving.{key}", "must be positive")
-    for key in ("min_window_s", "settle_s", "settle_tolerance_mib"):
-        if getattr(s, key) < 0:
-            raise ConfigError(label, f"serving.{key}", "must not be negative")
-    if not 0 <= s.invalid_tolerance < 1:
-        raise ConfigError(label, "serving.invalid_tolerance", "must be a share in [0, 1)")
-    for wname, w in s.workloads.items():
-        if w.kind is None:
-            if wname not in BUILTIN:
-                raise ConfigError(label, f"serving.workloads.{wname}.kind", f"required key is missing (or name the workload after a built-in kind to override its fields: {', '.join(BUILTIN)})")
-            w.kind = wname
-        check_workload(w, label, f"serving.workloads.{wname}")
-    if s.warmup.requests < 0 or s.warmup.gen <= 0 or s.warmup.point_requests < 0:
-        raise ConfigError(label, "serving.warmup", "requests and point_requests must be >= 0 (0: none) and gen positive")
-    t = s.telemetry
-    if t.client_cpus < 1 or t.pin_min_cpus < t.client_cpus + 1:
-        raise ConfigError(label, "serving.telemetry", "client_cpus must be >= 1 and pin_min_cpus leave the server at least one core (pin_min_cpus > client_cpus)")
-    op = s.output_parity
-    if op.enabled and (not op.prompts or op.gen <= 0 or op.top_logprobs < 1 or not 0 <= op.min_agreement <= 1 or op.max_kl < 0):
-        raise ConfigError(label, "serving.output_parity", "needs prompts, gen > 0, top_logprobs >= 1, min_agreement in [0, 1], max_kl >= 0")
-    if p.gates.ctx is not None and p.gates.ctx <= 0:
-        raise ConfigError(label, "gates.ctx", "must be a positive number of tokens")
-    if p.gates.ctx is not None and {"-c", "--ctx-size"} & set(p.gates.completion_args):
-        raise ConfigError(label, "gates.completion_args", "sets the context size too: give it once, as gates.ctx")
-    for m in p.gates.models:
-        if m not in p.models:
-            raise ConfigError(label, "gates.models", f"unknown model {m!r}")
-    for key in ("engine", "reference_engine"):
-        val = getattr(p.gates, key)
-        if val and val not in p.engines:
-            raise ConfigError(label, f"gates.{key}", f"unknown engine {val!r}")
-        if val and (note := ENGINES[p.engines[val].kind].binary_gates_note()):
-            raise ConfigError(label, f"gates.{key}", f"engine {val}: the gates run an engine's own binaries, {note}")
-    for key in ("reference", "baseline", "candidate"):
-        val = getattr(p.gates.kl, key)
-        if val and val not in p.models:
-            raise ConfigError(label, f"gates.kl.{key}", f"unknown model {val!r}")
-    kl = p.gates.kl
-    if kl.min_same_top_p is not None and not 0 <= kl.min_same_top_p <= 100:
-        raise ConfigError(label, "gates.kl.min_same_top_p", "must be a percentage from 0 to 100 (or null: no bound)")
-    if kl.same_top_p_slack is not None and not kl.same_top_p_slack >= 0:
-        raise ConfigError(label, "gates.kl.same_top_p_slack", "must be 0 or more percentage points (or null)")
-    if kl.ctx < 2 or kl.chunks < 1:
-        raise ConfigError(label, "gates.kl", "ctx must be at least 2 tokens and chunks at least 1")
-    if kl.on_md5_change and not (kl.reference and kl.candidate):
-        raise ConfigError(label, "gates.kl.on_md5_change", "needs gates.kl.reference and gates.kl.candidate")
-    for i, b in enumerate(p.profiling.buckets):
-        try:
-            re.compile(b.pattern)
-        except re.error as err:
-            raise ConfigError(label, f"profiling.buckets[{i}].pattern", f"bad regex: {err}") from None
-    if p.profiling.tracer not in ("auto", "cupti", "nsys"):
-        raise ConfigError(label, "profiling.tracer", f"must be auto, cupti or nsys, got {p.profiling.tracer!r}")
-    if not positive_int(p.profiling.blocks):
-        raise ConfigError(label, "profiling.blocks", "must be a positive integer")
-    if p.lock.idle_checks < 1:
-        raise ConfigError(label, "lock.idle_checks", "must be at least 1")
-    for key in ("min_delta_pct", "noise_k"):
-        if getattr(p.stats, key) < 0:
-            raise ConfigError(label, f"stats.{key}", "must not be negative")
-    if not 0 < p.stats.confidence < 1:
-        raise ConfigError(label, "stats.confidence", "must be between 0 and 1 (e.g. 0.95)")
-    if not p.stats.metrics:
-        raise ConfigError(label, "stats.metrics", "must name at least one metric")
-    if bad := unknown(p.stats.metrics):
-        raise ConfigError(label, "stats.metrics",
-                          f"{bad[0]} is not a declared metric (the headline: {', '.join(headline())})")
-    if p.stats.until_ci_pct is not None and not (math.isfinite(p.stats.until_ci_pct) and p.stats.until_ci_pct > 0):
-        raise ConfigError(label, "stats.until_ci_pct", "must be a positive percentage (or null: a fixed number of repeats)")
-    if p.stats.canary not in ("flag", "discard", "off"):
-        raise ConfigError(label, "stats.canary", f"flag, discard or off, got {p.stats.canary!r}")
-    for m, v in p.stats.until_ci_targets.items():
-        if m not in p.stats.metrics or isinstance(v, bool) or not (math.isfinite(v) and v > 0):
-            raise ConfigError(label, f"stats.until_ci_targets.{m}", f"a headline metric of stats.metrics ({', '.join(p.stats.metrics)}) with a positive percentage")
-    if not positive_int(p.stats.max_repeats) or p.stats.max_repeats < 2:
-        raise ConfigError(label, "stats.max_repeats", "must be an integer >= 2 (an interval needs two blocks)")
-    c = s.calibrate
-    if not (math.isfinite(c.margin) and c.margin >= 1):
-        raise ConfigError(label, "serving.calibrate.margin", "must be >= 1 (the share of min_window_s a window must reach)")
-    if not positive_int(c.max_gen):
-        raise ConfigError(label, "serving.calibrate.max_gen", "must be a positive number of tokens")
+    """Cross-references and value checks that types alone cannot express: each section's own
+    package checks it (given the names it may refer to), in this order; then every bound."""
+    for name, m in p.models.items():
+        check_canonical(m.canonical, label, f"models.{name}.canonical")
+        check_model(m, label, f"models.{name}", p.sources)
+    for name, e in p.engines.items():
+        Engine(name, e, ENGINES[e.kind], p).validate(label)
+    for name, src in p.sources.items():
+        check_source(src, label, f"sources.{name}")
+    for name, h in p.hosts.items():
+        HOST_SECTIONS[h.kind](h, label, f"hosts.{name}")
+    check_serving(p.serving, label, "serving", p.models, p.engines)
+    check_gates(p.gates, label, "gates", p.models, p.engines)
+    check_profiling(p.profiling, label, "profiling")
+    check_lock(p.lock, label, "lock")
+    check_stats(p.stats, label, "stats")
+    check_calibrate(p.serving.calibrate, label, "serving.calibrate")
     check_bounds(p, label)
 
 

@@ -6,9 +6,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 
-from parity.gates.canonical import MD5_RE
-
-EMPTY_MD5 = "d41d8cd98f00b204e9800998ecf8427e"
+from parity.gates.canonical import EMPTY_MD5, MD5_RE
 
 
 def usable_md5(value: str) -> bool:

@@ -6,6 +6,8 @@ from typing import Literal
 
 import msgspec
 
+from parity.errors import ConfigError
+
 
 class LockConfig(msgspec.Struct):
     RENAMED = {
@@ -26,3 +28,8 @@ class LockConfig(msgspec.Struct):
     nvidia_smi_missing: Literal["idle", "busy"] = "idle"
     run_timeout_s: float = 12 * 3600.0  # `parity lock run -- CMD`: the command is stopped after this
     reclaim_wait_s: float = 60.0  # a reclaimer waits this long for a dead holder's process group to be gone
+
+
+def check_lock(lock: LockConfig, label: str, key: str) -> None:
+    if lock.idle_checks < 1:
+        raise ConfigError(label, f"{key}.idle_checks", "must be at least 1")

@@ -1,15 +1,22 @@
 """Host kinds by name (hosts.NAME.kind): each ships one parity command to its host and pulls its
-run directory back.  A new host kind is one module plus one line here."""
+run directory back.  A new host kind is one module, its section check, and one line in each map here."""
 
 from __future__ import annotations
 
 import importlib
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from parity.hosts.delegation import Delegated
+from parity.registry import Registry
+
+if TYPE_CHECKING:  # the profile loader reads HOST_SECTIONS: delegation's imports stay out of it
+    from parity.hosts.delegation import Delegated
 
 # host kind (hosts.NAME.kind) -> "module:function" that runs the command there and pulls its run dir back
 HOSTS = {"ssh": "parity.hosts.ssh:delegate", "slurm": "parity.hosts.slurm.job:delegate"}
+# host kind -> its check of a hosts.NAME section, check(host, label, key) (a ConfigError on a bad value)
+HOST_SECTIONS: Registry = Registry({"ssh": "parity.hosts.ssh_section:check",
+                                    "slurm": "parity.hosts.slurm.section:check"})
 
 
 def delegate(host: str, profile, argv: list[str], local_root: Path, *, echo_stdout: bool = True, prefix: str = "", out=None) -> Delegated:

@@ -14,7 +14,7 @@ import msgspec
 
 from parity.files import sha256, sha256_file
 from parity.paths import cache_dir, expand_path
-from parity.errors import InfraError, UsageError
+from parity.errors import ConfigError, InfraError, UsageError
 from parity.filelock import locked
 from parity.llamacpp import git as gitmod
 from parity import redact
@@ -33,6 +33,24 @@ class SourceConfig(msgspec.Struct):
     checkout: str | None = None  # git/localai: an existing upstream clone holding the pin (instead of cloning url)
     fixups: str | None = None  # NNNN-*.patch applied to every engine of this source, stock too, after any series
     archive: str | None = None  # localai: llama.cpp at the pin as a `git archive` tarball (instead of url/checkout)
+
+
+# kind -> the keys a source of that kind must give
+REQUIRED = {"git": ("url", "pin"), "path": ("path",), "archive": ("path", "sha256"),
+            "pypi-sdist": ("package", "sha256"), "localai": ("path",)}
+
+
+def check_source(s: SourceConfig, label: str, key: str) -> None:
+    """sources.NAME: the keys its kind needs; an archive of the pin only for localai, and only alone."""
+    for attr in REQUIRED[s.kind]:
+        if not getattr(s, attr):
+            raise ConfigError(label, f"{key}.{attr}", f"required for a {s.kind} source")
+    if s.archive and s.kind != "localai":
+        raise ConfigError(label, f"{key}.archive",
+                          f"only a localai source takes an archive of the pin (a {s.kind} source does not)")
+    if s.archive and (s.url or s.checkout):
+        raise ConfigError(label, key,
+                          "give llama.cpp at the pin one way: archive, checkout or url (set the others to null)")
 
 
 class Source(msgspec.Struct):

@@ -6,6 +6,8 @@ from typing import Literal
 
 import msgspec
 
+from parity.errors import ConfigError
+
 
 class SynthSpec(msgspec.Struct):
     arch: str = "llama"
@@ -41,3 +43,19 @@ class HfModelSpec(HfShape, frozen=True):
 
     source: str | None = None  # the llama.cpp source whose converter makes the GGUF; None: the first llama engine's
     outtype: Literal["f32", "f16"] = "f32"
+
+
+def check_model(m, label: str, key: str, sources) -> None:
+    """models.NAME (config.ModelConfig): a GGUF path or a synth: spec; hf: with its checkpoint
+    directory and a source among `sources` (the profile's source names)."""
+    if not m.path and m.synth is None:
+        raise ConfigError(label, f"{key}.path", "missing (give a GGUF path or a synth: spec)")
+    if m.hf is None:
+        return
+    if m.synth is not None:
+        raise ConfigError(label, key, "give synth: or hf:, not both")
+    if not m.vllm_path:
+        raise ConfigError(label, f"{key}.vllm_path", "an hf: model needs the directory its checkpoint is written to")
+    if m.hf.source is not None and m.hf.source not in sources:
+        known = ", ".join(sources) or "none"
+        raise ConfigError(label, f"{key}.hf.source", f"unknown source {m.hf.source!r} (known: {known})")

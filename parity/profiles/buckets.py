@@ -15,6 +15,8 @@ import msgspec
 from parity.paths import DEFAULTS_DIR
 from parity.decode import read_utf8
 from parity.errors import ConfigError
+from parity.options import positive_int
+from parity.tracer import TRACERS
 from parity.yamlload import TooBig, safe_load
 
 OTHER = "other"
@@ -41,6 +43,19 @@ class ProfilingConfig(msgspec.Struct):
     tracer: str = "auto"  # nsys | cupti | auto (nsys where it is installed and runs, else parity's CUPTI tracer)
     cupti: str | None = None  # a CUPTI root (include/, lib/); default: the toolkit's extras/CUPTI, else the nvidia-cuda-cupti wheel
     blocks: int = 3  # blocks per profile: each runs every arm traced (every ntg) and untraced, for the tracer's cost and paired buckets
+
+
+def check_profiling(pr: ProfilingConfig, label: str, key: str) -> None:
+    """profiling: every bucket pattern a regex, a known tracer, a positive number of blocks."""
+    for i, b in enumerate(pr.buckets):
+        try:
+            re.compile(b.pattern)
+        except re.error as err:
+            raise ConfigError(label, f"{key}.buckets[{i}].pattern", f"bad regex: {err}") from None
+    if pr.tracer not in TRACERS:
+        raise ConfigError(label, f"{key}.tracer", f"must be auto, cupti or nsys, got {pr.tracer!r}")
+    if not positive_int(pr.blocks):
+        raise ConfigError(label, f"{key}.blocks", "must be a positive integer")
 
 
 @dataclass

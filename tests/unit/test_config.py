@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 import pytest
+import yaml
 
 from parity.config import PolicyConfig, available_profiles, cache_dir, load_profile
 from parity.errors import ConfigError
@@ -175,3 +177,57 @@ def test_h100_cupti_profile_keeps_the_lever_arms_one_build():
     p = load_profile(str(Path(__file__).resolve().parents[2] / "campaigns" / "profiles" / "h100-cupti.yaml"))
     assert plan(bind(p, "paged")).key == plan(bind(p, "paged_nofg")).key and plan(bind(p, "stock")).key == plan(bind(p, "stock_b")).key
     assert p.profiling.tracer == "cupti" and p.profiling.blocks == 3
+
+
+def test_each_section_reports_its_problem_in_the_loader_order(tmp_path):
+    """One bad value in every section at once: the problems come one at a time, in this order
+    (each section's package checks it; config.validate only calls them), each named by key."""
+    bad = {
+        "models.tiny.canonical[0].md5": ("models", {"tiny": {"canonical": [{"md5": "x"}]}}),
+        "engines.paged.cuda_archs": ("engines", {"paged": {"cuda_archs": "sm_90"}}),
+        "sources.extra.url": ("sources", {"extra": {"kind": "git"}}),
+        "hosts.farm.slurm.time": ("hosts", {"farm": {"kind": "slurm", "slurm": {"time": "soon"}}}),
+        "serving.gen": ("serving", {"gen": 0}),
+        "gates.kl": ("gates", {"kl": {"ctx": 1}}),
+        "profiling.tracer": ("profiling", {"tracer": "perf"}),
+        "lock.idle_checks": ("lock", {"idle_checks": 0}),
+        "stats.confidence": ("stats", {"confidence": 2}),
+        "serving.calibrate.margin": ("serving", {"calibrate": {"margin": 0.5}}),
+        "stats.budget_s": ("stats", {"budget_s": -1}),  # the bounds every *_s field keeps, last
+    }
+    seen = []
+    while bad:
+        doc = {"extends": "smoke"}
+        for section, value in bad.values():
+            merged = doc.setdefault(section, {})
+            for k, v in value.items():
+                merged[k] = {**merged.get(k, {}), **v} if isinstance(v, dict) else v
+        with pytest.raises(ConfigError) as e:
+            load_profile(write(tmp_path, yaml.safe_dump(doc)))
+        seen.append(e.value.key)
+        bad.pop(e.value.key)
+    assert seen == ["models.tiny.canonical[0].md5", "engines.paged.cuda_archs", "sources.extra.url",
+                    "hosts.farm.slurm.time", "serving.gen", "gates.kl", "profiling.tracer", "lock.idle_checks",
+                    "stats.confidence", "serving.calibrate.margin", "stats.budget_s"]
+
+
+def test_every_host_kind_checks_its_own_section_without_the_delegation():
+    """config.py names no host kind: each kind registers its section check, and loading a profile
+    with hosts of every kind imports neither the delegation nor the SSH runner."""
+    import subprocess
+    import sys
+    import typing
+
+    from parity.hosts.registry import HOST_SECTIONS, HOSTS
+    from parity.runners.host_config import HostConfig
+
+    kinds = set(typing.get_args(typing.get_type_hints(HostConfig)["kind"]))
+    assert kinds == set(HOSTS) == set(HOST_SECTIONS)
+    root = Path(__file__).parents[2]
+    source = (root / "parity" / "config.py").read_text()
+    assert not [k for k in kinds if f'"{k}"' in source or f"'{k}'" in source]
+    code = ("import sys; from parity.config import profile_from_dict; "
+            "profile_from_dict({'hosts': {'a': {'kind': 'ssh', 'hostname': 'h'}, 'b': {'kind': 'slurm'}}}); "
+            "print(sorted(m for m in sys.modules if m in ('parity.hosts.delegation', 'parity.runners.ssh')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root)
+    assert out.stdout.strip() == "[]"
