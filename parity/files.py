@@ -93,6 +93,8 @@ def json_default(o):
 
     if dataclasses.is_dataclass(o):
         return dataclasses.asdict(o)
+    if hasattr(type(o), "__struct_fields__") and callable(getattr(o, "flat", None)):  # a typed row (results.model.PointRow)
+        return o.flat()  # flat, as summary.json holds it
     if hasattr(type(o), "__struct_fields__"):  # a msgspec Struct (the result model, the profile's sections, records), without importing msgspec
         return {f: getattr(o, f) for f in o.__struct_fields__}
     if isinstance(o, (PurePath, _dt.date)):  # a date: from a YAML file (the lever map) the user edited

@@ -21,7 +21,8 @@ def provenance(run) -> dict:
                    for b in builds.values() if isinstance(b, dict)})  # fmt: skip
     clocks = {}
     for key in ("sm_mhz_median", "mem_mhz_median"):
-        vals = [r["telemetry"][key] for r in run.rows() if isinstance(r.get("telemetry"), dict) and isinstance(r["telemetry"].get(key), (int, float))]
+        tel = [r.telemetry for r in run.rows() if isinstance(r.telemetry, dict)]
+        vals = [t[key] for t in tel if isinstance(t.get(key), (int, float))]
         clocks[key] = statistics.median(vals) if vals else None
     slurm = m.get("slurm") or {}
     return {

@@ -32,6 +32,7 @@ class RunData:
     analysis: dict | None = None
     bench: dict | None = None  # bench.json (llama-batched-bench)
     notes: list[str] = field(default_factory=list)  # unreadable files
+    points: list[model.PointRow] | None = None  # summary.json's rows as the reader typed them
 
     @property
     def run_id(self) -> str:
@@ -41,8 +42,11 @@ class RunData:
     def hardware_class(self) -> str | None:
         return (self.hardware or {}).get("hardware_class")
 
-    def rows(self) -> list[dict]:
-        return list((self.summary or {}).get("rows") or [])
+    def rows(self) -> list[model.PointRow]:
+        """The summary's rows, typed (a summary set by hand or from a users' artifact: typed here)."""
+        if self.points is not None:
+            return list(self.points)
+        return model.point_rows((self.summary or {}).get("rows") or [])
 
 
 def _json(path: Path, notes: list[str], shape=dict):
@@ -92,7 +96,9 @@ def load_run(path, *, need_summary: bool = True) -> RunData:
     rd = RunData(p, manifest, notes=notes)
     rd.hardware = _json(p / "hardware.json", notes, model.Hardware)
     rd.gates = _json(p / "gates.json", notes, model.Gates)
-    rd.summary = _result(results.read_summary, p / "summary.json")
+    summary = results.read_summary(p / "summary.json") if (p / "summary.json").exists() else None
+    rd.summary = summary.data if summary else None
+    rd.points = summary.typed.rows if summary and isinstance(summary.typed, model.Summary) else None  # lever A/B: none
     rd.builds = _json(p / "builds.json", notes, model.Builds)
     rd.analysis = _json(p / "profile" / "analysis.json", notes, model.Analysis)
     rd.bench = _result(results.read_bench, p / "bench.json")
@@ -246,30 +252,34 @@ def gate_problems(rd: RunData, *, current: bool = False) -> list[str]:
     return out
 
 
-def row_valid(r: dict) -> bool:
+def row_valid(r: model.PointRow) -> bool:
     """A summary row counts only while it says valid (rows of runs before parity marked them lack the key)."""
-    return r.get("valid", True) is True
+    return r.valid is True
 
 
 def invalid_rows(rd: RunData) -> list[str]:
     """"paged r0 N=1: why" for every row marked invalid."""
     rows = enumerate(rd.rows())
-    return [f"{r.get('engine')} r{r.get('repeat', i)} N={r.get('n')}: {why_invalid(r)}" for i, r in rows if not row_valid(r)]
+    return [f"{r.engine} r{_repeat(r, i)} N={r.n}: {why_invalid(r)}" for i, r in rows if not row_valid(r)]
 
 
-def why_invalid(r: dict) -> str:
-    return "; ".join(map(str, r.get("invalid_reasons") or [])) or "no reason"
+def _repeat(r: model.PointRow, i: int):
+    """The row's repeat; its place among the rows when it has none (a users' artifact, an old run)."""
+    return i if r.repeat is None else r.repeat
+
+
+def why_invalid(r: model.PointRow) -> str:
+    return "; ".join(map(str, r.invalid_reasons or [])) or "no reason"
 
 
 def values_by_cell(rd: RunData, metric: str) -> dict[tuple[str, int], dict[int, float]]:
     """{(engine, n): {repeat: value}} for one metric from the valid summary rows' usable values."""
     out: dict[tuple[str, int], dict[int, float]] = {}
     for i, r in enumerate(rd.rows()):
-        v = r.get(metric)
+        v = r.metric(metric)
         if not row_valid(r) or not stats.usable(v):
             continue
-        key = (str(r.get("engine")), int(r.get("n", 0)))
-        out.setdefault(key, {})[int(r.get("repeat", i))] = float(v)
+        out.setdefault((str(r.engine), int(r.n)), {})[int(_repeat(r, i))] = float(v)
     return out
 
 
@@ -279,9 +289,9 @@ def cells(rd: RunData, metric: str) -> dict[tuple[str, int], dict]:
     absent, null, non-finite, out of the statistics' range or not a number, is a gap (never a value)."""
     out: dict[tuple[str, int], dict] = {}
     for i, r in enumerate(rd.rows()):
-        key = (str(r.get("engine")), r.get("n", 0))  # n: an N, or a workload's rate
+        key = (str(r.engine), r.n)  # n: an N, or a workload's rate
         cell = out.setdefault(key, {"values": {}, "gaps": [], "invalid": []})
-        v, repeat = r.get(metric), r.get("repeat", i)
+        v, repeat = r.metric(metric), _repeat(r, i)
         if not row_valid(r):
             cell["invalid"].append(f"r{repeat}: invalid ({why_invalid(r)})")
         elif stats.usable(v):
@@ -291,12 +301,12 @@ def cells(rd: RunData, metric: str) -> dict[tuple[str, int], dict]:
     return out
 
 
-def no_value(r: dict, metric: str) -> str:
+def no_value(r: model.PointRow, metric: str) -> str:
     """Why a valid row has no value of metric: absent, null, a number the statistics cannot hold, not a number."""
-    v = r.get(metric)
-    if metric not in r or v is None:
-        return "absent" if metric not in r else "null"
-    if not isinstance(v, (int, float)) or isinstance(v, bool):
-        return f"a {type(v).__name__}"
+    if metric in r.info:
+        return f"a {type(r.info[metric]).__name__}"
+    if metric not in r.metrics or r.metrics[metric] is None:
+        return "absent" if metric not in r.metrics else "null"
+    v = r.metrics[metric]
     lo, hi = stats.RANGE
     return repr(v) if not math.isfinite(v) else f"{v:g} (beyond the statistics' range {lo:g}..{hi:g})"

@@ -126,29 +126,35 @@ def _repeats(m: dict) -> str:
 def validity_section(rd: RunData) -> dict:
     """Which points broke a rule (they are in the rows, not in the medians or ratios)."""
     s = rd.summary or {}
-    rows = s.get("rows") or []
-    windows = [[r.get("engine"), r.get("repeat"), r.get("n"), fmt(r.get("wall_s")), fmt(r.get("decode_window_s")), f"{r.get('valid_requests', '-')}/{r.get('requests', '-')}",
-                "valid" if r.get("valid", True) else "INVALID: " + "; ".join(r.get("invalid_reasons") or [])] for r in rows]  # fmt: skip
+    windows = [[r.engine, r.repeat, r.n, fmt(r.metric("wall_s")), fmt(r.metric("decode_window_s")),
+                f"{_count(r, 'valid_requests')}/{_count(r, 'requests')}",
+                "valid" if r.valid else "INVALID: " + "; ".join(r.invalid_reasons or [])] for r in rd.rows()]
     cal, mw = s.get("calibration") or {}, (s.get("shape") or {}).get("min_window_s")
     return {"invalid": s.get("invalid_points") or [], "rows": windows, "min_window_s": mw, "outran": outran_line(cal.get("outran") or [], cal.get("margin"), mw)}
+
+
+def _count(r, key: str):
+    """A row's request count, '-' when the row has none."""
+    return r.metrics.get(key, "-")
 
 
 def reconciliation_section(rd: RunData) -> list[list]:
     """Per point: the server's own /metrics deltas against the client's counts."""
     out = []
-    for r in (rd.summary or {}).get("rows") or []:
-        for q in r.get("reconciliation") or []:
-            out.append([r.get("engine"), r.get("repeat"), r.get("n"), q["quantity"], fmt(q["client"]), fmt(q["server"]), q["rule"], q["status"]])
+    for r in rd.rows():
+        for q in r.reconciliation:
+            out.append([r.engine, r.repeat, r.n, q.quantity, fmt(q.client), fmt(q.server), q.rule, q.status])
     return out
 
 
 def server_section(rd: RunData) -> list[list]:
     """Server-side figures the client cannot see: preemptions, prefix cache, KV use."""
     out = []
-    for r in (rd.summary or {}).get("rows") or []:
-        s = r.get("server") or {}
+    for r in rd.rows():
+        s = r.server or {}
         if s:
-            out.append([r.get("engine"), r.get("repeat"), r.get("n"), fmt(s.get("preemptions")), fmt(s.get("prefix_queries")), fmt(s.get("prefix_hits")), fmt(s.get("prefix_hit_rate")), fmt(s.get("kv_usage_after"))])
+            figures = ("preemptions", "prefix_queries", "prefix_hits", "prefix_hit_rate", "kv_usage_after")
+            out.append([r.engine, r.repeat, r.n, *(fmt(s.get(k)) for k in figures)])
     return out
 
 

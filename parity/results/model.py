@@ -18,6 +18,7 @@ from msgspec import field
 SCHEMA_VERSION = 1
 Number = Optional[float]  # a value that could not be computed is null, never NaN
 Point = Union[int, float]  # a sweep's N, or a workload's point key (an open-loop rate is a float)
+Value = Optional[Union[int, float]]  # a row's number: a metric, a count
 
 
 class Reconciliation(msgspec.Struct):
@@ -31,9 +32,11 @@ class Reconciliation(msgspec.Struct):
 
 
 class PointRow(msgspec.Struct):
-    """One engine x point x repeat of a serving sweep (summary.json rows[]); its metrics are the
-    row's other keys (a number, or null with invalid_reasons or a reason beside it)."""
+    """One engine x point x repeat of a serving sweep (summary.json rows[]).  In the file a row is
+    flat: these fields beside its numbers (a metric, a count; null with invalid_reasons or a reason
+    beside it) and its other keys (why, warmups, flags, anatomy)."""
 
+    CARRIED: ClassVar[tuple[str, ...]] = ("metrics", "info", "layout")  # in memory only: flat() spreads them
     engine: str
     n: Point
     repeat: Optional[int] = None
@@ -43,6 +46,91 @@ class PointRow(msgspec.Struct):
     reconciliation: list[Reconciliation] = field(default_factory=list)
     telemetry: Optional[dict[str, Any]] = None
     server: Optional[dict[str, Any]] = None
+    metrics: dict[str, Value] = field(default_factory=dict)  # the row's numbers by name
+    info: dict[str, Any] = field(default_factory=dict)  # its other keys
+    layout: list[str] = field(default_factory=list)  # the flat row's keys in order: read and written, the same bytes
+
+    @classmethod
+    def of(cls, flat: dict[str, Any]) -> "PointRow":
+        """A flat row (a file's, or one the sweep assembled) as a typed row."""
+        row = cls(**{k: flat[k] for k in ROW_FIELDS if k in flat}, layout=list(flat))
+        row.reconciliation = msgspec.convert(row.reconciliation, list[Reconciliation])
+        for k, v in flat.items():
+            if k not in ROW_FIELDS:
+                (row.metrics if _is_value(v) else row.info)[k] = v
+        return row
+
+    def flat(self) -> dict[str, Any]:
+        """The row as the file holds it: its keys in layout order, then any added since."""
+        declared = (k for k in ROW_FIELDS if k not in self.layout and self._set(k))
+        return {k: self[k] for k in dict.fromkeys([*self.layout, *declared, *self.metrics, *self.info]) if k in self}
+
+    def metric(self, name: str) -> Value:
+        """The row's number under name (None: absent or null)."""
+        return self.metrics.get(name)
+
+    def put(self, key: str, value: Any) -> None:
+        """Set one flat key: a declared field, else a number (metrics) or another value (info)."""
+        if key in ROW_FIELDS:
+            setattr(self, key, msgspec.convert(value, list[Reconciliation]) if key == "reconciliation" else value)
+        else:
+            self.metrics.pop(key, None)
+            self.info.pop(key, None)
+            (self.metrics if _is_value(value) else self.info)[key] = value
+        if not self.layout:  # a row built field by field: its declared keys first, as of() would read them
+            self.layout = [k for k in ROW_FIELDS if self._set(k)]
+        if key not in self.layout:
+            self.layout.append(key)
+
+    def _set(self, key: str) -> bool:
+        """A declared field holds something other than its default (a row built without a layout)."""
+        return key in ("engine", "n") or getattr(self, key) != _DEFAULTS[key]
+
+    # a flat view (row["key"], row.get, `in`, row[key] = v) for the code not yet moved to the attributes (issue 55)
+    def __getitem__(self, key: str) -> Any:
+        if self._holds(key):
+            value = getattr(self, key)
+            return [msgspec.structs.asdict(c) for c in value] if key == "reconciliation" else value
+        if key in self.metrics:
+            return self.metrics[key]
+        if key in self.info:
+            return self.info[key]
+        raise KeyError(key)
+
+    def _holds(self, key: str) -> bool:
+        """A declared field the flat row has (read from the file, or set)."""
+        return key in ROW_FIELDS and (key in self.layout or self._set(key))
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and (key in self.metrics or key in self.info or self._holds(key))
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self[key] if key in self else default
+
+    def keys(self) -> list[str]:
+        return list(self.flat())
+
+    def items(self) -> list[tuple[str, Any]]:
+        return list(self.flat().items())
+
+    def __iter__(self):
+        return iter(self.keys())
+
+    __setitem__ = put
+
+
+ROW_FIELDS = tuple(f for f in PointRow.__struct_fields__ if f not in PointRow.CARRIED)
+_DEFAULTS = {f.name: f.default_factory() if f.default is msgspec.NODEFAULT else f.default
+             for f in msgspec.structs.fields(PointRow) if f.name in ROW_FIELDS[2:]}
+
+
+def _is_value(v: Any) -> bool:
+    return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
+
+
+def point_rows(rows: list[Any]) -> list[PointRow]:
+    """rows typed: a flat dict (a test's, a users' artifact's) becomes a PointRow, a PointRow stays."""
+    return [r if isinstance(r, PointRow) else PointRow.of(r) for r in rows]
 
 
 class Median(msgspec.Struct):

@@ -162,15 +162,18 @@ def check(data: Any, cls: type[T], path, what: str) -> Doc[T]:
     return Doc(Path(path), typed, data)
 
 
-def read_summary(path) -> Doc:
-    """summary.json: a snapshot's (model.Summary) or a lever A/B's (model.LeverSummary)."""
+def read_summary(path) -> Doc[model.Summary | model.LeverSummary]:
+    """summary.json: a snapshot's (model.Summary, its rows typed with every key: model.PointRow)
+    or a lever A/B's (model.LeverSummary)."""
     data = load_json(path)
     kind = data.get("kind", "snapshot") if isinstance(data, dict) else None
     if kind == "lever-ab":
         return check(data, model.LeverSummary, path, "lever A/B summary")
     if isinstance(data, dict) and kind not in ("snapshot", None):
         raise BadResultFile(f"{path}: kind {str(kind)[:40]!r} is not a summary parity writes (snapshot, lever-ab)")
-    return check(data, model.Summary, path, "snapshot summary (an object with rows, medians, ratios)")
+    doc = check(data, model.Summary, path, "snapshot summary (an object with rows, medians, ratios)")
+    doc.typed.rows = [model.PointRow.of(r) for r in data.get("rows") or []]  # the check's hold the declared fields only
+    return doc
 
 
 def read_bench(path) -> Doc:

@@ -26,9 +26,12 @@ def plain(data: Any) -> Any:
 
 
 def write(run, name: str, doc: dict, cls: type) -> dict:
-    """doc stamped with the schema version and its non-finite numbers made null (in place: the
-    caller's document is what was written), written through run.write_json, then checked as the
-    reader will check it (after writing: the numbers stay on disk when parity has a bug)."""
+    """doc stamped with the schema version, its typed rows flat (model.PointRow.flat) and its
+    non-finite numbers made null (in place: the caller's document is what was written; a list of
+    typed rows is replaced by a new one, so the caller's rows stay typed), written through
+    run.write_json, then checked as the reader will check it (after writing: the numbers stay on
+    disk when parity has a bug)."""
+    _flat_in_place(doc)
     _finite_in_place(doc)
     doc["schema_version"] = model.SCHEMA_VERSION
     run.write_json(name, doc)
@@ -37,6 +40,18 @@ def write(run, name: str, doc: dict, cls: type) -> dict:
     except BadResultFile as e:
         raise ParityError(f"parity wrote {name} in a shape its own reader refuses (a parity bug; the file is kept): {e}") from None
     return doc
+
+
+def _flat_in_place(data: Any) -> None:
+    """Replace each list holding a typed row (at any depth) by a new list of flat rows."""
+    items = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, list) else ()
+    for k, v in list(items):
+        if isinstance(v, list) and any(isinstance(x, model.PointRow) for x in v):
+            for x in v:
+                _finite_in_place(x.metrics if isinstance(x, model.PointRow) else None)  # as a flat row's would be
+            data[k] = [x.flat() if isinstance(x, model.PointRow) else x for x in v]
+        elif isinstance(v, (dict, list)):
+            _flat_in_place(v)
 
 
 def _finite_in_place(data: Any) -> None:

@@ -18,24 +18,27 @@ from parity import results, stats, tables
 from parity.metrics import energy, validity
 from parity.metrics import registry
 from parity.metrics.registry import definitions, direction
+from parity.results.model import PointRow, point_rows
 from parity.stats.paired import METHOD, by_point
 
 
-def medians(rows: list[dict], keys: list[str] | None = None, spread: list[str] | None = None) -> list[dict]:
+def medians(rows: list[PointRow] | list[dict], keys: list[str] | None = None,
+            spread: list[str] | None = None) -> list[dict]:
     """Per engine x N: the median of each metric (keys; None: every serving metric) over the VALID
     repeats, with the min..max of the spread ones (None: the headline)."""
+    rows = point_rows(rows)
     keys = registry.row_metrics() if keys is None else keys
     spread = registry.headline() if spread is None else spread
     out = []
-    for eng, n in sorted({(r["engine"], r["n"]) for r in rows}):
-        rs = [r for r in rows if r["engine"] == eng and r["n"] == n]
-        ok = [r for r in rs if r.get("valid", True)]
+    for eng, n in sorted({(r.engine, r.n) for r in rows}):
+        rs = [r for r in rows if r.engine == eng and r.n == n]
+        ok = [r for r in rs if r.valid]
         m = {"engine": eng, "n": n, "repeats": len(ok), "invalid_repeats": len(rs) - len(ok)}
         for k in keys:
-            vals = [r[k] for r in ok if isinstance(r.get(k), (int, float)) and math.isfinite(r[k])]
+            vals = [v for v in numbers(ok, k) if math.isfinite(v)]
             m[k] = round(statistics.median(vals), 4) if vals else None
         if len(ok) > 1:
-            m["spread"] = {k: [min(v), max(v)] for k in spread if (v := [r[k] for r in ok if isinstance(r.get(k), (int, float))])}
+            m["spread"] = {k: [min(v), max(v)] for k in spread if (v := numbers(ok, k))}
         out.append(m)
     return out
 
@@ -48,7 +51,8 @@ def paired_entry(p: dict) -> dict:
     return {k: p.get(k) for k in PAIRED_KEYS}
 
 
-def paired_points(rows: list[dict], reference: str | None, metrics: list[str], threshold_pct: float, confidence: float) -> list[dict]:
+def paired_points(rows: list[PointRow], reference: str | None, metrics: list[str], threshold_pct: float,
+                  confidence: float) -> list[dict]:
     """paired.by_point over the valid rows: engine/reference per block (repeat) x N x metric."""
     if not reference:
         return []
@@ -56,13 +60,14 @@ def paired_points(rows: list[dict], reference: str | None, metrics: list[str], t
     return by_point(rows, reference, list(metrics), direction, threshold_pct, confidence)
 
 
-def ratios(rows: list[dict], med: list[dict], reference: str | None, rule: stats.Rule,
+def ratios(rows: list[PointRow] | list[dict], med: list[dict], reference: str | None, rule: stats.Rule,
            metrics: list[str] | None = None) -> list[dict]:
     """engine / reference per N and metric (None: the headline), from medians of valid repeats,
     each with the noise rule's verdict (repeats paired by index: the session ran them back to
     back) and, beside it, the paired block statistics ("paired": outcome, ratio, interval, blocks)."""
     if not reference:
         return []
+    rows = point_rows(rows)
     metrics = registry.headline() if metrics is None else metrics
     pp = {(p["engine"], p["n"], p["metric"]): p for p in paired_points(rows, reference, metrics, rule.min_delta_pct, rule.confidence)}
     ref = {m["n"]: m for m in med if m["engine"] == reference}
@@ -78,14 +83,24 @@ def ratios(rows: list[dict], med: list[dict], reference: str | None, rule: stats
             a, b = ref[m["n"]].get(k), m.get(k)
             r[k] = round(b / a, 4) if a and b else None
             if note is None:
-                va = {x["repeat"]: x[k] for x in rows if x["engine"] == reference and x["n"] == m["n"] and x.get("valid", True) and x.get(k) is not None}
-                vb = {x["repeat"]: x[k] for x in rows if x["engine"] == m["engine"] and x["n"] == m["n"] and x.get("valid", True) and x.get(k) is not None}
+                va, vb = (by_repeat(rows, e, m["n"], k) for e in (reference, m["engine"]))
                 ab = stats.compare_samples(va, vb, rule, direction(k), paired=True)
                 verdicts[k] = {"verdict": ab.verdict, "reason": ab.reason, "threshold_pct": round(ab.threshold_pct, 3), "delta_pct": None if ab.delta_pct is None else round(ab.delta_pct, 3)}
         r["verdicts"] = verdicts
         r["paired"] = {k: paired_entry(pp[(m["engine"], m["n"], k)]) for k in metrics if (m["engine"], m["n"], k) in pp}
         out.append(r)
     return out
+
+
+def numbers(rows: list[PointRow], metric: str) -> list[float]:
+    """The rows' numbers under metric (a row without one left out)."""
+    return [v for r in rows if (v := r.metric(metric)) is not None]
+
+
+def by_repeat(rows: list[PointRow], engine: str, n, metric: str) -> dict:
+    """{repeat: value} of one engine x N x metric over its valid rows that have a number."""
+    mine = [r for r in rows if r.engine == engine and r.n == n and r.valid]
+    return {r.repeat: r.metric(metric) for r in mine if r.metric(metric) is not None}
 
 
 def paired_text(p: dict | None) -> str:
@@ -138,8 +153,8 @@ def parity_columns() -> list[str]:
             "requests", "valid_requests", "invalid_requests", "noise"]
 
 
-def parity_tsv(rows: list[dict], med: list[dict], rat: list[dict]) -> str:
-    parts = (("row", rows), ("median", med), ("ratio", rat))
+def parity_tsv(rows: list[PointRow], med: list[dict], rat: list[dict]) -> str:
+    parts = (("row", [r.flat() for r in point_rows(rows)]), ("median", med), ("ratio", rat))
     items = [{"kind": k, **r, **({"repeat": "median"} if k == "median" else {})} for k, part in parts for r in part]
     return tables.tsv(parity_columns(), items)
 
@@ -179,16 +194,17 @@ def head(plan) -> dict:
     }
 
 
-def write(plan, rd, rows: list[dict], extra: dict | None = None) -> dict:
+def write(plan, rd, rows: list[PointRow] | list[dict], extra: dict | None = None) -> dict:
     """summary.json, parity_summary.tsv, summary.tsv and paired.tsv in the run directory rd
-    (plan.stats: the noise rule and the paired statistics)."""
+    (plan.stats: the noise rule and the paired statistics); returns summary.json as written."""
+    rows = point_rows(rows)
     med = medians(rows)
     st = plan.stats
     rule = stats.Rule.from_config(st)
     rat = ratios(rows, med, plan.reference, rule)
     pair = [*st.metrics, *(m for m in energy.measured(rows) if m not in st.metrics)]  # J/token where measured
     pts = paired_points(rows, plan.reference, pair, st.min_delta_pct, st.confidence)
-    invalid = [f"{r['engine']} r{r['repeat']} N={r['n']}: {'; '.join(r['invalid_reasons'])}" for r in rows if not r.get("valid", True)]
+    invalid = [f"{r.engine} r{r.repeat} N={r.n}: {'; '.join(r.invalid_reasons)}" for r in rows if not r.valid]
     doc = {
         **head(plan),
         "rows": rows,
@@ -203,7 +219,7 @@ def write(plan, rd, rows: list[dict], extra: dict | None = None) -> dict:
         "metrics": definitions(),
         **(extra or {}),
     }
-    results.write_summary(rd, doc)
+    doc = results.write_summary(rd, doc)  # the rows written flat (model.PointRow.flat)
     rd.write_text("parity_summary.tsv", parity_tsv(rows, med, rat))
     rd.write_text("summary.tsv", users_tsv(med, plan.reference))
     rd.write_text("paired.tsv", paired_tsv(pts))

@@ -17,6 +17,7 @@ from parity.errors import InfraError
 from parity.metrics import prometheus as server_metrics
 from parity.metrics import validity
 from parity.metrics.serving import gen_total, prompt_tok_total
+from parity.results.model import PointRow
 from parity.serving.point import build_specs, check_fits, client_side, records_json, scrape_parsed, slot_context
 from parity.efficiency import memory as memtrack
 from parity.gpu.memory import used_mib, wait_back
@@ -73,7 +74,10 @@ def point_warmup(target, s) -> dict:
     return {"requests": k, "gen": s.warmup.gen, **({"invalid": len(bad), "first_reason": bad[0]} if bad else {})}
 
 
-def run_point(run: Run, plan: SnapshotPlan, la, target, engine: str, rep: int, n: int, show, server_pid: int | None = None, affinity: dict | None = None, log: str | None = None) -> dict:
+def run_point(run: Run, plan: SnapshotPlan, la, target, engine: str, rep: int, n: int, show,
+              server_pid: int | None = None, affinity: dict | None = None, log: str | None = None) -> PointRow:
+    """One N of the arm: its typed row (its keys assembled flat first: validity, telemetry and
+    energy write into them)."""
     s = plan.shape
     label = f"{engine} r{rep} N={n}"
     k = rounds.count(n, s.min_requests)  # rounds of N at once, back to back (parity.serving.rounds)
@@ -118,7 +122,17 @@ def run_point(run: Run, plan: SnapshotPlan, la, target, engine: str, rep: int, n
     run.dir.write_json(f"requests/{engine}-r{rep}-n{n}.json", records_json(recs))
     if text is not None:
         run.dir.write_text(f"servers/{engine}-r{rep}-n{n}.metrics.txt", text)
-    return row
+    return PointRow.of(row)
+
+
+def point_line(row: PointRow) -> str:
+    """The console's line of one N: its rates, TTFT, windows and verdict."""
+    m = row.metric
+    verdict = "valid" if row.valid else "INVALID: " + "; ".join(row.invalid_reasons)
+    verdict += "".join(f"  [{f}]" for f in row.info.get("flags") or [])
+    rates = f"decode_agg {m('decode_agg_tps')} perseq {m('decode_perseq_tps')} agg {m('agg_tps')} tok/s"
+    times = f"ttft {m('ttft_mean_ms')} ms  windows {m('wall_s')}/{m('decode_window_s')} s"
+    return f"  {row.engine:>8} r{row.repeat} N={row.n:<4} {rates}  {times}  {verdict}"
 
 
 def cpu_plan(runner, s) -> dict:
@@ -140,7 +154,8 @@ def run_arm(run: Run, plan: SnapshotPlan, engine: str, rep: int, prog, task) -> 
     run.dir.write_json(f"servers/{engine}-r{rep}.json", {"argv": la.argv, "env": la.env, "unset": la.unset, "served_name": la.served_name, "count": la.count, "request_extra": la.request_extra, "affinity": pin,
                                                       **({} if la.spawned else {"started_by_parity": False, "address": f"http://{la.host}:{la.port}", "start": la.start, "stop": la.stop})})  # fmt: skip
     mem_before, mem_source = used_mib()
-    rows, arm = [], {"engine": engine, "repeat": rep, "affinity": pin}
+    rows: list[PointRow] = []
+    arm = {"engine": engine, "repeat": rep, "affinity": pin}
     prog.update(task, status=f"{engine} r{rep}: starting server (budget {e.ready_timeout_s:g} s)")
     with serving(run, la, s.port, log, e.ready_timeout_s, e.ready_probe_timeout_s, e.stop_grace_s) as (proc, ready_s):
         arm["ready_s"] = round(ready_s, 2)
@@ -166,16 +181,11 @@ def run_arm(run: Run, plan: SnapshotPlan, engine: str, rep: int, prog, task) -> 
                 prog.update(task, status=f"{label}: {p.done}/{n} requests, {p.tokens} tokens, {p.tps():.1f} tok/s")
 
             row = run_point(run, plan, la, target, engine, rep, n, show, proc.pid, pin, log)
-            row["server_ready_s"] = arm["ready_s"]
+            row.put("server_ready_s", arm["ready_s"])
             rows.append(row)
             mem.sample(f"N={n}")
             prog.advance(task)
-            verdict = "valid" if row["valid"] else "INVALID: " + "; ".join(row["invalid_reasons"])
-            verdict += "".join(f"  [{f}]" for f in row.get("flags") or [])
-            run.out.info(
-                f"  {engine:>8} r{rep} N={n:<4} decode_agg {row['decode_agg_tps']} perseq {row['decode_perseq_tps']} agg {row['agg_tps']} tok/s"
-                f"  ttft {row['ttft_mean_ms']} ms  windows {row['wall_s']}/{row['decode_window_s']} s  {verdict}"
-            )
+            run.out.info(point_line(row))
             if (rc := proc.poll()) is not None:
                 raise died(engine, rc, log, f"N={n}")
         arm["memory"] = mem.result()

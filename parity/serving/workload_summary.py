@@ -11,6 +11,7 @@ from parity import results, stats, tables
 from parity.serving import summary
 from parity.metrics.registry import definitions
 from parity.metrics.serving import METRICS
+from parity.results.model import PointRow, point_rows
 from parity.workloads import WORKLOADS
 
 
@@ -19,12 +20,12 @@ def keys(kind: str) -> list[str]:
     return list(METRICS) + list(WORKLOADS[kind].metrics)
 
 
-def labelled(med: list[dict], rows: list[dict]) -> list[dict]:
+def labelled(med: list[dict], rows: list[PointRow]) -> list[dict]:
     """Medians with their point label (and, for open loop, how many repeats held the rate)."""
     for m in med:
-        rs = [r for r in rows if r["engine"] == m["engine"] and r["n"] == m["n"]]
-        m["point"] = rs[0].get("point") if rs else None
-        held = [r.get("held") for r in rs if r.get("valid", True) and "held" in r]
+        rs = [r for r in rows if r.engine == m["engine"] and r.n == m["n"]]
+        m["point"] = rs[0].point if rs else None
+        held = [r.get("held") for r in rs if r.valid and "held" in r]  # True, False or None (not judged)
         if held:
             m["held"] = all(held) if None not in held else None
             m["held_repeats"] = f"{sum(h is True for h in held)}/{len(held)}"
@@ -44,15 +45,17 @@ def headline(rat: list[dict], kind: str) -> str:
     return "; ".join(parts)
 
 
-def tsv(rows: list[dict], med: list[dict], rat: list[dict], kind: str) -> str:
+def tsv(rows: list[PointRow], med: list[dict], rat: list[dict], kind: str) -> str:
     cols = ["kind", "engine", "n", "point", "repeat", "reference", "valid", "held", *keys(kind), "requests", "valid_requests", "invalid_requests", "noise"]
-    parts = (("row", rows), ("median", med), ("ratio", rat))
+    parts = (("row", [r.flat() for r in point_rows(rows)]), ("median", med), ("ratio", rat))
     items = [{**r, "kind": k, **({"repeat": "median"} if k == "median" else {})} for k, part in parts for r in part]
     return tables.tsv(cols, items)
 
 
-def write(plan, rd, rows: list[dict], extra: dict | None = None) -> dict:
-    """summary.json, parity_summary.tsv and paired.tsv in the run directory rd (plan.stats: the rules)."""
+def write(plan, rd, rows: list[PointRow] | list[dict], extra: dict | None = None) -> dict:
+    """summary.json, parity_summary.tsv and paired.tsv in the run directory rd (plan.stats: the
+    rules); returns summary.json as written."""
+    rows = point_rows(rows)
     wl = plan.workload
     kind = WORKLOADS[wl.kind]
     med = labelled(summary.medians(rows, keys(wl.kind), kind.headline), rows)
@@ -65,9 +68,9 @@ def write(plan, rd, rows: list[dict], extra: dict | None = None) -> dict:
     pts = summary.paired_points(rows, plan.reference, kind.headline, st.min_delta_pct, st.confidence)
     for p in pts:
         p["point"] = points.get(p["n"])
-    invalid = [f"{r['engine']} r{r['repeat']} {r['point']}: {'; '.join(r['invalid_reasons'])}" for r in rows if not r.get("valid", True)]
-    not_held = [f"{r['engine']} r{r['repeat']} {r['point']}: {r['held_note']}" for r in rows if r.get("held") is False]
-    coarse = [f"{r['engine']} r{r['repeat']} {r['point']}: {r['coarse_note']}" for r in rows if r.get("coarse_note")]
+    invalid = [f"{r.engine} r{r.repeat} {r.point}: {'; '.join(r.invalid_reasons)}" for r in rows if not r.valid]
+    not_held = [f"{r.engine} r{r.repeat} {r.point}: {r.info['held_note']}" for r in rows if r.info.get("held") is False]
+    coarse = [f"{r.engine} r{r.repeat} {r.point}: {r.info['coarse_note']}" for r in rows if r.info.get("coarse_note")]
     doc = {
         **summary.head(plan),
         "workload": wl.describe(),
@@ -87,7 +90,7 @@ def write(plan, rd, rows: list[dict], extra: dict | None = None) -> dict:
         **kind.summarize(rows, plan.reference, st.min_delta_pct, st.confidence),  # the kind's own (fits across its points)
         **(extra or {}),
     }
-    results.write_summary(rd, doc)
+    doc = results.write_summary(rd, doc)  # the rows written flat (model.PointRow.flat)
     rd.write_text("parity_summary.tsv", tsv(rows, med, rat, wl.kind))
     rd.write_text("paired.tsv", summary.paired_tsv(pts))
     return doc

@@ -21,6 +21,7 @@ from parity.errors import UsageError
 from parity.metrics import prometheus as server_metrics, validity, workload as workload_metrics
 from parity.loadgen.client import Target
 from parity.metrics.serving import compute
+from parity.results.model import PointRow
 from parity.runners.base import Process
 from parity.serving.plan import SnapshotPlan
 from parity.serving.point import check_fits, client_side, records_json, scrape_parsed
@@ -153,23 +154,24 @@ class Arm:
 
 
 def run_points(run: Run, plan: SnapshotPlan, la: Launch, target: Target, engine: str, rep: int, prog, task,
-               proc=None, log: str = "") -> list[dict]:
-    """Every point of plan.workload on this arm's server; one row per point."""
+               proc=None, log: str = "") -> list[PointRow]:
+    """Every point of plan.workload on this arm's server; one typed row per point."""
     wl = plan.workload
     arm = Arm(run, plan, la, target, engine, rep, lambda msg: prog.update(task, status=f"{engine} r{rep} {msg}"), proc, log)
     rows = []
     for m in wl.kind_obj.run(arm, wl):
-        row = finish(arm, wl, m)
+        row = PointRow.of(finish(arm, wl, m))
         rows.append(row)
         prog.advance(task)
-        run.out.info(f"  {engine:>8} r{rep} {wl.name} {m.label}: " + ", ".join(f"{k} {row.get(k)}" for k in wl.kind_obj.headline) + f"  {verdict_text(row)}")
+        figures = ", ".join(f"{k} {row.metric(k)}" for k in wl.kind_obj.headline)
+        run.out.info(f"  {engine:>8} r{rep} {wl.name} {m.label}: {figures}  {verdict_text(row)}")
         arm.alive(m.label)
     return rows
 
 
-def verdict_text(row: dict) -> str:
-    text = "valid" if row["valid"] else "INVALID: " + "; ".join(row["invalid_reasons"])
-    return text + (f"; {row['held_note']}" if row.get("held") is False else "")
+def verdict_text(row: PointRow) -> str:
+    text = "valid" if row.valid else "INVALID: " + "; ".join(row.invalid_reasons)
+    return text + (f"; {row.info.get('held_note')}" if row.info.get("held") is False else "")
 
 
 # ------------------------------------------------------------------ rows

@@ -198,6 +198,31 @@ def test_writer_stamps_the_version_writes_null_for_nan_and_reads_back(tmp_path):
     assert results.read_bench(tmp_path / "bench.json").typed.schema_version == results.SCHEMA_VERSION
 
 
+SNAPSHOT_SUMMARIES = [p for p in SUMMARIES if json.loads(p.read_text()).get("kind", "snapshot") == "snapshot"]
+
+
+@pytest.mark.parametrize("path", SNAPSHOT_SUMMARIES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_a_row_read_typed_is_written_back_the_same(path, tmp_path):
+    """Every real snapshot summary's rows, typed by the reader (model.PointRow: its fields as
+    attributes, its numbers in metrics, the rest in info) and written again by the one writer:
+    the same keys in the same order with the same values, so summary.json's layout does not move."""
+    raw = json.loads(path.read_text())["rows"]
+    rows = results.read_summary(path).typed.rows
+    assert [json.dumps(r.flat()) for r in rows] == [json.dumps(r) for r in raw]
+    for r, flat in zip(rows, raw):
+        assert (r.engine, r.n, r.valid) == (flat["engine"], flat["n"], flat.get("valid", True))
+        numbers = {k: v for k, v in flat.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        assert all(r.metric(k) == v for k, v in numbers.items() if k not in ("n", "repeat"))
+        assert all(r.info[k] == v for k, v in flat.items() if k not in results.model.ROW_FIELDS and k not in r.metrics)
+    kept = [{"engine": "e", "rows": rows}]  # a calibration's trial arms hold the same typed rows
+    doc = {"kind": "snapshot", "rows": rows, "calibration": {"trial_arms": [dict(kept[0])]}}
+    written = results.write_summary(_Run(tmp_path), doc)
+    again = json.loads((tmp_path / "summary.json").read_text())
+    trial = again["calibration"]["trial_arms"][0]["rows"]
+    assert json.dumps(again["rows"]) == json.dumps(written["rows"]) == json.dumps(trial) == json.dumps(raw)
+    assert all(isinstance(r, results.PointRow) for r in kept[0]["rows"])  # the caller's rows stay typed
+
+
 def test_an_open_loop_rate_is_a_point(tmp_path):
     """A workload's point key is its rate for open loop (parity.serving.workloads: n = 2.5 req/s)."""
     doc = json.loads((DATA / "workloads" / "smoke-pud-calibrated-summary.json").read_text())
