@@ -35,7 +35,7 @@ from parity.engines.envpolicy import check_bench_env
 from parity.options import positive_int
 from parity.stats import Rule, compare_samples, describe
 from parity.stats.blocks import block_order as names_in_order, run_blocks as loop
-from parity.stats.paired import by_point
+from parity.stats.paired import by_sample
 
 METRICS = ["s_tg", "s_pp", "s"]  # all throughputs: higher is better
 POINT = ("pp", "tg", "b")
@@ -95,7 +95,7 @@ def label(pt: tuple) -> str:
 
 
 def paired_table(rows: list[dict], reference: str | None, threshold_pct: float = 2.0, confidence: float = 0.95, rule=None) -> list[dict]:
-    """Per arm (other than the reference) x point x metric: parity.stats.paired.by_point over the
+    """Per arm (other than the reference) x point x metric: parity.stats.paired.by_sample over the
     blocks, plus the users' rule (compare_samples on the same paired blocks) beside."""
 
     if not reference:
@@ -104,7 +104,8 @@ def paired_table(rows: list[dict], reference: str | None, threshold_pct: float =
     out = []
     for pp, tg in sorted({(r["pp"], r["tg"]) for r in rows}):
         group = [r for r in rows if (r["pp"], r["tg"]) == (pp, tg)]
-        for p in by_point(group, reference, METRICS, lambda m: "higher", threshold_pct, confidence, key="b"):
+        samples = [(r["engine"], r["b"], r["repeat"], r) for r in group]
+        for p in by_sample(samples, reference, METRICS, lambda m: "higher", threshold_pct, confidence, key="b"):
             cell = lambda e: {r["repeat"]: r[p["metric"]] for r in group if r["engine"] == e and r["b"] == p["b"]}  # noqa: E731
             users = compare_samples(cell(reference), cell(p["engine"]), rule, "higher", paired=True)
             p = {"pp": pp, "tg": tg, **p, "users_rule": {k: getattr(users, k) for k in ("verdict", "delta_pct", "threshold_pct", "stdev_pct", "consistent", "reason")}}

@@ -15,6 +15,7 @@ from parity.files import sha256
 from parity import __version__
 from parity.engines import ENGINES
 from parity.paths import expand_path
+from parity.results.model import PointRow
 from parity.report.rundata import gate_problems
 from parity.yamlload import safe_load
 
@@ -208,24 +209,25 @@ def workload_of(summary: dict) -> str:
     return " ".join(x for x in (name or "serve", model) if x)
 
 
-def _point_label(r: dict) -> str:
-    return str(r.get("point") or f"N={r.get('n')}")
+def _point_label(r: PointRow) -> str:
+    return str(r.label)
 
 
 def serving_rows(rd, key: str) -> tuple[list[dict], list[dict]]:
     """(rows, paired) of a snapshot's summary.json (N sweep, workload, or the users' artifact)."""
     s = rd.summary or {}
-    if not s.get("rows"):
+    points_in = rd.rows()
+    if not points_in:
         return [], []
     wl = workload_of(s)
     rows = []
-    for i, r in enumerate(s["rows"]):
-        base = {"run_key": key, "source": "serving", "workload": wl, "engine": str(r.get("engine")), "point": _point_label(r), "n": _int(r.get("n")),
-                "repeat": _int(r.get("repeat", i)), "valid": bool(r.get("valid", True))}  # fmt: skip
-        for metric, v in r.items():
+    for i, r in enumerate(points_in):
+        base = {"run_key": key, "source": "serving", "workload": wl, "engine": str(r.engine), "point": _point_label(r), "n": _int(r.n),
+                "repeat": _int(i if r.repeat is None else r.repeat), "valid": r.valid}  # fmt: skip
+        for metric, v in r.metrics.items():
             if metric not in NOT_METRICS and (x := number(v)) is not None:
                 rows.append({**base, "metric": metric, "value": x})
-    points = {(str(r.get("n")),): _point_label(r) for r in s["rows"]}
+    points = {(str(r.n),): _point_label(r) for r in points_in}
     paired = [_paired_row(key, "serving", wl, p, points.get((str(p.get("n")),), p.get("point") or f"N={p.get('n')}")) for p in s.get("paired") or []]
     if not paired and s.get("source", "").startswith("users'"):  # their ratio block: one session's ratio per N, no blocks
         for r in s.get("ratios") or []:
@@ -312,11 +314,11 @@ def _text(v) -> str | None:
 
 def telemetry(rd, key: str) -> list[dict]:
     out = []
-    for r in (rd.summary or {}).get("rows") or []:
-        t = r.get("telemetry")
+    for r in rd.rows():
+        t = r.telemetry
         if not isinstance(t, dict):
             continue
-        row = {"run_key": key, "engine": str(r.get("engine")), "point": _point_label(r), "n": _int(r.get("n")), "repeat": _int(r.get("repeat")), "gpu_source": t.get("gpu"),
+        row = {"run_key": key, "engine": str(r.engine), "point": _point_label(r), "n": _int(r.n), "repeat": _int(r.repeat), "gpu_source": t.get("gpu"),
                "throttle": json.dumps(t.get("throttle"), sort_keys=True) if t.get("throttle") else None, "foreign_pids": len(t.get("foreign_pids") or []) if isinstance(t.get("foreign_pids"), list) else None}  # fmt: skip
         row.update({k: number(t.get(k)) for k in TELEMETRY})
         out.append(row)

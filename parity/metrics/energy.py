@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass
 
 from parity.metrics.serving import Metric, NoValue
+from parity.results.model import PointRow
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,6 @@ def compute(sample: EnergySample) -> tuple[dict, dict]:
     return row, why
 
 
-def measured(rows: list[dict]) -> list[str]:
+def measured(rows: list[PointRow]) -> list[str]:
     """The energy metrics some valid row has a number for: a sweep pairs them beside stats.metrics."""
-    return [n for n in ENERGY_METRICS if any(r.get("valid", True) and isinstance(r.get(n), (int, float)) for r in rows)]
+    return [n for n in ENERGY_METRICS if any(r.valid and r.metric(n) is not None for r in rows)]

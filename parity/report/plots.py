@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from parity.results.model import PointRow
+
 DPI = 90
 
 
@@ -92,19 +94,19 @@ def ratio_vs_n(ratios: list[dict], metrics: list[str], path: Path, spreads: dict
     return _save(fig, path)
 
 
-def ratio_spreads(rows: list[dict], reference: str | None, metrics: list[str]) -> dict:
+def ratio_spreads(rows: list[PointRow], reference: str | None, metrics: list[str]) -> dict:
     """{("<engine> <metric>", n): (min, max)} of per-repeat ratios (repeat i of the engine over
     repeat i of the reference: they ran back to back), valid rows only."""
     if not reference:
         return {}
-    by = {(r["engine"], r["n"], r.get("repeat")): r for r in rows if r.get("valid", True)}
+    by = {(r.engine, r.n, r.repeat): r for r in rows if r.valid}
     vals: dict = {}
     for (eng, n, rep), r in by.items():
         ref = by.get((reference, n, rep))
         if eng == reference or ref is None:
             continue
         for k in metrics:
-            a, b = r.get(k), ref.get(k)
+            a, b = r.metric(k), ref.metric(k)
             if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b:
                 vals.setdefault((f"{eng} {k}", n), []).append(a / b)
     return {key: (min(v), max(v)) for key, v in vals.items()}

@@ -141,7 +141,7 @@ def draw_plots(rd: RunData, ab: dict | None, asset_dir: Path, rel: str, paired: 
     jobs = [
         ("decode t/s vs N per engine", "decode_tps_vs_n.png", lambda p: plots.throughput_vs_n(summary.get("medians") or [], spreads, p)),
         (f"ratio vs {summary.get('reference_engine')} by N", "ratio_vs_n.png",
-         lambda p: plots.ratio_vs_n(summary.get("ratios") or [], rates, p, plots.ratio_spreads(summary.get("rows") or [], summary.get("reference_engine"), rates))),
+         lambda p: plots.ratio_vs_n(summary.get("ratios") or [], rates, p, plots.ratio_spreads(rd.rows(), summary.get("reference_engine"), rates))),
         (f"paired block ratios vs {summary.get('reference_engine')} (geometric mean, interval, +-threshold band)", "paired_blocks.png",
          lambda p: plots.paired_blocks(paired["points"], p, paired["threshold_pct"]) if paired else None),
         ("kernel buckets", "buckets.png", lambda p: plots.bucket_bars((rd.analysis or {}).get("captures") or [], p)),

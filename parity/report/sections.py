@@ -300,13 +300,13 @@ def paired_points(rd: RunData, metrics: list[str], threshold_pct: float, confide
     s = rd.summary or {}
     if isinstance(s.get("paired"), list):
         return s["paired"], "recorded in summary.json"
-    ref, rows = s.get("reference_engine"), [r for r in s.get("rows") or [] if "repeat" in r and "n" in r and "engine" in r]
+    ref, rows = s.get("reference_engine"), [r for r in rd.rows() if r.repeat is not None]
     if not ref or not rows:
         return [], "not recorded (no reference engine or no repeat rows in the run)"
 
-    ms = [m for m in metrics if any(isinstance(r.get(m), (int, float)) for r in rows)]
+    ms = [m for m in metrics if any(r.metric(m) is not None for r in rows)]
     pts = by_point(rows, ref, ms, direction, threshold_pct, confidence)
-    points = {r["n"]: r.get("point") for r in rows if r.get("point")}
+    points = {r.n: r.point for r in rows if r.point}
     for p in pts:
         if p["n"] in points:
             p["point"] = points[p["n"]]

@@ -28,15 +28,15 @@ def telemetry_section(rd: RunData) -> dict | None:
     foreign processes, host load max, client and server CPU %; the engine-clock figures beside the client's."""
 
     s = rd.summary or {}
-    rows = [r for r in s.get("rows") or [] if isinstance(r.get("telemetry"), dict)]
+    rows = [r for r in rd.rows() if isinstance(r.telemetry, dict)]
     if not rows:
         return None
     cells: dict = {}
     for r in rows:
-        cells.setdefault((r.get("engine"), r.get("n")), []).append(r)
+        cells.setdefault((r.engine, r.n), []).append(r)
     table, timing = [], []
     for (eng, n), rs in sorted(cells.items(), key=lambda kv: (str(kv[0][0]), kv[0][1] if isinstance(kv[0][1], (int, float)) else 0)):
-        t = [r["telemetry"] for r in rs]
+        t = [r.telemetry for r in rs]
         throttle: dict = {}
         for x in t:
             for k, v in (x.get("throttle") or {}).items():
@@ -45,10 +45,10 @@ def telemetry_section(rd: RunData) -> dict | None:
         table.append([eng, n, len(rs), fmt(_med(x.get("sm_mhz_median") for x in t)), fmt(_med(x.get("power_w_median") for x in t)), fmt(_max(x.get("temp_c_max") for x in t)),
                       ", ".join(f"{k} x{v}" for k, v in sorted(throttle.items())) or "none", ", ".join(map(str, foreign)) or "none", fmt(_max(x.get("load1_max") for x in t)),
                       fmt(_med(x.get("client_cpu_pct") for x in t)), fmt(_med(x.get("server_cpu_pct") for x in t))])  # fmt: skip
-        et = [r.get("engine_timing") or {} for r in rs]
+        et = [r.info.get("engine_timing") or {} for r in rs]
         timing.append([eng, n] + [fmt(_med(e.get(k) for e in et)) for k in ("engine_decode_tps_mean", "engine_perseq_tps_mean", "engine_decode_ms_mean", "client_decode_ms_mean", "decode_overhead_ms_mean", "engine_e2e_ms_mean", "client_e2e_ms_mean", "client_overhead_ms_mean")])
-    gpu = any(r["telemetry"].get("gpu") for r in rows)
-    notes = sorted({r["telemetry"].get("gpu_note") for r in rows if r["telemetry"].get("gpu_note")})
+    gpu = any(r.telemetry.get("gpu") for r in rows)
+    notes = sorted({r.telemetry.get("gpu_note") for r in rows if r.telemetry.get("gpu_note")})
     affinity = sorted({_aff(a.get("affinity")) for a in s.get("arms") or [] if a.get("affinity")})
     return {"rows": table, "timing": timing, "gpu": gpu, "note": None if gpu else ("no GPU telemetry in this run: " + "; ".join(notes) if notes else "no GPU telemetry in this run"),
             "affinity": affinity, "definitions": [[k, u, f] for k, (u, f) in DEFINITIONS.items()]}  # fmt: skip
@@ -63,10 +63,11 @@ def _aff(a: dict) -> str:
 def plot_points(rd: RunData) -> list[dict]:
     """Per valid-or-not point with GPU telemetry: engine, n, repeat, decode_agg_tps, SM clock and power medians."""
     out = []
-    for r in (rd.summary or {}).get("rows") or []:
-        t = r.get("telemetry") or {}
+    for r in rd.rows():
+        t = r.telemetry or {}
         if t.get("gpu") and (t.get("sm_mhz_median") is not None or t.get("power_w_median") is not None):
-            out.append({"engine": r.get("engine"), "n": r.get("n"), "repeat": r.get("repeat"), "decode_agg_tps": r.get("decode_agg_tps"), "sm_mhz": t.get("sm_mhz_median"), "power_w": t.get("power_w_median")})
+            out.append({"engine": r.engine, "n": r.n, "repeat": r.repeat, "decode_agg_tps": r.metric("decode_agg_tps"),
+                        "sm_mhz": t.get("sm_mhz_median"), "power_w": t.get("power_w_median")})
     return out
 
 
@@ -128,13 +129,13 @@ def canary_section(rd: RunData, metrics=("decode_agg_tps", "agg_tps", "ttft_mean
     c = (rd.summary or {}).get("canary")
     if not isinstance(c, dict):
         return None
-    rows = []
+    rows, points = [], rd.rows()
     for f in c.get("flagged") or []:
-        rs = [r for r in (rd.summary or {}).get("rows") or [] if r.get("repeat") == f["block"] and r.get("engine") == f["engine"]]
-        t = [r["telemetry"] for r in rs if isinstance(r.get("telemetry"), dict)]
+        rs = [r for r in points if r.repeat == f["block"] and r.engine == f["engine"]]
+        t = [r.telemetry for r in rs if isinstance(r.telemetry, dict)]
         probe = fmt(f["ms"]) if f.get("cpu_ms") is None else f"{fmt(f['ms'])} / {fmt(f['cpu_ms'])}"
         rows.append([f["block"], f["engine"], probe, f"{f['off_pct']:+.1f}%", fmt(_max(x.get("load1_max") for x in t)), fmt(_med(x.get("client_cpu_pct") for x in t)),
-                     fmt(_med(x.get("server_cpu_pct") for x in t)), "discarded" if any(r.get("discarded") for r in rs) else "flagged"])  # fmt: skip
+                     fmt(_med(x.get("server_cpu_pct") for x in t)), "discarded" if any(r.discarded for r in rs) else "flagged"])  # fmt: skip
     def iv(t):
         return "-" if not t or t[0] is None else f"{t[0]:.4f} [{fmt(t[1])}, {fmt(t[2])}] ({t[3]})"
 

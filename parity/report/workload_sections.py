@@ -79,7 +79,9 @@ def workload_section(rd, asset_dir: Path | None = None, rel: str = "", plots: bo
         for plot in wk.plots:  # each kind draws its own (parity.workloads.<kind>)
             where = Path(asset_dir) / plot.file
             if plot.reads == "both":
-                path = plot.draw(s.get("medians") or [], where, s.get("rows") or [])
+                path = plot.draw(s.get("medians") or [], where, rd.rows())
+            elif plot.reads == "rows":
+                path = plot.draw(rd.rows(), where)
             else:
                 path = plot.draw(s.get(plot.reads) or [], where)
             if path is not None:

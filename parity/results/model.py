@@ -31,66 +31,63 @@ class Reconciliation(msgspec.Struct):
     status: str
 
 
-class PointRow(msgspec.Struct):
-    """One engine x point x repeat of a serving sweep (summary.json rows[]).  In the file a row is
-    flat: these fields beside its numbers (a metric, a count; null with invalid_reasons or a reason
-    beside it) and its other keys (why, warmups, flags, anatomy)."""
+class Flat(msgspec.Struct):
+    """A record a file holds flat: its declared fields beside its numbers (metrics: a metric, a count; null
+    with a reason beside it) and its other keys (info), in the file's key order (layout): read with
+    of(), written with flat(), the same bytes.  Subclasses declare metrics, info and layout last."""
 
     CARRIED: ClassVar[tuple[str, ...]] = ("metrics", "info", "layout")  # in memory only: flat() spreads them
-    engine: str
-    n: Point
-    repeat: Optional[int] = None
-    valid: bool = True
-    point: Optional[str] = None
-    invalid_reasons: list[str] = field(default_factory=list)
-    reconciliation: list[Reconciliation] = field(default_factory=list)
-    telemetry: Optional[dict[str, Any]] = None
-    server: Optional[dict[str, Any]] = None
-    metrics: dict[str, Value] = field(default_factory=dict)  # the row's numbers by name
-    info: dict[str, Any] = field(default_factory=dict)  # its other keys
-    layout: list[str] = field(default_factory=list)  # the flat row's keys in order: read and written, the same bytes
+    TYPED: ClassVar[dict[str, Any]] = {}  # declared fields held as Structs: their type (a flat file holds plain values)
 
     @classmethod
-    def of(cls, flat: dict[str, Any]) -> "PointRow":
-        """A flat row (a file's, or one the sweep assembled) as a typed row."""
-        row = cls(**{k: flat[k] for k in ROW_FIELDS if k in flat}, layout=list(flat))
-        row.reconciliation = msgspec.convert(row.reconciliation, list[Reconciliation])
+    def fields(cls) -> tuple[str, ...]:
+        """The declared fields (not the carried ones), in declaration order."""
+        return _shape(cls)[0]
+
+    @classmethod
+    def of(cls, flat: dict[str, Any]):
+        """A flat record (a file's, or one parity assembled) typed."""
+        fields = cls.fields()
+        rec = cls(**{k: flat[k] for k in fields if k in flat}, layout=list(flat))
+        for k, t in cls.TYPED.items():
+            setattr(rec, k, msgspec.convert(getattr(rec, k), t))
         for k, v in flat.items():
-            if k not in ROW_FIELDS:
-                (row.metrics if _is_value(v) else row.info)[k] = v
-        return row
+            if k not in fields:
+                (rec.metrics if _is_value(v) else rec.info)[k] = v
+        return rec
 
     def flat(self) -> dict[str, Any]:
-        """The row as the file holds it: its keys in layout order, then any added since."""
-        declared = (k for k in ROW_FIELDS if k not in self.layout and self._set(k))
+        """The record as the file holds it: its keys in layout order, then any added since."""
+        declared = (k for k in self.fields() if k not in self.layout and self._set(k))
         return {k: self[k] for k in dict.fromkeys([*self.layout, *declared, *self.metrics, *self.info]) if k in self}
 
     def metric(self, name: str) -> Value:
-        """The row's number under name (None: absent or null)."""
+        """The record's number under name (None: absent or null)."""
         return self.metrics.get(name)
 
     def put(self, key: str, value: Any) -> None:
         """Set one flat key: a declared field, else a number (metrics) or another value (info)."""
-        if key in ROW_FIELDS:
-            setattr(self, key, msgspec.convert(value, list[Reconciliation]) if key == "reconciliation" else value)
+        if key in self.fields():
+            setattr(self, key, msgspec.convert(value, self.TYPED[key]) if key in self.TYPED else value)
         else:
             self.metrics.pop(key, None)
             self.info.pop(key, None)
             (self.metrics if _is_value(value) else self.info)[key] = value
-        if not self.layout:  # a row built field by field: its declared keys first, as of() would read them
-            self.layout = [k for k in ROW_FIELDS if self._set(k)]
+        if not self.layout:  # a record built field by field: its declared keys first, as of() would read them
+            self.layout = [k for k in self.fields() if self._set(k)]
         if key not in self.layout:
             self.layout.append(key)
 
     def _set(self, key: str) -> bool:
-        """A declared field holds something other than its default (a row built without a layout)."""
-        return key in ("engine", "n") or getattr(self, key) != _DEFAULTS[key]
+        """A declared field that is required or holds other than its default (a record built without a layout)."""
+        defaults = _shape(type(self))[1]
+        return key not in defaults or getattr(self, key) != defaults[key]
 
-    # a flat view (row["key"], row.get, `in`, row[key] = v) for the code not yet moved to the attributes (issue 55)
+    # a flat view (rec["key"], rec.get, `in`, rec[key] = v) for the code not yet moved to the attributes (issue 55)
     def __getitem__(self, key: str) -> Any:
         if self._holds(key):
             value = getattr(self, key)
-            return [msgspec.structs.asdict(c) for c in value] if key == "reconciliation" else value
+            return msgspec.to_builtins(value) if key in self.TYPED else value
         if key in self.metrics:
             return self.metrics[key]
         if key in self.info:
@@ -98,8 +95,8 @@ class PointRow(msgspec.Struct):
         raise KeyError(key)
 
     def _holds(self, key: str) -> bool:
-        """A declared field the flat row has (read from the file, or set)."""
-        return key in ROW_FIELDS and (key in self.layout or self._set(key))
+        """A declared field the flat record has (read from the file, or set)."""
+        return key in self.fields() and (key in self.layout or self._set(key))
 
     def __contains__(self, key: object) -> bool:
         return isinstance(key, str) and (key in self.metrics or key in self.info or self._holds(key))
@@ -116,12 +113,54 @@ class PointRow(msgspec.Struct):
     def __iter__(self):
         return iter(self.keys())
 
-    __setitem__ = put
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.put(key, value)
 
 
-ROW_FIELDS = tuple(f for f in PointRow.__struct_fields__ if f not in PointRow.CARRIED)
-_DEFAULTS = {f.name: f.default_factory() if f.default is msgspec.NODEFAULT else f.default
-             for f in msgspec.structs.fields(PointRow) if f.name in ROW_FIELDS[2:]}
+_SHAPES: dict[type, tuple[tuple[str, ...], dict[str, Any]]] = {}
+
+
+def _shape(cls: type) -> tuple[tuple[str, ...], dict[str, Any]]:
+    """(declared fields, {optional field: its default}) of a Flat class, computed once."""
+    if cls not in _SHAPES:
+        fields = tuple(f for f in cls.__struct_fields__ if f not in Flat.CARRIED)
+        defaults = {f.name: f.default_factory() if f.default is msgspec.NODEFAULT else f.default
+                    for f in msgspec.structs.fields(cls) if f.name in fields and not f.required}
+        _SHAPES[cls] = (fields, defaults)
+    return _SHAPES[cls]
+
+
+class PointRow(Flat):
+    """One engine x point x repeat of a serving sweep (summary.json rows[]).  In the file a row is
+    flat: these fields beside its numbers (a metric, a count; null with invalid_reasons or a reason
+    beside it) and its other keys (why, warmups, flags, anatomy)."""
+
+    TYPED: ClassVar[dict[str, Any]] = {"reconciliation": list[Reconciliation]}
+    engine: str
+    n: Point
+    repeat: Optional[int] = None
+    valid: bool = True
+    point: Optional[str] = None
+    invalid_reasons: list[str] = field(default_factory=list)
+    reconciliation: list[Reconciliation] = field(default_factory=list)
+    telemetry: Optional[dict[str, Any]] = None
+    server: Optional[dict[str, Any]] = None
+    metrics: dict[str, Value] = field(default_factory=dict)  # the row's numbers by name
+    info: dict[str, Any] = field(default_factory=dict)  # its other keys
+    layout: list[str] = field(default_factory=list)  # the flat row's keys in order: read and written, the same bytes
+
+    @property
+    def discarded(self) -> Optional[str]:
+        """Why the drift canary took this row's block out of the paired statistics (parity.stats.canary.discard)."""
+        return self.info.get("discarded")
+
+    @property
+    def label(self) -> str:
+        """A workload's point label, else the sweep's N=n."""
+        return self.point or f"N={self.n}"
+
+
+ROW_FIELDS = PointRow.fields()
 
 
 def _is_value(v: Any) -> bool:
@@ -133,8 +172,9 @@ def point_rows(rows: list[Any]) -> list[PointRow]:
     return [r if isinstance(r, PointRow) else PointRow.of(r) for r in rows]
 
 
-class Median(msgspec.Struct):
-    """Per engine x point: each metric's median over the valid repeats (summary.json medians[])."""
+class Median(Flat):
+    """Per engine x point: each metric's median over the valid repeats (summary.json medians[]; flat
+    in the file, as a row is)."""
 
     engine: str
     n: Point
@@ -142,6 +182,9 @@ class Median(msgspec.Struct):
     invalid_repeats: int = 0
     point: Optional[str] = None
     spread: dict[str, list[float]] = field(default_factory=dict)
+    metrics: dict[str, Value] = field(default_factory=dict)  # each metric's median by name
+    info: dict[str, Any] = field(default_factory=dict)  # its other keys (held, held_repeats)
+    layout: list[str] = field(default_factory=list)  # the flat median's keys in order
 
 
 class Verdict(msgspec.Struct):
@@ -153,9 +196,11 @@ class Verdict(msgspec.Struct):
     delta_pct: Number = None
 
 
-class Ratio(msgspec.Struct):
-    """engine / reference per point from medians, with the users' rule (summary.json ratios[])."""
+class Ratio(Flat):
+    """engine / reference per point from medians, with the users' rule (summary.json ratios[]; flat
+    in the file: each metric's ratio beside these fields)."""
 
+    TYPED: ClassVar[dict[str, Any]] = {"verdicts": dict[str, Verdict]}
     engine: str
     n: Point
     reference: Optional[str] = None
@@ -164,6 +209,9 @@ class Ratio(msgspec.Struct):
     point: Optional[str] = None
     verdicts: dict[str, Verdict] = field(default_factory=dict)
     paired: dict[str, dict[str, Any]] = field(default_factory=dict)
+    metrics: dict[str, Value] = field(default_factory=dict)  # each metric's ratio by name
+    info: dict[str, Any] = field(default_factory=dict)  # its other keys
+    layout: list[str] = field(default_factory=list)  # the flat ratio's keys in order
 
 
 class PairedRow(msgspec.Struct):

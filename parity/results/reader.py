@@ -163,8 +163,8 @@ def check(data: Any, cls: type[T], path, what: str) -> Doc[T]:
 
 
 def read_summary(path) -> Doc[model.Summary | model.LeverSummary]:
-    """summary.json: a snapshot's (model.Summary, its rows typed with every key: model.PointRow)
-    or a lever A/B's (model.LeverSummary)."""
+    """summary.json: a snapshot's (model.Summary, its rows, medians and ratios typed with every key:
+    model.PointRow, Median, Ratio) or a lever A/B's (model.LeverSummary)."""
     data = load_json(path)
     kind = data.get("kind", "snapshot") if isinstance(data, dict) else None
     if kind == "lever-ab":
@@ -172,7 +172,10 @@ def read_summary(path) -> Doc[model.Summary | model.LeverSummary]:
     if isinstance(data, dict) and kind not in ("snapshot", None):
         raise BadResultFile(f"{path}: kind {str(kind)[:40]!r} is not a summary parity writes (snapshot, lever-ab)")
     doc = check(data, model.Summary, path, "snapshot summary (an object with rows, medians, ratios)")
-    doc.typed.rows = [model.PointRow.of(r) for r in data.get("rows") or []]  # the check's hold the declared fields only
+    # the check's hold the declared fields only: typed again with every key
+    doc.typed.rows = [model.PointRow.of(r) for r in data.get("rows") or []]
+    doc.typed.medians = [model.Median.of(m) for m in data.get("medians") or []]
+    doc.typed.ratios = [model.Ratio.of(r) for r in data.get("ratios") or []]
     return doc
 
 

@@ -17,8 +17,9 @@ FILES = {"summary.json": (model.Summary, model.LeverSummary), "bench.json": (mod
 def schema(name: str) -> dict:
     """JSON Schema (draft 2020-12) of one run-dir file: one of its model's documents."""
     (refs, defs) = msgspec.json.schema_components(FILES[name], ref_template="#/$defs/{name}")
-    for carried in model.PointRow.CARRIED if "PointRow" in defs else ():  # in memory only: a row is flat in the file
-        defs["PointRow"]["properties"].pop(carried)
+    for flat in ("PointRow", "Median", "Ratio"):  # in memory only: such a record is flat in the file
+        for carried in model.Flat.CARRIED if flat in defs else ():
+            defs[flat]["properties"].pop(carried)
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": name,

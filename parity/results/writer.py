@@ -26,7 +26,7 @@ def plain(data: Any) -> Any:
 
 
 def write(run, name: str, doc: dict, cls: type) -> dict:
-    """doc stamped with the schema version, its typed rows flat (model.PointRow.flat) and its
+    """doc stamped with the schema version, its typed records flat (model.Flat.flat: rows, medians, ratios) and its
     non-finite numbers made null (in place: the caller's document is what was written; a list of
     typed rows is replaced by a new one, so the caller's rows stay typed), written through
     run.write_json, then checked as the reader will check it (after writing: the numbers stay on
@@ -43,13 +43,14 @@ def write(run, name: str, doc: dict, cls: type) -> dict:
 
 
 def _flat_in_place(data: Any) -> None:
-    """Replace each list holding a typed row (at any depth) by a new list of flat rows."""
+    """Replace each list holding a typed record (model.Flat: a row, median, ratio; at any depth) by a new
+    list of flat ones."""
     items = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, list) else ()
     for k, v in list(items):
-        if isinstance(v, list) and any(isinstance(x, model.PointRow) for x in v):
+        if isinstance(v, list) and any(isinstance(x, model.Flat) for x in v):
             for x in v:
-                _finite_in_place(x.metrics if isinstance(x, model.PointRow) else None)  # as a flat row's would be
-            data[k] = [x.flat() if isinstance(x, model.PointRow) else x for x in v]
+                _finite_in_place(x.metrics if isinstance(x, model.Flat) else None)  # as a flat record's would be
+            data[k] = [x.flat() if isinstance(x, model.Flat) else x for x in v]
         elif isinstance(v, (dict, list)):
             _flat_in_place(v)
 

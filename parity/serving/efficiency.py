@@ -7,11 +7,12 @@ import os
 
 from parity.efficiency import memory, roofline
 from parity.gpu import bandwidth as peak
+from parity.results.model import PointRow
 from parity.serving.plan import SnapshotPlan
 from parity.serving.summary import medians
 
 
-def for_snapshot(plan: SnapshotPlan, rd, rows: list[dict], arms: list[dict]) -> dict:
+def for_snapshot(plan: SnapshotPlan, rd, rows: list[PointRow], arms: list[dict]) -> dict:
     """The snapshot summary's `efficiency`: per engine x N from the medians of valid repeats,
     the GGUF a llama engine serves (vLLM serves the same weights), the run's bandwidth.json
     (rd: the run directory), and memory per engine from the arms."""

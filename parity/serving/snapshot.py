@@ -31,6 +31,7 @@ from parity.efficiency.roofline import lines
 from parity.engines.envpolicy import check_bench_env
 from parity.engines.server import answering
 from parity.ports import port_free
+from parity.results.model import PointRow
 from parity.context import dry_run_session
 from parity.gonogo import command_paths, go_no_go, not_answering
 from parity.gpu.lock import effective_dir as lock_effective_dir, preflight
@@ -263,7 +264,7 @@ def write_summary(plan: SnapshotPlan, run: Run, arms: list[dict], gated: dict | 
     return doc
 
 
-def note_outran(plan: SnapshotPlan, out, rows: list[dict]) -> None:
+def note_outran(plan: SnapshotPlan, out, rows: list[PointRow]) -> None:
     """Calibrated windows that still fell short: recorded (calibration.outran) and said, with
     how much faster than the trial they ran (parity.stats.calibrate.outran)."""
 
@@ -272,7 +273,7 @@ def note_outran(plan: SnapshotPlan, out, rows: list[dict]) -> None:
     windows = WINDOWS
     if plan.workload is not None:
         windows = plan.workload.kind_obj.windows
-    trial = [r for a in plan.trial_arms for r in a["rows"]] or [r for r in rows if r.get("repeat") == 0]
+    trial = [r for a in plan.trial_arms for r in a["rows"]] or [r for r in rows if r.repeat == 0]
     items = outran(plan.calibration, trial, rows, plan.shape.min_window_s, windows)
     if items:
         plan.calibration["outran"] = items
@@ -390,7 +391,7 @@ def calibrate_after_trial(plan: SnapshotPlan, out, arms: list[dict]) -> bool:
     return False
 
 
-def choose_gen(plan: SnapshotPlan, rows: list[dict]):
+def choose_gen(plan: SnapshotPlan, rows: list[PointRow]):
     """The sweep's Calibration of gen, capped by each engine's request context less the prompt it sent."""
 
     s, c = plan.shape, plan.calibrate
@@ -398,7 +399,7 @@ def choose_gen(plan: SnapshotPlan, rows: list[dict]):
     for e in plan.engines:
         limit = plan.limits.get(e)
         if limit:
-            sent = [r["prompt_tok_total"] / r["n"] for r in rows if r["engine"] == e and r.get("prompt_tok_total") and r.get("n")]
+            sent = [p / r.n for r in rows if r.engine == e and (p := r.metric("prompt_tok_total")) and r.n]
             ptok = max([s.ptok, *sent]) if s.prompt == "tokens" else max(sent, default=s.ptok)
             caps[e] = (int(limit - ptok), f"engine {e}'s {limit}-token request context ({plan.limit_what.get(e)}) less {int(ptok)} prompt tokens")
     return choose(rows, s.gen, s.min_window_s, c.margin, caps, c.max_gen)

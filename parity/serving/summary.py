@@ -18,12 +18,12 @@ from parity import results, stats, tables
 from parity.metrics import energy, validity
 from parity.metrics import registry
 from parity.metrics.registry import definitions, direction
-from parity.results.model import PointRow, point_rows
+from parity.results.model import Median, PointRow, Ratio, point_rows
 from parity.stats.paired import METHOD, by_point
 
 
 def medians(rows: list[PointRow] | list[dict], keys: list[str] | None = None,
-            spread: list[str] | None = None) -> list[dict]:
+            spread: list[str] | None = None) -> list[Median]:
     """Per engine x N: the median of each metric (keys; None: every serving metric) over the VALID
     repeats, with the min..max of the spread ones (None: the headline)."""
     rows = point_rows(rows)
@@ -39,7 +39,7 @@ def medians(rows: list[PointRow] | list[dict], keys: list[str] | None = None,
             m[k] = round(statistics.median(vals), 4) if vals else None
         if len(ok) > 1:
             m["spread"] = {k: [min(v), max(v)] for k in spread if (v := numbers(ok, k))}
-        out.append(m)
+        out.append(Median.of(m))
     return out
 
 
@@ -60,8 +60,8 @@ def paired_points(rows: list[PointRow], reference: str | None, metrics: list[str
     return by_point(rows, reference, list(metrics), direction, threshold_pct, confidence)
 
 
-def ratios(rows: list[PointRow] | list[dict], med: list[dict], reference: str | None, rule: stats.Rule,
-           metrics: list[str] | None = None) -> list[dict]:
+def ratios(rows: list[PointRow] | list[dict], med: list[Median], reference: str | None, rule: stats.Rule,
+           metrics: list[str] | None = None) -> list[Ratio]:
     """engine / reference per N and metric (None: the headline), from medians of valid repeats,
     each with the noise rule's verdict (repeats paired by index: the session ran them back to
     back) and, beside it, the paired block statistics ("paired": outcome, ratio, interval, blocks)."""
@@ -70,25 +70,26 @@ def ratios(rows: list[PointRow] | list[dict], med: list[dict], reference: str | 
     rows = point_rows(rows)
     metrics = registry.headline() if metrics is None else metrics
     pp = {(p["engine"], p["n"], p["metric"]): p for p in paired_points(rows, reference, metrics, rule.min_delta_pct, rule.confidence)}
-    ref = {m["n"]: m for m in med if m["engine"] == reference}
+    ref = {m.n: m for m in med if m.engine == reference}
     out = []
     for m in med:
-        if m["engine"] == reference or m["n"] not in ref:
+        if m.engine == reference or m.n not in ref:
             continue
-        r = {"engine": m["engine"], "reference": reference, "n": m["n"], "repeats": min(m["repeats"], ref[m["n"]]["repeats"])}
-        note = validity.noise_note(r["repeats"])
-        r["noise"] = note or "known"
+        repeats = min(m.repeats, ref[m.n].repeats)
+        note = validity.noise_note(repeats)
+        r = {"engine": m.engine, "reference": reference, "n": m.n, "repeats": repeats, "noise": note or "known"}
         verdicts = {}
         for k in metrics:
-            a, b = ref[m["n"]].get(k), m.get(k)
+            a, b = ref[m.n].metric(k), m.metric(k)
             r[k] = round(b / a, 4) if a and b else None
             if note is None:
-                va, vb = (by_repeat(rows, e, m["n"], k) for e in (reference, m["engine"]))
+                va, vb = (by_repeat(rows, e, m.n, k) for e in (reference, m.engine))
                 ab = stats.compare_samples(va, vb, rule, direction(k), paired=True)
-                verdicts[k] = {"verdict": ab.verdict, "reason": ab.reason, "threshold_pct": round(ab.threshold_pct, 3), "delta_pct": None if ab.delta_pct is None else round(ab.delta_pct, 3)}
+                verdicts[k] = {"verdict": ab.verdict, "reason": ab.reason, "threshold_pct": round(ab.threshold_pct, 3),
+                               "delta_pct": None if ab.delta_pct is None else round(ab.delta_pct, 3)}
         r["verdicts"] = verdicts
-        r["paired"] = {k: paired_entry(pp[(m["engine"], m["n"], k)]) for k in metrics if (m["engine"], m["n"], k) in pp}
-        out.append(r)
+        r["paired"] = {k: paired_entry(pp[(m.engine, m.n, k)]) for k in metrics if (m.engine, m.n, k) in pp}
+        out.append(Ratio.of(r))
     return out
 
 
@@ -113,30 +114,29 @@ def paired_text(p: dict | None) -> str:
     return f"{p['ratio']:.4f}x [{p['low']:.4f}, {p['high']:.4f}] {p['outcome']} ({p['n_blocks']} blocks{more})"
 
 
-def headline(rat: list[dict]) -> str:
+def headline(rat: list[Ratio]) -> str:
     """One line a human reads first: the top-N decode_agg ratio of each engine with the paired
     block statistics' interval and outcome, then the users' rule's verdict."""
     parts = []
-    for e in sorted({r["engine"] for r in rat}):
-        rs = [r for r in rat if r["engine"] == e]
-        top = max(rs, key=lambda r: r["n"])
-        v = top["verdicts"].get("decode_agg_tps", {})
-        users = f"{v['verdict']} ({v['reason']})" if v else top["noise"]
-        p = (top.get("paired") or {}).get("decode_agg_tps")
-        est = paired_text(p) if p else f"{top.get('decode_agg_tps')}x (median ratio)"
-        parts.append(f"{e}/{top['reference']} decode_agg at N={top['n']}: {est}; users' rule: {users}")
+    for e in sorted({r.engine for r in rat}):
+        top = max((r for r in rat if r.engine == e), key=lambda r: r.n)
+        v = top.verdicts.get("decode_agg_tps")
+        users = f"{v.verdict} ({v.reason})" if v else top.noise
+        p = top.paired.get("decode_agg_tps")
+        est = paired_text(p) if p else f"{top.metric('decode_agg_tps')}x (median ratio)"
+        parts.append(f"{e}/{top.reference} decode_agg at N={top.n}: {est}; users' rule: {users}")
     return "; ".join(parts)
 
 
-def users_tsv(med: list[dict], reference: str | None) -> str:
+def users_tsv(med: list[Median], reference: str | None) -> str:
     """Their summary.tsv: one row per arm x n (medians of valid repeats), then the ratio block."""
     columns, named = registry.users_columns(), registry.users_ratios()
-    arms = [[m["engine"], m["n"], *(m.get(k) for k in columns)] for m in med]
+    arms = [[m.engine, m.n, *(m.metric(k) for k in columns)] for m in med]
     text = tables.tsv(["arm", "n", *columns], arms)
     if not reference:
         return text
-    over = tables.over(med, reference, list(named))  # engine x n where both ran
-    for eng in sorted({m["engine"] for m in med} - {reference}):
+    over = tables.over([m.flat() for m in med], reference, list(named))  # engine x n where both ran
+    for eng in sorted({m.engine for m in med} - {reference}):
         cols = ["ratio", "n", *(f"{eng}_{short}_over_{reference}" for short in named.values())]
         mine = tables.records(over[over["engine"] == eng])
         rows = [["ratio", r["n"], *(_ratio(r.get(f"{k} over")) for k in named)] for r in mine]
@@ -153,8 +153,9 @@ def parity_columns() -> list[str]:
             "requests", "valid_requests", "invalid_requests", "noise"]
 
 
-def parity_tsv(rows: list[PointRow], med: list[dict], rat: list[dict]) -> str:
-    parts = (("row", [r.flat() for r in point_rows(rows)]), ("median", med), ("ratio", rat))
+def parity_tsv(rows: list[PointRow], med: list[Median], rat: list[Ratio]) -> str:
+    parts = (("row", [r.flat() for r in point_rows(rows)]), ("median", [m.flat() for m in med]),
+             ("ratio", [r.flat() for r in rat]))
     items = [{"kind": k, **r, **({"repeat": "median"} if k == "median" else {})} for k, part in parts for r in part]
     return tables.tsv(parity_columns(), items)
 
@@ -219,7 +220,7 @@ def write(plan, rd, rows: list[PointRow] | list[dict], extra: dict | None = None
         "metrics": definitions(),
         **(extra or {}),
     }
-    doc = results.write_summary(rd, doc)  # the rows written flat (model.PointRow.flat)
+    doc = results.write_summary(rd, doc)  # rows, medians and ratios written flat (model.Flat.flat)
     rd.write_text("parity_summary.tsv", parity_tsv(rows, med, rat))
     rd.write_text("summary.tsv", users_tsv(med, plan.reference))
     rd.write_text("paired.tsv", paired_tsv(pts))

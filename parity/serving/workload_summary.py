@@ -11,7 +11,7 @@ from parity import results, stats, tables
 from parity.serving import summary
 from parity.metrics.registry import definitions
 from parity.metrics.serving import METRICS
-from parity.results.model import PointRow, point_rows
+from parity.results.model import Median, PointRow, Ratio, point_rows
 from parity.workloads import WORKLOADS
 
 
@@ -20,34 +20,36 @@ def keys(kind: str) -> list[str]:
     return list(METRICS) + list(WORKLOADS[kind].metrics)
 
 
-def labelled(med: list[dict], rows: list[PointRow]) -> list[dict]:
+def labelled(med: list[Median], rows: list[PointRow]) -> list[Median]:
     """Medians with their point label (and, for open loop, how many repeats held the rate)."""
     for m in med:
-        rs = [r for r in rows if r.engine == m["engine"] and r.n == m["n"]]
-        m["point"] = rs[0].point if rs else None
+        rs = [r for r in rows if r.engine == m.engine and r.n == m.n]
+        m.put("point", rs[0].point if rs else None)
         held = [r.get("held") for r in rs if r.valid and "held" in r]  # True, False or None (not judged)
         if held:
-            m["held"] = all(held) if None not in held else None
-            m["held_repeats"] = f"{sum(h is True for h in held)}/{len(held)}"
+            m.put("held", all(held) if None not in held else None)
+            m.put("held_repeats", f"{sum(h is True for h in held)}/{len(held)}")
     return med
 
 
-def headline(rat: list[dict], kind: str) -> str:
+def headline(rat: list[Ratio], kind: str) -> str:
     parts = []
     for r in rat:
         bits = []
         for k in WORKLOADS[kind].headline:
-            v = r["verdicts"].get(k, {})
-            p = (r.get("paired") or {}).get(k) or {}
+            v, p, x = r.verdicts.get(k), r.paired.get(k) or {}, r.metric(k)
             pt = f"paired {p['outcome']} [{p['low']:.4f}, {p['high']:.4f}]" if p.get("low") is not None else ""
-            bits.append(f"{k} {'-' if r.get(k) is None else r[k]}x" + (f" ({'; '.join(x for x in (v.get('verdict'), pt) if x)})" if v or pt else ""))
-        parts.append(f"{r['engine']}/{r['reference']} {r.get('point') or r['n']}: " + ", ".join(bits) + ("" if r["verdicts"] else f" [{r['noise']}]"))
+            said = "; ".join(w for w in (v.verdict if v else None, pt) if w)
+            bits.append(f"{k} {'-' if x is None else x}x" + (f" ({said})" if v or pt else ""))
+        noise = "" if r.verdicts else f" [{r.noise}]"
+        parts.append(f"{r.engine}/{r.reference} {r.point or r.n}: " + ", ".join(bits) + noise)
     return "; ".join(parts)
 
 
-def tsv(rows: list[PointRow], med: list[dict], rat: list[dict], kind: str) -> str:
+def tsv(rows: list[PointRow], med: list[Median], rat: list[Ratio], kind: str) -> str:
     cols = ["kind", "engine", "n", "point", "repeat", "reference", "valid", "held", *keys(kind), "requests", "valid_requests", "invalid_requests", "noise"]
-    parts = (("row", [r.flat() for r in point_rows(rows)]), ("median", med), ("ratio", rat))
+    parts = (("row", [r.flat() for r in point_rows(rows)]), ("median", [m.flat() for m in med]),
+             ("ratio", [r.flat() for r in rat]))
     items = [{**r, "kind": k, **({"repeat": "median"} if k == "median" else {})} for k, part in parts for r in part]
     return tables.tsv(cols, items)
 
@@ -62,9 +64,9 @@ def write(plan, rd, rows: list[PointRow] | list[dict], extra: dict | None = None
     st = plan.stats
     rule = stats.Rule.from_config(st)
     rat = summary.ratios(rows, med, plan.reference, rule, kind.headline)
-    points = {m["n"]: m["point"] for m in med}
+    points = {m.n: m.point for m in med}
     for r in rat:
-        r["point"] = points.get(r["n"])
+        r.put("point", points.get(r.n))
     pts = summary.paired_points(rows, plan.reference, kind.headline, st.min_delta_pct, st.confidence)
     for p in pts:
         p["point"] = points.get(p["n"])
@@ -90,7 +92,7 @@ def write(plan, rd, rows: list[PointRow] | list[dict], extra: dict | None = None
         **kind.summarize(rows, plan.reference, st.min_delta_pct, st.confidence),  # the kind's own (fits across its points)
         **(extra or {}),
     }
-    doc = results.write_summary(rd, doc)  # the rows written flat (model.PointRow.flat)
+    doc = results.write_summary(rd, doc)  # rows, medians and ratios written flat (model.Flat.flat)
     rd.write_text("parity_summary.tsv", tsv(rows, med, rat, wl.kind))
     rd.write_text("paired.tsv", summary.paired_tsv(pts))
     return doc

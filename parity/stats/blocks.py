@@ -26,10 +26,10 @@ def block_order(engines: list[str], block: int, order: str) -> list[str]:
     return engines[k:] + engines[:k]
 
 
-def half_widths(rows: list[dict], reference: str | None, metrics: list[str], threshold_pct: float, confidence: float, direction: Callable[[str], str], key: str = "n") -> dict:
+def half_widths(rows: list, reference: str | None, metrics: list[str], threshold_pct: float, confidence: float, direction: Callable[[str], str], key: str = "n") -> dict:
     """{"<engine> N=<n> <metric>": conservative half-width % (None: no interval yet)} over
-    the valid rows, every engine but the reference, every point, every headline metric;
-    direction(metric) says whether higher or lower is better."""
+    the valid rows (PointRows, or flat dicts), every engine but the reference, every point, every
+    headline metric; direction(metric) says whether higher or lower is better."""
     if reference is None:
         return {}
     out = {}

@@ -19,6 +19,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
+from parity.results.model import PointRow, point_rows
+
 WINDOWS = ("decode_window_s", "wall_s")
 
 
@@ -27,9 +29,9 @@ def burst(gen: int, reads: int | None) -> bool:
     return reads is not None and gen > 1 and reads < max(2, math.ceil((gen - 1) / 2))
 
 
-def point_label(r: dict) -> str:
+def point_label(point: str | None, n) -> str:
     """A workload's point label, else the sweep's N=n."""
-    return r["point"] if r.get("point") else f"N={r.get('n')}"
+    return point if point else f"N={n}"
 
 
 def needed_gen(gen: int, window_s: float | None, target_s: float, window: str = "decode_window_s") -> int | None:
@@ -92,9 +94,9 @@ def stream_need(lead_s: float | None, pace_s: float | None, min_window_s: float,
     return 1 + max(1, math.ceil(span / pace_s - 1e-9))
 
 
-def choose(rows: list[dict], gen: int, min_window_s: float, margin: float, caps: dict[str, tuple[int, str]] | None = None, max_gen: int | None = None,
+def choose(rows: list, gen: int, min_window_s: float, margin: float, caps: dict[str, tuple[int, str]] | None = None, max_gen: int | None = None,
            need_of=None, knob: str = "gen") -> Calibration:  # fmt: skip
-    """rows: the trial block's rows (engine, n, repeat, decode_window_s, wall_s) at `gen`.
+    """rows: the trial block's PointRows (engine, n, repeat, decode_window_s, wall_s) at `gen`.
     caps: engine -> (the most tokens it lets a request generate, what sets that).
     need_of(row) -> {window: tokens or None}: a workload's own rule (default: the sweep's,
     from the row's windows, with bursts set aside); knob: the name of what is calibrated."""
@@ -106,20 +108,20 @@ def choose(rows: list[dict], gen: int, min_window_s: float, margin: float, caps:
     if limits:
         cal.cap, cal.cap_by = min(limits, key=lambda x: x[0])
     worst = None
-    for r in rows:
-        reads = r.get("decode_window_reads")
-        where = f"{r.get('engine')} {point_label(r)}"
+    for r in point_rows(rows):
+        reads = r.metric("decode_window_reads")
+        where = f"{r.engine} {r.label}"
         if need_of is not None:
             needs = need_of(r)
         else:
-            needs = {w: needed_gen(gen, r.get(w), target, w) for w in WINDOWS}
+            needs = {w: needed_gen(gen, r.metric(w), target, w) for w in WINDOWS}
             if burst(gen, reads):
                 needs["decode_window_s"] = None
                 cal.bursts.append(f"{where} ({reads} read{'s' if reads != 1 else ''})")
         usable = [v for v in needs.values() if v is not None]
         need = max(usable) if usable else None
-        cal.points.append({"engine": r.get("engine"), "n": r.get("n"), **({"point": r["point"]} if r.get("point") else {}), "repeat": r.get("repeat"),
-                           **{w: r.get(w) for w in WINDOWS}, "decode_window_reads": reads, "need": need})  # fmt: skip
+        cal.points.append({"engine": r.engine, "n": r.n, **({"point": r.point} if r.point else {}), "repeat": r.repeat,
+                           **{w: r.metric(w) for w in WINDOWS}, "decode_window_reads": reads, "need": need})  # fmt: skip
         if need is not None and (worst is None or need > worst[0]):
             worst = (need, where)
     if worst is None:
@@ -135,37 +137,37 @@ def choose(rows: list[dict], gen: int, min_window_s: float, margin: float, caps:
     return cal
 
 
-def _pace(row: dict, gen: int, window: str) -> float | None:
+def _pace(row: PointRow, gen: int, window: str) -> float | None:
     """Seconds per token of one stream at this point: a workload row's stream pace
     (calibration_basis), else the window over its token gaps at `gen`."""
-    b = row.get("calibration_basis")
+    b = row.info.get("calibration_basis")
     if isinstance(b, dict):
         return b.get("pace_s")
-    if window == "decode_window_s" and burst(gen, row.get("decode_window_reads")):
+    if window == "decode_window_s" and burst(gen, row.metric("decode_window_reads")):
         return None  # read in a burst: its length is when the client read, not a pace
-    v, gaps = row.get(window), gen - 1 if window == "decode_window_s" else gen
+    v, gaps = row.metric(window), gen - 1 if window == "decode_window_s" else gen
     return v / gaps if v and gaps > 0 else None
 
 
-def outran(cal: dict, trial_rows: list[dict], rows: list[dict], min_window_s: float, windows=WINDOWS) -> list[dict]:
+def outran(cal: dict, trial_rows: list, rows: list, min_window_s: float, windows=WINDOWS) -> list[dict]:
     """Measured points whose window still fell under min_window_s: how many times faster
     than in the trial their tokens came.  The choice covers `margin` times the trial pace,
     so `faster` above the margin means the box sped up past it (other load went away,
     clocks rose); at or below it, the trial did not predict this window.  windows: those
-    the validity rule times (parity.metrics.validity.point_verdict's)."""
-    def key(r: dict):
-        return r.get("engine"), r.get("point") or r.get("n")
+    the validity rule times (parity.metrics.validity.point_verdict's).  Rows: PointRows."""
+    def key(r: PointRow):
+        return r.engine, r.point or r.n
 
-    trial = {key(r): r for r in trial_rows}
+    trial = {key(r): r for r in point_rows(trial_rows)}
     out = []
-    for r in rows:
+    for r in point_rows(rows):
         for w in windows:
-            v = r.get(w)
+            v = r.metric(w)
             if v is None or v >= min_window_s:
                 continue
             t = trial.get(key(r))
             was, now = (_pace(t, cal["trial_gen"], w) if t else None), _pace(r, cal["gen"], w)
-            out.append({"engine": r.get("engine"), "n": r.get("n"), **({"point": r["point"]} if r.get("point") else {}), "repeat": r.get("repeat"), "window": w,
+            out.append({"engine": r.engine, "n": r.n, **({"point": r.point} if r.point else {}), "repeat": r.repeat, "window": w,
                         "window_s": v, "trial_pace_ms": None if was is None else round(was * 1000, 4), "pace_ms": None if now is None else round(now * 1000, 4),
                         "faster": round(was / now, 3) if was and now else None})  # fmt: skip
     return out
@@ -177,7 +179,7 @@ def outran_line(items: list[dict], margin: float, min_window_s: float) -> str | 
         return None
 
     def one(o: dict) -> str:
-        where = f"{o['engine']} r{o['repeat']} {point_label(o)} {o['window']}"
+        where = f"{o['engine']} r{o['repeat']} {point_label(o.get('point'), o['n'])} {o['window']}"
         if o["faster"] is None:
             return f"{where} (no pace to compare: the trial's window came in a burst, or has none)"
         return f"{where}: {o['faster']:g}x the trial's pace ({o['trial_pace_ms']:g} -> {o['pace_ms']:g} ms a token)"

@@ -18,7 +18,8 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from parity.stats.paired import by_point
+from parity.results.model import point_rows
+from parity.stats.paired import by_sample
 
 WALL_METHOD = "host CPU loop before every arm; a block is flagged when a sample is slower than the run's median by more than max({k:g} x 1.4826 x MAD, {floor:g} %) of the log times"
 METHOD = "host CPU loop before every arm, timed by the wall clock and by its thread's CPU clock; a block is flagged when a sample's wall/CPU stretch exceeds the run's median by more than max({k:g} x 1.4826 x MAD, {floor:g} %) of the logs"
@@ -102,14 +103,14 @@ def line(doc: dict | None) -> str | None:
 def discard(arms: list[dict], block: int, doc: dict) -> list[int]:
     """policy discard: when the canary flagged `block`, its rows leave the paired statistics (and
     so the stop rule, which then runs another block under --until-ci); they stay in the rows,
-    marked.  Returns the blocks discarded so far."""
+    marked.  arms' rows: PointRows.  Returns the blocks discarded so far."""
     if block in doc["blocks_flagged"]:
         why = "; ".join(f"drift canary {f['off_pct']:+.0f} % before {f['engine']}" for f in doc["flagged"] if f["block"] == block)
         for a in arms:
             for r in a["rows"]:
-                if r.get("repeat") == block:
-                    r["discarded"] = why
-    return sorted({r["repeat"] for a in arms for r in a["rows"] if r.get("discarded")})
+                if r.repeat == block:
+                    r.put("discarded", why)
+    return sorted({r.repeat for a in arms for r in a["rows"] if r.discarded})
 
 
 def with_and_without(summary: dict, metrics: list[str], direction, threshold_pct: float = 2.0, confidence: float = 0.95) -> list[dict]:
@@ -120,8 +121,10 @@ def with_and_without(summary: dict, metrics: list[str], direction, threshold_pct
     ref = summary.get("reference_engine")
     if not flagged or not ref:
         return []
-    rows = [{k: v for k, v in r.items() if k != "discarded"} for r in summary.get("rows") or []]
+    rows = [(r.engine, r.n, r.repeat, r.metrics) for r in point_rows(summary.get("rows") or []) if r.valid]  # discarded too
     pick = lambda p: (p.get("ratio"), p.get("low"), p.get("high"), p.get("n_blocks"))  # noqa: E731
-    every = {(p["engine"], p["n"], p["metric"]): p for p in by_point(rows, ref, metrics, direction, threshold_pct, confidence)}
-    kept = {(p["engine"], p["n"], p["metric"]): p for p in by_point([r for r in rows if r.get("repeat") not in flagged], ref, metrics, direction, threshold_pct, confidence)}
+    every = {(p["engine"], p["n"], p["metric"]): p
+             for p in by_sample(rows, ref, metrics, direction, threshold_pct, confidence)}
+    kept = {(p["engine"], p["n"], p["metric"]): p
+            for p in by_sample([r for r in rows if r[2] not in flagged], ref, metrics, direction, threshold_pct, confidence)}
     return [{"engine": k[0], "n": k[1], "metric": k[2], "all": pick(every[k]), "kept": pick(kept[k]) if k in kept else None} for k in every]

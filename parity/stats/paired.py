@@ -27,6 +27,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 
+from parity.results.model import point_rows
 from parity.stats import usable
 
 IMPROVED, REGRESSED, EQUIVALENT, INCONCLUSIVE = "improved", "regressed", "equivalent", "inconclusive"
@@ -167,16 +168,24 @@ def overall(outcomes) -> str:
     return EQUIVALENT if vs and all(v == EQUIVALENT for v in vs) else INCONCLUSIVE
 
 
-def by_point(rows: list[dict], reference: str, metrics: list[str], better, threshold_pct: float = 2.0, confidence: float = 0.95, key: str = "n") -> list[dict]:
-    """Per engine (other than reference) x point (rows' `key`, N for a sweep) x metric: the
-    paired statistics of engine/reference over the blocks (rows' "repeat") where both
-    ran a valid point.  better(metric) -> "higher" | "lower"."""
+def by_point(rows: list, reference: str, metrics: list[str], better, threshold_pct: float = 2.0, confidence: float = 0.95, key: str = "n") -> list[dict]:
+    """Per engine (other than reference) x point (`key`: "n", a sweep's N, or "point", a workload's) x
+    metric: the paired statistics of engine/reference over the blocks (rows' repeat) where both ran a
+    valid point.  rows: PointRows (a flat dict is read as one); better(metric) -> "higher" | "lower"."""
+    ok = [r for r in point_rows(rows) if r.valid and not r.discarded]  # discarded: the drift canary's (stats.canary)
+    samples = [(r.engine, r.n if key == "n" else r.point, r.repeat, r.metrics) for r in ok]
+    return by_sample(samples, reference, metrics, better, threshold_pct, confidence, key)
+
+
+def by_sample(samples: list[tuple], reference: str, metrics: list[str], better, threshold_pct: float = 2.0,
+              confidence: float = 0.95, key: str = "n") -> list[dict]:
+    """by_point over samples (engine, point, block, {metric: value}) of the counted rows; each
+    result carries its point under `key`."""
     out = []
-    ok = [r for r in rows if r.get("valid", True) and not r.get("discarded")]  # discarded: a block the drift canary flagged (stats.canary: discard)
-    for eng in sorted({r["engine"] for r in ok} - {reference}):
-        for pt in sorted({r[key] for r in ok if r["engine"] == eng}):
+    for eng in sorted({s[0] for s in samples} - {reference}):
+        for pt in sorted({s[1] for s in samples if s[0] == eng}):
             for m in metrics:
-                cell = lambda e: {r["repeat"]: r.get(m) for r in ok if r["engine"] == e and r[key] == pt}  # noqa: E731
+                cell = lambda e: {s[2]: s[3].get(m) for s in samples if s[0] == e and s[1] == pt}  # noqa: E731
                 p = paired(cell(reference), cell(eng), better(m), threshold_pct, confidence)
                 out.append({"engine": eng, "reference": reference, "metric": m, **p.to_dict(), key: pt})
     return out

@@ -17,6 +17,7 @@ from collections import Counter
 from pathlib import Path
 
 from parity.gates.completion import series_counters
+from parity.results.model import PointRow
 from parity.traces.formats import TraceFormat, trace_envs
 
 LIMIT = 10  # values a field's histogram lists; the rest are counted as `other`
@@ -107,7 +108,7 @@ def worth_keeping(s: dict) -> bool:
 
 def for_serving(run_dir: str | Path, arms: list[dict], texts: dict | None = None) -> list[dict]:
     """summary.json "traces": per serving arm with a trace env set or the series' counters printed,
-    its server log's summary (arms: summary.json's arms with their rows; texts: {(engine, repeat):
+    its server log's summary (arms: the sweep's arms with their PointRows; texts: {(engine, repeat):
     log text} already read)."""
     out = []
     for a in arms:
@@ -121,18 +122,18 @@ def for_serving(run_dir: str | Path, arms: list[dict], texts: dict | None = None
             s["note"] = f"no log {name} to read"
         if not worth_keeping(s) and "note" not in s:
             continue
-        points = [row["n"] for row in a.get("rows") or []]
+        points = [row.n for row in a.get("rows") or []]
         out.append({"engine": e, "repeat": r, "log": name, "points": points, **s})
     return out
 
 
-def one_point_reuse(arm_traces: list[dict], rows: list[dict]) -> None:
+def one_point_reuse(arm_traces: list[dict], rows: list[PointRow]) -> None:
     """graph_reuse_pct on the rows whose server served that point alone (in place)."""
     by_arm = {(t["engine"], t["repeat"]): t for t in arm_traces if t.get("graph_reuse")}
     for (e, r), t in by_arm.items():
-        mine = [row for row in rows if row.get("engine") == e and row.get("repeat") == r]
+        mine = [row for row in rows if row.engine == e and row.repeat == r]
         if len(mine) == 1 and t["graph_reuse"]["pct"] is not None:
-            mine[0]["graph_reuse_pct"] = t["graph_reuse"]["pct"]
+            mine[0].put("graph_reuse_pct", t["graph_reuse"]["pct"])
 
 
 def for_bench(run_dir: str | Path, arms: list[str], envs: dict[str, dict]) -> list[dict]:

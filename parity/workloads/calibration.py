@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from parity.decode import replace
 from parity.metrics import serving as metrics
+from parity.results.model import PointRow
 from parity.stats.calibrate import burst, calibration_off, choose, stream_need
 from parity.workloads import WORKLOADS
 
@@ -72,8 +73,8 @@ def basis(kind: str, records, decode, windows) -> dict | None:
 
 
 def need_of(min_window_s: float, margin: float):
-    def needs(row: dict) -> dict:
-        b = row.get("calibration_basis") or {}
+    def needs(row: PointRow) -> dict:
+        b = row.info.get("calibration_basis") or {}
         return {w: stream_need(lead, b.get("pace_s"), min_window_s, margin) for w, lead in (b.get("lead_s") or {}).items()}
 
     return needs
@@ -91,7 +92,7 @@ def caps(plan, wl) -> dict[str, tuple[int, str]]:
     return out
 
 
-def choose_for(plan, rows: list[dict]):
+def choose_for(plan, rows: list[PointRow]):
     """The trial block's Calibration of the workload's field (parity.stats.calibrate.choose
     with the stream rule); parity.serving.snapshot.calibrate_after_trial applies it."""
 

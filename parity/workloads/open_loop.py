@@ -12,6 +12,7 @@ from parity.errors import ConfigError
 from parity.loadgen import client as loadgen
 from parity.loadgen.arrivals import open_loop_times
 from parity.loadgen.prompts import token_prompts
+from parity.results.model import PointRow
 from parity.workloads.base import Measured, Plot, WorkloadKind
 from parity.workloads.plots import HOLLOW, axes, by_engine, num, save
 
@@ -54,12 +55,12 @@ def rate_axis(ax, rates) -> None:
     ax.set_xlabel("requested rate (req/s)")
 
 
-def invalid(rows: list[dict], key: str) -> list[dict]:
+def invalid(rows: list[PointRow] | None, key: str) -> list[PointRow]:
     """Rows a load generator voided (no median), still drawn as crosses: where the box gave up."""
-    return [r for r in rows or [] if not r.get("valid", True) and num(r.get(key))]
+    return [r for r in rows or [] if not r.valid and num(r.metric(key))]
 
 
-def rate_latency(medians: list[dict], path: Path, rows: list[dict] | None = None, metrics=("ttft_p50_ms", "ttft_p99_ms", "e2e_p99_ms")) -> Path | None:
+def rate_latency(medians: list[dict], path: Path, rows: list[PointRow] | None = None, metrics=("ttft_p50_ms", "ttft_p99_ms", "e2e_p99_ms")) -> Path | None:
     """Latency percentiles vs the requested rate; hollow markers: the server did not hold the
     rate; crosses: invalid points (the load generator fell behind)."""
     lines = {(eng, k): pts for k in metrics for eng, pts in by_engine(medians, k).items()}
@@ -77,9 +78,9 @@ def rate_latency(medians: list[dict], path: Path, rows: list[dict] | None = None
             ax.plot([m["n"]], [m[k]], marker="o", color=colors[eng], **(HOLLOW if m.get("held") is False else {}))
     for k, rs in bad.items():
         for r in rs:
-            ax.plot([r["n"]], [r[k]], marker="x", color=colors.get(r["engine"], "black"), linestyle="none")
+            ax.plot([r.n], [r.metric(k)], marker="x", color=colors.get(r.engine, "black"), linestyle="none")
     ax.set_yscale("log")
-    rate_axis(ax, [m["n"] for pts in lines.values() for m in pts] + [r["n"] for rs in bad.values() for r in rs])
+    rate_axis(ax, [m["n"] for pts in lines.values() for m in pts] + [r.n for rs in bad.values() for r in rs])
     ax.set_ylabel("latency (ms, log)")
     ax.set_title("latency vs request rate (hollow: not held; x: invalid)")
     ax.grid(True, which="both", alpha=0.3)
@@ -87,13 +88,13 @@ def rate_latency(medians: list[dict], path: Path, rows: list[dict] | None = None
     return save(fig, path)
 
 
-def goodput_vs_rate(medians: list[dict], path: Path, rows: list[dict] | None = None) -> Path | None:
+def goodput_vs_rate(medians: list[dict], path: Path, rows: list[PointRow] | None = None) -> Path | None:
     lines = by_engine(medians, "goodput_rps")
     bad = invalid(rows, "goodput_rps")
     if not lines and not bad:
         return None
     fig, ax = axes()
-    rates = [m["n"] for pts in lines.values() for m in pts] + [r["n"] for r in bad]
+    rates = [m["n"] for pts in lines.values() for m in pts] + [r.n for r in bad]
     top = max(rates)
     low = min(rates)
     ax.plot([low, top], [low, top], color="grey", linestyle="--", linewidth=1, label="offered rate")
@@ -102,7 +103,7 @@ def goodput_vs_rate(medians: list[dict], path: Path, rows: list[dict] | None = N
         for m in pts:
             ax.plot([m["n"]], [m["goodput_rps"]], marker="o", color=line.get_color(), **(HOLLOW if m.get("held") is False else {}))
     for r in bad:
-        ax.plot([r["n"]], [r["goodput_rps"]], marker="x", color="black", linestyle="none")
+        ax.plot([r.n], [r.metric("goodput_rps")], marker="x", color="black", linestyle="none")
     rate_axis(ax, rates)
     if ax.get_xscale() == "log":
         ax.set_yscale("log")

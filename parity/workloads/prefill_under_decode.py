@@ -14,20 +14,21 @@ from parity.loadgen.http import Connection
 from parity.loadgen.prompts import token_prompts
 from parity.loadgen.record import RequestRecord
 from parity.metrics import workload as workload_metrics
+from parity.results.model import PointRow
 from parity.workloads.base import Measured, Plot, WorkloadKind
 from parity.workloads.plots import axes, num, save
 
 
-def stall_distribution(rows: list[dict], path: Path) -> Path | None:
+def stall_distribution(rows: list[PointRow], path: Path) -> Path | None:
     """ECDF of the admission-overlapping decode gaps per engine (all valid repeats pooled),
     each engine's undisturbed median gap as a dotted line."""
     gaps: dict[str, list[float]] = {}
     base: dict[str, list[float]] = {}
     for r in rows:
-        if r.get("valid", True) and r.get("stall_gaps_ms"):
-            gaps.setdefault(r["engine"], []).extend(g for g in r["stall_gaps_ms"] if num(g) and g > 0)
-            if num(r.get("decode_gap_p50_ms")):
-                base.setdefault(r["engine"], []).append(r["decode_gap_p50_ms"])
+        if r.valid and (stalls := r.info.get("stall_gaps_ms")):
+            gaps.setdefault(r.engine, []).extend(g for g in stalls if num(g) and g > 0)
+            if num(base_gap := r.metric("decode_gap_p50_ms")):
+                base.setdefault(r.engine, []).append(base_gap)
     gaps = {e: sorted(v) for e, v in gaps.items() if v}
     if not gaps:
         return None

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from parity.metrics.registry import direction
+from parity.results.model import point_rows
 from parity.stats import canary, paired
 
 
@@ -51,7 +52,7 @@ def test_a_block_whose_probe_moved_past_the_noise_is_flagged_and_one_outlier_doe
 
 
 def test_discard_takes_a_flagged_block_out_of_the_paired_statistics():
-    rows = [{"engine": e, "n": 1, "repeat": b, "valid": True, "decode_agg_tps": v} for b in range(6) for e, v in (("ref", 100.0), ("cand", 100.0 * (0.80 if b == 2 else 1.0)))]
+    rows = point_rows([{"engine": e, "n": 1, "repeat": b, "valid": True, "decode_agg_tps": v} for b in range(6) for e, v in (("ref", 100.0), ("cand", 100.0 * (0.80 if b == 2 else 1.0)))])
     arms = [{"rows": [r]} for r in rows]
     doc = canary.assess(samples([40.0] * 4 + [70.0, 40.0] + [40.0] * 6, engines=("ref", "cand")))
     assert doc["blocks_flagged"] == [2]

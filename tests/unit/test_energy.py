@@ -18,6 +18,7 @@ import pytest
 from parity.loadgen.record import RequestRecord
 from parity.metrics import energy as em
 from parity.metrics.registry import all_metrics, direction
+from parity.results.model import PointRow
 from parity.telemetry import energy, nvml_gpu, procfs
 
 REPO = Path(__file__).resolve().parents[2]
@@ -237,10 +238,11 @@ def test_row_without_energy_carries_the_reason_not_a_zero():
 
 
 def test_only_measured_energy_metrics_are_paired():
-    rows = [{"valid": True, "j_per_output_tok": None, "j_per_total_tok": None}]
+    row = lambda **kw: PointRow.of({"engine": "stock", "n": 1, **kw})  # noqa: E731
+    rows = [row(valid=True, j_per_output_tok=None, j_per_total_tok=None)]
     assert em.measured(rows) == []
-    assert em.measured(rows + [{"valid": True, "j_per_output_tok": 0.3, "j_per_total_tok": 0.2}]) == ["j_per_output_tok", "j_per_total_tok"]
-    assert em.measured(rows + [{"valid": False, "j_per_output_tok": 0.3}]) == []
+    assert em.measured(rows + [row(valid=True, j_per_output_tok=0.3, j_per_total_tok=0.2)]) == ["j_per_output_tok", "j_per_total_tok"]
+    assert em.measured(rows + [row(valid=False, j_per_output_tok=0.3)]) == []
 
 
 # ------------------------------------------------------------------ captures

@@ -22,6 +22,7 @@ from parity.loadgen.record import RequestRecord
 from parity.metrics import validity, workload as workload_metrics
 from parity.metrics.prometheus import parse
 from parity.report.render import _env
+from parity.report.rundata import RunData
 from parity.report.sections import fmt
 from parity.report.workload_sections import workload_section
 from parity.serving.workloads import attach, point_row, resolve
@@ -209,7 +210,7 @@ def test_invalid_and_discarded_rows_leave_the_lines(run):
 
 
 def test_the_report_section_has_the_lines_the_pairing_and_the_plot(run, tmp_path):
-    w = workload_section(SimpleNamespace(summary=run), tmp_path / "assets", "assets")
+    w = workload_section(RunData(Path("/run"), {}, summary=run), tmp_path / "assets", "assets")
     assert w["kind"] == "prefill-curve" and [p["file"] for p in w["plots"]] == ["assets/workload_prefill_curve.png"]
     assert (tmp_path / "assets" / "workload_prefill_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     lines, pairs = w["tables"]

@@ -223,6 +223,28 @@ def test_a_row_read_typed_is_written_back_the_same(path, tmp_path):
     assert all(isinstance(r, results.PointRow) for r in kept[0]["rows"])  # the caller's rows stay typed
 
 
+@pytest.mark.parametrize("path", SNAPSHOT_SUMMARIES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_medians_and_ratios_read_typed_are_written_back_the_same(path, tmp_path):
+    """Every real snapshot summary's medians and ratios, typed by the reader (model.Median, Ratio: fields
+    as attributes, each metric's median or ratio in metrics, a ratio's verdicts as Verdicts) and written
+    again by the one writer: the same keys in the same order with the same values."""
+    raw = json.loads(path.read_text())
+    typed = results.read_summary(path).typed
+    for part in ("medians", "ratios"):
+        assert [json.dumps(m.flat()) for m in getattr(typed, part)] == [json.dumps(m) for m in raw.get(part) or []]
+    for m, flat in zip(typed.medians, raw.get("medians") or []):
+        assert (m.engine, m.n, m.repeats) == (flat["engine"], flat["n"], flat["repeats"])
+        numbers = {k: v for k, v in flat.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        assert all(m.metric(k) == v for k, v in numbers.items() if k not in results.model.Median.fields())
+    for r, flat in zip(typed.ratios, raw.get("ratios") or []):
+        assert all(r.verdicts[k].verdict == v["verdict"] for k, v in (flat.get("verdicts") or {}).items())
+    doc = {"kind": "snapshot", "medians": typed.medians, "ratios": typed.ratios}
+    written = results.write_summary(_Run(tmp_path), doc)
+    again = json.loads((tmp_path / "summary.json").read_text())
+    for part in ("medians", "ratios"):
+        assert json.dumps(again[part]) == json.dumps(written[part]) == json.dumps(raw.get(part) or [])
+
+
 def test_an_open_loop_rate_is_a_point(tmp_path):
     """A workload's point key is its rate for open loop (parity.serving.workloads: n = 2.5 req/s)."""
     doc = json.loads((DATA / "workloads" / "smoke-pud-calibrated-summary.json").read_text())

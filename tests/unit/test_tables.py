@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import DATA, REPO, needs_shared, run_parity
-from parity import tables
+from parity import results, tables
 from parity.metrics.registry import users_ratios
 from parity.report.rundata import load_run
 from parity.serving import summary
@@ -172,11 +172,11 @@ def test_parity_summary_tsv_is_what_their_write_summary_prints():
 @pytest.mark.parametrize("run", H100_RUNS, ids=lambda p: p.name)
 def test_the_writer_gives_the_files_real_runs_hold(run):
     """summary.tsv, parity_summary.tsv and paired.tsv of real H100 runs, regenerated from their
-    summary.json through parity.tables.tsv: the same bytes."""
-    s = json.loads((run / "summary.json").read_text())
-    files = {"summary.tsv": summary.users_tsv(s["medians"], s["reference_engine"]),
-             "parity_summary.tsv": summary.parity_tsv(s["rows"], s["medians"], s["ratios"]),
-             "paired.tsv": summary.paired_tsv(s.get("paired") or [])}
+    summary.json (typed by the reader: rows, medians, ratios) through parity.tables.tsv: the same bytes."""
+    s = results.read_summary(run / "summary.json").typed
+    files = {"summary.tsv": summary.users_tsv(s.medians, s.reference_engine),
+             "parity_summary.tsv": summary.parity_tsv(s.rows, s.medians, s.ratios),
+             "paired.tsv": summary.paired_tsv(json.loads((run / "summary.json").read_text()).get("paired") or [])}
     held = [f for f in files if (run / f).is_file()]
     assert len(held) >= 2
     for f in held:

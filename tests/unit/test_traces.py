@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 from parity.gates import completion
+from parity.results.model import PointRow
 from parity.traces import formats as f
 from parity.traces import summary as s
 
@@ -198,10 +199,10 @@ def test_serving_arms_carry_their_traces_and_a_lone_point_its_graph_reuse(tmp_pa
         {
             "engine": "paged",
             "repeat": 0,
-            "rows": [{"engine": "paged", "repeat": 0, "n": 8}, {"engine": "paged", "repeat": 0, "n": 32}],
+            "rows": [PointRow("paged", 8, repeat=0), PointRow("paged", 32, repeat=0)],
         },
-        {"engine": "stock", "repeat": 0, "rows": [{"engine": "stock", "repeat": 0, "n": 8}]},
-        {"engine": "paged", "repeat": 1, "rows": [{"engine": "paged", "repeat": 1, "n": 8}]},
+        {"engine": "stock", "repeat": 0, "rows": [PointRow("stock", 8, repeat=0)]},
+        {"engine": "paged", "repeat": 1, "rows": [PointRow("paged", 8, repeat=1)]},
     ]
     found = s.for_serving(tmp_path, arms)
     assert [(t["engine"], t["repeat"], t["points"]) for t in found] == [
@@ -211,7 +212,7 @@ def test_serving_arms_carry_their_traces_and_a_lone_point_its_graph_reuse(tmp_pa
     assert found[0]["traces"][0]["lines"] == 1 and found[0]["log"] == "servers/paged-r0.log"
     rows = [r for a in arms for r in a["rows"]]
     s.one_point_reuse(found, rows)
-    assert [r.get("graph_reuse_pct") for r in rows] == [
+    assert [r.metric("graph_reuse_pct") for r in rows] == [
         None,
         None,
         None,

@@ -12,6 +12,7 @@ import pytest
 
 from parity.metrics import validity
 from parity.metrics.serving import RequestRecord, compute
+from parity.results.model import PointRow
 from parity.workloads import WORKLOADS
 from parity.workloads.calibration import basis, caps, need_of, why_off
 from parity.stats.calibrate import choose, needed_gen, stream_need
@@ -78,7 +79,7 @@ def test_multi_turn_gen_from_a_real_second_turn():
     assert (metrics["wall_s"], metrics["decode_window_s"]) == (0.3336, 0.3074)
     b = basis("multi-turn", recs, [], WORKLOADS["multi-turn"].windows)
     assert b["knob"] == "gen" and b["tokens"] == 162 and 0 <= b["lead_s"]["decode_window_s"] < 0.05
-    need = need_of(0.5, 1.5)({"calibration_basis": b})
+    need = need_of(0.5, 1.5)(PointRow(engine="stock", n=1, info={"calibration_basis": b}))
     assert need["decode_window_s"] >= need["wall_s"] > 162
     assert window_at(b, "decode_window_s", need["decode_window_s"], b["pace_s"]) >= 0.75
 

@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
+from pathlib import Path
 
 import pytest
 
 from parity.report.render import _env
+from parity.report.rundata import RunData
 from parity.report.workload_sections import workload_section
+from parity.results.model import PointRow
 from parity.workloads import WORKLOADS, open_loop, prefill_under_decode, shared_prefix
 
 
@@ -53,7 +55,7 @@ FILES = {"open-loop": ["workload_rate_latency.png", "workload_goodput.png"], "pr
 
 @pytest.mark.parametrize("kind", sorted(SUMMARIES))
 def test_each_kind_gets_its_tables_plots_and_definitions(kind, tmp_path):
-    rd = SimpleNamespace(summary=SUMMARIES[kind])
+    rd = RunData(Path("/run"), {}, summary=SUMMARIES[kind])
     w = workload_section(rd, tmp_path / "assets", "assets")
     assert w["kind"] == kind and w["rows"] and w["definitions"]
     assert [p["file"] for p in w["plots"]] == [f"assets/{f}" for f in FILES[kind]]
@@ -67,14 +69,14 @@ def test_each_kind_gets_its_tables_plots_and_definitions(kind, tmp_path):
 
 
 def test_open_loop_section_says_which_rates_were_not_held_or_invalid(tmp_path):
-    w = workload_section(SimpleNamespace(summary=SUMMARIES["open-loop"]), tmp_path, "")
+    w = workload_section(RunData(Path("/run"), {}, summary=SUMMARIES["open-loop"]), tmp_path, "")
     held = {(r[0], r[1]): r[3] for r in w["rows"]}
     assert held[("stock", "64 req/s")] == "NOT HELD" and held[("stock", "1 req/s")] == "held"
     assert w["notes"] == ["NOT HELD: stock r0 64 req/s: not held: the server completed 10 req/s of the scheduled 64", "INVALID: stock r0 128 req/s: the load generator fell behind"]
 
 
 def test_prefill_under_decode_lists_each_long_prompt(tmp_path):
-    w = workload_section(SimpleNamespace(summary=SUMMARIES["prefill-under-decode"]), None, plots=False)
+    w = workload_section(RunData(Path("/run"), {}, summary=SUMMARIES["prefill-under-decode"]), None, plots=False)
     (table,) = w["tables"]
     assert table["title"] == "Each long prompt's admission" and table["rows"] == [["stock", 0, 0, "1000.0", 3, "900.00", "899.00", ""]] and w["plots"] == []
     assert w["notes"] == ["COARSE STREAM: vllm r0 3 streams: the decode streams arrived 7.5 tokens per chunk"]
@@ -83,24 +85,22 @@ def test_prefill_under_decode_lists_each_long_prompt(tmp_path):
 
 
 def test_no_section_for_a_plain_sweep_and_no_plot_without_data(tmp_path):
-    assert workload_section(SimpleNamespace(summary={"medians": []}), tmp_path) is None
-    assert workload_section(SimpleNamespace(summary=None), tmp_path) is None
+    assert workload_section(RunData(Path("/run"), {}, summary={"medians": []}), tmp_path) is None
+    assert workload_section(RunData(Path("/run"), {}, summary=None), tmp_path) is None
     assert open_loop.rate_latency([], tmp_path / "x.png") is None
-    assert prefill_under_decode.stall_distribution([{"engine": "a", "stall_gaps_ms": []}], tmp_path / "y.png") is None
+    assert prefill_under_decode.stall_distribution([PointRow("a", 1, info={"stall_gaps_ms": []})], tmp_path / "y.png") is None
     assert shared_prefix.prefix_hits([{"engine": "a"}], tmp_path / "z.png") is None
     assert not list(tmp_path.glob("*.png"))
 
 
 def test_a_calibrated_run_says_what_its_trial_chose_from_a_real_summary():
     import json
-    from pathlib import Path
-
     real = json.loads((Path(__file__).parent.parent / "data" / "workloads" / "smoke-pud-calibrated-summary.json").read_text())
-    w = workload_section(SimpleNamespace(summary=real), plots=False)
+    w = workload_section(RunData(Path("/run"), {}, summary=real), plots=False)
     assert w["notes"][0].startswith("CALIBRATED: decode_gen 384 -> 919 so every window lasts min_window_s 0.5 s at 2.0 x its trial pace")
     assert "1 trial block not counted" in w["notes"][0] and ["decode_gen", "919"] in w["params"]
     assert not any(n.startswith("CAPPED") for n in w["notes"])
     kept = {**real["calibration"], "gen": 384, "kept_trial": True, "trial_arms": []}
-    assert workload_section(SimpleNamespace(summary={**real, "calibration": kept}), plots=False)["notes"][0].startswith("calibration: decode_gen 384 kept")
+    assert workload_section(RunData(Path("/run"), {}, summary={**real, "calibration": kept}), plots=False)["notes"][0].startswith("calibration: decode_gen 384 kept")
     sweep = {**real, "calibration": {k: v for k, v in real["calibration"].items() if k != "knob"}}  # a run from before the field was recorded
-    assert not any("alibrat" in n for n in workload_section(SimpleNamespace(summary=sweep), plots=False)["notes"])
+    assert not any("alibrat" in n for n in workload_section(RunData(Path("/run"), {}, summary=sweep), plots=False)["notes"])

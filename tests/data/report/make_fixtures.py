@@ -61,8 +61,9 @@ def make(name: str, candidate: bool) -> None:
     s = json.loads((d / "summary.json").read_text())
     s["rows"] = rows(candidate)
     s["shape"]["repeat"] = REPEATS
-    s["medians"] = medians(s["rows"])
-    s["ratios"] = ratios(s["rows"], s["medians"], s["reference_engine"], Rule())
+    med = medians(s["rows"])
+    s["medians"] = [m.flat() for m in med]
+    s["ratios"] = [r.flat() for r in ratios(s["rows"], med, s["reference_engine"], Rule())]
     (d / "summary.json").write_text(json.dumps(s, indent=2) + "\n")
     m = json.loads((d / "manifest.json").read_text())
     m["run_id"] = f"20261122_1814{22 if not candidate else 55}_snapshot-tiny"
