@@ -17,7 +17,7 @@ from collections import Counter
 from pathlib import Path
 
 from parity.gates.completion import series_counters
-from parity.results.model import PointRow
+from parity.results.model import PointRow, point_rows
 from parity.traces.formats import TraceFormat, trace_envs
 
 LIMIT = 10  # values a field's histogram lists; the rest are counted as `other`
@@ -122,7 +122,7 @@ def for_serving(run_dir: str | Path, arms: list[dict], texts: dict | None = None
             s["note"] = f"no log {name} to read"
         if not worth_keeping(s) and "note" not in s:
             continue
-        points = [row.n for row in a.get("rows") or []]
+        points = [row.n for row in point_rows(a.get("rows") or [])]
         out.append({"engine": e, "repeat": r, "log": name, "points": points, **s})
     return out
 

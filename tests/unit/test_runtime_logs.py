@@ -16,6 +16,7 @@ from parity.engines.vllm import MARLIN, NATIVE, NOT_SEEN, parse_kernel_path
 from parity.gates.kinds import red_in_summary
 from parity.report.rundata import RunData
 from parity.report.runtime_sections import runtime_section, traces_rows, traces_section
+from parity.results.model import PointRow
 from parity.serving import logs
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -79,8 +80,8 @@ def make_run(tmp_path: Path) -> Path:
 
 def arms() -> list[dict]:
     return [
-        {"engine": "paged", "repeat": 0, "rows": [{"engine": "paged", "repeat": 0, "n": 128}]},
-        {"engine": "vllm", "repeat": 0, "rows": [{"engine": "vllm", "repeat": 0, "n": 128}]},
+        {"engine": "paged", "repeat": 0, "rows": [PointRow.of({"engine": "paged", "repeat": 0, "n": 128})]},
+        {"engine": "vllm", "repeat": 0, "rows": [PointRow.of({"engine": "vllm", "repeat": 0, "n": 128})]},
     ]
 
 
