@@ -15,6 +15,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+from box_load import OtherWork
 
 from tests.integration.test_workloads_real import (  # noqa: F401 (fixtures)
     smoke_engine,
@@ -38,11 +39,12 @@ def capacity(parity_cli, tmp_path, *args, timeout=900):
 def test_llama_server_against_itself_reads_no_change(parity_cli, workload_profile, tmp_path):  # noqa: F811
     # stock_b: the stock build (the same build key: its targets too), a second engine name
     prof = workload_profile({}, engines={"stock_b": smoke_engine(targets=STOCK_TARGETS)}, settle_s=0.2)
-    r = capacity(parity_cli, tmp_path, "--profile", str(prof), "--engines", "stock,stock_b", "--slo", SLO,
-                 "--requests", "40", "--no-gates", "--json")
+    with OtherWork() as box:
+        r = capacity(parity_cli, tmp_path, "--profile", str(prof), "--engines", "stock,stock_b", "--slo", SLO,
+                     "--requests", "40", "--no-gates", "--json")
     assert r.returncode == 0, r.stderr[-3000:]
     # the reference: serving.reference_engine (stock)
-    no_change(json.loads(r.stdout), "stock", "stock_b", "stock", ("itl_p90_ms", "ttft_p90_ms"))
+    no_change(json.loads(r.stdout), "stock", "stock_b", "stock", ("itl_p90_ms", "ttft_p90_ms"), box=box)
 
 
 @pytest.mark.slow
@@ -63,21 +65,27 @@ def test_vllm_against_itself_makes_no_claim(parity_cli, workload_profile, tmp_pa
 
 
 def no_change(doc: dict, a: str, b: str, reference: str, objectives: tuple, requests: int = 40,
-              within_pct: float = 2.0) -> None:
+              within_pct: float = 2.0, box: OtherWork | None = None) -> None:
     """An engine against itself (--engines a,b): no claim, the ratio inside +-within_pct %; what the
-    run shows of itself."""
+    run shows of itself.  box: the other work beside it; where the box was quiet, at least 3 of the 6
+    blocks give a capacity (6 of 6 alone), else at least the 2 an interval needs."""
     run = Path(doc["run_dir"])
     (ratio,) = doc["ratios"]
     other = b if reference == a else a
     # a block whose margin line does not cross inside its levels gives no capacity (a loaded box: 4 of 6)
-    assert (ratio["engine"], ratio["reference"]) == (other, reference) and 3 <= ratio["n_blocks"] <= 6
+    least = 3 if box is not None and box.quiet else 2
+    assert (ratio["engine"], ratio["reference"]) == (other, reference) and least <= ratio["n_blocks"] <= 6, str(box)
+    if ratio["n_blocks"] < 3:
+        warnings.warn(f"capacity A/A: {ratio['n_blocks']} usable blocks of 6; {box}")
     assert ratio["outcome"] in ("equivalent", "inconclusive"), ratio  # never a claim
     assert ratio["low"] < ratio["ratio"] < ratio["high"], ratio
-    if abs(ratio["ratio"] - 1) * 100 > within_pct:  # quiet box: 4 of 4 inside +-2 %; beside other work 1.125 [0.98, 1.29]
+    if box is not None and box.quiet:  # the acceptance on a quiet box (4 of 4 inside +-2 % alone)
+        assert abs(ratio["ratio"] - 1) * 100 <= within_pct, (ratio, str(box))
+    elif abs(ratio["ratio"] - 1) * 100 > within_pct:  # beside other work 1.125 [0.98, 1.29], 1.0406 [0.96, 1.13]
         warnings.warn(f"capacity A/A {ratio['ratio']:.4f} [{ratio['low']:.4f}, {ratio['high']:.4f}], {ratio['n_blocks']} blocks: past +-{within_pct:g} %")
     for e in (a, b):
         cap = doc["engines"][e]["capacity"]
-        assert 3 <= cap["n"] <= 6 and cap["low"] < cap["value"] < cap["high"] and doc["engines"][e]["binds"] in objectives
+        assert least <= cap["n"] <= 6 and cap["low"] < cap["value"] < cap["high"] and doc["engines"][e]["binds"] in objectives
         energy = doc["energy"][e]  # a CPU box: no energy counter, the reason instead of a number
         assert energy["j_per_output_tok_median"] is None and energy["why"].startswith("not applicable")
         assert doc["frontier"][e] and any(f["pareto"] for f in doc["frontier"][e])
