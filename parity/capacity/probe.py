@@ -48,10 +48,13 @@ class Requests:
 
     @property
     def user_tps(self) -> float:
-        """The median request's decode rate (tokens per second one user sees after the first)."""
+        """The median request's decode rate (tokens per second one user sees after the first); nan
+        where there is none: no requests, or a median time per token of 0 (a stream whose tokens
+        arrived in one read)."""
         import numpy as np
 
-        return float(1000 / np.median(self.tpot_ms)) if len(self.tpot_ms) else float("nan")
+        tpot = float(np.median(self.tpot_ms)) if len(self.tpot_ms) else 0.0
+        return 1000 / tpot if tpot > 0 else float("nan")
 
 
 class Probe(Protocol):

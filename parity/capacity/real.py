@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import math
 import time
 import zlib
 from contextlib import ExitStack
@@ -204,7 +205,7 @@ def summary(engine: str, block: int, load: float, k: int, got: Requests, recs, w
         "invalid": sum(not r.valid for r in recs),
         "window_s": round(got.window_s, 4), "seconds": round(got.seconds, 3),
         "output_tokens": got.output_tokens, "throughput_tps": round(got.throughput_tps, 3) if got.window_s else None,
-        "user_tps": round(got.user_tps, 3) if len(got.tpot_ms) else None,
+        "user_tps": round(got.user_tps, 3) if math.isfinite(got.user_tps) else None,
         **{f"{q}_p{x}_ms": pct(getattr(got, f"{q}_ms"), x) for q in ("ttft", "itl", "tpot", "e2e")
            for x in (50, 90, 99)},
         "j_per_output_tok": row.get("j_per_output_tok"), "j_per_total_tok": row.get("j_per_total_tok"),

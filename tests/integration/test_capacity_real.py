@@ -56,9 +56,15 @@ def test_vllm_against_itself_makes_no_claim(parity_cli, workload_profile, tmp_pa
     # up to 1.0885: docs/CAPACITY.md): no claim, and the ratio inside +-15 % (a bias of the order, not noise).
     engine, models = vllm_engine
     prof = vllm_profile(workload_profile, tmp_path, models, {"vllm": engine(), "vllm_b": engine()}, {})
-    r = capacity(parity_cli, tmp_path, "--profile", str(prof), "--engines", "vllm,vllm_b", "--slo", VLLM_SLO,
-                 "--requests", "100", "--no-gates", "--json", timeout=1800)
-    assert r.returncode == 0, r.stderr[-3000:]
+    with OtherWork() as box:
+        r = capacity(parity_cli, tmp_path, "--profile", str(prof), "--engines", "vllm,vllm_b", "--slo", VLLM_SLO,
+                     "--requests", "100", "--no-gates", "--json", timeout=1800)
+    # beside another agent's servers its margins went non-monotone (0.12 at 8 clients, 2.30 at 9) and 5
+    # of 6 blocks crossed nowhere: the run ends on that named problem (exit 6), never on a ratio
+    if r.returncode == 6 and not box.quiet and "no capacity ratio with an interval" in r.stderr:
+        warnings.warn(f"vLLM capacity A/A: no ratio; {box}")
+        return
+    assert r.returncode == 0, (r.stderr[-3000:], str(box))
     # the reference: the last engine (serving.reference_engine, stock, is not among them)
     no_change(json.loads(r.stdout), "vllm", "vllm_b", "vllm_b", ("itl_p90_ms", "ttft_p90_ms"), requests=100,
               within_pct=15.0)

@@ -88,3 +88,19 @@ def test_an_invalid_measured_request_is_named():
     recs[3].error = "HTTP 500"
     r = from_records(recs, warmup=1)
     assert r.problems == ["request 3: HTTP 500"] and len(r.ttft_ms) == 8
+
+
+def test_a_probe_whose_streams_came_in_one_read_has_no_user_rate():
+    """vLLM on CPU beside other work: a stream's tokens in one read give a time per token of 0; its
+    decode rate per user is none (nan, null in the file), not 1000 / 0."""
+    import math
+
+    import numpy as np
+
+    from parity.capacity.probe import Requests
+
+    def probe(tpot):
+        return Requests(ttft_ms=np.array([20.0, 30.0]), itl_ms=np.array([]), tpot_ms=np.array(tpot), e2e_ms=np.array([40.0, 50.0]),
+                        output_tokens=32, window_s=1.0, sent=2, seconds=1.0)
+    assert math.isnan(probe([0.0, 0.0]).user_tps) and math.isnan(probe([]).user_tps)
+    assert probe([4.0, 6.0]).user_tps == 200.0
