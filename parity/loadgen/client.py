@@ -4,8 +4,9 @@ What to send (prompts: parity.loadgen.prompts) is separate from when to send it:
 closed loop (`concurrency` workers, each on its own keep-alive connection,
 pulling the next request as soon as its last one ends; N requests at
 concurrency N is the snapshot's "N concurrent requests") or open loop (each
-request due at its own time offset: parity.loadgen.arrivals; sent on a free
-pooled connection or a new one, never held back by the ones in flight).
+request due at its own time offset: parity.loadgen.arrivals; written at its due
+time by the scheduling loop itself on a connection opened ahead, never held back
+by the ones in flight).
 
 Tokens are counted from the stream, not from the server's final claim: each
 chunk adds the increase of the per-chunk counter the adapter asks for
@@ -24,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from parity.errors import InfraError
-from parity.loadgen.http import Connection, HttpError, request_json
+from parity.loadgen.http import Connection, HttpError, request_json, stream_request
 from parity.loadgen.record import RequestRecord
 
 COUNTERS = {"usage": b'"completion_tokens":', "timings": b'"predicted_n":', "chunks": None}
@@ -219,9 +220,15 @@ async def one_request(conn: Connection, t: Target, body: bytes, rec: RequestReco
     """Send one streamed request on conn, filling rec; the generated text when keep_text."""
     h = _Handler(rec, progress, t.count, keep_text)
     rec.send = time.perf_counter()
+    await _read(conn, rec, h, timeout, conn.stream(t.path, body, h))
+    return "".join(h.text) if h.text is not None else None
+
+
+async def _read(conn: Connection, rec: RequestRecord, h: _Handler, timeout: float, exchange) -> None:
+    """Await a request's exchange (conn.stream), filling rec with its outcome."""
     try:
         async with asyncio.timeout(timeout):
-            status, raw = await conn.stream(t.path, body, h)
+            status, raw = await exchange
         if status != 200:
             rec.error = f"HTTP {status}: {error_message(raw)}"
         rec.first_byte = conn.first_byte
@@ -236,7 +243,6 @@ async def one_request(conn: Connection, t: Target, body: bytes, rec: RequestReco
         rec.error = "; ".join(h.errors)[:300]
     if rec.error is None and rec.first is None:
         rec.error = "no generated token in the stream"
-    return "".join(h.text) if h.text is not None else None
 
 
 def error_message(raw: bytes) -> str:
@@ -283,50 +289,150 @@ async def run_requests(t: Target, specs: list[RequestSpec], concurrency: int, ti
 
 
 SPIN_S = 0.002  # the last stretch before a due time is spun (sleep(0)), not slept: epoll rounds timeouts to 1 ms
+LEAD_S = 0.05  # connections for the requests due in the next LEAD_S are opened this far ahead
+STALE_S = 4.0  # an idle connection older than this is not written on: servers close them at 5 s (llama-server, uvicorn)
+
+
+class _Ready:
+    """Connections opened ahead of the open loop's due times, so that a request is written at its due
+    time with no TCP connect before it (0.2-8 ms on a loaded 2-core box).  Each carries one request:
+    llama-server closes a connection right after a streamed response although it answered keep-alive,
+    and on a loaded box its close can come tens of ms late, so a connection back from a response may
+    be closing as the next request is written on it.  The newest is taken first (the least likely to
+    meet the server's keep-alive timeout)."""
+
+    def __init__(self, t: Target, connect_timeout: float):
+        self.t, self.connect_timeout = t, connect_timeout
+        self.idle: list[tuple[Connection, float]] = []  # (connection, opened at)
+        self.opening = 0  # connections being opened
+        self.tasks: set[asyncio.Task] = set()
+        self._landed: asyncio.Future | None = None  # set when an opening ends (next())
+
+    def _fresh(self) -> list[tuple[Connection, float]]:
+        now = time.perf_counter()
+        keep = []
+        for c, at in self.idle:
+            if c.is_open and now - at < STALE_S:
+                keep.append((c, at))
+            else:
+                c.close()
+        self.idle = keep
+        return keep
+
+    def take(self) -> Connection | None:
+        fresh = self._fresh()
+        return fresh.pop()[0] if fresh else None
+
+    async def next(self) -> Connection | None:
+        """A ready one, else the next of those being opened (a loop that fell behind its schedule has not let
+        them finish: waiting for one is sooner than a connect of its own); None when none is left."""
+        conn = self.take()
+        while conn is None and self.opening:
+            self._landed = asyncio.get_running_loop().create_future()
+            await self._landed
+            conn = self.take()
+        return conn
+
+    async def _open(self) -> None:
+        conn = Connection(self.t.host, self.t.port, self.connect_timeout)
+        try:
+            await conn.open()
+            self.idle.append((conn, time.perf_counter()))
+        except (OSError, TimeoutError):
+            pass  # the request that finds none connects itself, and says why it failed
+        finally:
+            self.opening -= 1  # here, not in a done callback: that runs a loop turn later
+            if self._landed is not None and not self._landed.done():
+                self._landed.set_result(None)
+
+    def top_up(self, want: int) -> list[asyncio.Task]:
+        """Start opening connections until `want` are ready or opening."""
+        new = [asyncio.ensure_future(self._open()) for _ in range(want - len(self._fresh()) - self.opening)]
+        self.opening += len(new)
+        self.tasks.update(new)
+        for task in new:
+            task.add_done_callback(self.tasks.discard)
+        return new
+
+    def close(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        for c, _ in self.idle:
+            c.close()
+        self.idle = []
+
+
+def due_within(times: list[float], lead: float) -> list[int]:
+    """For each sorted due time, how many due times fall in [it, it + lead]."""
+    out, j = [], 0
+    for i, at in enumerate(times):
+        j = max(j, i)
+        while j < len(times) and times[j] <= at + lead:
+            j += 1
+        out.append(j - i)
+    return out
 
 
 async def run_open_loop(t: Target, specs: list[RequestSpec], timeout: float, progress: Progress | None = None, max_inflight: int = 4096) -> list[RequestRecord]:
-    """Open loop: each spec is sent at start + spec.at whatever is in flight (up to max_inflight
-    connections); rec.scheduled keeps the due time, so rec.send - rec.scheduled is the load
-    generator's own scheduling delay."""
+    """Open loop: each spec is written at start + spec.at whatever is in flight (up to max_inflight
+    connections), from this loop itself on a connection opened ahead (_Ready); a task reads each
+    response.  rec.scheduled keeps the due time and rec.send the write (a connect the request had to wait
+    for comes before it), so rec.send - rec.scheduled is how late the load generator sent."""
     order = sorted(range(len(specs)), key=lambda i: specs[i].at or 0.0)
-    bodies = [request_body(t, s.prompt, s.gen) for s in specs]
+    dues = [specs[i].at or 0.0 for i in order]
+    want = [min(k, max_inflight) for k in due_within(dues, LEAD_S)]
+    data = [stream_request(t.host, t.port, t.path, request_body(t, s.prompt, s.gen)) for s in specs]
     records = [_record(s) for s in specs]
     progress = progress or Progress()
     progress.requests = len(specs)
-    idle: list[Connection] = []
+    ready = _Ready(t, min(timeout, 30.0))
     slots = asyncio.Semaphore(max_inflight)
     tasks = []
 
-    async def send(i: int):
-        conn = idle.pop() if idle else Connection(t.host, t.port, min(timeout, 30.0))
+    async def read(i: int, conn: Connection, h: _Handler, begun) -> None:
+        rec = records[i]
         try:
-            await one_request(conn, t, bodies[i], records[i], timeout, progress)
+            await _read(conn, rec, h, timeout, conn.send_stream(data[i], h, begun))
         finally:
+            rec.send = conn.sent_at or rec.send  # the write (a keep-alive race wrote it again, later)
             progress.done += 1
-            idle.append(conn)  # a closed one reconnects on its next use
+            conn.close()
             slots.release()
 
-    start = time.perf_counter()
-    progress.started = start
     clock = time.perf_counter
+    if want:
+        await asyncio.gather(*ready.top_up(want[0]))
+    start = clock()
+    progress.started = start
     try:
-        for i in order:
-            due = start + (specs[i].at or 0.0)
+        for k, i in enumerate(order):
+            due = start + dues[k]
+            if due - LEAD_S > clock():
+                await asyncio.sleep(due - LEAD_S - clock())
+            ready.top_up(want[k])
             delay = due - clock() - SPIN_S
             if delay > 0:
                 await asyncio.sleep(delay)
+            await slots.acquire()
+            rec, h = records[i], _Handler(records[i], progress, t.count)
+            conn = await ready.next()  # before the due time: the write is all that is left at it
             while clock() < due:
                 await asyncio.sleep(0)
-            await slots.acquire()
-            records[i].scheduled = due
-            tasks.append(asyncio.ensure_future(send(i)))
+            rec.scheduled = due
+            if conn is not None and not conn.is_open:  # closed while the loop spun
+                conn = await ready.next()
+            if conn is None:  # none ready: the task connects, then writes (late by the connect)
+                conn, begun = Connection(t.host, t.port, min(timeout, 30.0)), None
+                rec.send = clock()
+            else:
+                begun = conn.begin(data[i], h)
+                rec.send = conn.sent_at
+            tasks.append(asyncio.ensure_future(read(i, conn, h, begun)))
         await asyncio.gather(*tasks)
     finally:
         for task in tasks:
             task.cancel()
-        for conn in idle:
-            conn.close()
+        ready.close()
     return records
 
 

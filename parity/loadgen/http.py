@@ -179,6 +179,11 @@ def request_bytes(method: str, host: str, port: int, path: str, body: bytes | No
     return head.encode() + b"\r\n" + (body or b"")
 
 
+def stream_request(host: str, port: int, path: str, body: bytes) -> bytes:
+    """A streamed POST as written (the open loop builds them ahead of their due times)."""
+    return request_bytes("POST", host, port, path, body, "text/event-stream")
+
+
 # --------------------------------------------------------------------------- connections
 
 
@@ -294,28 +299,48 @@ class Connection:
         self.opened = 0  # connections opened (keep-alive reuse shows as opened < requests)
         self.connect_s: float | None = None  # the last exchange's TCP connect (None: it reused the connection)
         self.first_byte: float | None = None  # the last exchange's first response bytes (perf_counter)
+        self.sent_at: float | None = None  # when the last request was written (perf_counter)
+
+    @property
+    def is_open(self) -> bool:
+        p = self.proto
+        return p is not None and not p.closed and p.transport is not None and not p.transport.is_closing()
 
     def close(self) -> None:
         if self.proto is not None and self.proto.transport is not None:
             self.proto.transport.close()
         self.proto = None
 
-    async def _exchange(self, data: bytes, on_event) -> tuple[int, dict, bytes]:
-        """Write a request, wait for the whole response.  One retry on a fresh
-        connection when a reused one turns out closed (keep-alive race)."""
+    async def open(self) -> None:
+        """Connect now (a closed connection is reopened); its time adds to connect_s."""
+        self.close()
+        t0 = time.perf_counter()
         loop = asyncio.get_running_loop()
+        connect = loop.create_connection(_Protocol, self.host, self.port)
+        _, self.proto = await asyncio.wait_for(connect, self.connect_timeout)
+        self.connect_s = (self.connect_s or 0.0) + time.perf_counter() - t0
+        self.opened += 1
+
+    def begin(self, data: bytes, on_event) -> _Response:
+        """Write a request on this open connection now, awaiting nothing (the open loop writes at the due
+        time itself); pass what it returns to stream()/_exchange to read the response."""
+        resp = _Response(on_event, asyncio.get_running_loop().create_future())
+        self.proto.resp = resp
+        self.sent_at = time.perf_counter()
+        self.proto.transport.write(data)
+        return resp
+
+    async def _exchange(self, data: bytes, on_event, begun: _Response | None = None) -> tuple[int, dict, bytes]:
+        """Write a request (unless begun already wrote it), wait for the whole response.  One retry on a
+        fresh connection when a reused one turns out closed (keep-alive race)."""
         self.connect_s = self.first_byte = None
         for attempt in (0, 1):
-            reused = self.proto is not None and not self.proto.closed
-            if not reused:
-                self.close()
-                t0 = time.perf_counter()
-                _, self.proto = await asyncio.wait_for(loop.create_connection(_Protocol, self.host, self.port), self.connect_timeout)
-                self.connect_s = (self.connect_s or 0.0) + time.perf_counter() - t0
-                self.opened += 1
-            resp = _Response(on_event, loop.create_future())
-            self.proto.resp = resp
-            self.proto.transport.write(data)
+            resp, begun = begun, None
+            reused = resp is not None or self.is_open
+            if resp is None:
+                if not reused:
+                    await self.open()
+                resp = self.begin(data, on_event)
             try:
                 out = await resp.future
                 self.first_byte = resp.first_byte
@@ -341,7 +366,11 @@ class Connection:
         """POST body; on_event(arrival_time, data) for every SSE event, called
         as the bytes arrive.  Returns (status, raw body): the body is kept only
         for non-SSE answers (an error JSON)."""
-        status, _, raw = await self._exchange(request_bytes("POST", self.host, self.port, path, body, "text/event-stream"), on_event)
+        return await self.send_stream(stream_request(self.host, self.port, path, body), on_event)
+
+    async def send_stream(self, data: bytes, on_event, begun: _Response | None = None) -> tuple[int, bytes]:
+        """stream() of a request built already (stream_request); begun: begin(data) wrote it."""
+        status, _, raw = await self._exchange(data, on_event, begun)
         return status, raw
 
 

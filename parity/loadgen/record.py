@@ -7,7 +7,7 @@ import msgspec
 
 
 class RequestRecord(msgspec.Struct):
-    send: float = 0.0  # perf_counter seconds when the request was written
+    send: float = 0.0  # perf_counter seconds it was sent: open loop, its write; else before any connect (in its TTFT)
     connect_ms: float | None = None  # TCP connect this request waited for (None: a kept-alive connection carried it)
     first_byte: float | None = None  # arrival of the response's first bytes (its head)
     first: float | None = None  # arrival of the first chunk carrying a generated token

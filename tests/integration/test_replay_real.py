@@ -23,7 +23,7 @@ import warnings
 from pathlib import Path
 
 import pytest
-
+from box_load import OtherWork
 from ports import free_port
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "replay"
@@ -89,7 +89,8 @@ def test_a_mooncake_slice_is_sent_token_exact_with_the_traces_hit_rate(parity_cl
 
 # the first 12 requests of the Azure code trace (1.4 s), at 1x to 10x its rate; a send late by more than
 # max_delay_p99_ms voids a point: 1 s, as open-loop's CPU built-in, since this box's other work can
-# hold the client off its core for tens of ms (40 ms seen once at 10x; 0.1-3 ms on a quiet box)
+# hold the client off its core for tens of ms (2026-11-29: p99 at 10x 0.05-0.54 ms on a quiet box, up to
+# 65 ms beside other suites, where 119 of 121 sends late by more than 1 ms spent 0.8 of it on the run queue)
 # min_achieved_share 0.5: 12 requests sent in 0.14-1.4 s are what this test is about only for the cache;
 # on a loaded box (two suites on 2 cores) the client sent 90 % of such a burst's rate and the point went
 # invalid for that; the send fidelity has its own figures (sched_delay_*) and test
@@ -99,15 +100,26 @@ AZURE = {"kind": "trace", "trace": str(DATA / "azure-code-2023.csv"), "duration_
 
 @pytest.mark.quiet
 def test_a_planted_warm_cache_is_flagged_every_time_and_a_clean_run_never(parity_cli, engine_bins, tmp_path):
-    clean = replay(parity_cli, tmp_path / "clean", AZURE)
+    from parity.artifacts import slugify
+
+    with OtherWork() as box:
+        clean = replay(parity_cli, tmp_path / "clean", AZURE)
     assert len(clean["rows"]) == 10
     for row in clean["rows"]:  # 0 of 10 flagged: private prompts, a fresh server, fresh blocks per point
         assert row["valid"], row["invalid_reasons"]
         assert row["expected_hit_rate"] < 0.01 and abs(row["hit_gap"]) <= 0.02 and row["trace_hit_rate"] is None
     ten = clean["rows"][-1]
     assert ten["n"] == 10 and ten["scheduled_rate"] > 70  # 10x the trace's rate: 12 requests in 0.14 s
-    warnings.warn(f"trace replay at 10x (12 requests in 0.14 s): send delay p50 {ten['sched_delay_p50_ms']} ms, "
-                  f"p99 {ten['sched_delay_p99_ms']} ms")
+    run = Path(clean["run_dir"])
+    for row in clean["rows"]:  # every request written on a connection opened ahead: no TCP connect in its send
+        recs = json.loads((run / "requests" / f"stock-r0-tr-{slugify(row['point'])}.json").read_text())
+        assert [r["connect_ms"] for r in recs] == [None] * 12 and all(r["send"] >= r["scheduled"] for r in recs)
+    print(f"10x: send delay p50 {ten['sched_delay_p50_ms']} ms, p99 {ten['sched_delay_p99_ms']} ms; {box}")
+    if box.quiet:  # the issue's line, on a quiet box
+        assert ten["sched_delay_p99_ms"] < 1.0, (ten["sched_delay_p50_ms"], ten["sched_delay_p99_ms"], str(box))
+    elif ten["sched_delay_p99_ms"] >= 1.0:  # beside other work, what is left past it is the box's run queue
+        warnings.warn(f"trace replay at 10x (12 requests in 0.14 s): send delay p50 {ten['sched_delay_p50_ms']} ms, "
+                      f"p99 {ten['sched_delay_p99_ms']} ms (1 ms or more: the client waited for a core); {box}")
     warm = replay(parity_cli, tmp_path / "warm", {**AZURE, "fresh_blocks": False}, ok=(EXIT_INVALID,))
     first, *again = warm["rows"]
     assert first["valid"] and not cache_reasons(first)  # a fresh server: cold

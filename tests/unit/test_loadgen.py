@@ -255,3 +255,58 @@ def test_a_record_says_its_connect_and_first_byte(fake_vllm):
     assert a.connect_ms is not None and a.connect_ms > 0 and b.connect_ms is None
     for r in (a, b):
         assert r.send < r.first_byte <= r.first and (a.connect_ms / 1000) < (a.first - a.send)
+
+
+def test_an_open_loop_writes_each_request_on_a_connection_opened_ahead(fake_vllm, monkeypatch):
+    from parity.loadgen import client
+
+    monkeypatch.setattr(client, "LEAD_S", 0.5)  # a lead no stall of a loaded box outlasts (the test's point)
+    t = fake_vllm(FAKE_VLLM_ITL_MS="1", FAKE_VLLM_TTFT_MS="100")  # every request still in flight when the next is due
+    got = specs(t, 8, 16, 4)
+    for k, s in enumerate(got):
+        s.at = [0.0, 0.0, 0.0, 0.005, 0.6, 0.601, 0.7, 0.7][k]  # bursts; the later ones opened after the start
+    recs = checked(drive(t, got, 30, open_loop=True))
+    assert all(r.valid for r in recs), [r.invalid or r.error for r in recs]
+    for r in recs:  # no connect waited for: the request left when it was written
+        assert r.connect_ms is None and r.scheduled <= r.send < r.first_byte <= r.first
+
+
+def test_the_connections_opened_ahead_cover_every_due_time_within_the_lead():
+    from parity.loadgen.client import due_within
+
+    assert due_within([0.0, 0.0, 0.01, 0.05, 0.2], 0.05) == [4, 3, 2, 1, 1]
+    assert due_within([], 0.05) == []
+
+
+def test_a_written_request_the_server_closed_on_is_sent_again_and_its_write_time_moves():
+    """The keep-alive race: a connection opened ahead that the server closes as the request goes out
+    (its idle timeout) is retried once on a fresh one, and sent_at is the write that was answered."""
+    raw = (DATA / "llama-server-stream.raw").read_bytes()
+    seen = []
+
+    async def serve(reader, writer):
+        seen.append(await reader.read(1 << 16))
+        if len(seen) > 1:
+            writer.write(raw)
+            await writer.drain()
+        writer.close()  # the first: closed with no answer
+
+    async def go():
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        conn = Connection("127.0.0.1", port)
+        try:
+            await conn.open()
+            events = []
+            data = b'{"prompt": [1]}'
+            begun = conn.begin(data, lambda _t, d: events.append(d))
+            first = conn.sent_at
+            status, _ = await conn.send_stream(data, lambda _t, d: events.append(d), begun)
+            return status, events, first, conn
+        finally:
+            conn.close()
+            server.close()
+
+    status, events, first, conn = asyncio.run(go())
+    assert status == 200 and events[-1] == b"[DONE]" and len(seen) == 2 and seen[0] == seen[1]
+    assert conn.opened == 2 and conn.sent_at > first and conn.connect_s is not None
