@@ -147,3 +147,13 @@ def test_only_the_tools_own_module_builds_its_argv():
     assert stray == [], "an argv of git or nvidia-smi outside its tool module (TOOL_MODULES)"
     for rel in TOOL_MODULES.values():
         assert (ROOT / rel).exists(), rel
+
+
+# issue 55: the code's lines over 120 characters only fall (1,747 at 4694bb0, 1,657 on 2026-11-29);
+# lower this bound when they do.  New code keeps to 120.
+LONG_LINES_AT_MOST = 1657
+
+
+def test_lines_over_120_characters_do_not_grow():
+    long_lines = sum(len(line) > 120 for path in PKG.rglob("*.py") for line in path.read_text().splitlines())
+    assert long_lines <= LONG_LINES_AT_MOST, f"{long_lines} lines over 120 characters in parity/ (at most {LONG_LINES_AT_MOST})"
