@@ -290,7 +290,9 @@ async def run_requests(t: Target, specs: list[RequestSpec], concurrency: int, ti
 
 SPIN_S = 0.002  # the last stretch before a due time is spun (sleep(0)), not slept: epoll rounds timeouts to 1 ms
 LEAD_S = 0.05  # a request's connection is ready beside those of the others due within LEAD_S after it
-OPEN_AHEAD_S = 1.0  # ... opened up to this long before its due time (beside a suite a send at 2 req/s waited 218 ms for one opened 50 ms ahead)
+# ... opened up to this long before its due time (beside a suite, a send at 2 req/s waited 218 ms for a
+# connection opened 50 ms ahead)
+OPEN_AHEAD_S = 1.0
 STALE_S = 4.0  # an idle connection older than this is not written on: servers close them at 5 s (llama-server, uvicorn)
 
 
