@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from parity.capacity.probe import from_records
+from parity.capacity.probe import Requests, from_records
 from parity.capacity.slo import parse_slo
 from parity.errors import UsageError
 from parity.loadgen.record import RequestRecord
@@ -96,8 +96,6 @@ def test_a_probe_whose_streams_came_in_one_read_has_no_user_rate():
     import math
 
     import numpy as np
-
-    from parity.capacity.probe import Requests
 
     def probe(tpot):
         return Requests(ttft_ms=np.array([20.0, 30.0]), itl_ms=np.array([]), tpot_ms=np.array(tpot), e2e_ms=np.array([40.0, 50.0]),
