@@ -69,8 +69,36 @@ def delays_ms(s: Sample) -> list[float]:
     return [(r.send - r.scheduled) * 1000 for r in s.records if r.scheduled is not None]
 
 
+THEIL_SEN_MAX = 2000  # requests the slope reads (evenly spaced past it): its pairs grow as n squared
+
+
+def wait_growth(s: Sample) -> float:
+    """How fast the wait for the first token grew over the schedule: the Theil-Sen slope of
+    (first token - due time) against the due time, seconds per second.  A queue that grows
+    makes each request wait longer than the one before (arrivals at rate r served at rate m:
+    r/m - 1); a server that keeps up gives 0 whatever the requests' sizes.  Completions are not
+    used: a trace's outputs lengthen or shorten over a slice, which moves them on a server that
+    keeps up (the H200 replays of docs/evidence/device-h200-1129/)."""
+    rs = [r for r in s.records if r.scheduled is not None and r.first is not None and r.error is None]
+    if len({r.scheduled for r in rs}) < 3:
+        raise NoValue("fewer than three answered requests with distinct due times: no growth of their wait")
+    rs = sorted(rs, key=lambda r: r.scheduled)
+    if len(rs) > THEIL_SEN_MAX:
+        rs = [rs[round(i * (len(rs) - 1) / (THEIL_SEN_MAX - 1))] for i in range(THEIL_SEN_MAX)]
+    from scipy.stats import theilslopes
+
+    return float(theilslopes([r.first - r.scheduled for r in rs], [r.scheduled for r in rs])[0])
+
+
+def served_share(s: Sample) -> float:
+    growth = wait_growth(s)
+    if growth <= -1:
+        raise NoValue(f"the wait for the first token fell {-growth:g} s per second of schedule: no rate")
+    return 1 / (1 + growth)
+
+
 def served_rate(s: Sample) -> float:
-    return _rate([r.end for r in s.records if r.end is not None and r.error is None], "request completions")
+    return scheduled_rate(s) * served_share(s)
 
 
 def slo_met(r: RequestRecord, slo) -> bool:
@@ -349,8 +377,12 @@ WORKLOAD_METRICS: dict[str, Metric] = {
         Metric("sched_delay_p50_ms", "ms", "lower", "median of (send - due time): how late the load generator sent", lambda s: _pct(delays_ms(s), 50, "due times")),
         Metric("sched_delay_p99_ms", "ms", "lower", "99th percentile of (send - due time) (over max_delay_p99_ms the point is invalid: the load generator fell behind)", lambda s: _pct(delays_ms(s), 99, "due times")),
         Metric("sched_delay_max_ms", "ms", "lower", "largest (send - due time)", lambda s: _pct(delays_ms(s), 100, "due times")),
-        Metric("served_rate", "req/s", "higher", "(finished requests - 1) / (last finish - first finish): the rate the server completed requests at", served_rate),
-        Metric("served_share", "share", "higher", "served_rate / scheduled_rate: below min_achieved_share the server did not hold the rate (its queue grew)", lambda s: served_rate(s) / scheduled_rate(s)),
+        Metric("served_rate", "req/s", "higher", "scheduled_rate x served_share: the rate the server took requests at",
+               served_rate),
+        Metric("served_share", "share", "higher", "1 / (1 + wait_growth_ms_per_s / 1000): below min_achieved_share the "
+               "server did not hold the rate (its queue grew)", served_share),
+        Metric("wait_growth_ms_per_s", "ms/s", "lower", "the Theil-Sen slope of (first token - due time) over the due "
+               "time: how much longer each second's requests waited for their first token", lambda s: wait_growth(s) * 1000),
         Metric("goodput_rps", "req/s", "higher", "requests meeting every SLO bound set (TTFT, TPOT, E2E; invalid requests never do) / (last token arrival - first send)", goodput_rps),
         Metric("slo_attainment", "share", "higher", "requests meeting every SLO bound set / requests sent", slo_attainment),
         Metric("e2e_p50_ms", "ms", "lower", "median of (last token arrival - send)", lambda s: _pct(e2e_ms(s), 50, "finished requests")),

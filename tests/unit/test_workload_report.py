@@ -25,7 +25,7 @@ SUMMARIES = {
                     for e in ("paged", "stock") for r in (1.0, 8.0, 64.0)],  # fmt: skip
         "rows": [{"engine": "stock", "n": 128.0, "valid": False, "ttft_p50_ms": 900.0, "goodput_rps": 3.0, "invalid_reasons": ["the load generator fell behind"]}],
         "ratios": [{"engine": "paged", "reference": "stock", "n": 1.0, "point": "1 req/s", "goodput_rps": 1.0, "ttft_p99_ms": 0.9, "e2e_p99_ms": 0.8, "verdicts": {}, "noise": "noise unknown: 1 valid repeat"}],
-        "not_held": ["stock r0 64 req/s: not held: the server completed 10 req/s of the scheduled 64"],
+        "not_held": ["stock r0 64 req/s: not held: the wait for a first token grew 5400 ms per second of the schedule: the server took 10 req/s of the scheduled 64"],
         "invalid_points": ["stock r0 128 req/s: the load generator fell behind"],
     },
     "prefill-under-decode": {
@@ -72,7 +72,7 @@ def test_open_loop_section_says_which_rates_were_not_held_or_invalid(tmp_path):
     w = workload_section(RunData(Path("/run"), {}, summary=SUMMARIES["open-loop"]), tmp_path, "")
     held = {(r[0], r[1]): r[3] for r in w["rows"]}
     assert held[("stock", "64 req/s")] == "NOT HELD" and held[("stock", "1 req/s")] == "held"
-    assert w["notes"] == ["NOT HELD: stock r0 64 req/s: not held: the server completed 10 req/s of the scheduled 64", "INVALID: stock r0 128 req/s: the load generator fell behind"]
+    assert w["notes"] == ["NOT HELD: stock r0 64 req/s: not held: the wait for a first token grew 5400 ms per second of the schedule: the server took 10 req/s of the scheduled 64", "INVALID: stock r0 128 req/s: the load generator fell behind"]
 
 
 def test_prefill_under_decode_lists_each_long_prompt(tmp_path):

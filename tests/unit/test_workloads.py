@@ -51,10 +51,11 @@ def test_open_loop_schedule_achieved_and_served_by_hand():
     s = wm.Sample(recs)
     assert wm.scheduled_rate(s) == pytest.approx(2.0)
     assert wm.achieved_rate(s) == pytest.approx(4 / 2.0)
-    assert wm.served_rate(s) == pytest.approx(2.0)  # every request took the same 90 ms: completions keep pace
+    # the first token's wait follows the sends' lateness (0-2 ms): Theil-Sen's slope 0.25 ms per second
+    assert wm.served_rate(s) == pytest.approx(2.0 / 1.00025)
     row = row_of("open-loop", recs, WorkloadConfig(kind="open-loop", max_delay_p99_ms=10))
     assert row["sched_delay_max_ms"] == pytest.approx(2.0, abs=1e-3) and row["sched_delay_p50_ms"] == pytest.approx(0.5, abs=1e-3)
-    assert row["achieved_share"] == pytest.approx(1.0) and row["served_share"] == pytest.approx(1.0)
+    assert row["achieved_share"] == pytest.approx(1.0) and row["served_share"] == pytest.approx(1 / 1.00025, abs=1e-4)  # rows keep 4 decimals
     assert row["held"] is True and row["valid"] is True
     assert row["e2e_p50_ms"] == pytest.approx(90.0, abs=1e-3) and row["tpot_p50_ms"] == pytest.approx(10.0, abs=1e-3)
     assert row["goodput_rps"] is None and "no SLO bound set" in row["why"]["goodput_rps"]
@@ -66,8 +67,40 @@ def test_a_server_that_falls_behind_is_not_held_and_says_so():
     row = row_of("open-loop", recs, WorkloadConfig(kind="open-loop"))
     assert row["served_rate"] == pytest.approx(2.0)
     assert row["served_share"] == pytest.approx(0.2, rel=1e-3)
-    assert row["held"] is False and row["held_note"].startswith("not held: the server completed 2 req/s of the scheduled 10")
+    assert row["wait_growth_ms_per_s"] == pytest.approx(4000)  # each request waited 0.4 s longer, 0.1 s later
+    assert row["held"] is False and row["held_note"].startswith("not held: the wait for a first token grew 4000 ms per second of the schedule: "
+                                                                "the server took 2 req/s of the scheduled 10")
     assert row["valid"] is True  # the load generator kept its schedule: the measurement stands, marked not held
+
+
+HELD = Path(__file__).parents[1] / "data" / "workloads" / "held"
+
+
+def captured(name: str) -> list:
+    import msgspec
+
+    return msgspec.json.decode((HELD / name).read_bytes(), type=list[RequestRecord])
+
+
+def completions_share(recs: list) -> float:
+    """The rule before: (finished - 1) / (last finish - first finish) over the scheduled rate."""
+    ends = sorted(r.end for r in recs if r.end is not None)
+    return (len(ends) - 1) / (ends[-1] - ends[0]) / wm.scheduled_rate(wm.Sample(recs))
+
+
+@pytest.mark.parametrize("name, old, share", [
+    # an H200 replaying 20 s of a trace on 16 slots, no request waiting for one: held (the old rule said not)
+    ("h200-trace-azure-conv-1x-stock_b-r0.json", (0.93, 0.94), (0.99, 1.01)),
+    ("cpu-open-loop-2rps-tiny.json", (0.99, 1.01), (0.99, 1.01)),
+    ("cpu-open-loop-100rps-tiny.json", (0.78, 0.80), (0.80, 0.88)),  # 4 slots at 100 req/s: its queue grew
+])
+def test_held_reads_the_growth_of_the_first_tokens_wait_on_real_requests(name, old, share):
+    recs = captured(name)
+    assert old[0] < completions_share(recs) < old[1]
+    row = row_of("open-loop", recs, WorkloadConfig(kind="open-loop", max_delay_p99_ms=1000, min_achieved_share=0.95))
+    assert share[0] < row["served_share"] < share[1], row["served_share"]
+    assert row["held"] is (share[0] >= 0.95), row["held_note"]
+    assert row["served_rate"] == pytest.approx(row["scheduled_rate"] * row["served_share"], rel=1e-3)  # rows keep 4 decimals
 
 
 def test_a_load_generator_that_fell_behind_makes_the_point_invalid():
