@@ -24,8 +24,8 @@
 #              setting it names as a --server-arg lever (SERVER_ARG) until TTFT's interval is +-5 %
 #   aa-ttft    the A/A of the default setting at N=1 until TTFT's interval is +-5 % (stock_b, stock)
 #   capacity-aa / capacity-knob  parity capacity: stock_b vs stock, then stock_nog (CUDA graphs off) vs stock (issue 57)
-#   energy     J/token A/A at N=8 (stock_b, stock) with the counter vs power-integral cross-check (issue 57)
-#   replay-aa  a request-trace slice (TRACE, SPEEDUP, DUR s) replayed A/A in paired blocks (issue 58)
+#   energy     J/token A/A at N=8 (stock_b, stock) with the counter vs power-integral cross-check (issue 57); EARGS: more options
+#   replay-aa  a request-trace slice (TRACE, SPEEDUP, DUR s) replayed A/A in paired blocks (issue 58); replay-ps: paged vs stock
 #   energy-bg  NVML energy counter + power samples for ENERGY_S s in the background (nvml-energy-capture.py)
 #   ab-ops / ab-env  a runtime lever of the stock build (OPS_ENV, ENV_LEVER) by focused op timing and
 #              by batched-bench, with engagement proof; and a misspelt env (NOT ENGAGED)
@@ -167,19 +167,21 @@ for stage in "$@"; do
     setsid nohup python3 $R/wt/scripts/nvml-energy-capture.py $R/out/nvml-energy-h200.json ${ENERGY_S:-120} 0.1 > $R/out/energy.log 2>&1 < /dev/null &
     ;;
   energy)  # issue 57: J per token of one build against itself at N (NVML counter, cross-checked against the power integral)
-    t $P snapshot -p $PROF --engines stock_b,stock -m ${MODEL:-dense-16g} --npl ${NPL:-8} --repeat ${REPEAT:-4} --no-gates --json > $R/out/energy.json 2> $R/out/energy.err
+    t $P snapshot -p $PROF --engines stock_b,stock -m ${MODEL:-dense-16g} --npl ${NPL:-8} --repeat ${REPEAT:-4} ${EARGS:-} --no-gates --json > $R/out/energy.json 2> $R/out/energy.err
     tail -n 16 $R/out/energy.err
     d=$(python3 -c "import json, sys; print(json.load(open(sys.argv[1]))['run_dir'])" $R/out/energy.json)
     cp $d/summary.json $R/out/energy-summary.json; cp $(ls $d/telemetry/*.json | head -1) $R/out/energy-telemetry-point.json
     ;;
-  replay-aa)  # issue 58: one request-trace slice replayed on one build twice (stock_b, stock) in paired blocks
-    t $P snapshot -p $PROF --engines ${RENGINES:-stock_b,stock} -m ${MODEL:-dense-16g} --parallel ${RPAR:-16} --ctx ${RCTX:-131072} --trace tests/data/replay/${TRACE:-azure-conv-2023.csv} --workload-opt "speedups=[${SPEEDUP:-1}]" --workload-opt duration_s=${DUR:-20} --repeat ${REPEAT:-3} --no-gates --json > $R/out/replay-aa.json 2> $R/out/replay-aa.err
-    tail -n 24 $R/out/replay-aa.err
-    d=$(python3 -c "import json, sys; print(json.load(open(sys.argv[1]))['run_dir'])" $R/out/replay-aa.json); cp $d/summary.json $R/out/replay-aa-summary.json
+  replay-aa | replay-ps)  # issue 58: one request-trace slice replayed in paired blocks: on one build twice (replay-aa:
+    # stock_b, stock), or paged vs stock (replay-ps); PROF=campaigns/profiles/h200-replay.yaml turns the host prompt cache off
+    eng=$([ $stage = replay-aa ] && echo stock_b,stock || echo paged,stock)
+    t $P snapshot -p $PROF --engines ${RENGINES:-$eng} -m ${MODEL:-dense-16g} --parallel ${RPAR:-16} --ctx ${RCTX:-131072} --trace tests/data/replay/${TRACE:-azure-conv-2023.csv} --workload-opt "speedups=[${SPEEDUP:-1}]" --workload-opt duration_s=${DUR:-20} --repeat ${REPEAT:-3} --no-gates --json > $R/out/$stage.json 2> $R/out/$stage.err
+    grep -v "^[│┃┏┡└]" $R/out/$stage.err | tail -n 24
+    d=$(python3 -c "import json, sys; print(json.load(open(sys.argv[1]))['run_dir'])" $R/out/$stage.json); cp $d/summary.json $R/out/$stage-summary.json
     ;;
   capacity-aa | capacity-knob)  # issue 57: capacity at SLA, one build against itself, then with CUDA graphs off (stock_nog)
-    arm=$([ $stage = capacity-aa ] && echo stock_b || echo stock_nog)
-    t $P capacity -p $PROF --engines $arm,stock -m ${MODEL:-dense-16g} --slo ${SLO:-itl_p99_ms=12,ttft_p99_ms=1000} --parallel ${CPAR:-64} --gen ${CGEN:-64} --requests ${CREQ:-80} --repeat ${CREP:-4} --no-gates --json > $R/out/$stage.json 2> $R/out/$stage.err
+    arm=$([ $stage = capacity-aa ] && echo stock_b || echo stock_nog)  # CENGINES=stock_b,stock_nog,stock: both in one run
+    t $P capacity -p $PROF --engines ${CENGINES:-$arm,stock} -m ${MODEL:-dense-16g} --slo ${SLO:-itl_p99_ms=12,ttft_p99_ms=1000} --parallel ${CPAR:-64} --gen ${CGEN:-64} --requests ${CREQ:-80} --repeat ${CREP:-4} ${CARGS:-} --no-gates --json > $R/out/$stage.json 2> $R/out/$stage.err
     tail -n 24 $R/out/$stage.err
     d=$(python3 -c "import json, sys; print(json.load(open(sys.argv[1]))['run_dir'])" $R/out/$stage.json); cp $d/capacity.json $R/out/$stage-capacity.json
     ;;

@@ -26,6 +26,7 @@ REPO = Path(__file__).resolve().parents[2]
 H100_POINT = REPO / "docs/evidence/device-h100-noise/aa/stock-r7-n32.json"
 # a real H200 point's telemetry file (samples + the counter's two reads; tests/data/telemetry/README.md)
 H200_CAPTURE = REPO / "tests/data/telemetry/nvml-h200-energy-point.json"
+H200_INSTANT = REPO / "tests/data/telemetry/nvml-h200-energy-point-instant.json"
 
 
 def h100():
@@ -300,6 +301,22 @@ def test_the_instantaneous_power_checks_a_short_window_where_every_sample_has_it
     doc = energy.measure(start, end, samples, [0])
     assert doc["method"] == energy.CHECK and doc["integral_j"] == 72.0 and doc["agree"] is None and doc["flag"] is None
     assert doc["check"].startswith("not checkable: the window (0.30 s) is shorter than the 1 s")
+
+
+def test_real_h200_instantaneous_power_agrees_with_the_counter_where_the_averaged_lags():
+    # a 7.5 s point (N=8, gen 1024) on the H200: the counter and the integral of
+    # NVML_FI_DEV_POWER_INSTANT agree to 0.5 %; nvmlDeviceGetPowerUsage's 1 s average, read beside it
+    # in the same samples, lags the ramp from idle and falls 3.1 % short
+    cap = energy.read_capture(H200_INSTANT)
+    doc = energy.measure(cap["start"], cap["end"], cap["samples"], cap["gpus"])
+    assert doc["method"] == energy.CHECK_INSTANT and doc["per_gpu"][0]["power_samples"] == 73
+    assert doc["counter_j"] == cap["recorded"]["counter_j"] == 4076.462 and doc["integral_j"] == 4056.181
+    assert doc["agree"] is True and doc["diff_pct"] == -0.498 and doc["flag"] is None
+    for s in cap["samples"]:
+        for g in s["gpus"]:
+            g["power_instant_w"] = None
+    averaged = energy.measure(cap["start"], cap["end"], cap["samples"], cap["gpus"])
+    assert averaged["method"] == energy.CHECK and averaged["diff_pct"] == -3.105 and averaged["agree"] is False
 
 
 @pytest.mark.parametrize("instant", [True, False])
