@@ -30,6 +30,7 @@ from parity.replay.mixtures import MIXTURES, draw, mixture
 from parity.replay.record import TraceRequest
 from parity.replay.select import Selection, scaled, select
 from parity.workloads.base import Measured, Plot, WorkloadKind
+from parity.workloads import request_paired
 from parity.workloads.open_loop import held_verdict, open_loop_problems
 from parity.workloads.plots import axes, num, save
 
@@ -248,6 +249,7 @@ class TraceReplay(WorkloadKind):
     def judge(self, row: dict, sample, cfg) -> list[str]:
         problems = open_loop_problems(row, cfg)
         row.update(held_verdict(row, cfg))
+        row["per_request_ms"] = request_paired.per_request(sample.records)  # the pairing of requests across engines
         problems += cache_problems(row, cfg)
         share = row.get("input_exact_share")
         if share is None:
@@ -257,6 +259,13 @@ class TraceReplay(WorkloadKind):
             problems.append(f"the server counted other prompt tokens than the trace's input length for {1 - share:.2%} "
                             f"of the requests (input_exact_share {share:.4f} < {EXACT_SHARE})")
         return problems
+
+
+    def summarize(self, rows, reference: str | None, threshold_pct: float, confidence: float) -> dict:
+        return {"request_paired": request_paired.summary(rows, reference, threshold_pct, confidence)}
+
+    def console(self, summary: dict) -> list[str]:
+        return request_paired.lines(summary.get("request_paired") or [])
 
 
 KIND = TraceReplay()

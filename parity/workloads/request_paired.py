@@ -1,0 +1,60 @@
+"""Request-paired ratios of a replay: every engine of a block is sent the same requests on the same
+schedule, so each request is compared with itself.  Per block: the geometric mean over requests of
+B/A (TTFT from the due time, TPOT); across blocks: the paired interval (parity.stats.paired) of those
+block ratios.  The block p50 compares one request of a mix with another: on the H200's A/A replay of
+31 requests (docs/evidence/device-h200-1129/) the p50s read 1.087 [1.012, 1.167], the requests
+paired with themselves 1.015 [0.986, 1.045]."""
+
+from __future__ import annotations
+
+import math
+
+from parity.stats.paired import paired
+
+QUANTITIES = {"ttft_sched_ms": "TTFT from the due time", "tpot_ms": "TPOT"}
+
+
+def per_request(records) -> dict[str, list[float | None]]:
+    """{quantity: one value per request in schedule order, None where the request is not valid}."""
+    out: dict[str, list[float | None]] = {q: [] for q in QUANTITIES}
+    for r in records:
+        ok = r.valid and r.first is not None and r.end is not None
+        out["ttft_sched_ms"].append(round((r.first - r.scheduled) * 1000, 4) if ok and r.scheduled is not None else None)
+        tpot = (r.end - r.first) * 1000 / (r.tokens - 1) if ok and r.tokens > 1 else None
+        out["tpot_ms"].append(round(tpot, 4) if tpot else None)
+    return out
+
+
+def block_ratio(a: list, b: list) -> float | None:
+    """exp(mean over requests of log(b/a)) where both are positive; None: no request to pair."""
+    logs = [math.log(y / x) for x, y in zip(a, b) if x and y and x > 0 and y > 0]
+    return math.exp(sum(logs) / len(logs)) if logs else None
+
+
+def summary(rows, reference: str | None, threshold_pct: float, confidence: float) -> list[dict]:
+    """Per engine (not the reference) x point x quantity: the paired statistics of its block ratios.
+    A block pairs only where both rows are valid and were sent the same prompts (prompt_digest)."""
+    if reference is None:
+        return []
+    ok = [r for r in rows if r.valid and not r.discarded and r.info.get("per_request_ms")]
+    ref = {(r.point, r.repeat): r for r in ok if r.engine == reference}
+    out = []
+    for eng in sorted({r.engine for r in ok} - {reference}):
+        for pt in sorted({r.point for r in ok if r.engine == eng}):
+            for q in QUANTITIES:
+                ratios = {}
+                for r in (r for r in ok if r.engine == eng and r.point == pt):
+                    a = ref.get((pt, r.repeat))
+                    if a is None or a.info.get("prompt_digest") != r.info.get("prompt_digest"):
+                        continue
+                    x = block_ratio(a.info["per_request_ms"][q], r.info["per_request_ms"][q])
+                    if x is not None:
+                        ratios[r.repeat] = x
+                p = paired(dict.fromkeys(ratios, 1.0), ratios, "lower", threshold_pct, confidence)
+                out.append({"engine": eng, "reference": reference, "point": pt, "quantity": q, **p.to_dict()})
+    return out
+
+
+def lines(pairs: list[dict]) -> list[str]:
+    return [f"request-paired {p['engine']}/{p['reference']} {p['point']}: {QUANTITIES[p['quantity']]} "
+            f"{p['outcome']}: {p['reason']}" for p in pairs]
