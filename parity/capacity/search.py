@@ -130,7 +130,7 @@ class Search:
             if (block, w) not in cache:
                 cache[block, w] = self.prompts(block, p.bracket_requests, w)
             got = self.measure(engine, load, block, cache[block, w])
-            self.log(f"bracket {engine} at {load:g}: margin {fmt(got.margin)}")
+            self.log(f"bracket {engine} at {load:g}: margin {fmt(got.margin)}{binding(got, p.objectives)}")
             return got.margin
 
         passed = failed = None  # (load, margin)
@@ -263,6 +263,9 @@ class Search:
             return self.finish(result, ("bracket", "; ".join(self.problems)), [])
         levels = self.levels_for({e: brackets[e]["estimate"] for e in p.engines})
         result["levels"].append({"from_block": 0, "levels": levels})
+        if (secs := block_seconds(self.probes, levels, lambda load: sent_per_probe(p, load))) is not None:
+            self.log(f"blocks: about {secs:.0f} s of probes each, from the bracket's probe times "
+                     f"({len(p.engines)} engines x {len(next(iter(levels.values())))} levels x {p.requests} requests)")
         blocks: list[dict] = []
         elapsed, decision = 0.0, None
         while decision is None:
@@ -340,3 +343,33 @@ def interpolate(passed: tuple, failed: tuple) -> float:
 
 def fmt(v) -> str:
     return "n/a" if v is None else f"{v:.4g}"
+
+
+def binding(got, objectives) -> str:
+    """The objective that binds a probe, its percentile as measured against its limit, and the probe's time."""
+    named = [(m, o) for o in objectives if (m := got.margins.get(o.name)) is not None and math.isfinite(m)]
+    if not named:
+        return ""
+    m, o = min(named, key=lambda x: x[0])
+    return (f" ({o.name} {o.limit_ms * math.exp(-m):.4g} ms against {o.limit_ms:g}; "
+            f"{got.sent} requests in {got.seconds:.1f} s)")
+
+
+def sent_per_probe(p: "Plan", load: float) -> float:
+    """Requests a block's probe sends: the measured ones, and the warm-ups and cool-downs around them."""
+    edge = load if p.kind == CLOSED else (p.warmup or max(8, p.requests // 4))
+    return p.requests + 2 * edge
+
+
+def block_seconds(probes: list, levels: dict, sent: Callable[[float], float]) -> float | None:
+    """A block's probe time as the bracket measured it: per engine and level, the requests it sends
+    times the seconds a client spent per request at the nearest bracket load, over the level's load."""
+    total = 0.0
+    for engine, loads in levels.items():
+        mine = [g for g in probes if g.engine == engine and g.sent and g.seconds]
+        if not mine:
+            return None
+        for load in loads:
+            g = min(mine, key=lambda g: abs(math.log(g.load / load)))
+            total += sent(load) * (g.seconds * g.load / g.sent) / load
+    return total

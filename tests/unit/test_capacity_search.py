@@ -151,3 +151,17 @@ def test_geometric_interval():
     g = geo_interval([1.0, 2.0, 4.0])
     assert g["value"] == pytest.approx(2.0) and g["low"] < 2.0 < g["high"] and g["n"] == 3
     assert geo_interval([3.0])["low"] is None and geo_interval([])["value"] is None
+
+
+def test_the_log_names_the_binding_objective_and_the_block_time_it_expects():
+    lines: list[str] = []
+    p = Plan(engines=["A", "B"], reference="A", objectives=parse_slo("ttft_p99_ms=500,itl_p99_ms=50"),
+             budget=adaptive.Budget(None, 3, 3))
+    r = Search(Simulator(levers={"B": 1.03}, seed=0), lambda b, m, w: W.prompts(0, b, m, w), p, log=lines.append).run()
+    brackets = [x for x in lines if x.startswith("bracket ")]
+    assert brackets and all(" ms against " in x and " requests in " in x for x in brackets), brackets
+    binds = {e["binds"] for e in r["engines"].values()}
+    assert all(any(f"({name} " in x for name in binds) for x in brackets[-2:])  # near the capacity: the one that binds
+    (expect,) = [float(x.split()[2]) for x in lines if x.startswith("blocks: about ")]
+    first = [g for e in r["blocks"][0]["engines"].values() for g in e["probes"]]
+    assert len(first) == 8 and 0.67 < expect / sum(g["seconds"] for g in first) < 1.5
