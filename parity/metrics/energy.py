@@ -9,14 +9,14 @@ Without joules it raises NoValue with the reason ("not applicable: ..."), never 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+
+import msgspec
 
 from parity.metrics.serving import Metric, NoValue
 from parity.results.model import PointRow
 
 
-@dataclass(frozen=True)
-class EnergySample:
+class EnergySample(msgspec.Struct, frozen=True):
     joules: float | None  # the counter's joules over the window; None: not measured
     why: str | None  # why there are no joules
     output_tokens: int  # streamed tokens, counted by the client

@@ -12,7 +12,9 @@ that ratio moved from A to B (Welch on the two runs' log block ratios: unpaired 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+
+from msgspec.structs import asdict, replace
 
 from parity import stats
 from parity.errors import UsageError
@@ -154,7 +156,7 @@ def compare_runs(a: RunData, b: RunData, metrics: list[str], rule: stats.Rule, *
         "noise_floor_run": str(floor.path) if floor else None,
         "forced": bool(reasons),
         "force_reasons": reasons,
-        "rule": {**rule.__dict__, "text": rule.text()},
+        "rule": {**asdict(rule), "text": rule.text()},
         "metrics": metrics,
         "rows": rows,
         "unmatched": [f"{e} N={n}" for e, n in sorted(unmatched)],
