@@ -19,7 +19,8 @@ def per_request(records) -> dict[str, list[float | None]]:
     out: dict[str, list[float | None]] = {q: [] for q in QUANTITIES}
     for r in records:
         ok = r.valid and r.first is not None and r.end is not None
-        out["ttft_sched_ms"].append(round((r.first - r.scheduled) * 1000, 4) if ok and r.scheduled is not None else None)
+        ttft = (r.first - r.scheduled) * 1000 if ok and r.scheduled is not None else None
+        out["ttft_sched_ms"].append(None if ttft is None else round(ttft, 4))
         tpot = (r.end - r.first) * 1000 / (r.tokens - 1) if ok and r.tokens > 1 else None
         out["tpot_ms"].append(round(tpot, 4) if tpot else None)
     return out
@@ -58,3 +59,19 @@ def summary(rows, reference: str | None, threshold_pct: float, confidence: float
 def lines(pairs: list[dict]) -> list[str]:
     return [f"request-paired {p['engine']}/{p['reference']} {p['point']}: {QUANTITIES[p['quantity']]} "
             f"{p['outcome']}: {p['reason']}" for p in pairs]
+
+
+HEAD = ["engine", "reference", "point", "quantity", "B/A [95 %]", "outcome", "blocks", "why"]
+
+
+def table(pairs: list[dict], fmt) -> dict:
+    """The report's table of the request-paired ratios ({title, head, rows})."""
+    def iv(p: dict) -> str:
+        if p.get("low") is None:
+            return fmt(p.get("ratio"))
+        return f"{fmt(p['ratio'])} [{fmt(p['low'])}, {fmt(p['high'])}]"
+
+    rows = [[p["engine"], p["reference"], p["point"], QUANTITIES[p["quantity"]], iv(p), p.get("outcome") or "-",
+             p.get("n_blocks"), p.get("reason")] for p in pairs]
+    return {"title": "Request-paired: each request against itself, engine / reference over the blocks", "head": HEAD,
+            "rows": rows}

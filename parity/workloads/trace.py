@@ -267,5 +267,9 @@ class TraceReplay(WorkloadKind):
     def console(self, summary: dict) -> list[str]:
         return request_paired.lines(summary.get("request_paired") or [])
 
+    def tables(self, summary: dict, fmt) -> list[dict]:
+        pairs = summary.get("request_paired") or []
+        return [request_paired.table(pairs, fmt)] if pairs else []
+
 
 KIND = TraceReplay()

@@ -53,6 +53,9 @@ def test_the_ab_replay_pairs_each_request_with_itself():
     (p50,) = [p for p in by_point(rows, "stock", ["ttft_sched_p50_ms"], direction, 2.0, 0.95, key="point")]
     assert p50["outcome"] == "regressed" and p50["low"] > 1
     assert request_paired.lines([ttft])[0].startswith("request-paired stock_b/stock 1x: 31 requests over 19.9 s")
+    table = request_paired.table([ttft, tpot], lambda v: f"{v:.4f}")
+    assert [r[3:6] for r in table["rows"]] == [["TTFT from the due time", "1.0154 [0.9864, 1.0453]", "inconclusive"],
+                                               ["TPOT", "1.0013 [0.9529, 1.0521]", "inconclusive"]]
 
 
 def test_a_block_whose_prompts_differ_is_not_paired():
