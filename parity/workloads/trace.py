@@ -178,8 +178,8 @@ class TraceReplay(WorkloadKind):
             "per arm, fresh blocks per point)")
     positive = ("requests", "mixture_rate", "max_hit_gap", "cache_block", "burstiness", "max_delay_p99_ms")
     metrics = ("scheduled_rate", "achieved_rate", "achieved_share", "sched_delay_p50_ms", "sched_delay_p99_ms",
-               "sched_delay_max_ms", "served_rate", "served_share", "wait_growth_ms_per_s", "ttft_sched_p50_ms", "ttft_sched_p99_ms",
-               "e2e_sched_p50_ms", "e2e_sched_p99_ms", "tpot_p50_ms", "tpot_p99_ms", "trace_hit_rate",
+               "sched_delay_max_ms", "served_rate", "served_share", "wait_growth_ms_per_s", "ttft_sched_p50_ms",
+               "ttft_sched_p99_ms", "e2e_sched_p50_ms", "e2e_sched_p99_ms", "tpot_p50_ms", "tpot_p99_ms", "trace_hit_rate",
                "expected_hit_rate", "server_hit_rate", "hit_gap", "input_exact_share")
     headline = ("ttft_sched_p50_ms", "tpot_p50_ms", "server_hit_rate")
     windows = ("wall_s",)  # the trace's own span: nothing to calibrate
@@ -259,7 +259,6 @@ class TraceReplay(WorkloadKind):
             problems.append(f"the server counted other prompt tokens than the trace's input length for {1 - share:.2%} "
                             f"of the requests (input_exact_share {share:.4f} < {EXACT_SHARE})")
         return problems
-
 
     def summarize(self, rows, reference: str | None, threshold_pct: float, confidence: float) -> dict:
         return {"request_paired": request_paired.summary(rows, reference, threshold_pct, confidence)}
