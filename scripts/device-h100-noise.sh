@@ -30,6 +30,10 @@
 #   ab-ops / ab-env  a runtime lever of the stock build (OPS_ENV, ENV_LEVER) by focused op timing and
 #              by batched-bench, with engagement proof; and a misspelt env (NOT ENGAGED)
 #   collect    everything small into $OUT
+#   chain-bg   PLAN's lines (a file of "VAR=value ... stage ..." lines) run one after another in the background
+#              from a frozen copy of this checkout ($R/chain), so the GPU works
+#              between calls and a later call's copy cannot change the code under it
+#   poll       wait up to WAIT_S seconds for the chain (a line a minute), then collect
 # Another profile: PROF=... ENGINES="paged paged_wo0011" MODELS="dense-16g moe-big" QUANT_ENGINE=paged
 set -uo pipefail
 SRC=$PWD
@@ -37,18 +41,20 @@ CARRY=${CARRY:-$SRC/.carry/real}
 R=/tmp/p
 OUT=${OUT:-/tmp/parity-device-out}; mkdir -p "$OUT" "$R/out"
 export PARITY_CACHE=$R/cache PYTHONUNBUFFERED=1 GGML_NO_BACKTRACE=1 PARITY_SERIES_TREES=$R/series-trees.yaml
-export PYTHONPATH=/tmp/site:$R/wt
+WT=${WT:-$R/wt}  # the chain runs from its own frozen copy (WT=$R/chain NOCOPY=1)
+export PYTHONPATH=/tmp/site:$WT
 PROF=${PROF:-campaigns/profiles/h100-noise.yaml}
 ENGINES=${ENGINES:-paged stock}  # built by build-bg; QUANT_ENGINE's llama-quantize makes moe-big-q8
 P="python3 -m parity --artifacts $R/runs"
 t() { local s=$(date +%s%N); "$@"; local rc=$?; echo "[time] $(( ($(date +%s%N) - s) / 1000000 )) ms rc=$rc: $*" | tee -a "$R/out/timings.txt" >&2; return $rc; }
 need() { for f in "$@"; do [ -e "$f" ] || { echo "MISSING $f: this is a fresh machine, run the earlier stages first"; exit 3; }; done; }
-bg() { local name=$1; shift; setsid nohup bash -c "cd $R/wt && s=\$(date +%s); $* > $R/out/$name.log 2>&1; echo rc=\$? wall=\$(( \$(date +%s) - s ))s >> $R/out/$name.log; touch $R/$name.done" < /dev/null > /dev/null 2>&1 & }
+bg() { local name=$1; shift; setsid nohup bash -c "cd $WT && s=\$(date +%s); $* > $R/out/$name.log 2>&1; echo rc=\$? wall=\$(( \$(date +%s) - s ))s >> $R/out/$name.log; touch $R/$name.done" < /dev/null > /dev/null 2>&1 & }
 # this call's checkout, always (the code may have changed since the last call)
 # (or $CARRY/parity.tgz, a `git archive` of one commit, when carried: the same code in every call)
-if [ -e "$CARRY/parity.tgz" ]; then rm -rf "$R/wt" && mkdir -p "$R/wt" && tar xzf "$CARRY/parity.tgz" -C "$R/wt"
-else mkdir -p "$R/wt" && (cd "$SRC" && tar cf - --exclude=./.carry --exclude=./.whl --exclude=./.git .) | (cd "$R/wt" && tar xf -); fi
-cd "$R/wt"
+if [ "${NOCOPY:-0}" = 1 ]; then :
+elif [ -e "$CARRY/parity.tgz" ]; then rm -rf "$WT" && mkdir -p "$WT" && tar xzf "$CARRY/parity.tgz" -C "$WT"
+else mkdir -p "$WT" && (cd "$SRC" && tar cf - --exclude=./.carry --exclude=./.whl --exclude=./.git .) | (cd "$WT" && tar xf -); fi
+cd "$WT"
 for stage in "$@"; do
   case $stage in
   setup)
@@ -194,6 +200,29 @@ for stage in "$@"; do
     tail -n 25 $R/out/ab-env.err
     t $P ab -p $PROF -e stock --env GGML_CUDA_DISABLE_GRAPH=1 -m ${MODEL:-dense-16g} --repeat 2 > $R/out/ab-typo.out 2> $R/out/ab-typo.err
     tail -n 6 $R/out/ab-typo.err
+    ;;
+  chain-bg)
+    need "$WT/${PLAN:?PLAN=a plan file}"
+    rm -rf $R/chain && cp -a "$WT" $R/chain && rm -f $R/chain.done
+    setsid nohup env WT=$R/chain NOCOPY=1 PLAN=$PLAN bash $R/chain/scripts/device-h100-noise.sh chain-run < /dev/null > $R/out/chain.log 2>&1 &
+    echo "chain started: $(grep -cv '^#' $WT/$PLAN) lines of $PLAN"
+    ;;
+  chain-run)  # chain-bg's background half
+    while read -r line; do
+      case $line in ''|'#'*) continue;; esac
+      echo "$(date +%T) chain: $line"; (eval "$line") < /dev/null; echo "$(date +%T) chain: rc=$?"
+    done < "$PLAN"
+    touch $R/chain.done
+    ;;
+  poll)
+    end=$(( $(date +%s) + ${WAIT_S:-500} ))
+    while [ ! -e $R/chain.done ] && [ $(date +%s) -lt $end ]; do
+      [ -e $R/out/chain.log ] || { echo "MISSING chain: not started on this machine"; exit 3; }
+      echo "$(date +%T) $(grep ' chain: ' $R/out/chain.log | tail -1)"; sleep 60
+    done
+    grep -v "^[│┃┏┡└]" $R/out/chain.log | tail -n 60
+    (cd $R && tar czf "$OUT/runs.tgz" --exclude='*.gguf' --exclude='*.log' runs out 2>/dev/null)
+    cp $R/out/*.err $R/out/*-summary.json $R/out/*-capacity.json $R/out/timings.txt $R/out/chain.log "$OUT/" 2>/dev/null
     ;;
   collect)
     (cd $R && tar czf "$OUT/runs.tgz" --exclude='*.gguf' --exclude='*.log' runs out 2>/dev/null)
