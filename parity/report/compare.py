@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from msgspec.structs import asdict, replace
+from msgspec.structs import asdict
 
 from parity import stats
 from parity.errors import UsageError
@@ -26,7 +26,7 @@ from parity.errors import RegressionDetected
 from parity.report.sections import paired_points, pct
 
 
-MISSING = "missing"  # a cell without a usable value in A or B: a named failure, never within noise
+MISSING = stats.MISSING  # a cell without a usable value in A or B: a named failure, never within noise
 INVALID = "invalid"  # a cell read from rows marked invalid; every cell of an A/B forced past numbers that do not count
 NO_VERDICT = (INVALID, MISSING)
 
@@ -48,16 +48,8 @@ def no_verdict(metric: str, engine: str, n: int, a: dict | None, b: dict | None)
 
 
 def unjudged(r: stats.ABResult, metric: str, engine: str, n: int) -> stats.ABResult:
-    """A cell the rule could not judge (no same-binary noise estimate: one control repeat and no
-    noise floor) is missing, never within noise: the rule's threshold needs that estimate."""
-    if r.verdict != stats.NOISE or (r.stdev_pct is not None and r.delta_pct is not None):
-        return r
-    if r.delta_pct is None:  # no values, or a control median of 0: the rule said why
-        return replace(r, verdict=MISSING, reason=f"{metric} {engine} at N={n}: {r.reason}")
-    change = "" if r.delta_pct is None else f"; the change {r.delta_pct:+.2f}% cannot be judged"
-    why = (f"no same-binary noise estimate for {metric} {engine} at N={n} (A has {r.a_repeats} repeat(s): "
-           f"need >= 2, or --noise-floor){change}")
-    return replace(r, verdict=MISSING, reason=why)
+    """A cell the rule could not judge is missing, never within noise (parity.stats.unjudged)."""
+    return stats.unjudged(r, f"{metric} {engine} at N={n}")
 
 
 def verdict(rows: list[dict]) -> str:

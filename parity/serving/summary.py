@@ -84,7 +84,8 @@ def ratios(rows: list[PointRow] | list[dict], med: list[Median], reference: str 
             r[k] = round(b / a, 4) if a and b else None
             if note is None:
                 va, vb = (by_repeat(rows, e, m.n, k) for e in (reference, m.engine))
-                ab = stats.compare_samples(va, vb, rule, direction(k), paired=True)
+                ab = stats.unjudged(stats.compare_samples(va, vb, rule, direction(k), paired=True),
+                                    f"{k} {m.engine} at {m.n}")
                 verdicts[k] = {"verdict": ab.verdict, "reason": ab.reason, "threshold_pct": round(ab.threshold_pct, 3),
                                "delta_pct": None if ab.delta_pct is None else round(ab.delta_pct, 3)}
         r["verdicts"] = verdicts

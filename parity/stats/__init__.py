@@ -17,6 +17,7 @@ import msgspec
 
 IMPROVED, REGRESSED, NOISE = "improved", "regressed", "within noise"
 VERDICTS = (IMPROVED, REGRESSED, NOISE)
+MISSING = "missing"  # the rule could not judge (a value or its noise estimate is missing): never within noise
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -206,6 +207,19 @@ def compare_samples(a, b, rule: Rule, better: str = "higher", floor_values=None,
         return result(NOISE, f"{delta:+.2f}% beats {threshold:.2f}% but repeats disagree on the direction", delta, consistent, ci)
     verdict = IMPROVED if delta * sign > 0 else REGRESSED
     return result(verdict, f"{delta:+.2f}% beyond the {threshold:.2f}% threshold ({'lower' if better == 'lower' else 'higher'} is better)", delta, consistent, ci)
+
+
+def unjudged(r: ABResult, where: str) -> ABResult:
+    """A result the rule could not judge is missing, never within noise: no values, a control
+    median of 0 (no ratio), or no same-binary noise estimate (one control repeat and no noise floor),
+    which the rule's threshold needs.  where: what the cell is ("ttft_p50_ms stock at N=8")."""
+    if r.verdict != NOISE or (r.stdev_pct is not None and r.delta_pct is not None):
+        return r
+    if r.delta_pct is None:  # no values, or a control median of 0: the rule said why
+        return msgspec.structs.replace(r, verdict=MISSING, reason=f"{where}: {r.reason}")
+    why = (f"no same-binary noise estimate for {where} (A has {r.a_repeats} repeat(s): need >= 2, or --noise-floor)"
+           f"; the change {r.delta_pct:+.2f}% cannot be judged")
+    return msgspec.structs.replace(r, verdict=MISSING, reason=why)
 
 
 def overall(verdicts: Iterable[str]) -> str:

@@ -1,9 +1,12 @@
 """Request-paired ratios of a replay: every engine of a block is sent the same requests on the same
-schedule, so each request is compared with itself.  Per block: the geometric mean over requests of
-B/A (TTFT from the due time, TPOT); across blocks: the paired interval (parity.stats.paired) of those
-block ratios.  The block p50 compares one request of a mix with another: on the H200's A/A replay of
-31 requests (docs/evidence/device-h200-1129/) the p50s read 1.087 [1.012, 1.167], the requests
-paired with themselves 1.015 [0.986, 1.045]."""
+schedule, so each request is compared with itself.  Per block, over requests of B/A (TTFT from the
+due time, TPOT): the geometric mean, and the median request's ratio; across blocks: the paired
+interval (parity.stats.paired) of those block ratios.  The block p50 compares one request of a mix
+with another: on the H200's A/A replay of 31 requests (docs/evidence/device-h200-1129/) the p50s
+read 1.087 [1.012, 1.167], the requests paired with themselves 1.015 [0.986, 1.045] (geometric
+mean) and 1.005 [0.981, 1.029] (median).  Why the median beside it: a request that waited behind
+another's long prompt in one arm and not in the other reads 3-5x (|log| up to 1.65 on the 59-request
+replay of docs/evidence/device-h200-1129b/), and one such request moves a block's mean by ~3 %."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ import math
 from parity.stats.paired import paired
 
 QUANTITIES = {"ttft_sched_ms": "TTFT from the due time", "tpot_ms": "TPOT"}
+STATISTICS = {"gmean": "geometric mean", "median": "median request"}
 
 
 def per_request(records) -> dict[str, list[float | None]]:
@@ -26,14 +30,19 @@ def per_request(records) -> dict[str, list[float | None]]:
     return out
 
 
-def block_ratio(a: list, b: list) -> float | None:
-    """exp(mean over requests of log(b/a)) where both are positive; None: no request to pair."""
-    logs = [math.log(y / x) for x, y in zip(a, b) if x and y and x > 0 and y > 0]
-    return math.exp(sum(logs) / len(logs)) if logs else None
+def block_ratio(a: list, b: list, statistic: str = "gmean") -> float | None:
+    """exp(mean, or median, over requests of log(b/a)) where both are positive; None: no request to pair."""
+    logs = sorted(math.log(y / x) for x, y in zip(a, b) if x and y and x > 0 and y > 0)
+    if not logs:
+        return None
+    if statistic == "median":
+        k = len(logs) // 2
+        return math.exp(logs[k] if len(logs) % 2 else (logs[k - 1] + logs[k]) / 2)
+    return math.exp(sum(logs) / len(logs))
 
 
 def summary(rows, reference: str | None, threshold_pct: float, confidence: float) -> list[dict]:
-    """Per engine (not the reference) x point x quantity: the paired statistics of its block ratios.
+    """Per engine (not the reference) x point x quantity x statistic: the paired statistics of its block ratios.
     A block pairs only where both rows are valid and were sent the same prompts (prompt_digest)."""
     if reference is None:
         return []
@@ -42,26 +51,31 @@ def summary(rows, reference: str | None, threshold_pct: float, confidence: float
     out = []
     for eng in sorted({r.engine for r in ok} - {reference}):
         for pt in sorted({r.point for r in ok if r.engine == eng}):
-            for q in QUANTITIES:
+            for q, stat in ((q, stat) for q in QUANTITIES for stat in STATISTICS):
                 ratios = {}
                 for r in (r for r in ok if r.engine == eng and r.point == pt):
                     a = ref.get((pt, r.repeat))
                     if a is None or a.info.get("prompt_digest") != r.info.get("prompt_digest"):
                         continue
-                    x = block_ratio(a.info["per_request_ms"][q], r.info["per_request_ms"][q])
+                    x = block_ratio(a.info["per_request_ms"][q], r.info["per_request_ms"][q], stat)
                     if x is not None:
                         ratios[r.repeat] = x
                 p = paired(dict.fromkeys(ratios, 1.0), ratios, "lower", threshold_pct, confidence)
-                out.append({"engine": eng, "reference": reference, "point": pt, "quantity": q, **p.to_dict()})
+                out.append({"engine": eng, "reference": reference, "point": pt, "quantity": q, "statistic": stat,
+                            **p.to_dict()})
     return out
 
 
 def lines(pairs: list[dict]) -> list[str]:
     return [f"request-paired {p['engine']}/{p['reference']} {p['point']}: {QUANTITIES[p['quantity']]} "
-            f"{p['outcome']}: {p['reason']}" for p in pairs]
+            f"({_statistic(p)}) {p['outcome']}: {p['reason']}" for p in pairs]
 
 
-HEAD = ["engine", "reference", "point", "quantity", "B/A [95 %]", "outcome", "blocks", "why"]
+def _statistic(p: dict) -> str:
+    return STATISTICS[p.get("statistic") or "gmean"]  # summaries written before the median have no key
+
+
+HEAD = ["engine", "reference", "point", "quantity", "per block", "B/A [95 %]", "outcome", "blocks", "why"]
 
 
 def table(pairs: list[dict], fmt) -> dict:
@@ -71,7 +85,7 @@ def table(pairs: list[dict], fmt) -> dict:
             return fmt(p.get("ratio"))
         return f"{fmt(p['ratio'])} [{fmt(p['low'])}, {fmt(p['high'])}]"
 
-    rows = [[p["engine"], p["reference"], p["point"], QUANTITIES[p["quantity"]], iv(p), p.get("outcome") or "-",
-             p.get("n_blocks"), p.get("reason")] for p in pairs]
+    rows = [[p["engine"], p["reference"], p["point"], QUANTITIES[p["quantity"]], _statistic(p), iv(p),
+             p.get("outcome") or "-", p.get("n_blocks"), p.get("reason")] for p in pairs]
     return {"title": "Request-paired: each request against itself, engine / reference over the blocks", "head": HEAD,
             "rows": rows}

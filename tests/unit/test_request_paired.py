@@ -1,6 +1,6 @@
-"""Request-paired replay ratios on the H200 A/A replay's own requests (tests/data/replay/h200-aa):
-the figures were computed first by a separate script (per block the mean over requests of
-log(B/A), then scipy's t interval over the 5 blocks) and are held here."""
+"""Request-paired replay ratios on the H200 A/A replays' own requests (tests/data/replay/h200-aa,
+h200-aa-59): the figures were computed first by a separate script (per block the mean, or the
+median, over requests of log(B/A), then scipy's t interval over the blocks) and are held here."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from parity.metrics.registry import direction
 from parity.workloads import request_paired
 
 AA = Path(__file__).parents[1] / "data" / "replay" / "h200-aa"
+AA59 = Path(__file__).parents[1] / "data" / "replay" / "h200-aa-59"
 
 
 def records(engine: str, block: int) -> list[RequestRecord]:
@@ -43,8 +44,8 @@ def test_per_request_values_follow_the_schedule():
 
 def test_the_ab_replay_pairs_each_request_with_itself():
     rows = rows_with_requests()
-    pairs = {p["quantity"]: p for p in request_paired.summary(rows, "stock", 2.0, 0.95)}
-    ttft, tpot = pairs["ttft_sched_ms"], pairs["tpot_ms"]
+    pairs = {(p["quantity"], p["statistic"]): p for p in request_paired.summary(rows, "stock", 2.0, 0.95)}
+    ttft, tpot = pairs["ttft_sched_ms", "gmean"], pairs["tpot_ms", "gmean"]
     assert ttft["n_blocks"] == tpot["n_blocks"] == 5 and ttft["engine"] == "stock_b"
     assert (ttft["ratio"], ttft["low"], ttft["high"]) == pytest.approx((1.0154, 0.9864, 1.0453), abs=1e-4)
     assert (tpot["ratio"], tpot["low"], tpot["high"]) == pytest.approx((1.0013, 0.9529, 1.0521), abs=1e-4)
@@ -52,10 +53,30 @@ def test_the_ab_replay_pairs_each_request_with_itself():
     # the block p50s of the same run read a change on an A/A: the coarse statistic this one is beside
     (p50,) = [p for p in by_point(rows, "stock", ["ttft_sched_p50_ms"], direction, 2.0, 0.95, key="point")]
     assert p50["outcome"] == "regressed" and p50["low"] > 1
-    assert request_paired.lines([ttft])[0].startswith("request-paired stock_b/stock 1x: 31 requests over 19.9 s")
-    table = request_paired.table([ttft, tpot], lambda v: f"{v:.4f}")
-    assert [r[3:6] for r in table["rows"]] == [["TTFT from the due time", "1.0154 [0.9864, 1.0453]", "inconclusive"],
-                                               ["TPOT", "1.0013 [0.9529, 1.0521]", "inconclusive"]]
+    med, med_tpot = pairs["ttft_sched_ms", "median"], pairs["tpot_ms", "median"]
+    assert (med["ratio"], med["low"], med["high"]) == pytest.approx((1.0046, 0.9805, 1.0292), abs=1e-4)
+    assert (med_tpot["ratio"], med_tpot["low"], med_tpot["high"]) == pytest.approx((1.0020, 0.9611, 1.0446), abs=1e-4)
+    line = request_paired.lines([med])[0]
+    assert line.startswith("request-paired stock_b/stock 1x: 31 requests over 19.9 s") and "(median request)" in line
+    table = request_paired.table([ttft, med], lambda v: f"{v:.4f}")
+    assert [r[3:7] for r in table["rows"]] == [
+        ["TTFT from the due time", "geometric mean", "1.0154 [0.9864, 1.0453]", "inconclusive"],
+        ["TTFT from the due time", "median request", "1.0046 [0.9805, 1.0292]", "inconclusive"]]
+
+
+def test_the_59_request_replay_as_parity_wrote_it():
+    """The second A/A (8 blocks of 59 requests), from the rows' per_request_ms as the run wrote them:
+    the geometric mean as that run's own summary read it; the median request half as wide."""
+    summary = json.loads(gzip.decompress((AA59 / "summary.json.gz").read_bytes()))
+    got = {(p["quantity"], p["statistic"]): p
+           for p in request_paired.summary(point_rows(summary["rows"]), "stock", 2.0, 0.95)}
+    (ran,) = [p for p in summary["request_paired"] if p["quantity"] == "ttft_sched_ms"]
+    want = {("ttft_sched_ms", "gmean"): (ran["ratio"], ran["low"], ran["high"]),
+            ("ttft_sched_ms", "median"): (1.0031, 0.9857, 1.0209), ("tpot_ms", "median"): (0.9999, 0.9932, 1.0066)}
+    for key, fig in want.items():
+        assert (got[key]["ratio"], got[key]["low"], got[key]["high"]) == pytest.approx(fig, abs=1e-4), key
+    assert got["ttft_sched_ms", "gmean"]["half_width_pct"] > 1.6 * got["ttft_sched_ms", "median"]["half_width_pct"]
+    assert got["tpot_ms", "median"]["outcome"] == "equivalent"
 
 
 def test_a_block_whose_prompts_differ_is_not_paired():
@@ -64,5 +85,22 @@ def test_a_block_whose_prompts_differ_is_not_paired():
         if r.engine == "stock_b" and r.repeat == 0:
             r.info["prompt_digest"] = "another"
     pairs = request_paired.summary(rows, "stock", 2.0, 0.95)
-    assert {p["n_blocks"] for p in pairs} == {4}
+    assert {p["n_blocks"] for p in pairs} == {4} and len(pairs) == 4
     assert request_paired.summary(rows, None, 2.0, 0.95) == []
+
+
+def test_a_ratio_of_two_zero_hit_rates_is_missing_not_within_noise():
+    """The 59-request A/A's cold-cache rows read server_hit_rate 0.0 in both arms: no ratio, so the
+    users' rule cannot judge it.  Its headline said "server_hit_rate -x (within noise)"."""
+    from parity import stats
+    from parity.serving import summary as serving_summary
+
+    doc = json.loads(gzip.decompress((AA59 / "summary.json.gz").read_bytes()))
+    rows = point_rows(doc["rows"])
+    metrics = ["ttft_sched_p50_ms", "tpot_p50_ms", "server_hit_rate"]
+    assert {r.metric("server_hit_rate") for r in rows} == {0.0}
+    med = serving_summary.medians(rows, metrics, metrics)
+    (rat,) = serving_summary.ratios(rows, med, "stock", stats.Rule(), metrics)
+    hit = rat.verdicts["server_hit_rate"]
+    assert hit.verdict == stats.MISSING and "control median is 0" in hit.reason
+    assert rat.verdicts["tpot_p50_ms"].verdict == stats.NOISE
