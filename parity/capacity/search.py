@@ -33,6 +33,7 @@ from typing import Callable
 from parity.capacity.estimate import Probed, engine_summary, estimates
 from parity.capacity.frontier import frontier
 from parity.capacity.probe import CLOSED, Probe, PromptSet
+from parity.capacity.shape import falling_output
 from parity.stats import adaptive
 from parity.stats.blocks import block_order
 from parity.stats.paired import paired
@@ -300,6 +301,7 @@ class Search:
         for e in p.engines:
             engines[e]["bracket"] = result["brackets"][e]
         self.notes += [f"{e} {x}" for e in p.engines for x in engines[e]["blocks_without_capacity"]]
+        self.notes += [n for e in p.engines if (n := falling_output(self.probes, e))]
         ratios = self.ratios(per_block) if blocks else []
         self.problems += [f"{g.engine} at {g.load:g} (block {g.block}): {x}" for g in self.probes for x in g.problems]
         self.problems += [f"{r['engine']}/{r['reference']}: no capacity ratio with an interval ({r['reason']})"
