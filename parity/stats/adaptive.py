@@ -65,10 +65,26 @@ def stop(budget: Budget, blocks: int, half_widths: dict, elapsed_s: float = 0.0,
     if budget.targets:
         open_ += f" (kept going by {kept_going(wide)})"
     if blocks >= budget.max_blocks:
-        return MAX_REPEATS, f"{blocks} blocks (--max-repeats) with {open_} still over {over}"
+        return MAX_REPEATS, f"{blocks} blocks (--max-repeats) with {open_} still over {over}{_more(budget, blocks, wide)}"
     if budget.max_seconds and block_s is not None and elapsed_s + block_s > budget.max_seconds:
-        return TIME_BUDGET, f"{elapsed_s:.0f} s spent, another block (~{block_s:.0f} s) would pass the {budget.max_seconds:g} s budget; {open_} still over {over}"
+        return TIME_BUDGET, (f"{elapsed_s:.0f} s spent, another block (~{block_s:.0f} s) would pass the "
+                             f"{budget.max_seconds:g} s budget; {open_} still over {over}{_more(budget, blocks, wide)}")
     return None
+
+
+def _more(budget: Budget, blocks: int, wide: dict) -> str:
+    """'; about K blocks at this spread would reach it' for the widest open half-width (its blocks
+    read as the run's: a label with fewer valid pairs makes K an underestimate)."""
+    from parity.stats.paired import stop_blocks_for
+
+    worst = max(((v / budget.target(k), k, v) for k, v in wide.items() if v is not None and budget.target(k)),
+                default=None)
+    if worst is None:
+        return ""
+    _, label, width = worst
+    n = stop_blocks_for(width, blocks, budget.target(label))
+    return f"; at this spread about {n} blocks would reach {budget.target(label):g}% ({label})" if n else \
+        f"; at this spread more than 1000 blocks would reach {budget.target(label):g}% ({label})"
 
 
 # The budget the simulation (benchmarks/verdict_power.py) checks: <= 5 % false claims and

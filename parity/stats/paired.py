@@ -113,6 +113,23 @@ def blocks_for(sd_log: float, target_log: float, confidence: float, have: int) -
     return None
 
 
+def stop_blocks_for(stop_pct: float, have: int, target_pct: float, confidence: float = 0.95) -> int | None:
+    """Blocks at which a stop half-width of stop_pct after `have` blocks would reach target_pct, the
+    spread staying as it is: the same walk as blocks_for on the stop form t(n-1) sd k(n) / sqrt(n),
+    k = spread_upper, with sd read back from stop_pct.  None: past MAX_BLOCKS_ESTIMATE, or not
+    estimable (fewer than 2 blocks)."""
+    if have < 2 or stop_pct <= 0 or target_pct <= 0:
+        return None
+    sd = math.log1p(stop_pct / 100) * math.sqrt(have) / (t_quantile(confidence, have - 1) * spread_upper(have))
+    target = math.log1p(target_pct / 100)
+    n = have + 1
+    while n <= MAX_BLOCKS_ESTIMATE:
+        if t_quantile(confidence, n - 1) * sd * spread_upper(n) / math.sqrt(n) <= target:
+            return n
+        n += 1 if n < 100 else max(1, n // 20)
+    return None
+
+
 def paired(a: dict, b: dict, better: str = "higher", threshold_pct: float = 2.0, confidence: float = 0.95) -> Paired:
     """a, b: {block: value} of one metric for the control (A) and the candidate (B)."""
     blocks, ratios = block_ratios(a, b)

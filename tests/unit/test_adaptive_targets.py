@@ -93,3 +93,15 @@ def test_on_the_recorded_h100_aa_ttft_keeps_a_uniform_target_going_and_its_own_t
 
 def test_a_fixed_budget_line_does_not_talk_of_targets():
     assert block_line(2, 2, {"p N=1 decode_agg_tps": 3.0}, None, Budget(None, 3, 3)) == "block 2 done (2 measured): widest +-3.00% (p N=1 decode_agg_tps); next block"
+
+
+def test_a_stop_on_max_repeats_says_how_many_blocks_the_spread_needs():
+    """The H200's N=1 TTFT A/A (docs/evidence/device-h200-1129b/): +-6.24 % in the stop form after
+    10 blocks.  Read back to its spread, the stop form falls under 5 % at 13 blocks (5.27 % at 12,
+    4.92 % at 13: computed apart with scipy's t and chi2)."""
+    b = Budget(until_ci_pct=None, min_blocks=3, max_blocks=10, targets={"ttft_mean_ms": 5.0})
+    rule, why = stop(b, 10, {"stock_b N=1 ttft_mean_ms": 6.237724, "stock_b N=1 decode_agg_tps": 1.03})
+    assert rule == MAX_REPEATS
+    assert why.endswith("; at this spread about 13 blocks would reach 5% (stock_b N=1 ttft_mean_ms)")
+    b = Budget(until_ci_pct=1.0, min_blocks=3, max_blocks=4)
+    assert "more than 1000 blocks" in stop(b, 4, {"a N=1 decode_agg_tps": 400.0})[1]
