@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from parity.stats.paired import stop_blocks_for
+
 UNTIL_CI, MAX_REPEATS, TIME_BUDGET, FIXED = "until-ci", "max-repeats", "time-budget", "fixed"
 
 
@@ -75,8 +77,6 @@ def stop(budget: Budget, blocks: int, half_widths: dict, elapsed_s: float = 0.0,
 def _more(budget: Budget, blocks: int, wide: dict) -> str:
     """'; about K blocks at this spread would reach it' for the widest open half-width (its blocks
     read as the run's: a label with fewer valid pairs makes K an underestimate)."""
-    from parity.stats.paired import stop_blocks_for
-
     worst = max(((v / budget.target(k), k, v) for k, v in wide.items() if v is not None and budget.target(k)),
                 default=None)
     if worst is None:
