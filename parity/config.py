@@ -163,7 +163,8 @@ class ServingConfig(msgspec.Struct):
     ubatch: int = 512
     repeat: int = 1
     order: Literal["abab", "abba", "aabb"] = "abba"  # engine order across blocks: abba rotates them (stats.blocks.block_order), so a drift of the box cancels
-    port: int = 8090
+    port: int = 8090  # crossover (gpus): the second engine's server on port + 1
+    gpus: list[int] = msgspec.field(default_factory=list)  # [0, 1]: crossover (parity.serving.crossover)
     request_timeout_s: float = 600.0
     min_requests: int = 8  # a point at N runs ceil(min_requests / N) rounds of N concurrent requests back to back (parity.serving.rounds)
     server_log_trace: bool = True  # llama-server logs its clock at trace level: the TTFT anatomy reads each task's host work there (parity.ttft)

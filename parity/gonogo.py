@@ -106,7 +106,8 @@ def go_no_go(run: Run, lock_cfg, hardware_class: str | None, *, paths: dict[str,
     and `ports`; `more`: the caller's own reasons it cannot start now (a server it does not start,
     not answering); write the evidence into run.dir when there is one; hardware_class: the
     profile's, which the hardware record warns about.
-    {"go", "exit_code", "reasons": [{"kind": lock|gpu|docker|path|port|server, "what"}], ...}."""
+    {"go", "exit_code", "reasons": [{"kind": lock|gpu|docker|path|port|server|gpus, "what"}], ...}
+    (path and gpus, a GPU the run names that is not there: exit 2)."""
 
     reasons: list[dict] = list(more)
     lock_state, why = _lock_reason(lock_cfg) if gpu else ("not checked (nothing in this run takes the GPU)", None)
@@ -129,7 +130,7 @@ def go_no_go(run: Run, lock_cfg, hardware_class: str | None, *, paths: dict[str,
         if not port_state[port]:
             reasons.append({"kind": "port", "what": f"port {port} is in use (another server?)"})
     hw = write_hardware(run.runner, run.out, run.dir, hardware_class, bandwidth=False)  # hardware.txt/json, as the users' dry run records it
-    code = EXIT_OK if not reasons else EXIT_USAGE if any(r["kind"] == "path" for r in reasons) else EXIT_INFRA
+    code = EXIT_OK if not reasons else EXIT_USAGE if any(r["kind"] in ("path", "gpus") for r in reasons) else EXIT_INFRA
     doc = {
         "go": not reasons,
         "exit_code": code,

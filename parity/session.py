@@ -139,13 +139,14 @@ def model_file_if_there(profile, model: str) -> str:
 
 
 @contextmanager
-def locked(ctx, timeout: float | None = None, break_stale: bool = False) -> Iterator:
-    """The GPU lock for this context, re-entrant: a caller that holds it keeps it."""
+def locked(ctx, timeout: float | None = None, break_stale: bool = False, gpus=()) -> Iterator:
+    """The GPU lock for this context, re-entrant: a caller that holds it keeps it.  gpus: the GPU
+    indices the run uses (a crossover's), named in the owner record."""
     if ctx.vars.get("_gpu_lock") is not None:
         yield ctx.vars["_gpu_lock"]
         return
     with gpulock.held_lock(ctx.profile.lock, ctx.runner, ctx.out, ctx.run, ctx.run_id, ctx.artifacts_root,
-                           timeout, break_stale) as lk:
+                           timeout, break_stale, gpus=gpus) as lk:
         ctx.vars["_gpu_lock"] = lk
         try:
             yield lk
@@ -180,10 +181,11 @@ def builds_json(ctx, engines) -> dict:
 
 
 @contextmanager
-def measuring(ctx, engines=(), gates: prepost.GateSpec | None = None, hardware: bool = True) -> Iterator[dict]:
-    """Under the GPU lock: hardware.txt (before any server starts), builds.json, the pre-gates
-    (gates=None: none), the body, the post-gates.  Yields the hardware inventory ({} without a run)."""
-    with locked(ctx):
+def measuring(ctx, engines=(), gates: prepost.GateSpec | None = None, hardware: bool = True, gpus=()) -> Iterator[dict]:
+    """Under the GPU lock (gpus: the indices it names, locked()): hardware.txt (before any server starts),
+    builds.json, the pre-gates (gates=None: none), the body, the post-gates.  Yields the hardware
+    inventory ({} without a run)."""
+    with locked(ctx, gpus=gpus):
         hw = {}
         if hardware and ctx.run is not None:
             hw = write_hardware(ctx.runner, ctx.out, ctx.run, ctx.profile.hardware_class)
@@ -193,14 +195,15 @@ def measuring(ctx, engines=(), gates: prepost.GateSpec | None = None, hardware: 
             yield hw
 
 
-def measured(ctx, engines, body: Callable[[Run], T], gates: prepost.GateSpec | None = None, serve: str | None = None) -> T:
+def measured(ctx, engines, body: Callable[[Run], T], gates: prepost.GateSpec | None = None, serve: str | None = None,
+             gpus=()) -> T:
     """A measurement whose body takes values: the engines' builds and installs, the gate set's and
     the served model (serve: a model each engine serves, made as serve_model() says) before the
-    lock, then body(run) under measuring(); body's result."""
+    lock, then body(run) under measuring() (gpus: the GPU indices the lock's record names); body's result."""
     prepare(ctx, engines, gates=gates)
     for e in engines if serve else ():
         serve_model(ctx, e, serve)
-    with measuring(ctx, engines, gates=gates):
+    with measuring(ctx, engines, gates=gates, gpus=gpus):
         return body(ctx.as_run())
 
 

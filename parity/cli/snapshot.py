@@ -28,6 +28,10 @@ def register(app: typer.Typer) -> None:
         workload: Optional[str] = typer.Option(None, "--workload", "-w", metavar="NAME", help="Run a workload instead of the N sweep: a built-in kind (shared-prefix, prefill-under-decode, open-loop, multi-turn, prefill-curve, trace: --trace FILE; sized for the profile, no YAML needed; block 0 calibrates its gen, or prefill-under-decode's decode_gen, unless given) or serving.workloads.NAME."),
         workload_opt: Optional[List[str]] = typer.Option(None, "--workload-opt", metavar="KEY=VALUE", help="Override one field of the workload (repeatable), e.g. groups=2, rates=[1,2]."),
         trace: Optional[str] = typer.Option(None, "--trace", metavar="FILE", help="Replay this request trace (Azure LLM or BurstGPT CSV, Mooncake or Bailian JSONL): --workload trace implied."),
+        gpus: Optional[str] = typer.Option(
+            None, "--gpus", metavar="I,J",
+            help="Crossover: a block's two arms at once, the first engine on GPU I and the second on GPU J, swapped "
+                 "every block (CUDA_VISIBLE_DEVICES per server; default: serving.gpus; none: one GPU, arms in turn)."),
         profile: Optional[str] = ProfileOpt,
         json: bool = JsonOpt,
     ):
@@ -42,7 +46,7 @@ def register(app: typer.Typer) -> None:
         req = SnapshotRequest(
             npl=npl_list, engines=engine_list, model=model, repeat=repeat, ptok=ptok, gen=gen,
             parallel=parallel, ctx=ctx_len, order=order, gates=not no_gates, allow_env=allow_env or [], dry_run=dry_run, workload=workload, workload_opts=workload_opt or [], trace=trace,
-            until_ci=until_ci, max_repeats=max_repeats, budget_s=budget_s,
+            until_ci=until_ci, max_repeats=max_repeats, budget_s=budget_s, gpus=gpus,
         )  # fmt: skip
         doc = run(ctx, req)
         ctx.out.emit(doc, lambda: (render_plan if dry_run else render_workload if doc.get("workload") else render_summary)(ctx.out, doc))
@@ -162,6 +166,8 @@ def render_plan(out, doc: dict) -> None:
     if doc.get("workload"):
         w = doc["workload"]
         out.info(f"workload {w['name']} ({w['kind']}): points {'; '.join(w['points'])}")
+    if doc.get("crossover"):
+        out.info(doc["crossover"]["line"])
     for c in doc["commands"]:
         if "error" in c:
             out.info(f"# {c['engine']}: {c['error']}")
@@ -178,7 +184,9 @@ def render_plan(out, doc: dict) -> None:
         if c.get("reads_log"):
             out.info(f"#   its log is read for: {c['reads_log']}")
     pf = doc["preflight"]
-    out.info(f"preflight: lock {doc['lock_dir']}; gpu: {pf['gpu']}; docker: {pf['docker']}; port {doc['shape']['port']} {'free' if doc['port_free'] else 'IN USE'}")
+    ports = "ports " + ", ".join(map(str, doc["ports"])) if len(doc["ports"]) > 1 else f"port {doc['ports'][0]}"
+    free = "free" if doc["port_free"] else "IN USE"
+    out.info(f"preflight: lock {doc['lock_dir']}; gpu: {pf['gpu']}; docker: {pf['docker']}; {ports} {free}")
     from parity.cli.common import render_go
 
     render_go(out, doc)
@@ -198,6 +206,10 @@ def render_summary(out, doc: dict) -> None:
         out.table("paired block statistics (engine / reference per block; geometric mean, t interval on the logs) beside the users' rule", ["engine", "N", "metric", "ratio", "interval", "blocks", "outcome", "blocks needed", "users' rule"], paired_rows(doc))
     if doc["headline"]:
         out.info(f"headline: {doc['headline']}")
+    if doc.get("placement"):  # crossover: which GPU each engine ran on, per block
+        blocks = [f"block {p['block']}: " + ", ".join(f"{e} on GPU{g}" for e, g in p.items() if e != "block")
+                  for p in doc["placement"]]
+        out.info("crossover: " + "; ".join(blocks))
     if doc.get("binary_gates"):
         out.info("binary gates: " + "; ".join(f"{e}: " + (g["why"] if g["why"].startswith(g["status"]) else f"{g['status']} ({g['why']})") for e, g in doc["binary_gates"].items()))
     render_run_notes(out, doc)

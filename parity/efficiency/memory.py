@@ -74,14 +74,14 @@ NOT_A_PROCESS = "not applicable: the server is not a process parity started (mem
 
 
 class Track:
-    def __init__(self, before: int | None, source: str, proc=None, note: str | None = None):
-        self.before, self.source = before, source
+    def __init__(self, before: int | None, source: str, proc=None, note: str | None = None, gpu: int | None = None):
+        self.before, self.source, self.gpu = before, source, gpu  # gpu: a crossover arm's GPU (its memory alone)
         self.pid = getattr(proc, "pid", None)
         self.note = note  # what its kind says of its figures (vLLM: a reservation)
         self.samples: list[dict] = []
 
     def sample(self, label: str) -> dict:
-        used, src = used_mib()
+        used, src = used_mib(self.gpu)
         s = {"at": label, "used_mib": used}
         if self.pid is not None:
             pids = pid_tree(self.pid)
@@ -115,8 +115,8 @@ class Track:
         return out
 
 
-def start(before: int | None, source: str, proc=None, note: str | None = None) -> Track:
-    t = Track(before, source, proc, note)
+def start(before: int | None, source: str, proc=None, note: str | None = None, gpu: int | None = None) -> Track:
+    t = Track(before, source, proc, note, gpu)
     t.sample("ready")
     return t
 

@@ -86,6 +86,7 @@ class Owner:
     host: str | None = None
     run: str | None = None
     pgids: list[int] = field(default_factory=list)
+    gpus: list[int] = field(default_factory=list)  # the GPUs the holder's run uses (a crossover's); empty: not said
 
 
 def base_record(record: str) -> str:
@@ -114,6 +115,8 @@ def parse_owner(text: str) -> Owner | None:
             o.run = v
         elif k == "pgids" and v:
             o.pgids = [int(x) for x in v.split(",") if x.isdigit()]
+        elif k == "gpus" and v:
+            o.gpus = [int(x) for x in v.split(",") if x.isdigit()]
     if o.host is None and "@" in o.who:
         o.host = o.who.rsplit("@", 1)[1]
     return o
@@ -153,7 +156,8 @@ class LockState:
                 return f"free (released by {by}" + (f" {fmt_age(age)} ago)" if age is not None else ")")
             return f"free ({self.note or 'no owner'})"
         o = self.owner
-        extra = ", ".join(x for x in (f"pid {o.pid}" if o.pid else "no pid", f"run {o.run}" if o.run else "") if x)
+        extra = ", ".join(x for x in (f"pid {o.pid}" if o.pid else "no pid", f"run {o.run}" if o.run else "",
+                                      f"GPUs {','.join(map(str, o.gpus))}" if o.gpus else "") if x)
         held = f"for {fmt_age(age)}" if age is not None else "since an unknown time"
         s = f"held by {o.who} {held} ({extra})"
         if self.note:
@@ -263,8 +267,10 @@ def effective_dir(cfg: LockConfig, lock_dir: str | None = None) -> Path:
 
 
 class GpuLock:
-    def __init__(self, cfg: LockConfig, lock_dir: str | None = None, run_id: str | None = None, who: str | None = None):
+    def __init__(self, cfg: LockConfig, lock_dir: str | None = None, run_id: str | None = None, who: str | None = None,
+                 gpus=()):
         self.cfg = cfg
+        self.gpus = [int(g) for g in gpus]  # named in the record (gpus=0,1): `lock status` shows them
         self.dir = effective_dir(cfg, lock_dir)
         self.owner_file = self.dir / "owner"
         self.mutex = self.dir.parent / f".{self.dir.name}.parity-mutex"
@@ -366,6 +372,8 @@ class GpuLock:
                 fields.append(f"host={hostname()}")
         if self.run_id:
             fields.append(f"run={self.run_id}")
+        if self.gpus:
+            fields.append(f"gpus={','.join(map(str, self.gpus))}")
         return " ".join(fields)
 
     def try_acquire(self, break_stale: bool = False, pid: int | None = -1) -> tuple[bool, LockState]:
@@ -569,12 +577,13 @@ def holding(lock: GpuLock, runner, out, timeout: float | None = None, break_stal
 
 @contextmanager
 def held_lock(config: LockConfig, runner, out, run_dir=None, run_id: str | None = None, artifacts_root=None,
-              timeout: float | None = None, break_stale: bool = False):
+              timeout: float | None = None, break_stale: bool = False, gpus=()):
     """The GPU lock of `config` (the profile's lock section), released on any exit; lock.json in
-    run_dir (a RunDir, or None).  Not re-entrant: session.locked keeps one hold per context."""
+    run_dir (a RunDir, or None); gpus: the indices the run uses, in the owner record.  Not
+    re-entrant: session.locked keeps one hold per context."""
     if getattr(runner, "host", "local") != "local":
         raise UsageError("the GPU lock is taken by the parity that runs on the GPU host (use --host to delegate), not through a remote runner")
-    lock = GpuLock(config, run_id=run_id)
+    lock = GpuLock(config, run_id=run_id, gpus=gpus)
     with holding(lock, runner, out, timeout, break_stale) as info:
         settle_reclaimed(lock, artifacts_root, out)
         if run_dir is not None:

@@ -17,10 +17,12 @@ from parity.errors import InfraError
 from parity.gpu.nvidia_smi import nvml_call
 
 
-def nvml_used_mib() -> int | None:
+def nvml_used_mib(gpu: int | None = None) -> int | None:
+    """Used memory summed over every GPU, or of NVML index `gpu` alone (a crossover arm's)."""
+
     def query(nv):
         total = 0
-        for i in range(nv.nvmlDeviceGetCount()):
+        for i in range(nv.nvmlDeviceGetCount()) if gpu is None else [gpu]:
             total += nv.nvmlDeviceGetMemoryInfo(nv.nvmlDeviceGetHandleByIndex(i)).used
         return total // (1 << 20)
 
@@ -39,8 +41,9 @@ def parse_meminfo_used_mib(text: str) -> int | None:
     return (kb["MemTotal"] - kb["MemAvailable"]) // 1024
 
 
-def used_mib() -> tuple[int | None, str]:
-    v = nvml_used_mib()
+def used_mib(gpu: int | None = None) -> tuple[int | None, str]:
+    """(MiB, source); gpu: that GPU's alone where NVML answers (meminfo is the host's either way)."""
+    v = nvml_used_mib(gpu)
     if v is not None:
         return v, "nvml"
     try:

@@ -35,6 +35,8 @@ class SnapshotPlan:
     model_files: dict[str, str] = field(default_factory=dict)  # engine -> what its server is given for the model
     model_path: str | None = None  # models.<model>.path when the model is a profile model
     stats: Any = None  # the profile's stats section (the noise rule, paired statistics, stop rule, canary)
+    gpus: list[int] = field(default_factory=list)  # crossover's GPUs (parity.serving.crossover); empty: arms in turn
+    placement: list[dict] = field(default_factory=list)  # crossover, as run: per block {"block": k, engine: GPU}
 
 
 @dataclass
@@ -60,3 +62,4 @@ class SnapshotRequest:
     until_ci: float | str | None = None
     max_repeats: int | None = None  # None: stats.max_repeats
     budget_s: float | None = None  # None: stats.budget_s
+    gpus: str | list[int] | None = None  # --gpus 0,1: crossover (parity.serving.crossover); None: serving.gpus

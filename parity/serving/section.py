@@ -31,6 +31,8 @@ def check_serving(s, label: str, key: str, models, engines) -> None:
     for name in NOT_NEGATIVE:
         if getattr(s, name) < 0:
             raise ConfigError(label, f"{key}.{name}", "must not be negative")
+    if any(g < 0 for g in s.gpus) or len(set(s.gpus)) != len(s.gpus) or len(s.gpus) == 1:
+        raise ConfigError(label, f"{key}.gpus", "must list two or more distinct GPU indices >= 0 (crossover), or none")
     if not 0 <= s.invalid_tolerance < 1:
         raise ConfigError(label, f"{key}.invalid_tolerance", "must be a share in [0, 1)")
     for wname, w in s.workloads.items():

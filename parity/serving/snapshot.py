@@ -37,7 +37,7 @@ from parity.gonogo import command_paths, go_no_go, not_answering
 from parity.gpu.lock import effective_dir as lock_effective_dir, preflight
 from parity.metrics.registry import definitions, direction
 from parity.options import check_step_options
-from parity.serving import logs, summary, workload_summary
+from parity.serving import crossover, logs, summary, workload_summary
 from parity.serving.efficiency import for_snapshot
 from parity.serving.plan import SnapshotPlan, SnapshotRequest
 from parity.serving.slots import size_for_npl
@@ -88,12 +88,15 @@ def make_plan(profile, req: SnapshotRequest) -> SnapshotPlan:
         raise UsageError("no model to serve (serving.model or --model)")
     if model not in profile.models and not Path(model).expanduser().exists() and any(b.kind.model_source for b in bound.values()):
         raise UsageError(f"--model {model!r}: neither a model of profile {profile.name} ({', '.join(profile.models) or 'none'}) nor a file")
+    gpus = crossover.parse_gpus(req.gpus)
+    gpus = s.gpus if gpus is None else gpus
+    crossover.check(gpus, list(engines), s.order, workload, bound)
     repeat = req.repeat or s.repeat
     ref = s.reference_engine if s.reference_engine in engines else (engines[-1] if len(engines) > 1 else None)
     order = run_order(list(engines), repeat, s.order)
     m = profile.models.get(model)
     plan = SnapshotPlan(model, list(engines), ref, list(s.npl), repeat, s, order, sized=sized, bound=bound,
-                        stats=profile.stats, model_path=m.path if m is not None else None)
+                        stats=profile.stats, model_path=m.path if m is not None else None, gpus=list(gpus))
     plan.budget = make_budget(profile.stats, req, plan, workload)
     if workload is not None:  # a built-in's sized field (parity.workloads.calibration)
 
@@ -159,24 +162,29 @@ def snapshot(ctx, req: SnapshotRequest) -> dict:
 
     plan = make_plan(ctx.profile, req)
     check_env(plan, ctx.profile.policy, req.allow_env)  # the forbidden bench knobs: refused before the run dir, dry run or not
+    too_few = crossover.host_problem(ctx.runner, plan.gpus, plan.bound)  # crossover's GPUs on this host
     if req.dry_run:
         problems = {e: session.served_model_problem(ctx, e, plan.model) for e in plan.engines}
         doc = dry_run(plan, ctx.runner, ctx.out, ctx.profile.lock, problems)
+        more = not_answering(doc["commands"]) + ([{"kind": "gpus", "what": too_few}] if too_few else [])
         with dry_run_session(ctx, "snapshot", f"snapshot-{plan.model}") as rd:  # the users' DRY_RUN=1: a go/no-go with its evidence
             doc["go_no_go"] = go_no_go(ctx.as_run(), ctx.profile.lock, ctx.profile.hardware_class,
-                                       paths=command_paths(ctx.runner, doc["commands"]), ports=[plan.shape.port],
-                                       more=not_answering(doc["commands"]))
+                                       paths=command_paths(ctx.runner, doc["commands"]), ports=server_ports(plan),
+                                       more=more)
             doc["run_dir"] = str(rd.path)
             rd.write_json("plan.json", doc)
         return doc
     session.refuse_missing_programs(ctx, plan.engines)  # the dry run's NO GO for a missing program, refused before the run dir
+    if too_few:
+        raise UsageError(too_few)
     if plan.sized:
         ctx.out.info(plan.sized)
     with run_session(ctx, "snapshot", f"snapshot-{plan.model}"):
         if not req.gates:
             ctx.run.mark_invalid("ungated: --no-gates")
         spec = gate_spec(ctx.profile, req.gates)
-        arms = session.measured(ctx, plan.engines, lambda run: sweep_all(plan, run), gates=spec, serve=plan.model)
+        arms = session.measured(ctx, plan.engines, lambda run: sweep_all(plan, run), gates=spec, serve=plan.model,
+                                gpus=crossover.used(plan.gpus))
         doc = write_summary(plan, ctx.as_run(), arms, binary_gates(gate_inputs(ctx.profile), plan.engines, spec))
         return {"run_dir": str(ctx.run.path), **doc}
 
@@ -196,10 +204,16 @@ def dry_run(plan: SnapshotPlan, runner, out, lock, model_problems: dict[str, str
     """The plan the real run executes (lock: the profile's lock section; model_problems: engine ->
     why its model cannot be served yet, session.served_model_problem)."""
     commands = []
+    at = server_ports(plan)
+    gpus = crossover.used(plan.gpus)
+    port_of = crossover.ports(plan.engines, plan.shape.port) if gpus else dict.fromkeys(plan.engines, plan.shape.port)
+    first = crossover.placement(plan.engines, gpus, 0) if gpus else {}
     for e, eng in plan.bound.items():
         mf, model_error = plan.model_files[e], model_problems.get(e)
         try:
-            la = eng.launch(mf, plan.shape.port, plan.shape, dry=True, model=plan.model, out=out)
+            la = eng.launch(mf, port_of[e], plan.shape, dry=True, model=plan.model, out=out)
+            if e in first:  # crossover: block 0's GPU (the next block swaps them)
+                la = crossover.pinned(la, first[e])
             sec = eng.section
             commands.append({"engine": e, "argv": la.argv, "env": la.env, "unset": la.unset, "ready": f"http://{la.host}:{la.port}{la.ready_path}",
                              "start": la.start, "stop": la.stop, "spawned": la.spawned, **({} if la.spawned else {"answering": answering(la, sec.ready_probe_timeout_s)}),
@@ -224,12 +238,24 @@ def dry_run(plan: SnapshotPlan, runner, out, lock, model_problems: dict[str, str
         "commands": commands,
         "preflight": preflight(runner, lock),
         "lock_dir": str(lock_effective_dir(lock)),
-        "port_free": port_free(s.port),
+        "port_free": all(port_free(p) for p in at),
+        "ports": at,
+        **({"crossover": {"gpus": gpus, "line": crossover.plan_line(plan.engines, gpus),
+                          "placement": [{"block": k, **crossover.placement(plan.engines, gpus, k)}
+                                        for k in range(plan.repeat)]}}
+           if gpus else {}),
         "metrics": definitions(),
         "budget": plan.budget.describe() + ("" if not plan.budget.adaptive else "; the order above is the minimum, further blocks keep its rotation"),
         "calibration": calibration_plan(plan),
         **({"workload": plan.workload.describe()} if plan.workload is not None else {}),
     }
+
+
+def server_ports(plan: SnapshotPlan) -> list[int]:
+    """The servers' ports: serving.port, and in crossover the second engine's on port + 1."""
+    if plan.gpus:
+        return list(crossover.ports(plan.engines, plan.shape.port).values())
+    return [plan.shape.port]
 
 
 def calibration_plan(plan: SnapshotPlan) -> str:
@@ -246,6 +272,8 @@ def write_summary(plan: SnapshotPlan, run: Run, arms: list[dict], gated: dict | 
     if plan.calibration is not None:
         note_outran(plan, run.out, rows)
     extra = {"arms": [{k: v for k, v in a.items() if k not in ("rows", "outputs")} for a in arms], **run_notes(plan), **({"binary_gates": gated} if gated else {})}
+    if plan.gpus:  # crossover: which GPU each engine ran on, per block as run (the trial block too)
+        extra["placement"] = plan.placement
     outputs = {a["engine"]: a["outputs"] for a in [*plan.trial_arms, *arms] if a.get("outputs")}  # the probe ran in the engine's first arm
     if len(outputs) > 1:
         extra["output_parity"] = GATES["output_parity"].measure(outputs, plan.reference or plan.engines[0], plan.shape.output_parity)
@@ -326,7 +354,11 @@ def sweep_all(plan: SnapshotPlan, run: Run) -> list[dict]:
                     prog.update(task, total=len(plan.order) * len(plan.npl))
                 if st.canary != "off":
                     probes.append(canary.sample(b, engine))
-                arms.append(run_arm(run, plan, engine, b, prog, task))
+                if not plan.gpus:
+                    arms.append(run_arm(run, plan, engine, b, prog, task))
+                    partial(counted[0])
+            if plan.gpus:  # crossover: both arms at once, each on its GPU
+                arms.extend(crossover.run_block(run, plan, b, run_arm, prog, task))
                 partial(counted[0])
             if st.canary == "discard":
                 canary.discard(arms, b, canary.assess(probes))
@@ -406,7 +438,7 @@ def choose_gen(plan: SnapshotPlan, rows: list[PointRow]):
 
 
 STEP_OPTIONS = {"npl", "engines", "model", "repeat", "ptok", "gen", "parallel", "ctx", "order", "gates", "allow_env", "workload", "trace",
-                "until_ci", "max_repeats", "budget_s"}
+                "until_ci", "max_repeats", "budget_s", "gpus"}
 
 
 def step_plan(profile, options: dict) -> tuple[SnapshotRequest, SnapshotPlan]:
@@ -422,12 +454,15 @@ def step_plan(profile, options: dict) -> tuple[SnapshotRequest, SnapshotPlan]:
 
 
 def campaign_step(ctx, options: dict) -> dict:
-    """kind: snapshot -- options {npl, engines, model, repeat, ptok, gen, parallel, ctx, order, gates, allow_env, workload, trace, until_ci, max_repeats, budget_s}
+    """kind: snapshot -- options {npl, engines, model, repeat, ptok, gen, parallel, ctx, order, gates, allow_env, workload, trace, until_ci, max_repeats, budget_s, gpus}
     (workload: a serving.workloads name, or a mapping declaring one inline: {name, kind, ...})."""
 
     req, plan = step_plan(ctx.profile, options)
+    if plan.gpus and (too_few := crossover.host_problem(ctx.runner, plan.gpus, plan.bound)):
+        raise UsageError(too_few)
     spec = gate_spec(ctx.profile, req.gates)
-    arms = session.measured(ctx, plan.engines, lambda run: sweep_all(plan, run), gates=spec, serve=plan.model)
+    arms = session.measured(ctx, plan.engines, lambda run: sweep_all(plan, run), gates=spec, serve=plan.model,
+                            gpus=crossover.used(plan.gpus))
     doc = write_summary(plan, ctx.as_run(), arms, binary_gates(gate_inputs(ctx.profile), plan.engines, spec))
 
     for line in lines(doc.get("efficiency")):

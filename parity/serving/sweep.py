@@ -22,7 +22,7 @@ from parity.serving.point import build_specs, check_fits, client_side, records_j
 from parity.efficiency import memory as memtrack
 from parity.gpu.memory import used_mib, wait_back
 from parity.loadgen import client as loadgen
-from parity.serving import rounds
+from parity.serving import crossover, rounds
 from parity.serving.plan import SnapshotPlan
 from parity.serving.output_probe import probe
 from parity.ttft import llama_log, split as anatomy
@@ -141,25 +141,31 @@ def cpu_plan(runner, s) -> dict:
     return affinity.plan(s.telemetry, runner)
 
 
-def run_arm(run: Run, plan: SnapshotPlan, engine: str, rep: int, prog, task) -> dict:
-    """Start the engine's server, warm it up, run every N, stop it, wait for its memory."""
+def run_arm(run: Run, plan: SnapshotPlan, engine: str, rep: int, prog, task,
+            port: int | None = None, gpu: int | None = None, sync=None) -> dict:
+    """Start the engine's server, warm it up, run every N, stop it, wait for its memory.
+    A crossover arm (parity.serving.crossover) has its own port and GPU, calls sync(label) before
+    every point (the other arm meets it there) and leaves the memory wait to its block."""
 
     s = plan.shape
     eng = plan.bound[engine]
     e = eng.section
-    la = eng.launch(plan.model_files[engine], s.port, s, model=plan.model, out=run.out)
+    port = s.port if port is None else port
+    la = eng.launch(plan.model_files[engine], port, s, model=plan.model, out=run.out)
+    if gpu is not None:
+        la = crossover.pinned(la, gpu)  # CUDA_VISIBLE_DEVICES=<gpu> in its env (and in servers/<arm>.json)
     pin = cpu_plan(run.runner, s)
     la = affinity.wrap(la, pin)  # taskset -c <server cores> in the recorded argv when the box has enough cores
     log = str(run.dir.file(f"servers/{engine}-r{rep}.log"))
     run.dir.write_json(f"servers/{engine}-r{rep}.json", {"argv": la.argv, "env": la.env, "unset": la.unset, "served_name": la.served_name, "count": la.count, "request_extra": la.request_extra, "affinity": pin,
                                                       **({} if la.spawned else {"started_by_parity": False, "address": f"http://{la.host}:{la.port}", "start": la.start, "stop": la.stop})})  # fmt: skip
-    mem_before, mem_source = used_mib()
+    mem_before, mem_source = used_mib(gpu)
     rows: list[PointRow] = []
-    arm = {"engine": engine, "repeat": rep, "affinity": pin}
+    arm = {"engine": engine, "repeat": rep, "affinity": pin, **({} if gpu is None else {"gpu": gpu, "port": port})}
     prog.update(task, status=f"{engine} r{rep}: starting server (budget {e.ready_timeout_s:g} s)")
-    with serving(run, la, s.port, log, e.ready_timeout_s, e.ready_probe_timeout_s, e.stop_grace_s) as (proc, ready_s):
+    with serving(run, la, port, log, e.ready_timeout_s, e.ready_probe_timeout_s, e.stop_grace_s) as (proc, ready_s):
         arm["ready_s"] = round(ready_s, 2)
-        mem = memtrack.start(mem_before, mem_source, proc, eng.kind.memory_note)  # memory per engine (parity.efficiency.memory)
+        mem = memtrack.start(mem_before, mem_source, proc, eng.kind.memory_note, gpu)  # memory per engine (parity.efficiency.memory)
         target = loadgen.Target(la.host, la.port, la.served_name, la.tokenize, count=la.count, extra=la.request_extra)
         real = slot_context(la)
         if real is not None:  # what the server really gives a slot (it caps at the model's training context)
@@ -180,8 +186,12 @@ def run_arm(run: Run, plan: SnapshotPlan, engine: str, rep: int, prog, task) -> 
             def show(p, label=f"{engine} r{rep} N={n}", n=n):
                 prog.update(task, status=f"{label}: {p.done}/{n} requests, {p.tokens} tokens, {p.tps():.1f} tok/s")
 
+            if sync is not None:
+                sync(f"{engine} r{rep} N={n}")
             row = run_point(run, plan, la, target, engine, rep, n, show, proc.pid, pin, log)
             row.put("server_ready_s", arm["ready_s"])
+            if gpu is not None:
+                row.put("gpu", gpu)
             rows.append(row)
             mem.sample(f"N={n}")
             prog.advance(task)
@@ -189,6 +199,9 @@ def run_arm(run: Run, plan: SnapshotPlan, engine: str, rep: int, prog, task) -> 
             if (rc := proc.poll()) is not None:
                 raise died(engine, rc, log, f"N={n}")
         arm["memory"] = mem.result()
+    arm["rows"] = rows
+    if gpu is not None:
+        return arm
     prog.update(task, status=f"{engine} r{rep}: waiting for its memory to come back")
     arm["settle"] = wait_back(mem_before, mem_source, s.settle_s, s.settle_timeout_s, s.settle_tolerance_mib, f"{engine} r{rep}")
     arm["rows"] = rows

@@ -168,9 +168,9 @@ def test_campaign_snapshot_step_takes_the_adaptive_options(monkeypatch):
     from parity.serving import snapshot as snap
 
     seen = {}
-    monkeypatch.setattr(snap, "make_plan", lambda profile, req: seen.setdefault("req", req) and SimpleNamespace(engines=[], model="m"))
+    monkeypatch.setattr(snap, "make_plan", lambda profile, req: seen.setdefault("req", req) and SimpleNamespace(engines=[], model="m", gpus=[]))
     monkeypatch.setattr(snap, "check_env", lambda plan, policy, allow_env: None)
-    monkeypatch.setattr(snap.session, "measured", lambda ctx, engines, body, gates=None, serve=None: [])
+    monkeypatch.setattr(snap.session, "measured", lambda ctx, engines, body, gates=None, serve=None, gpus=(): [])
     monkeypatch.setattr(snap, "gate_inputs", lambda profile: None)
     monkeypatch.setattr(snap, "binary_gates", lambda inputs, engines, spec: {})
     monkeypatch.setattr(snap, "write_summary", lambda plan, run, arms, gated: {"medians": [], "ratios": [], "headline": "", "valid": True, "stop": {"rule": "until-ci"}})

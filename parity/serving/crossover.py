@@ -1,0 +1,160 @@
+"""Two GPUs at once (issue 57's crossover): with serving.gpus (or --gpus) listing two GPUs and
+exactly two engines, the two arms of block k run at the same time, engine A (the first engine) on
+gpus[k % 2] and B on the other, swapped every block, so a GPU's own speed cancels in the block's
+pair.  Each arm's server gets CUDA_VISIBLE_DEVICES=<its GPU> (with CUDA_DEVICE_ORDER=PCI_BUS_ID,
+so the index means what nvidia-smi and NVML call it) and its own port (serving.port + the
+engine's position).  The two arms meet before every point (a barrier), so their points overlap;
+each arm's percentiles come from its own request records, and each block is one pair of the
+paired statistics, as on one GPU."""
+
+from __future__ import annotations
+
+import threading
+
+from parity.decode import replace
+from parity.errors import InfraError, UsageError
+from parity.gpu import nvidia_smi
+from parity.gpu.memory import used_mib, wait_back
+from parity.serving import rounds
+
+VISIBLE, DEVICE_ORDER = "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"
+
+
+class OtherArmStopped(InfraError):
+    """This arm gave up waiting because the other arm of the block failed (the other's error is the cause)."""
+
+
+def parse_gpus(value) -> list[int] | None:
+    """--gpus "0,1" (or a campaign step's [0, 1]) as GPU indices; None: not given.  Bad input: UsageError."""
+    if value is None:
+        return None
+    items = [v.strip() for v in value.split(",")] if isinstance(value, str) else value
+    items = items if isinstance(items, list) else []
+    if not items or not all(_index(v) for v in items):
+        raise UsageError(f"--gpus: expected GPU indices like 0,1, got {value!r}")
+    gpus = [int(v) for v in items]
+    if len(set(gpus)) != len(gpus):
+        raise UsageError(f"--gpus: a GPU is listed twice ({','.join(map(str, gpus))})")
+    return gpus
+
+
+def _index(v) -> bool:
+    if isinstance(v, str):
+        return v.isascii() and v.isdigit()
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def check(gpus: list[int], engines: list[str], order: str, workload, bound: dict) -> None:
+    """Crossover's conditions, one UsageError each (gpus empty: one GPU per arm, nothing to check)."""
+    if not gpus:
+        return
+    at = f"--gpus {','.join(map(str, gpus))}: crossover"
+    if len(gpus) < 2:
+        raise UsageError(f"{at} runs a block's two arms at once on two GPUs; list two (e.g. 0,1)")
+    if len(engines) != 2:
+        got = f"{len(engines)}: {', '.join(engines)}"
+        raise UsageError(f"{at} needs exactly two engines (a block's two arms), got {got}")
+    if order == "aabb":
+        raise UsageError(f"{at} runs a block's two arms at once; --order aabb has no blocks (use abba or abab)")
+    if workload is not None:
+        raise UsageError(f"{at} runs the N sweep; run a workload without --gpus (one GPU, arms in turn)")
+    for e, eng in bound.items():
+        if VISIBLE in eng.env():
+            raise UsageError(f"--gpus {','.join(map(str, gpus))}: engine {e} sets {VISIBLE} in its env; "
+                             "crossover sets it per block (remove it there)")
+
+
+def used(gpus: list[int]) -> list[int]:
+    """The GPUs a crossover runs on: the first two listed."""
+    return gpus[:2]
+
+
+def placement(engines: list[str], gpus: list[int], block: int) -> dict[str, int]:
+    """{engine: GPU} of block `block`: the first engine on gpus[block % 2], the second on the other."""
+    a, b = engines
+    return {a: gpus[block % 2], b: gpus[(block + 1) % 2]}
+
+
+def ports(engines: list[str], port: int) -> dict[str, int]:
+    """Each arm's own port: serving.port + the engine's position."""
+    return {e: port + i for i, e in enumerate(engines)}
+
+
+def pinned(la, gpu: int):
+    """The launch with its server on one GPU (the recorded env shows it)."""
+    env = {**la.env, VISIBLE: str(gpu), DEVICE_ORDER: "PCI_BUS_ID"}
+    return replace(la, env=env, unset=[u for u in la.unset if u not in env])
+
+
+def plan_line(engines: list[str], gpus: list[int]) -> str:
+    """The dry run's placement line."""
+    b0 = placement(engines, gpus, 0)
+    b1 = ", ".join(f"{e} on GPU{g}" for e, g in placement(engines, gpus, 1).items())
+    return (f"crossover: block 0: {', '.join(f'{e} on GPU{g}' for e, g in b0.items())} (at once); "
+            f"block 1: swapped ({b1}); and so on, every block; the two arms meet before every point")
+
+
+def host_problem(runner, gpus: list[int], bound: dict) -> str | None:
+    """Why this host cannot run the crossover (a GPU listed that nvidia-smi does not list), None: it can.
+    Engines that are all CPU builds use no GPU: the index is a label there and is not checked."""
+    if not gpus or not any(eng.on_gpu for eng in bound.values()):
+        return None
+    found, _, note = nvidia_smi.inventory(runner)
+    if max(used(gpus)) >= len(found):
+        seen = f"nvidia-smi lists {len(found)} GPU(s)" if found else f"no GPU visible ({note})"
+        need = " and ".join(map(str, used(gpus)))
+        return f"--gpus {','.join(map(str, gpus))}: crossover needs GPUs {need}, but {seen}"
+    return None
+
+
+def sync_timeout_s(plan) -> float:
+    """The longest one arm waits for the other to reach the same point: a server start, its warmup
+    and output probe, and the slowest point's rounds, each request within serving.request_timeout_s."""
+    s = plan.shape
+    start = max(eng.section.ready_timeout_s for eng in plan.bound.values())
+    requests = 2 + s.warmup.point_requests + max(rounds.count(n, s.min_requests) for n in plan.npl)
+    return start + s.request_timeout_s * requests
+
+
+def run_block(run, plan, block: int, run_arm, prog, task) -> list[dict]:
+    """Both arms of the block at once (the second in a thread), each on its GPU and port; the memory
+    wait once both servers stopped.  The arms in engine order; the first error of an arm is raised."""
+    where = placement(plan.engines, used(plan.gpus), block)
+    at = ports(plan.engines, plan.shape.port)
+    plan.placement.append({"block": block, **where})
+    barrier, limit = threading.Barrier(2), sync_timeout_s(plan)
+
+    def sync(label: str) -> None:
+        try:
+            barrier.wait(limit)
+        except threading.BrokenBarrierError:
+            why = f"the other arm stopped (or took over {limit:g} s) before {label}"
+            raise OtherArmStopped(f"crossover block {block}: {why}") from None
+
+    results: dict[str, dict] = {}
+    errors: dict[str, BaseException] = {}
+
+    def arm(engine: str) -> None:
+        try:
+            results[engine] = run_arm(run, plan, engine, block, prog, task,
+                                      port=at[engine], gpu=where[engine], sync=sync)
+        except BaseException as e:  # the other arm must not wait on this one
+            errors[engine] = e
+            barrier.abort()
+
+    mem_before, source = used_mib()
+    a, b = plan.engines
+    worker = threading.Thread(target=arm, args=(b,), name=f"crossover-{b}", daemon=True)
+    worker.start()
+    arm(a)
+    if isinstance(errors.get(a), KeyboardInterrupt):
+        raise errors[a]  # the run's interrupt handling stops the servers; the thread ends with them
+    worker.join()
+    if errors:
+        real = [e for e in errors.values() if not isinstance(e, OtherArmStopped)]
+        raise (real or list(errors.values()))[0]
+    settle = wait_back(mem_before, source, plan.shape.settle_s, plan.shape.settle_timeout_s,
+                       plan.shape.settle_tolerance_mib, f"crossover block {block}")
+    for e in (a, b):
+        results[e]["settle"] = {**settle, "crossover": "one wait per block, after both arms' servers stopped"}
+    return [results[a], results[b]]
