@@ -122,21 +122,29 @@ def make_budget(st, req: SnapshotRequest, plan: SnapshotPlan, workload) -> Budge
     """The stop rule's budget: fixed (repeat blocks) or --until-ci's (at least repeat and
     2 blocks, at most --max-repeats, within --budget-s); --until-ci PCT or METRIC=PCT,... replaces
     the profile's stats.until_ci_pct and until_ci_targets.  st: the profile's stats section."""
+    stops = workload.kind_obj.stop_metrics if workload is not None else ()
     cannot = [why for bad, why in (
-        (workload is not None, "--until-ci stops on the N sweep's headline intervals; a workload has its own points "
-                               "(run it with --repeat N)"),
+        (workload is not None and not stops, "--until-ci stops on the N sweep's headline intervals; a workload "
+                                             "has its own points (run it with --repeat N)"),
         (plan.reference is None or len(plan.engines) < 2,
          "--until-ci needs two engines: its intervals are paired ratios against the reference engine"),
         (plan.shape.order == "aabb",
          "--until-ci adds blocks (every engine once, back to back); --order aabb has none: use abab or abba"),
     ) if bad]
-    return resolve_budget(
-        req.until_ci, req.max_repeats, req.budget_s, plan.repeat, StatsDefaults.of(st), watched=st.metrics,
-        unwatched=f"--until-ci: {{metric}} is not a headline metric the stop rule watches (stats.metrics: "
-                  f"{', '.join(st.metrics)})",
+    budget = resolve_budget(
+        req.until_ci, req.max_repeats, req.budget_s, plan.repeat, StatsDefaults.of(st),
+        watched=stops or st.metrics, use_defaults=not stops,
+        unwatched=(f"--until-ci: {{metric}} is not one the {workload.kind} workload's stop rule watches "
+                   f"({', '.join(stops)})" if stops else
+                   f"--until-ci: {{metric}} is not a headline metric the stop rule watches (stats.metrics: "
+                   f"{', '.join(st.metrics)})"),
         too_few=f"--max-repeats {{hi}} is below the minimum of {{lo}} blocks (--repeat/serving.repeat {plan.repeat}, "
                 "and an interval needs 2)",
         floor=2, lone_bounds="repeats", refusals=cannot)
+    if stops and budget.until_ci_pct is not None:  # a bare PCT would watch nothing: the kind's metrics are named
+        raise UsageError(f"--until-ci on a {workload.kind} workload names what it waits on: METRIC=PCT,... with "
+                         f"METRIC one of {', '.join(stops)} (e.g. --until-ci {stops[1]}=2)")
+    return budget
 
 
 def check_shape(plan: SnapshotPlan, engine: str, ptok: int, gen: int, what: str) -> None:
@@ -370,8 +378,13 @@ def sweep_all(plan: SnapshotPlan, run: Run) -> list[dict]:
             rows = [r for a in arms for r in a["rows"]]
             if plan.workload is None:
                 return half_widths(rows, plan.reference, st.metrics, st.min_delta_pct, st.confidence, direction)
-            headline = list(plan.workload.kind_obj.headline)
-            return half_widths(rows, plan.reference, headline, st.min_delta_pct, st.confidence, direction, key="point")
+            kind = plan.workload.kind_obj
+            hw = half_widths(rows, plan.reference, list(kind.headline), st.min_delta_pct, st.confidence, direction,
+                             key="point")
+            if budget.adaptive:  # a kind's own stop metrics (--until-ci request_ttft_median=2) replace the headline's
+                hw = {k: v for k, v in kind.stop_widths(rows, plan.reference, st.min_delta_pct, st.confidence).items()
+                      if k.rsplit(" ", 1)[-1] in budget.targets}
+            return hw
 
         def report(block, n, hw, decision) -> None:
             counted[0] = n

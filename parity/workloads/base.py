@@ -54,6 +54,7 @@ class WorkloadKind:
     shown: tuple[str, ...] = ()  # the columns its table shows first (every metric is still in the rows and medians)
     params: tuple[str, ...] = ()  # the section keys the report lists
     plots: tuple[Plot, ...] = ()
+    stop_metrics: tuple[str, ...] = ()  # what --until-ci may name beyond the headline (stop_widths gives them)
 
     # ---- the section ----------------------------------------------------------------------
     def check(self, w, label: str, key: str) -> None:
@@ -110,6 +111,11 @@ class WorkloadKind:
     def console(self, summary: dict) -> list[str]:
         """Lines the console prints after the medians (what its summarize() added, in words)."""
         return []
+
+    def stop_widths(self, rows: list, reference: str | None, threshold_pct: float, confidence: float) -> dict:
+        """{"<engine> <point> <stop metric>": conservative half-width % (None: no interval yet)} over
+        the blocks so far, for --until-ci (a label ends in one of stop_metrics)."""
+        return {}
 
     def tables(self, summary: dict, fmt) -> list[dict]:
         """Tables of its own beside the points ({title, head, rows}), numbers through the report's fmt."""

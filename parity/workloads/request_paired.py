@@ -66,6 +66,19 @@ def summary(rows, reference: str | None, threshold_pct: float, confidence: float
     return out
 
 
+def stop_metric(p: dict) -> str:
+    """The name --until-ci gives one pairing: request_ttft_median, request_tpot_gmean, ..."""
+    return f"request_{p['quantity'].split('_')[0]}_{p.get('statistic') or 'gmean'}"
+
+
+STOP_METRICS = tuple(f"request_{q.split('_')[0]}_{s}" for q in QUANTITIES for s in STATISTICS)
+
+
+def stop_widths(pairs: list[dict]) -> dict:
+    """{"<engine> <point> request_<quantity>_<statistic>": the pairing's conservative half-width %}."""
+    return {f"{p['engine']} {p['point']} {stop_metric(p)}": p.get("stop_half_width_pct") for p in pairs}
+
+
 def lines(pairs: list[dict]) -> list[str]:
     return [f"request-paired {p['engine']}/{p['reference']} {p['point']}: {QUANTITIES[p['quantity']]} "
             f"({_statistic(p)}) {p['outcome']}: {p['reason']}" for p in pairs]

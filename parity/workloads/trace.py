@@ -29,6 +29,7 @@ from parity.replay.formats import read_trace
 from parity.replay.mixtures import MIXTURES, draw, mixture
 from parity.replay.record import TraceRequest
 from parity.replay.select import Selection, scaled, select
+from parity.results.model import point_rows
 from parity.workloads.base import Measured, Plot, WorkloadKind
 from parity.workloads import request_paired
 from parity.workloads.open_loop import held_verdict, open_loop_problems
@@ -182,6 +183,7 @@ class TraceReplay(WorkloadKind):
                "ttft_sched_p99_ms", "e2e_sched_p50_ms", "e2e_sched_p99_ms", "tpot_p50_ms", "tpot_p99_ms", "trace_hit_rate",
                "expected_hit_rate", "server_hit_rate", "hit_gap", "input_exact_share")
     headline = ("ttft_sched_p50_ms", "tpot_p50_ms", "server_hit_rate")
+    stop_metrics = request_paired.STOP_METRICS  # --until-ci request_ttft_median=2: each request against itself
     windows = ("wall_s",)  # the trace's own span: nothing to calibrate
     shown = ("scheduled_rate", "sched_delay_p50_ms", "sched_delay_p99_ms", "ttft_sched_p50_ms", "ttft_sched_p99_ms",
              "tpot_p50_ms", "e2e_sched_p99_ms", "trace_hit_rate", "expected_hit_rate", "server_hit_rate",
@@ -262,6 +264,10 @@ class TraceReplay(WorkloadKind):
 
     def summarize(self, rows, reference: str | None, threshold_pct: float, confidence: float) -> dict:
         return {"request_paired": request_paired.summary(rows, reference, threshold_pct, confidence)}
+
+    def stop_widths(self, rows, reference: str | None, threshold_pct: float, confidence: float) -> dict:
+        return request_paired.stop_widths(request_paired.summary(point_rows(rows), reference, threshold_pct,
+                                                                 confidence))
 
     def console(self, summary: dict) -> list[str]:
         return request_paired.lines(summary.get("request_paired") or [])

@@ -164,3 +164,37 @@ def test_vllm_reports_its_own_cache_and_a_planted_warm_one_is_flagged(parity_cli
     assert cold["server_hit_rate"] <= 0.02 and cold["input_exact_share"] == 1.0
     (reason,) = cache_reasons(warm)
     assert warm["cache_state"] == "warm" and warm["hit_gap"] > 0.3 and "a warm cache" in reason
+
+
+def test_an_ab_replay_runs_until_its_request_paired_interval_is_narrow(parity_cli, engine_bins, tmp_path):
+    """--until-ci on a replay waits on the request-paired ratios it names: the stock build against
+    a second engine of the same build, blocks added until the median request's TPOT ratio's stop
+    form is within 50 % (or 4 blocks), each block's line and the stop naming it."""
+    from tests.integration.test_capacity_real import STOCK_TARGETS
+    from tests.integration.test_workloads_real import smoke_engine
+
+    wl = {"kind": "trace", "trace": str(DATA / "azure-conv-2023.csv"), "duration_s": 10.0, "speedups": [8],
+          "max_request_tokens": 1024, "max_delay_p99_ms": 1000, "min_achieved_share": 0.5}
+    prof = replay_profile(tmp_path, {"tr": wl})
+    doc = json.loads(prof.read_text())
+    doc["engines"] = {"stock_b": smoke_engine(targets=STOCK_TARGETS)}
+    doc["serving"].update(engines=["stock_b", "stock"], parallel=4, ctx=8192, model="small")
+    del doc["models"]
+    prof.write_text(json.dumps(doc))
+    args = ("--artifacts", str(tmp_path / "runs"), "snapshot", "--profile", str(prof), "--workload", "tr",
+            "--engines", "stock_b,stock", "--no-gates", "--json")
+    bad = parity_cli(*args, "--until-ci", "2", timeout=120)
+    assert bad.returncode == 2 and "names what it waits on" in bad.stderr and "Traceback" not in bad.stderr
+    r = parity_cli(*args, "--until-ci", "request_tpot_median=50", "--max-repeats", "4", timeout=1800)
+    assert r.returncode in (0, EXIT_INVALID), r.stderr[-3000:]
+    out = json.loads(r.stdout)
+    summary = json.loads((Path(out["run_dir"]) / "summary.json").read_text())
+    stop = summary["stop"]
+    assert stop["rule"] in ("until-ci", "max-repeats") and 2 <= stop["blocks"] <= 4, stop
+    assert "request_tpot_median <= 50%" in stop["budget"]
+    lines = [x for x in r.stderr.splitlines() if x.startswith("block ")]
+    assert len(lines) == stop["blocks"] and "request_tpot_median" in lines[-1]
+    (tpot,) = [p for p in summary["request_paired"] if p["quantity"] == "tpot_ms" and p["statistic"] == "median"]
+    assert tpot["n_blocks"] == stop["blocks"]
+    if stop["rule"] == "until-ci":
+        assert tpot["stop_half_width_pct"] <= 50

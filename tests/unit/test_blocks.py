@@ -13,6 +13,11 @@ from parity.metrics.registry import direction
 from parity.stats.blocks import block_line, block_order, half_widths, run_blocks
 from parity.serving.snapshot import SnapshotRequest, make_budget, run_order
 from parity.stats.adaptive import FIXED, MAX_REPEATS, TIME_BUDGET, UNTIL_CI, Budget
+from parity.workloads import WORKLOADS
+
+
+def workload(kind: str) -> SimpleNamespace:
+    return SimpleNamespace(kind=kind, kind_obj=WORKLOADS[kind])
 
 
 def test_block_order_keeps_the_rotation_past_the_planned_repeats():
@@ -156,7 +161,10 @@ def test_budget_fixed_by_default_adaptive_with_until_ci():
         (SnapshotRequest(budget_s=60), {}, "give --until-ci PCT too"),
         (SnapshotRequest(until_ci=2), {"engines": ("s",)}, "needs two engines"),
         (SnapshotRequest(until_ci=2), {"order": "aabb"}, "--order aabb has none"),
-        (SnapshotRequest(until_ci=2), {"workload": object()}, "a workload has its own points"),
+        (SnapshotRequest(until_ci=2), {"workload": workload("open-loop")}, "a workload has its own points"),
+        (SnapshotRequest(until_ci=2), {"workload": workload("trace")}, "names what it waits on: METRIC=PCT"),
+        (SnapshotRequest(until_ci="tpot_p50_ms=2"), {"workload": workload("trace")},
+         "tpot_p50_ms is not one the trace workload's stop rule watches"),
     ],
 )
 def test_budget_bad_input_is_one_usage_error(req, kw, message):
@@ -201,3 +209,8 @@ def test_an_interrupt_swallowed_inside_a_block_still_ends_the_loop():
         interrupts.reset()
     assert ran == [0, 1]
     assert run_blocks(Budget(min_blocks=2), lambda b: None, lambda: {"x": 50.0})[2] == 2  # no signal: runs on
+
+
+def test_a_trace_workload_waits_on_the_request_paired_ratios_it_names():
+    b = budget_for(SnapshotRequest(until_ci="request_ttft_median=2", max_repeats=16), workload=workload("trace"))
+    assert b.targets == {"request_ttft_median": 2.0} and b.until_ci_pct is None and b.max_blocks == 16

@@ -104,3 +104,19 @@ def test_a_ratio_of_two_zero_hit_rates_is_missing_not_within_noise():
     hit = rat.verdicts["server_hit_rate"]
     assert hit.verdict == stats.MISSING and "control median is 0" in hit.reason
     assert rat.verdicts["tpot_p50_ms"].verdict == stats.NOISE
+
+
+def test_until_ci_names_each_pairing_by_its_quantity_and_statistic():
+    """What --until-ci request_ttft_median=2 waits on: the stop form of that pairing, read on the
+    59-request A/A's rows as the trace kind's stop_widths gives it after the run's 8 blocks."""
+    from parity.workloads.trace import KIND
+
+    summary = json.loads(gzip.decompress((AA59 / "summary.json.gz").read_bytes()))
+    widths = KIND.stop_widths(summary["rows"], "stock", 2.0, 0.95)
+    point = "stock_b 1.5x: 59 requests over 19.8 s, cold: a fresh server"
+    assert set(widths) == {f"{point} {m}" for m in KIND.stop_metrics}
+    assert set(KIND.stop_metrics) == {"request_ttft_gmean", "request_ttft_median", "request_tpot_gmean",
+                                      "request_tpot_median"}
+    (ran,) = [p for p in summary["request_paired"] if p["quantity"] == "ttft_sched_ms"]
+    assert widths[f"{point} request_ttft_gmean"] == pytest.approx(ran["stop_half_width_pct"], abs=1e-6)
+    assert widths[f"{point} request_ttft_median"] < 2.9 < widths[f"{point} request_ttft_gmean"]

@@ -163,6 +163,7 @@ def calls(kind: WorkloadKind, smoke) -> dict:
         "paced": ([], []),
         "cap": (2048, wl),
         "summarize": ([], "b", 2.0, 0.95),
+        "stop_widths": ([], "b", 2.0, 0.95),
         "console": ({"rows": []},),
         "tables": ({"rows": []}, str),
     }
