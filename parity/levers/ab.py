@@ -433,7 +433,14 @@ def measure_plan(profile, req: ABRequest, a: str, b: str, lever):
     if req.ops is not None:
         return opplan.plan(profile, ops_request(profile, req, a, b, lever))
     sreq, breq = measure_requests(profile, req, a, b, lever)
-    return make_plan(profile, sreq) if sreq is not None else plan_ab(profile, breq)
+    if sreq is None:
+        return plan_ab(profile, breq)
+    plan = make_plan(profile, sreq)
+    if plan.gpus:  # its arms' lock and host check are parity snapshot's (parity.serving.crossover)
+        raise UsageError(f"parity ab --serving runs its arms one after another on one GPU; serving.gpus "
+                         f"({','.join(map(str, plan.gpus))}) is for parity snapshot --gpus: set serving.gpus: [] "
+                         "in the profile for the lever A/B")
+    return plan
 
 
 def measure(run: Run, req: ABRequest, p: dict, inputs: GateInputs, measuring) -> dict:

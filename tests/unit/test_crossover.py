@@ -240,3 +240,15 @@ def test_a_real_run_on_a_host_without_the_gpus_stops_before_the_run_dir_and_lock
     doc = json.loads(dry.stdout)  # the plan is printed, with its NO GO
     assert dry.returncode == 2 and doc["crossover"]["placement"][0] == {"block": 0, "stock": 0, "paged": 1}
     assert {"kind": "gpus", "what": "--gpus 0,1: crossover needs GPUs 0 and 1, but no GPU visible (nvidia-smi not found)"} in doc["go_no_go"]["reasons"]
+
+
+def test_a_lever_ab_on_a_crossover_profile_is_refused_before_anything(parity_cli, tmp_path):
+    """parity ab runs its two arms in turn on one GPU; a profile's serving.gpus would have run them at
+    once without the host check or the GPUs in the lock record."""
+    prof = tmp_path / "profile.yaml"
+    prof.write_text(f"extends: smoke\nlock: {{dir: {tmp_path}/lock}}\nserving: {{gpus: [0, 1]}}\n")
+    r = parity_cli("--artifacts", str(tmp_path / "runs"), "ab", "--profile", str(prof), "-e", "stock",
+                   "--server-arg", "--cache-ram 0", "--serving", "--dry-run")
+    assert r.returncode == 2, r.stderr
+    assert "parity ab --serving runs its arms one after another on one GPU" in r.stderr.strip().splitlines()[-1]
+    assert not (tmp_path / "lock").exists()
