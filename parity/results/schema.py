@@ -3,6 +3,7 @@ under docs/schemas/ are these, written by `python -m parity.results.schema`; a t
 
 from __future__ import annotations
 
+import inspect
 import json
 from pathlib import Path
 
@@ -26,8 +27,19 @@ def schema(name: str) -> dict:
         "description": f"parity's {name} (schema_version {model.SCHEMA_VERSION}; a file without schema_version was written before it was versioned). "
         "Objects may hold more keys than listed (a row's metrics, provenance). Generated from parity/results/model.py.",
         **({"$ref": refs[0]["$ref"]} if len(refs) == 1 else {"anyOf": list(refs)}),
-        "$defs": defs,
+        "$defs": cleaned(defs),
     }
+
+
+def cleaned(node):
+    """Descriptions as inspect.cleandoc gives them: msgspec 0.23 cleans class docstrings and 0.22
+    did not, and a fresh install must write the same schema as the one in docs/."""
+    if isinstance(node, dict):
+        return {k: inspect.cleandoc(v) if k == "description" and isinstance(v, str) else cleaned(v)
+                for k, v in node.items()}
+    if isinstance(node, list):
+        return [cleaned(v) for v in node]
+    return node
 
 
 def text(name: str) -> str:
