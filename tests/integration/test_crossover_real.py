@@ -18,6 +18,7 @@ from pathlib import Path
 from parity.ports import port_free
 from ports import free_port
 from tests.conftest import REPO
+from tests.integration.test_snapshot import servers_on
 
 
 def span(path: Path) -> tuple[float, float]:
@@ -57,19 +58,6 @@ def test_a_two_block_crossover_runs_both_arms_at_once_and_swaps_gpus(parity_cli,
     assert "gpus=0,1" in json.loads((run / "lock.json").read_text())["owner"]
     paired = [p for p in summary["paired"] if p["metric"] == "decode_agg_tps"]
     assert paired and paired[0]["engine"] == "paged" and paired[0]["n_blocks"] == 2 and paired[0]["ratio"] > 0
-
-
-def servers_on(port: int) -> list[int]:
-    """pids of the llama-servers whose command line serves on this port."""
-    out = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"--port" in cmd and str(port).encode() in cmd and any(b"llama-server" in c for c in cmd):
-            out.append(int(pid))
-    return out
 
 
 def test_sigint_mid_crossover_stops_both_servers_and_frees_the_lock(engine_bins, tmp_path):
