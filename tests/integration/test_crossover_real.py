@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -18,7 +17,7 @@ from pathlib import Path
 from parity.ports import port_free
 from ports import free_port
 from tests.conftest import REPO
-from tests.integration.test_snapshot import servers_on
+from tests.integration.test_snapshot import interrupt, servers_on
 
 
 def span(path: Path) -> tuple[float, float]:
@@ -82,9 +81,7 @@ def test_sigint_mid_crossover_stops_both_servers_and_frees_the_lock(engine_bins,
         while time.monotonic() < deadline and not all("launch_slot_" in f.read_text(errors="replace") for f in logs):
             time.sleep(0.1)  # both arms' N=2 points are being served
         assert servers_on(port) and servers_on(port + 1), "both servers should be up at once"
-        time.sleep(0.3)
-        p.send_signal(signal.SIGINT)
-        out, _ = p.communicate(timeout=60)
+        out = interrupt(p)
     finally:
         if p.poll() is None:
             p.kill()

@@ -36,6 +36,14 @@ def servers_on(port: int) -> list[int]:
     return out
 
 
+def interrupt(p: subprocess.Popen) -> bytes:
+    """Ctrl-C a running parity a beat after its servers are up; its output once it ended."""
+    time.sleep(0.3)
+    p.send_signal(signal.SIGINT)
+    out, _ = p.communicate(timeout=60)
+    return out
+
+
 @pytest.fixture
 def profile_file(tmp_path, engine_bins, tiny_model):
     def make(**serving) -> tuple[Path, int]:
@@ -146,9 +154,7 @@ def test_sigint_mid_sweep_stops_every_server(profile_file, tmp_path):
         while time.monotonic() < deadline and "launch_slot_" not in log.read_text(errors="replace"):
             time.sleep(0.1)  # the N=4 batch is being served
         assert servers_on(port), "the paged server should be up"
-        time.sleep(0.3)
-        p.send_signal(signal.SIGINT)
-        out, _ = p.communicate(timeout=60)
+        out = interrupt(p)
     finally:
         if p.poll() is None:
             p.kill()
