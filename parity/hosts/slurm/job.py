@@ -80,16 +80,20 @@ class Submission:
         self.files = {"stdout": f"{jobdir}/job.out", "stderr": f"{jobdir}/job.err", "run_dir": f"{jobdir}/run_dir"}
         r.write_text(f"{jobdir}/job.sh", self.script(parity_cmd + args, cwd))
         sub = sl.sbatch_argv(f"{jobdir}/job.sh", job_name=job_name(argv), output=self.files["stdout"], error=self.files["stderr"], chdir=cwd, cfg=self.slurm)
-        self.job_id = sl.submit(r, sub, self.where, env=self.slurm.env)
         part = f" (partition {self.slurm.partition})" if self.slurm.partition else ""
-        self.say(f"slurm job {self.job_id} submitted on {r.host}{part}; script {jobdir}/job.sh")
         info, interrupted = None, False
-        try:
+        try:  # from the submission on: a Ctrl-C the moment the job starts must cancel it too (two CPU hogs showed it)
+            self.job_id = sl.submit(r, sub, self.where, env=self.slurm.env)
+            self.say(f"slurm job {self.job_id} submitted on {r.host}{part}; script {jobdir}/job.sh")
             info = self.follow()
         except KeyboardInterrupt:
+            if self.job_id is None:  # sbatch had not answered: no job id to cancel
+                raise
             interrupted = True
             info = self.cancel("the submitting parity was interrupted")
         except InfraError as e:  # bounded waits ran out: the job must not outlive us
+            if self.job_id is None:  # the submission itself failed
+                raise
             info = self.cancel(str(e))
             self.pull(local_root, info, why=str(e))
             raise
