@@ -1,6 +1,6 @@
 """Whether an engine's output rate rises with its load, as a capacity search assumes.  On a lent
 H200 (docs/evidence/device-h200-1129b/) llama-server on a 4 GB f16 model made ~1,020 tok/s at 3
-clients, ~730 at 6 and ~1,750 at 8: a step cost about in proportion to its batch between 3 and 7.
+clients, ~730 at 6 and ~1,750 at 8: a step cost about in proportion to its batch between 3 and 6.
 There the latency objective's margin can cross 0 more than once, and a bracket that doubles and
 bisects finds one crossing without knowing of the others."""
 
