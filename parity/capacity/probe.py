@@ -77,7 +77,7 @@ def from_records(records: Sequence, warmup: int, cooldown: int = 0, sent: int | 
         empty = np.zeros(0)
         n = len(records) if sent is None else sent
         return Requests(empty, empty, empty, empty, 0, 0.0, n, seconds or 0.0, problems)
-    tpot = [(r.end - r.first) * 1000 / (r.tokens - 1) for r in ok if r.tokens > 1]
+    tpot = [t for r in ok if (t := r.tpot_ms) is not None]
     lo, hi = min(r.send for r in ok), max(r.end for r in ok)
     made = sum(1 for r in records if r.error is None for t in r.token_times if lo < t <= hi)
     return Requests(

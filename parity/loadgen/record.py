@@ -37,3 +37,10 @@ class RequestRecord(msgspec.Struct):
     @property
     def last(self) -> float | None:  # the old name
         return self.end
+
+    @property
+    def tpot_ms(self) -> float | None:
+        """Time per output token after the first, ms: (end - first) / (tokens - 1); None below two tokens."""
+        if self.tokens < 2 or self.first is None or not self.token_times:
+            return None
+        return (self.token_times[-1] - self.first) * 1000 / (self.tokens - 1)

@@ -121,7 +121,7 @@ def itl_ms(rs) -> list[float]:
 
 
 def tpot_ms(rs) -> float:
-    vals = [(r.end - r.first) * 1000 / (r.tokens - 1) for r in _need(rs) if r.tokens > 1]
+    vals = [t for r in _need(rs) if (t := r.tpot_ms) is not None]
     if not vals:
         raise NoValue("no request generated two tokens")
     return sum(vals) / len(vals)

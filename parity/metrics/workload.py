@@ -113,7 +113,7 @@ def slo_met(r: RequestRecord, slo) -> bool:
         return False
     if slo.ttft_ms is not None and (r.first - r.send) * 1000 > slo.ttft_ms:
         return False
-    if slo.tpot_ms is not None and (r.tokens < 2 or (r.end - r.first) * 1000 / (r.tokens - 1) > slo.tpot_ms):
+    if slo.tpot_ms is not None and ((t := r.tpot_ms) is None or t > slo.tpot_ms):
         return False
     return slo.e2e_ms is None or (r.end - r.send) * 1000 <= slo.e2e_ms
 
@@ -147,7 +147,7 @@ def e2e_ms(s: Sample) -> list[float]:
 
 
 def tpots_ms(s: Sample) -> list[float]:
-    return [(r.end - r.first) * 1000 / (r.tokens - 1) for r in _need(s.records) if r.tokens > 1]
+    return [t for r in _need(s.records) if (t := r.tpot_ms) is not None]
 
 
 # ------------------------------------------------------------------ prefill under decode: stalls

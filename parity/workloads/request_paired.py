@@ -25,7 +25,7 @@ def per_request(records) -> dict[str, list[float | None]]:
         ok = r.valid and r.first is not None and r.end is not None
         ttft = (r.first - r.scheduled) * 1000 if ok and r.scheduled is not None else None
         out["ttft_sched_ms"].append(None if ttft is None else round(ttft, 4))
-        tpot = (r.end - r.first) * 1000 / (r.tokens - 1) if ok and r.tokens > 1 else None
+        tpot = r.tpot_ms if ok else None
         out["tpot_ms"].append(round(tpot, 4) if tpot else None)
     return out
 
