@@ -379,12 +379,11 @@ def sweep_all(plan: SnapshotPlan, run: Run) -> list[dict]:
             if plan.workload is None:
                 return half_widths(rows, plan.reference, st.metrics, st.min_delta_pct, st.confidence, direction)
             kind = plan.workload.kind_obj
-            hw = half_widths(rows, plan.reference, list(kind.headline), st.min_delta_pct, st.confidence, direction,
-                             key="point")
-            if budget.adaptive:  # a kind's own stop metrics (--until-ci request_ttft_median=2) replace the headline's
-                hw = {k: v for k, v in kind.stop_widths(rows, plan.reference, st.min_delta_pct, st.confidence).items()
-                      if k.rsplit(" ", 1)[-1] in budget.targets}
-            return hw
+            if budget.adaptive:  # a kind's own stop metrics (--until-ci request_ttft_median=2) stand for the headline's
+                return {k: v for k, v in kind.stop_widths(rows, plan.reference, st.min_delta_pct, st.confidence).items()
+                        if k.rsplit(" ", 1)[-1] in budget.targets}
+            return half_widths(rows, plan.reference, list(kind.headline), st.min_delta_pct, st.confidence, direction,
+                               key="point")
 
         def report(block, n, hw, decision) -> None:
             counted[0] = n

@@ -204,5 +204,4 @@ def run_arm(run: Run, plan: SnapshotPlan, engine: str, rep: int, prog, task,
         return arm
     prog.update(task, status=f"{engine} r{rep}: waiting for its memory to come back")
     arm["settle"] = wait_back(mem_before, mem_source, s.settle_s, s.settle_timeout_s, s.settle_tolerance_mib, f"{engine} r{rep}")
-    arm["rows"] = rows
     return arm

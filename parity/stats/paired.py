@@ -96,18 +96,19 @@ def block_ratios(a: dict, b: dict) -> tuple[list, list[float]]:
     return common, [b[k] / a[k] for k in common]
 
 
-def blocks_for(sd_log: float, target_log: float, confidence: float, have: int) -> int | None:
-    """Smallest n > have with t(n-1) * sd / sqrt(n) < target (None: beyond MAX_BLOCKS_ESTIMATE)."""
+def blocks_for(sd_log: float, target_log: float, confidence: float, have: int, stop_form: bool = False) -> int | None:
+    """Smallest n > have with t(n-1) * sd / sqrt(n) < target, or with stop_form the conservative
+    t(n-1) * sd * spread_upper(n) / sqrt(n) (None: beyond MAX_BLOCKS_ESTIMATE)."""
     if target_log <= 0:
         return None
     if sd_log == 0:
         return max(have + 1, 2)
-    z = t_quantile(confidence, 10**6)  # start from the normal approximation, then walk up
+    z = t_quantile(confidence, 10**6)  # start from the normal approximation (t >= z, spread_upper >= 1), then walk up
     if z * sd_log / target_log > MAX_BLOCKS_ESTIMATE:  # n >= (z sd / target)^2: far past the estimate's cap
         return None
     n = max(have + 1, 2, math.ceil((z * sd_log / target_log) ** 2))
     while n <= MAX_BLOCKS_ESTIMATE:
-        if t_quantile(confidence, n - 1) * sd_log / math.sqrt(n) < target_log:
+        if t_quantile(confidence, n - 1) * sd_log * (spread_upper(n) if stop_form else 1) / math.sqrt(n) < target_log:
             return n
         n += 1
     return None
@@ -115,19 +116,12 @@ def blocks_for(sd_log: float, target_log: float, confidence: float, have: int) -
 
 def stop_blocks_for(stop_pct: float, have: int, target_pct: float, confidence: float = 0.95) -> int | None:
     """Blocks at which a stop half-width of stop_pct after `have` blocks would reach target_pct, the
-    spread staying as it is: the same walk as blocks_for on the stop form t(n-1) sd k(n) / sqrt(n),
-    k = spread_upper, with sd read back from stop_pct.  None: past MAX_BLOCKS_ESTIMATE, or not
-    estimable (fewer than 2 blocks)."""
+    spread staying as it is: blocks_for on the stop form, with sd read back from stop_pct.  None: past
+    MAX_BLOCKS_ESTIMATE, or not estimable (fewer than 2 blocks)."""
     if have < 2 or stop_pct <= 0 or target_pct <= 0:
         return None
     sd = math.log1p(stop_pct / 100) * math.sqrt(have) / (t_quantile(confidence, have - 1) * spread_upper(have))
-    target = math.log1p(target_pct / 100)
-    n = have + 1
-    while n <= MAX_BLOCKS_ESTIMATE:
-        if t_quantile(confidence, n - 1) * sd * spread_upper(n) / math.sqrt(n) <= target:
-            return n
-        n += 1 if n < 100 else max(1, n // 20)
-    return None
+    return blocks_for(sd, math.log1p(target_pct / 100), confidence, have, stop_form=True)
 
 
 def paired(a: dict, b: dict, better: str = "higher", threshold_pct: float = 2.0, confidence: float = 0.95) -> Paired:

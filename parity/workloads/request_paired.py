@@ -11,6 +11,7 @@ replay of docs/evidence/device-h200-1129b/), and one such request moves a block'
 from __future__ import annotations
 
 import math
+import statistics
 
 from parity.stats.paired import paired
 
@@ -32,13 +33,10 @@ def per_request(records) -> dict[str, list[float | None]]:
 
 def block_ratio(a: list, b: list, statistic: str = "gmean") -> float | None:
     """exp(mean, or median, over requests of log(b/a)) where both are positive; None: no request to pair."""
-    logs = sorted(math.log(y / x) for x, y in zip(a, b) if x and y and x > 0 and y > 0)
+    logs = [math.log(y / x) for x, y in zip(a, b) if x and y and x > 0 and y > 0]
     if not logs:
         return None
-    if statistic == "median":
-        k = len(logs) // 2
-        return math.exp(logs[k] if len(logs) % 2 else (logs[k - 1] + logs[k]) / 2)
-    return math.exp(sum(logs) / len(logs))
+    return math.exp(statistics.median(logs) if statistic == "median" else sum(logs) / len(logs))
 
 
 def summary(rows, reference: str | None, threshold_pct: float, confidence: float) -> list[dict]:
@@ -66,17 +64,18 @@ def summary(rows, reference: str | None, threshold_pct: float, confidence: float
     return out
 
 
-def stop_metric(p: dict) -> str:
+def stop_metric(quantity: str, statistic: str) -> str:
     """The name --until-ci gives one pairing: request_ttft_median, request_tpot_gmean, ..."""
-    return f"request_{p['quantity'].split('_')[0]}_{p.get('statistic') or 'gmean'}"
+    return f"request_{quantity.split('_')[0]}_{statistic}"
 
 
-STOP_METRICS = tuple(f"request_{q.split('_')[0]}_{s}" for q in QUANTITIES for s in STATISTICS)
+STOP_METRICS = tuple(stop_metric(q, s) for q in QUANTITIES for s in STATISTICS)
 
 
 def stop_widths(pairs: list[dict]) -> dict:
     """{"<engine> <point> request_<quantity>_<statistic>": the pairing's conservative half-width %}."""
-    return {f"{p['engine']} {p['point']} {stop_metric(p)}": p.get("stop_half_width_pct") for p in pairs}
+    return {f"{p['engine']} {p['point']} {stop_metric(p['quantity'], p['statistic'])}": p.get("stop_half_width_pct")
+            for p in pairs}
 
 
 def lines(pairs: list[dict]) -> list[str]:
