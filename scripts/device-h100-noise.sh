@@ -22,7 +22,7 @@
 #   ab-runtime / ab-build / levers   parity ab on a runtime and a build lever, the map
 #   ttft / ttft-ab   issue 54 on PROF=campaigns/profiles/h200-ttft.yaml: the TTFT anatomy at N 1/8/32, the
 #              setting it names as a --server-arg lever (SERVER_ARG) until TTFT's interval is +-5 %
-#   aa-ttft    the A/A of the default setting at N=1 until TTFT's interval is +-5 % (stock_b, stock)
+#   aa-ttft    the A/A of PROF's setting at N=1 until TTFT's interval is +-5 % (stock_b, stock; TAG names the outputs)
 #   capacity-aa / capacity-knob  parity capacity: stock_b vs stock, then stock_nog (CUDA graphs off) vs stock (issue 57)
 #   energy     J/token A/A at N=8 (stock_b, stock) with the counter vs power-integral cross-check (issue 57); EARGS: more options
 #   replay-aa  a request-trace slice (TRACE, SPEEDUP, DUR s) replayed A/A in paired blocks (issue 58); replay-ps: paged vs stock;
@@ -166,9 +166,11 @@ for stage in "$@"; do
     t $P ab -p $PROF -e stock --server-arg "${SERVER_ARG:---cache-ram 0}" --serving -m ${MODEL:-dense-16g} --npl ${NPL:-1} --until-ci ttft_mean_ms=5 --max-repeats ${MAXREP:-10} --json > $R/out/ttft-ab.json 2> $R/out/ttft-ab.err
     tail -n 30 $R/out/ttft-ab.err
     ;;
-  aa-ttft)  # the A/A of the default setting at N=1, until TTFT's interval is +-5 %
-    t $P snapshot -p $PROF --engines stock_b,stock -m ${MODEL:-dense-16g} --npl ${NPL:-1} --until-ci ttft_mean_ms=5 --max-repeats ${MAXREP:-10} --no-gates --json > $R/out/aa-ttft.json 2> $R/out/aa-ttft.err
-    tail -n 30 $R/out/aa-ttft.err
+  aa-ttft)  # the A/A of PROF's setting at N=1, until TTFT's interval is +-5 % (TAG names its outputs: aa-ttft-TAG.*)
+    o=$R/out/aa-ttft${TAG:+-$TAG}
+    t $P snapshot -p $PROF --engines stock_b,stock -m ${MODEL:-dense-16g} --npl ${NPL:-1} --until-ci ttft_mean_ms=5 --max-repeats ${MAXREP:-10} --no-gates --json > $o.json 2> $o.err
+    tail -n 30 $o.err
+    cp $(python3 -c "import json, sys; print(json.load(open(sys.argv[1]))['run_dir'])" $o.json)/summary.json $o-summary.json
     ;;
   energy-bg)  # NVML energy counter and power side by side for ENERGY_S seconds, beside whatever runs next (issue 57's test data)
     setsid nohup python3 $R/wt/scripts/nvml-energy-capture.py $R/out/nvml-energy-h200.json ${ENERGY_S:-120} 0.1 > $R/out/energy.log 2>&1 < /dev/null &
