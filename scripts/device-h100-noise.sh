@@ -61,7 +61,8 @@ for stage in "$@"; do
   setup)
     mkdir -p "$R/shared/llama.cpp-pin"
     cp -r "$CARRY/localai-paged" "$R/shared/"
-    ln -sf "$CARRY/llama.cpp-0ed235ea.tar.gz" "$R/shared/llama.cpp-pin/"
+    # a copy, not a link: between two calls the carried checkout is replaced, and a chain running then lost it
+    rm -f "$R/shared/llama.cpp-pin/llama.cpp-0ed235ea.tar.gz" && cp "$CARRY/llama.cpp-0ed235ea.tar.gz" "$R/shared/llama.cpp-pin/"
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$SRC"/.whl/*.whl > /dev/null 2>&1
     python3 -c "import scipy, pynvml, gguf; print('scipy', scipy.__version__, 'pynvml ok, gguf ok')"
     t $P hw -p $PROF | tee "$R/out/hw.txt"

@@ -151,7 +151,23 @@ def _cached(p: BuildPlan) -> BuildResult | None:
     return None
 
 
+# engine section (by identity) -> (that section, its build): an engine's build is resolved once
+# in a process.  Every later arm of the run asks the value, not the source again: a run of 20
+# blocks re-read the pin's archive at each server start and died at block 4 when it had gone.
+_resolved: dict[int, tuple[Any, BuildResult]] = {}
+
+
 def ensure_built(eng, runner, out, force: bool = False, extra_flags: list[str] | None = None, jobs: int | None = None) -> BuildResult:
+    if not force and not extra_flags and (hit := _resolved.get(id(eng.section))) and hit[0] is eng.section:
+        if (hit[1].build_dir.parent / OK_MARKER).exists():  # still there (a stat, not a source read)
+            return hit[1]
+    r = _ensure_built(eng, runner, out, force, extra_flags, jobs)
+    if not extra_flags:
+        _resolved[id(eng.section)] = (eng.section, r)
+    return r
+
+
+def _ensure_built(eng, runner, out, force: bool, extra_flags: list[str] | None, jobs: int | None) -> BuildResult:
     p = plan(eng, extra_flags, jobs)
     if not force and (hit := _cached(p)):
         return hit

@@ -315,3 +315,34 @@ def test_archive_config_errors(source, msg):
 
     with pytest.raises(ConfigError, match=msg):
         profile_from_dict({"sources": {"s": source}})
+
+
+def test_an_engines_build_is_resolved_once_and_its_archive_is_not_read_again(upstream, tmp_path):
+    """A 20-block run on the H200 resolved the stock build at every server start, re-reading the
+    pin's archive each time; when the archive went away mid-run, block 4 died (exit 2).  Once an
+    engine's build is found, later asks in the process get it without the source; a build whose
+    BUILD_OK has gone is planned again (and then the missing archive is named)."""
+    from parity.llamacpp import build
+
+    repo, pin, _ = upstream
+    d = _localai_backend(tmp_path, pin)
+    arc = _git_archive(repo, pin, tmp_path / "pin.tar.gz")
+    prof = profile_from_dict({"sources": {"la": {"kind": "localai", "path": str(d), "archive": str(arc)}}, "engines": {"stock": {"source": "la"}}})
+    eng = bind(prof, "stock")
+    p = build.plan(eng)
+    p.dir.mkdir(parents=True)
+    (p.dir / "build.json").write_text('{"engine": "stock"}')
+    (p.dir / build.OK_MARKER).write_text("")
+    out = Output(json_mode=True)
+    first = build.ensure_built(eng, LocalRunner(), out)
+    assert first.cached and first.bin_dir == p.dir / "build" / "bin"
+    arc.unlink()
+    assert build.ensure_built(eng, LocalRunner(), out) == first  # the value, not the archive again
+    with pytest.raises(UsageError, match="archive not found"):
+        build.plan(eng)  # what every server start did before
+    with pytest.raises(UsageError, match="archive not found"):  # another binding of the same engine resolves its own
+        build.ensure_built(bind(profile_from_dict({"sources": {"la": {"kind": "localai", "path": str(d), "archive": str(arc)}},
+                                                   "engines": {"stock": {"source": "la"}}}), "stock"), LocalRunner(), out)
+    (p.dir / build.OK_MARKER).unlink()
+    with pytest.raises(UsageError, match="archive not found"):
+        build.ensure_built(eng, LocalRunner(), out)
