@@ -24,6 +24,8 @@
 #              setting it names as a --server-arg lever (SERVER_ARG) until TTFT's interval is +-5 %
 #   aa-ttft    the A/A of PROF's setting at N=1 until TTFT's interval is +-5 % (stock_b, stock; TAG names the outputs)
 #   capacity-aa / capacity-knob  parity capacity: stock_b vs stock, then stock_nog (CUDA graphs off) vs stock (issue 57)
+#   xover-aa / xover-knob  two GPUs at once (--gpus 0,1): stock_b vs stock, then KNOB (stock_nkvo) vs stock, NPL, --until-ci XCI
+#   knob-1gpu  the same knob on GPU 0 alone (CUDA_VISIBLE_DEVICES=0), arms in turn, the same target: the wall to compare
 #   energy     J/token A/A at N=8 (stock_b, stock) with the counter vs power-integral cross-check (issue 57); EARGS: more options
 #   replay-aa  a request-trace slice (TRACE, SPEEDUP, DUR s) replayed A/A in paired blocks (issue 58); replay-ps: paged vs stock;
 #              RUNTIL=request_ttft_median=2,...: blocks until those request-paired intervals are narrow (at most RMAX, 16)
@@ -190,10 +192,22 @@ for stage in "$@"; do
     d=$(python3 -c "import json, sys; print(json.load(open(sys.argv[1]))['run_dir'])" $R/out/$stage.json); cp $d/summary.json $R/out/$stage-summary.json
     ;;
   capacity-aa | capacity-knob)  # issue 57: capacity at SLA, one build against itself, then with CUDA graphs off (stock_nog)
-    arm=$([ $stage = capacity-aa ] && echo stock_b || echo stock_nog)  # CENGINES=stock_b,stock_nog,stock: both in one run
-    t $P capacity -p $PROF --engines ${CENGINES:-$arm,stock} -m ${MODEL:-dense-16g} --slo ${SLO:-itl_p99_ms=12,ttft_p99_ms=1000} --parallel ${CPAR:-64} --gen ${CGEN:-64} --requests ${CREQ:-80} --repeat ${CREP:-4} ${CARGS:-} --no-gates --json > $R/out/$stage.json 2> $R/out/$stage.err
+    arm=$([ $stage = capacity-aa ] && echo stock_b || echo ${KNOB:-stock_nog})  # CENGINES=stock_b,stock_nog,stock: both in one run
+    t env ${CVIS:+CUDA_VISIBLE_DEVICES=$CVIS} $P capacity -p $PROF --engines ${CENGINES:-$arm,stock} -m ${MODEL:-dense-16g} --slo ${SLO:-itl_p99_ms=12,ttft_p99_ms=1000} --parallel ${CPAR:-64} --gen ${CGEN:-64} --requests ${CREQ:-80} --repeat ${CREP:-4} ${CARGS:-} --no-gates --json > $R/out/$stage.json 2> $R/out/$stage.err
     tail -n 24 $R/out/$stage.err
     d=$(python3 -c "import json, sys; print(json.load(open(sys.argv[1]))['run_dir'])" $R/out/$stage.json); cp $d/capacity.json $R/out/$stage-capacity.json
+    ;;
+  xover-aa | xover-knob)  # issue 57 on two GPUs: a block's two arms at once on GPU 0 and 1, swapped every block
+    eng=$([ $stage = xover-aa ] && echo stock_b,stock || echo ${KNOB:-stock_nkvo},stock); o=$R/out/$stage
+    t $P snapshot -p $PROF --engines $eng -m ${MODEL:-dense-16g} --npl ${NPL:-8,32} --gpus 0,1 --until-ci ${XCI:-1} --max-repeats ${MAXREP:-8} --no-gates --json > $o.json 2> $o.err
+    grep -v "^[│┃┏┡└]" $o.err | tail -n 24
+    cp $(python3 -c "import json, sys; print(json.load(open(sys.argv[1]))['run_dir'])" $o.json)/summary.json $o-summary.json
+    ;;
+  knob-1gpu)  # the same knob on GPU 0 alone, arms in turn: the single-GPU verdict and its wall for the same target
+    o=$R/out/$stage  # CUDA_VISIBLE_DEVICES=0: on a two-GPU host llama-server would otherwise split the model over both
+    t env CUDA_VISIBLE_DEVICES=0 $P snapshot -p $PROF --engines ${KNOB:-stock_nkvo},stock -m ${MODEL:-dense-16g} --npl ${NPL:-8,32} --until-ci ${XCI:-1} --max-repeats ${MAXREP:-8} --no-gates --json > $o.json 2> $o.err
+    grep -v "^[│┃┏┡└]" $o.err | tail -n 24
+    cp $(python3 -c "import json, sys; print(json.load(open(sys.argv[1]))['run_dir'])" $o.json)/summary.json $o-summary.json
     ;;
   ab-ops)  # focused op timing on a runtime lever of the stock build, with its engagement proof
     t $P ab -p $PROF -e stock --env ${OPS_ENV:-GGML_CUDA_DISABLE_GRAPHS=1} --ops ${OPS:-MUL_MAT} --ops-params "${OPS_PARAMS:-type_a=f16,type_b=f32,m=4096,n=(1|8),k=14336}" --repeat ${REPEAT:-3} --json > $R/out/ab-ops.json 2> $R/out/ab-ops.err
