@@ -59,7 +59,14 @@ def port_holder(port: int) -> str | None:
     return "a process this user cannot inspect"
 
 
+def port_problem(port: int) -> str | None:
+    """'port N on 127.0.0.1 is already in use by <who>', None: free."""
+    if port_free(port):
+        return None
+    who = port_holder(port)
+    return f"port {port} on 127.0.0.1 is already in use{' by ' + who if who else ''}"
+
+
 def check_port(port: int) -> None:
-    if not port_free(port):
-        who = port_holder(port)
-        raise InfraError(f"port {port} on 127.0.0.1 is already in use{' by ' + who if who else ''}: stop it or set serving.port")
+    if problem := port_problem(port):
+        raise InfraError(f"{problem}: stop it or set serving.port")

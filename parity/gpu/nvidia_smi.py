@@ -265,7 +265,9 @@ def telemetry(runner) -> list[dict]:
     return parse_telemetry(res.stdout)
 
 
-def compute_pids(runner) -> list[int] | None:
-    """The compute processes' pids, sorted, by nvidia-smi alone; None when it fails."""
-    res = runner.run(QUERY_APPS, timeout=30)
+def compute_pids(runner, indices: list[int] | None = None) -> list[int] | None:
+    """The compute processes' pids, sorted, by nvidia-smi alone (indices: on those GPUs only, -i);
+    None when it fails."""
+    only = [] if indices is None else ["-i", ",".join(map(str, indices))]
+    res = runner.run([QUERY_APPS[0], *only, *QUERY_APPS[1:]], timeout=30)
     return sorted(a["pid"] for a in parse_compute_apps(res.stdout)) if res.ok else None

@@ -3,9 +3,11 @@ exactly two engines, the two arms of block k run at the same time, engine A (the
 gpus[k % 2] and B on the other, swapped every block, so a GPU's own speed cancels in the block's
 pair.  Each arm's server gets CUDA_VISIBLE_DEVICES=<its GPU> (with CUDA_DEVICE_ORDER=PCI_BUS_ID,
 so the index means what nvidia-smi and NVML call it) and its own port (serving.port + the
-engine's position).  The two arms meet before every point (a barrier), so their points overlap;
-each arm's percentiles come from its own request records, and each block is one pair of the
-paired statistics, as on one GPU."""
+engine's position).  With serving.telemetry.pin_cpus each GPU's arm has its own half of the
+cores (its server's and its client's, parity.telemetry.affinity), which go with the GPU, and each
+arm's GPU telemetry samples its GPU alone.  The two arms meet before every point (a barrier), so
+their points overlap; each arm's percentiles come from its own request records, and each block
+is one pair of the paired statistics, as on one GPU."""
 
 from __future__ import annotations
 
@@ -15,7 +17,11 @@ from parity.decode import replace
 from parity.errors import InfraError, UsageError
 from parity.gpu import nvidia_smi
 from parity.gpu.memory import used_mib, wait_back
+from parity.ports import port_problem
 from parity.serving import rounds
+from parity.telemetry import affinity
+
+MAX_PORT = 65535
 
 VISIBLE, DEVICE_ORDER = "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"
 
@@ -44,8 +50,9 @@ def _index(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 
 
-def check(gpus: list[int], engines: list[str], order: str, workload, bound: dict) -> None:
-    """Crossover's conditions, one UsageError each (gpus empty: one GPU per arm, nothing to check)."""
+def check(gpus: list[int], engines: list[str], order: str, workload, bound: dict, port: int) -> None:
+    """Crossover's conditions, one UsageError each (gpus empty: one GPU per arm, nothing to check);
+    port: serving.port."""
     if not gpus:
         return
     at = f"--gpus {','.join(map(str, gpus))}: crossover"
@@ -59,9 +66,15 @@ def check(gpus: list[int], engines: list[str], order: str, workload, bound: dict
     if workload is not None:
         raise UsageError(f"{at} runs the N sweep; run a workload without --gpus (one GPU, arms in turn)")
     for e, eng in bound.items():
+        if not eng.kind.profiled_serving:
+            raise UsageError(f"{at} puts each engine's server on a GPU; engine {e} is an {eng.kind_name} engine "
+                             "(a server parity does not start, so it cannot place it)")
         if VISIBLE in eng.env():
             raise UsageError(f"--gpus {','.join(map(str, gpus))}: engine {e} sets {VISIBLE} in its env; "
                              "crossover sets it per block (remove it there)")
+    if port + 1 > MAX_PORT:
+        raise UsageError(f"{at}: the second engine's server would listen on serving.port + 1 = {port + 1}, "
+                         f"not a TCP port (1..{MAX_PORT}); set serving.port to {MAX_PORT - 1} or lower")
 
 
 def used(gpus: list[int]) -> list[int]:
@@ -80,18 +93,52 @@ def ports(engines: list[str], port: int) -> dict[str, int]:
     return {e: port + i for i, e in enumerate(engines)}
 
 
+def busy_port(engines: list[str], port: int, bound: dict) -> str | None:
+    """Why a crossover server's port is taken now (checked before the run dir and the lock; each
+    server's start checks its own again), None: both free."""
+    for i, (e, p) in enumerate(ports(engines, port).items()):
+        problem = port_problem(p)
+        if problem:
+            return f"crossover: engine {e}'s server port (serving.port + {i}): {problem}: stop it or set serving.port"
+    return None
+
+
+def cpu_shares(cfg, runner, gpus: list[int], cpus: list[int] | None = None) -> dict[int, dict]:
+    """{GPU: the affinity plan of the arm on it} (cfg: serving.telemetry): the first GPU's arm gets
+    the first half of the usable cores, the second the second half; the cores go with the GPU, so
+    they swap engines with it every block."""
+    g = used(gpus)
+    return {gpu: affinity.plan(cfg, runner, cpus, share=(i, len(g))) for i, gpu in enumerate(g)}
+
+
+def cores(pin: dict) -> dict:
+    """An arm's cores as summary.json's arms show them: {server, client}, or why none were pinned."""
+    if pin.get("applied"):
+        return {"server": pin["server_cpus"], "client": pin["client_cpus"]}
+    return {"server": None, "client": None, "why": pin.get("why")}
+
+
 def pinned(la, gpu: int):
     """The launch with its server on one GPU (the recorded env shows it)."""
     env = {**la.env, VISIBLE: str(gpu), DEVICE_ORDER: "PCI_BUS_ID"}
     return replace(la, env=env, unset=[u for u in la.unset if u not in env])
 
 
-def plan_line(engines: list[str], gpus: list[int]) -> str:
-    """The dry run's placement line."""
+def plan_line(engines: list[str], gpus: list[int], shares: dict[int, dict] | None = None) -> str:
+    """The dry run's placement line (shares: cpu_shares', said at its end)."""
     b0 = placement(engines, gpus, 0)
     b1 = ", ".join(f"{e} on GPU{g}" for e, g in placement(engines, gpus, 1).items())
-    return (f"crossover: block 0: {', '.join(f'{e} on GPU{g}' for e, g in b0.items())} (at once); "
+    line = (f"crossover: block 0: {', '.join(f'{e} on GPU{g}' for e, g in b0.items())} (at once); "
             f"block 1: swapped ({b1}); and so on, every block; the two arms meet before every point")
+    return line + (f"; {cores_line(shares)}" if shares else "")
+
+
+def cores_line(shares: dict[int, dict]) -> str:
+    """Each GPU's arm's cores, or why none are pinned."""
+    if all(p.get("applied") for p in shares.values()):
+        each = ", ".join(f"GPU{g}'s arm server {p['server_cpus']} client {p['client_cpus']}" for g, p in shares.items())
+        return f"cores (they go with the GPU): {each}"
+    return f"CPU pinning: {next(p['why'] for p in shares.values() if not p.get('applied'))}"
 
 
 def host_problem(runner, gpus: list[int], bound: dict) -> str | None:
@@ -117,10 +164,12 @@ def sync_timeout_s(plan) -> float:
 
 
 def run_block(run, plan, block: int, run_arm, prog, task) -> list[dict]:
-    """Both arms of the block at once (the second in a thread), each on its GPU and port; the memory
-    wait once both servers stopped.  The arms in engine order; the first error of an arm is raised."""
+    """Both arms of the block at once (the second in a thread), each on its GPU, port and cores; the
+    memory wait once both servers stopped.  The arms in engine order; the first error of an arm is raised."""
     where = placement(plan.engines, used(plan.gpus), block)
     at = ports(plan.engines, plan.shape.port)
+    if not plan.cores:  # once, here: before any arm's client thread is pinned
+        plan.cores = cpu_shares(plan.shape.telemetry, run.runner, plan.gpus)
     plan.placement.append({"block": block, **where})
     barrier, limit = threading.Barrier(2), sync_timeout_s(plan)
 
@@ -137,7 +186,7 @@ def run_block(run, plan, block: int, run_arm, prog, task) -> list[dict]:
     def arm(engine: str) -> None:
         try:
             results[engine] = run_arm(run, plan, engine, block, prog, task,
-                                      port=at[engine], gpu=where[engine], sync=sync)
+                                      port=at[engine], gpu=where[engine], sync=sync, pin=plan.cores[where[engine]])
         except BaseException as e:  # the other arm must not wait on this one
             errors[engine] = e
             barrier.abort()

@@ -37,6 +37,7 @@ class SnapshotPlan:
     stats: Any = None  # the profile's stats section (the noise rule, paired statistics, stop rule, canary)
     gpus: list[int] = field(default_factory=list)  # crossover's GPUs (parity.serving.crossover); empty: arms in turn
     placement: list[dict] = field(default_factory=list)  # crossover, as run: per block {"block": k, engine: GPU}
+    cores: dict[int, dict] = field(default_factory=dict)  # crossover: GPU -> its arm's affinity plan (cpu_shares)
 
 
 @dataclass

@@ -19,7 +19,7 @@ from parity.stats.budget import StatsDefaults, resolve_budget
 from parity.stats import canary
 from parity.context import Run
 from parity.engines.bound import bind_all
-from parity.errors import UsageError
+from parity.errors import InfraError, UsageError
 from parity.gates.base import gate_inputs
 from parity.gates.kinds import GATES, red_in_summary
 from parity.gates.prepost import GateSpec, binary_gates
@@ -90,7 +90,7 @@ def make_plan(profile, req: SnapshotRequest) -> SnapshotPlan:
         raise UsageError(f"--model {model!r}: neither a model of profile {profile.name} ({', '.join(profile.models) or 'none'}) nor a file")
     gpus = crossover.parse_gpus(req.gpus)
     gpus = s.gpus if gpus is None else gpus
-    crossover.check(gpus, list(engines), s.order, workload, bound)
+    crossover.check(gpus, list(engines), s.order, workload, bound, s.port)
     repeat = req.repeat or s.repeat
     ref = s.reference_engine if s.reference_engine in engines else (engines[-1] if len(engines) > 1 else None)
     order = run_order(list(engines), repeat, s.order)
@@ -185,6 +185,8 @@ def snapshot(ctx, req: SnapshotRequest) -> dict:
     session.refuse_missing_programs(ctx, plan.engines)  # the dry run's NO GO for a missing program, refused before the run dir
     if too_few:
         raise UsageError(too_few)
+    if plan.gpus and (busy := crossover.busy_port(plan.engines, plan.shape.port, plan.bound)):
+        raise InfraError(busy)  # the dry run's NO GO for a port in use, before the run dir and the lock
     if plan.sized:
         ctx.out.info(plan.sized)
     with run_session(ctx, "snapshot", f"snapshot-{plan.model}"):
@@ -216,6 +218,7 @@ def dry_run(plan: SnapshotPlan, runner, out, lock, model_problems: dict[str, str
     gpus = crossover.used(plan.gpus)
     port_of = crossover.ports(plan.engines, plan.shape.port) if gpus else dict.fromkeys(plan.engines, plan.shape.port)
     first = crossover.placement(plan.engines, gpus, 0) if gpus else {}
+    shares = crossover.cpu_shares(plan.shape.telemetry, runner, gpus) if gpus else {}
     for e, eng in plan.bound.items():
         mf, model_error = plan.model_files[e], model_problems.get(e)
         try:
@@ -248,9 +251,10 @@ def dry_run(plan: SnapshotPlan, runner, out, lock, model_problems: dict[str, str
         "lock_dir": str(lock_effective_dir(lock)),
         "port_free": all(port_free(p) for p in at),
         "ports": at,
-        **({"crossover": {"gpus": gpus, "line": crossover.plan_line(plan.engines, gpus),
+        **({"crossover": {"gpus": gpus, "line": crossover.plan_line(plan.engines, gpus, shares),
                           "placement": [{"block": k, **crossover.placement(plan.engines, gpus, k)}
-                                        for k in range(plan.repeat)]}}
+                                        for k in range(plan.repeat)],
+                          "cpus": [{"gpu": g, **crossover.cores(p), "affinity": p} for g, p in shares.items()]}}
            if gpus else {}),
         "metrics": definitions(),
         "budget": plan.budget.describe() + ("" if not plan.budget.adaptive else "; the order above is the minimum, further blocks keep its rotation"),
@@ -472,6 +476,8 @@ def campaign_step(ctx, options: dict) -> dict:
     req, plan = step_plan(ctx.profile, options)
     if plan.gpus and (too_few := crossover.host_problem(ctx.runner, plan.gpus, plan.bound)):
         raise UsageError(too_few)
+    if plan.gpus and (busy := crossover.busy_port(plan.engines, plan.shape.port, plan.bound)):
+        raise InfraError(busy)
     spec = gate_spec(ctx.profile, req.gates)
     arms = session.measured(ctx, plan.engines, lambda run: sweep_all(plan, run), gates=spec, serve=plan.model,
                             gpus=crossover.used(plan.gpus))

@@ -75,9 +75,10 @@ def point_warmup(target, s) -> dict:
 
 
 def run_point(run: Run, plan: SnapshotPlan, la, target, engine: str, rep: int, n: int, show,
-              server_pid: int | None = None, affinity: dict | None = None, log: str | None = None) -> PointRow:
+              server_pid: int | None = None, affinity: dict | None = None, log: str | None = None,
+              gpu: int | None = None) -> PointRow:
     """One N of the arm: its typed row (its keys assembled flat first: validity, telemetry and
-    energy write into them)."""
+    energy write into them).  gpu: a crossover arm's, the one GPU its telemetry samples (None: every GPU)."""
     s = plan.shape
     label = f"{engine} r{rep} N={n}"
     k = rounds.count(n, s.min_requests)  # rounds of N at once, back to back (parity.serving.rounds)
@@ -86,7 +87,8 @@ def run_point(run: Run, plan: SnapshotPlan, la, target, engine: str, rep: int, n
     settle = point_warmup(target, s)
     before, _ = scrape_parsed(la)
     offset = llama_log.size(log)  # the server's log lines of this point follow (parity.ttft)
-    with watch.point(run.runner, s.telemetry, server_pid, affinity) as tel:  # GPU + host samples, client pinned (parity/telemetry)
+    gpus = None if gpu is None else [gpu]  # a crossover arm samples its own GPU alone
+    with watch.point(run.runner, s.telemetry, server_pid, affinity, gpus) as tel:  # GPU + host samples, client pinned
         batches = [loadgen.drive(target, chunk, s.request_timeout_s, show) for chunk in rounds.split(specs, n)]
     recs = [r for b in batches for r in b]
     after, text = scrape_parsed(la)
@@ -142,10 +144,11 @@ def cpu_plan(runner, s) -> dict:
 
 
 def run_arm(run: Run, plan: SnapshotPlan, engine: str, rep: int, prog, task,
-            port: int | None = None, gpu: int | None = None, sync=None) -> dict:
+            port: int | None = None, gpu: int | None = None, sync=None, pin: dict | None = None) -> dict:
     """Start the engine's server, warm it up, run every N, stop it, wait for its memory.
-    A crossover arm (parity.serving.crossover) has its own port and GPU, calls sync(label) before
-    every point (the other arm meets it there) and leaves the memory wait to its block."""
+    A crossover arm (parity.serving.crossover) has its own port, GPU and cores (pin: its affinity
+    plan), calls sync(label) before every point (the other arm meets it there) and leaves the
+    memory wait to its block."""
 
     s = plan.shape
     eng = plan.bound[engine]
@@ -154,14 +157,15 @@ def run_arm(run: Run, plan: SnapshotPlan, engine: str, rep: int, prog, task,
     la = eng.launch(plan.model_files[engine], port, s, model=plan.model, out=run.out)
     if gpu is not None:
         la = crossover.pinned(la, gpu)  # CUDA_VISIBLE_DEVICES=<gpu> in its env (and in servers/<arm>.json)
-    pin = cpu_plan(run.runner, s)
+    pin = cpu_plan(run.runner, s) if pin is None else pin
     la = affinity.wrap(la, pin)  # taskset -c <server cores> in the recorded argv when the box has enough cores
     log = str(run.dir.file(f"servers/{engine}-r{rep}.log"))
     run.dir.write_json(f"servers/{engine}-r{rep}.json", {"argv": la.argv, "env": la.env, "unset": la.unset, "served_name": la.served_name, "count": la.count, "request_extra": la.request_extra, "affinity": pin,
                                                       **({} if la.spawned else {"started_by_parity": False, "address": f"http://{la.host}:{la.port}", "start": la.start, "stop": la.stop})})  # fmt: skip
     mem_before, mem_source = used_mib(gpu)
     rows: list[PointRow] = []
-    arm = {"engine": engine, "repeat": rep, "affinity": pin, **({} if gpu is None else {"gpu": gpu, "port": port})}
+    arm = {"engine": engine, "repeat": rep, "affinity": pin,
+           **({} if gpu is None else {"gpu": gpu, "port": port, "cpus": crossover.cores(pin)})}
     prog.update(task, status=f"{engine} r{rep}: starting server (budget {e.ready_timeout_s:g} s)")
     with serving(run, la, port, log, e.ready_timeout_s, e.ready_probe_timeout_s, e.stop_grace_s) as (proc, ready_s):
         arm["ready_s"] = round(ready_s, 2)
@@ -188,7 +192,7 @@ def run_arm(run: Run, plan: SnapshotPlan, engine: str, rep: int, prog, task,
 
             if sync is not None:
                 sync(f"{engine} r{rep} N={n}")
-            row = run_point(run, plan, la, target, engine, rep, n, show, proc.pid, pin, log)
+            row = run_point(run, plan, la, target, engine, rep, n, show, proc.pid, pin, log, gpu)
             row.put("server_ready_s", arm["ready_s"])
             if gpu is not None:
                 row.put("gpu", gpu)

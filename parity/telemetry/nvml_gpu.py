@@ -18,21 +18,26 @@ VALUE_MEMBERS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
 class NvmlGpu:
     source = "nvml"
 
-    def __init__(self, nv):
+    def __init__(self, nv, indices: list[int] | None = None):
+        """indices: the NVML indices sampled (None: every GPU); one NVML does not list is a ValueError."""
         self.nv = nv
-        self.handles = [nv.nvmlDeviceGetHandleByIndex(i) for i in range(nv.nvmlDeviceGetCount())]
+        count = nv.nvmlDeviceGetCount()
+        indices = list(range(count)) if indices is None else list(indices)
+        if missing := [i for i in indices if not 0 <= i < count]:
+            raise ValueError(f"GPU {missing[0]} is not among the {count} GPU(s) NVML lists")
+        self.handles = {i: nv.nvmlDeviceGetHandleByIndex(i) for i in indices}
         self.table = throttle.table_from(nv)
         self.unsupported: dict[str, str] = {}  # query -> the first error it gave
 
     @classmethod
-    def open(cls) -> tuple[NvmlGpu | None, str]:
-        """(sampler, "nvml") or (None, why NVML cannot answer here)."""
+    def open(cls, indices: list[int] | None = None) -> tuple[NvmlGpu | None, str]:
+        """(sampler of those GPUs, "nvml") or (None, why NVML cannot answer here)."""
 
         nv, note = open_nvml()
         if nv is None:
             return None, note
         try:
-            return cls(nv), "nvml"
+            return cls(nv, indices), "nvml"
         except Exception as e:
             _shutdown(nv)
             return None, f"NVML: {e}"
@@ -59,7 +64,7 @@ class NvmlGpu:
 
     def sample(self) -> list[dict]:
         nv, out = self.nv, []
-        for i, h in enumerate(self.handles):
+        for i, h in self.handles.items():
             util = self._ask("utilization", lambda: nv.nvmlDeviceGetUtilizationRates(h))
             mem = self._ask("memory", lambda: nv.nvmlDeviceGetMemoryInfo(h))
             power = self._ask("power", lambda: nv.nvmlDeviceGetPowerUsage(h))  # milliwatts

@@ -91,6 +91,7 @@ def short(summary: dict, path: str) -> dict:
         "samples": summary.get("samples"),
         "gpu": (summary.get("gpu") or {}).get("source"),
         "gpu_note": (summary.get("gpu") or {}).get("note"),
+        "gpu_index": first.get("index"),  # the GPU the medians are of (a crossover arm samples its own alone)
         "sm_mhz_median": med("sm_mhz"),
         "mem_mhz_median": med("mem_mhz"),
         "power_w_median": med("power_w"),

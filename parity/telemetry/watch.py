@@ -1,6 +1,6 @@
 """The glue around one serving point (parity.serving.sweep.run_point):
 
-    with watch.point(runner, shape, server_pid, affinity) as w:
+    with watch.point(runner, shape, server_pid, affinity, gpus) as w:
         records = drive(...)
     problems += w.finish(run_dir, row, records, launch.family, before, after, "telemetry/<engine>-r<k>-n<N>.json")
 
@@ -56,16 +56,17 @@ class Watch:
         return problems
 
 
-def open_gpu(runner):
-    """(gpu sampler or None, note): NVML where importable (local), else nvidia-smi, else why neither."""
+def open_gpu(runner, gpus: list[int] | None = None):
+    """(gpu sampler or None, note): NVML where importable (local), else nvidia-smi, else why neither.
+    gpus: the NVML indices to sample (a crossover arm's GPU); None: every GPU."""
 
     notes = []
     if getattr(runner, "host", "local") == "local":
-        gpu, note = NvmlGpu.open()
+        gpu, note = NvmlGpu.open(gpus)
         if gpu is not None:
             return gpu, note
         notes.append(note)
-    gpu, note = SmiGpu.open(runner)
+    gpu, note = SmiGpu.open(runner, gpus)
     if gpu is not None:
         return gpu, note
     notes.append(note)
@@ -73,8 +74,9 @@ def open_gpu(runner):
 
 
 @contextmanager
-def point(runner, cfg, server_pid: int | None, affinity: dict | None):
-    """Sample around the block (serving.telemetry: enabled, interval_s); the client thread pinned per the affinity plan."""
+def point(runner, cfg, server_pid: int | None, affinity: dict | None, gpus: list[int] | None = None):
+    """Sample around the block (serving.telemetry: enabled, interval_s); the client thread pinned per the
+    affinity plan; gpus: the GPUs sampled (None: every GPU)."""
 
     if not cfg.enabled:
         yield Watch(None, affinity, None, None, "off (serving.telemetry.enabled: false)")
@@ -82,7 +84,7 @@ def point(runner, cfg, server_pid: int | None, affinity: dict | None):
     sampler, error = None, None
     with aff.client_pinned(affinity) as client_cpus:
         try:
-            gpu, note = open_gpu(runner)
+            gpu, note = open_gpu(runner, gpus)
             sampler = Sampler(gpu, note, server_pid, cfg.interval_s).start()
         except Exception as e:
             sampler, error = None, f"telemetry did not start: {e!r}"

@@ -2,8 +2,9 @@
 on the small model, a 2-block snapshot with --gpus 0,1.  The CPU builds ignore CUDA_VISIBLE_DEVICES,
 which is what lets this box run it: what is held is the orchestration -- both servers up and their
 points overlapping in each block, the GPU per block swapped in the rows, the arms, the servers'
-recorded env and summary.json's placement, the lock record naming the GPUs, and paired ratios
-over the two blocks; a Ctrl-C while both arms stream stops both servers and frees the lock."""
+recorded env and summary.json's placement, each GPU's arm on its own cores (or, on a box too small to
+split, neither pinned and why), the lock record naming the GPUs, and paired ratios over the two
+blocks; a Ctrl-C while both arms stream stops both servers and frees the lock."""
 
 from __future__ import annotations
 
@@ -14,7 +15,10 @@ import sys
 import time
 from pathlib import Path
 
+from parity.config import load_profile
 from parity.ports import port_free
+from parity.runners.local import LocalRunner
+from parity.serving import crossover
 from ports import free_port
 from tests.conftest import REPO
 from tests.integration.test_snapshot import interrupt, servers_on
@@ -47,10 +51,20 @@ def test_a_two_block_crossover_runs_both_arms_at_once_and_swaps_gpus(parity_cli,
     assert {k: row["gpu"] for k, row in rows.items()} == {("paged", 0): 0, ("stock", 0): 1, ("paged", 1): 1, ("stock", 1): 0}
     assert {(a["engine"], a["repeat"]): (a["gpu"], a["port"]) for a in summary["arms"]} == {
         ("paged", 0): (0, port), ("stock", 0): (1, port + 1), ("paged", 1): (1, port), ("stock", 1): (0, port + 1)}
+    shares = crossover.cpu_shares(load_profile(str(prof)).serving.telemetry, LocalRunner(), [0, 1])  # this box's cores
+    assert {(a["engine"], a["repeat"]): a["cpus"] for a in summary["arms"]} == {
+        (e, k): crossover.cores(shares[gpu]) for (e, k), gpu in {k: row["gpu"] for k, row in rows.items()}.items()}
     for (engine, k), row in rows.items():
         srv = json.loads((run / f"servers/{engine}-r{k}.json").read_text())
         assert srv["env"]["CUDA_VISIBLE_DEVICES"] == str(row["gpu"]) and srv["env"]["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
         assert srv["argv"][srv["argv"].index("--port") + 1] == str(port if engine == "paged" else port + 1)
+        share = shares[row["gpu"]]
+        if share["applied"]:  # the server under its GPU's cores, the client's thread on its own
+            assert srv["argv"][:3] == ["taskset", "-c", share["server_cpus"]]
+            tel = row["telemetry"]
+            assert (tel["server_cpus"], tel["client_cpus"]) == (share["server_cpus"], share["client_cpus"])
+        else:  # too few cores to split: neither arm pinned (not both on the same cores)
+            assert srv["argv"][0] != "taskset" and srv["affinity"] == share
     for k in (0, 1):  # the two arms' points ran at the same time
         (a0, a1), (b0, b1) = span(run / f"requests/paged-r{k}-n2.json"), span(run / f"requests/stock-r{k}-n2.json")
         assert max(a0, b0) < min(a1, b1), f"block {k}: paged {a0:.2f}-{a1:.2f}, stock {b0:.2f}-{b1:.2f} do not overlap"

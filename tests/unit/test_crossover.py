@@ -1,29 +1,35 @@
 """Two GPUs at once (parity.serving.crossover): --gpus / serving.gpus checked once before anything
 starts, which GPU each engine gets per block (swapped every block), the server's env, the host
 check, both arms run at once and an arm's failure stops its block with the real cause, the lock
-record naming the GPUs, and each arm's energy reading its own GPU."""
+record naming the GPUs, each arm's energy and telemetry reading its own GPU, each GPU's arm on its
+own cores, and the second server's port checked before the run dir and the lock."""
 
 from __future__ import annotations
 
 import json
 import os
 import signal
+import socket
 import subprocess
 import threading
 import time
+import types
 from pathlib import Path
 
 import pytest
 
 import parity.gpu.lock as L
-from parity.config import LockConfig, load_profile
+from parity.config import LockConfig, TelemetryConfig, load_profile
+from parity.context import Run
 from parity.engines.bound import bind_all
 from parity.errors import ConfigError, InfraError, UsageError
 from parity.runners.local import LocalRunner
 from parity.serving import crossover
 from parity.serving.plan import SnapshotRequest
 from parity.serving.snapshot import make_plan
-from parity.telemetry import energy
+from parity.telemetry import affinity, energy
+from parity.telemetry.affinity import usable_cpus
+from ports import free_port
 
 
 @pytest.fixture(scope="module")
@@ -75,6 +81,12 @@ def test_an_engine_that_sets_its_own_visible_devices_is_refused(tmp_path):
     prof = write_profile(tmp_path, "engines: {stock: {env: {CUDA_VISIBLE_DEVICES: '3'}}}\n")
     with pytest.raises(UsageError, match=r"^--gpus 0,1: engine stock sets CUDA_VISIBLE_DEVICES in its env; crossover sets it"):
         make_plan(prof, SnapshotRequest(engines=["stock", "paged"], gpus="0,1"))
+
+
+def test_an_endpoint_engine_is_refused_it_cannot_be_put_on_a_gpu(tmp_path):
+    prof = write_profile(tmp_path, 'engines: {ep: {kind: endpoint, base_url: "http://127.0.0.1:9", max_model_len: 2048}}\n')
+    with pytest.raises(UsageError, match=r"^--gpus 0,1: crossover puts each engine's server on a GPU; engine ep is an endpoint engine"):
+        make_plan(prof, SnapshotRequest(engines=["ep", "stock"], gpus="0,1"))
 
 
 def test_serving_gpus_is_the_default_and_the_flag_replaces_it(tmp_path):
@@ -135,28 +147,33 @@ def test_both_arms_of_a_block_run_at_once_on_their_gpus(smoke):
     plan.shape = type(plan.shape)(**{**{f: getattr(plan.shape, f) for f in plan.shape.__struct_fields__}, "settle_s": 0})
     seen, lock = [], threading.Lock()
 
-    def arm(run, plan, engine, block, prog, task, port, gpu, sync):
+    def arm(run, plan, engine, block, prog, task, port, gpu, sync, pin):
         t0 = time.monotonic()
         sync(f"{engine} N=2")  # the barrier: returns only when the other arm is here too
         time.sleep(0.2)
         with lock:
             seen.append((engine, gpu, port, threading.current_thread().name, t0, time.monotonic()))
-        return {"engine": engine, "repeat": block, "gpu": gpu, "rows": []}
+        return {"engine": engine, "repeat": block, "gpu": gpu, "pin": pin, "rows": []}
 
-    arms = crossover.run_block(None, plan, 1, arm, None, None)
+    h200x2 = list(range(32))  # the lent 2-GPU H200 host's 32 cores
+    plan.cores = crossover.cpu_shares(plan.shape.telemetry, LocalRunner(), [0, 1], h200x2)
+    arms = crossover.run_block(Run(None, None, LocalRunner()), plan, 1, arm, None, None)
     assert [(a["engine"], a["gpu"]) for a in arms] == [("stock", 1), ("paged", 0)]  # block 1: swapped
     assert all(a["settle"]["crossover"] for a in arms)
     (e1, g1, p1, t1, s1, f1), (e2, g2, p2, t2, s2, f2) = sorted(seen)
     assert {p1, p2} == {plan.shape.port, plan.shape.port + 1} and t1 != t2
     assert max(s1, s2) < min(f1, f2)  # their spans overlap
     assert plan.placement == [{"block": 1, "stock": 1, "paged": 0}]
+    if LocalRunner().which("taskset"):  # the cores go with the GPU: block 1's first engine on GPU 1's half
+        got = [(a["pin"]["server_cpus"], a["pin"]["client_cpus"]) for a in arms]
+        assert got == [("16-29", "30-31"), ("0-13", "14-15")]
 
 
 def test_a_failing_arm_stops_the_block_with_its_own_error(smoke):
     plan = plan_for(smoke)
     waited = []
 
-    def arm(run, plan, engine, block, prog, task, port, gpu, sync):
+    def arm(run, plan, engine, block, prog, task, port, gpu, sync, pin):
         if engine == "paged":
             raise InfraError("paged: server died (SIGSEGV)")
         try:
@@ -167,7 +184,7 @@ def test_a_failing_arm_stops_the_block_with_its_own_error(smoke):
         return {"engine": engine, "rows": []}
 
     with pytest.raises(InfraError) as e:
-        crossover.run_block(None, plan, 0, arm, None, None)
+        crossover.run_block(Run(None, None, LocalRunner()), plan, 0, arm, None, None)
     assert str(e.value) == "paged: server died (SIGSEGV)"  # the cause, not the other arm's wait
     assert waited and waited[0].startswith("crossover block 0: the other arm stopped")
 
@@ -212,11 +229,15 @@ def test_the_dry_run_prints_the_placement_and_each_arms_env(parity_cli, tmp_path
     assert env == {"stock": "0", "paged": "1"}
     port = doc["shape"]["port"]
     assert doc["ports"] == [port, port + 1] and [c["argv"][c["argv"].index("--port") + 1] for c in doc["commands"]] == [str(port), str(port + 1)]
+    shares = crossover.cpu_shares(load_profile("smoke").serving.telemetry, LocalRunner(), [0, 1])  # this box's cores
+    assert doc["crossover"]["cpus"] == [{"gpu": g, **crossover.cores(p), "affinity": p} for g, p in shares.items()]
+    assert doc["crossover"]["line"] == crossover.plan_line(["stock", "paged"], [0, 1], shares)
     human = parity_cli("--artifacts", str(tmp_path / "runs"), "snapshot", "--profile", "smoke", "--engines", "stock,paged",
                        "--gpus", "0,1", "--dry-run", timeout=120)
     text = human.stdout + human.stderr
     assert "crossover: block 0: stock on GPU0, paged on GPU1 (at once); block 1: swapped" in text
     assert "CUDA_VISIBLE_DEVICES=0" in text and "CUDA_VISIBLE_DEVICES=1" in text
+    assert crossover.cores_line(shares) in " ".join(text.split())  # each GPU's arm's cores, or why none are pinned
 
 
 def test_bad_gpus_on_the_command_line_exit_2_before_anything(parity_cli, tmp_path):
@@ -252,3 +273,162 @@ def test_a_lever_ab_on_a_crossover_profile_is_refused_before_anything(parity_cli
     assert r.returncode == 2, r.stderr
     assert "parity ab --serving runs its arms one after another on one GPU" in r.stderr.strip().splitlines()[-1]
     assert not (tmp_path / "lock").exists()
+
+
+# ------------------------------------------------------------------ each GPU's arm on its own cores
+
+
+@pytest.mark.parametrize("cpus, parts", [
+    (list(range(32)), [("0-13", "14-15"), ("16-29", "30-31")]),  # the lent 2-GPU H200 host
+    (list(range(16)), [("0-5", "6-7"), ("8-13", "14-15")]),  # a 16-core host: 8 cores an arm, pin_min_cpus' 8
+    (list(range(33)), [("0-13", "14-15"), ("16-29", "30-31")]),  # the core the halves leave over goes to none
+    ([*range(8), *range(16, 24)], [("0-5", "6-7"), ("16-21", "22-23")]),  # a process allowed two ranges
+])  # fmt: skip
+def test_each_gpus_arm_gets_its_own_half_of_the_cores(cpus, parts):
+    if not LocalRunner().which("taskset"):
+        pytest.skip("no taskset here: nothing is pinned")
+    shares = crossover.cpu_shares(TelemetryConfig(), LocalRunner(), [1, 0], cpus)
+    assert [(p["server_cpus"], p["client_cpus"]) for p in shares.values()] == parts and list(shares) == [1, 0]
+    sets = [affinity.parse_cpu_list(p[k]) for p in shares.values() for k in ("server_cpus", "client_cpus")]
+    assert sum(map(len, sets)) == len(set().union(*sets)) and set().union(*sets) <= set(cpus)  # disjoint, all usable
+    assert shares[1]["share"] == f"part 1 of 2: {len(cpus) // 2} of {len(cpus)} cores"
+    line = crossover.plan_line(["stock", "paged"], [1, 0], shares)
+    assert line.endswith(f"; cores (they go with the GPU): GPU1's arm server {parts[0][0]} client {parts[0][1]}, "
+                         f"GPU0's arm server {parts[1][0]} client {parts[1][1]}")
+    assert crossover.cores(shares[0]) == {"server": parts[1][0], "client": parts[1][1]}
+
+
+def test_too_few_cores_to_split_pin_no_arm_and_say_why():
+    """This box's own cores (a 2-core CI box: one an arm), and 15 (7 an arm, under pin_min_cpus' 8):
+    nothing is pinned rather than both arms on the same cores."""
+    for cpus in (sorted(usable_cpus()), list(range(15))):
+        if len(cpus) // 2 >= TelemetryConfig().pin_min_cpus:
+            continue  # a host big enough to split: the test above holds it
+        shares = crossover.cpu_shares(TelemetryConfig(), LocalRunner(), [0, 1], cpus)
+        why = (f"not applied: {len(cpus)} cores split between 2 arms at once leave each {len(cpus) // 2}, under "
+               "serving.telemetry.pin_min_cpus (8): no arm is pinned, rather than arms on the same cores")
+        off = {"applied": False, "why": why, "cpus": len(cpus)}
+        assert shares == {0: off, 1: off}
+        assert crossover.cores(shares[1]) == {"server": None, "client": None, "why": why}
+        assert crossover.plan_line(["stock", "paged"], [0, 1], shares).endswith(f"; CPU pinning: {why}")
+    off = crossover.cpu_shares(TelemetryConfig(pin_cpus=False), LocalRunner(), [0, 1], list(range(32)))
+    assert off[0]["why"] == "off (serving.telemetry.pin_cpus: false)"
+
+
+def test_two_arms_clients_are_pinned_each_to_its_own_core_at_once():
+    """sched_setaffinity(0) pins the calling thread: the two arms' load generators (the main thread and
+    the block's worker) hold their own client cores at the same time, and each gets its mask back."""
+    cpus = sorted(usable_cpus())
+    if len(cpus) < 2:
+        pytest.skip("one usable core")
+    before, barrier, got = os.sched_getaffinity(0), threading.Barrier(2), {}
+
+    def client(core: int) -> None:
+        with affinity.client_pinned({"applied": True, "client_cpus": str(core)}) as pinned:
+            barrier.wait(10)  # both pinned now
+            got[core] = (pinned, os.sched_getaffinity(0))
+            barrier.wait(10)
+        got[core] += (os.sched_getaffinity(0),)
+
+    other = threading.Thread(target=client, args=(cpus[-1],))
+    other.start()
+    client(cpus[0])
+    other.join()
+    assert got == {cpus[0]: (str(cpus[0]), {cpus[0]}, before), cpus[-1]: (str(cpus[-1]), {cpus[-1]}, before)}
+
+
+# ------------------------------------------------------------------ the second server's port
+
+
+def test_a_second_port_past_65535_is_refused_in_the_plan(tmp_path):
+    prof = write_profile(tmp_path, "serving: {port: 65535}\n")
+    with pytest.raises(UsageError) as e:
+        make_plan(prof, SnapshotRequest(engines=["stock", "paged"], gpus="0,1"))
+    assert str(e.value) == ("--gpus 0,1: crossover: the second engine's server would listen on serving.port + 1 = "
+                            "65536, not a TCP port (1..65535); set serving.port to 65534 or lower")
+    assert make_plan(prof, SnapshotRequest(engines=["stock", "paged"])).shape.port == 65535  # one GPU: one port
+
+
+def test_a_taken_second_port_is_named_with_who_holds_it(smoke):
+    port = free_port(pair=True)
+    bound = bind_all(smoke, ["stock", "paged"])
+    assert crossover.busy_port(["stock", "paged"], port, bound) is None
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port + 1))
+        s.listen()
+        said = crossover.busy_port(["stock", "paged"], port, bound)
+    assert said.startswith(f"crossover: engine paged's server port (serving.port + 1): port {port + 1} on 127.0.0.1 "
+                           f"is already in use by pid {os.getpid()} (")
+    assert said.endswith("): stop it or set serving.port")
+
+
+def test_a_taken_second_port_stops_the_run_before_the_run_dir_and_lock(parity_cli, tmp_path):
+    port = free_port(pair=True)
+    prof = tmp_path / "profile.yaml"
+    prof.write_text(f"extends: smoke\nlock: {{dir: {tmp_path}/lock}}\nserving: {{port: {port}}}\n")
+    args = ("--artifacts", str(tmp_path / "runs"), "snapshot", "--profile", str(prof), "--engines", "stock,paged",
+            "--gpus", "0,1")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port + 1))
+        s.listen()
+        r = parity_cli(*args)
+        nothing = not (tmp_path / "runs").exists() and not (tmp_path / "lock").exists()
+        dry = parity_cli(*args, "--dry-run", "--json", timeout=120)
+    assert r.returncode == 4, r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"parity: error: crossover: engine paged's server port (serving.port + 1): port {port + 1} "
+                           "on 127.0.0.1 is already in use by pid ")
+    assert nothing
+    doc = json.loads(dry.stdout)  # the dry run's NO GO names it too
+    assert dry.returncode == 4
+    assert {"kind": "port", "what": f"port {port + 1} is in use (another server?)"} in doc["go_no_go"]["reasons"]
+
+
+# ------------------------------------------------------------------ each arm's telemetry: its own GPU
+
+
+def test_each_arms_telemetry_samples_its_own_gpu(monkeypatch, tmp_path):
+    """The real sampler and watch.point around a short window, pynvml stubbed with two GPUs (GPU 0 at
+    100 W running the other arm's server, GPU 1 at 400 W running this arm's: two real processes).
+    Sampling the arm's GPU alone, its summary is GPU 1's and the other server is no foreign process;
+    sampling every GPU (an arm in turn on one GPU), the other server makes the point invalid."""
+    import sys
+
+    from parity.artifacts import RunDir
+    from parity.telemetry import watch
+    from tests.unit.test_energy import rec, stub_pynvml
+
+    procs = {g: subprocess.Popen(["sleep", "30"], env={**os.environ, "CUDA_VISIBLE_DEVICES": str(g)},
+                                 start_new_session=True) for g in (0, 1)}
+    counter = [9_000_000 + k for k in range(0, 10**9, 10**6)]  # mJ, one read each
+    nv = stub_pynvml({0: list(counter), 1: list(counter)})
+    nv.nvmlInit = lambda: None
+    nv.nvmlDeviceGetPowerUsage = lambda h: {0: 100_000, 1: 400_000}[h[1]]
+    nv.nvmlDeviceGetCurrentClocksEventReasons = lambda h: 0
+    nv.nvmlDeviceGetComputeRunningProcesses = lambda h: [types.SimpleNamespace(pid=procs[h[1]].pid,
+                                                                               usedGpuMemory=1 << 30)]
+    monkeypatch.setitem(sys.modules, "pynvml", nv)
+    monkeypatch.delenv("PARITY_NO_NVML", raising=False)
+    cfg = TelemetryConfig(interval_s=0.02, pin_cpus=False)
+    try:
+        rows = {}
+        for gpus in ([1], None):
+            with watch.point(LocalRunner(), cfg, procs[1].pid, None, gpus) as w:
+                time.sleep(0.15)
+            rows[str(gpus)] = row = {"why": {}, "flags": []}
+            problems = w.finish(RunDir(tmp_path), row, [rec(10, 5)], "llama", None, None, f"telemetry/x-{gpus}.json")
+            rows[str(gpus)]["problems"] = problems
+            if gpus:
+                doc = json.loads((tmp_path / "telemetry/x-[1].json").read_text())
+                assert {g["index"] for s in doc["samples"] for g in s["gpus"]} == {1}
+    finally:
+        for p in procs.values():
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    mine = rows["[1]"]
+    assert mine["telemetry"]["gpu_index"] == 1 and mine["telemetry"]["power_w_median"] == 400.0
+    assert mine["telemetry"]["foreign_pids"] == [] and mine["problems"] == []
+    assert mine["energy"]["gpus"] == [1]  # the energy window reads the server's own GPU (its CUDA_VISIBLE_DEVICES)
+    every = rows["None"]
+    assert every["telemetry"]["gpu_index"] == 0 and every["telemetry"]["foreign_pids"] == [procs[0].pid]
+    assert every["problems"] == [f"another compute process ran on the GPU during the point: pid {procs[0].pid} (sleep)"]

@@ -73,7 +73,7 @@ class _Proc:  # c_nvmlProcessInfo_t
         self.pid, self.usedGpuMemory = pid, mem
 
 
-def fake_pynvml(memory_supported: bool = True, old_names: bool = False, procs=()):
+def fake_pynvml(memory_supported: bool = True, old_names: bool = False, procs=(), count: int = 1):
     """pynvml's names and shapes; values as the H100 answered (tests/data/telemetry/nvml-h100-idle.txt)."""
     nv = types.ModuleType("pynvml")
     nv.NVML_CLOCK_SM, nv.NVML_CLOCK_MEM, nv.NVML_TEMPERATURE_GPU = 1, 2, 0
@@ -90,7 +90,7 @@ def fake_pynvml(memory_supported: bool = True, old_names: bool = False, procs=()
         return _Mem(85520809984, 85520809984 - 503316480, 503316480)
 
     nv.nvmlShutdown = shutdown
-    nv.nvmlDeviceGetCount = lambda: 1
+    nv.nvmlDeviceGetCount = lambda: count
     nv.nvmlDeviceGetHandleByIndex = lambda i: ("handle", i)
     nv.nvmlDeviceGetClockInfo = lambda h, t: {1: 345, 2: 2619}[t]
     nv.nvmlDeviceGetPowerUsage = lambda h: 74619  # milliwatts
@@ -134,6 +134,42 @@ def test_nvml_instant_power_beside_the_averaged_where_the_field_exists():
     (g,) = gpu.sample()
     assert g["power_instant_w"] is None and gpu.unsupported == {"power_instant": "NVML field 186: 3"}
     assert "power_instant_w" not in NvmlGpu(fake_pynvml()).sample()[0]  # an nvidia-ml-py without the field
+
+
+def test_nvml_samples_the_gpus_asked_alone():
+    """A crossover arm's telemetry (parity.serving.crossover): its GPU's rows, under NVML's own index."""
+    nv = fake_pynvml(count=2)
+    nv.nvmlDeviceGetPowerUsage = lambda h: {0: 74619, 1: 512400}[h[1]]
+    assert [(g["index"], g["power_w"]) for g in NvmlGpu(nv, [1]).sample()] == [(1, 512.4)]
+    assert [g["index"] for g in NvmlGpu(nv).sample()] == [0, 1]  # one GPU per arm in turn: every GPU, as before
+    with pytest.raises(ValueError, match=r"^GPU 2 is not among the 2 GPU\(s\) NVML lists$"):
+        NvmlGpu(nv, [2])
+
+
+def test_smi_keeps_the_gpus_asked_and_asks_their_processes_alone():
+    """Two captured GPU lines stacked (nvidia-smi writes one line per GPU); the compute processes asked with -i."""
+    text = "".join((DATA / f"nvidia-smi-telemetry-h100-{k}.csv").read_text() for k in ("idle", "busy"))
+
+    class Smi:
+        host, argvs = "local", []
+
+        def which(self, name):
+            return "/usr/bin/nvidia-smi"
+
+        def run(self, argv, timeout=None):
+            self.argvs.append(argv)
+            out = text if "--query-gpu" in argv[-2] else "4242, llama-server, 70000 MiB\n"
+            return types.SimpleNamespace(ok=True, rc=0, stdout=out)
+
+    from parity.telemetry.smi_gpu import SmiGpu
+
+    runner = Smi()
+    gpu, note = SmiGpu.open(runner, [1])
+    (g,) = gpu.sample()
+    assert note == "nvidia-smi"
+    assert (g["index"], g["sm_mhz"], g["reasons"], g["pids"]) == (1, 1395, ["SwPowerCap"], [4242])
+    assert runner.argvs[-1][:3] == ["nvidia-smi", "-i", "1"] and runner.argvs[-1][3].startswith("--query-compute-apps=")
+    assert [g["index"] for g in SmiGpu.open(runner)[0].sample()] == [0, 1] and "-i" not in runner.argvs[-1]
 
 
 def test_nvml_not_supported_memory_is_none_not_a_crash():
