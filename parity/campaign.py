@@ -362,7 +362,10 @@ def dry_run_needs(ctx, steps: list[Step]) -> tuple[dict[str, str], list[int], bo
             paths[f"model {m}"] = path
     kinds = [(STEP_KINDS[s.kind], s.options) for s in steps if s.kind in STEP_KINDS]
     serve = any(k.serves is not None and imported(k.serves)(o) for k, o in kinds)
-    return paths, [p.serving.port] if serve else [], any(k.gpu for k, _ in kinds)
+    # a crossover snapshot step (its gpus, or serving.gpus) starts its second server on serving.port + 1
+    two = any(s.kind == "snapshot" and (s.options.get("gpus") or p.serving.gpus) for s in steps)
+    ports = [p.serving.port, *([p.serving.port + 1] if two else [])] if serve else []
+    return paths, ports, any(k.gpu for k, _ in kinds)
 
 
 def will_skip(step: Step, rd) -> bool:

@@ -384,6 +384,21 @@ def test_a_taken_second_port_stops_the_run_before_the_run_dir_and_lock(parity_cl
     assert {"kind": "port", "what": f"port {port + 1} is in use (another server?)"} in doc["go_no_go"]["reasons"]
 
 
+def test_a_campaigns_dry_run_checks_a_crossover_steps_second_port(parity_cli, tmp_path):
+    port = free_port(pair=True)
+    prof = tmp_path / "profile.yaml"
+    prof.write_text(f"extends: smoke\nlock: {{dir: {tmp_path}/lock}}\nserving: {{port: {port}}}\n")
+    camp = tmp_path / "c.yaml"
+    camp.write_text(f"name: xc\nprofile: {prof}\nsteps:\n"
+                    "  - {name: snap, kind: snapshot, with: {engines: [stock, paged], gpus: [0, 1], npl: [1], repeat: 1}}\n")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port + 1))
+        s.listen()
+        dry = parity_cli("--artifacts", str(tmp_path / "runs"), "campaign", "run", str(camp), "--dry-run", "--json", timeout=120)
+    doc = json.loads(dry.stdout)
+    assert {"kind": "port", "what": f"port {port + 1} is in use (another server?)"} in doc["go_no_go"]["reasons"], dry.stderr
+
+
 # ------------------------------------------------------------------ each arm's telemetry: its own GPU
 
 
