@@ -14,6 +14,7 @@ parity.context.run_session's."""
 
 from __future__ import annotations
 
+import os
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator, TypeVar
@@ -26,7 +27,7 @@ from parity.gates import prepost
 from parity.gates.base import GateInputs, gate_inputs as bind_gates
 from parity.gonogo import LATER, refuse_missing
 from parity.gpu import lock as gpulock
-from parity.gpu.hardware import write_hardware
+from parity.gpu.hardware import every_gpu_seen, write_hardware
 from parity.models.synth import ensure_model
 from parity.options import check_step_options, positive_seconds
 
@@ -189,10 +190,22 @@ def measuring(ctx, engines=(), gates: prepost.GateSpec | None = None, hardware: 
         hw = {}
         if hardware and ctx.run is not None:
             hw = write_hardware(ctx.runner, ctx.out, ctx.run, ctx.profile.hardware_class)
+            if note := spread_over_gpus(ctx, engines, hw, placed=bool(gpus)):
+                ctx.out.warn(note)
         if engines:
             builds_json(ctx, engines)
         with gated(ctx, gates, enabled=gates is not None):
             yield hw
+
+
+def spread_over_gpus(ctx, engines, hw: dict, placed: bool) -> str | None:
+    """every_gpu_seen for these engines' servers (those on a GPU) in this session."""
+    bound = [bind(ctx.profile, e) for e in engines]
+    if not any(eng.on_gpu for eng in bound):
+        return None
+    own = [eng.name for eng in bound if "CUDA_VISIBLE_DEVICES" in eng.env()]
+    local = getattr(ctx.runner, "host", "local") == "local"
+    return every_gpu_seen(hw, placed, local, os.environ.get("CUDA_VISIBLE_DEVICES"), own)
 
 
 def measured(ctx, engines, body: Callable[[Run], T], gates: prepost.GateSpec | None = None, serve: str | None = None,

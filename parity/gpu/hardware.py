@@ -164,6 +164,18 @@ def write_hardware(runner, out, run_dir, expected: str | None, bandwidth: bool =
     return info
 
 
+def every_gpu_seen(info: dict, placed: bool, local: bool, visible: str | None, engines_set: list[str]) -> str | None:
+    """The warning for servers that will see every GPU of a multi-GPU host (llama.cpp splits a model's
+    layers over all it sees), None when they will not or parity cannot tell.  placed: a crossover
+    puts each server on its GPU; local: the servers start on this machine (a remote one's env is its
+    own); visible: CUDA_VISIBLE_DEVICES here; engines_set: the engines whose own env sets it."""
+    n = len(info.get("gpus") or [])
+    if n < 2 or placed or not local or visible is not None or engines_set:
+        return None
+    return (f"{n} GPUs here and CUDA_VISIBLE_DEVICES is not set: every server sees all {n} (llama.cpp splits a "
+            "model's layers over every GPU it sees); one GPU: CUDA_VISIBLE_DEVICES=0, two at once: --gpus 0,1")
+
+
 def hw(ctx, out_dir: str | None = None) -> dict:
     """`parity hw`: the inventory; with out_dir, also hardware.txt + hardware.json there."""
     info = inventory(ctx.runner)

@@ -67,3 +67,30 @@ def test_write_hardware_into_run_dir(fake_path, tmp_path):
     assert (rd.path / "hardware.txt").read_text().startswith("hardware_class=hopper\n")
     assert json.loads((rd.path / "hardware.json").read_text())["gpus"][0]["compute_cap"] == "9.0"
     assert info["hardware_class"] == "hopper" and warnings and "expects gb10_or_workstation_blackwell" in warnings[0]
+
+
+def test_servers_that_would_see_every_gpu_of_a_multi_gpu_host_are_warned_of(fake_path):
+    """On a two-GPU host a server started without CUDA_VISIBLE_DEVICES sees both, and llama.cpp
+    splits the model's layers over them: a run meant for one GPU measures two.  Said once, at the
+    inventory; not for one GPU, a crossover (it places each server), a remote host (its env is its
+    own), or where CUDA_VISIBLE_DEVICES is set here or in an engine's env."""
+    from types import SimpleNamespace
+
+    from parity.config import load_profile
+    from parity.gpu.hardware import every_gpu_seen
+    from parity.session import spread_over_gpus
+
+    one = inventory(LocalRunner())
+    two = {**one, "gpus": [one["gpus"][0], {**one["gpus"][0], "index": 1}]}
+    assert every_gpu_seen(one, False, True, None, []) is None
+    said = every_gpu_seen(two, False, True, None, [])
+    assert said.startswith("2 GPUs here and CUDA_VISIBLE_DEVICES is not set: every server sees all 2")
+    assert [every_gpu_seen(two, *a) for a in [(True, True, None, []), (False, False, None, []), (False, True, "0", []),
+                                                 (False, True, None, ["stock"])]] == [None] * 4
+    fake_path.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    ctx = SimpleNamespace(profile=load_profile("campaigns/profiles/h200-ttft.yaml"), runner=LocalRunner())
+    assert spread_over_gpus(ctx, ["stock_b", "stock"], two, placed=False) == said  # CUDA builds
+    assert spread_over_gpus(ctx, ["stock_b", "stock"], two, placed=True) is None
+    assert spread_over_gpus(SimpleNamespace(profile=load_profile("smoke"), runner=LocalRunner()), ["stock"], two, placed=False) is None  # CPU
+    fake_path.setenv("CUDA_VISIBLE_DEVICES", "1")
+    assert spread_over_gpus(ctx, ["stock"], two, placed=False) is None
