@@ -139,31 +139,37 @@ def plan(eng, extra_flags: list[str] | None = None, jobs: int | None = None) -> 
 
 
 def _cached(p: BuildPlan) -> BuildResult | None:
-    """The finished build of this key; None when there is none, or its provenance does not
-    read (damaged by hand or by the disk): then it is built again, under the key's lock."""
-    if (p.dir / OK_MARKER).exists() and (p.dir / "build.json").exists():
+    return _finished(p.dir, p.engine, p.key)
+
+
+def _finished(d: Path, engine: str, key: str) -> BuildResult | None:
+    """The finished build in d; None when there is none, or its provenance does not read
+    (damaged by hand or by the disk): then it is built again, under the key's lock."""
+    if (d / OK_MARKER).exists() and (d / "build.json").exists():
         try:
-            prov = json.loads((p.dir / "build.json").read_text())
+            prov = json.loads((d / "build.json").read_text())
         except (OSError, ValueError):
             return None
         if isinstance(prov, dict):
-            return BuildResult(p.engine, p.key, p.dir / "build" / "bin", p.dir / "build", prov, True)
+            return BuildResult(engine, key, d / "build" / "bin", d / "build", prov, True)
     return None
 
 
-# engine section (by identity) -> (that section, its build): an engine's build is resolved once
-# in a process.  Every later arm of the run asks the value, not the source again: a run of 20
-# blocks re-read the pin's archive at each server start and died at block 4 when it had gone.
-_resolved: dict[int, tuple[Any, BuildResult]] = {}
+# (engine section by identity, build cache) -> (that section, its build): an engine's build is
+# resolved once in a process.  Every later arm of the run asks the value, not the source again: a
+# run of 20 blocks re-read the pin's archive at each server start and died at block 4 when it had gone.
+_resolved: dict[tuple[int, str], tuple[Any, BuildResult]] = {}
 
 
 def ensure_built(eng, runner, out, force: bool = False, extra_flags: list[str] | None = None, jobs: int | None = None) -> BuildResult:
-    if not force and not extra_flags and (hit := _resolved.get(id(eng.section))) and hit[0] is eng.section:
-        if (hit[1].build_dir.parent / OK_MARKER).exists():  # still there (a stat, not a source read)
-            return hit[1]
+    at = (id(eng.section), str(cache_dir()))
+    if not force and not extra_flags and (seen := _resolved.get(at)) and seen[0] is eng.section:
+        r = seen[1]
+        if hit := _finished(r.build_dir.parent, r.engine, r.key):  # still finished there (its files, not the source)
+            return hit
     r = _ensure_built(eng, runner, out, force, extra_flags, jobs)
     if not extra_flags:
-        _resolved[id(eng.section)] = (eng.section, r)
+        _resolved[at] = (eng.section, r)
     return r
 
 
