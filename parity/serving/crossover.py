@@ -7,7 +7,9 @@ engine's position).  With serving.telemetry.pin_cpus each GPU's arm has its own 
 cores (its server's and its client's, parity.telemetry.affinity), which go with the GPU, and each
 arm's GPU telemetry samples its GPU alone.  The two arms meet before every point (a barrier), so
 their points overlap; each arm's percentiles come from its own request records, and each block
-is one pair of the paired statistics, as on one GPU."""
+is one pair of the paired statistics, as on one GPU.  It runs the N sweep or the trace workload
+(KINDS: a replay's arms send the same requests on the same schedule, each from the barrier's
+release, and pair request by request within the block)."""
 
 from __future__ import annotations
 
@@ -20,8 +22,11 @@ from parity.gpu.memory import used_mib, wait_back
 from parity.ports import port_problem
 from parity.serving import rounds
 from parity.telemetry import affinity
+from parity.workloads import trace
 
 MAX_PORT = 65535
+
+KINDS = ("trace",)  # the workload kinds whose arms meet before every point (parity.serving.workloads.run_points)
 
 VISIBLE, DEVICE_ORDER = "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"
 
@@ -63,8 +68,9 @@ def check(gpus: list[int], engines: list[str], order: str, workload, bound: dict
         raise UsageError(f"{at} needs exactly two engines (a block's two arms), got {got}")
     if order == "aabb":
         raise UsageError(f"{at} runs a block's two arms at once; --order aabb has no blocks (use abba or abab)")
-    if workload is not None:
-        raise UsageError(f"{at} runs the N sweep; run a workload without --gpus (one GPU, arms in turn)")
+    if workload is not None and workload.kind not in KINDS:
+        raise UsageError(f"{at} runs the N sweep and the trace workload (--trace); run the {workload.kind} workload "
+                         "without --gpus (one GPU, arms in turn)")
     for e, eng in bound.items():
         if not eng.kind.profiled_serving:
             raise UsageError(f"{at} puts each engine's server on a GPU; engine {e} is an {eng.kind_name} engine "
@@ -156,9 +162,13 @@ def host_problem(runner, gpus: list[int], bound: dict) -> str | None:
 
 def sync_timeout_s(plan) -> float:
     """The longest one arm waits for the other to reach the same point: a server start, its warmup
-    and output probe, and the slowest point's rounds, each request within serving.request_timeout_s."""
+    and output probe, and the slowest point's rounds, each request within serving.request_timeout_s;
+    a trace's point: its span at the slowest speedup, its last request within the timeout."""
     s = plan.shape
     start = max(eng.section.ready_timeout_s for eng in plan.bound.values())
+    if plan.workload is not None:
+        span = trace.selection(plan.workload.cfg).requests[-1].at_s / min(plan.workload.cfg.speedups)
+        return start + span + s.request_timeout_s * 4  # the warmup, its tokenize, the point's last request, slack
     requests = 2 + s.warmup.point_requests + max(rounds.count(n, s.min_requests) for n in plan.npl)
     return start + s.request_timeout_s * requests
 

@@ -184,7 +184,7 @@ def run_arm(run: Run, plan: SnapshotPlan, engine: str, rep: int, prog, task,
             arm["outputs"] = probe_outputs(run, target, la, s, engine)
         if plan.workload is not None:  # workload hook: its own points (parity.serving.workloads) instead of every N
 
-            rows += run_points(run, plan, la, target, engine, rep, prog, task, proc, log)
+            rows += run_points(run, plan, la, target, engine, rep, prog, task, proc, log, gpu, pin, sync)
         for n in [] if plan.workload is not None else plan.npl:
 
             def show(p, label=f"{engine} r{rep} N={n}", n=n):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
 from parity.artifacts import slugify
 from parity.decode import from_dict, replace
@@ -25,6 +25,8 @@ from parity.results.model import PointRow
 from parity.runners.base import Process
 from parity.serving.plan import SnapshotPlan
 from parity.serving.point import check_fits, client_side, records_json, scrape_parsed
+from parity.telemetry import watch
+from parity.telemetry.watch import Watch
 from parity.workloads import WORKLOADS, WorkloadKind
 from parity.workloads.base import Measured
 from parity.workloads.calibration import basis
@@ -154,19 +156,53 @@ class Arm:
 
 
 def run_points(run: Run, plan: SnapshotPlan, la: Launch, target: Target, engine: str, rep: int, prog, task,
-               proc=None, log: str = "") -> list[PointRow]:
-    """Every point of plan.workload on this arm's server; one typed row per point."""
+               proc=None, log: str = "", gpu: int | None = None, pin: dict | None = None, sync=None) -> list[PointRow]:
+    """Every point of plan.workload on this arm's server; one typed row per point.  A crossover arm
+    (gpu: its GPU, parity.serving.crossover) meets the other arm before every point (sync), as the
+    N sweep's do, its client on its own cores (pin) and its telemetry sampling its GPU alone; its
+    rows carry gpu."""
     wl = plan.workload
     arm = Arm(run, plan, la, target, engine, rep, lambda msg: prog.update(task, status=f"{engine} r{rep} {msg}"), proc, log)
     rows = []
-    for m in wl.kind_obj.run(arm, wl):
-        row = PointRow.of(finish(arm, wl, m))
+    for m, tel in measured(arm, wl, gpu, pin, sync):
+        row = finish(arm, wl, m)
+        if tel is not None:
+            watched(arm, wl, m, tel, row)
+            row["gpu"] = gpu
+        row = PointRow.of(row)
         rows.append(row)
         prog.advance(task)
         figures = ", ".join(f"{k} {row.metric(k)}" for k in wl.kind_obj.headline)
         run.out.info(f"  {engine:>8} r{rep} {wl.name} {m.label}: {figures}  {verdict_text(row)}")
         arm.alive(m.label)
     return rows
+
+
+def measured(arm: Arm, wl: Workload, gpu: int | None, pin: dict | None,
+             sync) -> Iterator[tuple[Measured, Watch | None]]:
+    """The kind's points, each with its telemetry window (None: an arm in turn on one GPU, which samples
+    none); a crossover arm's each after the barrier, the point's whole run inside the window (its
+    client thread pinned there)."""
+    points = wl.kind_obj.run(arm, wl)
+    if gpu is None:
+        yield from ((m, None) for m in points)
+        return
+    for _, label in wl.points():
+        if sync is not None:
+            sync(f"{arm.engine} r{arm.rep} {wl.name} {label}")
+        with watch.point(arm.run.runner, arm.shape.telemetry, getattr(arm.proc, "pid", None), pin, [gpu]) as tel:
+            m = next(points, None)
+        if m is None:
+            return
+        yield m, tel
+
+
+def watched(arm: Arm, wl: Workload, m: Measured, tel: Watch, row: dict) -> None:
+    """The point's telemetry file and row fields (parity.telemetry.watch); its problems void the point."""
+    path = f"telemetry/{stem(arm, wl, m)}.json"
+    problems = tel.finish(arm.run.dir, row, m.records, arm.la.family, m.before, m.after, path)
+    row["invalid_reasons"] = row["invalid_reasons"] + problems
+    row["valid"] = not row["invalid_reasons"]
 
 
 def verdict_text(row: PointRow) -> str:
@@ -221,10 +257,15 @@ def finish(arm: Arm, wl: Workload, m: Measured) -> dict:
         row["server"], row["reconciliation"] = server, recon
         for text in server_metrics.mismatches(recon):
             arm.run.out.warn(f"{arm.engine} r{arm.rep} {wl.name} {m.label}: server and client disagree on {text}")
-    stem = f"{arm.engine}-r{arm.rep}-{slugify(wl.name)}-{slugify(m.label)}"
-    arm.run.dir.write_json(f"requests/{stem}.json", records_json(m.records))
-    for name, recs in m.side.items():
-        arm.run.dir.write_json(f"requests/{stem}-{name}.json", records_json(recs))
+    name = stem(arm, wl, m)
+    arm.run.dir.write_json(f"requests/{name}.json", records_json(m.records))
+    for side, recs in m.side.items():
+        arm.run.dir.write_json(f"requests/{name}-{side}.json", records_json(recs))
     if m.metrics_text is not None:
-        arm.run.dir.write_text(f"servers/{stem}.metrics.txt", m.metrics_text)
+        arm.run.dir.write_text(f"servers/{name}.metrics.txt", m.metrics_text)
     return row
+
+
+def stem(arm: Arm, wl: Workload, m: Measured) -> str:
+    """A point's file name under requests/, servers/ and telemetry/."""
+    return f"{arm.engine}-r{arm.rep}-{slugify(wl.name)}-{slugify(m.label)}"

@@ -2,7 +2,8 @@
 starts, which GPU each engine gets per block (swapped every block), the server's env, the host
 check, both arms run at once and an arm's failure stops its block with the real cause, the lock
 record naming the GPUs, each arm's energy and telemetry reading its own GPU, each GPU's arm on its
-own cores, and the second server's port checked before the run dir and the lock."""
+own cores, the second server's port checked before the run dir and the lock, and the trace workload
+admitted (its arms meet before every point), every other workload refused."""
 
 from __future__ import annotations
 
@@ -67,14 +68,32 @@ def test_bad_gpus_are_one_usage_error(given, says):
      "--gpus 0,1: crossover needs exactly two engines (a block's two arms), got 3: paged, stock, vllm"),
     ({"gpus": "0,1", "engines": ["stock"]}, "--gpus 0,1: crossover needs exactly two engines (a block's two arms), got 1: stock"),
     ({"gpus": "0,1", "order": "aabb"}, "--gpus 0,1: crossover runs a block's two arms at once; --order aabb has no blocks (use abba or abab)"),
-    ({"gpus": "0,1", "workload": "shared-prefix"},
-     "--gpus 0,1: crossover runs the N sweep; run a workload without --gpus (one GPU, arms in turn)"),
+    *[({"gpus": "0,1", "workload": w}, (f"--gpus 0,1: crossover runs the N sweep and the trace workload (--trace); "
+                                         f"run the {w} workload without --gpus (one GPU, arms in turn)"))
+      for w in ("shared-prefix", "prefill-under-decode", "open-loop", "multi-turn", "prefill-curve")],
 ])  # fmt: skip
 def test_what_crossover_cannot_run_is_refused_in_the_plan(smoke, over, says):
     req = SnapshotRequest(**{"engines": ["stock", "paged"], **over})
     with pytest.raises(UsageError) as e:
         make_plan(smoke, req)
     assert str(e.value) == says
+
+
+REPLAY = Path(__file__).resolve().parents[1] / "data" / "replay"
+
+
+@pytest.mark.parametrize("over", [{"trace": str(REPLAY / "azure-conv-2023.csv")}, {"workload": "trace"}])
+def test_crossover_admits_the_trace_workload_and_bounds_its_wait_by_the_trace(smoke, over):
+    """A replay from a file (--trace) or the built-in's mixture: its arms meet before every point; the
+    barrier's limit is a server start and the slowest speedup's span, its last request within the timeout."""
+    from parity.workloads.trace import selection
+
+    plan = make_plan(smoke, SnapshotRequest(engines=["stock", "paged"], gpus="0,1", **over))
+    assert plan.gpus == [0, 1] and plan.workload.kind == "trace"
+    s, c = plan.shape, plan.workload.cfg
+    start = max(e.section.ready_timeout_s for e in plan.bound.values())
+    span = selection(c).requests[-1].at_s / min(c.speedups)
+    assert span > 0 and crossover.sync_timeout_s(plan) == start + span + 4 * s.request_timeout_s
 
 
 def test_an_engine_that_sets_its_own_visible_devices_is_refused(tmp_path):
@@ -447,3 +466,40 @@ def test_each_arms_telemetry_samples_its_own_gpu(monkeypatch, tmp_path):
     every = rows["None"]
     assert every["telemetry"]["gpu_index"] == 0 and every["telemetry"]["foreign_pids"] == [procs[0].pid]
     assert every["problems"] == [f"another compute process ran on the GPU during the point: pid {procs[0].pid} (sleep)"]
+
+
+def test_a_replay_arm_meets_the_other_before_every_point_inside_its_own_window(smoke, monkeypatch):
+    """run_points' per point (parity.serving.workloads.measured): a crossover arm calls sync before each of
+    the trace's points, then runs the point inside its telemetry window with its client thread on its
+    own cores; an arm in turn on one GPU calls no sync and opens no window."""
+    from parity.serving import workloads
+    from parity.workloads.base import Measured
+
+    before = os.sched_getaffinity(0)
+    core = max(before)
+    req = SnapshotRequest(engines=["stock", "paged"], gpus="0,1", trace=str(REPLAY / "azure-conv-2023.csv"),
+                          workload_opts=["speedups=[1, 2, 4]"])
+    plan = make_plan(smoke, req)
+    wl, events = plan.workload, []
+
+    def run(self, arm, wl):  # the kind's points, each recording the cores its load generator would have
+        for key, label in wl.points():
+            events.append(("point", label, os.sched_getaffinity(0)))
+            yield Measured(key, label, [])
+
+    monkeypatch.setattr(type(wl.kind_obj), "run", run)
+    arm = workloads.Arm(Run(None, None, LocalRunner()), plan, None, None, "stock", 1, lambda msg: None)
+    pin = {"applied": True, "client_cpus": str(core)}
+    def sync(at: str) -> None:
+        events.append(("sync", at))
+
+    got = [(m.label, tel is not None) for m, tel in workloads.measured(arm, wl, 1, pin, sync)]
+    labels = [label for _, label in wl.points()]
+    assert len(labels) == 3 and got == [(label, True) for label in labels]
+    assert events == [e for label in labels for e in (("sync", f"stock r1 trace {label}"), ("point", label, {core}))]
+    assert os.sched_getaffinity(0) == before  # the mask back after each window
+
+    events.clear()
+    alone = [(m.label, tel) for m, tel in workloads.measured(arm, wl, None, pin, sync)]
+    assert alone == [(label, None) for label in labels]
+    assert events == [("point", label, before) for label in labels]
