@@ -126,15 +126,24 @@ def test_open_loop_holds_a_low_rate_and_reports_an_overloaded_one(parity_cli, wo
     # seen): against 500 ms mean gaps that is still on schedule, so the bound is 200 ms
     wl = {"ol": {"kind": "open-loop", "rates": [2.0, 100.0], "requests_per_rate": 24, "gen": 8, "max_delay_p99_ms": 200, "min_achieved_share": 0.9,
                  "slo": {"ttft_ms": 5000, "e2e_ms": 3000}}}  # fmt: skip
+    # At the suite's start beside two hogs (4 workers, load ~6 on 2 cores) the client lost the CPU for
+    # 370 ms (p99): parity then voids the point for that reason, rightly.  So the bound is asserted where
+    # the box was quiet; beside other work, that reason alone may void the low rate (and it is named).
     prof = workload_profile(wl, parallel=4)
-    doc = run_workload(parity_cli, tmp_path, prof, "ol", "stock", ok=(0, 6))  # 6: the overloaded point may also leave the load generator behind
+    with OtherWork() as box:
+        doc = run_workload(parity_cli, tmp_path, prof, "ol", "stock", ok=(0, 6))  # 6: a point that left the load generator behind
     low, high = sorted(rows_by_engine(doc)["stock"], key=lambda r: r["n"])
     assert (low["n"], low["point"], high["n"]) == (2.0, "2 req/s", 100.0)
     # held: sent within 5 % of the requested rate, on time, and served at the rate
-    assert low["valid"] is True, low["invalid_reasons"]
+    if box.quiet or low["valid"]:
+        assert low["valid"] is True, low["invalid_reasons"]
+        assert low["sched_delay_p99_ms"] <= 200
+    else:
+        reasons = low["invalid_reasons"]
+        assert len(reasons) == 1 and reasons[0].startswith("the load generator fell behind: scheduling delay p99 "), (str(box), reasons)
+        warnings.warn(f"the 2 req/s point's send delay p99 {low['sched_delay_p99_ms']} ms > 200 beside other work ({box})")
     assert low["scheduled_rate"] == pytest.approx(2.0, rel=1e-6)  # exact_rate: the schedule asks for the rate itself
     assert low["achieved_rate"] == pytest.approx(2.0, rel=0.05)
-    assert low["sched_delay_p99_ms"] <= 200
     assert low["held"] is True and low["held_note"].startswith("held:")
     assert low["slo_attainment"] == 1.0 and low["goodput_rps"] == pytest.approx(24 / low["wall_s"], rel=1e-3)
     # not held: each request waited longer for its first token than the one before, and it said so
