@@ -99,7 +99,7 @@ def ports(engines: list[str], port: int) -> dict[str, int]:
     return {e: port + i for i, e in enumerate(engines)}
 
 
-def busy_port(engines: list[str], port: int, bound: dict) -> str | None:
+def busy_port(engines: list[str], port: int) -> str | None:
     """Why a crossover server's port is taken now (checked before the run dir and the lock; each
     server's start checks its own again), None: both free."""
     for i, (e, p) in enumerate(ports(engines, port).items()):
@@ -158,6 +158,17 @@ def host_problem(runner, gpus: list[int], bound: dict) -> str | None:
         need = " and ".join(map(str, used(gpus)))
         return f"--gpus {','.join(map(str, gpus))}: crossover needs GPUs {need}, but {seen}"
     return None
+
+
+def refuse(runner, plan) -> None:
+    """A real crossover run's host checks, before its run dir and the lock (the dry run says them as
+    its NO GO): the GPUs listed on this host (UsageError), both servers' ports free (InfraError)."""
+    if not plan.gpus:
+        return
+    if too_few := host_problem(runner, plan.gpus, plan.bound):
+        raise UsageError(too_few)
+    if busy := busy_port(plan.engines, plan.shape.port):
+        raise InfraError(busy)
 
 
 def sync_timeout_s(plan) -> float:

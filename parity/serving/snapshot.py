@@ -19,7 +19,7 @@ from parity.stats.budget import StatsDefaults, resolve_budget
 from parity.stats import canary
 from parity.context import Run
 from parity.engines.bound import bind_all
-from parity.errors import InfraError, UsageError
+from parity.errors import UsageError
 from parity.gates.base import gate_inputs
 from parity.gates.kinds import GATES, red_in_summary
 from parity.gates.prepost import GateSpec, binary_gates
@@ -170,8 +170,8 @@ def snapshot(ctx, req: SnapshotRequest) -> dict:
 
     plan = make_plan(ctx.profile, req)
     check_env(plan, ctx.profile.policy, req.allow_env)  # the forbidden bench knobs: refused before the run dir, dry run or not
-    too_few = crossover.host_problem(ctx.runner, plan.gpus, plan.bound)  # crossover's GPUs on this host
     if req.dry_run:
+        too_few = crossover.host_problem(ctx.runner, plan.gpus, plan.bound)  # crossover's GPUs on this host
         problems = {e: session.served_model_problem(ctx, e, plan.model) for e in plan.engines}
         doc = dry_run(plan, ctx.runner, ctx.out, ctx.profile.lock, problems)
         more = not_answering(doc["commands"]) + ([{"kind": "gpus", "what": too_few}] if too_few else [])
@@ -183,10 +183,7 @@ def snapshot(ctx, req: SnapshotRequest) -> dict:
             rd.write_json("plan.json", doc)
         return doc
     session.refuse_missing_programs(ctx, plan.engines)  # the dry run's NO GO for a missing program, refused before the run dir
-    if too_few:
-        raise UsageError(too_few)
-    if plan.gpus and (busy := crossover.busy_port(plan.engines, plan.shape.port, plan.bound)):
-        raise InfraError(busy)  # the dry run's NO GO for a port in use, before the run dir and the lock
+    crossover.refuse(ctx.runner, plan)  # the dry run's NO GO for its GPUs and ports, before the run dir and the lock
     if plan.sized:
         ctx.out.info(plan.sized)
     with run_session(ctx, "snapshot", f"snapshot-{plan.model}"):
@@ -474,10 +471,7 @@ def campaign_step(ctx, options: dict) -> dict:
     (workload: a serving.workloads name, or a mapping declaring one inline: {name, kind, ...})."""
 
     req, plan = step_plan(ctx.profile, options)
-    if plan.gpus and (too_few := crossover.host_problem(ctx.runner, plan.gpus, plan.bound)):
-        raise UsageError(too_few)
-    if plan.gpus and (busy := crossover.busy_port(plan.engines, plan.shape.port, plan.bound)):
-        raise InfraError(busy)
+    crossover.refuse(ctx.runner, plan)
     spec = gate_spec(ctx.profile, req.gates)
     arms = session.measured(ctx, plan.engines, lambda run: sweep_all(plan, run), gates=spec, serve=plan.model,
                             gpus=crossover.used(plan.gpus))
