@@ -471,7 +471,8 @@ def campaign_step(ctx, options: dict) -> dict:
     (workload: a serving.workloads name, or a mapping declaring one inline: {name, kind, ...})."""
 
     req, plan = step_plan(ctx.profile, options)
-    crossover.refuse(ctx.runner, plan)
+    if plan.gpus:
+        crossover.refuse(ctx.runner, plan)
     spec = gate_spec(ctx.profile, req.gates)
     arms = session.measured(ctx, plan.engines, lambda run: sweep_all(plan, run), gates=spec, serve=plan.model,
                             gpus=crossover.used(plan.gpus))
