@@ -340,13 +340,20 @@ def test_a_campaign_snapshot_step_runs_an_inline_workload(parity_cli, workload_p
     step = {"name": "ol", "kind": "snapshot", "with": {"engines": ["stock"], "workload": {"name": "steady", "kind": "open-loop", "rates": [4.0], "requests_per_rate": 12, "gen": 4,
                                                                                            "max_delay_p99_ms": 200, "slo": {"ttft_ms": 5000}}}}  # fmt: skip
     camp.write_text(json.dumps({"name": "wl", "steps": [step]}))
-    r = parity_cli("--artifacts", str(tmp_path / "runs"), "campaign", "run", str(camp), "--profile", str(prof), "--json", timeout=900)
+    with OtherWork() as box:  # beside the suite's vLLM capacity test (1.2 cores) this point came out invalid once
+        r = parity_cli("--artifacts", str(tmp_path / "runs"), "campaign", "run", str(camp), "--profile", str(prof), "--json", timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     (run,) = (tmp_path / "runs").glob("*")
     doc = json.loads((run / "summary.json").read_text())
     assert doc["workload"]["name"] == "steady" and doc["workload"]["kind"] == "open-loop"
     (row,) = doc["rows"]
-    assert row["n"] == 4.0 and row["requests"] == 12 and row["valid"] and row["achieved_rate"] == pytest.approx(4.0, rel=0.05)
+    assert row["n"] == 4.0 and row["requests"] == 12 and row["achieved_rate"] == pytest.approx(4.0, rel=0.05)
+    if box.quiet or row["valid"]:  # the open loop's own send-delay rule may void it beside other work, and says so
+        assert row["valid"], row["invalid_reasons"]
+    else:
+        reasons = row["invalid_reasons"]
+        assert len(reasons) == 1 and reasons[0].startswith("the load generator fell behind: scheduling delay p99 "), (str(box), reasons)
+        warnings.warn(f"inline open loop: {reasons[0]} beside other work ({box})")
     assert (run / "requests/stock-r0-steady-4-req-s.json").is_file()
 
 
