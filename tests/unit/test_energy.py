@@ -337,7 +337,14 @@ def test_the_point_hook_reads_the_counter_around_the_window_and_checks_it(monkey
     nv.nvmlInit = lambda: None
     nv.nvmlDeviceGetPowerUsage = lambda h: 250_000
     nv.nvmlDeviceGetCurrentClocksEventReasons = lambda h: 0
-    nv.nvmlDeviceGetTotalEnergyConsumption = lambda h: 7_000_000 + int((time.monotonic() - base) * 250_000)
+    reads: list[float] = []  # when the hook read the counter: on a busy box its clock read and the counter read
+    # can be ms apart (100.148 J against 250 W x 0.4055 s once), so the counter is held to the reads' own span
+
+    def counter(h):
+        reads.append(time.monotonic())
+        return 7_000_000 + int((reads[-1] - base) * 250_000)
+
+    nv.nvmlDeviceGetTotalEnergyConsumption = counter
     if instant:
         nv.NVML_FI_DEV_POWER_INSTANT = pynvml.NVML_FI_DEV_POWER_INSTANT
         nv.nvmlDeviceGetFieldValues = lambda h, ids: [field(ids[0], pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, 250_000)]
@@ -351,7 +358,8 @@ def test_the_point_hook_reads_the_counter_around_the_window_and_checks_it(monkey
     e = row["energy"]
     assert e["applicable"] and e["gpus"] == [0] and e["window_s"] >= 0.4 and e["agree"] is (True if instant else None), e
     assert instant or e["check"].startswith(f"not checkable: the window ({e['window_s']:.2f} s) is shorter than the 1 s")
-    assert e["counter_j"] == pytest.approx(250 * e["window_s"], rel=0.01) and row["flags"] == []
+    assert len(reads) == 2 and reads[1] - reads[0] >= 0.4  # once before the window, once after it
+    assert e["counter_j"] == pytest.approx(250 * (reads[1] - reads[0]), rel=0.01) and row["flags"] == []
     assert row["j_per_output_tok"] == pytest.approx(e["counter_j"] / 400, rel=1e-5)
     cap = energy.read_capture(tmp_path / "telemetry/x-r0-n4.json")  # the point's file is a capture
     assert energy.measure(cap["start"], cap["end"], cap["samples"], cap["gpus"])["counter_j"] == e["counter_j"]
