@@ -24,7 +24,10 @@ from tests.integration.test_workloads_real import (  # noqa: F401 (fixtures)
     workload_profile,
 )
 
-SLO = "itl_p90_ms=30,ttft_p90_ms=100"
+# ITL p90 plateaus once the 8 slots are full (~30 ms here): a limit on that plateau moves the crossing by
+# clients for a 1 % wobble (30 ms read 1.086 [0.965, 1.223] on a quiet box: ITL p90 30.2-31.1 ms over 7-9
+# clients), so ITL's limit sits well above it and the steep TTFT queueing knee binds
+SLO = "itl_p90_ms=60,ttft_p90_ms=100"
 VLLM_SLO = "itl_p90_ms=60,ttft_p90_ms=200"  # 50 ms: missed at 1 client with two suites on the 2 cores
 STOCK_TARGETS = ["llama-server", "llama-completion", "llama-batched-bench", "llama-perplexity", "test-backend-ops",
                  "llama-quantize"]
@@ -123,7 +126,7 @@ def test_the_dry_run_prints_the_plan_and_writes_nothing(parity_cli, tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     doc = json.loads(r.stdout)
     assert doc["engines"] == ["paged", "stock"] and doc["reference"] == "stock" and doc["ratio"] == ["paged / stock"]
-    assert doc["objectives"] == ["90 % of itl within 30 ms", "90 % of ttft within 100 ms"]
+    assert doc["objectives"] == ["90 % of itl within 60 ms", "90 % of ttft within 100 ms"]
     assert doc["order"][:2] == ["block 0: paged (levels up), stock (levels up)",
                                 "block 1: stock (levels down), paged (levels down)"]
     assert "every engine's server started once per block" in doc["blocks"]
