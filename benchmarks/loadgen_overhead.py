@@ -14,7 +14,8 @@ TTFT overhead p50 under 1 ms.
 counts vLLM's tokens); chunks streams the plain format.  --open-loop RATE adds a
 phase of Poisson arrivals at RATE requests/s (scaled to that exact mean rate) and prints
 the achieved rate and the scheduling delay (send time - due time): target p99 under 1 ms
-at 500 requests/s on a quiet box.  On a box whose other work takes the CPU (the 2-core CI
+at 500 requests/s on a quiet box.  --gc on leaves the cyclic collector running while timing (parity
+holds it off, parity.loadgen.gc_hold) to show what its pauses add.  On a box whose other work takes the CPU (the 2-core CI
 box with builds beside it), the delay is the box's, not the client's: `chrt -f 10` on the
 benchmark (client and null server at real-time priority) separates the two.
 
@@ -24,6 +25,7 @@ usage: python benchmarks/loadgen_overhead.py [--concurrency 256] [--requests 204
 from __future__ import annotations
 
 import argparse
+import contextlib
 import asyncio
 import json
 import os
@@ -36,6 +38,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 from parity.loadgen.arrivals import achieved, open_loop_times  # noqa: E402
+from parity.loadgen import gc_hold  # noqa: E402
 from parity.loadgen.client import RequestSpec, Target, run_open_loop, run_requests  # noqa: E402
 from parity.metrics.serving import percentile  # noqa: E402
 from parity.metrics.validity import check_request  # noqa: E402
@@ -75,7 +78,8 @@ def run_phase(concurrency: int, requests: int, gen: int, ptok: int, itl_ms: floa
         specs = [RequestSpec([(i * 7 + j) % 50000 + 3 for j in range(ptok)], gen) for i in range(requests)]
         ru0 = resource.getrusage(resource.RUSAGE_SELF)
         t0 = time.perf_counter()
-        recs = asyncio.run(run_requests(target(port, count), specs, concurrency, timeout=300))
+        with collector():
+            recs = asyncio.run(run_requests(target(port, count), specs, concurrency, timeout=300))
         wall = time.perf_counter() - t0
         ru1 = resource.getrusage(resource.RUSAGE_SELF)
     finally:
@@ -100,6 +104,9 @@ def run_phase(concurrency: int, requests: int, gen: int, ptok: int, itl_ms: floa
     }
 
 
+collector = gc_hold.held  # main() sets it from --gc
+
+
 def run_open(rate: float, requests: int, gen: int, ptok: int, itl_ms: float, count: str) -> dict:
     port = free_port()
     server = LocalRunner().spawn([sys.executable, os.path.join(HERE, "null_server.py"), "--port", str(port), "--itl-ms", str(itl_ms)])
@@ -107,7 +114,8 @@ def run_open(rate: float, requests: int, gen: int, ptok: int, itl_ms: float, cou
         wait_port(port)
         times = open_loop_times(requests, rate, 1.0, seed=1, exact=True)  # the schedule's mean rate is the requested one
         specs = [RequestSpec([(i * 7 + j) % 50000 + 3 for j in range(ptok)], gen, at=at) for i, at in enumerate(times)]
-        recs = asyncio.run(run_open_loop(target(port, count), specs, timeout=300))
+        with collector():
+            recs = asyncio.run(run_open_loop(target(port, count), specs, timeout=300))
     finally:
         server.stop(2)
     bad = [r for r in recs if not check_request(r).valid]
@@ -127,8 +135,12 @@ def main() -> int:
     ap.add_argument("--count", default="chunks,usage", help="stream formats, one phase each per --itl-ms value: chunks, usage")
     ap.add_argument("--open-loop", type=float, default=500.0, metavar="RATE", help="requests/s of the open-loop phase (0: none)")
     ap.add_argument("--open-requests", type=int, default=2000, help="requests of the open-loop phase")
+    ap.add_argument("--gc", choices=("held", "on"), default="held", help="held: the cyclic collector off while timing "
+                    "(parity.loadgen.gc_hold, as parity.loadgen.client.drive runs); on: left running")
     ap.add_argument("--json", action="store_true", help="print one JSON document")
     a = ap.parse_args()
+    global collector
+    collector = gc_hold.held if a.gc == "held" else contextlib.nullcontext
     phases = [run_phase(a.concurrency, a.requests, a.gen, a.ptok, float(x), c) for c in a.count.split(",") for x in a.itl_ms.split(",")]
     open_loop = run_open(a.open_loop, a.open_requests, 16, a.ptok, 1.0, "usage") if a.open_loop else None
     paced = [p for p in phases if p["server_itl_ms"]]
@@ -137,6 +149,7 @@ def main() -> int:
         "requests": a.requests,
         "gen": a.gen,
         "cpus": os.cpu_count(),
+        "gc": a.gc,
         "loadavg_after": os.getloadavg()[0],
         "phases": phases,
         "open_loop": open_loop,

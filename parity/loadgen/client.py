@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from parity.errors import InfraError
+from parity.loadgen import gc_hold
 from parity.loadgen.http import Connection, HttpError, request_json, stream_request
 from parity.loadgen.record import RequestRecord
 
@@ -458,7 +459,8 @@ def drive(t: Target, specs: list[RequestSpec], timeout: float, progress: Callabl
             progress(state)
         return await task
 
-    return asyncio.run(main())
+    with gc_hold.held():
+        return asyncio.run(main())
 
 
 async def generate(t: Target, prompt, gen: int, timeout: float, extra: dict | None = None) -> tuple[RequestRecord, str]:
