@@ -25,8 +25,8 @@ usage: python benchmarks/loadgen_overhead.py [--concurrency 256] [--requests 204
 from __future__ import annotations
 
 import argparse
-import contextlib
 import asyncio
+import contextlib
 import json
 import os
 import resource
@@ -37,8 +37,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-from parity.loadgen.arrivals import achieved, open_loop_times  # noqa: E402
 from parity.loadgen import gc_hold  # noqa: E402
+from parity.loadgen.arrivals import achieved, open_loop_times  # noqa: E402
 from parity.loadgen.client import RequestSpec, Target, run_open_loop, run_requests  # noqa: E402
 from parity.metrics.serving import percentile  # noqa: E402
 from parity.metrics.validity import check_request  # noqa: E402
