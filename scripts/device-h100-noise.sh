@@ -25,6 +25,7 @@
 #   aa-ttft    the A/A of PROF's setting at N=1 until TTFT's interval is +-5 % (stock_b, stock; TAG names the outputs)
 #   capacity-aa / capacity-knob  parity capacity: stock_b vs stock, then stock_nog (CUDA graphs off) vs stock (issue 57)
 #   xover-aa / xover-knob  two GPUs at once (--gpus 0,1): stock_b vs stock, then KNOB (stock_nkvo) vs stock, NPL, --until-ci XCI
+#              XGEN: the generation length of xover-aa, xover-knob and knob-1gpu (the profile's, 64, by default)
 #   knob-1gpu  the same knob on GPU 0 alone (CUDA_VISIBLE_DEVICES=0), arms in turn, the same target: the wall to compare
 #   energy     J/token A/A at N=8 (stock_b, stock) with the counter vs power-integral cross-check (issue 57); EARGS: more options
 #   replay-aa  a request-trace slice (TRACE, SPEEDUP, DUR s) replayed A/A in paired blocks (issue 58); replay-ps: paged vs stock;
@@ -200,13 +201,13 @@ for stage in "$@"; do
     ;;
   xover-aa | xover-knob)  # issue 57 on two GPUs: a block's two arms at once on GPU 0 and 1, swapped every block
     eng=$([ $stage = xover-aa ] && echo stock_b,stock || echo ${KNOB:-stock_nkvo},stock); o=$R/out/$stage
-    t $P snapshot -p $PROF --engines $eng -m ${MODEL:-dense-16g} --npl ${NPL:-8,32} --gpus 0,1 --until-ci ${XCI:-1} --max-repeats ${MAXREP:-8} --no-gates --json > $o.json 2> $o.err
+    t $P snapshot -p $PROF --engines $eng -m ${MODEL:-dense-16g} --npl ${NPL:-8,32} ${XGEN:+--gen $XGEN} --gpus 0,1 --until-ci ${XCI:-1} --max-repeats ${MAXREP:-8} --no-gates --json > $o.json 2> $o.err
     grep -v "^[│┃┏┡└]" $o.err | tail -n 24
     cp $(python3 -c "import json, sys; print(json.load(open(sys.argv[1]))['run_dir'])" $o.json)/summary.json $o-summary.json
     ;;
   knob-1gpu)  # the same knob on GPU 0 alone, arms in turn: the single-GPU verdict and its wall for the same target
     o=$R/out/$stage  # CUDA_VISIBLE_DEVICES=0: on a two-GPU host llama-server would otherwise split the model over both
-    t env CUDA_VISIBLE_DEVICES=0 $P snapshot -p $PROF --engines ${KNOB:-stock_nkvo},stock -m ${MODEL:-dense-16g} --npl ${NPL:-8,32} --until-ci ${XCI:-1} --max-repeats ${MAXREP:-8} --no-gates --json > $o.json 2> $o.err
+    t env CUDA_VISIBLE_DEVICES=0 $P snapshot -p $PROF --engines ${KNOB:-stock_nkvo},stock -m ${MODEL:-dense-16g} --npl ${NPL:-8,32} ${XGEN:+--gen $XGEN} --until-ci ${XCI:-1} --max-repeats ${MAXREP:-8} --no-gates --json > $o.json 2> $o.err
     grep -v "^[│┃┏┡└]" $o.err | tail -n 24
     cp $(python3 -c "import json, sys; print(json.load(open(sys.argv[1]))['run_dir'])" $o.json)/summary.json $o-summary.json
     ;;
