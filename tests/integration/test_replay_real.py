@@ -116,7 +116,9 @@ def test_a_planted_warm_cache_is_flagged_every_time_and_a_clean_run_never(parity
         assert [r["connect_ms"] for r in recs] == [None] * 12 and all(r["send"] >= r["scheduled"] for r in recs)
     print(f"10x: send delay p50 {ten['sched_delay_p50_ms']} ms, p99 {ten['sched_delay_p99_ms']} ms; {box}")
     # on a quiet box the line (p99 < 1 ms; of 12 sends, their max) held in 4 of 5 runs on 2026-11-29
-    # (0.04-0.23 ms) and one read 2.6 ms, one stall of the client: asserted below 5 ms there, warned past 1 ms
+    # (0.04-0.23 ms) and one read 2.6 ms, one stall of the client: asserted below 5 ms there, warned past 1 ms.
+    # With the collector held off while timing (parity.loadgen.gc_hold), 7 of 8 runs read 0.04-0.12 ms; the
+    # eighth 4.83 ms, with 0.073 cores of other work (a CLI start beside it on the 2 cores)
     if box.quiet:
         assert ten["sched_delay_p50_ms"] < 1.0 and ten["sched_delay_p99_ms"] < 5.0, (ten["sched_delay_p99_ms"], str(box))
     if ten["sched_delay_p99_ms"] >= 1.0:  # beside other work, most of it is the client waiting for a core
