@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from parity import results, stats, tables
 from parity.serving import summary
+from parity.metrics import energy
 from parity.metrics.registry import definitions
 from parity.metrics.serving import METRICS
 from parity.results.model import Median, PointRow, Ratio, point_rows
@@ -67,7 +68,8 @@ def write(plan, rd, rows: list[PointRow] | list[dict], extra: dict | None = None
     points = {m.n: m.point for m in med}
     for r in rat:
         r.put("point", points.get(r.n))
-    pts = summary.paired_points(rows, plan.reference, kind.headline, st.min_delta_pct, st.confidence)
+    pair = [*kind.headline, *(m for m in energy.measured(rows) if m not in kind.headline)]  # J/token where measured
+    pts = summary.paired_points(rows, plan.reference, pair, st.min_delta_pct, st.confidence)
     for p in pts:
         p["point"] = points.get(p["n"])
     invalid = [f"{r.engine} r{r.repeat} {r.point}: {'; '.join(r.invalid_reasons)}" for r in rows if not r.valid]

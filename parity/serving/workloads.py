@@ -23,6 +23,7 @@ from parity.loadgen.client import Target
 from parity.metrics.serving import compute
 from parity.results.model import PointRow
 from parity.runners.base import Process
+from parity.serving import crossover
 from parity.serving.plan import SnapshotPlan
 from parity.serving.point import check_fits, client_side, records_json, scrape_parsed
 from parity.telemetry import watch
@@ -168,7 +169,8 @@ def run_points(run: Run, plan: SnapshotPlan, la: Launch, target: Target, engine:
         row = finish(arm, wl, m)
         if tel is not None:
             watched(arm, wl, m, tel, row)
-            row["gpu"] = gpu
+            if gpu is not None:
+                row["gpu"] = gpu
         row = PointRow.of(row)
         rows.append(row)
         prog.advance(task)
@@ -180,17 +182,20 @@ def run_points(run: Run, plan: SnapshotPlan, la: Launch, target: Target, engine:
 
 def measured(arm: Arm, wl: Workload, gpu: int | None, pin: dict | None,
              sync) -> Iterator[tuple[Measured, Watch | None]]:
-    """The kind's points, each with its telemetry window (None: an arm in turn on one GPU, which samples
-    none); a crossover arm's each after the barrier, the point's whole run inside the window (its
-    client thread pinned there)."""
+    """The kind's points, each with its telemetry window: a crossover arm's each after the barrier, the
+    point's whole run inside the window (its client thread pinned there), sampling its GPU alone; an
+    arm in turn on one GPU the same for the kinds whose point is one measured run (crossover.KINDS:
+    a trace replay, so its energy per token is the replay's), every GPU sampled; the other kinds none
+    (their points hold primers and turns the window would count)."""
     points = wl.kind_obj.run(arm, wl)
-    if gpu is None:
+    if gpu is None and wl.kind not in crossover.KINDS:
         yield from ((m, None) for m in points)
         return
     for _, label in wl.points():
         if sync is not None:
             sync(f"{arm.engine} r{arm.rep} {wl.name} {label}")
-        with watch.point(arm.run.runner, arm.shape.telemetry, getattr(arm.proc, "pid", None), pin, [gpu]) as tel:
+        gpus = None if gpu is None else [gpu]
+        with watch.point(arm.run.runner, arm.shape.telemetry, getattr(arm.proc, "pid", None), pin, gpus) as tel:
             m = next(points, None)
         if m is None:
             return

@@ -78,6 +78,9 @@ def test_a_mooncake_slice_is_sent_token_exact_with_the_traces_hit_rate(parity_cl
         assert abs(row["server_hit_rate"] - row["trace_hit_rate"]) <= 0.01, row  # the published rate, within 1 point
         assert abs(row["hit_gap"]) <= 0.02 and row["cache_state"].startswith("checked")
         assert row["input_exact_share"] == 1.0
+        # one GPU (here none): the replay's own telemetry window, so a GPU box has its energy per token
+        assert (run / row["telemetry"]["file"]).is_file() and row["telemetry"]["samples"] > 0
+        assert row["j_per_output_tok"] is None and row["energy"]["applicable"] is False, row["energy"]
         recs = json.loads((run / "requests" / f"stock-r0-tr-{slugify(row['point'])}.json").read_text())
         for rec, req in zip(recs, want):  # the requests in the trace's order, each exactly its input length
             t = rec["server_timings"]

@@ -470,7 +470,8 @@ def test_each_arms_telemetry_samples_its_own_gpu(monkeypatch, tmp_path):
 def test_a_replay_arm_meets_the_other_before_every_point_inside_its_own_window(smoke, monkeypatch):
     """run_points' per point (parity.serving.workloads.measured): a crossover arm calls sync before each of
     the trace's points, then runs the point inside its telemetry window with its client thread on its
-    own cores; an arm in turn on one GPU calls no sync and opens no window."""
+    own cores; an arm in turn on one GPU calls no sync and opens the same window for a replay's points,
+    none for a kind whose points hold primers or turns."""
     from parity.serving import workloads
     from parity.workloads.base import Measured
 
@@ -498,7 +499,13 @@ def test_a_replay_arm_meets_the_other_before_every_point_inside_its_own_window(s
     assert events == [e for label in labels for e in (("sync", f"stock r1 trace {label}"), ("point", label, {core}))]
     assert os.sched_getaffinity(0) == before  # the mask back after each window
 
-    events.clear()
-    alone = [(m.label, tel) for m, tel in workloads.measured(arm, wl, None, pin, sync)]
-    assert alone == [(label, None) for label in labels]
+    events.clear()  # one GPU, arms in turn (no barrier to meet): the replay's points watched all the same (its energy per token)
+    alone = [(m.label, tel is not None) for m, tel in workloads.measured(arm, wl, None, pin, None)]
+    assert alone == [(label, True) for label in labels]
+    assert events == [("point", label, {core}) for label in labels]  # the client on its cores, as the N sweep's
+    assert os.sched_getaffinity(0) == before
+
+    events.clear()  # a kind whose point holds primers or turns: no window on one GPU
+    other = types.SimpleNamespace(kind="shared-prefix", kind_obj=wl.kind_obj, points=wl.points, name=wl.name)
+    assert [(m.label, tel) for m, tel in workloads.measured(arm, other, None, pin, None)] == [(label, None) for label in labels]
     assert events == [("point", label, before) for label in labels]

@@ -300,6 +300,33 @@ def test_workload_summary_medians_ratios_and_tsv(tmp_path):
     assert lines[0].split("\t")[:8] == ["kind", "engine", "n", "point", "repeat", "reference", "valid", "held"] and len(lines) == 1 + 4 + 2 + 1
 
 
+def test_a_trace_summary_pairs_energy_per_token_where_it_was_measured_and_not_elsewhere(tmp_path):
+    from parity.serving import workload_summary
+
+    def row(engine, rep, ttft, j):
+        return {"engine": engine, "repeat": rep, "n": 1.5, "point": "1.5x: 59 requests", "ttft_sched_p50_ms": ttft, "tpot_p50_ms": 25.0,
+                "server_hit_rate": 0.0, "j_per_output_tok": j, "j_per_total_tok": None if j is None else j / 7,
+                "valid": True, "invalid_reasons": [], "requests": 59, "valid_requests": 59, "invalid_requests": 0}  # fmt: skip
+
+    wl = SimpleNamespace(kind="trace", describe=lambda: {"name": "tr", "kind": "trace"})
+    shape = SimpleNamespace(ptok=8, gen=4, parallel=16, ctx=1024, prompt="tokens", min_window_s=0.0, invalid_tolerance=0.0)
+    order, st = [(r, e) for r in range(3) for e in ("a", "b")], profile_from_dict({"name": "t"}).stats
+    plan = SimpleNamespace(workload=wl, model="m", engines=["a", "b"], reference="b", shape=shape, npl=[1.5], repeat=3, sized=None, order=order, stats=st)
+    rd = SimpleNamespace(write_json=lambda n, d: None, write_text=lambda n, t: None)
+    # J/token per block as a GPU measured it: a / b = 1.10, 1.12, 1.08
+    rows = [row("a", 0, 60.0, 1.10), row("b", 0, 60.0, 1.0), row("a", 1, 61.0, 1.12), row("b", 1, 60.5, 1.0),
+            row("a", 2, 59.0, 1.08), row("b", 2, 59.5, 1.0)]
+    pairs = {p["metric"]: p for p in workload_summary.write(plan, rd, rows)["paired"]}
+    assert {"ttft_sched_p50_ms", "tpot_p50_ms", "j_per_output_tok", "j_per_total_tok"} <= set(pairs)
+    j = pairs["j_per_output_tok"]
+    assert j["ratio"] == pytest.approx((1.10 * 1.12 * 1.08) ** (1 / 3), abs=1e-4) and j["n_blocks"] == 3 and j["low"] > 1.0
+    # a CPU box: no energy number in any row, so no J/token pair (not a "missing" one)
+    cpu = [row(e, r, t, None) for e, r, t in (("a", 0, 60.0), ("b", 0, 60.0), ("a", 1, 61.0), ("b", 1, 60.5))]
+    plan.order, plan.repeat = order[:4], 2
+    pairs = {p["metric"] for p in workload_summary.write(plan, rd, cpu)["paired"]}
+    assert "j_per_output_tok" not in pairs and "ttft_sched_p50_ms" in pairs
+
+
 def test_workload_configs_are_checked():
     check_workload(WorkloadConfig(kind="open-loop", rates=[1.0, 2.5]), "f", "serving.workloads.ol")
     with pytest.raises(ConfigError, match=r"serving.workloads.ol.rates"):
