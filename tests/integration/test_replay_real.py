@@ -30,8 +30,8 @@ DATA = Path(__file__).resolve().parents[1] / "data" / "replay"
 EXIT_INVALID = 6
 
 
-def replay_profile(tmp_path: Path, workloads: dict) -> Path:
-    shape = {"port": free_port(), "model": "tiny-long", "engines": ["stock"], "parallel": 1, "ctx": 32768, "ptok": 32,
+def replay_profile(tmp_path: Path, workloads: dict, parallel: int = 1) -> Path:
+    shape = {"port": free_port(), "model": "tiny-long", "engines": ["stock"], "parallel": parallel, "ctx": 32768, "ptok": 32,
              "gen": 16, "min_window_s": 0.0, "request_timeout_s": 600, "warmup": {"requests": 1, "gen": 4},
              "workloads": workloads, "repeat": 1, "output_parity": {"enabled": False}, "settle_tolerance_mib": 1 << 20}
     model = {"path": "${PARITY_CACHE}/models/tiny-llama-f16-ctx32k.gguf", "arch": "llama",
@@ -45,8 +45,8 @@ def replay_profile(tmp_path: Path, workloads: dict) -> Path:
     return p
 
 
-def replay(parity_cli, tmp_path: Path, workload: dict, ok=(0,)) -> dict:
-    prof = replay_profile(tmp_path, {"tr": workload})
+def replay(parity_cli, tmp_path: Path, workload: dict, ok=(0,), parallel: int = 1) -> dict:
+    prof = replay_profile(tmp_path, {"tr": workload}, parallel)
     r = parity_cli("--artifacts", str(tmp_path / "runs"), "snapshot", "--profile", str(prof), "--workload", "tr",
                    "--engines", "stock", "--no-gates", "--json", timeout=1800)
     assert r.returncode in ok, r.stderr[-3000:]
@@ -203,3 +203,36 @@ def test_an_ab_replay_runs_until_its_request_paired_interval_is_narrow(parity_cl
     assert tpot["n_blocks"] == stop["blocks"]
     if stop["rule"] == "until-ci":
         assert tpot["stop_half_width_pct"] <= 50
+
+
+# issue 58's send line as a percentile, not the max of a dozen sends: the Azure conversation trace's first
+# 60 s at 10x (191 requests written over ~6 s, 4 slots), so one stall of the client cannot decide it alone.
+# The server falls behind at once (121 requests in flight by 5.7 s, the last stream ending at 34 s) and
+# computes flat out on the same 2 cores as the client: on a quiet box p99 read 1.14, 0.47, 0.73, 1.23, 0.98,
+# 1.23 and 0.72 ms (2026-11-29, seven runs, other work 0.000-0.002 cores; the late sends fell where 30-121 were
+# in flight, or where two or three were due at the same instant and went one after another).  The issue's
+# 1 ms holds for the 12-send slice above, not here: asserted below 5 ms where quiet, warned past 1 ms
+CONV_10X = {"kind": "trace", "trace": str(DATA / "azure-conv-2023.csv"), "duration_s": 60.0, "speedups": [10],
+            "max_delay_p99_ms": 1000, "min_achieved_share": 0.5}
+
+
+@pytest.mark.quiet
+def test_the_send_delay_p99_at_10x_the_traces_rate_over_a_hundred_sends(parity_cli, engine_bins, tmp_path):
+    from parity.artifacts import slugify
+    from parity.stats import percentile
+
+    with OtherWork() as box:
+        doc = replay(parity_cli, tmp_path, CONV_10X, parallel=4)
+    (row,) = doc["rows"]
+    assert row["valid"], row["invalid_reasons"]
+    recs = json.loads((Path(doc["run_dir"]) / "requests" / f"stock-r0-tr-{slugify(row['point'])}.json").read_text())
+    late = [(r["send"] - r["scheduled"]) * 1e3 for r in recs]
+    assert len(late) == row["requests"] >= 101 and all(d >= 0 for d in late)  # p99 of 101 or more is not their max
+    assert row["sched_delay_p99_ms"] == pytest.approx(percentile(late, 99), abs=1e-3)
+    print(f"10x over {len(late)} sends: p50 {row['sched_delay_p50_ms']} ms, p99 {row['sched_delay_p99_ms']} ms, "
+          f"max {max(late):.3f} ms; {box}")
+    if box.quiet:
+        assert row["sched_delay_p50_ms"] < 1.0 and row["sched_delay_p99_ms"] < 5.0, (sorted(late)[-3:], str(box))
+    if row["sched_delay_p99_ms"] >= 1.0:
+        warnings.warn(f"trace replay at 10x over {len(late)} sends: p99 {row['sched_delay_p99_ms']} ms (1 ms or more: "
+                      f"the client waited for a core beside the server computing flat out); {box}")
