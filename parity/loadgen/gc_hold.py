@@ -2,8 +2,8 @@
 process's objects takes 2-4 ms on the 2-core box, and one landing in the send loop or between a
 chunk's arrival and its timestamp shows up as a late send (an open loop at 500 requests/s, 3,000
 requests, read a worst send 10-22 ms late in 4 runs with the collector running, 0.3 and 2.6 ms in 2
-held: benchmarks/loadgen_overhead.py --gc).  On entry one collection runs (untimed) and automatic collection is turned off; on the
-last exit it is turned back on if it was on.  Reference counting still frees everything outside a
+held: benchmarks/loadgen_overhead.py --gc).  On entry one collection runs (untimed) and automatic
+collection is turned off; on the last exit it is turned back on if it was on.  Reference counting still frees everything outside a
 cycle, so a run's memory grows by no more than the cycles it makes.  Nothing is frozen: the CLI's
 own freeze of its imports (parity.__main__) stays as it was.  Counted, so the two arms of a
 crossover (one thread each) may overlap."""

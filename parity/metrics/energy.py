@@ -59,6 +59,8 @@ def compute(sample: EnergySample) -> tuple[dict, dict]:
     return row, why
 
 
-def measured(rows: list[PointRow]) -> list[str]:
-    """The energy metrics some valid row has a number for: a sweep pairs them beside stats.metrics."""
-    return [n for n in ENERGY_METRICS if any(r.valid and r.metric(n) is not None for r in rows)]
+def paired_beside(metrics, rows: list[PointRow]) -> list[str]:
+    """metrics, then the energy metrics not among them that some valid row has a number for: what a
+    summary pairs (a sweep's stats.metrics, a workload kind's headline), J/token where it was measured."""
+    return [*metrics, *(n for n in ENERGY_METRICS
+                        if n not in metrics and any(r.valid and r.metric(n) is not None for r in rows))]

@@ -204,8 +204,7 @@ def write(plan, rd, rows: list[PointRow] | list[dict], extra: dict | None = None
     st = plan.stats
     rule = stats.Rule.from_config(st)
     rat = ratios(rows, med, plan.reference, rule)
-    pair = [*st.metrics, *(m for m in energy.measured(rows) if m not in st.metrics)]  # J/token where measured
-    pts = paired_points(rows, plan.reference, pair, st.min_delta_pct, st.confidence)
+    pts = paired_points(rows, plan.reference, energy.paired_beside(st.metrics, rows), st.min_delta_pct, st.confidence)
     invalid = [f"{r.engine} r{r.repeat} N={r.n}: {'; '.join(r.invalid_reasons)}" for r in rows if not r.valid]
     doc = {
         **head(plan),

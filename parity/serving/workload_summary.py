@@ -68,8 +68,8 @@ def write(plan, rd, rows: list[PointRow] | list[dict], extra: dict | None = None
     points = {m.n: m.point for m in med}
     for r in rat:
         r.put("point", points.get(r.n))
-    pair = [*kind.headline, *(m for m in energy.measured(rows) if m not in kind.headline)]  # J/token where measured
-    pts = summary.paired_points(rows, plan.reference, pair, st.min_delta_pct, st.confidence)
+    pts = summary.paired_points(rows, plan.reference, energy.paired_beside(kind.headline, rows), st.min_delta_pct,
+                                st.confidence)
     for p in pts:
         p["point"] = points.get(p["n"])
     invalid = [f"{r.engine} r{r.repeat} {r.point}: {'; '.join(r.invalid_reasons)}" for r in rows if not r.valid]

@@ -241,9 +241,11 @@ def test_row_without_energy_carries_the_reason_not_a_zero():
 def test_only_measured_energy_metrics_are_paired():
     row = lambda **kw: PointRow.of({"engine": "stock", "n": 1, **kw})  # noqa: E731
     rows = [row(valid=True, j_per_output_tok=None, j_per_total_tok=None)]
-    assert em.measured(rows) == []
-    assert em.measured(rows + [row(valid=True, j_per_output_tok=0.3, j_per_total_tok=0.2)]) == ["j_per_output_tok", "j_per_total_tok"]
-    assert em.measured(rows + [row(valid=False, j_per_output_tok=0.3)]) == []
+    assert em.paired_beside(["tpot_ms"], rows) == ["tpot_ms"]
+    both = rows + [row(valid=True, j_per_output_tok=0.3, j_per_total_tok=0.2)]
+    assert em.paired_beside(["tpot_ms"], both) == ["tpot_ms", "j_per_output_tok", "j_per_total_tok"]
+    assert em.paired_beside(("j_per_total_tok",), both) == ["j_per_total_tok", "j_per_output_tok"]  # once each
+    assert em.paired_beside(["tpot_ms"], rows + [row(valid=False, j_per_output_tok=0.3)]) == ["tpot_ms"]
 
 
 # ------------------------------------------------------------------ captures
