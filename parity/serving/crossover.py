@@ -7,9 +7,9 @@ engine's position).  With serving.telemetry.pin_cpus each GPU's arm has its own 
 cores (its server's and its client's, parity.telemetry.affinity), which go with the GPU, and each
 arm's GPU telemetry samples its GPU alone.  The two arms meet before every point (a barrier), so
 their points overlap; each arm's percentiles come from its own request records, and each block
-is one pair of the paired statistics, as on one GPU.  It runs the N sweep or the trace workload
-(KINDS: a replay's arms send the same requests on the same schedule, each from the barrier's
-release, and pair request by request within the block)."""
+is one pair of the paired statistics, as on one GPU.  It runs the N sweep or a workload kind whose
+points are one measured run each (`one_run_points`: the trace replay, whose arms send the same
+requests on the same schedule, each from the barrier's release, and pair request by request)."""
 
 from __future__ import annotations
 
@@ -25,8 +25,6 @@ from parity.telemetry import affinity
 from parity.workloads import trace
 
 MAX_PORT = 65535
-
-KINDS = ("trace",)  # the workload kinds whose arms meet before every point (parity.serving.workloads.run_points)
 
 VISIBLE, DEVICE_ORDER = "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"
 
@@ -68,7 +66,7 @@ def check(gpus: list[int], engines: list[str], order: str, workload, bound: dict
         raise UsageError(f"{at} needs exactly two engines (a block's two arms), got {got}")
     if order == "aabb":
         raise UsageError(f"{at} runs a block's two arms at once; --order aabb has no blocks (use abba or abab)")
-    if workload is not None and workload.kind not in KINDS:
+    if workload is not None and not workload.kind_obj.one_run_points:
         raise UsageError(f"{at} runs the N sweep and the trace workload (--trace); run the {workload.kind} workload "
                          "without --gpus (one GPU, arms in turn)")
     for e, eng in bound.items():

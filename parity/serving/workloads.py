@@ -23,7 +23,6 @@ from parity.loadgen.client import Target
 from parity.metrics.serving import compute
 from parity.results.model import PointRow
 from parity.runners.base import Process
-from parity.serving import crossover
 from parity.serving.plan import SnapshotPlan
 from parity.serving.point import check_fits, client_side, records_json, scrape_parsed
 from parity.telemetry import watch
@@ -184,11 +183,11 @@ def measured(arm: Arm, wl: Workload, gpu: int | None, pin: dict | None,
              sync) -> Iterator[tuple[Measured, Watch | None]]:
     """The kind's points, each with its telemetry window: a crossover arm's each after the barrier, the
     point's whole run inside the window (its client thread pinned there), sampling its GPU alone; an
-    arm in turn on one GPU the same for the kinds whose point is one measured run (crossover.KINDS:
+    arm in turn on one GPU the same for the kinds whose point is one measured run (`one_run_points`:
     a trace replay, so its energy per token is the replay's), every GPU sampled; the other kinds none
     (their points hold primers and turns the window would count)."""
     points = wl.kind_obj.run(arm, wl)
-    if gpu is None and wl.kind not in crossover.KINDS:
+    if gpu is None and not wl.kind_obj.one_run_points:
         yield from ((m, None) for m in points)
         return
     for _, label in wl.points():

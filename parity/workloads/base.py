@@ -55,6 +55,9 @@ class WorkloadKind:
     params: tuple[str, ...] = ()  # the section keys the report lists
     plots: tuple[Plot, ...] = ()
     stop_metrics: tuple[str, ...] = ()  # what --until-ci may name beyond the headline (stop_widths gives them)
+    # each point is one measured run with nothing beside it (no primers, no turns): its two arms can meet before
+    # it on two GPUs at once, and a telemetry window can hold its whole run (parity.serving.workloads.measured)
+    one_run_points = False
 
     # ---- the section ----------------------------------------------------------------------
     def check(self, w, label: str, key: str) -> None:

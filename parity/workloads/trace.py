@@ -185,6 +185,7 @@ class TraceReplay(WorkloadKind):
     headline = ("ttft_sched_p50_ms", "tpot_p50_ms", "server_hit_rate")
     stop_metrics = request_paired.STOP_METRICS  # --until-ci request_ttft_median=2: each request against itself
     windows = ("wall_s",)  # the trace's own span: nothing to calibrate
+    one_run_points = True
     shown = ("scheduled_rate", "sched_delay_p50_ms", "sched_delay_p99_ms", "ttft_sched_p50_ms", "ttft_sched_p99_ms",
              "tpot_p50_ms", "e2e_sched_p99_ms", "trace_hit_rate", "expected_hit_rate", "server_hit_rate",
              "input_exact_share")

@@ -506,6 +506,9 @@ def test_a_replay_arm_meets_the_other_before_every_point_inside_its_own_window(s
     assert os.sched_getaffinity(0) == before
 
     events.clear()  # a kind whose point holds primers or turns: no window on one GPU
-    other = types.SimpleNamespace(kind="shared-prefix", kind_obj=wl.kind_obj, points=wl.points, name=wl.name)
+    from parity.workloads import WORKLOADS
+
+    monkeypatch.setattr(type(WORKLOADS["shared-prefix"]), "run", run)
+    other = types.SimpleNamespace(kind="shared-prefix", kind_obj=WORKLOADS["shared-prefix"], points=wl.points, name=wl.name)
     assert [(m.label, tel) for m, tel in workloads.measured(arm, other, None, pin, None)] == [(label, None) for label in labels]
     assert events == [("point", label, before) for label in labels]
