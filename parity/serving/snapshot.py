@@ -122,7 +122,8 @@ def make_budget(st, req: SnapshotRequest, plan: SnapshotPlan, workload) -> Budge
     """The stop rule's budget: fixed (repeat blocks) or --until-ci's (at least repeat and
     2 blocks, at most --max-repeats, within --budget-s); --until-ci PCT or METRIC=PCT,... replaces
     the profile's stats.until_ci_pct and until_ci_targets.  st: the profile's stats section."""
-    stops = workload.kind_obj.stop_metrics if workload is not None else ()
+    kind = workload.kind_obj if workload is not None else None
+    stops = (*kind.stop_metrics, *kind.headline) if kind is not None and kind.stop_metrics else ()  # its headline too
     cannot = [why for bad, why in (
         (workload is not None and not stops, "--until-ci stops on the N sweep's headline intervals; a workload "
                                              "has its own points (run it with --repeat N)"),
@@ -380,9 +381,11 @@ def sweep_all(plan: SnapshotPlan, run: Run) -> list[dict]:
             if plan.workload is None:
                 return half_widths(rows, plan.reference, st.metrics, st.min_delta_pct, st.confidence, direction)
             kind = plan.workload.kind_obj
-            if budget.adaptive:  # a kind's own stop metrics (--until-ci request_ttft_median=2) stand for the headline's
-                return {k: v for k, v in kind.stop_widths(rows, plan.reference, st.min_delta_pct, st.confidence).items()
-                        if k.rsplit(" ", 1)[-1] in budget.targets}
+            if budget.adaptive:  # the named ones: a kind's own (--until-ci request_ttft_median=2), its headline's
+                both = {**kind.stop_widths(rows, plan.reference, st.min_delta_pct, st.confidence),
+                        **half_widths(rows, plan.reference, list(kind.headline), st.min_delta_pct, st.confidence,
+                                      direction, key="point")}
+                return {k: v for k, v in both.items() if k.rsplit(" ", 1)[-1] in budget.targets}
             return half_widths(rows, plan.reference, list(kind.headline), st.min_delta_pct, st.confidence, direction,
                                key="point")
 

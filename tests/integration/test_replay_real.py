@@ -172,9 +172,9 @@ def test_vllm_reports_its_own_cache_and_a_planted_warm_one_is_flagged(parity_cli
 
 
 def test_an_ab_replay_runs_until_its_request_paired_interval_is_narrow(parity_cli, engine_bins, tmp_path):
-    """--until-ci on a replay waits on the request-paired ratios it names: the stock build against
-    a second engine of the same build, blocks added until the median request's TPOT ratio's stop
-    form is within 50 % (or 4 blocks), each block's line and the stop naming it."""
+    """--until-ci on a replay waits on what it names: the stock build against a second engine of the
+    same build, blocks added until the median request's TPOT ratio's stop form is within 50 % and the
+    arms' p50 TPOT ratio's within 60 % (or 4 blocks), each block's line and the stop naming them."""
     from tests.integration.test_capacity_real import STOCK_TARGETS
     from tests.integration.test_workloads_real import smoke_engine
 
@@ -190,19 +190,21 @@ def test_an_ab_replay_runs_until_its_request_paired_interval_is_narrow(parity_cl
             "--engines", "stock_b,stock", "--no-gates", "--json")
     bad = parity_cli(*args, "--until-ci", "2", timeout=120)
     assert bad.returncode == 2 and "names what it waits on" in bad.stderr and "Traceback" not in bad.stderr
-    r = parity_cli(*args, "--until-ci", "request_tpot_median=50", "--max-repeats", "4", timeout=1800)
+    r = parity_cli(*args, "--until-ci", "request_tpot_median=50,tpot_p50_ms=60", "--max-repeats", "4", timeout=1800)
     assert r.returncode in (0, EXIT_INVALID), r.stderr[-3000:]
     out = json.loads(r.stdout)
     summary = json.loads((Path(out["run_dir"]) / "summary.json").read_text())
     stop = summary["stop"]
     assert stop["rule"] in ("until-ci", "max-repeats") and 2 <= stop["blocks"] <= 4, stop
-    assert "request_tpot_median <= 50%" in stop["budget"]
+    assert "request_tpot_median <= 50%" in stop["budget"] and "tpot_p50_ms <= 60%" in stop["budget"]
     lines = [x for x in r.stderr.splitlines() if x.startswith("block ")]
-    assert len(lines) == stop["blocks"] and "request_tpot_median" in lines[-1]
+    assert len(lines) == stop["blocks"] and ("request_tpot_median" in lines[-1] or "tpot_p50_ms" in lines[-1])
+    assert all("/2 over their targets" in x for x in lines[1:]), lines  # both watched: the pairing and the arms' p50
     (tpot,) = [p for p in summary["request_paired"] if p["quantity"] == "tpot_ms" and p["statistic"] == "median"]
-    assert tpot["n_blocks"] == stop["blocks"]
+    (p50,) = [p for p in summary["paired"] if p["metric"] == "tpot_p50_ms"]
+    assert tpot["n_blocks"] == p50["n_blocks"] == stop["blocks"]
     if stop["rule"] == "until-ci":
-        assert tpot["stop_half_width_pct"] <= 50
+        assert tpot["stop_half_width_pct"] <= 50 and p50["stop_half_width_pct"] <= 60
 
 
 # issue 58's send line as a percentile, not the max of a dozen sends: the Azure conversation trace's first

@@ -163,8 +163,8 @@ def test_budget_fixed_by_default_adaptive_with_until_ci():
         (SnapshotRequest(until_ci=2), {"order": "aabb"}, "--order aabb has none"),
         (SnapshotRequest(until_ci=2), {"workload": workload("open-loop")}, "a workload has its own points"),
         (SnapshotRequest(until_ci=2), {"workload": workload("trace")}, "names what it waits on: METRIC=PCT"),
-        (SnapshotRequest(until_ci="tpot_p50_ms=2"), {"workload": workload("trace")},
-         "tpot_p50_ms is not one the trace workload's stop rule watches"),
+        (SnapshotRequest(until_ci="tpot_mean_ms=2"), {"workload": workload("trace")},
+         "tpot_mean_ms is not one the trace workload's stop rule watches"),
     ],
 )
 def test_budget_bad_input_is_one_usage_error(req, kw, message):
@@ -214,3 +214,14 @@ def test_an_interrupt_swallowed_inside_a_block_still_ends_the_loop():
 def test_a_trace_workload_waits_on_the_request_paired_ratios_it_names():
     b = budget_for(SnapshotRequest(until_ci="request_ttft_median=2", max_repeats=16), workload=workload("trace"))
     assert b.targets == {"request_ttft_median": 2.0} and b.until_ci_pct is None and b.max_blocks == 16
+
+
+def test_a_trace_workload_may_also_wait_on_its_headline_the_arms_own_percentiles():
+    """The arms' p50 TTFT ratio (the headline's paired form) is a target beside the request-paired ones;
+    a metric that is neither is refused with the list of both."""
+    b = budget_for(SnapshotRequest(until_ci="ttft_sched_p50_ms=2,request_ttft_median=2", max_repeats=40),
+                   workload=workload("trace"))
+    assert b.targets == {"ttft_sched_p50_ms": 2.0, "request_ttft_median": 2.0} and b.max_blocks == 40
+    with pytest.raises(UsageError) as e:
+        budget_for(SnapshotRequest(until_ci="decode_agg_tps=2"), workload=workload("trace"))
+    assert "decode_agg_tps" in str(e.value) and "ttft_sched_p50_ms" in str(e.value) and "request_ttft_median" in str(e.value)
