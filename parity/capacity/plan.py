@@ -114,6 +114,7 @@ def make_plan(profile, req: CapacityRequest) -> CapacityPlan:
         if req.load == CLOSED and slots is not None and max_load > slots:
             plan.notes.append(f"{e} runs {slots} requests at once: clients past them wait in its queue, and their "
                               "time to first token counts that wait")  # fmt: skip
+        plan.notes += [f"{e}: {c}" for c in eng.load_caveats(serving.shape)]
     return plan
 
 

@@ -156,6 +156,10 @@ class EngineKind:
         """Requests the server runs at once before it queues (None: no fixed slots)."""
         return None
 
+    def load_caveats(self, e, shape) -> list[str]:
+        """What about this engine's serving setup can move its latency with the load's history (plan notes)."""
+        return []
+
     def on_gpu(self, e) -> bool:
         return False
 

@@ -128,6 +128,16 @@ class Llama(EngineKind):
     def queue_limit(self, e, shape) -> int | None:
         return shape.parallel
 
+    def load_caveats(self, e, shape) -> list[str]:
+        # llama.cpp splits a step into one ubatch per run of consecutive slot ids when each slot has its own KV
+        # stream, and least-recently-used slot choice scatters them as a server ages (docs/CAPACITY.md)
+        args = [*shape.server_args, *e.server_args]
+        unified = any(a in ("-kvu", "--kv-unified") for a in args) and not any(a in ("-no-kvu", "--no-kv-unified") for a in args)
+        if shape.parallel > 1 and not unified:
+            return [f"a KV stream per slot (--parallel {shape.parallel} without -kvu): its steps split per run of "
+                    "neighbouring slots, so its step time can grow as the slots scatter over the run"]
+        return []
+
     def on_gpu(self, e: LlamaSection) -> bool:
         return bool(e.cuda_archs)
 

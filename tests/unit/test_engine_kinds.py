@@ -241,6 +241,7 @@ def calls(p, name: str):
         "launch": (eng, "/models/tiny.gguf", 18999, s, None, True, "tiny", out),
         "context_need": (eng, s),
         "queue_limit": (e, s),
+        "load_caveats": (e, s),
         "on_gpu": (e,),
         "doctor": (eng, runner),
         "kernel_path": ("Using 'MARLIN' NvFp4 MoE backend out of potential backends: ['MARLIN'].",),
@@ -389,3 +390,18 @@ def test_memory_per_process_is_not_applicable_to_a_server_parity_did_not_start()
     assert doc["engines"]["ep"] == {"peak_mib": None, "steady_mib": None, "before_mib": arms[1]["memory"]["before"], "arms": 2, "source": memory.NOT_A_PROCESS, "not_applicable": True}
     assert doc["ratios"] == [{"engine": "ep", "reference": "paged", "peak": None, "steady": None, "why": "not applicable: ep is not a process parity started"}]
     assert memory.summary([a for a in arms if a["engine"] == "ep"], "paged")["basis"] == "not applicable"
+
+
+@pytest.mark.parametrize("args, parallel, caveat", [
+    ([], 64, True), (["-kvu"], 64, False), (["--kv-unified"], 8, False), (["-kvu", "-no-kvu"], 8, True), ([], 1, False),
+])
+def test_llama_server_with_a_kv_stream_per_slot_is_named_as_a_load_caveat(every_kind, args, parallel, caveat):
+    """llama.cpp splits a step per run of neighbouring slots when each has its own KV stream (the default
+    with --parallel): capacity's plan names it, -kvu removes it, one slot has nothing to split."""
+    from msgspec.structs import replace
+
+    p, names = every_kind
+    eng = bind(p, names["llama"])
+    shape = replace(p.serving, parallel=parallel, server_args=[*p.serving.server_args, *args])
+    got = eng.load_caveats(shape)
+    assert bool(got) is caveat and all(f"--parallel {parallel} without -kvu" in c for c in got)
