@@ -30,10 +30,11 @@ DATA = Path(__file__).resolve().parents[1] / "data" / "replay"
 EXIT_INVALID = 6
 
 
-def replay_profile(tmp_path: Path, workloads: dict, parallel: int = 1) -> Path:
+def replay_profile(tmp_path: Path, workloads: dict, parallel: int = 1, **serving) -> Path:
     shape = {"port": free_port(), "model": "tiny-long", "engines": ["stock"], "parallel": parallel, "ctx": 32768, "ptok": 32,
              "gen": 16, "min_window_s": 0.0, "request_timeout_s": 600, "warmup": {"requests": 1, "gen": 4},
-             "workloads": workloads, "repeat": 1, "output_parity": {"enabled": False}, "settle_tolerance_mib": 1 << 20}
+             "workloads": workloads, "repeat": 1, "output_parity": {"enabled": False}, "settle_tolerance_mib": 1 << 20,
+             **serving}
     model = {"path": "${PARITY_CACHE}/models/tiny-llama-f16-ctx32k.gguf", "arch": "llama",
              "description": "the tiny llama with a 32k context",
              "synth": {"arch": "llama", "dtype": "f16", "seed": 0, "ctx": 32768}}
@@ -45,8 +46,8 @@ def replay_profile(tmp_path: Path, workloads: dict, parallel: int = 1) -> Path:
     return p
 
 
-def replay(parity_cli, tmp_path: Path, workload: dict, ok=(0,), parallel: int = 1) -> dict:
-    prof = replay_profile(tmp_path, {"tr": workload}, parallel)
+def replay(parity_cli, tmp_path: Path, workload: dict, ok=(0,), parallel: int = 1, **serving) -> dict:
+    prof = replay_profile(tmp_path, {"tr": workload}, parallel, **serving)
     r = parity_cli("--artifacts", str(tmp_path / "runs"), "snapshot", "--profile", str(prof), "--workload", "tr",
                    "--engines", "stock", "--no-gates", "--json", timeout=1800)
     assert r.returncode in ok, r.stderr[-3000:]
@@ -209,11 +210,14 @@ def test_an_ab_replay_runs_until_its_request_paired_interval_is_narrow(parity_cl
 
 # issue 58's send line as a percentile, not the max of a dozen sends: the Azure conversation trace's first
 # 60 s at 10x (191 requests written over ~6 s, 4 slots), so one stall of the client cannot decide it alone.
-# The server falls behind at once (121 requests in flight by 5.7 s, the last stream ending at 34 s) and
-# computes flat out on the same 2 cores as the client: on a quiet box p99 read 1.14, 0.47, 0.73, 1.23, 0.98,
-# 1.23 and 0.72 ms (2026-11-29, seven runs, other work 0.000-0.002 cores; the late sends fell where 30-121 were
-# in flight, or where two or three were due at the same instant and went one after another).  The issue's
-# 1 ms holds for the 12-send slice above, not here: asserted below 5 ms where quiet, warned past 1 ms
+# The server falls behind at once (121 requests in flight by 5.7 s, the last stream ending at 34 s).  With
+# the client on a core of its own (serving.telemetry.pin_cpus on these 2 cores: the server on one, the load
+# generator's thread on the other) and the interpreter's switch interval at 0.2 ms while it drives
+# (parity.loadgen.gc_hold) p99 read 0.023-0.25 ms in eight quiet runs (2026-11-29; the worst single send
+# 0.06-2.05 ms).  Pinned at the default 5 ms interval: 0.017-0.40 ms in six, 1.37 ms in a seventh.
+# Unpinned, where the server's own threads can take the client's core as it reacts to the sends, p99
+# read 0.47-1.71 ms in ten quiet runs, five past 1 ms.
+PIN_CLIENT = {"pin_cpus": True, "pin_min_cpus": 2, "client_cpus": 1}
 CONV_10X = {"kind": "trace", "trace": str(DATA / "azure-conv-2023.csv"), "duration_s": 60.0, "speedups": [10],
             "max_delay_p99_ms": 1000, "min_achieved_share": 0.5}
 
@@ -224,17 +228,18 @@ def test_the_send_delay_p99_at_10x_the_traces_rate_over_a_hundred_sends(parity_c
     from parity.stats import percentile
 
     with OtherWork() as box:
-        doc = replay(parity_cli, tmp_path, CONV_10X, parallel=4)
+        doc = replay(parity_cli, tmp_path, CONV_10X, parallel=4, telemetry=PIN_CLIENT)
     (row,) = doc["rows"]
     assert row["valid"], row["invalid_reasons"]
+    assert row["telemetry"]["client_cpus"] == "1" and row["telemetry"]["server_cpus"] == "0", row["telemetry"]
     recs = json.loads((Path(doc["run_dir"]) / "requests" / f"stock-r0-tr-{slugify(row['point'])}.json").read_text())
     late = [(r["send"] - r["scheduled"]) * 1e3 for r in recs]
     assert len(late) == row["requests"] >= 101 and all(d >= 0 for d in late)  # p99 of 101 or more is not their max
     assert row["sched_delay_p99_ms"] == pytest.approx(percentile(late, 99), abs=1e-3)
     print(f"10x over {len(late)} sends: p50 {row['sched_delay_p50_ms']} ms, p99 {row['sched_delay_p99_ms']} ms, "
           f"max {max(late):.3f} ms; {box}")
-    if box.quiet:
-        assert row["sched_delay_p50_ms"] < 1.0 and row["sched_delay_p99_ms"] < 5.0, (sorted(late)[-3:], str(box))
-    if row["sched_delay_p99_ms"] >= 1.0:
-        warnings.warn(f"trace replay at 10x over {len(late)} sends: p99 {row['sched_delay_p99_ms']} ms (1 ms or more: "
-                      f"the client waited for a core beside the server computing flat out); {box}")
+    if box.quiet:  # the issue's line: send-time p99 < 1 ms at 10x the trace's rate on this box
+        assert row["sched_delay_p99_ms"] < 1.0, (sorted(late)[-3:], str(box))
+    elif row["sched_delay_p99_ms"] >= 1.0:
+        warnings.warn(f"trace replay at 10x over {len(late)} sends: p99 {row['sched_delay_p99_ms']} ms beside other "
+                      f"work; {box}")

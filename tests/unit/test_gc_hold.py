@@ -1,4 +1,5 @@
 import gc
+import sys
 import threading
 
 import pytest
@@ -68,3 +69,20 @@ def test_two_arms_overlapping_in_threads_keep_it_off_until_the_last_leaves():
     t.join(30)
     assert seen["after_first_left"] is False  # this arm left first; the other still held it
     assert gc.isenabled()
+
+
+def test_the_switch_interval_is_short_while_held_and_back_after():
+    was = sys.getswitchinterval()
+    sys.setswitchinterval(0.004)
+    try:
+        with gc_hold.held():
+            assert sys.getswitchinterval() == pytest.approx(gc_hold.SWITCH_S, rel=0.01) and gc_hold.SWITCH_S < 0.001
+            with gc_hold.held():  # a second arm: still short
+                pass
+            assert sys.getswitchinterval() == pytest.approx(gc_hold.SWITCH_S, rel=0.01)
+        assert sys.getswitchinterval() == pytest.approx(0.004, rel=0.01)
+        with pytest.raises(KeyError), gc_hold.held():
+            raise KeyError("x")
+        assert sys.getswitchinterval() == pytest.approx(0.004, rel=0.01)
+    finally:
+        sys.setswitchinterval(was)
