@@ -123,6 +123,7 @@ class TelemetryConfig(msgspec.Struct):
 
     enabled: bool = True
     interval_s: float = 0.1  # ~10 Hz
+    power_interval_s: float = 0.02  # the power lane: NVML's instantaneous power alone, for the energy cross-check
     pin_cpus: bool = True  # keep the load generator off the server's cores (taskset / sched_setaffinity)
     pin_min_cpus: int = 8  # ... only where at least this many cores are usable
     client_cpus: int = 2  # the last cores go to the client, the rest to the server

@@ -50,6 +50,9 @@ def _check_subsections(s, label: str, key: str) -> None:
     if s.warmup.requests < 0 or s.warmup.gen <= 0 or s.warmup.point_requests < 0:
         raise ConfigError(label, f"{key}.warmup", "requests and point_requests must be >= 0 (0: none) and gen positive")
     t = s.telemetry
+    if t.interval_s > 0 and not 0 < t.power_interval_s <= t.interval_s:  # interval_s itself: config.check_bounds
+        raise ConfigError(label, f"{key}.telemetry.power_interval_s", f"must be > 0 and <= {key}.telemetry.interval_s "
+                          f"({t.interval_s:g}), got {t.power_interval_s:g}")
     if t.client_cpus < 1 or t.pin_min_cpus < t.client_cpus + 1:
         raise ConfigError(label, f"{key}.telemetry", "client_cpus must be >= 1 and pin_min_cpus leave the server at "
                           "least one core (pin_min_cpus > client_cpus)")

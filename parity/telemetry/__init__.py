@@ -7,7 +7,7 @@ the short summary, a foreign compute process makes the point invalid and a clock
 throttle flags it.  CPU affinity keeps the load generator off the server's cores.
 
 One module per source: nvml_gpu (pynvml), smi_gpu (nvidia-smi, through gpu/nvidia_smi), procfs (/proc);
-sampler (the thread), point_summary (summary and verdict), affinity, engine_timing
-(the engine's own clock beside the client's), watch (the glue run_point calls), energy
+sampler (the thread, and the power lane beside it for the energy cross-check), point_summary
+(summary and verdict), affinity, engine_timing (the engine's own clock beside the client's), watch (the glue run_point calls), energy
 (the GPU's energy counter over the point, J per token).  Nothing here is imported by
 `parity --help`."""

@@ -9,16 +9,21 @@ else every GPU NVML lists; `gpus_from` says which.  A number in it is an NVML in
 CUDA's order with CUDA_DEVICE_ORDER=PCI_BUS_ID, and on identical GPUs), GPU-<uuid> is matched by
 UUID prefix, and as in CUDA the list ends at the first entry that names no GPU.
 
-The cross-check: each GPU's sampled power (parity.telemetry.nvml_gpu, every
-serving.telemetry.interval_s) integrated by the trapezoid rule over the same window, the first and
-last samples held flat to its edges.  Counter and integral agree within TOLERANCE_PCT or the point
-keeps the counter's number and a flag says by how much.  The power integrated is the instantaneous
-field (NVML_FI_DEV_POWER_INSTANT) where every sample of the GPUs has it, else nvmlDeviceGetPowerUsage,
-which on Ampere and newer is an average over the last POWER_AVERAGING_S: it lags a step in load by
-about half a second, so over a window shorter than that the averaged integral cannot check the
-counter (a real H200 point of 0.55 s from idle read 44 % under it) and the check says "not
-checkable", without a flag; the counter's number stays.  One rule for every GPU (older ones'
-reading is closer to instantaneous).
+The cross-check: each GPU's power integrated by the trapezoid rule over the same window, the first
+and last samples held flat to its edges.  Counter and integral agree within TOLERANCE_PCT or the
+point keeps the counter's number and a flag says by how much.  The power integrated, first found:
+1. the power lane (parity.telemetry.sampler.PowerLane): NVML_FI_DEV_POWER_INSTANT alone, every
+   serving.telemetry.power_interval_s (0.02 s), where it read every GPU with no gap over
+   LANE_MAX_GAP lane intervals in the window.  On an H200 the field and the counter refresh about
+   every 100 ms: read every 20 ms the integral met the counter within 0.75 % on every 2-5 s window,
+   the same reads taken every 100 ms missed by up to 2.4 % (tests/data/telemetry/README.md);
+2. else the sampler's samples (every serving.telemetry.interval_s): the instantaneous field where
+   every sample of the GPUs has it, else nvmlDeviceGetPowerUsage, which on Ampere and newer is an
+   average over the last POWER_AVERAGING_S: it lags a step in load by about half a second, so over
+   a window shorter than that the averaged integral cannot check the counter (a real H200 point of
+   0.55 s from idle read 44 % under it) and the check says "not checkable", without a flag; the
+   counter's number stays.  One rule for every GPU (older ones' reading is closer to instantaneous).
+`method` names the power and its interval, `power_from` which of the two and why not the lane.
 
 Measure only: nothing here sets a power limit, a clock or a mode.
 
@@ -27,15 +32,20 @@ PARITY_NO_NVML), a GPU without the counter, an engine on another host (NVML read
 telemetry off, a counter that did not move or went back (the driver reloaded).
 
 read_capture() reads the point's own telemetry file (telemetry/<engine>-r<k>-n<N>.json), of
-which it uses two keys; any file of this shape is a capture:
+which it uses three keys, power_lane optional (files written before the lane have none and read as
+before); any file of this shape is a capture:
 
     {"samples": [{"t": 0.0037, "gpus": [{"index": 0, "power_w": 493.503}, ...]}, ...],
+     "power_lane": {"field": "NVML_FI_DEV_POWER_INSTANT", "interval_s": 0.02, "gpus": [0],
+                    "samples": [[0.0061, 118.942], [0.0262, 860.45], ...], "note": null, ...},
      "energy": {"gpus": [0], "start": {"t": 0.0051, "mj": {"0": 81234567890}},
                              "end": {"t": 30.0102, "mj": {"0": 81245678901}}}}
 
 t: seconds on the sampler's clock (since it started); power_w: watts (power_instant_w, where the
-sampler read NVML's instantaneous field, beside it); mj: the counter's value in
-millijoules per NVML index (a string key, as JSON writes it)."""
+sampler read NVML's instantaneous field, beside it); power_lane.samples: [t, watts of each GPU in
+power_lane.gpus' order], note: why there is no lane or why it stopped (errors:
+{first, count}; thinned: times every other row was dropped past its bound); mj: the counter's
+value in millijoules per NVML index (a string key, as JSON writes it)."""
 
 from __future__ import annotations
 
@@ -54,6 +64,9 @@ POWER_AVERAGING_S = 1.0  # NVML documents nvmlDeviceGetPowerUsage on Ampere and 
 SOURCE = "NVML nvmlDeviceGetTotalEnergyConsumption (mJ since the driver loaded)"
 CHECK = "trapezoid integral of the sampled power (nvmlDeviceGetPowerUsage), edges held flat"
 CHECK_INSTANT = "trapezoid integral of the sampled instantaneous power (NVML_FI_DEV_POWER_INSTANT), edges held flat"
+CHECK_LANE = ("trapezoid integral of the instantaneous power (NVML_FI_DEV_POWER_INSTANT) read alone "
+              "every {interval:g} s by the power lane, edges held flat")
+LANE_MAX_GAP = 5  # lane intervals (0.1 s at 0.02 s, the samples' spacing): a longer gap, the samples check instead
 AVERAGED, INSTANT = "power_w", "power_instant_w"  # the sample's keys (parity.telemetry.nvml_gpu)
 
 
@@ -135,6 +148,31 @@ def integral_j(pts: list[tuple[float, float]], start: float, end: float) -> floa
     return sum((t1 - t0) * (w0 + w1) / 2 for (t0, w0), (t1, w1) in zip(knots, knots[1:]))
 
 
+def lane_series(lane, gpus: list[int], lo: float, hi: float) -> tuple[dict[int, list] | None, str | None]:
+    """({index: (t s, watts) points}, None) from the power lane where it read every GPU over [lo, hi]
+    with no gap (edges included) over LANE_MAX_GAP of its intervals, else (None, why not)."""
+    if not isinstance(lane, dict):
+        return None, "no power lane in this capture"
+    rows, cols, step = lane.get("samples") or [], lane.get("gpus") or [], lane.get("interval_s")
+    if not rows or not _finite(step) or step <= 0:
+        return None, f"no power lane ({lane.get('note') or 'no samples'})"
+    out = {}
+    for i in gpus:
+        if i not in cols:
+            return None, f"the power lane did not read GPU {i}"
+        c = cols.index(i) + 1
+        pts = sorted((float(r[0]), float(r[c])) for r in rows
+                     if isinstance(r, list) and len(r) > c and _finite(r[0]) and _finite(r[c]))
+        knots = [lo, *(t for t, _ in pts if lo < t < hi), hi]
+        gap = max(b - a for a, b in zip(knots, knots[1:])) if pts else None
+        if gap is None or gap > LANE_MAX_GAP * step:
+            why = "no sample" if gap is None else f"a {gap:.3f} s gap (over {LANE_MAX_GAP} x {step:g} s)"
+            note = f" ({lane['note']})" if lane.get("note") else ""
+            return None, f"the power lane has {why} on GPU {i} in the window{note}"
+        out[i] = pts
+    return out, None
+
+
 def cross_check(counter_j: float, integral: float | None, tolerance_pct: float = TOLERANCE_PCT,
                 window_s: float | None = None, averaged_over_s: float = 0.0) -> dict:
     """The power integral against the counter: diff_pct = (integral - counter) / counter x 100;
@@ -154,12 +192,14 @@ def cross_check(counter_j: float, integral: float | None, tolerance_pct: float =
     return {"diff_pct": round(diff, 3), "agree": agree, "check": check}
 
 
-def measure(start: dict, end: dict, samples: list[dict], gpus: list[int], tolerance_pct: float = TOLERANCE_PCT) -> dict:
-    """The point's energy from the counter's two reads ({"t": s, "mj": {index: mJ}}) and the
-    sampler's samples: counter_j summed over gpus, the power integral, their cross-check, per GPU;
-    {"applicable": False, "why"} where the counter gives no number."""
+def measure(start: dict, end: dict, samples: list[dict], gpus: list[int], tolerance_pct: float = TOLERANCE_PCT,
+            lane: dict | None = None) -> dict:
+    """The point's energy from the counter's two reads ({"t": s, "mj": {index: mJ}}), the power lane
+    (the file's power_lane; None: none) and the sampler's samples: counter_j summed over gpus, the
+    power integral, their cross-check, per GPU; {"applicable": False, "why"} where the counter gives no number."""
     lo, hi = start["t"], end["t"]
-    key = power_key(samples, gpus)
+    fast, no_lane = lane_series(lane, gpus, lo, hi)
+    key = INSTANT if fast else power_key(samples, gpus)
     counter, integ, per = 0.0, 0.0, []
     for i in gpus:
         a, b = _mj(start, i), _mj(end, i)
@@ -169,7 +209,7 @@ def measure(start: dict, end: dict, samples: list[dict], gpus: list[int], tolera
             return not_applicable(f"GPU {i}: the energy counter went back ({a} -> {b} mJ): the driver reloaded")
         if b == a:
             return not_applicable(f"GPU {i}: the energy counter did not move in {hi - lo:.3f} s")
-        pts = power_series(samples, i, key)
+        pts = fast[i] if fast else power_series(samples, i, key)
         j = integral_j(pts, lo, hi)
         counter += (b - a) / 1000
         integ = None if integ is None or j is None else integ + j
@@ -180,10 +220,17 @@ def measure(start: dict, end: dict, samples: list[dict], gpus: list[int], tolera
     doc = {"applicable": True, "why": None, "source": SOURCE, "gpus": list(gpus), "window_s": round(hi - lo, 4),
            "counter_j": round(counter, 3), "integral_j": None if integ is None else round(integ, 3),
            **cross_check(counter, integ, tolerance_pct, hi - lo, POWER_AVERAGING_S if key == AVERAGED else 0.0),
-           "tolerance_pct": tolerance_pct, "method": CHECK if key == AVERAGED else CHECK_INSTANT, "per_gpu": per}
+           "tolerance_pct": tolerance_pct, "method": _method(key, fast, lane), "per_gpu": per,
+           "power_from": f"the power lane (every {lane['interval_s']:g} s)" if fast else f"the samples: {no_lane}"}
     # a flag where they disagree or a GPU has no power; a window too short for the averaged power is said, not flagged
     doc["flag"] = f"energy {doc['check']}" if doc["agree"] is False or doc["integral_j"] is None else None
     return doc
+
+
+def _method(key: str, fast, lane) -> str:
+    if fast:
+        return CHECK_LANE.format(interval=lane["interval_s"])
+    return CHECK if key == AVERAGED else CHECK_INSTANT
 
 
 def not_applicable(why: str) -> dict:
@@ -208,7 +255,7 @@ def of_point(meter: Window | None, sampler, error: str | None) -> dict:
     if meter is None:
         return not_applicable(error or "no telemetry around the point")
     try:
-        return meter.result(sampler.samples if sampler is not None else [])
+        return meter.result(sampler.samples, sampler.lane_doc()) if sampler is not None else meter.result([])
     except Exception as e:
         return not_applicable(f"the energy figures failed: {e!r}")
 
@@ -222,7 +269,7 @@ def on_row(row: dict, doc: dict, recs) -> None:
     row.update(values)
     row.setdefault("why", {}).update(why)
     keys = ("applicable", "why", "gpus", "gpus_from", "window_s", "counter_j", "integral_j", "diff_pct", "agree",
-            "check")
+            "check", "power_from")
     tokens = {"output_tokens": sample.output_tokens, "prompt_tokens": sample.prompt_tokens}
     row["energy"] = {k: doc[k] for k in keys if k in doc} | tokens
     if doc.get("flag"):
@@ -300,11 +347,15 @@ class Window:
         finally:
             self.meter.close()
 
-    def result(self, samples: list[dict]) -> dict:
+    def gpus(self) -> list[int]:
+        """The NVML indices whose counter this window reads ([]: none, why says why)."""
+        return list(self.meter.indices) if self.meter is not None and not self.why else []
+
+    def result(self, samples: list[dict], lane: dict | None = None) -> dict:
         """measure() over the two reads (the point's file keeps the reads: a capture, read_capture)."""
         if self.meter is None or self.start is None or self.end is None or self.why:
             return {**not_applicable(self.why or "the energy counter was not read"), "gpus_from": self.gpus_from}
-        doc = measure(self.start, self.end, samples, self.meter.indices)
+        doc = measure(self.start, self.end, samples, self.meter.indices, lane=lane)
         return {**doc, "gpus_from": self.gpus_from, "start": self.start, "end": self.end}
 
 
@@ -320,8 +371,8 @@ def _shutdown(nv) -> None:
 
 def read_capture(path) -> dict:
     """A captured point (the module's docstring: its telemetry file) -> {"start", "end", "gpus",
-    "samples", "recorded"}: measure(start, end, samples, gpus) recomputes what the point recorded.
-    ValueError names what is missing."""
+    "samples", "lane", "recorded"}: measure(start, end, samples, gpus, lane=lane) recomputes what the
+    point recorded (lane None: a file without the power lane).  ValueError names what is missing."""
     with open(path) as f:
         doc = json.load(f)
     e = doc.get("energy") if isinstance(doc, dict) else None
@@ -334,4 +385,7 @@ def read_capture(path) -> dict:
     if not isinstance(doc.get("samples"), list):
         raise ValueError(f"{path}: no samples list")
     gpus = [int(i) for i in gpus]
-    return {"start": e["start"], "end": e["end"], "gpus": gpus, "samples": doc["samples"], "recorded": e}
+    lane = doc.get("power_lane")
+    if lane is not None and not isinstance(lane, dict):
+        raise ValueError(f"{path}: power_lane is not an object")
+    return {"start": e["start"], "end": e["end"], "gpus": gpus, "samples": doc["samples"], "lane": lane, "recorded": e}

@@ -4,7 +4,8 @@ Every query is asked on its own: one the GPU does not support (the GB10 answers
 Not Supported for memory) is None in the sample and named once in `unsupported`,
 never an error for the point.  power_w is nvmlDeviceGetPowerUsage (on Ampere and newer a 1 s
 average); power_instant_w, beside it where the installed nvidia-ml-py names the field, is
-NVML_FI_DEV_POWER_INSTANT (parity.telemetry.energy integrates it when every sample has it)."""
+NVML_FI_DEV_POWER_INSTANT (parity.telemetry.energy integrates it when every sample has it).
+power_reader() reads that field alone, for the sampler's power lane."""
 
 from __future__ import annotations
 
@@ -83,6 +84,20 @@ class NvmlGpu:
                 "pids": None if procs is None else sorted(int(p.pid) for p in procs),
             })  # fmt: skip
         return out
+
+    def power_reader(self, indices: list[int]):
+        """(read, None) for the power lane: read() -> watts of NVML_FI_DEV_POWER_INSTANT per index, one
+        nvmlDeviceGetFieldValues call per GPU and nothing else; (None, why) where nvidia-ml-py lacks the field."""
+        nv = self.nv
+        field = getattr(nv, "NVML_FI_DEV_POWER_INSTANT", None)
+        if field is None:
+            return None, "the installed nvidia-ml-py does not name NVML_FI_DEV_POWER_INSTANT"
+        handles = [self.handles[i] if i in self.handles else nv.nvmlDeviceGetHandleByIndex(i) for i in indices]
+
+        def read() -> list[float]:
+            return [field_value(nv, h, field) / 1000.0 for h in handles]  # milliwatts
+
+        return read, None
 
     def close(self) -> None:
         _shutdown(self.nv)

@@ -1,6 +1,11 @@
 """The background sampler: one thread, one sample per interval (Event.wait, no busy loop),
 stopped in a finally by its caller.  A source that fails is recorded (first error, count)
-and, after MAX_FAILURES in a row, dropped; it never stops the point."""
+and, after MAX_FAILURES in a row, dropped; it never stops the point.
+
+Beside it, the power lane (PowerLane, started by start_lane once the energy counter's GPUs are
+known, stopped with the sampler): NVML's instantaneous power field alone, every power_interval_s,
+for the energy cross-check.  On an H200 NVML refreshes that field and the energy counter about
+every 100 ms, so samples 100 ms apart beat against the refresh (tests/data/telemetry/README.md)."""
 
 from __future__ import annotations
 
@@ -11,13 +16,72 @@ from parity.telemetry import procfs
 
 MAX_FAILURES = 3
 MAX_SAMPLES = 20000  # ~33 min at 10 Hz: past that, every other sample is dropped (bounded memory and file)
+MAX_LANE_SAMPLES = 100_000  # ~33 min at 50 Hz, the same rule
+LANE_FIELD = "NVML_FI_DEV_POWER_INSTANT"
+
+
+class PowerLane:
+    """read() (watts per GPU, NvmlGpu.power_reader) every interval_s on its own thread, on a fixed
+    schedule (a late read moves the schedule, never bursts); rows of (t s on the sampler's clock, watts...)."""
+
+    def __init__(self, read, gpus: list[int], interval_s: float, t0: float):
+        self.read, self.gpus, self.interval_s, self.t0 = read, list(gpus), interval_s, t0
+        self.rows: list[tuple] = []
+        self.note: str | None = None
+        self.errors: dict | None = None  # {"first", "count"}
+        self.thinned = 0  # times every other row was dropped (MAX_LANE_SAMPLES)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> PowerLane:
+        self._thread = threading.Thread(target=self._run, name="parity-power-lane", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=max(10.0, 20 * self.interval_s))
+            if self._thread.is_alive():
+                self.note = "the power lane did not stop within its bound (a read hangs?)"
+
+    def _run(self) -> None:
+        read, clock, t0, step, failures = self.read, time.monotonic, self.t0, self.interval_s, 0
+        due = clock()
+        while True:
+            now = clock()
+            try:
+                self.rows.append((now - t0, *read()))
+                failures = 0
+            except Exception as e:
+                failures += 1
+                self.errors = self.errors or {"first": str(e) or type(e).__name__, "count": 0}
+                self.errors["count"] += 1
+                if failures >= MAX_FAILURES:
+                    self.note = f"dropped after {MAX_FAILURES} failures in a row: {e}"
+                    return
+            if len(self.rows) >= MAX_LANE_SAMPLES:
+                self.rows, self.thinned = self.rows[::2], self.thinned + 1
+            due, now = due + step, clock()
+            if due <= now:  # late (a slow read, the GIL): the next read a full step away, no burst
+                due = now + step
+            if self._stop.wait(due - now):
+                return
+
+    def doc(self) -> dict:
+        rows = [[round(r[0], 4), *(round(w, 3) for w in r[1:])] for r in self.rows]
+        return {"field": LANE_FIELD, "interval_s": self.interval_s, "gpus": self.gpus, "samples": rows,
+                "note": self.note, "errors": self.errors, "thinned": self.thinned}
 
 
 class Sampler:
-    def __init__(self, gpu, gpu_note: str, server_pid: int | None, interval_s: float):
+    def __init__(self, gpu, gpu_note: str, server_pid: int | None, interval_s: float,
+                 power_interval_s: float | None = None):
         self.gpu, self.gpu_note = gpu, gpu_note
         self.gpu_source = getattr(gpu, "source", None)
-        self.server_pid, self.interval_s = server_pid, interval_s
+        self.server_pid, self.interval_s, self.power_interval_s = server_pid, interval_s, power_interval_s
+        self.lane: PowerLane | None = None
+        self.lane_note = "not started"
         self.samples: list[dict] = []
         self.errors: dict[str, dict] = {}
         self.server_first: dict[int, float] = {}  # pid -> its CPU seconds when first seen (0 for a pid born during the point)
@@ -37,7 +101,36 @@ class Sampler:
         self._thread.start()
         return self
 
+    def start_lane(self, gpus: list[int]) -> None:
+        """The power lane on these NVML indices (the energy counter's GPUs) where the GPU source reads
+        NVML's instantaneous power; else lane_note says why not.  Never raises."""
+        reader = getattr(self.gpu, "power_reader", None)
+        if not gpus:
+            self.lane_note = "no energy counter to check"
+        elif self.power_interval_s is None:
+            self.lane_note = "off (no power_interval_s)"
+        elif reader is None:
+            self.lane_note = f"the GPU is sampled by {self.gpu_source or 'nothing'}, not NVML"
+        else:
+            try:
+                read, why = reader(gpus)
+                if read is None:
+                    self.lane_note = why
+                else:
+                    self.lane, self.lane_note = PowerLane(read, gpus, self.power_interval_s, self.t0).start(), None
+            except Exception as e:
+                self.lane_note = f"did not start: {e!r}"
+
+    def lane_doc(self) -> dict:
+        """The power lane's entry in the point's file (parity.telemetry.energy reads it)."""
+        if self.lane is None:
+            return {"field": LANE_FIELD, "interval_s": self.power_interval_s, "gpus": [], "samples": [],
+                    "note": self.lane_note}
+        return self.lane.doc()
+
     def stop(self) -> None:
+        if self.lane is not None:
+            self.lane.stop()  # before the GPU's NVML session closes
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=max(10.0, 20 * self.interval_s))

@@ -49,7 +49,9 @@ class Watch:
             summary["affinity"] = {"plan": self.affinity, "client": self.client_cpus, "server": self.server_cpus}
             problems, flags = point_summary.verdict(summary)
             row["flags"] += flags
-            run.write_json(path, {"summary": summary, "samples": samples, "engine_timing": row["engine_timing"], "energy": joules})
+            lane = s.lane_doc() if s is not None else None
+            run.write_json(path, {"summary": summary, "samples": samples, "power_lane": lane,
+                                  "engine_timing": row["engine_timing"], "energy": joules})
             row["telemetry"] = {**point_summary.short(summary, path), "client_cpus": self.client_cpus, "server_cpus": self.server_cpus}
         except Exception as e:
             row["telemetry"] = {"error": f"telemetry failed: {e!r}"}
@@ -75,8 +77,9 @@ def open_gpu(runner, gpus: list[int] | None = None):
 
 @contextmanager
 def point(runner, cfg, server_pid: int | None, affinity: dict | None, gpus: list[int] | None = None):
-    """Sample around the block (serving.telemetry: enabled, interval_s); the client thread pinned per the
-    affinity plan; gpus: the GPUs sampled (None: every GPU)."""
+    """Sample around the block (serving.telemetry: enabled, interval_s, power_interval_s: the power lane
+    on the energy counter's GPUs); the client thread pinned per the affinity plan; gpus: the GPUs sampled
+    (None: every GPU)."""
 
     if not cfg.enabled:
         yield Watch(None, affinity, None, None, "off (serving.telemetry.enabled: false)")
@@ -85,10 +88,12 @@ def point(runner, cfg, server_pid: int | None, affinity: dict | None, gpus: list
     with aff.client_pinned(affinity) as client_cpus:
         try:
             gpu, note = open_gpu(runner, gpus)
-            sampler = Sampler(gpu, note, server_pid, cfg.interval_s).start()
+            sampler = Sampler(gpu, note, server_pid, cfg.interval_s, cfg.power_interval_s).start()
         except Exception as e:
             sampler, error = None, f"telemetry did not start: {e!r}"
         meter = energy.Window.open(server_pid, getattr(runner, "host", "local"), sampler.t0 if sampler else time.monotonic())
+        if sampler is not None:
+            sampler.start_lane(meter.gpus())  # the counter's GPUs alone: no counter, no lane
         try:
             yield Watch(sampler, affinity, client_cpus, aff.of_pid(server_pid), error, meter)
         finally:

@@ -146,6 +146,112 @@ def test_nvml_samples_the_gpus_asked_alone():
         NvmlGpu(nv, [2])
 
 
+def instant_field(nv, mw: dict[int, int], calls: list | None = None, ret: int = 0):
+    """pynvml's NVML_FI_DEV_POWER_INSTANT and nvmlDeviceGetFieldValues answering mw[index] milliwatts
+    (its own c_nvmlFieldValue_t); calls gets (thread name, handle, field ids) per call."""
+    import pynvml
+
+    def values(h, ids):
+        if calls is not None:
+            calls.append((threading.current_thread().name, h, list(ids)))
+        v = pynvml.c_nvmlFieldValue_t()
+        v.fieldId, v.valueType, v.nvmlReturn = ids[0], pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, ret
+        v.value.uiVal = mw[h[1]]
+        return [v]
+
+    nv.NVML_FI_DEV_POWER_INSTANT, nv.nvmlDeviceGetFieldValues = pynvml.NVML_FI_DEV_POWER_INSTANT, values
+    return nv
+
+
+def test_the_power_lanes_reader_asks_the_instantaneous_field_alone():
+    """One nvmlDeviceGetFieldValues call per GPU, for that field only (every other query of the fake
+    raises); milliwatts -> watts (an idle and a loaded H200 reading of the power-forms capture)."""
+    calls: list = []
+    nv = instant_field(fake_pynvml(count=2), {0: 118942, 1: 860450}, calls)
+    gpu = NvmlGpu(nv)
+
+    def other(*a):
+        raise AssertionError("the lane asked NVML for something else")
+
+    for name in ("nvmlDeviceGetPowerUsage", "nvmlDeviceGetUtilizationRates", "nvmlDeviceGetMemoryInfo",
+                 "nvmlDeviceGetClockInfo", "nvmlDeviceGetTemperature", "nvmlDeviceGetComputeRunningProcesses",
+                 "nvmlDeviceGetTotalEnergyConsumption", "nvmlDeviceGetCurrentClocksEventReasons"):
+        setattr(nv, name, other)
+    read, why = gpu.power_reader([1, 0])
+    assert why is None and read() == [860.45, 118.942]
+    assert [c[1:] for c in calls] == [(("handle", 1), [186]), (("handle", 0), [186])]
+    no_field = NvmlGpu(fake_pynvml()).power_reader([0])
+    assert no_field == (None, "the installed nvidia-ml-py does not name NVML_FI_DEV_POWER_INSTANT")
+
+
+def test_the_sampler_runs_the_power_lane_on_its_own_thread_and_stops_it_first():
+    calls: list = []
+    nv = instant_field(fake_pynvml(), {0: 385946}, calls)
+    s = Sampler(NvmlGpu(nv), "nvml", None, 0.05, 0.01).start()
+    s.start_lane([0])
+    threading.Event().wait(0.2)  # not a timing assertion: only lets a few reads happen
+    s.stop()
+    doc = s.lane_doc()
+    assert not s.lane._thread.is_alive() and nv.shutdowns == 1  # the lane stopped, then the session closed
+    assert {c[0] for c in calls} == {"parity-telemetry", "parity-power-lane"}  # the samples read the field too
+    assert doc["field"] == "NVML_FI_DEV_POWER_INSTANT" and doc["interval_s"] == 0.01 and doc["gpus"] == [0]
+    assert doc["note"] is None and doc["errors"] is None and doc["thinned"] == 0 and doc["samples"]
+    ts = [r[0] for r in doc["samples"]]
+    assert all(r[1:] == [385.946] for r in doc["samples"]) and ts == sorted(set(ts)) and ts[0] >= 0
+
+
+class _SmiLike:
+    source = "nvidia-smi"
+
+    def sample(self):
+        return []
+
+    def close(self):
+        pass
+
+
+@pytest.mark.parametrize("case, note", [
+    ("no-counter", "no energy counter to check"),
+    ("no-interval", "off (no power_interval_s)"),
+    ("smi", "the GPU is sampled by nvidia-smi, not NVML"),
+    ("no-field", "the installed nvidia-ml-py does not name NVML_FI_DEV_POWER_INSTANT"),
+    ("not-supported", "dropped after 3 failures in a row: NVML field 186: 3"),
+])
+def test_where_the_lane_cannot_read_it_says_why(case, note):
+    import pynvml
+
+    nv = fake_pynvml()
+    if case == "not-supported":
+        instant_field(nv, {0: 0}, ret=pynvml.NVML_ERROR_NOT_SUPPORTED)
+    gpu = _SmiLike() if case == "smi" else NvmlGpu(nv)
+    s = Sampler(gpu, "x", None, 0.05, None if case == "no-interval" else 0.01)
+    s.t0 = 0.0
+    s.start_lane([] if case == "no-counter" else [0])
+    if s.lane is not None:
+        s.lane._thread.join(timeout=10)  # three failed reads, then it gives up
+        s.lane.stop()
+    doc = s.lane_doc()
+    assert doc["note"] == note and doc["samples"] == []
+    assert case != "not-supported" or doc["errors"] == {"first": "NVML field 186: 3", "count": 3}
+
+
+@pytest.mark.parametrize("value, got", [(0, "0"), (-0.02, "-0.02"), (0.2, "0.2"), (".nan", "nan")])
+def test_the_power_lanes_interval_is_checked_with_the_profile(tmp_path, value, got):
+    from parity.config import load_profile
+    from parity.errors import EXIT_USAGE, ConfigError
+
+    prof = tmp_path / "p.yaml"
+    prof.write_text(f"extends: smoke\nserving: {{telemetry: {{power_interval_s: {value}}}}}\n")
+    with pytest.raises(ConfigError) as e:
+        load_profile(str(prof))
+    assert e.value.key == "serving.telemetry.power_interval_s" and e.value.exit_code == EXIT_USAGE
+    assert e.value.problem == f"must be > 0 and <= serving.telemetry.interval_s (0.1), got {got}"
+    assert "\n" not in str(e.value)
+    prof.write_text("extends: smoke\nserving: {telemetry: {power_interval_s: 0.1}}\n")  # as the samples': allowed
+    assert load_profile(str(prof)).serving.telemetry.power_interval_s == 0.1
+    assert load_profile("smoke").serving.telemetry.power_interval_s == TelemetryConfig().power_interval_s == 0.02
+
+
 def test_smi_keeps_the_gpus_asked_and_asks_their_processes_alone():
     """Two captured GPU lines stacked (nvidia-smi writes one line per GPU); the compute processes asked with -i."""
     text = "".join((DATA / f"nvidia-smi-telemetry-h100-{k}.csv").read_text() for k in ("idle", "busy"))
