@@ -183,6 +183,8 @@ def render_plan(out, doc: dict) -> None:
         out.info(f"env {unset} {env} {' '.join(shlex.quote(a) for a in c['argv'])}".replace("env  ", "env "))
         if c.get("reads_log"):
             out.info(f"#   its log is read for: {c['reads_log']}")
+        for caveat in c.get("caveats") or ():
+            out.info(f"#   note: {caveat}")
     pf = doc["preflight"]
     ports = "ports " + ", ".join(map(str, doc["ports"])) if len(doc["ports"]) > 1 else f"port {doc['ports'][0]}"
     free = "free" if doc["port_free"] else "IN USE"

@@ -229,7 +229,7 @@ def dry_run(plan: SnapshotPlan, runner, out, lock, model_problems: dict[str, str
                              "served_name": None if model_error else la.served_name, "model_error": model_error,
                              "ready_timeout_s": sec.ready_timeout_s, "ready_probe_timeout_s": sec.ready_probe_timeout_s,
                              "request_limit": plan.limits.get(e), "request_limit_set_by": plan.limit_what.get(e),
-                             "reads_log": logs.plan(eng, la.env)})  # fmt: skip
+                             "reads_log": logs.plan(eng, la.env), "caveats": eng.load_caveats(plan.shape)})  # fmt: skip
         except UsageError as err:
             commands.append({"engine": e, "error": str(err)})
     s = plan.shape

@@ -405,3 +405,10 @@ def test_llama_server_with_a_kv_stream_per_slot_is_named_as_a_load_caveat(every_
     shape = replace(p.serving, parallel=parallel, server_args=[*p.serving.server_args, *args])
     got = eng.load_caveats(shape)
     assert bool(got) is caveat and all(f"--parallel {parallel} without -kvu" in c for c in got)
+
+
+def test_the_snapshot_dry_run_prints_a_servers_load_caveat(parity_cli, tmp_path):
+    r = parity_cli("--artifacts", str(tmp_path / "runs"), "snapshot", "-p", "smoke", "--dry-run", timeout=300)
+    said = r.stdout + r.stderr
+    notes = [x for x in said.splitlines() if x.startswith("#   note: a KV stream per slot (--parallel 4 without -kvu)")]
+    assert len(notes) == 2, said[-3000:]  # smoke's stock and paged llama-servers
