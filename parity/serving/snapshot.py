@@ -381,13 +381,12 @@ def sweep_all(plan: SnapshotPlan, run: Run) -> list[dict]:
             if plan.workload is None:
                 return half_widths(rows, plan.reference, st.metrics, st.min_delta_pct, st.confidence, direction)
             kind = plan.workload.kind_obj
+            heads = half_widths(rows, plan.reference, list(kind.headline), st.min_delta_pct, st.confidence, direction,
+                                key="point")
             if budget.adaptive:  # the named ones: a kind's own (--until-ci request_ttft_median=2), its headline's
-                both = {**kind.stop_widths(rows, plan.reference, st.min_delta_pct, st.confidence),
-                        **half_widths(rows, plan.reference, list(kind.headline), st.min_delta_pct, st.confidence,
-                                      direction, key="point")}
+                both = {**kind.stop_widths(rows, plan.reference, st.min_delta_pct, st.confidence), **heads}
                 return {k: v for k, v in both.items() if k.rsplit(" ", 1)[-1] in budget.targets}
-            return half_widths(rows, plan.reference, list(kind.headline), st.min_delta_pct, st.confidence, direction,
-                               key="point")
+            return heads
 
         def report(block, n, hw, decision) -> None:
             counted[0] = n

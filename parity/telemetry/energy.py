@@ -250,12 +250,13 @@ def _finite(x) -> bool:
 # ------------------------------------------------------------------ the point's row
 
 
-def of_point(meter: Window | None, sampler, error: str | None) -> dict:
-    """The point's energy document (its telemetry file keeps it whole); never raises."""
+def of_point(meter: Window | None, sampler, error: str | None, lane: dict | None = None) -> dict:
+    """The point's energy document (its telemetry file keeps it whole, and the power lane's doc, lane,
+    beside it); never raises."""
     if meter is None:
         return not_applicable(error or "no telemetry around the point")
     try:
-        return meter.result(sampler.samples, sampler.lane_doc()) if sampler is not None else meter.result([])
+        return meter.result(sampler.samples if sampler is not None else [], lane)
     except Exception as e:
         return not_applicable(f"the energy figures failed: {e!r}")
 

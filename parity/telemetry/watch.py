@@ -31,7 +31,8 @@ class Watch:
 
         problems: list[str] = []
         row.setdefault("flags", [])
-        joules = energy.of_point(self.meter, self.sampler, self.error)  # J per token, checked against the sampled power
+        lane = self.sampler.lane_doc() if self.sampler is not None else None  # one doc: the check and the file
+        joules = energy.of_point(self.meter, self.sampler, self.error, lane)  # J per token, checked against the power
         energy.on_row(row, joules, recs)
         try:
             row["engine_timing"] = engine_timing.compute(recs, family, before, after)
@@ -49,7 +50,6 @@ class Watch:
             summary["affinity"] = {"plan": self.affinity, "client": self.client_cpus, "server": self.server_cpus}
             problems, flags = point_summary.verdict(summary)
             row["flags"] += flags
-            lane = s.lane_doc() if s is not None else None
             run.write_json(path, {"summary": summary, "samples": samples, "power_lane": lane,
                                   "engine_timing": row["engine_timing"], "energy": joules})
             row["telemetry"] = {**point_summary.short(summary, path), "client_cpus": self.client_cpus, "server_cpus": self.server_cpus}
