@@ -56,6 +56,9 @@ class LlamaSection(EngineSection):
     server_args: list[str] = msgspec.field(default_factory=list)
 
 
+KV_UNIFIED, KV_PER_SLOT = ("-kvu", "--kv-unified"), ("-no-kvu", "--no-kv-unified")
+
+
 class Llama(EngineKind):
     name = "llama"
     section = LlamaSection
@@ -131,9 +134,8 @@ class Llama(EngineKind):
     def load_caveats(self, e, shape) -> list[str]:
         # llama.cpp splits a step into one ubatch per run of consecutive slot ids when each slot has its own KV
         # stream, and least-recently-used slot choice scatters them as a server ages (docs/CAPACITY.md)
-        args = [*shape.server_args, *e.server_args]
-        unified = any(a in ("-kvu", "--kv-unified") for a in args) and not any(a in ("-no-kvu", "--no-kv-unified") for a in args)
-        if shape.parallel > 1 and not unified:
+        said = [a for a in (*shape.server_args, *e.server_args) if a in KV_UNIFIED + KV_PER_SLOT]
+        if shape.parallel > 1 and not (said and said[-1] in KV_UNIFIED):  # llama.cpp's parser: the last one wins
             return [f"a KV stream per slot (--parallel {shape.parallel} without -kvu): its steps split per run of "
                     "neighbouring slots, so its step time can grow as the slots scatter over the run"]
         return []

@@ -394,6 +394,7 @@ def test_memory_per_process_is_not_applicable_to_a_server_parity_did_not_start()
 
 @pytest.mark.parametrize("args, parallel, caveat", [
     ([], 64, True), (["-kvu"], 64, False), (["--kv-unified"], 8, False), (["-kvu", "-no-kvu"], 8, True), ([], 1, False),
+    (["-no-kvu", "-kvu"], 8, False),  # the last one wins, as in llama.cpp's parser
 ])
 def test_llama_server_with_a_kv_stream_per_slot_is_named_as_a_load_caveat(every_kind, args, parallel, caveat):
     """llama.cpp splits a step per run of neighbouring slots when each has its own KV stream (the default
