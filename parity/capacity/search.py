@@ -17,7 +17,7 @@
    (parity.capacity.estimate).  The levels move to the running estimates after each of the
    first `recentre` blocks, and later when an engine's estimate leaves the middle of its levels
    (the others at the reference's times the running ratio, so that they stay matched), by one
-   span at most.
+   span at most; an engine that met (missed) every level jumps (jump).
 4. The capacity ratio engine / reference is parity.stats.paired over the per-block capacities
    (geometric mean of the per-block ratios, 95 % t interval on their logs, the three-way
    outcome); blocks are added until parity.stats.adaptive's stop rule (--until-ci on the
@@ -190,9 +190,21 @@ class Search:
             out[e] = loads
         return out
 
-    def recentre(self, blocks: list[dict], per_block: dict, ratios: list[dict], levels: dict) -> dict | None:
+    def levels_between(self, lo: float, hi: float) -> list:
+        """`levels` loads evenly spaced in log(load) from lo to hi (whole clients kept apart)."""
+        p = self.plan
+        n = max(2, p.levels)
+        loads = [self.snap(lo * (hi / lo) ** (j / (n - 1))) for j in range(n)]
+        if p.kind == CLOSED:
+            for j in range(1, n):
+                loads[j] = max(loads[j], loads[j - 1] + 1)
+        return loads
+
+    def recentre(self, blocks: list[dict], per_block: dict, ratios: list[dict], levels: dict,
+                 pooled: dict | None = None) -> dict | None:
         """New levels: an engine that met (missed) the objectives at every level of the last block
-        moves up (down) by the levels' span; else after each of the first `recentre` blocks, and
+        moves up (down) towards where its capacity lies (past_levels, jump), by one span at least
+        (the bracket's short probes misjudged it); else after each of the first `recentre` blocks, and
         later whenever an engine's running capacity has left the middle of its levels (between
         the geometric midpoints of its two lowest and its two highest): the reference on the
         median of its blocks' crossings, every other engine on that times its running ratio, so
@@ -205,10 +217,12 @@ class Search:
             ms = [g.margin for g in last["probes"][e]]
             if per_block[e][last["block"]]["capacity"] is None and None not in ms and (min(ms) >= 0 or max(ms) < 0):
                 up = min(ms) >= 0
-                new.update(self.levels_for({e: math.sqrt(levels[e][0] * levels[e][-1]) * (span if up else 1 / span)}))
+                mid = math.sqrt(levels[e][0] * levels[e][-1])
+                guesses = [per_block[e][last["block"]]["guess"], self.past_levels(last["probes"][e], up, pooled)]
+                new[e] = self.levels_between(*jump(mid, guesses, up, span, p.spread_pct / 100))
                 word, way = ("met", "up") if up else ("missed", "down")
                 self.notes.append(f"block {last['block']}: {e} {word} the objectives at every level: "
-                                  f"its levels move {way}")
+                                  f"its levels move {way}, to {fmt(new[e][0])}..{fmt(new[e][-1])}")
         if new != levels:
             return new
         ref = median([v["guess"] for v in per_block[p.reference].values() if isinstance(v["guess"], float)])
@@ -223,6 +237,21 @@ class Search:
             want[e] = min(max(want[e], mid / span), mid * span)
         new = self.levels_for(want)
         return new if new != levels else None
+
+    def past_levels(self, probes: list, up: bool, pooled: dict | None):
+        """Where an engine that met (up) or missed every level crosses 0: from the level nearest
+        its capacity, along the reference's slope of the objective with the lowest margin there
+        (one block all on one side of 0 gives its own line too steep or too flat as often as
+        not).  None: no such slope."""
+        near = max(probes, key=lambda g: g.load) if up else min(probes, key=lambda g: g.load)
+        ms = {k: m for k, m in near.margins.items() if m is not None and math.isfinite(m)}
+        if not ms or pooled is None:
+            return None
+        obj = min(ms, key=ms.get)
+        slope = pooled.get(self.plan.reference, {}).get("slopes", {}).get(obj)
+        if slope is None or not slope < 0:
+            return None
+        return near.load * math.exp(-ms[obj] / slope)
 
     # ------------------------------------------------------------------ blocks
     def block(self, b: int, levels: dict) -> dict:
@@ -279,7 +308,7 @@ class Search:
             dt = sum(g.seconds for gs in blk["probes"].values() for g in gs)
             elapsed += dt
             blocks.append(blk)
-            per_block, _ = estimates(blocks, p.engines, p.objectives)
+            per_block, pooled = estimates(blocks, p.engines, p.objectives)
             ratios = self.ratios(per_block)
             widths = {f"{r['engine']} capacity": r["stop_half_width_pct"] for r in ratios}
             decision = adaptive.stop(p.budget, len(blocks), widths, elapsed, dt)
@@ -289,7 +318,7 @@ class Search:
             self.log(f"block {blk['block']}: {caps}; {rs}")
             if decision is None and p.max_requests is not None and self.sent >= p.max_requests:
                 decision = (REQUEST_BUDGET, f"{self.sent} requests sent: the {p.max_requests} budget is spent")
-            if decision is None and (moved := self.recentre(blocks, per_block, ratios, levels)):
+            if decision is None and (moved := self.recentre(blocks, per_block, ratios, levels, pooled)):
                 levels = moved
                 result["levels"].append({"from_block": len(blocks), "levels": levels})
         return self.finish(result, decision, blocks)
@@ -332,6 +361,26 @@ def median(values: list) -> float | None:
     if not v:
         return None
     return v[len(v) // 2] if len(v) % 2 else math.sqrt(v[len(v) // 2 - 1] * v[len(v) // 2])
+
+
+MAX_JUMP = 3  # spans: levels that missed (met) everywhere move to the block's crossing, at most this far
+
+
+def jump(mid: float, guesses: list, up: bool, span: float, spread: float) -> tuple[float, float]:
+    """The load range an engine's next levels cover when it met (up) or missed (not up) the
+    objectives at every level around `mid`: the usual levels one span past `mid` (-+spread),
+    widened to the farthest of the `guesses` of its crossing on that side (None, "inf" or the
+    wrong side: ignored), at most MAX_JUMP spans.  Two guesses, because one block all on one side of 0 extrapolates badly:
+    its own line read 16.8 for a capacity of 18 where the reference's slope read 46 (closed
+    loop), and 3.5 for 12.4 where the reference's slope read 11.5 (open loop, the simulator);
+    levels over the whole range hold the crossing either way."""
+    near = mid * span if up else mid / span
+    far = mid * span**MAX_JUMP if up else mid / span**MAX_JUMP
+    lo, hi = near * (1 - spread), near * (1 + spread)
+    ok = [g for g in guesses if isinstance(g, float) and math.isfinite(g) and (g > near) == up]
+    if not ok:
+        return lo, hi
+    return (lo, max(hi, min(max(ok), far))) if up else (min(lo, max(min(ok), far)), hi)
 
 
 def interpolate(passed: tuple, failed: tuple) -> float:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import pytest
 
@@ -165,3 +165,26 @@ def test_the_log_names_the_binding_objective_and_the_block_time_it_expects():
     (expect,) = [float(x.split()[2]) for x in lines if x.startswith("blocks: about ")]
     first = [g for e in r["blocks"][0]["engines"].values() for g in e["probes"]]
     assert len(first) == 8 and 0.67 < expect / sum(g["seconds"] for g in first) < 1.5
+
+
+@dataclass
+class SlowInBlocks(Simulator):
+    """B's steps `block_lever` times slower in the blocks than in its bracket: the H200 knob whose
+    step time grew over a server's life (slots scattering), which short bracket probes missed."""
+
+    block_lever: float = 1.0
+
+    def scale(self, engine: str, load: float, block: int) -> float:
+        return super().scale(engine, load, block) * (self.block_lever if engine == "B" and block >= 0 else 1.0)
+
+
+def test_levels_that_missed_everywhere_widen_to_where_the_crossing_may_be():
+    p = Plan(engines=["A", "B"], reference="A", objectives=parse_slo("ttft_p99_ms=500,itl_p99_ms=50"),
+             budget=adaptive.Budget(None, 4, 4))  # fmt: skip
+    r = Search(SlowInBlocks(seed=0, block_lever=1.5), lambda b, m, w: W.prompts(0, b, m, w), p).run()
+    caps = [b["engines"]["B"]["capacity"] for b in r["blocks"]]
+    first, second = r["levels"][0]["levels"]["B"], r["levels"][1]["levels"]["B"]
+    assert caps[0] is None and all(c is not None for c in caps[1:])  # one block lost, not one per span
+    assert second[0] < first[0] / 1.8  # one span down would have kept them above 40
+    assert r["ratios"][0]["n_blocks"] == 3 and r["ratios"][0]["high"] < 1
+    assert any("levels move down, to 25..53" in n for n in r["notes"])
