@@ -142,16 +142,24 @@ class RealProbe:
         closed = self.plan.search.kind == CLOSED
         warm = int(load) if closed else prompts.warmup
         name = f"{engine}-{label}-p{k}-{'c' if closed else 'r'}{load:g}"
-        specs, digest = asyncio.run(self.specs(srv, prompts, block, k, warm, load, closed))
-        what = self.plan.serving.limit_what.get(engine, "the engine")
-        check_fits(specs, srv.limit, f"{engine} {label} at {load:g}", what)
-        t0 = time.perf_counter()
-        with watch.point(run.runner, s.telemetry, srv.proc.pid, srv.pin) as tel:  # energy per token where NVML has it
-            recs = loadgen.drive(srv.target, specs, s.request_timeout_s, concurrency=int(load) if closed else None,
-                                 open_loop=not closed)  # fmt: skip
+        during = f"the probe at {load:g} ({label}, probe {k} on this server)"
+        if (rc := srv.proc.poll()) is not None:  # it died after the last probe's requests ended
+            raise died(engine, rc, srv.log, f"the wait before {during}")
+        try:
+            specs, digest = asyncio.run(self.specs(srv, prompts, block, k, warm, load, closed))
+            what = self.plan.serving.limit_what.get(engine, "the engine")
+            check_fits(specs, srv.limit, f"{engine} {label} at {load:g}", what)
+            t0 = time.perf_counter()
+            with watch.point(run.runner, s.telemetry, srv.proc.pid, srv.pin) as tel:  # energy per token where NVML has it
+                recs = loadgen.drive(srv.target, specs, s.request_timeout_s, concurrency=int(load) if closed else None,
+                                     open_loop=not closed)  # fmt: skip
+        except Exception:  # a refused connection is the client's view of a server that is going away
+            if (rc := exit_code(srv.proc, DYING_S)) is not None:
+                raise died(engine, rc, srv.log, during) from None
+            raise
         wall = time.perf_counter() - t0
         if (rc := srv.proc.poll()) is not None:
-            raise died(engine, rc, srv.log, f"the probe at {load:g}")
+            raise died(engine, rc, srv.log, during)
         for r in recs:
             validity.check_request(r)
         row: dict = {}
@@ -188,6 +196,17 @@ class RealProbe:
                 sp.at = at
         digest = hashlib.sha256(repr([(x.prompt, x.gen) for x in body]).encode()).hexdigest()[:16]
         return out, digest
+
+
+DYING_S = 10.0  # how long a server whose connection failed may take to exit before it counts as alive
+
+
+def exit_code(proc, wait_s: float) -> int | None:
+    """The server's exit code if it exits within wait_s, else None (still running, or not ours)."""
+    end = time.monotonic() + wait_s
+    while (rc := proc.poll()) is None and time.monotonic() < end:
+        time.sleep(0.1)
+    return rc
 
 
 def summary(engine: str, block: int, load: float, k: int, got: Requests, recs, warm: int, digest: str, row: dict,

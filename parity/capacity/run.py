@@ -44,12 +44,17 @@ def measure(plan: CapacityPlan, run: Run) -> dict:
     try:
         search = Search(probe, lengths(plan.ptok, plan.gen, plan.seed), plan.search, log=run.out.info)
         result = search.run()
-    except BaseException:
+    except BaseException as e:
         probe.close(settle=False)
+        # nothing measured is lost: the probes so far, marked incomplete with the reason (the run dir says failed)
+        why = " ".join(str(e).split()) or type(e).__name__
+        run.dir.write_json("capacity.json", {"model": plan.model, "units": UNITS[plan.search.kind], "complete": False,
+                                             "error": why, "probes": probe.probes, "servers": probe.servers,
+                                             "plan_notes": plan.notes, "valid": False})  # fmt: skip
         raise
     probe.close()
-    doc = {"model": plan.model, "units": UNITS[plan.search.kind], "prompts": prompts_rule(plan), **result,
-           "probes": probe.probes, "servers": probe.servers, "plan_notes": plan.notes}  # fmt: skip
+    doc = {"model": plan.model, "units": UNITS[plan.search.kind], "prompts": prompts_rule(plan), "complete": True,
+           **result, "probes": probe.probes, "servers": probe.servers, "plan_notes": plan.notes}  # fmt: skip
     doc["energy"] = energy(probe.probes, plan.engines)
     doc["valid"] = not doc["problems"]
     run.dir.write_json("capacity.json", doc)

@@ -119,8 +119,19 @@ def serving(run: Run, launch: Launch, port: int, log_path: str, budget_s: float,
 
 def died(engine: str, rc: int, log_path: str | None, during: str) -> InfraError:
     """The error for a server that exited while in use: how, when, and where its log is."""
-    last = (log_tail(log_path, 1) or "empty").strip()
+    last = last_words(log_tail(log_path, 20)) or "empty"
     return InfraError(f"{engine} server exited {exit_words(rc)} during {during}; log: {log_path} (last line: {last[:160]})")
+
+
+def last_words(tail: str) -> str:
+    """A dying server's last line with text in it: llama-server's timestamped prefix (`0.17.578.263 E `)
+    alone is no line, and its abort (`ggml-cuda.cu:104: CUDA error`) is often the last one written."""
+    import re
+
+    for line in reversed(tail.splitlines()):
+        if re.sub(r"^\d+\.\d+\.\d+\.\d+ [A-Z] ?", "", line).strip():
+            return line.strip()
+    return ""
 
 
 def exit_words(rc: int) -> str:

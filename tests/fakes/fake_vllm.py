@@ -24,7 +24,9 @@ tokens per chunk, as real vLLM does under load), FAKE_VLLM_EMPTY_EVERY (every m-
 chunk has empty text, like a byte-fallback token), FAKE_VLLM_CLAIM (usage claims this many
 completion tokens whatever was streamed: a lying server), FAKE_VLLM_SAME_TOKENS (/tokenize
 answers the same ids for every text), FAKE_VLLM_SEGV_AFTER (the process dies on SIGSEGV
-at the completion after this many).
+at the completion after this many), FAKE_VLLM_SEGV_IDLE_AFTER (after this many completions it
+dies on SIGSEGV at the next request of any kind, unanswered: a server that crashed between two
+probes, as an H200 llama-server did after a 32-client probe).
 """
 
 from __future__ import annotations
@@ -71,6 +73,7 @@ class FakeVllm:
         self.claim = os.environ.get("FAKE_VLLM_CLAIM")
         self.same_tokens = bool(os.environ.get("FAKE_VLLM_SAME_TOKENS"))
         self.segv_after = int(os.environ.get("FAKE_VLLM_SEGV_AFTER", "0"))
+        self.segv_idle_after = int(os.environ.get("FAKE_VLLM_SEGV_IDLE_AFTER", "0"))
         self.counters = {"prompt_tokens_total": 0, "generation_tokens_total": 0, "request_success_total": 0}
         self.running = 0
 
@@ -86,6 +89,8 @@ class FakeVllm:
                 method, path, _ = lines[0].split(" ", 2)
                 headers = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:] if ln)}
                 body = await reader.readexactly(int(headers.get("content-length", "0") or 0))
+                if self.segv_idle_after and self.served_completions >= self.segv_idle_after and self.running == 0:
+                    os.kill(os.getpid(), signal.SIGSEGV)
                 await self.route(method, path.split("?")[0], body, writer)
                 if headers.get("connection", "").lower() == "close":
                     return
