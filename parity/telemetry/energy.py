@@ -16,7 +16,11 @@ point keeps the counter's number and a flag says by how much.  The power integra
    serving.telemetry.power_interval_s (0.02 s), where it read every GPU with no gap over
    LANE_MAX_GAP lane intervals in the window.  On an H200 the field and the counter refresh about
    every 100 ms: read every 20 ms the integral met the counter within 0.75 % on every 2-5 s window,
-   the same reads taken every 100 ms missed by up to 2.4 % (tests/data/telemetry/README.md);
+   the same reads taken every 100 ms missed by up to 2.4 % (tests/data/telemetry/README.md).
+   Both readings are stale by up to one refresh at each edge of the window, so the lane also
+   gives the window's resolution (resolution_pct: refresh x the power at each edge / the
+   counter): a difference past the tolerance but inside it is "not checkable" with that said,
+   never a flag.  A 2 s serving window resolves +-8-11 %; about 10 s, 2 %;
 2. else the sampler's samples (every serving.telemetry.interval_s): the instantaneous field where
    every sample of the GPUs has it, else nvmlDeviceGetPowerUsage, which on Ampere and newer is an
    average over the last POWER_AVERAGING_S: it lags a step in load by about half a second, so over
@@ -173,17 +177,45 @@ def lane_series(lane, gpus: list[int], lo: float, hi: float) -> tuple[dict[int, 
     return out, None
 
 
+def refresh_s(pts: list[tuple[float, float]]) -> float | None:
+    """How often the power reading changes (the median time between changes of its value) in
+    points read faster than it refreshes (the lane); None under three changes."""
+    changes = [t1 for (_, w0), (t1, w1) in zip(pts, pts[1:]) if w1 != w0]
+    if len(changes) < 3:
+        return None
+    gaps = sorted(b - a for a, b in zip(changes, changes[1:]))
+    return gaps[len(gaps) // 2]
+
+
+def resolution(per_edge: list[tuple[float, float, float]], counter_j: float) -> float | None:
+    """The +-% to which a window's counter and power integral can be compared at all: each of them
+    is read stale by up to one refresh at each edge, so each edge can move by refresh x the power
+    there; per_edge: (refresh s, watts at the start, watts at the end) per GPU.  None: a refresh
+    unknown."""
+    if not per_edge or any(r is None for r, _, _ in per_edge) or not counter_j > 0:
+        return None
+    return 100 * sum(r * (a + b) for r, a, b in per_edge) / counter_j
+
+
 def cross_check(counter_j: float, integral: float | None, tolerance_pct: float = TOLERANCE_PCT,
-                window_s: float | None = None, averaged_over_s: float = 0.0) -> dict:
+                window_s: float | None = None, averaged_over_s: float = 0.0,
+                resolution_pct: float | None = None) -> dict:
     """The power integral against the counter: diff_pct = (integral - counter) / counter x 100;
     agree within tolerance_pct; check says the outcome in words.  A window shorter than the power
-    reading averages over (averaged_over_s) is not checkable: agree None, the difference kept."""
+    reading averages over (averaged_over_s) is not checkable: agree None, the difference kept.  So
+    is a difference past the tolerance that the window cannot resolve (resolution_pct: both
+    readings refresh every ~0.1 s on an H200, which on a 2 s serving window is +-8-11 %)."""
     if integral is None:
         return {"diff_pct": None, "agree": None, "check": "not cross-checked: a GPU has no power sample (per_gpu)"}
     diff = 100 * (integral - counter_j) / counter_j
     if window_s is not None and window_s < averaged_over_s:
         check = f"not checkable: the window ({window_s:.2f} s) is shorter than the {averaged_over_s:g} s the power "
         check += f"reading averages over (counter {counter_j:.3f} J, power integral {integral:.3f} J: {diff:+.2f} %)"
+        return {"diff_pct": round(diff, 3), "agree": None, "check": check}
+    if resolution_pct is not None and tolerance_pct < abs(diff) <= resolution_pct:
+        check = f"not checkable to {tolerance_pct:g} %: counter {counter_j:.3f} J vs power integral {integral:.3f} J: "
+        check += f"{diff:+.2f} %, inside the +-{resolution_pct:.1f} % this window resolves (the counter and the power "
+        check += "refresh about every 0.1 s: each edge of the window can move by that much of its power; a longer window resolves more)"
         return {"diff_pct": round(diff, 3), "agree": None, "check": check}
     agree = abs(diff) <= tolerance_pct
     words = "agree" if agree else "DISAGREE"
@@ -200,7 +232,7 @@ def measure(start: dict, end: dict, samples: list[dict], gpus: list[int], tolera
     lo, hi = start["t"], end["t"]
     fast, no_lane = lane_series(lane, gpus, lo, hi)
     key = INSTANT if fast else power_key(samples, gpus)
-    counter, integ, per = 0.0, 0.0, []
+    counter, integ, per, edges = 0.0, 0.0, [], []
     for i in gpus:
         a, b = _mj(start, i), _mj(end, i)
         if a is None or b is None:
@@ -213,14 +245,17 @@ def measure(start: dict, end: dict, samples: list[dict], gpus: list[int], tolera
         j = integral_j(pts, lo, hi)
         counter += (b - a) / 1000
         integ = None if integ is None or j is None else integ + j
+        if fast:
+            edges.append((refresh_s(pts), _at(pts, lo), _at(pts, hi)))
         per.append({"index": i, "counter_j": round((b - a) / 1000, 3), "integral_j": None if j is None else round(j, 3),
                     "power_samples": sum(lo <= t <= hi for t, _ in pts)})  # fmt: skip
     if not per:
         return not_applicable("no GPU to read")
+    res = resolution(edges, counter) if fast else None
     doc = {"applicable": True, "why": None, "source": SOURCE, "gpus": list(gpus), "window_s": round(hi - lo, 4),
            "counter_j": round(counter, 3), "integral_j": None if integ is None else round(integ, 3),
-           **cross_check(counter, integ, tolerance_pct, hi - lo, POWER_AVERAGING_S if key == AVERAGED else 0.0),
-           "tolerance_pct": tolerance_pct, "method": _method(key, fast, lane), "per_gpu": per,
+           **cross_check(counter, integ, tolerance_pct, hi - lo, POWER_AVERAGING_S if key == AVERAGED else 0.0, res),
+           "tolerance_pct": tolerance_pct, "resolution_pct": None if res is None else round(res, 2), "method": _method(key, fast, lane), "per_gpu": per,
            "power_from": f"the power lane (every {lane['interval_s']:g} s)" if fast else f"the samples: {no_lane}"}
     # a flag where they disagree or a GPU has no power; a window too short for the averaged power is said, not flagged
     doc["flag"] = f"energy {doc['check']}" if doc["agree"] is False or doc["integral_j"] is None else None
@@ -270,7 +305,7 @@ def on_row(row: dict, doc: dict, recs) -> None:
     row.update(values)
     row.setdefault("why", {}).update(why)
     keys = ("applicable", "why", "gpus", "gpus_from", "window_s", "counter_j", "integral_j", "diff_pct", "agree",
-            "check", "power_from")
+            "check", "resolution_pct", "power_from")
     tokens = {"output_tokens": sample.output_tokens, "prompt_tokens": sample.prompt_tokens}
     row["energy"] = {k: doc[k] for k in keys if k in doc} | tokens
     if doc.get("flag"):
