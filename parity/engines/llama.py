@@ -121,12 +121,16 @@ class Llama(EngineKind):
                       count="timings", request_extra=dict(STREAM_TIMINGS), props_path="/props", family=self.family, port=port)  # fmt: skip
 
     def context_need(self, eng, shape, model_file=None) -> ContextNeed:
-        """-c is split across --parallel slots, and llama-server caps a slot at the model's training context."""
-        per_slot = shape.ctx // max(1, shape.parallel)
+        """-c is split across --parallel slots (with -kvu one buffer: a request may fill it, the requests
+        running at once share it: llama_context's n_ctx_seq), and llama-server caps a slot at the model's
+        training context."""
+        shared = kv_unified(eng.section, shape)
+        per_slot = shape.ctx if shared else shape.ctx // max(1, shape.parallel)
+        how = f"-c {shape.ctx}, one KV buffer every slot shares (-kvu)" if shared else f"-c {shape.ctx} / --parallel {shape.parallel}"
         train = context_length(model_file) if model_file else None
         if train and train < per_slot:
-            return ContextNeed(train, f"the model's training context ({train}; llama-server caps each slot there, -c {shape.ctx} / --parallel {shape.parallel} would give {per_slot})")
-        return ContextNeed(per_slot, f"-c {shape.ctx} / --parallel {shape.parallel} (raise serving.ctx / --ctx, or lower --parallel)")
+            return ContextNeed(train, f"the model's training context ({train}; llama-server caps each slot there, {how} would give {per_slot})")
+        return ContextNeed(per_slot, f"{how} (raise serving.ctx / --ctx{'' if shared else ', or lower --parallel'})")
 
     def queue_limit(self, e, shape) -> int | None:
         return shape.parallel
@@ -134,14 +138,20 @@ class Llama(EngineKind):
     def load_caveats(self, e, shape) -> list[str]:
         # llama.cpp splits a step into one ubatch per run of consecutive slot ids when each slot has its own KV
         # stream, and least-recently-used slot choice scatters them as a server ages (docs/CAPACITY.md)
-        said = [a for a in (*shape.server_args, *e.server_args) if a in KV_UNIFIED + KV_PER_SLOT]
-        if shape.parallel > 1 and not (said and said[-1] in KV_UNIFIED):  # llama.cpp's parser: the last one wins
+        if shape.parallel > 1 and not kv_unified(e, shape):
             return [f"a KV stream per slot (--parallel {shape.parallel} without -kvu): its steps split per run of "
                     "neighbouring slots, so its step time can grow as the slots scatter over the run"]
         return []
 
     def on_gpu(self, e: LlamaSection) -> bool:
         return bool(e.cuda_archs)
+
+
+def kv_unified(e, shape) -> bool:
+    """Whether the server runs one KV buffer for every slot: -kvu / -no-kvu in its arguments, the last
+    one winning as in llama.cpp's parser (neither: a stream per slot, llama-server's default with --parallel)."""
+    said = [a for a in (*shape.server_args, *e.server_args) if a in KV_UNIFIED + KV_PER_SLOT]
+    return bool(said) and said[-1] in KV_UNIFIED
 
 
 KIND = Llama()

@@ -408,6 +408,21 @@ def test_llama_server_with_a_kv_stream_per_slot_is_named_as_a_load_caveat(every_
     assert bool(got) is caveat and all(f"--parallel {parallel} without -kvu" in c for c in got)
 
 
+@pytest.mark.parametrize("args, tokens, says", [
+    ([], 1024, "-c 32768 / --parallel 32"), (["-kvu"], 32768, "one KV buffer every slot shares (-kvu)"),
+    (["-kvu", "-no-kvu"], 1024, "-c 32768 / --parallel 32"),
+])
+def test_a_llama_server_request_may_fill_the_shared_kv_buffer(every_kind, args, tokens, says):
+    """With -kvu llama.cpp gives a sequence the whole context (n_ctx_seq = n_ctx), else -c / --parallel:
+    the H200 plan's 2048-token generations were refused at 1024 on -kvu servers."""
+    from msgspec.structs import replace
+
+    p, names = every_kind
+    eng = bind(p, names["llama"])
+    need = eng.context_need(replace(p.serving, ctx=32768, parallel=32, server_args=[*p.serving.server_args, *args]))
+    assert need.tokens == tokens and says in need.what
+
+
 def test_the_snapshot_dry_run_prints_a_servers_load_caveat(parity_cli, tmp_path):
     r = parity_cli("--artifacts", str(tmp_path / "runs"), "snapshot", "-p", "smoke", "--dry-run", timeout=300)
     said = r.stdout + r.stderr
