@@ -9,6 +9,8 @@ import ast
 import re
 from pathlib import Path
 
+from pysource import parse
+
 ROOT = Path(__file__).resolve().parents[2]
 PKG = ROOT / "parity"
 ARCH = ROOT / "docs" / "ARCHITECTURE.md"
@@ -38,7 +40,7 @@ def imports_of(source: str, module: str, is_package: bool) -> set[str]:
     known = modules_cache()
     here = module if is_package else module.rpartition(".")[0]
     out: set[str] = set()
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(parse(source)):
         targets: list[str] = []
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
@@ -179,7 +181,7 @@ def test_only_the_cli_and_the_heavy_imports_are_lazy():
     for m, p in modules_cache().items():
         if m.startswith("parity.cli") or m == "parity.__main__":
             continue
-        tree = ast.parse(p.read_text())
+        tree = parse(p.read_text())
         for fn in ast.walk(tree):
             if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 for node in ast.walk(fn):

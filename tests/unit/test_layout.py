@@ -12,6 +12,8 @@ from pathlib import Path
 
 import typer
 
+from pysource import parse
+
 ROOT = Path(__file__).resolve().parents[2]
 PKG = ROOT / "parity"
 ARCH = ROOT / "docs" / "ARCHITECTURE.md"
@@ -33,7 +35,7 @@ def _is_module(dotted: str) -> bool:
 def private_reaches(source: str, module: str) -> list[str]:
     """`from other import _x` and `other_module._x` in one module's source."""
     found = []
-    tree = ast.parse(source)
+    tree = parse(source)
     modules: set[str] = set()  # local names bound to parity modules
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module.split(".")[0] == "parity":
@@ -120,7 +122,7 @@ TOOL_MODULES = {"git": "parity/llamacpp/git.py", "nvidia-smi": "parity/gpu/nvidi
 def tool_argvs(source: str) -> list[tuple[str, int]]:
     """(tool, line) of each list literal whose first element is the string constant of a tool."""
     found = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(parse(source)):
         if isinstance(node, ast.List) and node.elts:
             first = node.elts[0]
             if isinstance(first, ast.Constant) and first.value in TOOL_MODULES:

@@ -14,13 +14,15 @@ from parity.gpu.lock_config import LockConfig
 from parity.runners.local import LocalRunner
 from parity.ui import Output
 
+from pysource import parse
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def lock_calls(source: str) -> list[int]:
     """Lines that call held_lock(...) or holding(...) (any spelling: a name or an attribute)."""
     out = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(parse(source)):
         if isinstance(node, ast.Call):
             f = node.func
             name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None

@@ -9,6 +9,8 @@ import ast
 import re
 from pathlib import Path
 
+from pysource import parse
+
 ROOT = Path(__file__).resolve().parents[2]
 PKG = ROOT / "parity"
 ENTRY_FILES = {"session.py", "context.py", "campaign.py"}
@@ -22,7 +24,7 @@ def command_functions() -> set[str]:
 
 def functions_taking(source: str, name: str = "ctx") -> list[tuple[int, str]]:
     out = []
-    for n in ast.walk(ast.parse(source)):
+    for n in ast.walk(parse(source)):
         if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
             args = n.args.posonlyargs + n.args.args + n.args.kwonlyargs
             if any(a.arg == name for a in args):
