@@ -93,6 +93,7 @@ class Search:
         self.probes: list[Probed] = []
         self.problems: list[str] = []  # what the result lacks (no bracket, no ratio, a probe's invalid requests)
         self.notes: list[str] = []  # what the search did about a block that gave no capacity
+        self.jumped: set = set()  # engines whose levels jump() set: wide, centred on no estimate
 
     @property
     def sent(self) -> int:
@@ -208,11 +209,13 @@ class Search:
         later whenever an engine's running capacity has left the middle of its levels (between
         the geometric midpoints of its two lowest and its two highest): the reference on the
         median of its blocks' crossings, every other engine on that times its running ratio, so
-        that the engines' levels stay matched; by one span at most."""
+        that the engines' levels stay matched; by one span at most (always the block after a jump: its
+        wide levels, unmatched, would hold an estimate in their middle)."""
         p = self.plan
         span = (1 + p.spread_pct / 100) / (1 - p.spread_pct / 100)
         last = blocks[-1]
         new = dict(levels)
+        jumped, self.jumped = self.jumped, set()
         for e in p.engines:
             ms = [g.margin for g in last["probes"][e]]
             if per_block[e][last["block"]]["capacity"] is None and None not in ms and (min(ms) >= 0 or max(ms) < 0):
@@ -220,17 +223,20 @@ class Search:
                 mid = math.sqrt(levels[e][0] * levels[e][-1])
                 guesses = [per_block[e][last["block"]]["guess"], self.past_levels(last["probes"][e], up, pooled)]
                 new[e] = self.levels_between(*jump(mid, guesses, up, span, p.spread_pct / 100))
+                self.jumped.add(e)
                 word, way = ("met", "up") if up else ("missed", "down")
                 self.notes.append(f"block {last['block']}: {e} {word} the objectives at every level: "
                                   f"its levels move {way}, to {fmt(new[e][0])}..{fmt(new[e][-1])}")
         if new != levels:
+            self.jumped |= jumped
             return new
         ref = median([v["guess"] for v in per_block[p.reference].values() if isinstance(v["guess"], float)])
         if ref is None or any(r["ratio"] is None for r in ratios):
+            self.jumped |= jumped
             return None
         want = {p.reference: ref, **{r["engine"]: ref * r["ratio"] for r in ratios}}
         middle = all(math.sqrt(v[0] * v[1]) <= want[e] <= math.sqrt(v[-2] * v[-1]) for e, v in levels.items())
-        if len(blocks) > p.recentre and middle:
+        if len(blocks) > p.recentre and middle and not jumped:  # a jump's wide levels always go back to matched ones
             return None
         for e, v in levels.items():  # one span at a time: a block's stray estimate moves the levels, never throws them
             mid = math.sqrt(v[0] * v[-1])

@@ -188,3 +188,27 @@ def test_levels_that_missed_everywhere_widen_to_where_the_crossing_may_be():
     assert second[0] < first[0] / 1.8  # one span down would have kept them above 40
     assert r["ratios"][0]["n_blocks"] == 3 and r["ratios"][0]["high"] < 1
     assert any("levels move down, to 25..53" in n for n in r["notes"])
+
+
+@dataclass
+class SlowOneBlock(Simulator):
+    """B's steps `spike` times slower in one block alone: a stray block that sends its levels jumping."""
+
+    spike: float = 1.0
+    at: int = 3
+
+    def scale(self, engine: str, load: float, block: int) -> float:
+        return super().scale(engine, load, block) * (self.spike if engine == "B" and block == self.at else 1.0)
+
+
+def test_levels_after_a_jump_go_back_to_matched_ones():
+    p = Plan(engines=["A", "B"], reference="A", objectives=parse_slo("ttft_p99_ms=500,itl_p99_ms=50"),
+             budget=adaptive.Budget(None, 8, 8))  # fmt: skip
+    r = Search(SlowOneBlock(seed=2, spike=1.5), lambda b, m, w: W.prompts(2, b, m, w), p).run()
+    jumps = [int(n.split()[1].rstrip(":")) for n in r["notes"] if "levels move" in n]
+    assert jumps and jumps[0] == 3  # the stray block, and (seed 2) a jump back up after it
+    after = [b["levels"] for b in r["blocks"] if b["block"] >= jumps[-1] + 2]
+    assert after  # from the block after the jump's own, B's levels are A's times one factor (whole clients aside)
+    for lv in after:
+        f = [b / a for a, b in zip(lv["A"], lv["B"])]
+        assert max(f) / min(f) < 1.05, lv
