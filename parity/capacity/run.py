@@ -48,9 +48,12 @@ def measure(plan: CapacityPlan, run: Run) -> dict:
         probe.close(settle=False)
         # nothing measured is lost: the probes so far, marked incomplete with the reason (the run dir says failed)
         why = " ".join(str(e).split()) or type(e).__name__
-        run.dir.write_json("capacity.json", {"model": plan.model, "units": UNITS[plan.search.kind], "complete": False,
-                                             "error": why, "probes": probe.probes, "servers": probe.servers,
-                                             "plan_notes": plan.notes, "valid": False})  # fmt: skip
+        partial = {"model": plan.model, "units": UNITS[plan.search.kind], "complete": False, "error": why,
+                   "probes": probe.probes, "servers": probe.servers, "plan_notes": plan.notes, "valid": False}
+        try:
+            run.dir.write_json("capacity.json", partial)
+        except OSError as w:  # (a full disk): the error that ended the run is the one to report
+            run.out.warn(f"capacity.json (incomplete) not written: {w}")
         raise
     probe.close()
     doc = {"model": plan.model, "units": UNITS[plan.search.kind], "prompts": prompts_rule(plan), "complete": True,
