@@ -41,21 +41,22 @@ def measure(plan: CapacityPlan, run: Run) -> dict:
     """The search on the engines' servers; capacity.json (the search's result, every probe's and
     every server run's summary); the run marked invalid when the result names a problem."""
     probe = RealProbe(run, plan)
+    result: dict = {}
     try:
         search = Search(probe, lengths(plan.ptok, plan.gen, plan.seed), plan.search, log=run.out.info)
         result = search.run()
+        probe.close()  # the last server stopped, its memory back: an error here keeps the search's result
     except BaseException as e:
         probe.close(settle=False)
         # nothing measured is lost: the probes so far, marked incomplete with the reason (the run dir says failed)
         why = " ".join(str(e).split()) or type(e).__name__
-        partial = {"model": plan.model, "units": UNITS[plan.search.kind], "complete": False, "error": why,
+        partial = {"model": plan.model, "units": UNITS[plan.search.kind], "complete": False, "error": why, **result,
                    "probes": probe.probes, "servers": probe.servers, "plan_notes": plan.notes, "valid": False}
         try:
             run.dir.write_json("capacity.json", partial)
         except OSError as w:  # (a full disk): the error that ended the run is the one to report
             run.out.warn(f"capacity.json (incomplete) not written: {w}")
         raise
-    probe.close()
     doc = {"model": plan.model, "units": UNITS[plan.search.kind], "prompts": prompts_rule(plan), "complete": True,
            **result, "probes": probe.probes, "servers": probe.servers, "plan_notes": plan.notes}  # fmt: skip
     doc["energy"] = energy(probe.probes, plan.engines)

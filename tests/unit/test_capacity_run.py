@@ -49,3 +49,24 @@ def test_a_capacity_json_that_cannot_be_written_does_not_hide_the_error_that_end
     with pytest.raises(InfraError, match="signal 6"):
         measure(tmp_path, monkeypatch)
     assert "capacity.json" in capsys.readouterr().err
+
+
+class MemoryStaysUsed(Probe):
+    def close(self, settle: bool = True) -> None:
+        super().close(settle)
+        if settle and self.closed == [True]:
+            raise InfraError("memory did not come back after stopping stock b5")
+
+
+class Finishes(Dies):
+    def run(self) -> dict:
+        return {"ratios": [{"engine": "stock_b", "ratio": 0.99}], "problems": [], "notes": []}
+
+
+def test_a_search_that_finished_keeps_its_result_when_the_last_server_fails_to_stop(tmp_path, monkeypatch):
+    with pytest.raises(InfraError, match="memory did not come back"):
+        measure(tmp_path, monkeypatch, search=Finishes, probe=MemoryStaysUsed)
+    doc = RunDir(tmp_path).read_json("capacity.json")
+    assert doc["complete"] is False and doc["valid"] is False and "memory did not come back" in doc["error"]
+    assert doc["ratios"] == [{"engine": "stock_b", "ratio": 0.99}]
+    assert doc["probes"] == [{"engine": "stock", "load": 16.0}]
