@@ -203,6 +203,8 @@ DYING_S = 10.0  # how long a server whose connection failed may take to exit bef
 
 def exit_code(proc, wait_s: float) -> int | None:
     """The server's exit code if it exits within wait_s, else None (still running, or not ours)."""
+    if proc.pid is None:  # an endpoint parity did not start (engines.server.External): never waited on
+        return proc.poll()
     end = time.monotonic() + wait_s
     while (rc := proc.poll()) is None and time.monotonic() < end:
         time.sleep(0.1)

@@ -25,3 +25,14 @@ def test_the_error_names_engine_exit_probe_and_the_abort():
 def test_a_log_of_prefixes_only_or_none_is_empty():
     assert last_words("0.00.000.001 I \n0.00.000.002 E ") == ""
     assert "(last line: empty)" in str(died("stock", 1, None, "x"))
+
+
+def test_an_endpoint_parity_did_not_start_is_not_waited_on_to_exit():
+    import time
+
+    from parity.capacity.real import DYING_S, exit_code
+    from parity.engines.server import External
+
+    t0 = time.monotonic()
+    assert exit_code(External(), DYING_S) is None  # its process is not ours: it never 'exits'
+    assert time.monotonic() - t0 < 1
