@@ -179,12 +179,16 @@ def lane_series(lane, gpus: list[int], lo: float, hi: float) -> tuple[dict[int, 
 
 def refresh_s(pts: list[tuple[float, float]]) -> float | None:
     """How often the power reading changes (the median time between changes of its value) in
-    points read faster than it refreshes (the lane); None under three changes."""
+    points read faster than it refreshes (the lane); None under three changes, or where the
+    median change comes within 1.5 reads (read every refresh or slower, each read is a new
+    value: that median is the reads' interval, not the refresh)."""
     changes = [t1 for (_, w0), (t1, w1) in zip(pts, pts[1:]) if w1 != w0]
     if len(changes) < 3:
         return None
     gaps = sorted(b - a for a, b in zip(changes, changes[1:]))
-    return gaps[len(gaps) // 2]
+    reads = sorted(b - a for (a, _), (b, _) in zip(pts, pts[1:]))
+    gap = gaps[len(gaps) // 2]
+    return gap if gap >= 1.5 * reads[len(reads) // 2] else None
 
 
 def resolution(per_edge: list[tuple[float, float, float]], counter_j: float) -> float | None:

@@ -488,3 +488,16 @@ def test_the_point_hook_reads_the_counter_around_the_window_and_checks_it(monkey
     keys = ("counter_j", "integral_j", "power_from")
     assert [again[k] for k in keys] == [e[k] for k in keys]
     assert bool(cap["lane"]["samples"]) is instant and cap["lane"]["gpus"] == ([0] if instant else [])
+
+
+@pytest.mark.parametrize("every, refresh", [(1, 0.1), (3, 0.12), (5, None), (10, None)])
+def test_the_refresh_is_read_off_a_lane_only_where_it_reads_faster_than_that(every, refresh):
+    # the same real 20 ms reads kept every n-th: read every 0.1 s or slower, each read is a new value, and the
+    # median time between changes is the lane's own interval, not the reading's refresh (0.2 s read claimed
+    # a bound of +-15-17 % for the 2 s window, 0.5 s +-36-39 %, excusing any difference under it)
+    cap = energy.read_capture(DATA / "nvml-h200-lane-point-2s-b.json")
+    pts = [(r[0], r[1]) for r in cap["lane"]["samples"]][::every]
+    assert energy.refresh_s(pts) == (None if refresh is None else pytest.approx(refresh, abs=0.002))
+    lane = {**cap["lane"], "samples": cap["lane"]["samples"][::every], "interval_s": cap["lane"]["interval_s"] * every}
+    e = energy.measure(cap["start"], cap["end"], cap["samples"], cap["gpus"], lane=lane)
+    assert e["power_from"].startswith("the power lane") and (e["resolution_pct"] is None) is (refresh is None)
