@@ -246,18 +246,18 @@ class Search:
 
     def past_levels(self, probes: list, up: bool, pooled: dict | None):
         """Where an engine that met (up) or missed every level crosses 0: from the level nearest
-        its capacity, along the reference's slope of the objective with the lowest margin there
-        (one block all on one side of 0 gives its own line too steep or too flat as often as
-        not).  None: no such slope."""
+        its capacity, along the reference's slope of each objective, where the first of them
+        crosses (not the lowest margin's: a small miss on a gentle slope crosses farther down);
+        one block all on one side of 0 gives its own line too steep or too flat as often as not.
+        None: an objective without such a slope."""
         near = max(probes, key=lambda g: g.load) if up else min(probes, key=lambda g: g.load)
         ms = {k: m for k, m in near.margins.items() if m is not None and math.isfinite(m)}
         if not ms or pooled is None:
             return None
-        obj = min(ms, key=ms.get)
-        slope = pooled.get(self.plan.reference, {}).get("slopes", {}).get(obj)
-        if slope is None or not slope < 0:
+        slopes = pooled.get(self.plan.reference, {}).get("slopes", {})
+        if any(slopes.get(k) is None or not slopes[k] < 0 for k in ms):
             return None
-        return near.load * math.exp(-ms[obj] / slope)
+        return min(near.load * math.exp(-m / slopes[k]) for k, m in ms.items())
 
     # ------------------------------------------------------------------ blocks
     def block(self, b: int, levels: dict) -> dict:

@@ -212,3 +212,18 @@ def test_levels_after_a_jump_go_back_to_matched_ones():
     for lv in after:
         f = [b / a for a, b in zip(lv["A"], lv["B"])]
         assert max(f) / min(f) < 1.05, lv
+
+
+def test_past_levels_is_where_the_first_objective_crosses_not_the_lowest_margins():
+    from parity.capacity.estimate import Probed
+
+    p = Plan(engines=["A", "B"], reference="A", objectives=parse_slo("ttft_p99_ms=500,itl_p99_ms=50"))
+    s = Search(None, None, p)
+    # the simulator's reference slopes: TTFT's margin falls faster with log(load) than ITL's
+    pooled = {"A": {"slopes": {"ttft_p99_ms": -0.79, "itl_p99_ms": -0.49}}}
+    missed = [Probed("B", load, 0, {"ttft_p99_ms": m - 0.4, "itl_p99_ms": m - 0.3}, {}, 0.0, 0.0, 1, 1.0)
+              for load, m in ((40.0, 0.0), (47.0, -0.1))]  # fmt: skip
+    # both pass only below where ITL (the smaller miss, the gentler slope) crosses: 40 exp(-0.3 / 0.49) = 21.7
+    assert s.past_levels(missed, False, pooled) == pytest.approx(40 * math.exp(-0.3 / 0.49))
+    met = [Probed("B", load, 0, {"ttft_p99_ms": 0.35, "itl_p99_ms": 0.3}, {}, 0.0, 0.0, 1, 1.0) for load in (40.0, 47.0)]
+    assert s.past_levels(met, True, pooled) == pytest.approx(47 * math.exp(0.35 / 0.79))  # TTFT first: 73.2, ITL 86.7
