@@ -184,21 +184,26 @@ class Search:
         factors = [math.exp(lo + (hi - lo) * j / (n - 1)) for j in range(n)]
         out = {}
         for e, est in estimates_.items():
-            loads = [self.snap(est * f) for f in factors]
-            if p.kind == CLOSED:  # whole clients: neighbours where the spread rounds onto one
-                for j in range(1, n):
-                    loads[j] = max(loads[j], loads[j - 1] + 1)
-            out[e] = loads
+            out[e] = self.apart([self.snap(est * f) for f in factors])
         return out
 
     def levels_between(self, lo: float, hi: float) -> list:
         """`levels` loads evenly spaced in log(load) from lo to hi (whole clients kept apart)."""
         p = self.plan
         n = max(2, p.levels)
-        loads = [self.snap(lo * (hi / lo) ** (j / (n - 1))) for j in range(n)]
-        if p.kind == CLOSED:
-            for j in range(1, n):
-                loads[j] = max(loads[j], loads[j - 1] + 1)
+        return self.apart([self.snap(lo * (hi / lo) ** (j / (n - 1))) for j in range(n)])
+
+    def apart(self, loads: list) -> list:
+        """Closed loop: whole clients, neighbours where the spread rounds onto one, and none past
+        max_load (the largest load probed) while there is room below it."""
+        p = self.plan
+        if p.kind != CLOSED:
+            return loads
+        for j in range(1, len(loads)):
+            loads[j] = max(loads[j], loads[j - 1] + 1)
+        for j in range(len(loads) - 1, -1, -1):
+            room = math.floor(p.max_load) if j == len(loads) - 1 else loads[j + 1] - 1
+            loads[j] = max(self.snap(p.min_load), min(loads[j], float(room)))
         return loads
 
     def recentre(self, blocks: list[dict], per_block: dict, ratios: list[dict], levels: dict,

@@ -227,3 +227,13 @@ def test_past_levels_is_where_the_first_objective_crosses_not_the_lowest_margins
     assert s.past_levels(missed, False, pooled) == pytest.approx(40 * math.exp(-0.3 / 0.49))
     met = [Probed("B", load, 0, {"ttft_p99_ms": 0.35, "itl_p99_ms": 0.3}, {}, 0.0, 0.0, 1, 1.0) for load in (40.0, 47.0)]
     assert s.past_levels(met, True, pooled) == pytest.approx(47 * math.exp(0.35 / 0.79))  # TTFT first: 73.2, ITL 86.7
+
+
+def test_whole_client_levels_stay_at_or_under_the_largest_load():
+    # --max-load is the largest load probed (a server kept under 32 clients, campaigns/profiles/h200-kvu.yaml):
+    # levels that round onto one another near it move down, not past it
+    p = Plan(engines=["A"], reference="A", objectives=parse_slo("ttft_p99_ms=500"), max_load=31)
+    s = Search(None, None, p)
+    for loads in (s.levels_between(20, 40), s.levels_for({"A": 30.0})["A"], s.levels_between(29, 60)):
+        assert loads[-1] <= 31 and all(b > a for a, b in zip(loads, loads[1:])), loads
+    assert s.levels_between(20, 40) == [20.0, 25.0, 30.0, 31.0]
