@@ -254,15 +254,17 @@ class Search:
         its capacity, along the reference's slope of each objective, where the first of them
         crosses (not the lowest margin's: a small miss on a gentle slope crosses farther down);
         one block all on one side of 0 gives its own line too steep or too flat as often as not.
-        None: an objective without such a slope."""
+        An objective met there whose reference line does not fall never crosses; None: one missed
+        there without a falling line."""
         near = max(probes, key=lambda g: g.load) if up else min(probes, key=lambda g: g.load)
         ms = {k: m for k, m in near.margins.items() if m is not None and math.isfinite(m)}
         if not ms or pooled is None:
             return None
         slopes = pooled.get(self.plan.reference, {}).get("slopes", {})
-        if any(slopes.get(k) is None or not slopes[k] < 0 for k in ms):
-            return None
-        return min(near.load * math.exp(-m / slopes[k]) for k, m in ms.items())
+        falls = {k: m for k, m in ms.items() if slopes.get(k) is not None and slopes[k] < 0}
+        if any(m < 0 for k, m in ms.items() if k not in falls) or not falls:
+            return None  # a missed objective whose line does not fall: no guess (one held there never binds)
+        return min(near.load * math.exp(-m / slopes[k]) for k, m in falls.items())
 
     # ------------------------------------------------------------------ blocks
     def block(self, b: int, levels: dict) -> dict:

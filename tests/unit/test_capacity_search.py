@@ -237,3 +237,24 @@ def test_whole_client_levels_stay_at_or_under_the_largest_load():
     for loads in (s.levels_between(20, 40), s.levels_for({"A": 30.0})["A"], s.levels_between(29, 60)):
         assert loads[-1] <= 31 and all(b > a for a, b in zip(loads, loads[1:])), loads
     assert s.levels_between(20, 40) == [20.0, 25.0, 30.0, 31.0]
+
+
+def test_past_levels_on_the_h200_knob_ignores_an_objective_met_with_a_rising_line():
+    # docs/evidence/device-h200-1129f/capacity-knob-capacity.json, block 0: stock (the reference) at 11-15
+    # clients, stock_split missing TPOT p90 at 4-7 while its TTFT p99 held with room; the reference's TTFT
+    # margin rose with load there, so TTFT never crosses and only TPOT's line places the knob (0.95 clients)
+    from parity.capacity.curves import pooled_slope
+    from parity.capacity.estimate import Probed
+
+    stock = {11.0: (0.047692, 2.431015), 12.0: (0.053479, 3.076928), 14.0: (-0.012391, 3.173358),
+             15.0: (-0.010213, 3.058812)}  # fmt: skip
+    split = {4.0: (-0.335718, 2.982135), 5.0: (-0.67654, 2.730493), 6.0: (-0.867277, 2.619393),
+             7.0: (-1.05353, 2.384038)}  # fmt: skip
+    slopes = {k: pooled_slope([(list(stock), [v[i] for v in stock.values()])]) for i, k in
+              enumerate(("tpot_p90_ms", "ttft_p99_ms"))}  # fmt: skip
+    assert slopes["tpot_p90_ms"] < 0 < slopes["ttft_p99_ms"]
+    p = Plan(engines=["stock_split", "stock"], reference="stock", objectives=parse_slo("tpot_p90_ms=12,ttft_p99_ms=1000"))
+    probes = [Probed("stock_split", load, 0, {"tpot_p90_ms": t, "ttft_p99_ms": f}, {}, 0.0, 0.0, 1, 1.0)
+              for load, (t, f) in split.items()]  # fmt: skip
+    guess = Search(None, None, p).past_levels(probes, False, {"stock": {"slopes": slopes}})
+    assert guess == pytest.approx(4 * math.exp(0.335718 / slopes["tpot_p90_ms"])) and 0.9 < guess < 1.0
