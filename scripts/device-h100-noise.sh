@@ -30,7 +30,7 @@
 #   energy     J/token A/A at N=8 (stock_b, stock) with the counter vs power-integral cross-check (issue 57); EARGS: more options
 #   replay-aa  a request-trace slice (TRACE, SPEEDUP, DUR s) replayed A/A in paired blocks (issue 58); replay-ps: paged vs stock;
 #              RUNTIL=request_ttft_median=2,...: blocks until those request-paired intervals are narrow (at most RMAX, 16);
-#              RGPUS=0,1: in crossover on a two-GPU host (both arms at once)
+#              RGPUS=0,1: in crossover on a two-GPU host (both arms at once); RARGS: more snapshot options (--budget-s S)
 #   energy-bg  NVML energy counter + power samples for ENERGY_S s in the background (nvml-energy-capture.py)
 #   ab-ops / ab-env  a runtime lever of the stock build (OPS_ENV, ENV_LEVER) by focused op timing and
 #              by batched-bench, with engagement proof; and a misspelt env (NOT ENGAGED)
@@ -189,7 +189,7 @@ for stage in "$@"; do
   replay-aa | replay-ps)  # issue 58: one request-trace slice replayed in paired blocks: on one build twice (replay-aa:
     # stock_b, stock), or paged vs stock (replay-ps); PROF=campaigns/profiles/h200-replay.yaml turns the host prompt cache off
     eng=$([ $stage = replay-aa ] && echo stock_b,stock || echo paged,stock)
-    t $P snapshot -p $PROF --engines ${RENGINES:-$eng} -m ${MODEL:-dense-16g} --parallel ${RPAR:-16} --ctx ${RCTX:-131072} --trace tests/data/replay/${TRACE:-azure-conv-2023.csv} --workload-opt "speedups=[${SPEEDUP:-1}]" --workload-opt duration_s=${DUR:-20} --repeat ${REPEAT:-3} ${RUNTIL:+--until-ci $RUNTIL --max-repeats ${RMAX:-16}} ${RGPUS:+--gpus $RGPUS} --no-gates --json > $R/out/$stage.json 2> $R/out/$stage.err
+    t $P snapshot -p $PROF --engines ${RENGINES:-$eng} -m ${MODEL:-dense-16g} --parallel ${RPAR:-16} --ctx ${RCTX:-131072} --trace tests/data/replay/${TRACE:-azure-conv-2023.csv} --workload-opt "speedups=[${SPEEDUP:-1}]" --workload-opt duration_s=${DUR:-20} --repeat ${REPEAT:-3} ${RUNTIL:+--until-ci $RUNTIL --max-repeats ${RMAX:-16}} ${RGPUS:+--gpus $RGPUS} ${RARGS:-} --no-gates --json > $R/out/$stage.json 2> $R/out/$stage.err
     grep -v "^[│┃┏┡└]" $R/out/$stage.err | tail -n 24
     d=$(python3 -c "import json, sys; print(json.load(open(sys.argv[1]))['run_dir'])" $R/out/$stage.json); cp $d/summary.json $R/out/$stage-summary.json
     ;;
