@@ -31,6 +31,7 @@ from parity.capacity.plan import CapacityPlan, longest
 from parity.capacity.probe import CLOSED, PromptSet, Requests, from_records
 from parity.context import Run
 from parity.engines.server import died, serving
+from parity.errors import UsageError
 from parity.gpu.memory import used_mib, wait_back
 from parity.loadgen import client as loadgen
 from parity.loadgen.arrivals import achieved, open_loop_times
@@ -153,6 +154,8 @@ class RealProbe:
             with watch.point(run.runner, s.telemetry, srv.proc.pid, srv.pin) as tel:  # energy per token where NVML has it
                 recs = loadgen.drive(srv.target, specs, s.request_timeout_s, concurrency=int(load) if closed else None,
                                      open_loop=not closed)  # fmt: skip
+        except UsageError:  # the probe's own shape (check_fits): nothing to wait for
+            raise
         except Exception:  # a refused connection is the client's view of a server that is going away
             if (rc := exit_code(srv.proc, DYING_S)) is not None:
                 raise died(engine, rc, srv.log, during) from None
