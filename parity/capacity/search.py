@@ -226,7 +226,11 @@ class Search:
             if per_block[e][last["block"]]["capacity"] is None and None not in ms and (min(ms) >= 0 or max(ms) < 0):
                 up = min(ms) >= 0
                 mid = math.sqrt(levels[e][0] * levels[e][-1])
-                guesses = [per_block[e][last["block"]]["guess"], self.past_levels(last["probes"][e], up, pooled)]
+                near = max(last["probes"][e], key=lambda g: g.load) if up else min(last["probes"][e], key=lambda g: g.load)
+                # a miss (or a room) under one span's worth of margin at the nearest level is one span away at most:
+                # only a decisive one jumps (an A/A's noisy block on a shared CPU must not throw its levels)
+                far = abs(near.margin) > math.log(span)
+                guesses = [per_block[e][last["block"]]["guess"], self.past_levels(last["probes"][e], up, pooled)] if far else []
                 new[e] = self.levels_between(*jump(mid, guesses, up, span, p.spread_pct / 100))
                 self.jumped.add(e)
                 word, way = ("met", "up") if up else ("missed", "down")

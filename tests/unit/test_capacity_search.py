@@ -258,3 +258,21 @@ def test_past_levels_on_the_h200_knob_ignores_an_objective_met_with_a_rising_lin
               for load, (t, f) in split.items()]  # fmt: skip
     guess = Search(None, None, p).past_levels(probes, False, {"stock": {"slopes": slopes}})
     assert guess == pytest.approx(4 * math.exp(0.335718 / slopes["tpot_p90_ms"])) and 0.9 < guess < 1.0
+
+
+@pytest.mark.parametrize("miss, lowest", [(-0.05, 7.0), (-0.5, 4.0)])
+def test_only_a_decisive_miss_everywhere_jumps_past_one_span(miss, lowest):
+    # B missed at every level of block 0: by 5 % (an A/A's noisy block on a shared CPU) its levels step one span
+    # down (centre 10 / 1.35, -+15 %: 7..9, whole clients kept apart: 7..10); by 65 % (the H200 knob's 40 %-over
+    # TPOT at its nearest level) they reach down to its line's crossing, 4 clients
+    from parity.capacity.estimate import Probed
+
+    p = Plan(engines=["A", "B"], reference="A", objectives=parse_slo("tpot_p90_ms=12"))
+    s = Search(None, None, p)
+    levels = {"A": [9.0, 10.0, 11.0, 12.0], "B": [9.0, 10.0, 11.0, 12.0]}
+    probes = {e: [Probed(e, x, 0, {"tpot_p90_ms": (0.1 if e == "A" else miss) - 0.1 * j}, {}, 0.0, 0.0, 1, 1.0)
+                  for j, x in enumerate(levels[e])] for e in levels}  # fmt: skip
+    per_block = {"A": {0: {"capacity": 10.5, "guess": 10.5}}, "B": {0: {"capacity": None, "guess": 4.0}}}
+    new = s.recentre([{"block": 0, "probes": probes}], per_block, [{"engine": "B", "ratio": None}], levels,
+                     {"A": {"slopes": {"tpot_p90_ms": -1.0}}})  # fmt: skip
+    assert new["A"] == levels["A"] and new["B"][0] == lowest and new["B"][-1] <= 10
