@@ -50,21 +50,24 @@ def measure(plan: CapacityPlan, run: Run) -> dict:
         probe.close(settle=False)
         # nothing measured is lost: the probes so far, marked incomplete with the reason (the run dir says failed)
         why = " ".join(str(e).split()) or type(e).__name__
-        partial = {"model": plan.model, "units": UNITS[plan.search.kind], "complete": False, "error": why, **result,
-                   "probes": probe.probes, "servers": probe.servers, "plan_notes": plan.notes, "valid": False}
         try:
-            run.dir.write_json("capacity.json", partial)
+            run.dir.write_json("capacity.json", {**document(plan, probe, result, False), "error": why, "valid": False})
         except OSError as w:  # (a full disk): the error that ended the run is the one to report
             run.out.warn(f"capacity.json (incomplete) not written: {w}")
         raise
-    doc = {"model": plan.model, "units": UNITS[plan.search.kind], "prompts": prompts_rule(plan), "complete": True,
-           **result, "probes": probe.probes, "servers": probe.servers, "plan_notes": plan.notes}  # fmt: skip
+    doc = document(plan, probe, result, True)
     doc["energy"] = energy(probe.probes, plan.engines)
     doc["valid"] = not doc["problems"]
     run.dir.write_json("capacity.json", doc)
     if doc["problems"]:
         run.dir.mark_invalid(f"{len(doc['problems'])} problem(s), first: {doc['problems'][0]}")
     return doc
+
+
+def document(plan: CapacityPlan, probe: RealProbe, result: dict, complete: bool) -> dict:
+    """capacity.json's body: the search's result (what it got to) beside every probe and server run."""
+    return {"model": plan.model, "units": UNITS[plan.search.kind], "prompts": prompts_rule(plan), "complete": complete,
+            **result, "probes": probe.probes, "servers": probe.servers, "plan_notes": plan.notes}  # fmt: skip
 
 
 def energy(probes: list[dict], engines: list[str]) -> dict:

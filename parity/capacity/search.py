@@ -226,11 +226,11 @@ class Search:
             if per_block[e][last["block"]]["capacity"] is None and None not in ms and (min(ms) >= 0 or max(ms) < 0):
                 up = min(ms) >= 0
                 mid = math.sqrt(levels[e][0] * levels[e][-1])
-                near = max(last["probes"][e], key=lambda g: g.load) if up else min(last["probes"][e], key=lambda g: g.load)
                 # a miss (or a room) under one span's worth of margin at the nearest level is one span away at most:
                 # only a decisive one jumps (an A/A's noisy block on a shared CPU must not throw its levels)
-                far = abs(near.margin) > math.log(span)
-                guesses = [per_block[e][last["block"]]["guess"], self.past_levels(last["probes"][e], up, pooled)] if far else []
+                guesses = []
+                if abs(nearest(last["probes"][e], up).margin) > math.log(span):
+                    guesses = [per_block[e][last["block"]]["guess"], self.past_levels(last["probes"][e], up, pooled)]
                 new[e] = self.levels_between(*jump(mid, guesses, up, span, p.spread_pct / 100))
                 self.jumped.add(e)
                 word, way = ("met", "up") if up else ("missed", "down")
@@ -260,7 +260,7 @@ class Search:
         one block all on one side of 0 gives its own line too steep or too flat as often as not.
         An objective met there whose reference line does not fall never crosses; None: one missed
         there without a falling line."""
-        near = max(probes, key=lambda g: g.load) if up else min(probes, key=lambda g: g.load)
+        near = nearest(probes, up)
         ms = {k: m for k, m in near.margins.items() if m is not None and math.isfinite(m)}
         if not ms or pooled is None:
             return None
@@ -383,13 +383,20 @@ def median(values: list) -> float | None:
 MAX_JUMP = 3  # spans: levels that missed (met) everywhere move to the block's crossing, at most this far
 
 
+def nearest(probes: list, up: bool):
+    """The probe of an engine's block nearest its capacity when it met (up: the highest load) or
+    missed (the lowest) every level."""
+    return max(probes, key=lambda g: g.load) if up else min(probes, key=lambda g: g.load)
+
+
 def jump(mid: float, guesses: list, up: bool, span: float, spread: float) -> tuple[float, float]:
     """The load range an engine's next levels cover when it met (up) or missed (not up) the
     objectives at every level around `mid`: the usual levels one span past `mid` (-+spread),
     widened to the farthest of the `guesses` of its crossing on that side (None, "inf" or the
-    wrong side: ignored), at most MAX_JUMP spans.  Two guesses, because one block all on one side of 0 extrapolates badly:
-    its own line read 16.8 for a capacity of 18 where the reference's slope read 46 (closed
-    loop), and 3.5 for 12.4 where the reference's slope read 11.5 (open loop, the simulator);
+    wrong side: ignored), at most MAX_JUMP spans.  Two guesses, because one block all on one
+    side of 0 extrapolates badly: its own line read 16.8 for a capacity of 18 where the
+    reference's slope read 46 (closed loop), and 3.5 for 12.4 where the reference's slope read
+    11.5 (open loop, the simulator);
     levels over the whole range hold the crossing either way."""
     near = mid * span if up else mid / span
     far = mid * span**MAX_JUMP if up else mid / span**MAX_JUMP

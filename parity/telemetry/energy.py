@@ -219,7 +219,8 @@ def cross_check(counter_j: float, integral: float | None, tolerance_pct: float =
     if resolution_pct is not None and tolerance_pct < abs(diff) <= resolution_pct:
         check = f"not checkable to {tolerance_pct:g} %: counter {counter_j:.3f} J vs power integral {integral:.3f} J: "
         check += f"{diff:+.2f} %, inside the +-{resolution_pct:.1f} % this window resolves (the counter and the power "
-        check += "refresh about every 0.1 s: each edge of the window can move by that much of its power; a longer window resolves more)"
+        check += "refresh about every 0.1 s: each edge of the window can move by that much of its power; "
+        check += "a longer window resolves more)"
         return {"diff_pct": round(diff, 3), "agree": None, "check": check}
     agree = abs(diff) <= tolerance_pct
     words = "agree" if agree else "DISAGREE"
@@ -259,7 +260,8 @@ def measure(start: dict, end: dict, samples: list[dict], gpus: list[int], tolera
     doc = {"applicable": True, "why": None, "source": SOURCE, "gpus": list(gpus), "window_s": round(hi - lo, 4),
            "counter_j": round(counter, 3), "integral_j": None if integ is None else round(integ, 3),
            **cross_check(counter, integ, tolerance_pct, hi - lo, POWER_AVERAGING_S if key == AVERAGED else 0.0, res),
-           "tolerance_pct": tolerance_pct, "resolution_pct": None if res is None else round(res, 2), "method": _method(key, fast, lane), "per_gpu": per,
+           "tolerance_pct": tolerance_pct, "resolution_pct": None if res is None else round(res, 2),
+           "method": _method(key, fast, lane), "per_gpu": per,
            "power_from": f"the power lane (every {lane['interval_s']:g} s)" if fast else f"the samples: {no_lane}"}
     # a flag where they disagree or a GPU has no power; a window too short for the averaged power is said, not flagged
     doc["flag"] = f"energy {doc['check']}" if doc["agree"] is False or doc["integral_j"] is None else None
