@@ -182,21 +182,22 @@ class Search:
         n, s = max(2, p.levels), p.spread_pct / 100
         lo, hi = math.log(1 - s), math.log(1 + s)
         factors = [math.exp(lo + (hi - lo) * j / (n - 1)) for j in range(n)]
-        out = {}
-        for e, est in estimates_.items():
-            out[e] = self.apart([self.snap(est * f) for f in factors])
-        return out
+        return {e: self.apart([est * f for f in factors]) for e, est in estimates_.items()}
 
     def levels_between(self, lo: float, hi: float) -> list:
         """`levels` loads evenly spaced in log(load) from lo to hi (whole clients kept apart)."""
         p = self.plan
         n = max(2, p.levels)
-        return self.apart([self.snap(lo * (hi / lo) ** (j / (n - 1))) for j in range(n)])
+        return self.apart([lo * (hi / lo) ** (j / (n - 1)) for j in range(n)])
 
-    def apart(self, loads: list) -> list:
-        """Closed loop: whole clients, neighbours where the spread rounds onto one, and none past
-        max_load (the largest load probed) while there is room below it."""
+    def apart(self, wanted: list) -> list:
+        """The wanted loads, snapped; closed loop: whole clients, neighbours where the spread rounds
+        onto one, none past max_load (the largest load probed) while there is room below it, and
+        the whole set moved by whole clients to where its middle is nearest the wanted one's (the
+        neighbours pushed up alone would sit above it: 2.7..3.6 clients would be probed at 3..6,
+        all past a capacity of 2.1, where 2..5 hold it; the H200 knob, 2026-11-30)."""
         p = self.plan
+        loads = [self.snap(x) for x in wanted]
         if p.kind != CLOSED:
             return loads
         for j in range(1, len(loads)):
@@ -204,7 +205,13 @@ class Search:
         for j in range(len(loads) - 1, -1, -1):
             room = math.floor(p.max_load) if j == len(loads) - 1 else loads[j + 1] - 1
             loads[j] = max(self.snap(p.min_load), min(loads[j], float(room)))
-        return loads
+        if any(b <= a for a, b in zip(loads, loads[1:])):
+            return loads  # no room for them apart: nothing to move
+        centre = math.log(wanted[0] * wanted[-1]) / 2
+        lowest, highest = self.snap(p.min_load) - loads[0], math.floor(p.max_load) - loads[-1]
+        shifts = range(int(max(lowest, -len(loads))), int(min(highest, len(loads))) + 1)
+        best = min(shifts, key=lambda k: (abs(math.log((loads[0] + k) * (loads[-1] + k)) / 2 - centre), abs(k)))
+        return [x + best for x in loads]
 
     def recentre(self, blocks: list[dict], per_block: dict, ratios: list[dict], levels: dict,
                  pooled: dict | None = None) -> dict | None:
@@ -243,7 +250,9 @@ class Search:
         if ref is None or any(r["ratio"] is None for r in ratios):
             self.jumped |= jumped
             return None
-        want = {p.reference: ref, **{r["engine"]: ref * r["ratio"] for r in ratios}}
+        lowest = ref * (1 - p.spread_pct / 100)
+        want = {p.reference: ref, **{r["engine"]: ref * (matched(r["ratio"], lowest) if p.kind == CLOSED else r["ratio"])
+                                     for r in ratios}}  # fmt: skip
         middle = all(math.sqrt(v[0] * v[1]) <= want[e] <= math.sqrt(v[-2] * v[-1]) for e, v in levels.items())
         if len(blocks) > p.recentre and middle and not jumped:  # a jump's wide levels always go back to matched ones
             return None
@@ -387,6 +396,15 @@ def nearest(probes: list, up: bool):
     """The probe of an engine's block nearest its capacity when it met (up: the highest load) or
     missed (the lowest) every level."""
     return max(probes, key=lambda g: g.load) if up else min(probes, key=lambda g: g.load)
+
+
+def matched(ratio: float, lowest: float) -> float:
+    """The ratio an engine's whole-client levels follow the reference's by: 1 (the reference's
+    own levels) while it moves the lowest of them by under half a client, so that rounding, not
+    the ratio, would decide which of the levels differ: an A/A's running ratio of 1.02 put
+    stock_b at 11, 13, 14, 16 clients and stock at 11, 12, 14, 15 (the H200, 2026-11-30), and
+    on a curved margin line other loads read another capacity."""
+    return 1.0 if abs(ratio - 1) * lowest < 0.5 else ratio
 
 
 def jump(mid: float, guesses: list, up: bool, span: float, spread: float) -> tuple[float, float]:
