@@ -207,19 +207,25 @@ class _Protocol(asyncio.BufferedProtocol):
     """HTTP/1.1 response parsing straight in data_received: no StreamReader
     buffer, no task switch per socket read (the load generator's hot path).
     Reads go into one preallocated buffer (recv_into): a plain Protocol makes
-    asyncio allocate 256 KiB per recv, which costs more than the parsing."""
+    asyncio allocate 256 KiB per recv, which costs more than the parsing.
+    due: sends falling due (the open loop's client._Armed: .at, a perf_counter time, and .fire()),
+    written ahead of this read's parsing once .at has passed."""
 
-    def __init__(self):
+    def __init__(self, due=None):
         self.transport = None
         self.resp: _Response | None = None
         self.closed = False
+        self.due = due
         self._view = memoryview(bytearray(RECV_BUFFER))
 
     def get_buffer(self, sizehint: int):
         return self._view
 
     def buffer_updated(self, nbytes: int) -> None:
-        self.data_received(self._view[:nbytes].tobytes())
+        now, due = time.perf_counter(), self.due
+        if due is not None and due.at <= now:
+            due.fire()
+        self._received(now, self._view[:nbytes].tobytes())
 
     def connection_made(self, transport):
         self.transport = transport
@@ -236,10 +242,12 @@ class _Protocol(asyncio.BufferedProtocol):
                 r.future.set_exception(HttpError("connection closed mid-response"))
 
     def data_received(self, data: bytes) -> None:
+        self._received(time.perf_counter(), data)
+
+    def _received(self, now: float, data: bytes) -> None:
         r = self.resp
         if r is None:
             return  # bytes nobody asked for: the connection is dropped after this response
-        now = time.perf_counter()
         if not r.got_bytes:
             r.got_bytes, r.first_byte = True, now
         try:
@@ -293,8 +301,9 @@ class _Protocol(asyncio.BufferedProtocol):
 class Connection:
     """One keep-alive HTTP/1.1 connection, reopened when the server closed it."""
 
-    def __init__(self, host: str, port: int, connect_timeout: float = 10.0):
+    def __init__(self, host: str, port: int, connect_timeout: float = 10.0, due=None):
         self.host, self.port, self.connect_timeout = host, port, connect_timeout
+        self.due = due  # the open loop's sends falling due, written by this connection's reads (_Protocol)
         self.proto: _Protocol | None = None
         self.opened = 0  # connections opened (keep-alive reuse shows as opened < requests)
         self.connect_s: float | None = None  # the last exchange's TCP connect (None: it reused the connection)
@@ -316,7 +325,7 @@ class Connection:
         self.close()
         t0 = time.perf_counter()
         loop = asyncio.get_running_loop()
-        connect = loop.create_connection(_Protocol, self.host, self.port)
+        connect = loop.create_connection(lambda: _Protocol(self.due), self.host, self.port)
         _, self.proto = await asyncio.wait_for(connect, self.connect_timeout)
         self.connect_s = (self.connect_s or 0.0) + time.perf_counter() - t0
         self.opened += 1

@@ -310,3 +310,64 @@ def test_a_written_request_the_server_closed_on_is_sent_again_and_its_write_time
     status, events, first, conn = asyncio.run(go())
     assert status == 200 and events[-1] == b"[DONE]" and len(seen) == 2 and seen[0] == seen[1]
     assert conn.opened == 2 and conn.sent_at > first and conn.connect_s is not None
+
+
+def test_a_send_falling_due_among_ready_reads_is_written_at_the_next_read_not_after_them_all():
+    """The open loop's armed sends (client._Armed): asyncio runs every callback ready in a loop iteration
+    before the spinning task's next turn, so a send falling due while many responses' reads are ready
+    is written by the next read (http._Protocol.buffer_updated), once each and in schedule order."""
+    from parity.loadgen.client import _Armed
+    from parity.loadgen.http import stream_request
+
+    raw = (DATA / "llama-server-stream.raw").read_bytes()  # a whole streamed response: one read each
+    n, log = 12, []
+
+    async def go():
+        listener = socket.create_server(("127.0.0.1", 0))
+        port = listener.getsockname()[1]
+        armed = _Armed()
+        conns = [Connection("127.0.0.1", port, due=armed) for _ in range(n + 2)]
+        peers = {}
+        try:
+            for c in conns:
+                await c.open()
+            for _ in conns:
+                peer, addr = listener.accept()  # connected already (the backlog): no wait
+                peers[addr[1]] = peer
+            peer_of = [peers[c.proto.transport.get_extra_info("sockname")[1]] for c in conns]
+            reading, sending = conns[:n], conns[n:]
+
+            def write(k):
+                log.append(f"send {k}")
+                sending[k].begin(stream_request("127.0.0.1", port, "/v1/completions", b"{}"), None)
+
+            def on_event(j):
+                def seen(_now, _data):
+                    if not log:  # the first read: both sends fall due now, the other reads still ready
+                        armed.arm(time.perf_counter(), lambda: write(0))
+                        armed.arm(time.perf_counter(), lambda: write(1))
+                    log.append(j)
+                return seen
+
+            begun = [c.begin(stream_request("127.0.0.1", port, "/v1/completions", b"{}"), on_event(j)) for j, c in enumerate(reading)]
+            for p in peer_of[:n]:
+                p.sendall(raw)  # every response readable before the loop next looks
+            await asyncio.gather(*(b.future for b in begun))
+            await armed.spinner
+            for p in peer_of[n:]:
+                p.settimeout(5)
+                assert p.recv(1 << 16).startswith(b"POST /v1/completions")
+            return [c.sent_at for c in sending]
+        finally:
+            for c in conns:
+                c.close()
+            for p in peers.values():
+                p.close()
+            listener.close()
+
+    sent = asyncio.run(go())
+    first = log[0]
+    at = log.index("send 0")
+    assert set(log[:at]) == {first} and log[at + 1] == "send 1", log[: at + 4]  # before any other response's events
+    assert log.count("send 0") == log.count("send 1") == 1 and sent[0] <= sent[1]
+    assert len({x for x in log if isinstance(x, int)}) == n
