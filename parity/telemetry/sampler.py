@@ -9,6 +9,7 @@ every 100 ms, so samples 100 ms apart beat against the refresh (tests/data/telem
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -74,9 +75,22 @@ class PowerLane:
                 "note": self.note, "errors": self.errors, "thinned": self.thinned}
 
 
+def idle_priority() -> None:
+    """The calling thread at SCHED_IDLE (Linux schedules threads, not processes): it runs only when its cores
+    have nothing else to run.  The sampler started beside a pinned load generator shares its cores (a thread
+    inherits its creator's affinity); a tick over llama-server's 105 threads took ~3.5 ms of CPU there, and
+    open-loop sends falling due in one were written 1-3 ms late (0.5-1.2 ms at nice 19).  A load generator
+    that keeps its cores busy delays the ticks instead."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    except (AttributeError, OSError):  # not Linux: the default policy
+        pass
+
+
 class Sampler:
     def __init__(self, gpu, gpu_note: str, server_pid: int | None, interval_s: float,
-                 power_interval_s: float | None = None):
+                 power_interval_s: float | None = None, idle: bool = False):
+        self.idle = idle  # its thread at SCHED_IDLE (idle_priority)
         self.gpu, self.gpu_note = gpu, gpu_note
         self.gpu_source = getattr(gpu, "source", None)
         self.server_pid, self.interval_s, self.power_interval_s = server_pid, interval_s, power_interval_s
@@ -147,6 +161,8 @@ class Sampler:
 
     # ---------------------------------------------------------------- sampling
     def _run(self) -> None:
+        if self.idle:
+            idle_priority()
         while True:
             try:
                 self._tick()

@@ -429,6 +429,27 @@ def test_client_pin_is_restored():
     assert os.sched_getaffinity(0) == before
 
 
+def test_the_sampler_beside_a_pinned_client_runs_in_its_cores_idle_time_alone():
+    """A thread inherits its creator's cores: the sampler started inside client_pinned shares the load
+    generator's, so it runs there at SCHED_IDLE (a tick over llama-server's threads took ~3.5 ms of the
+    client's core and the sends falling in it were written late); unpinned, the default policy."""
+    import time
+
+    from parity.telemetry import watch
+
+    one = min(os.sched_getaffinity(0))
+    got = {}
+    for name, plan in (("pinned", {"applied": True, "client_cpus": str(one)}), ("unpinned", None)):
+        with watch.point(LocalRunner(), TelemetryConfig(interval_s=0.01), os.getpid(), plan) as w:
+            deadline = time.monotonic() + 30
+            while not w.sampler.samples and time.monotonic() < deadline:  # a tick: its policy is set before it
+                time.sleep(0.01)
+            tid = w.sampler._thread.native_id
+            got[name] = (os.sched_getscheduler(tid), os.sched_getaffinity(tid))
+    assert got["pinned"] == (os.SCHED_IDLE, {one})
+    assert got["unpinned"] == (os.SCHED_OTHER, os.sched_getaffinity(0))
+
+
 def test_taskset_is_real_where_present():
     if not LocalRunner().which("taskset"):
         pytest.skip("no taskset here")
