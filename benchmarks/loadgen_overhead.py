@@ -14,12 +14,15 @@ TTFT overhead p50 under 1 ms.
 counts vLLM's tokens); chunks streams the plain format.  --open-loop RATE adds a
 phase of Poisson arrivals at RATE requests/s (scaled to that exact mean rate) and prints
 the achieved rate and the scheduling delay (send time - due time): target p99 under 1 ms
-at 500 requests/s on a quiet box.  --gc on leaves the cyclic collector running while timing (parity
+at 500 requests/s on a quiet box (--open-gen tokens each, 16; --open-batch-ms N: the server streams like a
+batching engine, a chunk to every running stream every N ms, so many reads are ready in one loop turn
+when a send falls due).  --gc on leaves the cyclic collector running while timing (parity
 holds it off, parity.loadgen.gc_hold) to show what its pauses add.  On a box whose other work takes the CPU (the 2-core CI
 box with builds beside it), the delay is the box's, not the client's: `chrt -f 10` on the
 benchmark (client and null server at real-time priority) separates the two.
 
 usage: python benchmarks/loadgen_overhead.py [--concurrency 256] [--requests 2048] [--gen 64] [--itl-ms 0,8] [--count chunks,usage] [--open-loop 500]
+       [--open-requests 2000] [--open-gen 16] [--open-batch-ms 0]
 """
 
 from __future__ import annotations
@@ -107,9 +110,9 @@ def run_phase(concurrency: int, requests: int, gen: int, ptok: int, itl_ms: floa
 collector = gc_hold.held  # main() sets it from --gc
 
 
-def run_open(rate: float, requests: int, gen: int, ptok: int, itl_ms: float, count: str) -> dict:
+def run_open(rate: float, requests: int, gen: int, ptok: int, itl_ms: float, count: str, batch_ms: float = 0.0) -> dict:
     port = free_port()
-    server = LocalRunner().spawn([sys.executable, os.path.join(HERE, "null_server.py"), "--port", str(port), "--itl-ms", str(itl_ms)])
+    server = LocalRunner().spawn([sys.executable, os.path.join(HERE, "null_server.py"), "--port", str(port), "--itl-ms", str(itl_ms), "--batch-ms", str(batch_ms)])
     try:
         wait_port(port)
         times = open_loop_times(requests, rate, 1.0, seed=1, exact=True)  # the schedule's mean rate is the requested one
@@ -135,6 +138,9 @@ def main() -> int:
     ap.add_argument("--count", default="chunks,usage", help="stream formats, one phase each per --itl-ms value: chunks, usage")
     ap.add_argument("--open-loop", type=float, default=500.0, metavar="RATE", help="requests/s of the open-loop phase (0: none)")
     ap.add_argument("--open-requests", type=int, default=2000, help="requests of the open-loop phase")
+    ap.add_argument("--open-gen", type=int, default=16, help="tokens of each open-loop request")
+    ap.add_argument("--open-batch-ms", type=float, default=0.0, help="the open-loop phase's server streams a chunk to every running "
+                    "stream every N ms (a batching engine; 0: each stream every 1 ms on its own)")
     ap.add_argument("--gc", choices=("held", "on"), default="held", help="held: the cyclic collector off while timing "
                     "(parity.loadgen.gc_hold, as parity.loadgen.client.drive runs); on: left running")
     ap.add_argument("--json", action="store_true", help="print one JSON document")
@@ -142,7 +148,7 @@ def main() -> int:
     global collector
     collector = gc_hold.held if a.gc == "held" else contextlib.nullcontext
     phases = [run_phase(a.concurrency, a.requests, a.gen, a.ptok, float(x), c) for c in a.count.split(",") for x in a.itl_ms.split(",")]
-    open_loop = run_open(a.open_loop, a.open_requests, 16, a.ptok, 1.0, "usage") if a.open_loop else None
+    open_loop = run_open(a.open_loop, a.open_requests, a.open_gen, a.ptok, 1.0, "usage", a.open_batch_ms) if a.open_loop else None
     paced = [p for p in phases if p["server_itl_ms"]]
     res = {
         "concurrency": a.concurrency,
@@ -173,7 +179,8 @@ def main() -> int:
                 print(f"itl {p['server_itl_ms']}: invalid requests, first: {p['first_problem']}")
         if open_loop:
             o = open_loop
-            print(f"{'open loop':>22}: requested {o['requested_rate']:g} req/s (Poisson, seed 1, exact mean rate), achieved {o['achieved_rate']} req/s ({o['achieved_share']:.2%}); scheduling delay "
+            shape = f"{a.open_gen} tokens each, " + (f"a chunk to every stream every {a.open_batch_ms:g} ms" if a.open_batch_ms else "1 ms apart")
+            print(f"{'open loop':>22}: {shape}; requested {o['requested_rate']:g} req/s (Poisson, seed 1, exact mean rate), achieved {o['achieved_rate']} req/s ({o['achieved_share']:.2%}); scheduling delay "
                   f"p50 {o['delay_p50_ms']} ms, p99 {o['delay_p99_ms']} ms, max {o['delay_max_ms']} ms; {o['valid_requests']}/{o['sent']} valid")
             if o["first_problem"]:
                 print(f"open loop: invalid requests, first: {o['first_problem']}")

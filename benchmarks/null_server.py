@@ -6,7 +6,10 @@ Raw asyncio (Protocol, no framework).  Every stream's "id" is
 client can compute its TTFT overhead (first-chunk arrival minus server send;
 CLOCK_MONOTONIC is shared by the processes of one machine).
 
-usage: python benchmarks/null_server.py --port 18555 [--itl-ms 0] [--ttft-ms 0]
+--batch-ms N streams like a batching engine: every N ms one chunk to every running stream,
+written in one loop turn (they reach the client together), instead of each stream's own gap.
+
+usage: python benchmarks/null_server.py --port 18555 [--itl-ms 0] [--ttft-ms 0] [--batch-ms 0]
 """
 
 from __future__ import annotations
@@ -74,9 +77,18 @@ class NullProtocol(asyncio.Protocol):
 
 
 class NullServer:
-    def __init__(self, itl_s: float, ttft_s: float):
-        self.itl_s, self.ttft_s = itl_s, ttft_s
+    def __init__(self, itl_s: float, ttft_s: float, batch_s: float = 0.0):
+        self.itl_s, self.ttft_s, self.batch_s = itl_s, ttft_s, batch_s
         self.created = int(time.time())
+        self._step: asyncio.Future | None = None
+
+    async def next_step(self) -> None:
+        """The next batch step, shared by every stream waiting for it."""
+        if self._step is None or self._step.done():
+            loop = asyncio.get_running_loop()
+            self._step = loop.create_future()
+            loop.call_later(self.batch_s, self._step.set_result, None)
+        await self._step
 
     def dispatch(self, proto: NullProtocol, method: str, path: str, body: bytes) -> None:
         if path == "/health":
@@ -112,7 +124,9 @@ class NullServer:
         framed = None if continuous else chunk(0)
         t.write(HEAD + (chunk(0) if n == 1 or continuous else framed))
         for i in range(1, n):
-            if self.itl_s:
+            if self.batch_s:
+                await self.next_step()
+            elif self.itl_s:
                 await asyncio.sleep(self.itl_s)
             else:
                 await asyncio.sleep(0)
@@ -127,8 +141,8 @@ class NullServer:
             t.write(_chunk(tail) + _chunk(DONE) + b"0\r\n\r\n")
 
 
-async def serve(port: int, itl_s: float, ttft_s: float) -> None:
-    srv = NullServer(itl_s, ttft_s)
+async def serve(port: int, itl_s: float, ttft_s: float, batch_s: float = 0.0) -> None:
+    srv = NullServer(itl_s, ttft_s, batch_s)
     server = await asyncio.get_running_loop().create_server(lambda: NullProtocol(srv), "127.0.0.1", port, reuse_address=True, backlog=4096)
     print(f"null server on 127.0.0.1:{port}", flush=True)
     async with server:
@@ -140,9 +154,10 @@ def main() -> None:
     ap.add_argument("--port", type=int, default=18555)
     ap.add_argument("--itl-ms", type=float, default=0.0, help="gap between chunks of one stream (0 = yield only)")
     ap.add_argument("--ttft-ms", type=float, default=0.0)
+    ap.add_argument("--batch-ms", type=float, default=0.0, help="one chunk to every running stream every N ms (0: --itl-ms per stream)")
     a = ap.parse_args()
     try:
-        asyncio.run(serve(a.port, a.itl_ms / 1000, a.ttft_ms / 1000))
+        asyncio.run(serve(a.port, a.itl_ms / 1000, a.ttft_ms / 1000, a.batch_ms / 1000))
     except KeyboardInterrupt:
         pass
 

@@ -309,9 +309,11 @@ class _Armed:
     in schedule order at that time by whichever comes first: a task spinning while any is armed (the loop
     otherwise idle), or a read on any of the loop's connections (http._Protocol.buffer_updated calls fire()
     once `at` has passed).  The spin alone came late beside a busy loop: asyncio runs every callback ready
-    in an iteration before the spinning task's next turn, and against a server streaming 256 requests in
-    batches (a token to each every 20 ms) one iteration's reads took up to 2.5 ms (p99) and the sends'
-    p99 read 1.4-1.9 ms; with the reads writing them 0.2-0.3 ms."""
+    in an iteration before the spinning task's next turn, and with 256 streams of a batching server (a
+    chunk to each every 20 ms) one iteration's reads took 2.5 ms at p99.  benchmarks/loadgen_overhead.py
+    --open-loop 50 --open-requests 500 --open-gen 256 --open-batch-ms 20 read send p99 3.3-4.7 ms with the
+    spin alone, 1.4-1.8 ms with the reads writing (what is left: the server's process on the client's core;
+    server and client on a core each, 1.6-1.9 -> 0.2-0.3 ms)."""
 
     def __init__(self):
         self.at = math.inf  # the first armed send's due time (perf_counter)
