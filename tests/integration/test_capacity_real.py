@@ -88,7 +88,9 @@ def no_change(doc: dict, a: str, b: str, reference: str, objectives: tuple, requ
         warnings.warn(f"capacity A/A: {ratio['n_blocks']} usable blocks of 6; {box}")
     assert ratio["outcome"] in ("equivalent", "inconclusive"), ratio  # never a claim
     assert ratio["low"] < ratio["ratio"] < ratio["high"], ratio
-    if box is not None and box.quiet:  # the acceptance on a quiet box (4 of 4 inside +-2 % alone)
+    # the acceptance on a quiet box: 4 of 4 inside +-2 % alone on one VM; on the 2-core VM of 2026-11-29/30 the llama
+    # A/A read 1.0528, 1.0353, 1.0327, 0.9898, 1.0338 (per-block ratios 0.88-1.10), and pinned by hand 0.9967, 1.0132
+    if box is not None and box.quiet:
         assert abs(ratio["ratio"] - 1) * 100 <= within_pct, (ratio, str(box))
     elif abs(ratio["ratio"] - 1) * 100 > within_pct:  # beside other work 1.125 [0.98, 1.29], 1.0406 [0.96, 1.13]
         warnings.warn(f"capacity A/A {ratio['ratio']:.4f} [{ratio['low']:.4f}, {ratio['high']:.4f}], {ratio['n_blocks']} blocks: past +-{within_pct:g} %")
