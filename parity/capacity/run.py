@@ -11,7 +11,7 @@ from parity import session
 from parity.capacity.plan import CapacityPlan, CapacityRequest, longest, make_plan
 from parity.capacity.probe import CLOSED
 from parity.capacity.real import RealProbe, lengths
-from parity.capacity.search import Search
+from parity.capacity.search import Search, rising
 from parity.context import Run, run_session
 from parity.gates.prepost import GateSpec
 from parity.serving import snapshot
@@ -100,7 +100,7 @@ def dry_run(plan: CapacityPlan, served: dict, gates: bool) -> dict:
     and preflight for the same engines and shape)."""
     p, u = plan.search, UNITS[plan.search.kind]
     n = p.budget.min_blocks
-    order = [f"block {b}: " + ", ".join(f"{e} (levels {'up' if b % 2 == 0 else 'down'})"
+    order = [f"block {b}: " + ", ".join(f"{e} (levels {'up' if rising(b, len(p.engines)) else 'down'})"
                                         for e in block_order(list(p.engines), b, p.order))
              for b in range(min(n, 4))]  # fmt: skip
     if p.kind == CLOSED:

@@ -283,13 +283,13 @@ class Search:
     def block(self, b: int, levels: dict) -> dict:
         """Every engine at every level on block b's prompts, the engines rotated per block (abba).
         arms "level": per level the engines back to back, reversed per level; "engine": each
-        engine's levels back to back (up on even blocks, down on odd), then the next engine's."""
+        engine's levels back to back (rising(b, engines)), then the next engine's."""
         p = self.plan
         ps = self.prompts(b, p.requests, self.warmup([x for v in levels.values() for x in v], p.requests))
         order = block_order(list(p.engines), b, p.order)
         n = len(levels[p.engines[0]])
         if p.arms == "engine":
-            steps = [(j, e) for e in order for j in (range(n) if b % 2 == 0 else range(n - 1, -1, -1))]
+            steps = [(j, e) for e in order for j in (range(n) if rising(b, len(p.engines)) else range(n - 1, -1, -1))]
         else:
             steps = [(j, e) for j in range(n) for e in (order if j % 2 == 0 else order[::-1])]
         probes: dict = {e: [None] * n for e in p.engines}
@@ -379,6 +379,16 @@ class Search:
 def block_dict(b: dict, per_block: dict) -> dict:
     engines = {e: {**per_block[e][b["block"]], "probes": [g.to_dict() for g in gs]} for e, gs in b["probes"].items()}
     return {"block": b["block"], "order": b["order"], "levels": b["levels"], "sent": b["sent"], "engines": engines}
+
+
+def rising(block: int, engines: int) -> bool:
+    """Whether block `block` runs each engine's levels up (else down), arms "engine": the same way
+    for `engines` blocks in a row, so that over them the rotation (A B | B A) puts every engine
+    first and second in blocks of each way.  Flipped every block, one engine was always first in the
+    up-blocks, and a server started first going up read lower: in the two H200 A/As (2026-11-29, -30)
+    that engine's up-block ratios were 0.98 and 0.96 (down-blocks 1.00, 0.99), and in six CPU A/As
+    it read 3 % lower in the up-blocks (geometric mean; 4 of 6 lower) and the A/A ratio leaned its way."""
+    return (block // max(1, engines)) % 2 == 0
 
 
 def median(values: list) -> float | None:

@@ -130,7 +130,9 @@ def test_the_dry_run_prints_the_plan_and_writes_nothing(parity_cli, tmp_path):
     assert doc["engines"] == ["paged", "stock"] and doc["reference"] == "stock" and doc["ratio"] == ["paged / stock"]
     assert doc["objectives"] == ["90 % of itl within 60 ms", "90 % of ttft within 100 ms"]
     assert doc["order"][:2] == ["block 0: paged (levels up), stock (levels up)",
-                                "block 1: stock (levels down), paged (levels down)"]
+                                "block 1: stock (levels up), paged (levels up)"]
+    assert doc["order"][2:4] == ["block 2: paged (levels down), stock (levels down)",
+                                 "block 3: stock (levels down), paged (levels down)"]
     assert "every engine's server started once per block" in doc["blocks"]
     assert "until every headline half-width <= 1.5%" in doc["stop"]
     assert [c["engine"] for c in doc["commands"]] == ["paged", "stock"]

@@ -95,7 +95,8 @@ def test_the_prompts_are_seeded_by_the_block_and_the_measured_ones_ignore_the_wa
 
 def test_engine_arms_run_each_engines_levels_back_to_back_rotated_per_block():
     """Plan.arms "engine" (the real engines: a server start per engine and block): each engine's
-    levels in a row, up on even blocks and down on odd, the engines rotated per block (abba);
+    levels in a row, up for two blocks and down for the next two (each engine first and second
+    in blocks of each way), the engines rotated per block (abba);
     the result stays what the level-interleaved search gives (an engine against itself: no claim)."""
     calls = []
     sim = Simulator(seed=4)
@@ -111,7 +112,7 @@ def test_engine_arms_run_each_engines_levels_back_to_back_rotated_per_block():
         b, levels = blk["block"], blk["levels"]
         mine = [(e, load) for bb, e, load in calls if bb == b]
         first, second = ("A", "B") if b % 2 == 0 else ("B", "A")
-        way = 1 if b % 2 == 0 else -1
+        way = 1 if b in (0, 1) else -1  # 4 blocks: up, up, down, down
         assert mine == [(first, x) for x in levels[first][::way]] + [(second, x) for x in levels[second][::way]]
         assert blk["order"] == [f"{e}@{x:g}" for e, x in mine]
         assert [g["load"] for g in blk["engines"]["A"]["probes"]] == levels["A"]  # kept in level order
