@@ -78,6 +78,9 @@ def wrap(launch, aff: dict):
     return replace(launch, argv=["taskset", "-c", aff["server_cpus"], *launch.argv])
 
 
+NOT_APPLIED = "not applied"  # client_pinned's yield where pinning failed: "not applied: <why>"
+
+
 @contextmanager
 def client_pinned(aff: dict | None):
     """Pin the calling thread (the load generator) to the client cores; yield what it really got; restore."""
@@ -89,7 +92,7 @@ def client_pinned(aff: dict | None):
         os.sched_setaffinity(0, parse_cpu_list(aff["client_cpus"]))
         got = cpu_list(os.sched_getaffinity(0))
     except (OSError, ValueError) as e:
-        yield f"not applied: {e}"
+        yield f"{NOT_APPLIED}: {e}"
         return
     try:
         yield got
@@ -98,6 +101,11 @@ def client_pinned(aff: dict | None):
             os.sched_setaffinity(0, before)
         except OSError:
             pass
+
+
+def is_pinned(got: str | None) -> bool:
+    """Whether client_pinned's yield is the cores it pinned the client to (None: no plan; NOT_APPLIED: it failed)."""
+    return bool(got) and not got.startswith(NOT_APPLIED)
 
 
 def of_pid(pid: int | None) -> str | None:

@@ -88,8 +88,8 @@ def point(runner, cfg, server_pid: int | None, affinity: dict | None, gpus: list
     with aff.client_pinned(affinity) as client_cpus:
         try:
             gpu, note = open_gpu(runner, gpus)
-            pinned = bool(client_cpus) and not client_cpus.startswith("not applied")
-            sampler = Sampler(gpu, note, server_pid, cfg.interval_s, cfg.power_interval_s, idle=pinned).start()
+            idle = aff.is_pinned(client_cpus)  # the sampler shares the pinned client's cores: their idle time alone
+            sampler = Sampler(gpu, note, server_pid, cfg.interval_s, cfg.power_interval_s, idle=idle).start()
         except Exception as e:
             sampler, error = None, f"telemetry did not start: {e!r}"
         meter = energy.Window.open(server_pid, getattr(runner, "host", "local"), sampler.t0 if sampler else time.monotonic())
