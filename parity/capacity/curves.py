@@ -70,6 +70,15 @@ def crossing(loads: Sequence[float], margins: Sequence[float | None], slope: flo
     return Crossing(load, outside=not lo <= load <= hi)
 
 
+def pct_per_pct(slope: float | None) -> float | None:
+    """How far (%) the crossing of a line of `slope` (margin per unit of log load) moves when the
+    objective's percentile moves 1 %: the margin is log(limit / percentile), so 1 % shifts the line
+    by log(1.01) and the crossing by that over |slope|.  None: the margin does not fall with load."""
+    if slope is None or not usable(slope) or slope >= 0:
+        return None
+    return (math.exp(math.log(1.01) / -slope) - 1) * 100
+
+
 def geo_interval(values: Sequence[float], confidence: float = 0.95) -> dict:
     """The geometric mean of positive values and a Student t interval on their logs (None
     bounds with fewer than 2)."""

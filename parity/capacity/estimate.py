@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from parity.capacity.curves import crossing, geo_interval, mean_interval, pooled_slope
+from parity.capacity.curves import crossing, geo_interval, mean_interval, pct_per_pct, pooled_slope
 
 HOLDS = "every objective holds at every level"
 
@@ -105,6 +105,8 @@ def engine_summary(blocks: list[dict], engine: str, per_block: dict, pooled: dic
     return {
         "capacity": rounded(geo_interval([v["capacity"] for v in rows if v["capacity"] is not None], confidence)),
         "binds": pooled["binds"],
+        # the binding limit on a flat stretch of its percentile: a little noise moves the capacity far
+        "capacity_pct_per_pct": num(pct_per_pct(pooled["slopes"].get(pooled["binds"])), 4),
         "lowest_per_block": {k: lowest.count(k) for k in sorted(set(lowest))},
         "objectives": objs,
         "blocks_without_capacity": [f"block {k}: {v['why']}" for k, v in per_block.items() if v["capacity"] is None],

@@ -99,7 +99,13 @@ def render_result(out, doc: dict) -> None:
         c = r["capacity"]
         iv = f" [{c['low']:.4g}, {c['high']:.4g}]" if c.get("low") is not None else ""
         val = "n/a" if c.get("value") is None else f"{c['value']:.4g}"
-        out.info(f"{e}: capacity {val} {u}{iv} (95 %, {c['n']} blocks), binds {r['binds'] or 'n/a'}")
+        k = r.get("capacity_pct_per_pct")
+        moves = f" (1 % on it moves the capacity {k:.2g} %)" if k is not None else ""
+        out.info(f"{e}: capacity {val} {u}{iv} (95 %, {c['n']} blocks), binds {r['binds'] or 'n/a'}{moves}")
+        if k is not None and k > 1:
+            out.info(f"note: {e}'s {r['binds']} changes slowly with the load where it binds: noise of a few % in it "
+                     f"moves the capacity {k:.2g}x as far; a limit where it climbs faster (past a queueing knee) "
+                     "gives a tighter interval")
     for r in doc["ratios"]:
         if r["ratio"] is None:
             out.info(f"{r['engine']}/{r['reference']}: no ratio ({r['reason']})")
