@@ -24,10 +24,15 @@ from tests.integration.test_workloads_real import (  # noqa: F401 (fixtures)
     workload_profile,
 )
 
-# ITL p90 plateaus once the 8 slots are full (~30 ms here): a limit on that plateau moves the crossing by
-# clients for a 1 % wobble (30 ms read 1.086 [0.965, 1.223] on a quiet box: ITL p90 30.2-31.1 ms over 7-9
-# clients), so ITL's limit sits well above it and the steep TTFT queueing knee binds
-SLO = "itl_p90_ms=60,ttft_p90_ms=100"
+# The limit that binds must lie where its percentile climbs steeply with the load, or a few % of noise
+# moves the crossing by a client.  ITL p90 plateaus once the 8 slots are full (30-46 ms here: 30 ms read
+# 1.086 [0.965, 1.223]), so ITL's limit sits well above it.  TTFT p90 is flat below the 8 slots and
+# steep past them, where clients queue (2026-11-30, quiet: 82, 93, 99 ms at 6-8 clients, then 136, 190,
+# 244, 293 ms at 9-12).  100 ms bound at ~7.3 clients, on the flat part (slope -1.3; per-block ratios
+# 0.86-1.15; A/A 1.0528 .. 0.9682 over 9 runs, 4 outside +-2 %); 160 and 200 ms bind at 9.4 and 10.3
+# clients on the knee (slope -2.7 .. -2.9; per-block ratios 0.98-1.03; A/A 1.0042, 0.9951, 0.9947,
+# 1.0045).  200 ms stays past the knee on a box up to twice as slow.
+SLO = "itl_p90_ms=100,ttft_p90_ms=200"
 VLLM_SLO = "itl_p90_ms=60,ttft_p90_ms=200"  # 50 ms: missed at 1 client with two suites on the 2 cores
 STOCK_TARGETS = ["llama-server", "llama-completion", "llama-batched-bench", "llama-perplexity", "test-backend-ops",
                  "llama-quantize"]
@@ -56,7 +61,9 @@ def test_vllm_against_itself_makes_no_claim(parity_cli, workload_profile, tmp_pa
     # at 200 ms about 32 (the helper's first runs); 50 ms was missed at 1 client with two suites on the 2 cores.
     # Its per-block ratios spread 2-10 % on this shared 2-core box (vLLM's scheduler, the load generator and
     # other work on two cores), so six blocks do not hold the point inside +-2 % every time (2 of 5 runs,
-    # up to 1.0885: docs/CAPACITY.md): no claim, and the ratio inside +-15 % (a bias of the order, not noise).
+    # up to 1.0885; quiet on 2026-11-30 0.9989, blocks 0.965-1.033; at 100 ms 1.0107, one block 1.227: its
+    # TTFT climbs no steeper past the 8 sequences, docs/CAPACITY.md): no claim, and the ratio inside +-15 %
+    # (a bias of the order, not noise).
     engine, models = vllm_engine
     prof = vllm_profile(workload_profile, tmp_path, models, {"vllm": engine(), "vllm_b": engine()}, {})
     with OtherWork() as box:
@@ -88,8 +95,7 @@ def no_change(doc: dict, a: str, b: str, reference: str, objectives: tuple, requ
         warnings.warn(f"capacity A/A: {ratio['n_blocks']} usable blocks of 6; {box}")
     assert ratio["outcome"] in ("equivalent", "inconclusive"), ratio  # never a claim
     assert ratio["low"] < ratio["ratio"] < ratio["high"], ratio
-    # the acceptance on a quiet box: 4 of 4 inside +-2 % alone on one VM; on the 2-core VM of 2026-11-29/30 the llama
-    # A/A read 1.0528, 1.0353, 1.0327, 0.9898, 1.0338 (per-block ratios 0.88-1.10), and pinned by hand 0.9967, 1.0132
+    # the acceptance, on a quiet box (SLO's comment: what it held at which limits)
     if box is not None and box.quiet:
         assert abs(ratio["ratio"] - 1) * 100 <= within_pct, (ratio, str(box))
     elif abs(ratio["ratio"] - 1) * 100 > within_pct:  # beside other work 1.125 [0.98, 1.29], 1.0406 [0.96, 1.13]
@@ -97,6 +103,7 @@ def no_change(doc: dict, a: str, b: str, reference: str, objectives: tuple, requ
     for e in (a, b):
         cap = doc["engines"][e]["capacity"]
         assert least <= cap["n"] <= 6 and cap["low"] < cap["value"] < cap["high"] and doc["engines"][e]["binds"] in objectives
+        assert doc["engines"][e]["capacity_pct_per_pct"] > 0  # how far 1 % on the binding percentile moves it
         energy = doc["energy"][e]  # a CPU box: no energy counter, the reason instead of a number
         assert energy["j_per_output_tok_median"] is None and energy["why"].startswith("not applicable")
         assert doc["frontier"][e] and any(f["pareto"] for f in doc["frontier"][e])
