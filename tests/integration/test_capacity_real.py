@@ -135,7 +135,7 @@ def test_the_dry_run_prints_the_plan_and_writes_nothing(parity_cli, tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     doc = json.loads(r.stdout)
     assert doc["engines"] == ["paged", "stock"] and doc["reference"] == "stock" and doc["ratio"] == ["paged / stock"]
-    assert doc["objectives"] == ["90 % of itl within 60 ms", "90 % of ttft within 100 ms"]
+    assert doc["objectives"] == ["90 % of itl within 100 ms", "90 % of ttft within 200 ms"]
     assert doc["order"][:2] == ["block 0: paged (levels up), stock (levels up)",
                                 "block 1: stock (levels up), paged (levels up)"]
     assert doc["order"][2:4] == ["block 2: paged (levels down), stock (levels down)",
