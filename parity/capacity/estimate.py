@@ -56,9 +56,22 @@ def estimates(blocks: list[dict], engines: list[str], objectives: list) -> tuple
         finite = {k: c.load for k, c in over_all.items() if c.load is not None and math.isfinite(c.load)}
         binding = min(finite, key=finite.get) if finite else None
         pooled[e] = {"binds": binding, "slopes": slopes, "crossings": {k: c.load for k, c in over_all.items()}}
-        per_block[e] = {b["block"]: capacity_of({k: crossing(*lines[k][i], slopes[k]) for k in lines}, binding)
+        per_block[e] = {b["block"]: capacity_of({k: crossing(*lines[k][i], slopes[k]) for k in lines}, binding,
+                                                rising=binding is not None and rises(*lines[binding][i]))
                         for i, b in enumerate(blocks)}  # fmt: skip
     return per_block, pooled
+
+
+def rises(loads: list, margins: list) -> bool:
+    """Whether a block's own margins (3 levels or more) do not fall with the load.  The pooled slope
+    would still place a crossing there, but one that sits where the block's levels are, not where its
+    data put it: on a 2-core box beside two CPU hogs such blocks, at levels set apart by the brackets,
+    made an A/A read "regressed"."""
+    pts = [(x, m) for x, m in zip(loads, margins) if m is not None]
+    if len(pts) < 3:
+        return False
+    own = pooled_slope([([x for x, _ in pts], [m for _, m in pts])])
+    return own is not None and own >= 0
 
 
 def points(probes: list, objective: str) -> tuple[list, list]:
@@ -66,10 +79,10 @@ def points(probes: list, objective: str) -> tuple[list, list]:
     return [g.load for g in probes], [g.margins[objective] for g in probes]
 
 
-def capacity_of(per_obj: dict, binding: str | None) -> dict:
+def capacity_of(per_obj: dict, binding: str | None, rising: bool = False) -> dict:
     """A block's capacity for one engine: the binding objective's crossing (None given: the
     lowest in the block).  A crossing far past the levels is no capacity, only a `guess` of where
-    the levels belong."""
+    the levels belong; nor is one of a block whose binding margins `rising` with the load (rises)."""
     finite = {k: c.load for k, c in per_obj.items() if c.load is not None}
     lowest = min(finite, key=finite.get) if finite and not all(math.isinf(v) for v in finite.values()) else None
     binds = binding or lowest
@@ -84,6 +97,9 @@ def capacity_of(per_obj: dict, binding: str | None) -> dict:
     else:
         guess, why = c.load, c.why
         cap = None if c.far else c.load
+        if rising and cap is not None:
+            cap, why = None, f"{binds}: its margins do not fall with the load over the block's levels (its crossing " \
+                             "would be where the levels are, not where its data put it)"
     return {"capacity": cap, "binds": binds if cap is not None else None, "lowest": lowest, "why": why, "guess": guess,
             "outside": bool(c is not None and c.outside),
             "crossings": {k: load_of(x.load) for k, x in per_obj.items()}}  # fmt: skip
