@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Callable
 
+from parity import interrupts
 from parity.errors import InfraError
 from parity.loadgen import gc_hold
 from parity.loadgen.http import Connection, HttpError, request_json, stream_request
@@ -508,9 +509,11 @@ def drive(t: Target, specs: list[RequestSpec], timeout: float, progress: Callabl
         else:
             coro = run_requests(t, specs, concurrency or len(specs), timeout, state)
         task = asyncio.ensure_future(coro)
-        while progress is not None and not task.done():
+        while not task.done():
             await asyncio.wait([task], timeout=poll_s)
-            progress(state)
+            if progress is not None:
+                progress(state)
+            interrupts.check()  # a Ctrl-C whose KeyboardInterrupt a finalizer swallowed ends the point here
         return await task
 
     with gc_hold.held():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -247,6 +248,20 @@ def test_request_timeout_is_a_clean_request_error(fake_vllm):
     t = fake_vllm(FAKE_VLLM_TTFT_MS="3000")
     (rec,) = asyncio.run(run_requests(t, [RequestSpec([5, 6], 2)], 1, 0.5))
     assert rec.error == "timed out after 0.5 s" and not rec.valid
+
+
+def test_a_signal_whose_interrupt_was_swallowed_ends_a_point_at_its_next_poll(fake_vllm):
+    # parity.interrupts: the handler's KeyboardInterrupt can land in a finalizer and be dropped (a Ctrl-C
+    # once let a snapshot serve its whole sweep); the wait for a point's requests checks every poll
+    from parity import interrupts
+
+    t = fake_vllm(FAKE_VLLM_TTFT_MS="3000")
+    interrupts.note(signal.SIGINT)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            drive(t, [RequestSpec([5, 6], 2)], 30)
+    finally:
+        interrupts.reset()
 
 
 def test_a_record_says_its_connect_and_first_byte(fake_vllm):
