@@ -8,6 +8,7 @@ import math
 from dataclasses import dataclass, field
 
 from parity.capacity.curves import crossing, geo_interval, mean_interval, pct_per_pct, pooled_slope
+from parity.stats import usable
 
 HOLDS = "every objective holds at every level"
 
@@ -67,10 +68,9 @@ def rises(loads: list, margins: list) -> bool:
     would still place a crossing there, but one that sits where the block's levels are, not where its
     data put it: on a 2-core box beside two CPU hogs such blocks, at levels set apart by the brackets,
     made an A/A read "regressed"."""
-    pts = [(x, m) for x, m in zip(loads, margins) if m is not None]
-    if len(pts) < 3:
+    if sum(1 for m in margins if m is not None and usable(m)) < 3:
         return False
-    own = pooled_slope([([x for x, _ in pts], [m for _, m in pts])])
+    own = pooled_slope([(loads, margins)])  # it skips the levels without a margin
     return own is not None and own >= 0
 
 

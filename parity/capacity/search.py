@@ -289,7 +289,8 @@ class Search:
         order = block_order(list(p.engines), b, p.order)
         n = len(levels[p.engines[0]])
         if p.arms == "engine":
-            steps = [(j, e) for e in order for j in (range(n) if rising(b, len(p.engines)) else range(n - 1, -1, -1))]
+            way = range(n) if rising(b, len(p.engines)) else range(n - 1, -1, -1)
+            steps = [(j, e) for e in order for j in way]
         else:
             steps = [(j, e) for j in range(n) for e in (order if j % 2 == 0 else order[::-1])]
         probes: dict = {e: [None] * n for e in p.engines}
