@@ -141,6 +141,10 @@ class Llama(EngineKind):
         if shape.parallel > 1 and not kv_unified(e, shape):
             return [f"a KV stream per slot (--parallel {shape.parallel} without -kvu): its steps split per run of "
                     "neighbouring slots, so its step time can grow as the slots scatter over the run"]
+        if kv_unified(e, shape) and (e.paths.get(e.default_path or "", {}) if e.paths else {}).get("LLAMA_KV_PAGED") == "1":
+            # docs/evidence/device-h200x2-1130/: one run, 16 warm-up prompts, SIGSEGV as their decode began
+            return ["the paged KV (its default path sets LLAMA_KV_PAGED=1) with one KV buffer (-kvu): a paged llama-server crashed (SIGSEGV) on its first "
+                    "decode so (H200, 2026-11-30); its users serve it with kv_unified:false"]
         return []
 
     def on_gpu(self, e: LlamaSection) -> bool:

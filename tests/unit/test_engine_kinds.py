@@ -428,3 +428,16 @@ def test_the_snapshot_dry_run_prints_a_servers_load_caveat(parity_cli, tmp_path)
     said = r.stdout + r.stderr
     notes = [x for x in said.splitlines() if x.startswith("#   note: a KV stream per slot (--parallel 4 without -kvu)")]
     assert len(notes) == 2, said[-3000:]  # smoke's stock and paged llama-servers
+
+
+@pytest.mark.parametrize("engine, says", [
+    ("paged_kvu", "a paged llama-server crashed (SIGSEGV)"),  # docs/evidence/device-h200x2-1130/
+    ("paged", "a KV stream per slot (--parallel 16 without -kvu)"),  # the users' kv_unified:false
+    ("stock", None),  # -kvu on the stock build: no caveat
+])  # fmt: skip
+def test_the_paged_kv_with_one_kv_buffer_is_a_caveat_in_the_plan(engine, says):
+    from msgspec.structs import replace
+
+    p = load_profile(str(Path(__file__).resolve().parents[2] / "campaigns/profiles/h200-kvu.yaml"))
+    caveats = bind(p, engine).load_caveats(replace(p.serving, parallel=16))
+    assert (caveats == []) if says is None else (len(caveats) == 1 and says in caveats[0]), caveats
