@@ -91,8 +91,18 @@ class DelayProxy:
         await asyncio.gather(pipe(reader, up_w, self.delay_s), pipe(up_r, writer, 0))
 
     def close(self):
+        # end the connections' pipes while the loop still runs: a pipe left pending is finalized after the loop
+        # closes and warns (PytestUnraisableExceptionWarning: Event loop is closed) in whichever test runs next
+        async def cancel_pipes():
+            pipes = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for t in pipes:
+                t.cancel()
+            await asyncio.gather(*pipes, return_exceptions=True)
+
+        asyncio.run_coroutine_threadsafe(cancel_pipes(), self.loop).result(10)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(5)
+        self.loop.close()
 
 
 def point(port: int, log: str, rounds: int = 8):
