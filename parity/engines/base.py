@@ -156,8 +156,9 @@ class EngineKind:
         """Requests the server runs at once before it queues (None: no fixed slots)."""
         return None
 
-    def load_caveats(self, e, shape) -> list[str]:
-        """What about this engine's serving setup can move its latency with the load's history (plan notes)."""
+    def load_caveats(self, eng, shape) -> list[str]:
+        """What about this engine's serving setup (eng: the bound engine) can move its latency with the
+        load's history or end it (plan notes)."""
         return []
 
     def on_gpu(self, e) -> bool:

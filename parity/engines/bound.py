@@ -55,7 +55,7 @@ class Engine:
         return self.kind.queue_limit(self.section, shape)
 
     def load_caveats(self, shape) -> list[str]:
-        return self.kind.load_caveats(self.section, shape)
+        return self.kind.load_caveats(self, shape)
 
     def tool_path(self, tool: str, runner, out, dry: bool = False) -> str:
         return self.kind.tool_path(self, tool, runner, out, dry=dry)

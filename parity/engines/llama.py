@@ -135,13 +135,14 @@ class Llama(EngineKind):
     def queue_limit(self, e, shape) -> int | None:
         return shape.parallel
 
-    def load_caveats(self, e, shape) -> list[str]:
+    def load_caveats(self, eng, shape) -> list[str]:
+        e = eng.section
         # llama.cpp splits a step into one ubatch per run of consecutive slot ids when each slot has its own KV
         # stream, and least-recently-used slot choice scatters them as a server ages (docs/CAPACITY.md)
         if shape.parallel > 1 and not kv_unified(e, shape):
             return [f"a KV stream per slot (--parallel {shape.parallel} without -kvu): its steps split per run of "
                     "neighbouring slots, so its step time can grow as the slots scatter over the run"]
-        if kv_unified(e, shape) and (e.paths.get(e.default_path or "", {}) if e.paths else {}).get("LLAMA_KV_PAGED") == "1":
+        if kv_unified(e, shape) and self.env(eng).get("LLAMA_KV_PAGED") == "1":
             # docs/evidence/device-h200x2-1130/: one run, 16 warm-up prompts, SIGSEGV as their decode began
             return ["the paged KV (its default path sets LLAMA_KV_PAGED=1) with one KV buffer (-kvu): a paged llama-server crashed (SIGSEGV) on its first "
                     "decode so (H200, 2026-11-30); its users serve it with kv_unified:false"]

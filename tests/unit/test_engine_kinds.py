@@ -241,7 +241,7 @@ def calls(p, name: str):
         "launch": (eng, "/models/tiny.gguf", 18999, s, None, True, "tiny", out),
         "context_need": (eng, s),
         "queue_limit": (e, s),
-        "load_caveats": (e, s),
+        "load_caveats": (eng, s),
         "on_gpu": (e,),
         "doctor": (eng, runner),
         "kernel_path": ("Using 'MARLIN' NvFp4 MoE backend out of potential backends: ['MARLIN'].",),
