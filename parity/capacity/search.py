@@ -184,6 +184,20 @@ class Search:
         factors = [math.exp(lo + (hi - lo) * j / (n - 1)) for j in range(n)]
         return {e: self.apart([est * f for f in factors]) for e, est in estimates_.items()}
 
+    def first_levels(self, estimates_: dict) -> dict:
+        """Block 0's levels, from the brackets' estimates, matched as after every block: an engine
+        whose estimate moves the lowest level under half a client from the reference's gets the
+        reference's levels (closed loop).  On a curved margin line other levels read another
+        capacity: an A/A's brackets (11.12 and 10.98 clients) put stock_b at 9, 10, 12, 13 and
+        stock at 9, 10, 11, 13, which on stock's own line alone read 0.9 % apart (the H200,
+        2026-11-30, docs/evidence/device-h200-1130b/)."""
+        p = self.plan
+        if p.kind != CLOSED:
+            return self.levels_for(estimates_)
+        ref = estimates_[p.reference]
+        lowest = ref * (1 - p.spread_pct / 100)
+        return self.levels_for({e: ref * matched(est / ref, lowest) for e, est in estimates_.items()})
+
     def levels_between(self, lo: float, hi: float) -> list:
         """`levels` loads evenly spaced in log(load) from lo to hi (whole clients kept apart)."""
         p = self.plan
@@ -318,7 +332,7 @@ class Search:
         result = {"plan": p.as_dict(), "method": METHOD, "brackets": brackets, "levels": []}
         if self.problems:
             return self.finish(result, ("bracket", "; ".join(self.problems)), [])
-        levels = self.levels_for({e: brackets[e]["estimate"] for e in p.engines})
+        levels = self.first_levels({e: brackets[e]["estimate"] for e in p.engines})
         result["levels"].append({"from_block": 0, "levels": levels})
         if (secs := block_seconds(self.probes, levels, lambda load: sent_per_probe(p, load))) is not None:
             self.log(f"blocks: about {secs:.0f} s of probes each, from the bracket's probe times "

@@ -310,3 +310,16 @@ def test_an_engine_s_whole_client_levels_are_the_reference_s_while_its_ratio_mov
     assert apart["stock_b"][-1] < apart["stock"][-1]  # 0.67 of a client: each at its own place on its curve
     knob = s.recentre(blocks, per_block, [{**aa, "ratio": 0.21}], levels)
     assert knob["stock_b"][0] < knob["stock"][0] - 1  # its own, one span down at most
+
+
+def test_block_0_levels_are_matched_as_later_ones_are():
+    # docs/evidence/device-h200-1130b/capacity-aa-capacity.json: the brackets read 11.12 (stock_b) and 10.98
+    # (stock) clients; block 0 probed stock_b at 9, 10, 12, 13 and stock at 9, 10, 11, 13 and read 1.017
+    p = Plan(engines=["stock_b", "stock"], reference="stock", objectives=parse_slo("ttft_p90_ms=300"))
+    s = Search(None, None, p)
+    first = s.first_levels({"stock_b": 11.120718, "stock": 10.978729})
+    assert first["stock_b"] == first["stock"] == s.levels_for({"stock": 10.978729})["stock"]
+    apart = s.first_levels({"stock_b": 10.978729 * 0.9, "stock": 10.978729})  # 0.93 of a client at the lowest
+    assert apart["stock_b"][0] < apart["stock"][0]
+    rate = Search(None, None, replace(p, kind="rate")).first_levels({"stock_b": 11.12, "stock": 10.98})
+    assert rate["stock_b"] != rate["stock"]  # requests per second: no whole-client rounding to match
