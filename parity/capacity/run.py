@@ -8,6 +8,7 @@ from __future__ import annotations
 from functools import partial
 
 from parity import session
+from parity.capacity import energy
 from parity.capacity.plan import CapacityPlan, CapacityRequest, longest, make_plan
 from parity.capacity.probe import CLOSED
 from parity.capacity.real import RealProbe, lengths
@@ -56,7 +57,9 @@ def measure(plan: CapacityPlan, run: Run) -> dict:
             run.out.warn(f"capacity.json (incomplete) not written: {w}")
         raise
     doc = document(plan, probe, result, True)
-    doc["energy"] = energy(probe.probes, plan.engines)
+    doc["energy"] = energy.per_engine(probe.probes, plan.engines)
+    doc["energy_ratios"] = energy.paired_ratios(probe.probes, plan.engines, plan.reference,
+                                                plan.search.threshold_pct, plan.search.confidence)
     doc["valid"] = not doc["problems"]
     run.dir.write_json("capacity.json", doc)
     if doc["problems"]:
@@ -68,20 +71,6 @@ def document(plan: CapacityPlan, probe: RealProbe, result: dict, complete: bool)
     """capacity.json's body: the search's result (what it got to) beside every probe and server run."""
     return {"model": plan.model, "units": UNITS[plan.search.kind], "prompts": prompts_rule(plan), "complete": complete,
             **result, "probes": probe.probes, "servers": probe.servers, "plan_notes": plan.notes}  # fmt: skip
-
-
-def energy(probes: list[dict], engines: list[str]) -> dict:
-    """Per engine: the median J per output token over its block probes, or why there is none."""
-    import statistics
-
-    out = {}
-    for e in engines:
-        mine = [p for p in probes if p["engine"] == e and p["block"] >= 0]
-        j = [p["j_per_output_tok"] for p in mine if isinstance(p["j_per_output_tok"], (int, float))]
-        why = next((p["energy_why"] for p in mine if p["energy_why"]), None)
-        out[e] = {"j_per_output_tok_median": statistics.median(j) if j else None, "probes": len(j),
-                  "why": None if j else why}  # fmt: skip
-    return out
 
 
 def prompts_rule(plan: CapacityPlan) -> str:

@@ -125,6 +125,11 @@ def render_result(out, doc: dict) -> None:
         out.info(f"{e}: {en['j_per_output_tok_median']:.4g} J per output token (median of {en['probes']} probes)"
                  if en["j_per_output_tok_median"] is not None
                  else f"{e}: energy per token: {en['why'] or 'not measured'}")
+    for r in doc.get("energy_ratios", []):
+        if r["ratio"] is not None and r["quantity"] == "j_per_output_tok":
+            iv = f" [{r['low']:.4f}, {r['high']:.4f}]" if r["low"] is not None else ""
+            out.info(f"{r['engine']}/{r['reference']} J per output token at the same loads: {r['ratio']:.4f}{iv} over "
+                     f"{r['n_blocks']} blocks -> {r['outcome']} (lower is better)")
     st = doc["stop"]
     out.info(f"stopped by {st['rule']} after {st['blocks']} blocks: {st['why']}; {doc['requests']} requests, "
              f"{doc['seconds']:g} s of probes")

@@ -113,6 +113,8 @@ def no_change(doc: dict, a: str, b: str, reference: str, objectives: tuple, requ
         energy = doc["energy"][e]  # a CPU box: no energy counter, the reason instead of a number
         assert energy["j_per_output_tok_median"] is None and energy["why"].startswith("not applicable")
         assert doc["frontier"][e] and any(f["pareto"] for f in doc["frontier"][e])
+    assert [(r["quantity"], r["ratio"], r["reason"]) for r in doc["energy_ratios"]] == [
+        (q, None, "no block has both arms") for q in ("j_per_output_tok", "j_per_total_tok")]
     assert doc["problems"] == [] and doc["valid"] and doc["stop"]["rule"] in (("fixed",) if most is None else ("until-ci", "max-repeats"))
     # one server per engine for the bracket, then one per engine and block, the engines rotated per block
     runs = [(s["engine"], s["run"]) for s in doc["servers"]]
