@@ -62,22 +62,11 @@ def test_a_block_pairs_only_the_loads_both_engines_probed():
 
 def test_the_result_prints_the_paired_energy_line():
     from parity.cli.capacity import render_result
-
-    class Out:
-        def __init__(self):
-            self.lines = []
-
-        def info(self, s):
-            self.lines.append(s)
-
-        warn = info
-
-        def table(self, *a):
-            pass
+    from tests.lines import Lines
 
     doc = run("knob")
     doc.update(run_dir="runs/x", energy_ratios=energy.paired_ratios(doc["probes"], list(doc["engines"]), "stock", 2.0, 0.95))
-    out = Out()
+    out = Lines()
     render_result(out, doc)
     (line,) = [x for x in out.lines if "J per output token at the same loads" in x]
     assert line.startswith("stock_split/stock J per output token at the same loads: 1.2160 [1.2025, 1.2296] over 5 blocks -> regressed")

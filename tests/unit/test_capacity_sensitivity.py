@@ -14,6 +14,7 @@ import pytest
 
 from parity.capacity.curves import pct_per_pct
 from parity.cli.capacity import render_result
+from tests.lines import Lines
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNS = {
@@ -43,19 +44,6 @@ def test_the_runs_whose_limit_binds_on_a_flatter_stretch_spread_wider():
     assert list(spread.values()) == sorted(spread.values()), spread  # 1.2, 3.0, 5.8 % per block
     assert k["h200, TPOT p90 12 ms"] > 2 > 1 > k["cpu, TTFT p90 100 ms (below them)"] > 0.5 > k[
         "cpu, TTFT p90 200 ms (past the 8 slots)"]
-
-
-class Lines:
-    def __init__(self):
-        self.lines = []
-
-    def info(self, msg):
-        self.lines.append(msg)
-
-    warn = info
-
-    def table(self, *a):
-        pass
 
 
 @pytest.mark.parametrize("name, noted", [("h200, TPOT p90 12 ms", True),
