@@ -101,14 +101,17 @@ def one_line(e: BaseException) -> str:
     return " ".join(str(e).split()) or type(e).__name__
 
 
-def check_file(path: Path, create: bool) -> None:
+def check_file(path: Path, create: bool, locked_: bool = False) -> None:
     """A store path is a DuckDB file, or (create) nothing yet in a directory that can hold one;
-    anything else is refused before DuckDB sees it."""
+    anything else is refused before DuckDB sees it.  Before the lock (locked_ False) a file shorter
+    than DuckDB's header is let through to the check under it: DuckDB makes a new store's file
+    before it writes the header, so another writer's store can be empty for a moment (a second
+    writer of a new store refused it as "not a DuckDB file")."""
     try:
         if path.is_file():
             with path.open("rb") as f:
                 head = f.read(12)
-            if head[8:12] != MAGIC:
+            if head[8:12] != MAGIC and (locked_ or len(head) == 12):
                 raise UsageError(f"history store {path}: not a DuckDB file (a parity history store is one)")
             return
         if path.exists():
@@ -152,6 +155,7 @@ def connect(path: Path, *, write: bool = True, create: bool | None = None, timeo
     create = write if create is None else create
     check_file(path, create)
     with store_lock(path, write, timeout_s):
+        check_file(path, create, locked_=True)
         try:
             con = duckdb.connect(str(path), read_only=not write, config=dict(SAFE_CONFIG))
         except duckdb.Error as e:

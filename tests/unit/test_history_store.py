@@ -133,9 +133,31 @@ def test_a_failed_write_is_one_warning_line_and_the_run_goes_on(tmp_path, monkey
 def test_writers_side_by_side_all_land(tmp_path):
     db = tmp_path / "h.duckdb"
     dirs = [CAPTURED, USERS, AA_COPY, *LEVERS]
-    code = "import sys; from parity.history.record import record_run; sys.exit(0 if record_run(sys.argv[1], store_path=sys.argv[2], warn=print) else 1)"
+    # each waits as long as the others take (the hook's own 20 s cap is the failed-write test's): on a busy
+    # 2-core box six writers in a row took longer than that (a clean clone's CI, 2026-11-30)
+    code = ("import sys; from parity.history import record; record.HOOK_WAIT_S = 600; "
+            "sys.exit(0 if record.record_run(sys.argv[1], store_path=sys.argv[2], warn=print) else 1)")
     procs = [subprocess.Popen([sys.executable, "-c", code, str(d), str(db)], cwd=REPO, stdout=subprocess.PIPE, text=True) for d in dirs]
     outs = [(p.wait(timeout=300), p.stdout.read()) for p in procs]
     assert all(rc == 0 for rc, _ in outs), outs
     with store.connect(db, write=False) as con:
         assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == len(dirs)
+
+
+def test_a_store_another_writer_is_making_is_waited_for_not_refused(tmp_path):
+    # DuckDB makes a new store's file before it writes the header: read outside the lock, a writer that came
+    # second saw a file shorter than the header and refused it as "not a DuckDB file"
+    db = tmp_path / "h.duckdb"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time, pathlib; from parity.filelock import locked\n"
+                               "with locked(sys.argv[1]):\n    p = pathlib.Path(sys.argv[2]); p.write_bytes(b'')\n"
+                               "    print('making', flush=True); time.sleep(1); p.unlink()",
+                               str(db.with_name(db.name + ".lock")), str(db)], cwd=REPO, stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "making" and db.stat().st_size == 0
+        warned: list[str] = []
+        assert record.record_run(CAPTURED, warn=warned.append, store_path=str(db)) is not None, warned
+    finally:
+        holder.kill()
+        holder.wait()
+    with store.connect(db, write=False) as con:
+        assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == 1
