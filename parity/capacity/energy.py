@@ -5,16 +5,17 @@ its value per engine is the geometric mean over those loads, the same loads for 
 
 from __future__ import annotations
 
-import math
 import statistics
 
+from parity.stats import usable
 from parity.stats.paired import paired
 
 QUANTITIES = ("j_per_output_tok", "j_per_total_tok")
 
 
 def number(x) -> bool:
-    return isinstance(x, (int, float)) and math.isfinite(x) and x > 0
+    """A J per token the logs can take (parity.stats.usable, and above 0)."""
+    return usable(x) and x > 0
 
 
 def per_engine(probes: list[dict], engines: list[str]) -> dict:
@@ -41,8 +42,7 @@ def block_values(probes: list[dict], engine: str, reference: str, quantity: str)
         both = sorted(x for (bb, x), v in got.items() if bb == b and engine in v and reference in v)
         if not both:
             continue
-        gm = {e: math.exp(sum(math.log(statistics.median(got[(b, x)][e])) for x in both) / len(both))
-              for e in (engine, reference)}  # fmt: skip
+        gm = {e: statistics.geometric_mean(statistics.median(got[(b, x)][e]) for x in both) for e in (engine, reference)}
         ref[b], eng[b], loads[b] = gm[reference], gm[engine], both
     return ref, eng, loads
 

@@ -195,8 +195,14 @@ class Search:
         if p.kind != CLOSED:
             return self.levels_for(estimates_)
         ref = estimates_[p.reference]
+        return self.levels_for(self.wanted(ref, {e: est / ref for e, est in estimates_.items() if e != p.reference}))
+
+    def wanted(self, ref: float, ratios: dict) -> dict:
+        """Per engine, the capacity its levels are centred on: the reference's `ref`, the others' ref
+        times their ratio ({engine: ratio}), matched in whole clients (closed loop: see matched)."""
+        p = self.plan
         lowest = ref * (1 - p.spread_pct / 100)
-        return self.levels_for({e: ref * matched(est / ref, lowest) for e, est in estimates_.items()})
+        return {p.reference: ref, **{e: ref * (matched(r, lowest) if p.kind == CLOSED else r) for e, r in ratios.items()}}
 
     def levels_between(self, lo: float, hi: float) -> list:
         """`levels` loads evenly spaced in log(load) from lo to hi (whole clients kept apart)."""
@@ -264,9 +270,7 @@ class Search:
         if ref is None or any(r["ratio"] is None for r in ratios):
             self.jumped |= jumped
             return None
-        lowest = ref * (1 - p.spread_pct / 100)
-        want = {p.reference: ref, **{r["engine"]: ref * (matched(r["ratio"], lowest) if p.kind == CLOSED else r["ratio"])
-                                     for r in ratios}}  # fmt: skip
+        want = self.wanted(ref, {r["engine"]: r["ratio"] for r in ratios})
         middle = all(math.sqrt(v[0] * v[1]) <= want[e] <= math.sqrt(v[-2] * v[-1]) for e, v in levels.items())
         if len(blocks) > p.recentre and middle and not jumped:  # a jump's wide levels always go back to matched ones
             return None
