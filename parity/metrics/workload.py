@@ -424,8 +424,8 @@ WORKLOAD_METRICS: dict[str, Metric] = {
                "(no coordinated omission)", lambda s: _pct(sched_latency_ms(s, "first"), 50, "due times")),
         Metric("ttft_sched_hd50_ms", "ms", "lower",
                "the same median by the Harrell-Davis estimator (a Beta-weighted mean of every request's value): "
-               "steadier than the sample median when the TTFTs step between requests that waited for a slot and "
-               "requests that did not (parity.stats.quantiles)", lambda s: _hd(sched_latency_ms(s, "first"), 50, "due times")),
+               "steadier than the sample median when the TTFTs step near the middle, where one request changing "
+               "side moves the sample median by the step (parity.stats.quantiles)", lambda s: _hd(sched_latency_ms(s, "first"), 50, "due times")),
         Metric("ttft_sched_p99_ms", "ms", "lower", "99th percentile of (first token arrival - due time)",
                lambda s: _pct(sched_latency_ms(s, "first"), 99, "due times")),
         Metric("e2e_sched_p50_ms", "ms", "lower", "median of (last token arrival - due time)",

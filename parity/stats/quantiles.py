@@ -1,8 +1,8 @@
 """The Harrell-Davis quantile: a Beta-weighted mean of every order statistic (Harrell & Davis 1982).
 
 It estimates the same population quantile as the sample one, but moves less when the values step
-near it: a replay's TTFTs split into requests that waited for a slot and requests that did not, and
-the sample median of 147 of them jumps 116 -> 130 ms when one request changes side.  On four
+near it: a replay's TTFTs have gaps of 5-15 ms within a few ranks of the middle, and the sample median
+of 147 of them moves by the gap when one request changes side.  On four
 recorded A/A replays on H200s the per-block spread of the arms' median ratio fell to 0.67-0.90x
 the sample median's (docs/WORKLOADS.md); on TPOT, which has no such step, it does not help."""
 
