@@ -239,10 +239,15 @@ def test_prefill_curve_on_the_smoke_profile_against_the_engines_own_prompt_rate(
     the box was quiet (tests/box_load.py) and a warning, with the other work's cores, where not.
     A clean-clone CI run on a quiet box (0.015 cores of other work, 2026-11-30) read stock's -7.3 %: the
     time outside llama-server's prompt_ms at 1024 tokens was 6.9-8.4 ms in all three blocks, against 3-5 ms
-    in the reruns after it (-2.8, -2.9, -4.4 %; then, at twice the rounds, -3.9, -2.8 %): a shift in
-    every block, which more rounds would not average away.  So past 5 % it is a warning; past 10 % (a wrong
-    slope, a unit slip) it fails.  The window is 0.6 s (11 rounds at 1024 tokens, 5-6 at 0.3 s)."""
-    prof = workload_profile({}, model="tiny-hf", parallel=4, ctx=8192, repeat=3, min_window_s=0.6)
+    in the reruns after it.  Most of what grows with the length there is the server's host prompt cache
+    saving the idle slot before each prompt (issue 54's finding on the H200): in one run each, the median
+    time outside prompt_ms went 1.1 -> 2.5 ms from 128 to 1024 tokens with it and 0.9 -> 1.3 ms with
+    --cache-ram 0, the TTFT line -2.3 % against -0.7 to -1.0 %.  The test is about the fit, so both
+    engines run with --cache-ram 0; past 5 % fails on a quiet box.  The window is 0.6 s (11 rounds at
+    1024 tokens, 5-6 at 0.3 s)."""
+    no_save = {"server_args": ["--cache-ram", "0"]}
+    prof = workload_profile({}, engines={"stock": no_save, "paged": no_save}, model="tiny-hf", parallel=4, ctx=8192,
+                            repeat=3, min_window_s=0.6)
     with OtherWork() as box:
         doc = run_workload(parity_cli, tmp_path, prof, "prefill-curve", "stock,paged")
     assert doc["valid"] is True and doc["workload"]["lengths"] == [128, 256, 512, 1024] and doc["workload"]["n"] == 4
@@ -265,7 +270,7 @@ def test_prefill_curve_on_the_smoke_profile_against_the_engines_own_prompt_rate(
     for f in (f for f in pc["fits"] if f["n"] == 1):
         own = f["engine_tps_longest"]
         if f["curve"] == "ttft" and box.quiet:  # the engine's own marginal rate, within what the box adds
-            assert abs(f["vs_engine_line_pct"]) <= 10, (f, str(box))
+            assert abs(f["vs_engine_line_pct"]) <= 5, (f, str(box))
         if f["curve"] == "ttft" and not abs(f["vs_engine_line_pct"]) <= 5:
             warnings.warn(f"prefill curve: {f['engine']}'s TTFT line {f['vs_engine_line_pct']:+.1f} % from its engine-time line; {box}")
         if f["curve"] == "ttft" and not f["prefill_tps_low"] <= own <= f["prefill_tps_high"]:  # two suites on 2 cores: 5377 > 5262
