@@ -43,16 +43,11 @@ def _need(rs: Sequence[RequestRecord], what: str = "request") -> list[RequestRec
     return rs
 
 
-def _pct(values: Sequence[float], q: float, what: str) -> float:
+def _pct(values: Sequence[float], q: float, what: str, estimator=percentile) -> float:
+    """estimator(values, q): percentile (q in 0..100) by default, or harrell_davis (q in 0..1)."""
     if not values:
         raise NoValue(f"no {what}")
-    return percentile(values, q)
-
-
-def _hd(values: Sequence[float], q: float, what: str) -> float:
-    if not values:
-        raise NoValue(f"no {what}")
-    return harrell_davis(values, q / 100)
+    return estimator(values, q)
 
 
 # ------------------------------------------------------------------ open loop: schedule and goodput
@@ -425,7 +420,7 @@ WORKLOAD_METRICS: dict[str, Metric] = {
         Metric("ttft_sched_hd50_ms", "ms", "lower",
                "the same median by the Harrell-Davis estimator (a Beta-weighted mean of every request's value): "
                "steadier than the sample median when the TTFTs step near the middle, where one request changing "
-               "side moves the sample median by the step (parity.stats.quantiles)", lambda s: _hd(sched_latency_ms(s, "first"), 50, "due times")),
+               "side moves the sample median by the step (parity.stats.quantiles)", lambda s: _pct(sched_latency_ms(s, "first"), 0.5, "due times", harrell_davis)),
         Metric("ttft_sched_p99_ms", "ms", "lower", "99th percentile of (first token arrival - due time)",
                lambda s: _pct(sched_latency_ms(s, "first"), 99, "due times")),
         Metric("e2e_sched_p50_ms", "ms", "lower", "median of (last token arrival - due time)",

@@ -269,9 +269,9 @@ def test_prefill_curve_on_the_smoke_profile_against_the_engines_own_prompt_rate(
     said = []
     for f in (f for f in pc["fits"] if f["n"] == 1):
         own = f["engine_tps_longest"]
-        if f["curve"] == "ttft" and box.quiet:  # the engine's own marginal rate, within what the box adds
+        if f["curve"] == "ttft" and box.quiet:  # the acceptance: the engine's own marginal rate
             assert abs(f["vs_engine_line_pct"]) <= 5, (f, str(box))
-        if f["curve"] == "ttft" and not abs(f["vs_engine_line_pct"]) <= 5:
+        elif f["curve"] == "ttft" and not abs(f["vs_engine_line_pct"]) <= 5:
             warnings.warn(f"prefill curve: {f['engine']}'s TTFT line {f['vs_engine_line_pct']:+.1f} % from its engine-time line; {box}")
         if f["curve"] == "ttft" and not f["prefill_tps_low"] <= own <= f["prefill_tps_high"]:  # two suites on 2 cores: 5377 > 5262
             warnings.warn(f"prefill curve: {f['engine']}'s own tok/s at the longest length {own:.0f} is outside the TTFT line's interval")
