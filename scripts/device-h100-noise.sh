@@ -38,7 +38,9 @@
 #   chain-bg   PLAN's lines (a file of "VAR=value ... stage ..." lines) run one after another in the background
 #              from a frozen copy of this checkout ($R/chain), so the GPU works
 #              between calls and a later call's copy cannot change the code under it
-#   poll       wait up to WAIT_S seconds for the chain (a line a minute), then collect
+#   poll       wait up to WAIT_S seconds for the chain (a line a minute, never past WAIT_S), then collect;
+#              the per-block lines are copied to $OUT every minute, so a call cut off still brings them back;
+#              give the call WAIT_S + 60 s at least (the runs tarball)
 # Another profile: PROF=... ENGINES="paged paged_wo0011" MODELS="dense-16g moe-big" QUANT_ENGINE=paged
 set -uo pipefail
 SRC=$PWD
@@ -53,6 +55,7 @@ ENGINES=${ENGINES:-paged stock}  # built by build-bg; QUANT_ENGINE's llama-quant
 P="python3 -m parity --artifacts $R/runs"
 t() { local s=$(date +%s%N); "$@"; local rc=$?; echo "[time] $(( ($(date +%s%N) - s) / 1000000 )) ms rc=$rc: $*" | tee -a "$R/out/timings.txt" >&2; return $rc; }
 need() { for f in "$@"; do [ -e "$f" ] || { echo "MISSING $f: this is a fresh machine, run the earlier stages first"; exit 3; }; done; }
+nap() { local left=$(( $1 - $(date +%s) )); [ $left -gt 0 ] && sleep $(( left < 60 ? left : 60 )); }  # a minute, never past $1 (WAIT_S is a bound)
 bg() { local name=$1; shift; setsid nohup bash -c "cd $WT && s=\$(date +%s); $* > $R/out/$name.log 2>&1; echo rc=\$? wall=\$(( \$(date +%s) - s ))s >> $R/out/$name.log; touch $R/$name.done" < /dev/null > /dev/null 2>&1 & }
 # this call's checkout, always (the code may have changed since the last call)
 # (or $CARRY/parity.tgz, a `git archive` of one commit, when carried: the same code in every call)
@@ -90,7 +93,7 @@ for stage in "$@"; do
         [ -e $R/$f.done ] && continue; left=$((left + 1))
         line="$line $f:$(grep -o '\[[0-9]*/[0-9]*\]' $R/out/$f.log 2>/dev/null | tail -1)"
       done
-      echo "$(date +%T) waiting for $left:$line"; [ $left -eq 0 ] && break; sleep 60
+      echo "$(date +%T) waiting for $left:$line"; [ $left -eq 0 ] && break; nap $end
     done
     ;;
   wait)
@@ -238,7 +241,9 @@ for stage in "$@"; do
     end=$(( $(date +%s) + ${WAIT_S:-500} ))
     while [ ! -e $R/chain.done ] && [ $(date +%s) -lt $end ]; do
       [ -e $R/out/chain.log ] || { echo "MISSING chain: not started on this machine"; exit 3; }
-      echo "$(date +%T) $(grep ' chain: ' $R/out/chain.log | tail -1)"; sleep 60
+      echo "$(date +%T) $(grep ' chain: ' $R/out/chain.log | tail -1)"
+      cp $R/out/*.err $R/out/chain.log "$OUT/" 2>/dev/null  # so a call the device cuts off still brings back the per-block lines
+      nap $end
     done
     grep -v "^[│┃┏┡└]" $R/out/chain.log | tail -n 60
     (cd $R && tar czf "$OUT/runs.tgz" --exclude='*.gguf' --exclude='*.log' runs out 2>/dev/null)
