@@ -183,8 +183,9 @@ def sync_timeout_s(plan) -> float:
 
 
 def run_block(run, plan, block: int, run_arm, prog, task) -> list[dict]:
-    """Both arms of the block at once (the second in a thread), each on its GPU, port and cores; the
-    memory wait once both servers stopped.  The arms in engine order; the first error of an arm is raised."""
+    """Both arms of the block at once (one in a thread: the second engine's in even blocks, the first's
+    in odd ones), each on its GPU, port and cores; the memory wait once both servers stopped.  The
+    arms in engine order; the first error of an arm is raised."""
     where = placement(plan.engines, used(plan.gpus), block)
     at = ports(plan.engines, plan.shape.port)
     if not plan.cores:  # once, here: before any arm's client thread is pinned
@@ -212,11 +213,12 @@ def run_block(run, plan, block: int, run_arm, prog, task) -> list[dict]:
 
     mem_before, source = used_mib()
     a, b = plan.engines
-    worker = threading.Thread(target=arm, args=(b,), name=f"crossover-{b}", daemon=True)
+    main, other = (a, b) if block % 2 == 0 else (b, a)  # the thread an arm's client runs in swaps too, as its GPU does
+    worker = threading.Thread(target=arm, args=(other,), name=f"crossover-{other}", daemon=True)
     worker.start()
-    arm(a)
-    if isinstance(errors.get(a), KeyboardInterrupt):
-        raise errors[a]  # the run's interrupt handling stops the servers; the thread ends with them
+    arm(main)
+    if isinstance(errors.get(main), KeyboardInterrupt):
+        raise errors[main]  # the run's interrupt handling stops the servers; the thread ends with them
     worker.join()
     if errors:
         real = [e for e in errors.values() if not isinstance(e, OtherArmStopped)]

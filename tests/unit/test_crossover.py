@@ -188,6 +188,26 @@ def test_both_arms_of_a_block_run_at_once_on_their_gpus(smoke):
         assert got == [("16-29", "30-31"), ("0-13", "14-15")]
 
 
+def test_the_thread_an_arms_client_runs_in_swaps_every_block(smoke):
+    """Which arm runs in the main thread and which in the worker is a fixed asymmetry of the client
+    process unless it swaps, as the GPUs do (block 0: the second engine in the worker)."""
+    plan = plan_for(smoke)
+    plan.shape = type(plan.shape)(**{**{f: getattr(plan.shape, f) for f in plan.shape.__struct_fields__}, "settle_s": 0})
+    plan.cores = crossover.cpu_shares(plan.shape.telemetry, LocalRunner(), [0, 1], list(range(32)))
+    where = {}
+
+    def arm(run, plan, engine, block, prog, task, port, gpu, sync, pin):
+        sync(f"{engine} N=2")
+        where[(block, engine)] = threading.current_thread() is threading.main_thread()
+        return {"engine": engine, "repeat": block, "rows": []}
+
+    for block in (0, 1, 2):
+        arms = crossover.run_block(Run(None, None, LocalRunner()), plan, block, arm, None, None)
+        assert [a["engine"] for a in arms] == ["stock", "paged"]  # returned in engine order either way
+    assert where == {(0, "stock"): True, (0, "paged"): False, (1, "stock"): False, (1, "paged"): True,
+                     (2, "stock"): True, (2, "paged"): False}
+
+
 def test_a_failing_arm_stops_the_block_with_its_own_error(smoke):
     plan = plan_for(smoke)
     waited = []
