@@ -69,7 +69,7 @@ OPTIONS: dict[str, Option] = {
     o.name: o
     for o in (
         Option("repeat", "--repeat", "count", "Blocks (a block runs every engine or arm once); with --until-ci the minimum.", "N", "serving.repeat"),
-        Option("until_ci", "--until-ci", "pct", "Adaptive repeats: add blocks until every headline paired half-width (every engine vs the reference, every point) is <= PCT %, or each named metric's <= its own (decode_agg_tps=1,ttft_mean_ms=10; PCT,METRIC=PCT: PCT for the others; batched-bench watches s_tg; a trace replay: its request-paired ratios, request_ttft_median=2,..., or its headline, ttft_sched_hd50_ms=2).", "PCT|METRIC=PCT,..", "stats.until_ci_pct"),
+        Option("until_ci", "--until-ci", "pct", "Adaptive repeats: add blocks until every headline paired half-width (every engine vs the reference, every point) is <= PCT %, or each named metric's <= its own (decode_agg_tps=1,ttft_mean_ms=10; PCT,METRIC=PCT: PCT for the others; batched-bench watches s_tg; a trace replay: its request-paired ratios, request_ttft_median=2,..., or its headline, ttft_sched_p50_ms=2).", "PCT|METRIC=PCT,..", "stats.until_ci_pct"),
         Option("max_repeats", "--max-repeats", "count", "With --until-ci: at most N blocks.", "N", "stats.max_repeats"),
         Option("budget_s", "--budget-s", "seconds", "With --until-ci: no block that would end past S seconds of measured blocks.", "S", "stats.budget_s"),
         Option("order", "--order", "choice", "Engine order across blocks: abba (rotated every block: a linear drift cancels), abab, or aabb (every repeat of one engine, then the next; serving only).", "ORDER", "serving.order", ("abab", "abba", "aabb")),

@@ -182,9 +182,10 @@ class TraceReplay(WorkloadKind):
                "sched_delay_max_ms", "served_rate", "served_share", "wait_growth_ms_per_s", "ttft_sched_p50_ms",
                "ttft_sched_hd50_ms", "ttft_sched_p99_ms", "e2e_sched_p50_ms", "e2e_sched_p99_ms", "tpot_p50_ms",
                "tpot_p99_ms", "trace_hit_rate", "expected_hit_rate", "server_hit_rate", "hit_gap", "input_exact_share")
-    # the TTFT median twice: the sample one users compute, and Harrell-Davis's, which a step in the TTFTs
-    # around the middle moves less (parity.stats.quantiles); the verdicts say which one moved
-    headline = ("ttft_sched_hd50_ms", "ttft_sched_p50_ms", "tpot_p50_ms", "server_hit_rate")
+    # the sample TTFT median, the figure users compute; Harrell-Davis's (ttft_sched_hd50_ms) is recorded and
+    # shown, not judged: past the server's rate it sits 15-20 % above the median and spread more on the
+    # last A/A (docs/WORKLOADS.md)
+    headline = ("ttft_sched_p50_ms", "tpot_p50_ms", "server_hit_rate")
     stop_metrics = request_paired.STOP_METRICS  # --until-ci request_ttft_median=2: each request against itself
     windows = ("wall_s",)  # the trace's own span: nothing to calibrate
     one_run_points = True
