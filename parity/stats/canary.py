@@ -19,7 +19,7 @@ import math
 import statistics
 import time
 from parity.results.model import point_rows
-from parity.stats.paired import by_sample
+from parity.stats.paired import by_sample, gpus_of
 
 WALL_METHOD = "host CPU loop before every arm; a block is flagged when a sample is slower than the run's median by more than max({k:g} x 1.4826 x MAD, {floor:g} %) of the log times"
 METHOD = "host CPU loop before every arm, timed by the wall clock and by its thread's CPU clock; a block is flagged when a sample's wall/CPU stretch exceeds the run's median by more than max({k:g} x 1.4826 x MAD, {floor:g} %) of the logs"
@@ -121,10 +121,12 @@ def with_and_without(summary: dict, metrics: list[str], direction, threshold_pct
     ref = summary.get("reference_engine")
     if not flagged or not ref:
         return []
-    rows = [(r.engine, r.n, r.repeat, r.metrics) for r in point_rows(summary.get("rows") or []) if r.valid]  # discarded too
+    typed = [r for r in point_rows(summary.get("rows") or []) if r.valid]  # discarded too
+    rows, gpus = [(r.engine, r.n, r.repeat, r.metrics) for r in typed], gpus_of(typed)
     pick = lambda p: (p.get("ratio"), p.get("low"), p.get("high"), p.get("n_blocks"))  # noqa: E731
     every = {(p["engine"], p["n"], p["metric"]): p
-             for p in by_sample(rows, ref, metrics, direction, threshold_pct, confidence)}
+             for p in by_sample(rows, ref, metrics, direction, threshold_pct, confidence, gpus=gpus)}
     kept = {(p["engine"], p["n"], p["metric"]): p
-            for p in by_sample([r for r in rows if r[2] not in flagged], ref, metrics, direction, threshold_pct, confidence)}
+            for p in by_sample([r for r in rows if r[2] not in flagged], ref, metrics, direction, threshold_pct,
+                               confidence, gpus=gpus)}
     return [{"engine": k[0], "n": k[1], "metric": k[2], "all": pick(every[k]), "kept": pick(kept[k]) if k in kept else None} for k in every]

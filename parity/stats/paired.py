@@ -12,6 +12,13 @@ normal log ratios and robust enough for the mildly skewed ratios seen on
 recorded runs (benchmarks/verdict_power.py measures its false-claim rate from
 recorded noise).  Log ratios make A/B and B/A symmetric.
 
+In a crossover (two GPUs at once, B's GPU swapped every block: parity.serving.crossover) a GPU's
+own speed or power moves every block's ratio one way or the other by placement.  It cancels in an
+estimate that weighs the two placements alike, and it is taken out of the spread: the t interval
+uses the spread within each placement (n - 2 degrees of freedom), the textbook AB/BA crossover
+analysis.  On the recorded two-H200 A/As it took J per token's per-block spread from 3.0 % to 0.43 %
+and from 2.1 % to 0.64 %, and left TTFT and TPOT's about as they were (tests/unit/test_stats_crossover.py).
+
 Three outcomes, each with its numbers:
 - improved / regressed: the interval excludes 1 AND the estimate is beyond the
   practical threshold (default 2 %, the users' floor);
@@ -33,6 +40,8 @@ from parity.stats import usable
 IMPROVED, REGRESSED, EQUIVALENT, INCONCLUSIVE = "improved", "regressed", "equivalent", "inconclusive"
 OUTCOMES = (IMPROVED, REGRESSED, EQUIVALENT, INCONCLUSIVE)
 METHOD = "geometric mean of per-block ratios B/A; 95 % Student t interval on the log ratios"
+METHOD_CROSSOVER = ("geometric mean of per-block ratios B/A, the two GPU placements weighed alike; 95 % Student t "
+                    "interval on the log ratios' spread within each placement (n - 2 df)")
 MAX_BLOCKS_ESTIMATE = 1000
 
 
@@ -63,6 +72,7 @@ class Paired:
     reason: str = ""
     blocks_needed: int | None = None  # inconclusive: blocks at which the observed spread would settle it
     method: str = METHOD
+    by_placement: dict | None = None  # crossover: B/A's geometric mean over the blocks B ran on each GPU
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -96,19 +106,22 @@ def block_ratios(a: dict, b: dict) -> tuple[list, list[float]]:
     return common, [b[k] / a[k] for k in common]
 
 
-def blocks_for(sd_log: float, target_log: float, confidence: float, have: int, stop_form: bool = False) -> int | None:
+def blocks_for(sd_log: float, target_log: float, confidence: float, have: int, stop_form: bool = False,
+               lost: int = 0) -> int | None:
     """Smallest n > have with t(n-1) * sd / sqrt(n) < target, or with stop_form the conservative
-    t(n-1) * sd * spread_upper(n) / sqrt(n) (None: beyond MAX_BLOCKS_ESTIMATE)."""
+    t(n-1) * sd * spread_upper(n) / sqrt(n) (None: beyond MAX_BLOCKS_ESTIMATE).  lost: degrees of
+    freedom spent elsewhere (1 for a crossover's placement term; its placements taken as balanced)."""
     if target_log <= 0:
         return None
     if sd_log == 0:
-        return max(have + 1, 2)
+        return max(have + 1, 2 + lost)
     z = t_quantile(confidence, 10**6)  # start from the normal approximation (t >= z, spread_upper >= 1), then walk up
     if z * sd_log / target_log > MAX_BLOCKS_ESTIMATE:  # n >= (z sd / target)^2: far past the estimate's cap
         return None
-    n = max(have + 1, 2, math.ceil((z * sd_log / target_log) ** 2))
+    n = max(have + 1, 2 + lost, math.ceil((z * sd_log / target_log) ** 2))
     while n <= MAX_BLOCKS_ESTIMATE:
-        if t_quantile(confidence, n - 1) * sd_log * (spread_upper(n) if stop_form else 1) / math.sqrt(n) < target_log:
+        df = n - 1 - lost
+        if t_quantile(confidence, df) * sd_log * (spread_upper(df + 1) if stop_form else 1) / math.sqrt(n) < target_log:
             return n
         n += 1
     return None
@@ -124,8 +137,22 @@ def stop_blocks_for(stop_pct: float, have: int, target_pct: float, confidence: f
     return blocks_for(sd, math.log1p(target_pct / 100), confidence, have, stop_form=True)
 
 
-def paired(a: dict, b: dict, better: str = "higher", threshold_pct: float = 2.0, confidence: float = 0.95) -> Paired:
-    """a, b: {block: value} of one metric for the control (A) and the candidate (B)."""
+def placements(blocks: list, logs: list[float], groups: dict | None) -> dict | None:
+    """{GPU: its blocks' log ratios} when groups ({block: B's GPU}) names exactly two GPUs with at
+    least two of these blocks each; None otherwise (no crossover, or too few blocks to split)."""
+    if not groups:
+        return None
+    by: dict = {}
+    for k, x in zip(blocks, logs):
+        by.setdefault(groups.get(k), []).append(x)
+    ok = len(by) == 2 and None not in by and all(len(v) >= 2 for v in by.values())
+    return by if ok else None
+
+
+def paired(a: dict, b: dict, better: str = "higher", threshold_pct: float = 2.0, confidence: float = 0.95,
+           groups: dict | None = None) -> Paired:
+    """a, b: {block: value} of one metric for the control (A) and the candidate (B).  groups: a
+    crossover's {block: the GPU B ran on} (the module's docstring says what it changes)."""
     blocks, ratios = block_ratios(a, b)
     p = Paired(better=better, blocks=blocks, ratios=ratios, n_blocks=len(ratios), confidence=confidence, threshold_pct=threshold_pct)
     if not ratios:
@@ -137,10 +164,20 @@ def paired(a: dict, b: dict, better: str = "higher", threshold_pct: float = 2.0,
     if n < 2:
         p.reason = "one block: no interval (need >= 2 blocks)"
         return p
-    sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (n - 1))
-    hw = t_quantile(confidence, n - 1) * sd / math.sqrt(n)
+    split, lost, scale = placements(blocks, logs, groups), 0, 1 / math.sqrt(n)
+    if split:
+        means = {g: sum(v) / len(v) for g, v in split.items()}
+        mean, lost = sum(means.values()) / 2, 1
+        p.ratio, p.method = math.exp(mean), METHOD_CROSSOVER
+        p.by_placement = {str(g): round(math.exp(m), 6) for g, m in sorted(means.items())}
+        sd = math.sqrt(sum((x - means[g]) ** 2 for g, v in split.items() for x in v) / (n - 2))
+        scale = 0.5 * math.sqrt(sum(1 / len(v) for v in split.values()))
+    else:
+        sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (n - 1))
+    df = n - 1 - lost
+    hw = t_quantile(confidence, df) * sd * scale
     p.sd_log = sd
-    high, wide, stop = exp_or_none(mean + hw), exp_or_none(hw), exp_or_none(hw * spread_upper(n))
+    high, wide, stop = exp_or_none(mean + hw), exp_or_none(hw), exp_or_none(hw * spread_upper(df + 1))
     if high is None or wide is None or stop is None:
         p.reason = f"{n} blocks: the log ratios spread too wide (sd {sd:.3g}) for an interval in floating point"
         return p
@@ -160,7 +197,7 @@ def paired(a: dict, b: dict, better: str = "higher", threshold_pct: float = 2.0,
     else:
         # settle it: exclude 1 with the estimate beyond the threshold, or fit inside +-threshold
         target = abs(mean) if abs(mean) >= margin else margin - abs(mean)
-        p.blocks_needed = blocks_for(sd, target, confidence, n)
+        p.blocks_needed = blocks_for(sd, target, confidence, n, lost=lost)
         more = f"about {p.blocks_needed} blocks at this spread would settle it" if p.blocks_needed else f"more than {MAX_BLOCKS_ESTIMATE} blocks at this spread (the estimate sits on the threshold)"
         if p.low > 1 or p.high < 1:
             p.reason = f"{ci}: a change, but {gain:+.2f}% is under the {threshold_pct:g}% threshold and the interval is not inside +-{threshold_pct:g}%; {more}"
@@ -185,18 +222,25 @@ def by_point(rows: list, reference: str, metrics: list[str], better, threshold_p
     valid point.  rows: PointRows (a flat dict is read as one); better(metric) -> "higher" | "lower"."""
     ok = [r for r in point_rows(rows) if r.valid and not r.discarded]  # discarded: the drift canary's (stats.canary)
     samples = [(r.engine, r.n if key == "n" else r.point, r.repeat, r.metrics) for r in ok]
-    return by_sample(samples, reference, metrics, better, threshold_pct, confidence, key)
+    return by_sample(samples, reference, metrics, better, threshold_pct, confidence, key, gpus_of(ok))
+
+
+def gpus_of(rows: list) -> dict:
+    """{(engine, block): its GPU} of a crossover's rows (each has "gpu", read as a number); {} for one GPU."""
+    typed = ((r, r.metrics.get("gpu", r.info.get("gpu"))) for r in point_rows(rows))
+    return {(r.engine, r.repeat): g for r, g in typed if g is not None}
 
 
 def by_sample(samples: list[tuple], reference: str, metrics: list[str], better, threshold_pct: float = 2.0,
-              confidence: float = 0.95, key: str = "n") -> list[dict]:
+              confidence: float = 0.95, key: str = "n", gpus: dict | None = None) -> list[dict]:
     """by_point over samples (engine, point, block, {metric: value}) of the counted rows; each
-    result carries its point under `key`."""
+    result carries its point under `key`.  gpus: a crossover's {(engine, block): GPU} (gpus_of)."""
     out = []
     for eng in sorted({s[0] for s in samples} - {reference}):
+        groups = {blk: g for (e, blk), g in (gpus or {}).items() if e == eng}
         for pt in sorted({s[1] for s in samples if s[0] == eng}):
             for m in metrics:
                 cell = lambda e: {s[2]: s[3].get(m) for s in samples if s[0] == e and s[1] == pt}  # noqa: E731
-                p = paired(cell(reference), cell(eng), better(m), threshold_pct, confidence)
+                p = paired(cell(reference), cell(eng), better(m), threshold_pct, confidence, groups)
                 out.append({"engine": eng, "reference": reference, "metric": m, **p.to_dict(), key: pt})
     return out

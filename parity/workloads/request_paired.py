@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import statistics
 
-from parity.stats.paired import paired
+from parity.stats.paired import gpus_of, paired
 
 QUANTITIES = {"ttft_sched_ms": "TTFT from the due time", "tpot_ms": "TPOT"}
 STATISTICS = {"gmean": "geometric mean", "median": "median request"}
@@ -48,6 +48,7 @@ def summary(rows, reference: str | None, threshold_pct: float, confidence: float
     ref = {(r.point, r.repeat): r for r in ok if r.engine == reference}
     out = []
     for eng in sorted({r.engine for r in ok} - {reference}):
+        groups = {blk: g for (e, blk), g in gpus_of(ok).items() if e == eng}  # a crossover's placement
         for pt in sorted({r.point for r in ok if r.engine == eng}):
             for q, stat in ((q, stat) for q in QUANTITIES for stat in STATISTICS):
                 ratios = {}
@@ -58,7 +59,7 @@ def summary(rows, reference: str | None, threshold_pct: float, confidence: float
                     x = block_ratio(a.info["per_request_ms"][q], r.info["per_request_ms"][q], stat)
                     if x is not None:
                         ratios[r.repeat] = x
-                p = paired(dict.fromkeys(ratios, 1.0), ratios, "lower", threshold_pct, confidence)
+                p = paired(dict.fromkeys(ratios, 1.0), ratios, "lower", threshold_pct, confidence, groups)
                 out.append({"engine": eng, "reference": reference, "point": pt, "quantity": q, "statistic": stat,
                             **p.to_dict()})
     return out
