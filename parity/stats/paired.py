@@ -231,13 +231,18 @@ def gpus_of(rows: list) -> dict:
     return {(r.engine, r.repeat): g for r, g in typed if g is not None}
 
 
+def placement_of(gpus: dict | None, engine: str) -> dict:
+    """One engine's {block: GPU} out of gpus_of's {(engine, block): GPU}: paired's groups."""
+    return {blk: g for (e, blk), g in (gpus or {}).items() if e == engine}
+
+
 def by_sample(samples: list[tuple], reference: str, metrics: list[str], better, threshold_pct: float = 2.0,
               confidence: float = 0.95, key: str = "n", gpus: dict | None = None) -> list[dict]:
     """by_point over samples (engine, point, block, {metric: value}) of the counted rows; each
     result carries its point under `key`.  gpus: a crossover's {(engine, block): GPU} (gpus_of)."""
     out = []
     for eng in sorted({s[0] for s in samples} - {reference}):
-        groups = {blk: g for (e, blk), g in (gpus or {}).items() if e == eng}
+        groups = placement_of(gpus, eng)
         for pt in sorted({s[1] for s in samples if s[0] == eng}):
             for m in metrics:
                 cell = lambda e: {s[2]: s[3].get(m) for s in samples if s[0] == e and s[1] == pt}  # noqa: E731

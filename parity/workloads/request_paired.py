@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import statistics
 
-from parity.stats.paired import gpus_of, paired
+from parity.stats.paired import gpus_of, paired, placement_of
 
 QUANTITIES = {"ttft_sched_ms": "TTFT from the due time", "tpot_ms": "TPOT"}
 STATISTICS = {"gmean": "geometric mean", "median": "median request"}
@@ -46,9 +46,9 @@ def summary(rows, reference: str | None, threshold_pct: float, confidence: float
         return []
     ok = [r for r in rows if r.valid and not r.discarded and r.info.get("per_request_ms")]
     ref = {(r.point, r.repeat): r for r in ok if r.engine == reference}
-    out = []
+    out, gpus = [], gpus_of(ok)
     for eng in sorted({r.engine for r in ok} - {reference}):
-        groups = {blk: g for (e, blk), g in gpus_of(ok).items() if e == eng}  # a crossover's placement
+        groups = placement_of(gpus, eng)  # a crossover's placement
         for pt in sorted({r.point for r in ok if r.engine == eng}):
             for q, stat in ((q, stat) for q in QUANTITIES for stat in STATISTICS):
                 ratios = {}
