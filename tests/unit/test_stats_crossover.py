@@ -1,7 +1,7 @@
 """The crossover's paired interval (parity.stats.paired with groups): the two GPU placements weighed
 alike, the spread taken within each placement.  Checked against ordinary least squares (numpy), by
-simulation, and on the recorded two-H200 A/As (tests/data/replay/h200x2-aa-42, h200x2-aa-147b: the
-summaries as parity wrote them, each row with its "gpu")."""
+simulation, and on the recorded two-H200 A/As (tests/data/replay/h200x2-aa-42, h200x2-aa-147b,
+h200x2-aa-147c: the summaries as parity wrote them, each row with its "gpu")."""
 
 from __future__ import annotations
 
@@ -79,6 +79,9 @@ def rows_without_gpu(doc: dict) -> list[dict]:
     ("h200x2-aa-147b", "j_per_output_tok", 3.00, 0.43, 0.9992, 0.9965, 1.0020, "equivalent"),
     ("h200x2-aa-147b", "ttft_sched_p50_ms", 2.43, 2.55, 0.9991, 0.9829, 1.0156, "equivalent"),
     ("h200x2-aa-147b", "tpot_p50_ms", 1.00, 0.98, 0.9994, 0.9931, 1.0057, "equivalent"),
+    ("h200x2-aa-147c", "ttft_sched_p50_ms", 2.48, 2.44, 1.0007, 0.9866, 1.0150, "equivalent"),
+    ("h200x2-aa-147c", "tpot_p50_ms", 0.84, 0.87, 0.9996, 0.9946, 1.0047, "equivalent"),
+    ("h200x2-aa-147c", "j_per_output_tok", 3.13, 0.25, 1.0023, 1.0008, 1.0037, "equivalent"),
     ("h200x2-aa-42", "j_per_output_tok", 2.06, 0.64, 0.9998, 0.9965, 1.0031, "equivalent"),
     ("h200x2-aa-42", "tpot_p50_ms", 1.23, 1.08, 1.0039, 0.9983, 1.0096, "equivalent")])
 def test_the_recorded_two_h200_aas(name, metric, plain_sd, crossover_sd, ratio, low, high, outcome):
