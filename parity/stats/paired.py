@@ -156,7 +156,9 @@ def paired(a: dict, b: dict, better: str = "higher", threshold_pct: float = 2.0,
     blocks, ratios = block_ratios(a, b)
     p = Paired(better=better, blocks=blocks, ratios=ratios, n_blocks=len(ratios), confidence=confidence, threshold_pct=threshold_pct)
     if not ratios:
-        p.reason = "no block has both arms"
+        both = [k for k in set(a) & set(b) if a[k] is not None and b[k] is not None]
+        p.reason = (f"no block has a ratio: in each of the {len(both)} blocks with both arms a value is 0 or "
+                    "out of range" if both else "no block has both arms")
         return p
     logs = [math.log(r) for r in ratios]
     n, mean = len(logs), sum(logs) / len(logs)

@@ -18,7 +18,8 @@ from parity.metrics.registry import direction
 from parity.workloads import request_paired
 
 AA = Path(__file__).parents[1] / "data" / "replay" / "h200-aa"
-AA59 = Path(__file__).parents[1] / "data" / "replay" / "h200-aa-59"
+REPLAY = Path(__file__).parents[1] / "data" / "replay"
+AA59 = REPLAY / "h200-aa-59"
 
 
 def records(engine: str, block: int) -> list[RequestRecord]:
@@ -104,6 +105,30 @@ def test_a_ratio_of_two_zero_hit_rates_is_missing_not_within_noise():
     hit = rat.verdicts["server_hit_rate"]
     assert hit.verdict == stats.MISSING and "control median is 0" in hit.reason
     assert rat.verdicts["tpot_p50_ms"].verdict == stats.NOISE
+
+
+def test_the_headline_and_the_paired_row_say_why_two_zero_hit_rates_have_no_ratio():
+    """The two-H200 A/A (h200x2-aa-147c) read the hit rate 0.0 in every row of both arms: its headline
+    said "server_hit_rate -x (missing)" and its paired row "no block has both arms", as if the server
+    had not answered.  Now each says what it is."""
+    from parity.serving.workload_summary import headline
+    from parity.serving import summary as serving_summary
+    from parity import stats
+
+    doc = json.loads(gzip.decompress((REPLAY / "h200x2-aa-147c" / "summary.json.gz").read_bytes()))
+    rows = point_rows(doc["rows"])
+    assert {r.metric("server_hit_rate") for r in rows} == {0.0} and len(rows) == 28
+    metrics = ["ttft_sched_p50_ms", "tpot_p50_ms", "server_hit_rate"]
+    med = serving_summary.medians(rows, metrics, metrics)
+    rat = serving_summary.ratios(rows, med, "stock", stats.Rule(), metrics)
+    for r in rat:
+        r.put("point", doc["ratios"][0]["point"])
+    line = headline(rat, "trace")
+    assert "server_hit_rate -x (missing: control median is 0)" in line
+    assert "tpot_p50_ms 0.9973x (within noise; paired equivalent [0.9946, 1.0047])" in line
+    (hit,) = by_point(rows, "stock", ["server_hit_rate"], direction, key="point")
+    assert hit["reason"] == "no block has a ratio: in each of the 14 blocks with both arms a value is 0 or out of range"
+    assert hit["outcome"] == "inconclusive" and hit["ratio"] is None
 
 
 def test_until_ci_names_each_pairing_by_its_quantity_and_statistic():

@@ -150,4 +150,4 @@ def test_an_interval_past_the_floating_point_range_is_inconclusive_not_a_crash()
     (cell,) = family.adjust([wide.to_dict()], 0.001)  # its interval at level 0.001: exp(1024) again
     assert cell["outcome"] == INCONCLUSIVE and cell["family"]["low"] is None
     tiny = paired.paired({0: 1.0, 1: 1.0}, {0: 1e-308, 1: 5e-324})  # beyond stats.RANGE: not a value
-    assert tiny.reason == "no block has both arms"
+    assert tiny.reason == "no block has a ratio: in each of the 2 blocks with both arms a value is 0 or out of range"
