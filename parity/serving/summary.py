@@ -81,7 +81,7 @@ def ratios(rows: list[PointRow] | list[dict], med: list[Median], reference: str 
         verdicts = {}
         for k in metrics:
             a, b = ref[m.n].metric(k), m.metric(k)
-            r[k] = round(b / a, 4) if a and b else None
+            r[k] = round(b / a, 4) if a and b is not None else None  # 0x is a ratio (a hit rate lost); over 0 is not
             if note is None:
                 va, vb = (by_repeat(rows, e, m.n, k) for e in (reference, m.engine))
                 ab = stats.unjudged(stats.compare_samples(va, vb, rule, direction(k), paired=True),

@@ -145,3 +145,24 @@ def test_until_ci_names_each_pairing_by_its_quantity_and_statistic():
     (ran,) = [p for p in summary["request_paired"] if p["quantity"] == "ttft_sched_ms"]
     assert widths[f"{point} request_ttft_gmean"] == pytest.approx(ran["stop_half_width_pct"], abs=1e-6)
     assert widths[f"{point} request_ttft_median"] < 2.9 < widths[f"{point} request_ttft_gmean"]
+
+
+def test_a_hit_rate_lost_reads_0x_and_one_gained_from_zero_has_no_ratio():
+    """The 147c A/A's rows with stock's hit rate set to 0.37 (a Mooncake slice's) and stock_b's left
+    at 0: stock_b lost the cache, 0x and regressed, where the ratio once read "-" as if missing.  The
+    other way round there is no ratio over 0, and the users' rule says missing."""
+    from parity import stats
+    from parity.serving import summary as serving_summary
+
+    doc = json.loads(gzip.decompress((REPLAY / "h200x2-aa-147c" / "summary.json.gz").read_bytes()))
+    for cached, expect in (("stock", 0.0), ("stock_b", None)):
+        rows = point_rows(doc["rows"])
+        for r in rows:
+            if r.engine == cached:
+                r.metrics["server_hit_rate"] = 0.37
+        metrics = ["server_hit_rate"]
+        (rat,) = serving_summary.ratios(rows, serving_summary.medians(rows, metrics, metrics), "stock",
+                                        stats.Rule(), metrics)
+        assert rat.metric("server_hit_rate") == expect
+        want = stats.REGRESSED if expect == 0.0 else stats.MISSING
+        assert rat.verdicts["server_hit_rate"].verdict == want
