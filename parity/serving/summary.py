@@ -60,6 +60,11 @@ def paired_points(rows: list[PointRow], reference: str | None, metrics: list[str
     return by_point(rows, reference, list(metrics), direction, threshold_pct, confidence)
 
 
+def cell_name(metric: str, engine: str, n) -> str:
+    """How a ratio's verdict names its cell (the prefix of a "missing" reason)."""
+    return f"{metric} {engine} at {n}"
+
+
 def ratios(rows: list[PointRow] | list[dict], med: list[Median], reference: str | None, rule: stats.Rule,
            metrics: list[str] | None = None) -> list[Ratio]:
     """engine / reference per N and metric (None: the headline), from medians of valid repeats,
@@ -85,7 +90,7 @@ def ratios(rows: list[PointRow] | list[dict], med: list[Median], reference: str 
             if note is None:
                 va, vb = (by_repeat(rows, e, m.n, k) for e in (reference, m.engine))
                 ab = stats.unjudged(stats.compare_samples(va, vb, rule, direction(k), paired=True),
-                                    f"{k} {m.engine} at {m.n}")
+                                    cell_name(k, m.engine, m.n))
                 verdicts[k] = {"verdict": ab.verdict, "reason": ab.reason, "threshold_pct": round(ab.threshold_pct, 3),
                                "delta_pct": None if ab.delta_pct is None else round(ab.delta_pct, 3)}
         r["verdicts"] = verdicts

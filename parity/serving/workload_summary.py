@@ -12,7 +12,7 @@ from parity.serving import summary
 from parity.metrics import energy
 from parity.metrics.registry import definitions
 from parity.metrics.serving import METRICS
-from parity.results.model import Median, PointRow, Ratio, point_rows
+from parity.results.model import Median, PointRow, Ratio, Verdict, point_rows
 from parity.workloads import WORKLOADS
 
 
@@ -33,11 +33,11 @@ def labelled(med: list[Median], rows: list[PointRow]) -> list[Median]:
     return med
 
 
-def verdict_said(v, where: str) -> str:
+def verdict_said(v: Verdict, cell: str) -> str:
     """The users' rule's word, and for "missing" why (e.g. a control median of 0: no ratio)."""
     if v.verdict != stats.MISSING or not v.reason:
         return v.verdict
-    return f"{v.verdict}: {v.reason.removeprefix(where)}"
+    return f"{v.verdict}: {v.reason.removeprefix(cell + ': ')}"
 
 
 def headline(rat: list[Ratio], kind: str) -> str:
@@ -47,7 +47,7 @@ def headline(rat: list[Ratio], kind: str) -> str:
         for k in WORKLOADS[kind].headline:
             v, p, x = r.verdicts.get(k), r.paired.get(k) or {}, r.metric(k)
             pt = f"paired {p['outcome']} [{p['low']:.4f}, {p['high']:.4f}]" if p.get("low") is not None else ""
-            said = "; ".join(w for w in (verdict_said(v, f"{k} {r.engine} at {r.n}: ") if v else None, pt) if w)
+            said = "; ".join(w for w in (verdict_said(v, summary.cell_name(k, r.engine, r.n)) if v else None, pt) if w)
             bits.append(f"{k} {'-' if x is None else x}x" + (f" ({said})" if v or pt else ""))
         noise = "" if r.verdicts else f" [{r.noise}]"
         parts.append(f"{r.engine}/{r.reference} {r.point or r.n}: " + ", ".join(bits) + noise)
